@@ -19,6 +19,7 @@
 #include "autograd/grad_mode.h"
 #include "memory/allocation_context.h"
 #include "tensor/ops.h"
+#include "tensor/blas_workspace.h"
 
 namespace bytegrad {
 
@@ -163,6 +164,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& r
     grad = ones_like(root);  // held until backward returns, as PyTorch's Python-side tuple holds it
   }
   NoGradGuard no_grad;  // gradients of gradients are not recorded (create_graph=false)
+  // PyTorch hands a GPU graph to its autograd device thread, whose cuBLAS handle has its own workspaces.
+  const bool device_thread = autograd_multithreading_enabled() && root.device().type != DeviceType::cpu;
+  BlasHandleOwnerScope handle_owner(device_thread ? BlasHandleOwner::autograd_device_thread
+                                                  : BlasHandleOwner::calling_thread);
   execute(edge, grad, retain_graph);
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <regex>
 #include <string>
@@ -28,14 +29,23 @@ size_t parse_cublas_workspace_config(size_t default_bytes) {
   return matched ? total : default_bytes;  // PyTorch warns and keeps the default when it cannot parse
 }
 
-struct ThreadWorkspaces {
+struct Workspaces {
   std::map<std::pair<int, int>, Storage> cublas;  // (device type, index) -> block
   std::map<std::pair<int, int>, Storage> cublaslt;
 };
 
-ThreadWorkspaces& thread_workspaces() {
-  thread_local ThreadWorkspaces workspaces;
+thread_local BlasHandleOwner handle_owner = BlasHandleOwner::calling_thread;
+
+Workspaces& calling_thread_workspaces() {
+  thread_local Workspaces workspaces;
   return workspaces;
+}
+
+// The autograd device thread is one per process, whichever thread runs backward.
+std::mutex autograd_thread_mutex;
+Workspaces& autograd_thread_workspaces() {
+  static auto* workspaces = new Workspaces;  // never destroyed: it may outlive the allocators at exit
+  return *workspaces;
 }
 
 BlasWorkspace get_or_allocate(std::map<std::pair<int, int>, Storage>& cache, Device device, size_t bytes) {
@@ -64,17 +74,34 @@ size_t blas_lt_workspace_bytes(Device device) {
   return kib * 1024;
 }
 
+namespace {
+
+template <typename Choose>
+BlasWorkspace owned_workspace(Device device, size_t bytes, Choose choose) {
+  if (handle_owner == BlasHandleOwner::calling_thread) return get_or_allocate(choose(calling_thread_workspaces()), device, bytes);
+  std::lock_guard lock(autograd_thread_mutex);
+  return get_or_allocate(choose(autograd_thread_workspaces()), device, bytes);
+}
+
+}  // namespace
+
 BlasWorkspace blas_workspace(Device device) {
-  return get_or_allocate(thread_workspaces().cublas, device, blas_workspace_bytes(device));
+  return owned_workspace(device, blas_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublas; });
 }
 
 BlasWorkspace blas_lt_workspace(Device device) {
-  return get_or_allocate(thread_workspaces().cublaslt, device, blas_lt_workspace_bytes(device));
+  return owned_workspace(device, blas_lt_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublaslt; });
 }
 
 void clear_blas_workspaces() {
-  thread_workspaces().cublas.clear();
-  thread_workspaces().cublaslt.clear();
+  calling_thread_workspaces() = {};
+  std::lock_guard lock(autograd_thread_mutex);
+  autograd_thread_workspaces() = {};
 }
+
+BlasHandleOwner current_blas_handle_owner() { return handle_owner; }
+
+BlasHandleOwnerScope::BlasHandleOwnerScope(BlasHandleOwner owner) : previous_(handle_owner) { handle_owner = owner; }
+BlasHandleOwnerScope::~BlasHandleOwnerScope() { handle_owner = previous_; }
 
 }  // namespace bytegrad

@@ -7,6 +7,11 @@
 //    runs, CUBLASLT_WORKSPACE_SIZE KiB (default 1024). Measured on PyTorch 2.11: with the cuBLAS workspace
 //    configured to 0 (":0:0") this block is not allocated either, so it follows that setting.
 // cpu has neither. Allocations are tagged "workspace".
+//
+// PyTorch keys both by cuBLAS handle, and handles belong to threads. CUDA backward runs on the autograd
+// engine's device thread (one per device, shared by every thread that calls backward), so the first
+// matrix product of a backward parks a second set of workspaces. bytegrad runs backward on the calling
+// thread; the engine marks that stretch with a BlasHandleOwnerScope so the workspaces follow PyTorch's.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +30,23 @@ size_t blas_lt_workspace_bytes(Device device);
 // This thread's workspace on the device, allocated on first use.
 BlasWorkspace blas_workspace(Device device);
 BlasWorkspace blas_lt_workspace(Device device);
-// Frees this thread's workspaces on every device (torch._C._cuda_clearCublasWorkspaces()).
+// Frees every workspace: this thread's and the autograd device thread's, on every device
+// (torch._C._cuda_clearCublasWorkspaces()).
 void clear_blas_workspaces();
+
+// Whose handle, and so whose workspaces, BLAS calls on this thread use.
+enum class BlasHandleOwner { calling_thread, autograd_device_thread };
+BlasHandleOwner current_blas_handle_owner();
+
+class BlasHandleOwnerScope {
+ public:
+  explicit BlasHandleOwnerScope(BlasHandleOwner owner);
+  ~BlasHandleOwnerScope();
+  BlasHandleOwnerScope(const BlasHandleOwnerScope&) = delete;
+  BlasHandleOwnerScope& operator=(const BlasHandleOwnerScope&) = delete;
+
+ private:
+  BlasHandleOwner previous_;
+};
 
 }  // namespace bytegrad

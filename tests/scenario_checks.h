@@ -19,15 +19,20 @@ namespace bgscenario {
 using namespace bytegrad;
 using namespace bytegrad::examples;
 
-// The conditions the goldens were recorded under: CUBLAS_WORKSPACE_CONFIG=:0:0 (no cuBLAS/cuBLASLt
-// workspace parked by the first matmul) and an allocator with fresh statistics (PyTorch ran each
-// scenario in a fresh process). Restores the caller's setting afterwards and drops this thread's
-// workspaces, so neither leaks into other tests.
+// Which cuBLAS workspace setting a golden set was recorded with: shared/golden/scenarios with
+// CUBLAS_WORKSPACE_CONFIG=:0:0 (no cuBLAS/cuBLASLt workspace parked by the first matmul of a thread),
+// shared/golden/scenarios-default-workspace with the variable unset (PyTorch's default: 32 MiB on sm90).
+enum class Workspaces { none, pytorch_default };
+
+// The conditions the goldens were recorded under: that workspace setting and an allocator with fresh
+// statistics (PyTorch ran each scenario in a fresh process). Restores the caller's setting afterwards and
+// drops every workspace, so neither leaks into other tests.
 class GoldenConditions {
  public:
-  explicit GoldenConditions(Device device) : device_(device) {
+  explicit GoldenConditions(Device device, Workspaces workspaces = Workspaces::none) : device_(device) {
     if (const char* old = std::getenv(kVariable)) saved_ = old;
-    setenv(kVariable, ":0:0", 1);
+    if (workspaces == Workspaces::none) setenv(kVariable, ":0:0", 1);
+    else unsetenv(kVariable);
     fresh();
   }
   ~GoldenConditions() {
@@ -48,13 +53,19 @@ class GoldenConditions {
   std::optional<std::string> saved_;
 };
 
-inline std::vector<GoldenStep> golden(const std::string& name) {
-  return read_golden_scenario(golden_scenario_path(name));
+inline std::vector<GoldenStep> golden(const std::string& name, Workspaces workspaces = Workspaces::none) {
+  std::string path = golden_scenario_path(name);
+  if (workspaces == Workspaces::pytorch_default) {
+    const std::string folder = "/scenarios/";
+    path.replace(path.rfind(folder), folder.size(), "/scenarios-default-workspace/");
+  }
+  return read_golden_scenario(path);
 }
 
 // Runs `program` on `device` under the golden conditions and returns its marks.
-inline std::vector<GoldenStep> run_scenario(const std::string& name, Device device, void (*program)(ScenarioRecorder&)) {
-  GoldenConditions conditions(device);
+inline std::vector<GoldenStep> run_scenario(const std::string& name, Device device, void (*program)(ScenarioRecorder&),
+                                            Workspaces workspaces = Workspaces::none) {
+  GoldenConditions conditions(device, workspaces);
   ScenarioRecorder r(name, device);
   program(r);
   return r.steps();
@@ -75,10 +86,11 @@ inline void check_marks(const std::vector<GoldenStep>& got, const std::vector<Go
   }
 }
 
-inline void check_against_golden(const std::string& name, Device device, void (*program)(ScenarioRecorder&)) {
+inline void check_against_golden(const std::string& name, Device device, void (*program)(ScenarioRecorder&),
+                                 Workspaces workspaces = Workspaces::none) {
   CAPTURE(name);
   CAPTURE(device.str());
-  check_marks(run_scenario(name, device, program), golden(name));
+  check_marks(run_scenario(name, device, program, workspaces), golden(name, workspaces));
 }
 
 }  // namespace bgscenario
