@@ -7,11 +7,15 @@
 #include "loss_test_helpers.h"
 #include "nn/linear.h"
 #include "nn/optim.h"
+#include "tests/tiny_regression.h"
 
 using namespace bgloss;
 using bytegrad::optim::Adam;
 using bytegrad::optim::AdamW;
 using bytegrad::optim::SGD;
+using bgtraining::TinyOptimizer;
+using bgtraining::TrainingLosses;
+using bgtraining::train_tiny_regression;
 
 namespace {
 
@@ -79,29 +83,11 @@ TEST_CASE("SGD with momentum and nesterov matches a float64 reference") {
 
 TEST_CASE("a tiny MLP regression trains below its threshold with Adam and with SGD on sim") {
   fresh(kSim);
-  for (int which = 0; which < 2; ++which) {
-    manual_seed(7);
-    const TensorOptions opts{ScalarType::float32, kSim};
-    auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(4, 32, true, opts), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(32, 1, true, opts)});
-    // y = x . (1, -2, 0.5, 3) + 0.25: a linear target the MLP can fit closely.
-    const Tensor x = randn({128, 4}, opts);
-    const Tensor y = matmul(x, from_vector({1.0, -2.0, 0.5, 3.0}, {4, 1}, opts)) + 0.25;
-    std::unique_ptr<optim::Optimizer> opt;
-    if (which == 0) opt = std::make_unique<Adam>(model->parameters(), 1e-2);
-    else opt = std::make_unique<SGD>(model->parameters(), 0.05, 0.9);
-    double first = 0, last = 0;
-    for (int step = 0; step < 300; ++step) {
-      opt->zero_grad();
-      Tensor loss = mse_loss((*model)(x), y);
-      if (step == 0) first = loss.item();
-      last = loss.item();
-      loss.backward();
-      opt->step();
-    }
-    INFO("optimizer " << std::string(which == 0 ? "Adam" : "SGD") << ": loss " << first << " -> " << last);
-    CHECK(first > 1.0);    // the target's variance is about 1 + 4 + 0.25 + 9
-    CHECK(last < 0.05);    // the stated threshold
+  for (TinyOptimizer which : {TinyOptimizer::adam, TinyOptimizer::sgd_momentum}) {
+    const TrainingLosses losses = train_tiny_regression(kSim, which);
+    MESSAGE("sim, " << std::string(which == TinyOptimizer::adam ? "Adam" : "SGD") << ": loss " << losses.first
+                    << " -> " << losses.last);
+    CHECK(losses.first > 1.0);  // the target's variance is about 1 + 4 + 0.25 + 9
+    CHECK(losses.last < 0.05);  // the stated threshold
   }
 }
