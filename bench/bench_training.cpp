@@ -1,6 +1,9 @@
 // Training-step time: the seed MLP (Linear(n,n,bias=false) -> Linear(n,1,bias=false) -> sum, backward)
 // at n = 256, 1024, 4096, on cuda when a GPU is present (else sim). Each step is timed to completion
 // (the device is synchronized), median of many steps after warm-up.
+// Beside it, the step's floor: its two n x n x n float32 products alone (the forward h = x W1^T and the
+// weight gradient grad_h^T x), run back to back the same way. Everything else in the step (the thin
+// products, the sum, the gradient accumulation, the engine) is the difference between the two columns.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "memory/device_allocators.h"
+#include "autograd/grad_mode.h"
 #include "nn/linear.h"
 #include "tensor/ops.h"
 
@@ -43,15 +47,39 @@ double median_step_us(Device d, int64_t n, int steps) {
   return times[times.size() / 2];
 }
 
+double median_big_products_us(Device d, int64_t n, int steps) {
+  manual_seed(0);
+  NoGradGuard no_grad;
+  const Tensor w = randn({n, n}, device(d));
+  const Tensor x = ones({n, n}, device(d));
+  const Tensor grad_h = randn({n, n}, device(d));
+  auto products = [&] {
+    Tensor h = mm(x, w.t());
+    Tensor w_grad = mm(grad_h.t(), x);
+    synchronize(d);
+  };
+  for (int i = 0; i < 10; ++i) products();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    products();
+    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 }  // namespace
 
 int main() {
   const Device d = default_device();
   fmt::print("seed MLP training step on {} (median of timed steps, device synchronized)\n", d.str());
-  fmt::print("{:>6} {:>12}\n", "n", "us/step");
+  fmt::print("{:>6} {:>12} {:>22} {:>10}\n", "n", "us/step", "us two n^3 products", "ratio");
   for (int64_t n : {256, 1024, 4096}) {
     const int steps = d.type == DeviceType::cuda ? 200 : (n >= 4096 ? 3 : 20);
-    fmt::print("{:>6} {:>12.1f}\n", n, median_step_us(d, n, steps));
+    const double step = median_step_us(d, n, steps);
+    const double floor = median_big_products_us(d, n, steps);
+    fmt::print("{:>6} {:>12.1f} {:>22.1f} {:>10.2f}\n", n, step, floor, step / floor);
     std::fflush(stdout);
   }
   return 0;
