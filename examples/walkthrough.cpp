@@ -2,12 +2,14 @@
 // by mark, PyTorch's figure (shared/golden/scenarios), bytegrad's, and what changed in between (which
 // ops' blocks appeared or were freed, from the allocator's history).
 //
-//   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--json] [--list]
+//   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]
 //
 // --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
-// "max_reserved", "segments", "blocks"}]} object per scenario, one per line. The goldens were recorded
-// with CUBLAS_WORKSPACE_CONFIG=:0:0, so that is the default here; set the variable to see PyTorch's
-// default workspaces instead (compare with shared/golden/scenarios-default-workspace).
+// "max_reserved", "segments", "blocks"}]} object per scenario, one per line. The seed documents' figures
+// are PyTorch's with CUBLAS_WORKSPACE_CONFIG=:0:0 (shared/golden/scenarios), so that is the default here.
+// --default-workspace runs with PyTorch's default cuBLAS workspaces instead (the variable unset) and
+// compares with shared/golden/scenarios-default-workspace: the forward thread's 32 MiB (+1 MiB cuBLASLt)
+// and the autograd device thread's own 32 MiB in backward.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -32,6 +34,7 @@ struct Options {
   std::string name = "all";
   Device device = default_device();
   bool json = false;
+  bool default_workspace = false;  // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
 };
 
 std::string json_line(const ScenarioRecorder& r) {
@@ -60,7 +63,8 @@ int walk(const Example& example, const Options& options) {
   reset_device(options.device);
   std::map<std::string, GoldenStep> golden;
   if (example.has_golden)
-    for (const GoldenStep& s : read_golden_scenario(golden_scenario_path(example.name))) golden[s.label] = s;
+    for (const GoldenStep& s : read_golden_scenario(golden_scenario_path(example.name, options.default_workspace)))
+      golden[s.label] = s;
 
   ScenarioRecorder r(example.name, options.device);
   int differing = 0;
@@ -102,7 +106,7 @@ int walk(const Example& example, const Options& options) {
 }
 
 int usage() {
-  std::cerr << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--json] [--list]\n";
+  std::cerr << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]\n";
   return 2;
 }
 
@@ -116,6 +120,8 @@ int main(int argc, char** argv) {
       options.device = Device::parse(argv[++i]);
     } else if (arg == "--json") {
       options.json = true;
+    } else if (arg == "--default-workspace") {
+      options.default_workspace = true;
     } else if (arg == "--list") {
       for (const Example& e : all_examples()) std::cout << e.name << '\n';
       return 0;
@@ -125,13 +131,14 @@ int main(int argc, char** argv) {
       options.name = arg;
     }
   }
-  setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
+  if (options.default_workspace) unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  else setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
   if (!options.json) {
     std::cout << fmt::format(
         "bytegrad walkthrough on {}: each mark shows bytegrad's figure, PyTorch 2.11's from an H100 where it\n"
         "differs, and what changed since the previous mark (the ops whose blocks appeared or were freed).\n"
         "CUBLAS_WORKSPACE_CONFIG={}\n",
-        options.device.str(), std::getenv("CUBLAS_WORKSPACE_CONFIG"));
+        options.device.str(), options.default_workspace ? "(unset: PyTorch's default workspaces)" : std::getenv("CUBLAS_WORKSPACE_CONFIG"));
   }
   int differing = 0;
   bool found = false;

@@ -52,7 +52,7 @@ BlasWorkspace get_or_allocate(std::map<std::pair<int, int>, Storage>& cache, Dev
   if (device.type == DeviceType::cpu || bytes == 0) return {};
   auto& slot = cache[{static_cast<int>(device.type), device.index}];
   if (!slot) {
-    AllocationScope scope("workspace");
+    AllocationScope scope(handle_owner == BlasHandleOwner::calling_thread ? "workspace" : "autograd-thread workspace");
     slot = std::make_shared<StorageImpl>(bytes, device);
   }
   return {slot->data(), slot->nbytes()};

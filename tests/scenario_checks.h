@@ -54,12 +54,7 @@ class GoldenConditions {
 };
 
 inline std::vector<GoldenStep> golden(const std::string& name, Workspaces workspaces = Workspaces::none) {
-  std::string path = golden_scenario_path(name);
-  if (workspaces == Workspaces::pytorch_default) {
-    const std::string folder = "/scenarios/";
-    path.replace(path.rfind(folder), folder.size(), "/scenarios-default-workspace/");
-  }
-  return read_golden_scenario(path);
+  return read_golden_scenario(golden_scenario_path(name, workspaces == Workspaces::pytorch_default));
 }
 
 // Runs `program` on `device` under the golden conditions and returns its marks.

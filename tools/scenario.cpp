@@ -222,8 +222,9 @@ std::vector<GoldenStep> read_golden_scenario(const std::string& path) {
   return JsonReader(text.str(), path).steps();
 }
 
-std::string golden_scenario_path(const std::string& name) {
-  return std::string(BYTEGRAD_SHARED_DIR) + "/golden/scenarios/" + name + ".json";
+std::string golden_scenario_path(const std::string& name, bool default_workspace) {
+  const char* folder = default_workspace ? "/golden/scenarios-default-workspace/" : "/golden/scenarios/";
+  return std::string(BYTEGRAD_SHARED_DIR) + folder + name + ".json";
 }
 
 // ------------------------------------------------------------------------------------------ recorder

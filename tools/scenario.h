@@ -39,8 +39,10 @@ std::vector<std::string> step_differences(const GoldenStep& got, const GoldenSte
 // "param_bytes", "loops") are skipped. Throws std::runtime_error naming the file on unreadable input or a
 // step without a label or one of the eight figures.
 std::vector<GoldenStep> read_golden_scenario(const std::string& path);
-// shared/golden/scenarios/NAME.json, under the shared folder this build was configured with.
-std::string golden_scenario_path(const std::string& name);
+// shared/golden/scenarios/NAME.json, under the shared folder this build was configured with: the runs
+// with CUBLAS_WORKSPACE_CONFIG=:0:0; with default_workspace, scenarios-default-workspace/NAME.json (the
+// same programs with PyTorch's default cuBLAS workspaces).
+std::string golden_scenario_path(const std::string& name, bool default_workspace = false);
 
 // Records the figures of `device`'s caching allocator at each mark. The allocator is looked up at every
 // mark, so a device reconfigured mid-scenario (configure_simulated_device) is still read correctly.
