@@ -21,7 +21,9 @@ MemoryStory::~MemoryStory() { caching_allocator(device_).record_history(false); 
 std::string MemoryStory::since_last_mark() {
   CachingAllocator& allocator = caching_allocator(device_);
   std::string prefix;
-  if (&allocator != allocator_) {  // the device was reconfigured: a new allocator, a new history
+  // The device was reconfigured: a new allocator, a new history. The new allocator may sit at the old one's
+  // address, so a history that is not recording tells it too.
+  if (&allocator != allocator_ || !allocator.history_enabled()) {
     allocator.record_history(true);
     allocator_ = &allocator;
     seen_ = 0;

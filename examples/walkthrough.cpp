@@ -3,6 +3,7 @@
 // ops' blocks appeared or were freed, from the allocator's history).
 //
 //   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]
+//                        [--memory-viz DIR]
 //
 // --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
 // "max_reserved", "segments", "blocks"}]} object per scenario, one per line. The seed documents' figures
@@ -10,9 +11,14 @@
 // --default-workspace runs with PyTorch's default cuBLAS workspaces instead (the variable unset) and
 // compares with shared/golden/scenarios-default-workspace: the forward thread's 32 MiB (+1 MiB cuBLASLt)
 // and the autograd device thread's own 32 MiB in backward.
+// --memory-viz DIR records each scenario's allocator history and writes DIR/<scenario>.json for PyTorch's
+// viewer (https://pytorch.org/memory_viz; memory/memory_viz.h). A scenario that reconfigures its device
+// (seed003_code_a_small_card) is recorded from its first mark on; blocks made before it show as allocated
+// before recording.
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -23,6 +29,7 @@
 #include "examples/seed_programs.h"
 #include "memory/device_allocators.h"
 #include "memory/format_size.h"
+#include "memory/memory_viz.h"
 #include "tensor/blas_workspace.h"
 
 using namespace bytegrad;
@@ -35,6 +42,7 @@ struct Options {
   Device device = default_device();
   bool json = false;
   bool default_workspace = false;  // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
+  std::string memory_viz_dir;      // where to write each scenario's memory_viz JSON ("" = none)
 };
 
 std::string json_line(const ScenarioRecorder& r) {
@@ -70,12 +78,20 @@ int walk(const Example& example, const Options& options) {
   int differing = 0;
   {
     auto story = options.json ? nullptr : std::make_unique<MemoryStory>(options.device);
+    // For --memory-viz: keep the device's current allocator recording (a reconfigured device has a new one).
+    auto keep_recording = [&] {
+      if (options.memory_viz_dir.empty()) return;
+      CachingAllocator& allocator = caching_allocator(options.device);
+      if (!allocator.history_enabled()) allocator.record_history(true);
+    };
+    keep_recording();
     if (!options.json) {
       std::cout << fmt::format("\n== {} on {}{}\n", example.name, options.device.str(),
                                example.has_golden ? "" : " (no PyTorch golden: a bytegrad-only scenario)");
     }
     int64_t previous = 0;
     r.on_mark([&](const GoldenStep& s) {
+      keep_recording();
       auto it = golden.find(s.label);
       const GoldenStep* want = it == golden.end() ? nullptr : &it->second;
       const bool same = want && step_differences(s, *want).empty();
@@ -94,6 +110,11 @@ int walk(const Example& example, const Options& options) {
       previous = s.allocated;
     });
     example.run(r);
+    if (!options.memory_viz_dir.empty()) {
+      const std::string path = options.memory_viz_dir + "/" + example.name + ".json";
+      dump_memory_viz(path, caching_allocator(options.device));
+      if (!options.json) std::cout << "   memory_viz: " << path << '\n';
+    }
   }
   if (example.needs_simulated_device) configure_simulated_device(options.device, SimulatedCapacity{});
   if (options.json) {
@@ -106,7 +127,8 @@ int walk(const Example& example, const Options& options) {
 }
 
 int usage() {
-  std::cerr << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]\n";
+  std::cerr << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]"
+               " [--memory-viz DIR]\n";
   return 2;
 }
 
@@ -120,6 +142,14 @@ int main(int argc, char** argv) {
       options.device = Device::parse(argv[++i]);
     } else if (arg == "--json") {
       options.json = true;
+    } else if (arg == "--memory-viz" && i + 1 < argc) {
+      options.memory_viz_dir = argv[++i];
+      std::error_code error;
+      std::filesystem::create_directories(options.memory_viz_dir, error);
+      if (error) {
+        std::cerr << "bytegrad-walkthrough: cannot create " << options.memory_viz_dir << ": " << error.message() << '\n';
+        return 1;
+      }
     } else if (arg == "--default-workspace") {
       options.default_workspace = true;
     } else if (arg == "--list") {

@@ -444,6 +444,11 @@ void CachingAllocator::record_history(bool enabled, size_t max_entries) {
   history_.set_enabled(enabled, max_entries);
 }
 
+bool CachingAllocator::history_enabled() const {
+  std::lock_guard lock(mutex_);
+  return history_.enabled();
+}
+
 // -------------------------------------------------------------------------------------------- snapshot
 
 MemorySnapshot CachingAllocator::snapshot() {

@@ -80,8 +80,9 @@ class CachingAllocator {
   // PyTorch's 75-column memory_summary() table.
   std::string memory_summary(bool abbreviated = false) const;
 
-  MemorySnapshot snapshot();
+  MemorySnapshot snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (memory_viz.h)
   void record_history(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
+  bool history_enabled() const;  // whether record_history(true) is in effect
 
   RawMemory::Info mem_get_info();
   const AllocatorConfig& config() const { return config_; }
