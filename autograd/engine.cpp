@@ -19,6 +19,7 @@
 #include "autograd/grad_mode.h"
 #include "memory/allocation_context.h"
 #include "tensor/ops.h"
+#include "tensor/ops_support.h"
 #include "tensor/blas_workspace.h"
 
 namespace bytegrad {
@@ -39,13 +40,17 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   return lead > 0 ? reduced.view(shape) : reduced;
 }
 
-// Whether `t` may be added into in place: nothing else references it or its storage.
+// PyTorch's can_accumulate_inplace: nothing else references `t` or its storage, and it is
+// non-overlapping and dense (a transposed gradient qualifies, an expanded one does not).
 bool can_accumulate_in_place(const Tensor& t) {
-  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
+  return t.use_count() == 1 && t.storage().use_count() == 1 && ops_detail::is_non_overlapping_and_dense(t);
 }
 
-// PyTorch's InputBuffer::add: keeps the first gradient; adds later ones in place into whichever operand
-// is exclusively ours, or out of place otherwise.
+// PyTorch's InputBuffer::accumulate (dense gradients, grad mode off): keeps the first gradient; adds a later
+// one in place into the buffered gradient when it is exclusively ours, else out of place (old + new, a new
+// block). PyTorch never adds into the incoming gradient instead (it does so only when the buffered one is
+// sparse): e.g. x.sum()'s expanded gradient buffered first, then a 16 MiB dense one from another path,
+// costs a third 16 MiB block (x_mean_sum_reductions' backward, whose inactive_split shows where it lands).
 void accumulate(TensorList& buffer, size_t pos, Tensor&& grad) {
   if (!grad.defined()) return;
   Tensor& slot = buffer[pos];
@@ -53,9 +58,6 @@ void accumulate(TensorList& buffer, size_t pos, Tensor&& grad) {
     slot = std::move(grad);
   } else if (can_accumulate_in_place(slot) && slot.sizes() == grad.sizes()) {
     slot.add_(grad);
-  } else if (can_accumulate_in_place(grad) && slot.sizes() == grad.sizes()) {
-    grad.add_(slot);
-    slot = std::move(grad);
   } else {
     slot = slot + grad;
   }

@@ -30,6 +30,7 @@ const std::unordered_map<std::string_view, FormulaMaker>& formula_table() {
       {"log_softmax", formulas::log_softmax}, {"masked_fill", formulas::masked_fill}, {"where", formulas::where},
       {"dropout", formulas::dropout}, {"index_select", formulas::index_select}, {"embedding", formulas::embedding},
       {"nll_loss", formulas::nll_loss}, {"mse_loss", formulas::mse_loss},
+      {"native_layer_norm", formulas::native_layer_norm}, {"triu", formulas::triu}, {"tril", formulas::tril},
   };
   return table;
 }

@@ -124,6 +124,21 @@ class KernelBackend {
   virtual void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                        const StridedView& b, double value) = 0;
 
+  // Layer normalization of x (M, N), contiguous: per row, mean and rstd = 1 / sqrt(biased variance + eps)
+  // (both (M), in the accumulation dtype: float32 for the 16/32-bit floats, float64 for float64), and
+  // y (M, N) = (x - mean) * rstd * weight + bias (weight, bias (N) or nullptr).
+  virtual void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                          const StridedView* weight, const StridedView* bias, double eps) = 0;
+  // Its gradient given dy (M, N) and the forward's x, mean, rstd, weight (each contiguous; nullptr where
+  // absent or not wanted): dx (M, N); dweight_partials and dbias_partials are (R, N), row r holding the sum
+  // over the rows m with m % R == r of dy * (x - mean) * rstd and of dy (R == 1: the whole gradient).
+  virtual void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
+                                   const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
+                                   const StridedView& mean, const StridedView& rstd, const StridedView* weight) = 0;
+  // out = in with the elements outside a triangle of the last two dims zeroed: kept where j - i >= diagonal
+  // (upper) or j - i <= diagonal (lower); out and in share sizes (at least 2-d).
+  virtual void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) = 0;
+
   // Negative log-likelihood (PyTorch's nll_loss_forward, no class weights). log_probs is (N, C) or (C);
   // target (int64) is (N) or () to match. output is (N) for Reduction::none with a 2-d input, else 0-d;
   // total_weight is 0-d, log_probs' dtype: the number of targets not equal to ignore_index (0 for none).

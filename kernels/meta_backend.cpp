@@ -28,6 +28,11 @@ class MetaBackend final : public KernelBackend {
   void scatter_add(const StridedView&, int64_t, const StridedView&, const StridedView&) override {}
   void ternary(TernaryOp, const StridedView&, const StridedView&, const StridedView&, const StridedView&,
                double) override {}
+  void layer_norm(const StridedView&, const StridedView&, const StridedView&, const StridedView&, const StridedView*,
+                  const StridedView*, double) override {}
+  void layer_norm_backward(const StridedView*, const StridedView*, const StridedView*, const StridedView&,
+                           const StridedView&, const StridedView&, const StridedView&, const StridedView*) override {}
+  void triangle(const StridedView&, const StridedView&, int64_t, bool) override {}
   void nll_loss(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction,
                 int64_t) override {}
   void nll_loss_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction,

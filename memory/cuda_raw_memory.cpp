@@ -64,6 +64,17 @@ int cuda_compute_capability_major(int index) {
   return major;
 }
 
+DeviceLaunchLimits cuda_launch_limits(int index) {
+  DeviceLaunchLimits limits;
+  if (cudaDeviceGetAttribute(&limits.multiprocessor_count, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limits.max_threads_per_multiprocessor, cudaDevAttrMaxThreadsPerMultiProcessor,
+                             index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  return limits;
+}
+
 int cuda_device_count() {
   static const int count = [] {
     int n = 0;
@@ -85,6 +96,7 @@ std::unique_ptr<RawMemory> make_cuda_raw_memory(int index) {
 
 int cuda_device_count() { return 0; }
 int cuda_compute_capability_major(int) { return 0; }
+DeviceLaunchLimits cuda_launch_limits(int) { return {}; }
 
 #endif
 

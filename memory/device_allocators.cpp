@@ -79,6 +79,23 @@ void configure_simulated_device(Device device, SimulatedCapacity capacity) {
   r.capacities[DeviceKey{device.type, device.index}] = capacity;
 }
 
+DeviceLaunchLimits device_launch_limits(Device device) {
+  switch (device.type) {
+    case DeviceType::cuda: return cuda_launch_limits(device.index);
+    case DeviceType::sim:
+    case DeviceType::meta: {
+      Registry& r = registry();
+      std::lock_guard lock(r.mutex);
+      SimulatedCapacity capacity;
+      if (auto it = r.capacities.find(DeviceKey{device.type, device.index}); it != r.capacities.end())
+        capacity = it->second;
+      return {capacity.multiprocessor_count, capacity.max_threads_per_multiprocessor};
+    }
+    case DeviceType::cpu: break;
+  }
+  throw std::invalid_argument("device_launch_limits: " + device.str() + " has no CUDA launch limits");
+}
+
 void reset_device(Device device) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);

@@ -40,6 +40,15 @@ HostAllocator& host_allocator();
 
 int cuda_device_count();  // 0 when built without CUDA or when no GPU is visible
 int cuda_compute_capability_major(int index);  // 0 when unknown
+
+// cudaDeviceProp's multiProcessorCount and maxThreadsPerMultiProcessor: the real card's on cuda, the
+// configured SimulatedCapacity's on sim and meta (an H100's by default); throws std::invalid_argument for cpu.
+struct DeviceLaunchLimits {
+  int multiprocessor_count = 0;
+  int max_threads_per_multiprocessor = 0;
+};
+DeviceLaunchLimits device_launch_limits(Device device);
+DeviceLaunchLimits cuda_launch_limits(int index);  // zeros when unknown
 bool cuda_is_available();
 
 // `cuda` when a GPU is present, else `sim`, unless set_default_device chose otherwise.

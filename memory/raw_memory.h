@@ -37,6 +37,10 @@ inline constexpr size_t kSimDefaultContextBytes = 552402944;
 struct SimulatedCapacity {
   size_t total_bytes = kSimDefaultTotalBytes;
   size_t context_bytes = kSimDefaultContextBytes;  // held by the "driver": never available to segments
+  // What kernels size their launches by (cudaDeviceProp): the H100's, so launch-dependent allocations
+  // (reduction scratch) match the goldens'.
+  int multiprocessor_count = 132;
+  int max_threads_per_multiprocessor = 2048;
 };
 
 // A GPU simulated in host memory: segments are real (lazily committed) host pages, limited to the

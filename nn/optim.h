@@ -1,10 +1,15 @@
-// Optimizers with PyTorch's device memory: torch.optim's single-tensor path (foreach=False, fused=False,
-// capturable=False), whose state and per-step temporaries are listed beside each class. On CUDA PyTorch
-// defaults to foreach=True, which allocates differently: construct the PyTorch side with foreach=False to
-// compare. Every step runs under a NoGradGuard. Parameters without a gradient are skipped (no state).
+// Optimizers with PyTorch's device memory, state and per-step temporaries listed beside each class, for
+// both of torch.optim's eager paths (fused=False, capturable=False):
+//  - the single-tensor path (foreach=False), the default here: one parameter at a time, so its
+//    temporaries are a parameter's size;
+//  - the multi-tensor path (foreach=true in the options): what torch.optim.SGD/Adam/AdamW use on CUDA when
+//    foreach is not given. Its _foreach_* ops make one temporary per parameter, all alive together, so the
+//    step's peak holds a whole parameter set more.
+// Every step runs under a NoGradGuard. Parameters without a gradient are skipped (no state).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -36,17 +41,34 @@ class Optimizer {
 //  - nesterov: grad = grad.add(buf, alpha=momentum), another temporary (the weight-decay one, if any, is
 //    freed as soon as it is allocated);
 //  - param.add_(grad, alpha=-lr) in place.
+// Multi-tensor (foreach=true), _multi_tensor_sgd: weight_decay != 0 makes the list grads + wd * params
+// (one temporary per parameter, all alive; dropped, last parameter first, when the momentum buffers take
+// their place or when step returns); momentum buffers are created (clone) or updated in place exactly as
+// above; nesterov adds the buffers into the gradients in place (into .grad itself when there is no weight
+// decay, as PyTorch does).
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool foreach = false;  // PyTorch's multi-tensor path (its default on CUDA)
+};
+
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, double lr = 1e-3, double momentum = 0.0, double dampening = 0.0,
       double weight_decay = 0.0, bool nesterov = false);
+  SGD(std::vector<Tensor> params, const SGDOptions& options);
   void step() override;
   // Undefined until the parameter's first step with momentum.
   const Tensor& momentum_buffer(size_t param_index) const { return momentum_buffers_.at(param_index); }
 
  private:
+  void single_tensor_step();
+  void multi_tensor_step();
   double lr_, momentum_, dampening_, weight_decay_;
-  bool nesterov_;
+  bool nesterov_, foreach_;
   std::vector<Tensor> momentum_buffers_;
 };
 
@@ -63,10 +85,26 @@ class SGD : public Optimizer {
 //    alive until it is reassigned): so the peak holds three param-sized blocks from the second parameter
 //    on; the last denom (and weight-decay grad) are freed when step returns;
 //  - param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1) in place.
+// Multi-tensor (foreach=true), _multi_tensor_adam: the same state, created the same way; then
+//  - weight_decay != 0 (Adam): grads + wd * params, one temporary per parameter, all alive until the
+//    moments are updated, then dropped last parameter first; AdamW scales the parameters in place;
+//  - the moment updates in place; then sqrt of every exp_avg_sq (or max_exp_avg_sq): one temporary per
+//    parameter, divided and shifted by eps in place, used by addcdiv_, and dropped, last parameter first,
+//    when step returns. So the step's peak holds one whole parameter set more than before the step.
+struct AdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  std::optional<double> weight_decay;  // unset: the optimizer's default, 0 for Adam and 1e-2 for AdamW
+  bool amsgrad = false;
+  bool foreach = false;  // PyTorch's multi-tensor path (its default on CUDA)
+};
+
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
        double eps = 1e-8, double weight_decay = 0.0, bool amsgrad = false);
+  Adam(std::vector<Tensor> params, const AdamOptions& options);
   void step() override;
 
   struct State {
@@ -77,12 +115,14 @@ class Adam : public Optimizer {
   const State& state(size_t param_index) const { return state_.at(param_index); }
 
  protected:
-  Adam(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,
-       bool amsgrad, bool decoupled_weight_decay);
+  Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay);
 
  private:
+  void init_state();
+  void single_tensor_step();
+  void multi_tensor_step();
   double lr_, beta1_, beta2_, eps_, weight_decay_;
-  bool amsgrad_, decoupled_weight_decay_;
+  bool amsgrad_, foreach_, decoupled_weight_decay_;
   std::vector<State> state_;
 };
 
@@ -92,6 +132,7 @@ class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
         double eps = 1e-8, double weight_decay = 1e-2, bool amsgrad = false);
+  AdamW(std::vector<Tensor> params, const AdamOptions& options);
 };
 
 }  // namespace bytegrad::optim

@@ -12,6 +12,7 @@
 // tanh, gelu, mean, softmax) reject integer tensors instead of returning float as PyTorch does.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -117,6 +118,9 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor prod(const Tensor& x);
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
+// torch.amax/amin: the largest/smallest value over `dims` (empty: every dimension), no indices.
+Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor argmax(const Tensor& x);  // index into the flattened tensor
 Tensor argmin(const Tensor& x);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
@@ -153,14 +157,55 @@ struct DropoutResult {
   Tensor output;
   Tensor mask;  // bool, true where kept; undefined when nothing was dropped (eval, p == 0)
 };
-// Training with 0 < p < 1: allocates the output, then a bool mask (PyTorch's fused native_dropout); the
+// Training with 0 < p < 1: allocates a bool mask, then the output (PyTorch's fused native_dropout); the
 // mask is drawn from the process generator. Eval or p == 0 returns x itself (no allocation); p == 1
 // returns x * 0 through a 0-d zero (two allocations, as PyTorch's _dropout).
 DropoutResult dropout_with_mask(const Tensor& x, double p, bool train = true);
 Tensor dropout(const Tensor& x, double p, bool train = true);
+// Dropout's gradient, grad * mask * scale, as one allocation (PyTorch's native_dropout_backward: a
+// contiguous result; no temporaries).
+Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double scale);
 
 // weight[indices]: rows of a 2-d weight picked by int64/int32 indices of any shape.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// ---------------------------------------------------------------------------------- normalization
+// (ops_norm.cpp) PyTorch's native_layer_norm (its CUDA kernel's allocations): the input is normalized over
+// its trailing dims given by normalized_shape (M rows of N = prod(normalized_shape) elements). A
+// non-contiguous input (or weight, bias) is first copied (freed on return); then output (input's shape and
+// dtype, contiguous), mean, rstd (M elements each, float32 for the 16- and 32-bit floats, float64 for
+// float64; viewed as input.shape[:axis] + [1] * len(normalized_shape)). Recorded as "native_layer_norm"
+// (inputs {input, weight, bias, mean, rstd}, the last two without edges; scalars {eps}; ints
+// normalized_shape): the node saves input, weight, bias, mean and rstd, so without a graph mean and rstd
+// are freed when the caller drops them.
+struct LayerNormResult {
+  Tensor output;
+  Tensor mean;
+  Tensor rstd;
+};
+LayerNormResult native_layer_norm(const Tensor& input, const Shape& normalized_shape,
+                                  const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                                  double eps);
+struct LayerNormGrads {
+  Tensor grad_input, grad_weight, grad_bias;  // undefined where output_mask is false
+};
+// PyTorch's native_layer_norm_backward (CUDA): grad_input, grad_weight, grad_bias allocated in that order
+// (those asked for), then a non-contiguous grad_output copied; when M > 65536 and N / 32 < 66 (the H100's
+// 132 SMs / 2) the weight and bias gradients are first summed into (R, N) partial blocks (input's dtype,
+// R = min(ceil(M / 32), 32768 / ceil(N / 32))) that are then reduced with sum(0), as PyTorch does.
+LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tensor& input, const Shape& normalized_shape,
+                                          const Tensor& mean, const Tensor& rstd, const std::optional<Tensor>& weight,
+                                          const std::optional<Tensor>& bias, std::array<bool, 3> output_mask);
+// F.layer_norm: native_layer_norm's output (mean and rstd live only as long as the graph needs them).
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+
+// ------------------------------------------------------------------------------- triangular parts
+// (ops_triangle.cpp) torch.triu / torch.tril over the last two dims (x at
+// least 2-d): elements with j - i >= diagonal (triu) or j - i <= diagonal (tril) kept, others zero. One
+// contiguous output; recorded as "triu"/"tril" (ints {diagonal}), whose gradient is grad.triu/tril.
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
 
 // ----------------------------------------------------------------------------- indexing & joining
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
@@ -187,9 +232,10 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
 // class dim being 1 (0 for a 1-d logits). No label smoothing, no class weights.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean,
                      int64_t ignore_index = -100);
-// PyTorch's mse_loss: input and target of one shape. none: one output of that shape. mean/sum: the 0-d
-// output first, then an input-sized (input - target)^2 temporary (TensorIterator's layout), reduced into
-// the output and freed on return (Loss.cpp's mse_loss_out). Recorded as "mse_loss" (inputs {input,
+// PyTorch's mse_loss: input and target of one shape. none: one output of that shape. mean/sum: the output
+// first, allocated input-sized as for none (the structured meta function) and resized to 0-d, keeping its
+// input-sized block; then an input-sized (input - target)^2 temporary (TensorIterator's layout), reduced
+// into the output and freed on return (Loss.cpp's mse_loss_out). Recorded as "mse_loss" (inputs {input,
 // target}, ints {reduction}); the node saves both.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 // norm * (input - target) * grad_output, norm = 2 / numel for mean, 2 otherwise: one zeroed input-sized

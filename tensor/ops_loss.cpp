@@ -1,6 +1,7 @@
 // Losses with PyTorch's allocations: nll_loss (two outputs, output then total_weight), its backward (one
-// zeroed gradient), cross_entropy (composite: log_softmax then nll_loss), mse_loss (0-d output, then an
-// input-sized squared-difference temporary reduced into it) and its backward (one input-sized gradient).
+// zeroed gradient), cross_entropy (composite: log_softmax then nll_loss), mse_loss (a 0-d output holding
+// an input-sized block, then an input-sized squared-difference temporary reduced into it) and its backward
+// (one input-sized gradient).
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -139,14 +140,24 @@ Tensor mse_loss_compute(const Tensor& input, const Tensor& target, Reduction red
     backend.binary(BinaryOp::mul, kv(out), kv(out), kv(out), 1.0);
     return out;
   }
-  // mse_loss_out: the structured 0-d result, then TensorIterator's (input - target)^2 output, reduced into
-  // the result with mean_out / sum_out; the temporary is freed when this returns.
-  Tensor out = empty({}, TensorOptions{input.dtype(), input.device()});
+  // PyTorch's structured mse_loss: its meta function builds a binary op over (input, target) whatever the
+  // reduction, so the result is first allocated input-sized (TensorIterator's layout); mse_loss_out then
+  // computes TensorIterator's (input - target)^2 output (a second input-sized block, freed when this
+  // returns) and mean_out / sum_out resize the result to 0-d, which keeps its storage. So the 0-d loss
+  // holds an input-sized block for as long as it lives. Measured on the H100 (events.jsonl, "mse_loss
+  // mean [64, 10]": alloc 2560, alloc 2560, free 2560; no 4-byte block), and x_mlp_sgd_momentum_mse's
+  // loss marks: a (200, 5) loss holds 4000 requested bytes (block 4096), not 4 (block 512).
+  Tensor full = empty_elementwise_output(input.sizes(), input.dtype(), input.device(), {&input, &target});
+  auto impl = std::make_shared<TensorImpl>();  // full.resize_({}): the same storage, a 0-d shape
+  impl->storage = full.storage();
+  impl->dtype = full.dtype();
+  Tensor out(std::move(impl));
+  full = Tensor();
   Tensor squared = empty_elementwise_output(input.sizes(), input.dtype(), input.device(), {&input, &target});
   backend.binary(BinaryOp::sub, kv(squared), kv(input), kv(target), 1.0);
   backend.binary(BinaryOp::mul, kv(squared), kv(squared), kv(squared), 1.0);
-  backend.reduce(reduction == Reduction::mean ? ReduceOp::mean : ReduceOp::sum,
-                 kv(out.view(Shape(static_cast<size_t>(input.dim()), 1))), kv(squared));
+  run_reduction(reduction == Reduction::mean ? ReduceOp::mean : ReduceOp::sum,
+                out.view(Shape(static_cast<size_t>(input.dim()), 1)), squared);
   return out;
 }
 

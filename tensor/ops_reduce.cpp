@@ -1,7 +1,9 @@
 // Reductions: one contiguous output (a 0-d 512-byte block for whole-tensor reductions); max/min over a
-// dimension allocate values then indices. PyTorch's CUDA reduction kernel may additionally stage partial
-// results in allocator memory for very long reductions split across thread blocks; that staging is not
-// modelled here (see the report of issue 3).
+// dimension allocate values then indices. After the outputs come the allocations PyTorch's CUDA reduction
+// makes (run_reduction in ops_support.h): an int64 copy of an integer sum's input, and the kernel's staging
+// buffer and semaphores when it splits a reduction across thread blocks (kernels/reduce_scratch.h).
+// Whole-tensor max/min reduce self.contiguous() and whole-tensor argmax/argmin self.reshape(-1), as
+// PyTorch's do: a copy (freed on return) when the input is not already laid out that way.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,7 +44,12 @@ ReductionShapes reduction_shapes(const char* op, const Tensor& x, const Shape& d
   return shapes;
 }
 
-Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim) {
+// What a whole-tensor reduction reads (PyTorch's max()/min() pass self.contiguous(), argmax()/argmin()
+// self.reshape(-1)); a copy, if one is needed, is made after the output, as there.
+enum class WholeInput { as_is, contiguous, flattened };
+
+Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim,
+                 WholeInput whole = WholeInput::as_is) {
   AllocationScope scope(name);
   check_defined(name, x);
   const bool extreme = op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax || op == ReduceOp::argmin;
@@ -54,7 +61,12 @@ Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& di
   if (op == ReduceOp::argmax || op == ReduceOp::argmin) out_dtype = ScalarType::int64;
   const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
   Tensor out = empty(shapes.result, TensorOptions{out_dtype, x.device()});
-  backend_of(x).reduce(op, kv(out.view(shapes.kernel)), kv(x));
+  if (whole == WholeInput::as_is || x.device().type == DeviceType::cpu) {
+    run_reduction(op, out.view(shapes.kernel), x);
+  } else {
+    const Tensor input = whole == WholeInput::contiguous ? x.contiguous() : x.reshape({x.numel()});
+    run_reduction(op, out.view(Shape(static_cast<size_t>(input.dim()), 1)), input);
+  }
   return out;
 }
 
@@ -73,8 +85,7 @@ ValuesIndices reduce_dim_with_indices(const char* name, ReduceOp op, const Tenso
     backend_of(x).fill(kv(result.indices), 0.0);
     return result;
   }
-  backend_of(x).reduce_with_indices(op, kv(result.values.view(shapes.kernel)), kv(result.indices.view(shapes.kernel)),
-                                    kv(x), dim);
+  run_reduction_with_indices(op, result.values.view(shapes.kernel), result.indices.view(shapes.kernel), x, dim);
   return result;
 }
 
@@ -85,8 +96,9 @@ namespace {
 // sum and mean have gradients: recorded as "sum"/"mean" over everything, or "<op>_dims" with ints
 // [keepdim, wrapped dims...]. The other reductions are recorded too, so differentiating them is a clear
 // error rather than a silently missing gradient.
-Tensor reduce_recorded(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, bool whole) {
-  Tensor out = without_recording([&] { return reduce_op(name, op, x, dims, keepdim); });
+Tensor reduce_recorded(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, bool whole,
+                       WholeInput input = WholeInput::as_is) {
+  Tensor out = without_recording([&] { return reduce_op(name, op, x, dims, keepdim, input); });
   if (!is_floating_point(out.dtype())) return out;
   record_for_autograd({x}, [&] {
     if (whole) return OpRecord{name, {x}, {out}, {}, {}};
@@ -113,10 +125,16 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return reduce_recorded("mean", ReduceOp::mean, x, dims, keepdim, false);
 }
 Tensor prod(const Tensor& x) { return reduce_recorded("prod", ReduceOp::prod, x, {}, false, true); }
-Tensor max(const Tensor& x) { return reduce_recorded("max", ReduceOp::max, x, {}, false, true); }
-Tensor min(const Tensor& x) { return reduce_recorded("min", ReduceOp::min, x, {}, false, true); }
-Tensor argmax(const Tensor& x) { return reduce_op("argmax", ReduceOp::argmax, x, {}, false); }
-Tensor argmin(const Tensor& x) { return reduce_op("argmin", ReduceOp::argmin, x, {}, false); }
+Tensor max(const Tensor& x) { return reduce_recorded("max", ReduceOp::max, x, {}, false, true, WholeInput::contiguous); }
+Tensor min(const Tensor& x) { return reduce_recorded("min", ReduceOp::min, x, {}, false, true, WholeInput::contiguous); }
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_recorded("amax", ReduceOp::max, x, dims, keepdim, false);
+}
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_recorded("amin", ReduceOp::min, x, dims, keepdim, false);
+}
+Tensor argmax(const Tensor& x) { return reduce_op("argmax", ReduceOp::argmax, x, {}, false, WholeInput::flattened); }
+Tensor argmin(const Tensor& x) { return reduce_op("argmin", ReduceOp::argmin, x, {}, false, WholeInput::flattened); }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   return reduce_op("argmax", ReduceOp::argmax, x, {dim}, keepdim);
 }

@@ -35,6 +35,17 @@ Tensor empty_elementwise_output(const Shape& sizes, ScalarType dtype, Device dev
                                 std::initializer_list<const Tensor*> inputs);
 
 
+// A TensorIterator reduction (sum, mean, prod, max, min, amax, argmax, ...) as PyTorch's CUDA kernel runs
+// it, on every device: `out` (and `indices`) have `in`'s rank with size 1 at each reduced dimension, and
+// are already allocated, as PyTorch's outputs are. On cuda, sim and meta this then makes the allocations
+// PyTorch's kernel makes (kernels/reduce_scratch.h): for an integer or bool sum/prod, the int64 copy of the
+// input that make_reduction_from_out_ty casts to; when the launch splits outputs across blocks, a staging
+// buffer and a semaphore block (tagged "scratch"). They are freed, semaphores first, before this returns.
+// `dim` >= 0 selects reduce_with_indices (max/min along dim).
+void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in);
+void run_reduction_with_indices(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
+                                int64_t dim);
+
 // index_select without its own AllocationScope (embedding tags its allocations itself).
 Tensor index_select_impl(const Tensor& x, int64_t dim, const Tensor& index);
 

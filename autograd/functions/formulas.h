@@ -58,6 +58,10 @@ void where(const OpRecord&);
 void dropout(const OpRecord&);
 void index_select(const OpRecord&);
 void embedding(const OpRecord&);
+void triu(const OpRecord&);
+void tril(const OpRecord&);
+// normalization.cpp
+void native_layer_norm(const OpRecord&);
 // loss.cpp
 void nll_loss(const OpRecord&);
 void mse_loss(const OpRecord&);

@@ -1,5 +1,5 @@
 // Derivatives of the neural-network ops: (log_)softmax save their result; masked_fill and where save
-// their masks; embedding saves its indices; dropout saves its mask.
+// their masks; embedding saves its indices; dropout saves its mask; triu/tril (for masks) save nothing.
 #include "autograd/functions/formulas.h"
 #include "tensor/ops.h"
 
@@ -41,8 +41,7 @@ void where(const OpRecord& r) {  // inputs: condition, self, other
 
 void dropout(const OpRecord& r) {  // inputs: self, mask (bool); scalars: p. grad * mask / (1 - p)
   auto node = make_node("NativeDropoutBackward0", r, [](const FormulaNode& n, TensorList& g) {
-    Tensor mask = n.saved(0);
-    return TensorList{g[0] * mask.to(g[0].dtype()) * (1.0 / (1.0 - n.scalars.at(0))), Tensor()};
+    return TensorList{native_dropout_backward(g[0], n.saved(0), 1.0 / (1.0 - n.scalars.at(0))), Tensor()};
   });
   node->scalars = r.scalars;
   node->save("mask", r.inputs.at(1));
@@ -71,6 +70,20 @@ void embedding(const OpRecord& r) {  // inputs: weight, indices. The gradient is
   });
   node->shapes = {r.inputs.at(0).sizes()};
   node->save("indices", r.inputs.at(1));
+}
+
+void triu(const OpRecord& r) {  // ints: diagonal. grad.triu(diagonal): saves nothing
+  auto node = make_node("TriuBackward0", r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{bytegrad::triu(g[0], n.ints.at(0))};
+  });
+  node->ints = r.ints;
+}
+
+void tril(const OpRecord& r) {  // ints: diagonal. grad.tril(diagonal): saves nothing
+  auto node = make_node("TrilBackward0", r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{bytegrad::tril(g[0], n.ints.at(0))};
+  });
+  node->ints = r.ints;
 }
 
 }  // namespace bytegrad::formulas

@@ -67,6 +67,18 @@ class CpuBackend final : public KernelBackend {
     cpu::ternary(op, out, self, a, b, value);
   }
 
+  void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                  const StridedView* weight, const StridedView* bias, double eps) override {
+    cpu::layer_norm(y, mean, rstd, x, weight, bias, eps);
+  }
+  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                           const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                           const StridedView* weight) override {
+    cpu::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
+  }
+  void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
+    cpu::triangle(out, in, diagonal, upper);
+  }
   void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
                 const StridedView& target, Reduction reduction, int64_t ignore_index) override {
     cpu::nll_loss(output, total_weight, log_probs, target, reduction, ignore_index);

@@ -243,6 +243,16 @@ void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, 
 void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
              const StridedView& b, double value);
 
+// cpu_layer_norm.cpp
+void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                const StridedView* weight, const StridedView* bias, double eps);
+void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                         const StridedView* weight);
+
+// cpu_triangle.cpp
+void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
+
 // cpu_loss.cpp
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
               const StridedView& target, Reduction reduction, int64_t ignore_index);

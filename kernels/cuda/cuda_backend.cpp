@@ -1,6 +1,6 @@
 // The cuda KernelBackend: every method makes the tensor's GPU current, converts its views for the kernels
 // (cuda_kernels.h) and launches on the default stream. Kernels live in cuda_elementwise.cu, cuda_reduce.cu,
-// cuda_softmax.cu, cuda_index.cu, cuda_ternary.cu and cuda_loss.cu; matrix products in cuda_gemm.cpp; host
+// cuda_softmax.cu, cuda_index.cu, cuda_ternary.cu, cuda_loss.cu, cuda_layer_norm.cu and cuda_triangle.cu; matrix products in cuda_gemm.cpp; host
 // transfers in cuda_host_transfer.cpp. Nothing here allocates device memory except gemm's layout copies (documented
 // there); no method synchronises beyond what cudaMemcpy does.
 #include <stdexcept>
@@ -176,6 +176,29 @@ class CudaBackend final : public KernelBackend {
                const StridedView& b, double value) override {
     CudaDeviceGuard guard(out.device);
     cuda::ternary(to_cuda(op), to_cuda_view(out), to_cuda_view(self), to_cuda_view(a), to_cuda_view(b), value);
+  }
+  void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                  const StridedView* weight, const StridedView* bias, double eps) override {
+    CudaDeviceGuard guard(y.device);
+    const cuda::CudaView w = weight ? to_cuda_view(*weight) : cuda::CudaView{};
+    const cuda::CudaView b = bias ? to_cuda_view(*bias) : cuda::CudaView{};
+    cuda::layer_norm(to_cuda_view(y), to_cuda_view(mean), to_cuda_view(rstd), to_cuda_view(x), weight ? &w : nullptr,
+                     bias ? &b : nullptr, eps);
+  }
+  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                           const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                           const StridedView* weight) override {
+    CudaDeviceGuard guard(x.device);
+    auto convert = [](const StridedView* v) { return v ? to_cuda_view(*v) : cuda::CudaView{}; };
+    const cuda::CudaView gx = convert(dx), gw = convert(dweight_partials), gb = convert(dbias_partials),
+                         w = convert(weight);
+    cuda::layer_norm_backward(dx ? &gx : nullptr, dweight_partials ? &gw : nullptr, dbias_partials ? &gb : nullptr,
+                              to_cuda_view(dy), to_cuda_view(x), to_cuda_view(mean), to_cuda_view(rstd),
+                              weight ? &w : nullptr);
+  }
+  void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::triangle(to_cuda_view(out), to_cuda_view(in), diagonal, upper);
   }
   void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
                 const StridedView& target, Reduction reduction, int64_t ignore_index) override {

@@ -104,6 +104,16 @@ void scatter_add(const CudaView& out, int64_t dim, const CudaView& index, const 
 void ternary(TernaryOp op, const CudaView& out, const CudaView& self, const CudaView& a, const CudaView& b,
              double value);
 
+// ---- cuda_layer_norm.cu (contiguous operands; optional ones nullptr where absent)
+void layer_norm(const CudaView& y, const CudaView& mean, const CudaView& rstd, const CudaView& x,
+                const CudaView* weight, const CudaView* bias, double eps);
+void layer_norm_backward(const CudaView* dx, const CudaView* dweight_partials, const CudaView* dbias_partials,
+                         const CudaView& dy, const CudaView& x, const CudaView& mean, const CudaView& rstd,
+                         const CudaView* weight);
+
+// ---- cuda_triangle.cu
+void triangle(const CudaView& out, const CudaView& in, int64_t diagonal, bool upper);
+
 // ---- cuda_loss.cu
 void nll_loss(const CudaView& output, const CudaView& total_weight, const CudaView& log_probs, const CudaView& target,
               Reduction reduction, int64_t ignore_index);

@@ -25,9 +25,17 @@ DEV = "cuda"
 class Recorder:
     def __init__(self):
         self.steps = []
+        self.events = []
+        self.seen = 0
 
     def mark(self, label):
         torch.cuda.synchronize()
+        if os.environ.get("TRACE_EVENTS"):  # the allocator events since the previous mark, in order
+            trace = torch.cuda.memory._snapshot()["device_traces"][0]
+            events = [[e["action"], e["size"]] for e in trace[self.seen:]
+                      if e["action"] in ("alloc", "free_completed", "segment_alloc", "segment_free")]
+            self.seen = len(trace)
+            self.events.append(dict(label=label, events=events))
         st = torch.cuda.memory_stats()
         self.steps.append(dict(
             label=label,
@@ -321,6 +329,8 @@ def x_seed_mlp_bias_adam_default(r):
 def run_one(name, outdir):
     r = Recorder()
     torch.cuda.init()
+    if os.environ.get("TRACE_EVENTS"):
+        torch.cuda.memory._record_memory_history(max_entries=10_000_000)
     torch.manual_seed(0)
     notes = {}
     try:
@@ -334,6 +344,9 @@ def run_one(name, outdir):
     notes["cublas_workspace_config"] = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     with open(os.path.join(outdir, name + ".json"), "w") as f:
         json.dump(dict(name=name, steps=r.steps, notes=notes), f, indent=1)
+    if r.events:
+        with open(os.path.join(outdir, name + ".events.json"), "w") as f:
+            json.dump(r.events, f)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+// torch.triu / torch.tril: one contiguous output (a structured op's fresh result), the kernel zeroing what
+// lies outside the triangle.
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "memory/allocation_context.h"
+#include "tensor/autograd_hook.h"
+#include "tensor/ops.h"
+#include "tensor/ops_support.h"
+
+namespace bytegrad {
+
+using namespace ops_detail;
+
+namespace {
+
+Tensor triangle_recorded(const char* name, const Tensor& x, int64_t diagonal, bool upper) {
+  Tensor out = without_recording([&] {
+    AllocationScope scope(name);
+    check_defined(name, x);
+    if (x.dim() < 2)
+      throw std::invalid_argument(fmt::format("{}: input tensor must have at least 2 dimensions, got {}", name,
+                                              describe(x)));
+    Tensor result = empty(x.sizes(), TensorOptions{x.dtype(), x.device()});
+    backend_of(x).triangle(kv(result), kv(x), diagonal, upper);
+    return result;
+  });
+  record_for_autograd({x}, [&] { return OpRecord{name, {x}, {out}, {}, {diagonal}}; });
+  return out;
+}
+
+}  // namespace
+
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle_recorded("triu", x, diagonal, true); }
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle_recorded("tril", x, diagonal, false); }
+
+}  // namespace bytegrad
