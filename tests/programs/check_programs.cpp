@@ -1,7 +1,7 @@
 // Every mark of every program in tests/programs/ against PyTorch's figures for the same program
 // (tests/data/pytorch_probes/x0/NAME.json: recorded on the H100 with CUBLAS_WORKSPACE_CONFIG=:0:0, each in a
-// fresh process), on sim and on meta: allocated, reserved, both peaks, segments, blocks, requested and
-// inactive_split.
+// fresh process; xd/NAME.json: the same with PyTorch's default cuBLAS workspaces), on sim and on meta (and
+// cuda on a GPU machine): allocated, reserved, both peaks, segments, blocks, requested and inactive_split.
 #include <cstdio>
 
 #include "../scenario_checks.h"
@@ -15,8 +15,10 @@ namespace {
 const Device kSimDevice{DeviceType::sim, 0};
 const Device kMetaDevice{DeviceType::meta, 0};
 
-std::vector<GoldenStep> pytorch_x0(const std::string& name) {
-  return read_golden_scenario(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/x0/" + name + ".json");
+// x0/: recorded with CUBLAS_WORKSPACE_CONFIG=:0:0; xd/: with PyTorch's default workspaces.
+std::vector<GoldenStep> pytorch_figures(const std::string& name, Workspaces workspaces) {
+  const char* folder = workspaces == Workspaces::none ? "/pytorch_probes/x0/" : "/pytorch_probes/xd/";
+  return read_golden_scenario(std::string(BYTEGRAD_TEST_DATA_DIR) + folder + name + ".json");
 }
 
 void (*program_named(const std::string& name))(ScenarioRecorder&) {
@@ -39,15 +41,21 @@ std::string differing_marks(const std::vector<GoldenStep>& got, const std::vecto
   return out;
 }
 
+// On sim and meta, and on cuda when a GPU is present; with both workspace settings.
 void check_program(const std::string& name) {
-  const std::vector<GoldenStep> want = pytorch_x0(name);
-  for (Device d : {kSimDevice, kMetaDevice}) {
-    CAPTURE(name);
-    CAPTURE(d.str());
-    const std::vector<GoldenStep> got = run_scenario(name, d, program_named(name));
-    const std::string differences = differing_marks(got, want);
-    if (!differences.empty()) MESSAGE(name << " on " << d.str() << " differs from PyTorch at:\n" << differences);
-    check_marks(got, want);
+  std::vector<Device> devices = {kSimDevice, kMetaDevice};
+  if (cuda_is_available()) devices.push_back(Device{DeviceType::cuda, 0});
+  for (Workspaces workspaces : {Workspaces::none, Workspaces::pytorch_default}) {
+    const std::vector<GoldenStep> want = pytorch_figures(name, workspaces);
+    for (Device d : devices) {
+      CAPTURE(name);
+      CAPTURE(d.str());
+      CAPTURE(workspaces == Workspaces::none ? "CUBLAS_WORKSPACE_CONFIG=:0:0" : "default workspaces");
+      const std::vector<GoldenStep> got = run_scenario(name, d, program_named(name), workspaces);
+      const std::string differences = differing_marks(got, want);
+      if (!differences.empty()) MESSAGE(name << " on " << d.str() << " differs from PyTorch at:\n" << differences);
+      check_marks(got, want);
+    }
   }
 }
 
