@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
       options.name = arg;
     }
   }
+  if (options.device.type == DeviceType::cuda && !cuda_is_available()) {
+    std::cout << "no CUDA GPU: skipping the walkthrough on cuda\n";
+    return 77;  // ctest's SKIP_RETURN_CODE for the gpu-labelled runs
+  }
   if (options.default_workspace) unsetenv("CUBLAS_WORKSPACE_CONFIG");
   else setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
   if (!options.json) {

@@ -75,7 +75,8 @@ inline void check_marks(const std::vector<GoldenStep>& got, const std::vector<Go
     REQUIRE(got[i].label == want[i].label);
     for (const StepField& f : golden_step_fields()) {
       if (std::find(skip_fields.begin(), skip_fields.end(), f.name) != skip_fields.end()) continue;
-      CAPTURE(f.name);
+      const std::string field = f.name;
+      CAPTURE(field);
       CHECK(got[i].*f.member == want[i].*f.member);
     }
   }

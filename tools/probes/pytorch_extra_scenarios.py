@@ -32,7 +32,7 @@ class Recorder:
         torch.cuda.synchronize()
         if os.environ.get("TRACE_EVENTS"):  # the allocator events since the previous mark, in order
             trace = torch.cuda.memory._snapshot()["device_traces"][0]
-            events = [[e["action"], e["size"]] for e in trace[self.seen:]
+            events = [[e["action"], e["size"], e["addr"]] for e in trace[self.seen:]
                       if e["action"] in ("alloc", "free_completed", "segment_alloc", "segment_free")]
             self.seen = len(trace)
             self.events.append(dict(label=label, events=events))
