@@ -25,7 +25,7 @@ const std::unordered_map<std::string_view, FormulaMaker>& formula_table() {
       {"addmm", formulas::addmm}, {"bmm", formulas::bmm}, {"view", formulas::view}, {"t", formulas::t},
       {"transpose", formulas::transpose}, {"permute", formulas::permute}, {"expand", formulas::expand},
       {"unsqueeze", formulas::unsqueeze}, {"squeeze", formulas::squeeze}, {"select", formulas::select},
-      {"slice", formulas::slice}, {"unbind", formulas::unbind}, {"stack", formulas::stack}, {"cat", formulas::cat},
+      {"slice", formulas::slice}, {"unbind", formulas::unbind}, {"split", formulas::split}, {"stack", formulas::stack}, {"cat", formulas::cat},
       {"clone", formulas::clone}, {"to_dtype", formulas::to_dtype}, {"to_device", formulas::to_device}, {"softmax", formulas::softmax},
       {"log_softmax", formulas::log_softmax}, {"masked_fill", formulas::masked_fill}, {"where", formulas::where},
       {"dropout", formulas::dropout}, {"index_select", formulas::index_select}, {"embedding", formulas::embedding},

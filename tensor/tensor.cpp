@@ -252,9 +252,15 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
   d = wrap_dim(d, dim(), "split");
   if (split_size <= 0) throw std::invalid_argument(fmt::format("split: split_size must be positive, got {}", split_size));
   std::vector<Tensor> parts;
-  int64_t n = sizes()[d];
-  for (int64_t start = 0; start < n || (n == 0 && parts.empty()); start += split_size)
-    parts.push_back(slice(d, start, std::min(start + split_size, n)));
+  const int64_t n = sizes()[d];
+  // Views made directly (as unbind's): the graph gets one SplitBackward0 for all of them, as PyTorch's,
+  // whose backward concatenates the parts' gradients into one block.
+  for (int64_t start = 0; start < n || (n == 0 && parts.empty()); start += split_size) {
+    Shape s = sizes();
+    s[d] = std::min(start + split_size, n) - start;
+    parts.push_back(as_strided(s, strides(), storage_offset() + start * strides()[d]));
+  }
+  record_for_autograd({*this}, [&] { return OpRecord{"split", {*this}, parts, {}, {split_size, d}}; });
   return parts;
 }
 

@@ -45,6 +45,7 @@ void squeeze(const OpRecord&);
 void select(const OpRecord&);
 void slice(const OpRecord&);
 void unbind(const OpRecord&);
+void split(const OpRecord&);
 void stack(const OpRecord&);
 void cat(const OpRecord&);
 void clone(const OpRecord&);

@@ -72,9 +72,11 @@ void addmm(const OpRecord& r) {
 
 void bmm(const OpRecord& r) {  // self @ mat2, batched
   auto node = make_node("BmmBackward0", r, [](const FormulaNode& n, TensorList& g) {
+    // mat2's gradient first, as MmBackward0 (measured: attention's attn @ v backward allocates v's
+    // gradient, then attn's; tests/data/pytorch_probes/t0 traces of x_tiny_transformer_adamw).
     TensorList out(2);
-    if (n.needs_grad(0)) out[0] = bmm(g[0], n.saved(n.ints[1]).transpose(1, 2));
     if (n.needs_grad(1)) out[1] = bmm(n.saved(n.ints[0]).transpose(1, 2), g[0]);
+    if (n.needs_grad(0)) out[0] = bmm(g[0], n.saved(n.ints[1]).transpose(1, 2));
     return out;
   });
   save_for_product(node, r.inputs.at(0), r.inputs.at(1), 0, 1);

@@ -87,6 +87,27 @@ void unbind(const OpRecord& r) {  // ints: dim
   node->ints = r.ints;
 }
 
+// split's outputs' gradients are concatenated into one tensor; a part without a gradient contributes
+// zeros of its size, allocated first (PyTorch's split_with_sizes_backward).
+void split(const OpRecord& r) {  // ints: split_size, dim
+  auto node = make_node("SplitBackward0", r, [](const FormulaNode& n, TensorList& g) {
+    const int64_t split_size = n.ints.at(0), dim = n.ints.at(1);
+    const Shape& full = n.shapes.at(0);
+    const Tensor* any = nullptr;
+    for (const Tensor& t : g)
+      if (t.defined()) any = &t;
+    for (size_t j = 0; j < g.size(); ++j) {
+      if (g[j].defined()) continue;
+      Shape part = full;
+      part[dim] = std::min<int64_t>(split_size, full[dim] - static_cast<int64_t>(j) * split_size);
+      g[j] = zeros(part, TensorOptions{any->dtype(), any->device()});
+    }
+    return TensorList{cat(g, dim)};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+  node->ints = r.ints;
+}
+
 void stack(const OpRecord& r) {  // ints: dim; each input's gradient is a view of the incoming one
   auto node = make_node("StackBackward0", r, [](const FormulaNode& n, TensorList& g) {
     TensorList parts = g[0].unbind(n.ints.at(0));

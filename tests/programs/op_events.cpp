@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../json_reader.h"
 #include "../scenario_checks.h"
 #include "autograd/grad_mode.h"
 #include "memory/device_allocators.h"
@@ -24,79 +25,10 @@
 #include "tensor/ops.h"
 
 using namespace bgscenario;
+using bgjson::Json;
+using bgjson::JsonParser;
 
 namespace {
-
-// ------------------------------------------------------------------------ a small JSON reader
-struct Json {
-  enum Kind { null, number, string, array, object } kind = null;
-  double num = 0;
-  std::string str;
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-  const Json* find(const std::string& key) const {
-    for (const auto& [k, v] : members)
-      if (k == key) return &v;
-    return nullptr;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : s_(text) {}
-  Json parse() {
-    ws();
-    Json v;
-    char c = s_.at(i_);
-    if (c == '{') {
-      v.kind = Json::object;
-      ++i_;
-      ws();
-      if (s_[i_] == '}') { ++i_; return v; }
-      for (;;) {
-        ws();
-        std::string key = parse().str;
-        ws();
-        ++i_;  // ':'
-        v.members.emplace_back(key, parse());
-        ws();
-        if (s_[i_++] == '}') return v;
-      }
-    }
-    if (c == '[') {
-      v.kind = Json::array;
-      ++i_;
-      ws();
-      if (s_[i_] == ']') { ++i_; return v; }
-      for (;;) {
-        v.items.push_back(parse());
-        ws();
-        if (s_[i_++] == ']') return v;
-      }
-    }
-    if (c == '"') {
-      v.kind = Json::string;
-      for (++i_; s_[i_] != '"'; ++i_) {
-        if (s_[i_] == '\\') ++i_;
-        v.str += s_[i_];
-      }
-      ++i_;
-      return v;
-    }
-    if (s_.compare(i_, 4, "null") == 0 || s_.compare(i_, 4, "true") == 0) { i_ += 4; return v; }
-    if (s_.compare(i_, 5, "false") == 0) { i_ += 5; return v; }
-    size_t used = 0;
-    v.kind = Json::number;
-    v.num = std::stod(s_.substr(i_, 32), &used);
-    i_ += used;
-    return v;
-  }
-
- private:
-  void ws() { while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_; }
-  const std::string& s_;
-  size_t i_ = 0;
-};
 
 // ------------------------------------------------------------------------ event sequences
 using Events = std::vector<std::pair<std::string, int64_t>>;  // ("alloc" | "free", requested bytes)
