@@ -1,32 +1,37 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU machine, in one go (the device tool's budget favours few, full calls):
-# build, the GPU test suite, compute-sanitizer on the GPU suite, the walkthrough on cuda with both cuBLAS
-# workspace settings, the benchmarks and PyTorch's same steps as their baseline.
-# The CPU suites run in CI; here only the gpu-labelled ctest entries (the cuda suite and the walkthrough on
-# cuda with both workspace settings).
-# Usage (on the GPU machine, from the repository root): tools/gpu_checks.sh OUTDIR [sanitize]
+# Everything that needs the GPU machine (the device tool's budget favours few, full calls). The CPU
+# suites run in CI; here: the build, the gpu-labelled ctest entries (the cuda suite; each golden program
+# on cuda in its own process, with both cuBLAS workspace settings), compute-sanitizer memcheck on the
+# cuda suite's kernel tests, and the benchmarks with PyTorch's same steps as their baseline.
+# Usage (on the GPU machine, from the repository root): tools/gpu_checks.sh OUTDIR STEP...
+#   STEP: build | tests | sanitize | bench      (e.g. tools/gpu_checks.sh out build tests sanitize bench)
 # Logs: OUTDIR/{build,tests,training,sanitizer,bench}.log
 set -uo pipefail
-out=${1:?usage: tools/gpu_checks.sh OUTDIR [sanitize]}
-sanitize=${2:-}
+out=${1:?usage: tools/gpu_checks.sh OUTDIR build|tests|sanitize|bench...}
+shift
 mkdir -p "$out"
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
-{ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(nproc)"; } >"$out/build.log" 2>&1 \
-  || { tail -50 "$out/build.log"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
-(cd build && ctest --output-on-failure -L gpu) >"$out/tests.log" 2>&1 || status=1
-./build/tests/test_cuda -s -d 2>&1 | grep -E "MESSAGE|loss|TEST CASE|sec" >"$out/training.log"
-if [ "$sanitize" = sanitize ]; then
-  # memcheck on the kernel tests (the golden programs on cuda are too slow under it)
-  compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/test_cuda -tce="*golden*,*seed*,*regression*" \
-    >"$out/sanitizer.log" 2>&1 || status=1
-fi
-{
-  ./build/bench/bench_training
-  ./build/bench/bench_attention
-  python3 bench/pytorch_training_steps.py
-} >"$out/bench.log" 2>&1 || status=1
-tail -12 "$out/tests.log"
-cat "$out/training.log" "$out/bench.log"
+for step in "$@"; do
+  case $step in
+    build)
+      { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(nproc)"; } \
+        >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 ;;
+    tests)
+      (cd build && ctest --output-on-failure -L gpu -j 2) >"$out/tests.log" 2>&1 || status=1
+      ./build/tests/test_cuda -tc="*regression*" -s 2>&1 | grep -E "MESSAGE" >"$out/training.log"
+      tail -25 "$out/tests.log"; cat "$out/training.log" ;;
+    sanitize)
+      # memcheck on the kernel tests (the programs on cuda are too slow under it)
+      compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/test_cuda -tce="*seed*,*regression*" \
+        >"$out/sanitizer.log" 2>&1 || status=1
+      tail -5 "$out/sanitizer.log" ;;
+    bench)
+      { ./build/bench/bench_training; ./build/bench/bench_attention; python3 bench/pytorch_training_steps.py; } \
+        >"$out/bench.log" 2>&1 || status=1
+      cat "$out/bench.log" ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
 exit $status

@@ -15,8 +15,8 @@
 // Allocation order matches PyTorch's: result copy, then the operands, then (first product on a thread)
 // the cuBLAS workspace; the copies are freed in reverse (operands, then the result after copying back).
 //
-// cuBLAS handle: one per thread and device, created on first use, bound to the default stream, with its
-// workspace set to blas_workspace(device) before every call (the workspace can change after
+// cuBLAS handle: one per thread, device and BlasHandleOwner, created on first use, bound to the default
+// stream, with its workspace set to blas_workspace(device) before every call (the workspace can change after
 // clear_blas_workspaces(), and cublasSetStream resets it). Handles are never destroyed: destroying them
 // at thread exit can run after the CUDA runtime has shut down (PyTorch keeps them for the same reason).
 //
@@ -48,8 +48,10 @@ namespace {
 // ------------------------------------------------------------------------------------- cuBLAS handle
 
 cublasHandle_t blas_handle(int device_index) {
-  thread_local std::map<int, cublasHandle_t> handles;
-  cublasHandle_t& handle = handles[device_index];
+  // One handle per device and owner, as PyTorch has one per thread: backward's products use the autograd
+  // device thread's handle with that thread's workspace, so neither handle's workspace keeps changing.
+  thread_local std::map<std::pair<int, BlasHandleOwner>, cublasHandle_t> handles;
+  cublasHandle_t& handle = handles[{device_index, current_blas_handle_owner()}];
   if (!handle) BYTEGRAD_CUBLAS_CHECK(cublasCreate(&handle));
   BYTEGRAD_CUBLAS_CHECK(cublasSetStream(handle, 0));  // also resets the workspace: set ours after
   const BlasWorkspace workspace = blas_workspace(Device{DeviceType::cuda, device_index});

@@ -1,5 +1,5 @@
 // On a real GPU: the tiny regression trains (the same task and threshold as the sim suite). The golden
-// programs run on cuda through the walkthrough instead (ctest walkthrough_cuda*, each a fresh process as
+// programs run on cuda through the walkthrough instead (ctest cuda_seed*, each a fresh process as
 // PyTorch's were: segment addresses, and with them best-fit ties, depend on what the process did before).
 #include <string>
 
