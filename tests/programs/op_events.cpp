@@ -26,7 +26,6 @@
 
 using namespace bgscenario;
 using bgjson::Json;
-using bgjson::JsonParser;
 
 namespace {
 
@@ -35,7 +34,7 @@ using Events = std::vector<std::pair<std::string, int64_t>>;  // ("alloc" | "fre
 
 Events events_of(const Json& list) {
   Events out;
-  for (const Json& e : list.items) out.emplace_back(e.items.at(0).str, static_cast<int64_t>(e.items.at(1).num));
+  for (const Json& e : list.items) out.emplace_back(e.items.at(0).string(), e.items.at(1).integer());
   return out;
 }
 
@@ -231,9 +230,9 @@ std::vector<Json> rows_of(const std::string& group) {
   std::vector<Json> rows;
   std::string line;
   while (std::getline(in, line)) {
-    Json row = JsonParser(line).parse();
+    Json row = bgjson::parse_json(line);
     const Json* g = row.find("group");
-    if (g && g->str == group && row.find("events")) rows.push_back(std::move(row));
+    if (g && g->string() == group && row.find("events")) rows.push_back(std::move(row));
   }
   return rows;
 }
@@ -246,7 +245,7 @@ const Device kMeta{DeviceType::meta, 0};
 TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event for event as PyTorch") {
   int compared = 0;
   for (const Json& row : rows_of("ops")) {
-    const std::string name = row.find("case")->str;
+    const std::string name = row.find("case")->string();
     CAPTURE(name);
     if (const std::string why = known_difference(name); !why.empty()) {
       MESSAGE("not compared: " << name << ": " << why);
@@ -278,7 +277,7 @@ TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event
 TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1, step2, zero_grad as PyTorch") {
   int compared = 0;
   for (const Json& row : rows_of("optim")) {
-    const std::string name = row.find("case")->str;
+    const std::string name = row.find("case")->string();
     CAPTURE(name);
     const std::string opt = name.substr(0, name.find(' '));
     // params=[(1024, 256), (1024,), (1, 1024), (1,)]: one shape per parenthesis.

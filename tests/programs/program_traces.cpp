@@ -27,11 +27,11 @@ std::vector<std::pair<std::string, Events>> pytorch_trace(const std::string& fol
   for (const bgjson::Json& mark : bgjson::parse_json(text.str()).items) {
     Events events;
     for (const bgjson::Json& e : mark.find("events")->items) {
-      const std::string action = e.items.at(0).str;
-      if (action == "alloc") events.emplace_back("alloc", static_cast<int64_t>(e.items.at(1).num));
-      if (action == "free_completed") events.emplace_back("free", static_cast<int64_t>(e.items.at(1).num));
+      const std::string action = e.items.at(0).string();
+      if (action == "alloc") events.emplace_back("alloc", e.items.at(1).integer());
+      if (action == "free_completed") events.emplace_back("free", e.items.at(1).integer());
     }
-    marks.emplace_back(mark.find("label")->str, std::move(events));
+    marks.emplace_back(mark.find("label")->string(), std::move(events));
   }
   return marks;
 }
