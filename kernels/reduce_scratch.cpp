@@ -3,6 +3,8 @@
 // read side by side.
 #include "kernels/reduce_scratch.h"
 
+#include "kernels/dimension_order.h"
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -44,10 +46,7 @@ IterShape iterator_shape(const ReduceIterGeometry& g) {
   }
   if (n <= 1) return it;
 
-  // reorder_dimensions: start from the reversed order (last dimension first), then an insertion sort with
-  // an ambiguous-aware comparison: 1 if dim0 should come after dim1, -1 if before, 0 if undecided.
-  std::vector<size_t> perm(n);
-  std::iota(perm.rbegin(), perm.rend(), size_t{0});
+  // reorder_dimensions (kernels/dimension_order.h), with the reduction's rule that reduced dimensions go first.
   auto should_swap = [&](size_t dim0, size_t dim1) -> int {
     const std::vector<int64_t>* operands[2] = {&it.out_stride, &it.in_stride};
     for (int arg = 0; arg < 2; ++arg) {
@@ -62,18 +61,7 @@ IterShape iterator_shape(const ReduceIterGeometry& g) {
     }
     return 0;
   };
-  for (size_t i = 1; i < n; ++i) {
-    size_t dim1 = i;
-    for (size_t dim0 = i; dim0-- > 0;) {
-      const int comparison = should_swap(perm[dim0], perm[dim1]);
-      if (comparison > 0) {
-        std::swap(perm[dim0], perm[dim1]);
-        dim1 = dim0;
-      } else if (comparison < 0) {
-        break;
-      }
-    }
-  }
+  const std::vector<size_t> perm = iterator_dimension_order(n, should_swap);
   IterShape permuted;
   for (size_t i = 0; i < n; ++i) {
     permuted.shape.push_back(it.shape[perm[i]]);

@@ -1,5 +1,7 @@
 #include "tensor/ops_support.h"
 
+#include "kernels/dimension_order.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -115,8 +117,6 @@ Shape elementwise_output_strides(const Shape& sizes, std::initializer_list<const
     strides.push_back(std::move(s));
   }
   // TensorIterator::reorder_dimensions: perm[0] is the fastest-moving dimension.
-  std::vector<size_t> perm(ndim);
-  for (size_t i = 0; i < ndim; ++i) perm[i] = ndim - 1 - i;
   auto should_swap = [&](size_t dim0, size_t dim1) {
     for (const Shape& s : strides) {
       const int64_t stride0 = s[dim0], stride1 = s[dim1];
@@ -127,18 +127,7 @@ Shape elementwise_output_strides(const Shape& sizes, std::initializer_list<const
     }
     return 0;
   };
-  for (size_t i = 1; i < ndim; ++i) {
-    size_t dim1 = i;
-    for (size_t dim0 = i; dim0-- > 0;) {
-      const int comparison = should_swap(perm[dim0], perm[dim1]);
-      if (comparison > 0) {
-        std::swap(perm[dim0], perm[dim1]);
-        dim1 = dim0;
-      } else if (comparison < 0) {
-        break;
-      }
-    }
-  }
+  const std::vector<size_t> perm = iterator_dimension_order(ndim, should_swap);
   Shape out(ndim);
   int64_t stride = 1;
   for (size_t i = 0; i < ndim; ++i) {
