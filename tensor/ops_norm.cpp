@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "memory/allocation_context.h"
+#include "memory/device_allocators.h"
 #include "tensor/autograd_hook.h"
 #include "tensor/ops.h"
 #include "tensor/ops_support.h"
@@ -17,10 +18,6 @@ using namespace ops_detail;
 
 namespace {
 
-// The SM count of the GPU the probes were taken on (NVIDIA H100 80GB HBM3: 132). PyTorch reads the current
-// device's; sim and meta stand for an H100, and so does cuda here (a GPU with another count would switch
-// to the partial-sum path at a different N).
-constexpr int64_t kSmCount = 132;
 
 // The accumulation dtype of mean and rstd (PyTorch's toAccumulateType(dtype, is_cuda=true)).
 ScalarType stat_dtype(ScalarType input) {
@@ -156,7 +153,10 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
   // into R partial rows (blocks.y of a 32-wide grid, at most 32768 blocks), then reduces them with sum(0);
   // otherwise it writes the gradients directly.
   const int64_t blocks_x = (N + 31) / 32;
-  const bool partial = want_gamma_beta && M > 64 * 1024 && N / 32 < kSmCount / 2;
+  // The device's SM count, as PyTorch reads the current device's (sim and meta: the H100's 132).
+  const int64_t sm_count =
+      input.device().type == DeviceType::cpu ? 0 : device_launch_limits(input.device()).multiprocessor_count;
+  const bool partial = want_gamma_beta && M > 64 * 1024 && N / 32 < sm_count / 2;
   const int64_t R = partial ? std::min((M + 31) / 32, (int64_t{64} * 1024 / 2) / blocks_x) : 1;
   Tensor dgamma_blocks, dbeta_blocks;
   if (partial) {
