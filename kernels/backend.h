@@ -48,7 +48,9 @@ enum class BinaryOp {
   relu_backward, sigmoid_backward, tanh_backward, gelu_backward,
 };
 
-enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin };
+// norm: the 2-norm, sqrt(sum of |x|^2). var/std (correction-adjusted variance and its square root) are
+// computed by reduce_variance, which takes the correction; reduce() rejects them.
+enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, var, std };
 
 // How a loss combines its per-element terms (PyTorch's at::Reduction, same numbering).
 enum class Reduction { none = 0, mean = 1, sum = 2 };
@@ -92,6 +94,10 @@ class KernelBackend {
   // out has in's rank with size 1 in every reduced dimension. argmax/argmin write int64 indices along the
   // flattened reduced dimensions. mean divides by the number of reduced elements.
   virtual void reduce(ReduceOp op, const StridedView& out, const StridedView& in) = 0;
+  // out = sum((x - mean)^2) / max(0, n - correction) over the reduced dimensions (n of them), its square
+  // root when take_sqrt (std); out has in's rank with 1 at each reduced dimension; floating dtypes only.
+  // n <= correction gives inf or NaN (0 / 0), as PyTorch.
+  virtual void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) = 0;
   // values and indices (int64) have in's rank with size 1 at dim.
   virtual void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices,
                                    const StridedView& in, int64_t dim) = 0;

@@ -133,6 +133,26 @@ struct ValuesIndices {
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 
+// torch.linalg.vector_norm(x, 2, dims, keepdim) (Tensor.norm()): the 2-norm over every element, or over
+// `dims` (empty: every dimension). Floating dtypes only; the result has x's dtype. As PyTorch: when every
+// reduced dimension has size 1 (or x is 0-d) it is abs(x) written into the output; otherwise a reduction
+// with float accumulation (double for float64), whose CUDA scratch is sum's. Gradient: grad * (x / norm),
+// 0 where norm == 0 (saves self and result).
+Tensor norm(const Tensor& x);
+Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false);
+// Tensor.var() / Tensor.std(): sum((x - mean)^2) / (n - correction) (its square root for std) over every
+// element or over `dims` (empty: every dimension, as dim=None); correction 1 (unbiased) by default, 0 for
+// the population variance (var(x, {}, false, 0.0) over everything); n <= correction gives inf/NaN as
+// PyTorch. Note the argument order: keepdim before correction (libtorch's var(x, dim, correction, keepdim)
+// puts it last); there is deliberately no var(x, correction) overload, which var(x, {1}) would pick. Floating dtypes only. One output, then
+// PyTorch's Welford kernel's scratch (16-byte accumulator, 32 for float64; 2 values per thread). Gradient
+// (2 / (n - correction)) * grad * (x - x.mean(dims, true)) (var saves self; std saves self and result and
+// first forms grad / (2 * result), 0 where result == 0).
+Tensor var(const Tensor& x);
+Tensor var(const Tensor& x, const Shape& dims, bool keepdim = false, double correction = 1.0);
+Tensor std(const Tensor& x);
+Tensor std(const Tensor& x, const Shape& dims, bool keepdim = false, double correction = 1.0);
+
 // -------------------------------------------------------------------------------- matrix products
 // On devices with a BLAS workspace (cuda, and sim/meta which model it) each product obtains this thread's
 // cuBLAS workspace after allocating its output (allocated once, on first use); addmm/linear with a fusable

@@ -148,6 +148,101 @@ ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
   return reduce_dim_with_indices("min", ReduceOp::min, x, dim, keepdim);
 }
 
+// ------------------------------------------------------------------------------- norm, var, std
+namespace {
+
+// The dims a norm/var/std reduces, wrapped; empty when `whole` (every dimension, dim=None).
+std::vector<int64_t> wrapped_dims(const char* name, const Tensor& x, const Shape& dims) {
+  std::vector<int64_t> out;
+  for (int64_t d : dims) out.push_back(wrap_dim(d, x.dim(), name));
+  return out;
+}
+
+// PyTorch's linalg_vector_norm_out (ord 2): when every reduced dimension has size 1 (or x is 0-d) the result
+// is abs(x) written into the output; otherwise a reduction (NormTwoOps) through run_reduction.
+Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim) {
+  const char* name = "norm";
+  AllocationScope scope(name);
+  check_defined(name, x);
+  if (!is_floating_point(x.dtype()))
+    throw std::invalid_argument(fmt::format(
+        "norm: linalg.vector_norm expects a floating-point tensor, got {} (convert with .to(float32))", describe(x)));
+  const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
+  Tensor out = empty(shapes.result, TensorOptions{x.dtype(), x.device()});
+  bool over_size_one = true;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (shapes.kernel[d] == 1 && x.sizes()[d] != 1) over_size_one = false;
+  if (over_size_one && x.numel() > 0) {
+    backend_of(x).unary(UnaryOp::abs, kv(out.view(x.sizes())), kv(x));
+  } else {
+    run_reduction(ReduceOp::norm, out.view(shapes.kernel), x);
+  }
+  return out;
+}
+
+// PyTorch's std_var_out for real dtypes: one output, then the Welford reduction (an empty reduction fills
+// NaN without a kernel, hence without scratch).
+Tensor var_impl(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, double correction) {
+  AllocationScope scope(name);
+  check_defined(name, x);
+  if (!is_floating_point(x.dtype()))
+    throw std::invalid_argument(fmt::format(
+        "{}: {} only supports floating-point tensors, got {} (convert with .to(float32))", name, name, describe(x)));
+  const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
+  Tensor out = empty(shapes.result, TensorOptions{x.dtype(), x.device()});
+  run_reduction(op, out.view(shapes.kernel), x, correction);
+  return out;
+}
+
+// Recorded as "norm" (ints [keepdim, wrapped dims...], no dims for dim=None), "var"/"std" (the same ints,
+// scalars [correction]); the nodes save self (and result for norm and std), as derivatives.yaml.
+Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whole) {
+  const std::vector<int64_t> wrapped = whole ? std::vector<int64_t>{} : wrapped_dims("norm", x, dims);
+  Tensor out = without_recording([&] { return norm_impl(x, dims, keepdim); });
+  record_for_autograd({x}, [&] {
+    std::vector<int64_t> ints{keepdim ? 1 : 0};
+    ints.insert(ints.end(), wrapped.begin(), wrapped.end());
+    return OpRecord{"norm", {x}, {out}, {}, std::move(ints)};
+  });
+  return out;
+}
+
+Tensor var_recorded(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, bool whole,
+                    double correction) {
+  const std::vector<int64_t> wrapped = whole ? std::vector<int64_t>{} : wrapped_dims(name, x, dims);
+  Tensor out = without_recording([&] { return var_impl(name, op, x, dims, keepdim, correction); });
+  record_for_autograd({x}, [&] {
+    std::vector<int64_t> ints{keepdim ? 1 : 0, whole ? 1 : 0};
+    ints.insert(ints.end(), wrapped.begin(), wrapped.end());
+    return OpRecord{std::string_view(name), {x}, {out}, {correction}, std::move(ints)};
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor norm(const Tensor& x) { return norm_recorded(x, {}, false, true); }
+Tensor norm(const Tensor& x, const Shape& dims, bool keepdim) { return norm_recorded(x, dims, keepdim, dims.empty()); }
+Tensor var(const Tensor& x) { return var_recorded("var", ReduceOp::var, x, {}, false, true, 1.0); }
+Tensor var(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
+  return var_recorded("var", ReduceOp::var, x, dims, keepdim, dims.empty(), correction);
+}
+Tensor std(const Tensor& x) { return var_recorded("std", ReduceOp::std, x, {}, false, true, 1.0); }
+Tensor std(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
+  return var_recorded("std", ReduceOp::std, x, dims, keepdim, dims.empty(), correction);
+}
+
+Tensor Tensor::norm() const { return bytegrad::norm(*this); }
+Tensor Tensor::norm(const Shape& dims, bool keepdim) const { return bytegrad::norm(*this, dims, keepdim); }
+Tensor Tensor::var() const { return bytegrad::var(*this); }
+Tensor Tensor::var(const Shape& dims, bool keepdim, double correction) const {
+  return bytegrad::var(*this, dims, keepdim, correction);
+}
+Tensor Tensor::std() const { return bytegrad::std(*this); }
+Tensor Tensor::std(const Shape& dims, bool keepdim, double correction) const {
+  return bytegrad::std(*this, dims, keepdim, correction);
+}
+
 Tensor Tensor::sum() const { return bytegrad::sum(*this); }
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return bytegrad::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return bytegrad::mean(*this); }

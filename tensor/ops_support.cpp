@@ -150,6 +150,11 @@ namespace {
 //    8 inputs per vector (sum_functor: vt0 4, input_vec_size 8); the rest use vt0 = input_vec_size = 4.
 //  - max, min without indices (max_all, amax): the accumulator is the element type (max_values_kernel).
 //  - argmax, argmin, max/min along a dim: thrust::pair<value, int64_t>, 16 bytes for every bytegrad dtype.
+//  - norm (linalg_vector_norm, ord 2: NormTwoOps): accumulates in float for half, bfloat16 and float, double
+//    for double; vt0 = input_vec_size = 4, as sum.
+//  - var, std (std_var_kernel_impl: WelfordOps): WelfordData<acc, int32> {mean, m2, n, nf}, 16 bytes for
+//    a float accumulator and 32 (padded) for double; unrolled by 2 (vt0 = input_vec_size = 2, "to lower
+//    register usage").
 ReduceKernelTraits kernel_traits(ReduceOp op, ScalarType in, bool with_indices) {
   ReduceKernelTraits traits;
   const int element = static_cast<int>(element_size(in));
@@ -164,6 +169,13 @@ ReduceKernelTraits kernel_traits(ReduceOp op, ScalarType in, bool with_indices) 
     case ReduceOp::min: traits.accumulator_size = with_indices ? 16 : element; break;
     case ReduceOp::argmax:
     case ReduceOp::argmin: traits.accumulator_size = 16; break;
+    case ReduceOp::norm: traits.accumulator_size = element == 8 ? 8 : 4; break;
+    case ReduceOp::var:
+    case ReduceOp::std:
+      traits.accumulator_size = element == 8 ? 32 : 16;
+      traits.vt0 = 2;
+      traits.input_vec_size = 2;
+      break;
   }
   return traits;
 }
@@ -210,11 +222,14 @@ void allocate_scratch(ScratchBlocks& blocks, ReduceOp op, const Tensor& out, con
 
 }  // namespace
 
-void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in) {
+void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in, double correction) {
   const Tensor input = reduction_input(op, in, out);
   ScratchBlocks scratch;
   allocate_scratch(scratch, op, out, input, false);
-  backend_of(input).reduce(op, kv(out), kv(input));
+  if (op == ReduceOp::var || op == ReduceOp::std)
+    backend_of(input).reduce_variance(kv(out), kv(input), correction, op == ReduceOp::std);
+  else
+    backend_of(input).reduce(op, kv(out), kv(input));
 }
 
 void run_reduction_with_indices(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,

@@ -41,8 +41,9 @@ Tensor empty_elementwise_output(const Shape& sizes, ScalarType dtype, Device dev
 // PyTorch's kernel makes (kernels/reduce_scratch.h): for an integer or bool sum/prod, the int64 copy of the
 // input that make_reduction_from_out_ty casts to; when the launch splits outputs across blocks, a staging
 // buffer and a semaphore block (tagged "scratch"). They are freed, semaphores first, before this returns.
-// `dim` >= 0 selects reduce_with_indices (max/min along dim).
-void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in);
+// `dim` >= 0 selects reduce_with_indices (max/min along dim). var/std use `correction` (the divisor is
+// n - correction) and run through the backend's reduce_variance.
+void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in, double correction = 1.0);
 void run_reduction_with_indices(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
                                 int64_t dim);
 

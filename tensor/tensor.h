@@ -172,6 +172,12 @@ class Tensor {
   Tensor sum(const Shape& dims, bool keepdim = false) const;
   Tensor mean() const;
   Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor norm() const;  // the 2-norm (ops.h)
+  Tensor norm(const Shape& dims, bool keepdim = false) const;
+  Tensor var() const;  // unbiased; var({}, false, 0.0) for the population variance
+  Tensor var(const Shape& dims, bool keepdim = false, double correction = 1.0) const;
+  Tensor std() const;
+  Tensor std(const Shape& dims, bool keepdim = false, double correction = 1.0) const;
   Tensor max() const;
   Tensor min() const;
   Tensor argmax() const;

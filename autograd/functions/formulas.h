@@ -30,6 +30,9 @@ void sum(const OpRecord&);
 void sum_dims(const OpRecord&);
 void mean(const OpRecord&);
 void mean_dims(const OpRecord&);
+void norm(const OpRecord&);
+void var(const OpRecord&);
+void std(const OpRecord&);
 // linear_algebra.cpp
 void mm(const OpRecord&);
 void addmm(const OpRecord&);

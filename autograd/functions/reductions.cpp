@@ -1,5 +1,7 @@
 // Derivatives of reductions. sum's gradient is a view (expand), so it allocates nothing; mean's divides,
-// allocating one input-sized tensor.
+// allocating one input-sized tensor. norm, var and std follow FunctionsManual.cpp's norm_backward,
+// var_backward and std_backward expression for expression (their temporaries are PyTorch's; where C++ leaves
+// the order of a product's operands open, the same expression compiled by GCC evaluates as PyTorch's does).
 #include <algorithm>
 
 #include "autograd/functions/formulas.h"
@@ -54,6 +56,76 @@ void mean_dims(const OpRecord& r) {
   });
   node->shapes = {r.inputs.at(0).sizes()};
   node->ints = r.ints;
+}
+
+namespace {
+
+// FunctionsManual's unsqueeze_multiple: dims (wrapped) restored as size 1, in increasing order.
+Tensor unsqueeze_dims(Tensor t, Shape dims) {
+  std::sort(dims.begin(), dims.end());
+  for (int64_t d : dims) t = t.unsqueeze(d);
+  return t;
+}
+
+// var_backward(grad, self, dim, correction, keepdim); ints: keepdim, whole (dim=None), wrapped dims...
+Tensor var_backward(Tensor grad, const Tensor& self, const FormulaNode& n) {
+  const double correction = n.scalars.at(0);
+  const bool keepdim = n.ints.at(0) != 0;
+  const bool whole = n.ints.at(1) != 0;
+  const Shape dims(n.ints.begin() + 2, n.ints.end());
+  if (self.dim() == 0 || whole) {
+    // dof <= 0 (n <= correction): 2 / dof is inf (or negative), and the gradient inf/NaN, as the forward.
+    const double dof = static_cast<double>(self.numel()) - correction;
+    return (2.0 / dof) * grad * (self - self.mean());
+  }
+  if (!keepdim && self.dim() > 1) grad = unsqueeze_dims(grad, dims);
+  int64_t rnumel = 1;
+  for (int64_t d : dims) rnumel *= self.sizes()[d];
+  return (2.0 / (static_cast<double>(rnumel) - correction)) * grad * (self - self.mean(dims, /*keepdim=*/true));
+}
+
+}  // namespace
+
+// linalg_vector_norm (ord 2): grad * (self / norm), 0 where norm == 0. ints: keepdim, wrapped dims (none:
+// every dimension). Saves self and result.
+void norm(const OpRecord& r) {
+  auto node = make_node("LinalgVectorNormBackward0", r, [](const FormulaNode& n, TensorList& g) {
+    const Tensor self = n.saved(0);
+    Tensor result = n.saved(1);
+    Tensor grad = g[0];
+    const Shape dims(n.ints.begin() + 1, n.ints.end());
+    if (n.ints.at(0) == 0 && self.dim() != 0) {
+      grad = unsqueeze_dims(grad, dims);
+      result = unsqueeze_dims(result, dims);
+    }
+    return TensorList{grad * (self / result).masked_fill_(result == 0.0, 0.0)};
+  });
+  node->ints = r.ints;
+  node->save("self", r.inputs.at(0));
+  node->save("result", r.outputs.at(0));
+}
+
+// var.correction: scalars: correction; ints: keepdim, whole, wrapped dims. Saves self.
+void var(const OpRecord& r) {
+  auto node = make_node("VarBackward0", r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{var_backward(g[0], n.saved(0), n)};
+  });
+  node->scalars = r.scalars;
+  node->ints = r.ints;
+  node->save("self", r.inputs.at(0));
+}
+
+// std.correction: var_backward of grad / (2 * result) (0 where result == 0). Saves self and result.
+void std(const OpRecord& r) {
+  auto node = make_node("StdBackward0", r, [](const FormulaNode& n, TensorList& g) {
+    const Tensor result = n.saved(1);
+    Tensor grad_var = (g[0] / (result * 2.0)).masked_fill_(result == 0.0, 0.0);
+    return TensorList{var_backward(grad_var, n.saved(0), n)};
+  });
+  node->scalars = r.scalars;
+  node->ints = r.ints;
+  node->save("self", r.inputs.at(0));
+  node->save("result", r.outputs.at(0));
 }
 
 }  // namespace bytegrad::formulas

@@ -32,6 +32,9 @@ class CpuBackend final : public KernelBackend {
   }
 
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override { cpu::reduce(op, out, in); }
+  void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) override {
+    cpu::reduce_variance(out, in, correction, take_sqrt);
+  }
   void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
                            int64_t dim) override {
     cpu::reduce_with_indices(op, values, indices, in, dim);

@@ -225,6 +225,7 @@ void where(const StridedView& out, const StridedView& cond, const StridedView& a
 void masked_fill(const StridedView& out, const StridedView& mask, double value);
 
 void reduce(ReduceOp op, const StridedView& out, const StridedView& in);
+void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt);
 void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
                          int64_t dim);
 

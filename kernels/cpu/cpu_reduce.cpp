@@ -1,6 +1,9 @@
 // Reductions. The input's dimensions split into kept ones (walked once per output element) and reduced
 // ones (walked, in row-major order, for each output element). Floating sums accumulate in double, integer
-// sums in int64, so float32 results are exact to rounding whatever the length.
+// sums in int64, so float32 results are exact to rounding whatever the length. The 2-norm keeps a scaled
+// sum of squares (LAPACK's nrm2: no overflow or underflow in the squares); variance is Welford's, in double.
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -89,6 +92,35 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
           else store_from_int64(out, layout.kept_out.dtype, total);
           break;
         }
+        case ReduceOp::norm: {
+          if constexpr (std::is_same_v<A, double>) {
+            // scale * sqrt(ssq) == sqrt(sum x^2), with every |x| / scale <= 1.
+            double scale = 0.0, ssq = 1.0;
+            bool nan = false, inf = false;
+            walk_reduced<T>(layout, base, [&](T x, int64_t) {
+              const double a = std::fabs(convert<double>(x));
+              if (std::isnan(a)) nan = true;
+              else if (std::isinf(a)) inf = true;
+              else if (a > 0.0) {
+                if (scale < a) {
+                  ssq = 1.0 + ssq * (scale / a) * (scale / a);
+                  scale = a;
+                } else {
+                  ssq += (a / scale) * (a / scale);
+                }
+              }
+            });
+            const double norm = nan ? std::numeric_limits<double>::quiet_NaN()
+                                : inf ? std::numeric_limits<double>::infinity()
+                                      : scale * std::sqrt(ssq);
+            store_from_double(out, layout.kept_out.dtype, norm);
+          } else {
+            throw std::invalid_argument("cpu reduce: norm needs a floating dtype");
+          }
+          break;
+        }
+        case ReduceOp::var:
+        case ReduceOp::std: throw std::invalid_argument("cpu reduce: var/std go through reduce_variance");
         case ReduceOp::max:
         case ReduceOp::min:
         case ReduceOp::argmax:
@@ -126,6 +158,37 @@ std::vector<bool> reduced_dims(const StridedView& out, const StridedView& in) {
 void reduce(ReduceOp op, const StridedView& out, const StridedView& in) {
   const ReductionLayout layout = layout_for(out, in, reduced_dims(out, in));
   dispatch_dtype(in.dtype, [&](auto tag) { reduce_typed<typename decltype(tag)::type>(op, layout); });
+}
+
+void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) {
+  const ReductionLayout layout = layout_for(out, in, reduced_dims(out, in));
+  dispatch_dtype(in.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!is_float_like_v<T>) {
+      throw std::invalid_argument("cpu reduce_variance: needs a floating dtype");
+    } else {
+      const size_t out_size = element_size(layout.kept_out.dtype);
+      for_each_row<2>({&layout.kept_out, &layout.kept_in},
+                      [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          char* o = p[0] + i * s[0] * static_cast<int64_t>(out_size);
+          const char* base = p[1] + i * s[1] * static_cast<int64_t>(sizeof(T));
+          double mean = 0.0, m2 = 0.0;  // Welford
+          int64_t count = 0;
+          walk_reduced<T>(layout, base, [&](T x, int64_t) {
+            const double v = convert<double>(x);
+            ++count;
+            const double delta = v - mean;
+            mean += delta / static_cast<double>(count);
+            m2 += delta * (v - mean);
+          });
+          const double dof = std::max(0.0, static_cast<double>(count) - correction);
+          const double var = m2 / dof;
+          store_from_double(o, layout.kept_out.dtype, take_sqrt ? std::sqrt(var) : var);
+        }
+      });
+    }
+  });
 }
 
 void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,

@@ -66,6 +66,9 @@ cuda::ReduceOp to_cuda(ReduceOp op) {
     case ReduceOp::min: return cuda::ReduceOp::min;
     case ReduceOp::argmax: return cuda::ReduceOp::argmax;
     case ReduceOp::argmin: return cuda::ReduceOp::argmin;
+    case ReduceOp::norm: return cuda::ReduceOp::norm;
+    case ReduceOp::var: return cuda::ReduceOp::var;
+    case ReduceOp::std: return cuda::ReduceOp::std;
   }
   throw std::invalid_argument("cuda backend: unknown reduction");
 }
@@ -137,6 +140,10 @@ class CudaBackend final : public KernelBackend {
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
     CudaDeviceGuard guard(out.device);
     cuda::reduce(to_cuda(op), to_cuda_view(out), to_cuda_view(in));
+  }
+  void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::reduce_variance(to_cuda_view(out), to_cuda_view(in), correction, take_sqrt);
   }
   void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
                            int64_t dim) override {

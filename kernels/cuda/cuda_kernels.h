@@ -70,7 +70,7 @@ enum class BinaryOp {
   logical_and, logical_or,
   relu_backward, sigmoid_backward, tanh_backward, gelu_backward,
 };
-enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin };
+enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, var, std };
 enum class Reduction { none = 0, mean = 1, sum = 2 };
 enum class TernaryOp { lerp, addcmul, addcdiv };
 
@@ -86,6 +86,8 @@ void masked_fill(const CudaView& out, const CudaView& mask, double value);
 
 // ---- cuda_reduce.cu
 void reduce(ReduceOp op, const CudaView& out, const CudaView& in);
+// out = sum((x - mean)^2) / max(0, n - correction) over the reduced dims (sqrt when take_sqrt); floats only.
+void reduce_variance(const CudaView& out, const CudaView& in, double correction, bool take_sqrt);
 void reduce_with_indices(ReduceOp op, const CudaView& values, const CudaView& indices, const CudaView& in,
                          int64_t dim);
 

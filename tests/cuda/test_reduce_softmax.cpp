@@ -14,8 +14,8 @@ Shape kept_shape(const Shape& in, const std::vector<bool>& reduced) {
 
 TEST_CASE("reduce over every combination of dimensions, all ops, float32 and float16") {
   require_gpu();
-  const std::vector<ReduceOp> ops = {ReduceOp::sum, ReduceOp::mean, ReduceOp::prod, ReduceOp::max,
-                                     ReduceOp::min, ReduceOp::argmax, ReduceOp::argmin};
+  const std::vector<ReduceOp> ops = {ReduceOp::sum, ReduceOp::mean, ReduceOp::prod,   ReduceOp::max,
+                                     ReduceOp::min, ReduceOp::argmax, ReduceOp::argmin, ReduceOp::norm};
   for (ScalarType dtype : {ScalarType::float32, ScalarType::float16, ScalarType::float64}) {
     // (5, 300, 7) seen through a permutation, so no reduced dimension is innermost in memory by accident.
     Pair base = random_pair({7, 5, 300}, dtype);
@@ -34,6 +34,26 @@ TEST_CASE("reduce over every combination of dimensions, all ops, float32 and flo
         const double rtol = indices ? 0.0 : default_rtol(dtype) * (dtype == ScalarType::float16 ? 2 : 1);
         check_close(out, rtol, indices ? 0.0 : rtol * scale,
                     "reduce op " + std::to_string(static_cast<int>(op)) + " mask " + std::to_string(mask));
+      }
+    }
+  }
+  SUBCASE("variance and standard deviation (Welford), with corrections 1 and 0") {
+    for (ScalarType dtype : {ScalarType::float32, ScalarType::float64}) {
+      // A large common offset: a naive sum of squares would lose the variance in float32.
+      Pair base = on_both(randn({7, 5, 300}, TensorOptions{}.with_dtype(dtype).with_device(kCpu)) + 1000.0);
+      Pair in = base.map([](const Tensor& t) { return t.permute({1, 2, 0}); });  // (5, 300, 7)
+      for (int mask = 1; mask < 8; ++mask) {
+        const std::vector<bool> reduced = {(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};
+        for (double correction : {1.0, 0.0}) {
+          for (bool take_sqrt : {false, true}) {
+            Pair out = empty_pair(kept_shape(in.cpu.sizes(), reduced), dtype);
+            cpu().reduce_variance(out.cpu_view(), in.cpu_view(), correction, take_sqrt);
+            gpu().reduce_variance(out.gpu_view(), in.gpu_view(), correction, take_sqrt);
+            const double rtol = dtype == ScalarType::float32 ? 1e-4 : 1e-10;
+            check_close(out, rtol, rtol * std::max(1.0, max_abs(out.cpu)),
+                        std::string(take_sqrt ? "std" : "var") + " mask " + std::to_string(mask));
+          }
+        }
       }
     }
   }

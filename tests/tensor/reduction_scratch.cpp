@@ -1,7 +1,9 @@
 // PyTorch's CUDA reduction scratch, event for event: every "reduce" case PyTorch 2.11 recorded on an H100
 // (tests/data/pytorch_probes/events.jsonl, made by tools/probes/pytorch_event_probe.py) is run on sim with
 // the allocator's history on, and the op's alloc/free sequence (requested bytes, in order: outputs, an
-// integer sum's int64 copy, staging buffer, semaphores, their frees) must equal PyTorch's.
+// integer sum's int64 copy, staging buffer, semaphores, their frees) must equal PyTorch's. All 803 are run,
+// norm (linalg_vector_norm) and var (the Welford kernel) included; an op bytegrad lacked would be skipped
+// and counted.
 #include <fstream>
 #include <map>
 #include <regex>
@@ -75,6 +77,8 @@ std::vector<Tensor> run_case(const ReduceCase& c, const Tensor& x) {
   if (op == "sum") return {c.all_dims ? sum(x) : sum(x, c.dims)};
   if (op == "mean") return {c.all_dims ? mean(x) : mean(x, c.dims)};
   if (op == "prod" && c.all_dims) return {prod(x)};
+  if (op == "norm") return {c.all_dims ? norm(x) : norm(x, c.dims)};  // x.norm(), x.norm(dim=dims)
+  if (op == "var") return {c.all_dims ? var(x) : var(x, c.dims)};      // x.var(), x.var(dims)
   if (op == "amax") return {c.all_dims ? amax(x) : amax(x, c.dims)};
   if (op == "argmax") return {c.all_dims ? argmax(x) : argmax(x, d0)};
   if (op == "max" || op == "min") {
@@ -91,7 +95,7 @@ size_t results_count(const ReduceCase& c) {
 
 bool supported(const ReduceCase& c) {
   return c.op == "sum" || c.op == "mean" || (c.op == "prod" && c.all_dims) || c.op == "amax" ||
-         c.op == "argmax" || c.op == "max" || c.op == "min";
+         c.op == "argmax" || c.op == "max" || c.op == "min" || c.op == "norm" || c.op == "var";
 }
 
 // Runs every case on `on` and checks its events; reports how many matched, had scratch, were skipped (by op).
