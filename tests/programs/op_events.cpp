@@ -339,3 +339,43 @@ TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1
   }
   CHECK(compared == 30);  // all ten optimizer settings, three parameter lists each
 }
+
+TEST_CASE("norm, var and std: forward and backward events as PyTorch's (norm_var_backward.json)") {
+  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/norm_var_backward.json");
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json recorded = bgjson::parse_json(text.str());
+  // The losses of tools/probes/pytorch_norm_var_backward.py, on a (1024, 512) float32 x.
+  const std::map<std::string, std::function<Tensor(const Tensor&)>> losses = {
+      {"norm dim1", [](const Tensor& x) { return norm(x, {1}).sum(); }},
+      {"vector_norm dim1", [](const Tensor& x) { return norm(x, {1}).sum(); }},
+      {"norm all", [](const Tensor& x) { return norm(x); }},
+      {"var dim1", [](const Tensor& x) { return var(x, {1}).sum(); }},
+      {"var all", [](const Tensor& x) { return var(x); }},
+      {"std dim1", [](const Tensor& x) { return x.std({1}).sum(); }},
+      {"std all", [](const Tensor& x) { return x.std(); }},
+      {"var dim1 correction0", [](const Tensor& x) { return var(x, {1}, false, 0.0); }},
+  };
+  int compared = 0;
+  for (const auto& [name, want] : recorded.members) {
+    CAPTURE(name);
+    REQUIRE(losses.count(name) == 1);
+    const Device d{DeviceType::sim, 0};
+    GoldenConditions conditions(d);
+    Tensor x = randn({1024, 512}, TensorOptions{ScalarType::float32, d}).requires_grad_();
+    Tensor loss;
+    auto loss_of = losses.at(name);
+    const Events forward = record(d, [&] {
+      loss = loss_of(x);
+      if (name == "var dim1 correction0") loss = loss.sum();
+    });
+    const Events backward = record(d, [&] { loss.backward(); });
+    const Events want_forward = events_of(*want.find("forward"));
+    const Events want_backward = events_of(*want.find("backward"));
+    CHECK_MESSAGE(forward == want_forward, "forward: got " << show(forward) << ", want " << show(want_forward));
+    CHECK_MESSAGE(backward == want_backward, "backward: got " << show(backward) << ", want " << show(want_backward));
+    ++compared;
+  }
+  CHECK(compared == 8);
+}
