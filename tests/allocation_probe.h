@@ -1,7 +1,11 @@
-// Allocation deltas on one device since a point in a test (peak statistics reset there).
+// Allocation deltas on one device since a point in a test (peak statistics reset there), and the
+// allocator's events while a piece of a test runs.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "memory/device_allocators.h"
 
@@ -26,5 +30,23 @@ struct Probe {
  private:
   int64_t stat(const char* key) const { return bytegrad::caching_allocator(device).memory_stats().at(key); }
 };
+
+// ("alloc" | "free", requested bytes), in order: the shape of PyTorch's recorded traces (tests/data).
+using AllocationEvents = std::vector<std::pair<std::string, int64_t>>;
+
+// The allocator's allocations and frees on `d` while `run` runs (its history is on only meanwhile).
+template <typename Run>
+AllocationEvents allocation_events(bytegrad::Device d, Run&& run) {
+  bytegrad::CachingAllocator& allocator = bytegrad::caching_allocator(d);
+  allocator.record_history(true);
+  run();
+  AllocationEvents events;
+  for (const bytegrad::TraceEntry& e : allocator.snapshot().trace) {
+    if (e.action == bytegrad::TraceAction::alloc) events.emplace_back("alloc", static_cast<int64_t>(e.size));
+    if (e.action == bytegrad::TraceAction::free_completed) events.emplace_back("free", static_cast<int64_t>(e.size));
+  }
+  allocator.record_history(false);
+  return events;
+}
 
 }  // namespace bgprobe

@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "../allocation_probe.h"
 #include "helpers.h"
 
 using namespace agtest;
@@ -31,18 +32,10 @@ Moments moments(const std::vector<double>& v) {
   return m;
 }
 
-using Events = std::vector<std::pair<std::string, size_t>>;
+using Events = bgprobe::AllocationEvents;
 
 Events backward_events(const Tensor& loss) {
-  CachingAllocator& allocator = caching_allocator(kSim);
-  allocator.record_history(true);
-  loss.backward();
-  Events events;
-  for (const TraceEntry& e : allocator.snapshot().trace)
-    if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested)
-      events.emplace_back(e.action == TraceAction::alloc ? "alloc" : "free", e.size);
-  allocator.record_history(false);
-  return events;
+  return bgprobe::allocation_events(kSim, [&] { loss.backward(); });
 }
 
 }  // namespace

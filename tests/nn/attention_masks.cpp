@@ -7,6 +7,7 @@
 #include <fstream>
 #include <regex>
 
+#include "../allocation_probe.h"
 #include "memory/device_allocators.h"
 #include "nn/attention.h"
 #include "nn_helpers.h"
@@ -15,7 +16,7 @@ using namespace nntest;
 
 namespace {
 
-using Events = std::vector<std::pair<std::string, size_t>>;
+using Events = bgprobe::AllocationEvents;
 
 Events parse_events(const std::string& line, const std::string& key) {
   static const std::regex event_re(R"re(\["(alloc|free)", ([0-9]+)\])re");
@@ -32,15 +33,7 @@ Events parse_events(const std::string& line, const std::string& key) {
 
 template <typename Run>
 Events record_events(Run&& run) {
-  CachingAllocator& allocator = caching_allocator(kSim);
-  allocator.record_history(true);
-  run();
-  Events events;
-  for (const TraceEntry& e : allocator.snapshot().trace)
-    if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested)
-      events.emplace_back(e.action == TraceAction::alloc ? "alloc" : "free", e.size);
-  allocator.record_history(false);
-  return events;
+  return bgprobe::allocation_events(kSim, std::forward<Run>(run));
 }
 
 struct NoWorkspace {

@@ -7,6 +7,7 @@
 #include <regex>
 #include <sstream>
 
+#include "../allocation_probe.h"
 #include "memory/device_allocators.h"
 #include "nn/layer_norm.h"
 #include "nn_helpers.h"
@@ -15,7 +16,7 @@ using namespace nntest;
 
 namespace {
 
-using Events = std::vector<std::pair<std::string, size_t>>;
+using Events = bgprobe::AllocationEvents;
 
 struct LayerNormCase {
   std::string name;
@@ -74,19 +75,6 @@ std::vector<LayerNormCase> read_layernorm_cases() {
   return cases;
 }
 
-// alloc / free_requested events recorded while `run` runs.
-template <typename Run>
-Events record_events(Device d, Run&& run) {
-  CachingAllocator& allocator = caching_allocator(d);
-  allocator.record_history(true);
-  run();
-  Events events;
-  for (const TraceEntry& e : allocator.snapshot().trace)
-    if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested)
-      events.emplace_back(e.action == TraceAction::alloc ? "alloc" : "free", e.size);
-  allocator.record_history(false);
-  return events;
-}
 
 // Runs one probe as the probe script does: LayerNorm(norm, affine, bias), x (requires grad per the case),
 // g; forward, backward(g), then a no_grad forward whose output is still held when recording stops. Values
@@ -101,10 +89,10 @@ Replayed replay(const LayerNormCase& c, Device d) {
   x.requires_grad_(c.xgrad);
   Tensor g = full(c.shape, 1.0, TensorOptions{c.dtype, d});
   Tensor y;
-  out.forward = record_events(d, [&] { y = ln(x); });
-  out.backward = record_events(d, [&] { y.backward(g); });
+  out.forward = bgprobe::allocation_events(d, [&] { y = ln(x); });
+  out.backward = bgprobe::allocation_events(d, [&] { y.backward(g); });
   Tensor y2;
-  out.no_grad_forward = record_events(d, [&] {
+  out.no_grad_forward = bgprobe::allocation_events(d, [&] {
     NoGradGuard no_grad;
     y2 = ln(x);
   });

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../allocation_probe.h"
 #include "../json_reader.h"
 #include "../scenario_checks.h"
 #include "autograd/grad_mode.h"
@@ -30,7 +31,7 @@ using bgjson::Json;
 namespace {
 
 // ------------------------------------------------------------------------ event sequences
-using Events = std::vector<std::pair<std::string, int64_t>>;  // ("alloc" | "free", requested bytes)
+using Events = bgprobe::AllocationEvents;
 
 Events events_of(const Json& list) {
   Events out;
@@ -69,18 +70,6 @@ Events without_workspaces(const Events& events) {
 }
 
 // Runs fn with the allocator's history on and returns its alloc / free_completed events.
-Events record(Device d, const std::function<void()>& fn) {
-  CachingAllocator& a = caching_allocator(d);
-  a.record_history(true);
-  fn();
-  Events out;
-  for (const TraceEntry& e : a.snapshot().trace) {
-    if (e.action == TraceAction::alloc) out.emplace_back("alloc", static_cast<int64_t>(e.size));
-    else if (e.action == TraceAction::free_completed) out.emplace_back("free", static_cast<int64_t>(e.size));
-  }
-  a.record_history(false);
-  return out;
-}
 
 std::vector<int64_t> ints_in(const std::string& text) {
   std::vector<int64_t> out;
@@ -258,13 +247,13 @@ TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event
     manual_seed(0);
     std::vector<Tensor> inputs = c->inputs(d);
     Tensor y;
-    const Events forward = record(d, [&] { y = c->op(inputs); });
+    const Events forward = bgprobe::allocation_events(d, [&] { y = c->op(inputs); });
     const Events want_forward = without_workspaces(events_of(*row.find("events")->find("forward")));
     CHECK_MESSAGE(forward == want_forward, name << " forward: got " << show(forward) << ", want " << show(want_forward));
     if (const Json* bw = row.find("events")->find("backward")) {
       REQUIRE(y.requires_grad());
       const Tensor g = ones_like(y);
-      const Events backward = record(d, [&] { y.backward(g); });
+      const Events backward = bgprobe::allocation_events(d, [&] { y.backward(g); });
       const Events want_backward = without_workspaces(events_of(*bw));
       CHECK_MESSAGE(backward == want_backward,
                     name << " backward: got " << show(backward) << ", want " << show(want_backward));
@@ -328,7 +317,7 @@ TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1
     std::unique_ptr<optim::Optimizer> optimizer = make(params);
     const Json& ev = *row.find("events");
     for (const char* phase : {"step1", "step2", "zero_grad"}) {
-      const Events got = record(d, [&] {
+      const Events got = bgprobe::allocation_events(d, [&] {
         if (std::string(phase) == "zero_grad") optimizer->zero_grad();
         else optimizer->step();
       });
@@ -366,11 +355,11 @@ TEST_CASE("norm, var and std: forward and backward events as PyTorch's (norm_var
     Tensor x = randn({1024, 512}, TensorOptions{ScalarType::float32, d}).requires_grad_();
     Tensor loss;
     auto loss_of = losses.at(name);
-    const Events forward = record(d, [&] {
+    const Events forward = bgprobe::allocation_events(d, [&] {
       loss = loss_of(x);
       if (name == "var dim1 correction0") loss = loss.sum();
     });
-    const Events backward = record(d, [&] { loss.backward(); });
+    const Events backward = bgprobe::allocation_events(d, [&] { loss.backward(); });
     const Events want_forward = events_of(*want.find("forward"));
     const Events want_backward = events_of(*want.find("backward"));
     CHECK_MESSAGE(forward == want_forward, "forward: got " << show(forward) << ", want " << show(want_forward));

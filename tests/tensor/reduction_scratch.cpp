@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 
+#include "../allocation_probe.h"
 #include "helpers.h"
 #include "kernels/reduce_scratch.h"
 
@@ -16,7 +17,7 @@ using namespace bgtest;
 
 namespace {
 
-using Events = std::vector<std::pair<std::string, size_t>>;
+using Events = bgprobe::AllocationEvents;
 
 struct ReduceCase {
   std::string name;  // e.g. "sum [1024, 512] dims=(0,) f32"
@@ -116,12 +117,8 @@ void check_all_cases(Device on) {
     {
       Tensor x = zeros(c.shape, TensorOptions{c.dtype, on});
       if (c.transposed) x = x.t();
-      allocator.record_history(true);
-      std::vector<Tensor> results = run_case(c, x);
-      for (const TraceEntry& e : allocator.snapshot().trace)
-        if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested)
-          events.emplace_back(e.action == TraceAction::alloc ? "alloc" : "free", e.size);
-      allocator.record_history(false);
+      std::vector<Tensor> results;  // held until recording stops, as the probe held its outputs
+      events = bgprobe::allocation_events(on, [&] { results = run_case(c, x); });
     }
     allocator.empty_cache();
     CHECK(events == c.events);
