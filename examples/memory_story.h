@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "memory/device.h"
+#include "core/device.h"
 
 namespace bytegrad::examples {
 

@@ -7,34 +7,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "memory/device.h"
-#include "tensor/scalar_type.h"
+#include "core/device.h"
+#include "core/scalar_type.h"
+#include "core/strided_view.h"
 
 namespace bytegrad {
 
-// A tensor as kernels see it: the address of element 0 (storage offset applied; nullptr on meta), the
-// element type, and sizes and strides in elements.
-struct StridedView {
-  void* data = nullptr;
-  ScalarType dtype = ScalarType::float32;
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
-  Device device;
-
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t s : sizes) n *= s;
-    return n;
-  }
-  bool is_contiguous() const {
-    int64_t expected = 1;
-    for (size_t d = sizes.size(); d-- > 0;) {
-      if (sizes[d] != 1 && strides[d] != expected) return false;
-      expected *= sizes[d];
-    }
-    return true;
-  }
-};
 
 enum class UnaryOp { neg, abs, exp, log, sqrt, relu, sigmoid, tanh, gelu, logical_not };
 

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "memory/caching_allocator.h"
-#include "memory/device.h"
+#include "core/device.h"
 #include "memory/raw_memory.h"
 
 namespace bytegrad {

@@ -16,7 +16,7 @@
 
 #include <cstddef>
 
-#include "memory/device.h"
+#include "core/device.h"
 
 namespace bytegrad {
 

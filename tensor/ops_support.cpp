@@ -74,24 +74,7 @@ Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 bool is_non_overlapping_and_dense(const Tensor& t) {
-  const int64_t ndim = t.dim();
-  if (ndim == 1) return t.sizes()[0] < 2 || t.strides()[0] == 1;
-  std::vector<int64_t> perm(static_cast<size_t>(ndim));
-  std::iota(perm.begin(), perm.end(), 0);
-  // Size-0/1 dimensions last, the rest by increasing stride.
-  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-    if (t.sizes()[a] < 2) return false;
-    if (t.sizes()[b] < 2) return true;
-    return t.strides()[a] < t.strides()[b];
-  });
-  int64_t required = 1;
-  for (int64_t d : perm) {
-    const int64_t size = t.sizes()[d];
-    if (size < 2) return true;
-    if (t.strides()[d] != required) return false;
-    required *= size;
-  }
-  return true;
+  return bytegrad::is_non_overlapping_and_dense(t.sizes(), t.strides());
 }
 
 Shape elementwise_output_strides(const Shape& sizes, std::initializer_list<const Tensor*> inputs) {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "memory/device.h"
+#include "core/device.h"
 
 namespace bytegrad {
 

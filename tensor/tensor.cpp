@@ -30,22 +30,6 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   return dim < 0 ? dim + range : dim;
 }
 
-int64_t shape_numel(const Shape& sizes) {
-  return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
-}
-
-Shape contiguous_strides(const Shape& sizes) {
-  Shape strides(sizes.size());
-  int64_t stride = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= std::max<int64_t>(sizes[d], 1);
-  }
-  return strides;
-}
-
-std::string shape_str(const Shape& sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
-
 std::string describe(const Tensor& t) {
   if (!t.defined()) return "Tensor(undefined)";
   return fmt::format("Tensor(shape={}, dtype={}, device={})", shape_str(t.sizes()), scalar_type_name(t.dtype()),

@@ -10,13 +10,11 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "memory/device.h"
-#include "tensor/scalar_type.h"
+#include "core/device.h"
+#include "core/scalar_type.h"
 #include "tensor/storage.h"
 
 namespace bytegrad {
-
-using Shape = std::vector<int64_t>;
 
 struct TensorOptions {
   ScalarType dtype = ScalarType::float32;
@@ -196,9 +194,6 @@ class Tensor {
 
 // Normalizes a possibly negative dimension; throws naming the op when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
-Shape contiguous_strides(const Shape& sizes);
-int64_t shape_numel(const Shape& sizes);
-std::string shape_str(const Shape& sizes);
 // "Tensor(shape=[2, 3], dtype=float32, device=sim)" for error messages.
 std::string describe(const Tensor& t);
 

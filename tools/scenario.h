@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/device.h"
+#include "core/device.h"
 
 namespace bytegrad {
 

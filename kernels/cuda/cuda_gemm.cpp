@@ -87,38 +87,8 @@ Operand temporary_copy(const StridedView& source, const std::vector<int64_t>& st
   return copy;
 }
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t stride = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= std::max<int64_t>(sizes[d], 1);
-  }
-  return strides;
-}
-
 Operand contiguous_clone(const StridedView& v, bool copy_values = true) {
   return temporary_copy(v, contiguous_strides(v.sizes), copy_values);
-}
-
-// c10's is_non_overlapping_and_dense: some order of the dimensions makes the strides contiguous.
-bool is_non_overlapping_and_dense(const StridedView& v) {
-  const size_t n = v.sizes.size();
-  if (n == 1) return v.sizes[0] < 2 || v.strides[0] == 1;
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (v.sizes[a] < 2) return false;
-    if (v.sizes[b] < 2) return true;
-    return v.strides[a] < v.strides[b];
-  });
-  int64_t required = 1;
-  for (size_t d : order) {
-    if (v.sizes[d] < 2) return true;
-    if (v.strides[d] != required) return false;
-    required *= v.sizes[d];
-  }
-  return true;
 }
 
 // The 2-D matrix of batch 0 of a (B, R, C) view.
@@ -128,7 +98,7 @@ StridedView matrix_of(const StridedView& v) {
 
 // PyTorch's prepare_matrix_for_cublas (addmm path). transpose: whether the matrix is row-major-like.
 Operand prepare_matrix(const StridedView& m, bool& transpose, bool copy_values = true) {
-  if (is_non_overlapping_and_dense(m)) {
+  if (m.is_non_overlapping_and_dense()) {
     transpose = m.is_contiguous();
     return borrowed(m);
   }

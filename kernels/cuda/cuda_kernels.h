@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/scalar_type.h"
+#include "core/scalar_type.h"
 
 namespace bytegrad::cuda {
 

@@ -1,4 +1,4 @@
-#include "memory/device.h"
+#include "core/device.h"
 
 #include <charconv>
 #include <stdexcept>
