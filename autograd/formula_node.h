@@ -27,12 +27,12 @@ class FormulaNode final : public Node {
   // Saves `t` under `operand` (e.g. "mat1"); returns its index for saved().
   size_t save(const std::string& operand, const Tensor& t);
   Tensor saved(size_t index) const { return unpack(saved_.at(index)); }
+  // The tensor saved under `operand` (which must have been saved).
+  Tensor saved(std::string_view operand) const;
   // Whether forward input i needs a gradient (PyTorch's task_should_compute_output).
   bool needs_grad(size_t input) const { return input < next_edges.size() && next_edges[input].valid(); }
 
-  // Plain values captured in the forward pass.
-  std::vector<double> scalars;
-  std::vector<int64_t> ints;
+  // Shapes captured in the forward pass (other values are captured by the backward function).
   std::vector<Shape> shapes;
 
  private:
@@ -42,11 +42,8 @@ class FormulaNode final : public Node {
   std::vector<SavedVariable> saved_;
 };
 
-// Creates a node for `record`: edges to every tensor input (null edges where no gradient is needed), and
-// makes each output the node's output i.
-std::shared_ptr<FormulaNode> make_node(const std::string& name, const OpRecord& record, FormulaNode::Backward backward);
-
-// A formula: builds the node for one recorded op (saving what its derivative needs).
-using FormulaMaker = void (*)(const OpRecord& record);
+// Creates the node the op table names for `record`'s op: edges to every tensor input (null edges where no
+// gradient is needed), and makes each output the node's output i.
+std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward);
 
 }  // namespace bytegrad

@@ -2,8 +2,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
-#include <string>
-#include <unordered_map>
+#include <array>
 
 #include "autograd/autograd_meta.h"
 #include "autograd/functions/formulas.h"
@@ -13,28 +12,26 @@ namespace bytegrad {
 
 namespace {
 
-const std::unordered_map<std::string_view, FormulaMaker>& formula_table() {
-  static const std::unordered_map<std::string_view, FormulaMaker> table = {
-      {"add", formulas::add}, {"add_scalar", formulas::add_scalar}, {"sub", formulas::sub},
-      {"sub_scalar", formulas::sub_scalar}, {"rsub_scalar", formulas::rsub_scalar}, {"mul", formulas::mul},
-      {"mul_scalar", formulas::mul_scalar}, {"div", formulas::div}, {"div_scalar", formulas::div_scalar},
-      {"neg", formulas::neg}, {"relu", formulas::relu}, {"sigmoid", formulas::sigmoid}, {"tanh", formulas::tanh},
-      {"gelu", formulas::gelu}, {"exp", formulas::exp}, {"log", formulas::log}, {"sqrt", formulas::sqrt},
-      {"pow_scalar", formulas::pow_scalar}, {"sum", formulas::sum}, {"sum_dims", formulas::sum_dims},
-      {"mean", formulas::mean}, {"mean_dims", formulas::mean_dims},
-      {"norm", formulas::norm}, {"var", formulas::var}, {"std", formulas::std}, {"mm", formulas::mm},
-      {"addmm", formulas::addmm}, {"bmm", formulas::bmm}, {"view", formulas::view}, {"t", formulas::t},
-      {"transpose", formulas::transpose}, {"permute", formulas::permute}, {"expand", formulas::expand},
-      {"unsqueeze", formulas::unsqueeze}, {"squeeze", formulas::squeeze}, {"select", formulas::select},
-      {"slice", formulas::slice}, {"unbind", formulas::unbind}, {"split", formulas::split}, {"stack", formulas::stack}, {"cat", formulas::cat},
-      {"clone", formulas::clone}, {"to_dtype", formulas::to_dtype}, {"to_device", formulas::to_device}, {"softmax", formulas::softmax},
-      {"log_softmax", formulas::log_softmax}, {"masked_fill", formulas::masked_fill}, {"where", formulas::where},
-      {"dropout", formulas::dropout}, {"index_select", formulas::index_select}, {"embedding", formulas::embedding},
-      {"nll_loss", formulas::nll_loss}, {"mse_loss", formulas::mse_loss},
-      {"native_layer_norm", formulas::native_layer_norm}, {"triu", formulas::triu}, {"tril", formulas::tril},
-  };
-  return table;
-}
+// The op table's formula column as a dispatch table: a `grad` row calls its formula with its typed
+// arguments; a `no_grad` row has none.
+using Formula = void (*)(const OpRecord&);
+
+#define BYTEGRAD_DISPATCH_grad(op) \
+  [](const OpRecord& r) { formulas::op(r, r.args_of<OpId::op>()); },
+#define BYTEGRAD_DISPATCH_no_grad(op) nullptr,
+#define BYTEGRAD_DISPATCH_UNARY(op, dtypes, grad, node) BYTEGRAD_DISPATCH_##grad(op)
+#define BYTEGRAD_DISPATCH_BINARY(op, dtypes, args, grad, node) BYTEGRAD_DISPATCH_##grad(op)
+#define BYTEGRAD_DISPATCH_SCALAR(op, kernel, order, dtypes, grad, node) BYTEGRAD_DISPATCH_##grad(op)
+#define BYTEGRAD_DISPATCH_STRUCTURED(op, kernel, dtypes, args, grad, node) BYTEGRAD_DISPATCH_##grad(op)
+constexpr std::array<Formula, kOpCount> kFormulas = {
+    BYTEGRAD_UNARY_OPS(BYTEGRAD_DISPATCH_UNARY) BYTEGRAD_BINARY_OPS(BYTEGRAD_DISPATCH_BINARY)
+        BYTEGRAD_SCALAR_OPS(BYTEGRAD_DISPATCH_SCALAR) BYTEGRAD_STRUCTURED_OPS(BYTEGRAD_DISPATCH_STRUCTURED)};
+#undef BYTEGRAD_DISPATCH_UNARY
+#undef BYTEGRAD_DISPATCH_BINARY
+#undef BYTEGRAD_DISPATCH_SCALAR
+#undef BYTEGRAD_DISPATCH_STRUCTURED
+#undef BYTEGRAD_DISPATCH_grad
+#undef BYTEGRAD_DISPATCH_no_grad
 
 class GraphRecorder final : public AutogradHook {
  public:
@@ -48,10 +45,8 @@ class GraphRecorder final : public AutogradHook {
   bool requires_grad(const Tensor& t) const override { return bytegrad::requires_grad(t); }
 
   void record(OpRecord record) override {
-    std::string_view name = record.name;
-    const bool in_place = !name.empty() && name.back() == '_';
-    if (in_place) {
-      name.remove_suffix(1);
+    const std::string_view name = op_name(record.op);
+    if (record.in_place) {
       const Tensor& self = record.outputs.at(0);
       const AutogradMeta* meta = autograd_meta(self);
       if (meta && meta->requires_grad && !meta->grad_fn)
@@ -59,10 +54,12 @@ class GraphRecorder final : public AutogradHook {
                                              "operation ({}_); do it inside a NoGradGuard or on a clone",
                                              describe(self), name));
     }
-    auto it = formula_table().find(name);
-    if (it == formula_table().end())
-      throw std::logic_error(fmt::format("autograd: no derivative is defined for op '{}'", name));
-    it->second(record);
+    const Formula formula = kFormulas[static_cast<size_t>(record.op)];
+    if (!formula)
+      throw std::logic_error(fmt::format("autograd: {}{} is not differentiable in bytegrad (marked no_grad in "
+                                         "core/op_table.h); call it under a NoGradGuard or on detached tensors",
+                                         name, record.in_place ? "_" : ""));
+    formula(record);
   }
 };
 

@@ -8,30 +8,21 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/op_table.h"
 #include "core/scalar_type.h"
 #include "core/strided_view.h"
 
 namespace bytegrad {
 
 
-enum class UnaryOp { neg, abs, exp, log, sqrt, relu, sigmoid, tanh, gelu, logical_not };
-
-// For add/sub the second operand is scaled by alpha (a + alpha * b). The *_backward ops fuse an
-// activation's gradient as PyTorch does, producing one output: a is the incoming gradient, b the saved
-// tensor (relu/sigmoid/tanh: the forward's result; gelu: the forward's input).
-enum class BinaryOp {
-  add, sub, mul, div, pow, maximum, minimum,
-  eq, ne, lt, le, gt, ge,  // bool output
-  logical_and, logical_or,
-  relu_backward, sigmoid_backward, tanh_backward, gelu_backward,
-};
+// UnaryOp and BinaryOp (the pointwise kernels' ops) are the op table's unary and binary rows
+// (core/op_table.h); what each computes is in kernels/pointwise_math.h. add/sub scale their second
+// operand by alpha (a + alpha * b); the *_backward ops fuse an activation's gradient as PyTorch does (a:
+// the incoming gradient, b: the saved tensor: relu/sigmoid/tanh's result, gelu's input).
 
 // norm: the 2-norm, sqrt(sum of |x|^2). var/std (correction-adjusted variance and its square root) are
 // computed by reduce_variance, which takes the correction; reduce() rejects them.
 enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, var, std };
-
-// How a loss combines its per-element terms (PyTorch's at::Reduction, same numbering).
-enum class Reduction { none = 0, mean = 1, sum = 2 };
 
 // Three-operand pointwise updates, as PyTorch's optimizers use them in place (value is the scalar):
 // lerp: self + value * (a - self) (b unused); addcmul: self + value * a * b; addcdiv: self + value * a / b.

@@ -4,21 +4,38 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 #include <vector>
 
+#include "core/op_table.h"
 #include "tensor/tensor.h"
 
 namespace bytegrad {
 
-// What an op did, in the terms its derivative needs.
+// What an op did, in the terms its derivative needs: its row in the op table, its tensors and its typed
+// arguments. Build one with make_record<OpId::x>(...), which checks the arguments' type at compile time.
 struct OpRecord {
-  std::string_view name;        // the op ("add", "mm", "relu", "view", ...)
+  OpId op;
+  bool in_place = false;        // add_, sqrt_, masked_fill_, ...: outputs[0] is the modified tensor
   std::vector<Tensor> inputs;   // tensor operands in signature order (undefined where optional and absent)
   std::vector<Tensor> outputs;  // results (for in-place ops: the modified tensor)
-  std::vector<double> scalars;  // alpha, exponents, scalar operands, ... in the op's documented order
-  std::vector<int64_t> ints;    // dims, keepdim, sizes, ... in the op's documented order
+  OpArgs args;                  // ArgsOf<op>
+
+  template <OpId id>
+  const ArgsOf<id>& args_of() const {
+    return std::get<ArgsOf<id>>(args);
+  }
 };
+
+template <OpId id>
+OpRecord make_record(std::vector<Tensor> inputs, std::vector<Tensor> outputs, ArgsOf<id> args = {}) {
+  return OpRecord{id, false, std::move(inputs), std::move(outputs), std::move(args)};
+}
+// In place: the modified tensor is both inputs[0] and the output.
+template <OpId id>
+OpRecord make_in_place_record(std::vector<Tensor> inputs, ArgsOf<id> args = {}) {
+  Tensor self = inputs.at(0);
+  return OpRecord{id, true, std::move(inputs), {std::move(self)}, std::move(args)};
+}
 
 class AutogradHook {
  public:

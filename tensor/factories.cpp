@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/backend.h"
 #include "memory/allocation_context.h"
 #include "tensor/tensor.h"
 

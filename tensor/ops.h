@@ -61,6 +61,9 @@ Tensor lt(const Tensor& a, double b);
 Tensor le(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
+// Elementwise and/or of truth values (nonzero is true): bool results.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
 
 // cond ? a : b, all three broadcast together; cond is bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

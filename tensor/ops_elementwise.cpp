@@ -2,10 +2,9 @@
 // for the in-place forms. Scalars are passed to the kernel as numbers, never as device tensors.
 #include <fmt/format.h>
 
-#include <mutex>
-#include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "memory/allocation_context.h"
 #include "tensor/autograd_hook.h"
@@ -18,47 +17,22 @@ using namespace ops_detail;
 
 namespace {
 
-// OpRecord names are string_views: dynamically built ones are interned here for the process's life.
-std::string_view record_name_storage(std::string name) {
-  static std::mutex mutex;
-  static std::set<std::string> names;
-  std::lock_guard lock(mutex);
-  return *names.insert(std::move(name)).first;
+// The op table's dtype rule for one operand (`name` as the user called it: "exp", "add_", ...).
+void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& x) {
+  if (rule == DtypeRule::floating) check_floating(name, x);
+  if (rule == DtypeRule::not_bool && x.dtype() == ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("{}: {} is a bool tensor, which {} does not take", name, describe(x), name));
 }
 
-bool has_bool_output(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le:
-    case BinaryOp::gt: case BinaryOp::ge: case BinaryOp::logical_and: case BinaryOp::logical_or: return true;
-    default: return false;
-  }
-}
-
-// Ops that PyTorch computes in floating point (it would promote integers to float; bytegrad refuses).
-bool needs_floating(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::div: case BinaryOp::sigmoid_backward: case BinaryOp::tanh_backward:
-    case BinaryOp::gelu_backward: return true;
-    default: return false;
-  }
-}
-
-bool needs_floating(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::exp: case UnaryOp::log: case UnaryOp::sqrt: case UnaryOp::sigmoid:
-    case UnaryOp::tanh: case UnaryOp::gelu: return true;
-    default: return false;
-  }
+ScalarType result_dtype(DtypeRule rule, ScalarType operand) {
+  return rule == DtypeRule::to_bool ? ScalarType::bool_ : operand;
 }
 
 Tensor unary_compute(const char* name, UnaryOp op, const Tensor& x) {
   AllocationScope scope(name);
   check_defined(name, x);
-  if (needs_floating(op)) check_floating(name, x);
-  if (op == UnaryOp::neg && x.dtype() == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: negation of the bool tensor {} is not supported; use logical_not", name, describe(x)));
-  const ScalarType out_dtype = op == UnaryOp::logical_not ? ScalarType::bool_ : x.dtype();
-  Tensor out = empty_elementwise_output(x.sizes(), out_dtype, x.device(), {&x});
+  check_dtype_rule(name, dtype_rule(op), x);
+  Tensor out = empty_elementwise_output(x.sizes(), result_dtype(dtype_rule(op), x.dtype()), x.device(), {&x});
   backend_of(x).unary(op, kv(out), kv(x));
   return out;
 }
@@ -67,21 +41,20 @@ Tensor binary_compute(const char* name, BinaryOp op, const Tensor& a, const Tens
   AllocationScope scope(name);
   check_same_device(name, a, b);
   check_same_dtype(name, a, b);
-  if (needs_floating(op)) check_floating(name, a);
+  check_dtype_rule(name, dtype_rule(op), a);
   const Shape shape = broadcast_shapes(name, a, b);
-  const ScalarType out_dtype = has_bool_output(op) ? ScalarType::bool_ : a.dtype();
-  Tensor out = empty_elementwise_output(shape, out_dtype, a.device(), {&a, &b});
+  Tensor out = empty_elementwise_output(shape, result_dtype(dtype_rule(op), a.dtype()), a.device(), {&a, &b});
   backend_of(a).binary(op, kv(out), kv(a.expand(shape)), kv(b.expand(shape)), alpha);
   return out;
 }
 
-Tensor scalar_compute(const char* name, BinaryOp op, const Tensor& a, double scalar, bool scalar_first) {
+Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar) {
   AllocationScope scope(name);
   check_defined(name, a);
-  if (needs_floating(op)) check_floating(name, a);
-  const ScalarType out_dtype = has_bool_output(op) ? ScalarType::bool_ : a.dtype();
-  Tensor out = empty_elementwise_output(a.sizes(), out_dtype, a.device(), {&a});
-  backend_of(a).binary_scalar(op, kv(out), kv(a), scalar, scalar_first);
+  const ScalarOpKernel kernel = scalar_op_kernel(op);
+  check_dtype_rule(name, dtype_rule(kernel.kernel), a);
+  Tensor out = empty_elementwise_output(a.sizes(), result_dtype(dtype_rule(kernel.kernel), a.dtype()), a.device(), {&a});
+  backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, kernel.order == OperandOrder::scalar_first);
   return out;
 }
 
@@ -89,7 +62,7 @@ const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor
   check_same_device(name, self, other);
   check_same_dtype(name, self, other);
   check_writable(name, self);
-  if (needs_floating(op)) check_floating(name, self);
+  check_dtype_rule(name, dtype_rule(op), self);
   if (broadcast_shapes(name, self, other) != self.sizes())
     throw std::invalid_argument(fmt::format("{}: {} cannot be broadcast to the shape of the in-place target {}", name,
                                             describe(other), describe(self)));
@@ -98,11 +71,12 @@ const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor
   return self;
 }
 
-const Tensor& inplace_scalar_compute(const char* name, BinaryOp op, const Tensor& self, double scalar) {
+const Tensor& inplace_scalar_compute(const char* name, OpId op, const Tensor& self, double scalar) {
   check_defined(name, self);
   check_writable(name, self);
-  if (needs_floating(op)) check_floating(name, self);
-  backend_of(self).binary_scalar(op, kv(self), kv(self), scalar, false);
+  const ScalarOpKernel kernel = scalar_op_kernel(op);
+  check_dtype_rule(name, dtype_rule(kernel.kernel), self);
+  backend_of(self).binary_scalar(kernel.kernel, kv(self), kv(self), scalar, false);
   self.bump_version();
   return self;
 }
@@ -110,7 +84,7 @@ const Tensor& inplace_scalar_compute(const char* name, BinaryOp op, const Tensor
 const Tensor& inplace_unary_compute(const char* name, UnaryOp op, const Tensor& self) {
   check_defined(name, self);
   check_writable(name, self);
-  if (needs_floating(op)) check_floating(name, self);
+  check_dtype_rule(name, dtype_rule(op), self);
   backend_of(self).unary(op, kv(self), kv(self));
   self.bump_version();
   return self;
@@ -118,101 +92,103 @@ const Tensor& inplace_unary_compute(const char* name, UnaryOp op, const Tensor& 
 
 // Each op computes without recording its internal broadcast views, then records itself (bool results,
 // such as comparisons, have no gradient).
-Tensor unary_op(const char* name, UnaryOp op, const Tensor& x) {
-  Tensor out = without_recording([&] { return unary_compute(name, op, x); });
-  if (out.dtype() != ScalarType::bool_) record_for_autograd({x}, [&] { return OpRecord{name, {x}, {out}, {}, {}}; });
+template <UnaryOp op>
+Tensor unary_op(const Tensor& x) {
+  constexpr OpId id = op_id(op);
+  const std::string name(op_name(id));
+  Tensor out = without_recording([&] { return unary_compute(name.c_str(), op, x); });
+  if (out.dtype() != ScalarType::bool_) record_for_autograd({x}, [&] { return make_record<id>({x}, {out}); });
   return out;
 }
 
-Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1.0) {
-  Tensor out = without_recording([&] { return binary_compute(name, op, a, b, alpha); });
-  if (out.dtype() != ScalarType::bool_)
-    record_for_autograd({a, b}, [&] { return OpRecord{name, {a, b}, {out}, {alpha}, {}}; });
+template <BinaryOp op>
+Tensor binary_op(const Tensor& a, const Tensor& b, ArgsOf<op_id(op)> args = {}) {
+  constexpr OpId id = op_id(op);
+  double alpha = 1.0;
+  if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
+  Tensor out = without_recording([&] { return binary_compute(op_name(id).data(), op, a, b, alpha); });
+  if (out.dtype() != ScalarType::bool_) record_for_autograd({a, b}, [&] { return make_record<id>({a, b}, {out}, args); });
   return out;
 }
 
-// Recorded as "<op>_scalar" ("r<op>_scalar" when the scalar comes first: rsub, rdiv, rpow).
-Tensor scalar_op(const char* name, BinaryOp op, const Tensor& a, double scalar, bool scalar_first = false) {
-  Tensor out = without_recording([&] { return scalar_compute(name, op, a, scalar, scalar_first); });
-  if (out.dtype() != ScalarType::bool_) {
-    record_for_autograd({a}, [&] {
-      std::string record_name = std::string(scalar_first && name[0] != 'r' ? "r" : "") + name + "_scalar";
-      return OpRecord{record_name_storage(std::move(record_name)), {a}, {out}, {scalar}, {}};
-    });
-  }
+// `name` is the user's op ("sub" for x - 2 and 2 - x); the record is the table's scalar row.
+template <OpId id>
+Tensor scalar_op(const char* name, const Tensor& a, double scalar) {
+  Tensor out = without_recording([&] { return scalar_compute(name, id, a, scalar); });
+  if (out.dtype() != ScalarType::bool_) record_for_autograd({a}, [&] { return make_record<id>({a}, {out}, {scalar}); });
   return out;
 }
 
-// In-place ops record "<op>_" (scalar forms "<op>_scalar_"): the recorder rebases self's history.
-const Tensor& inplace_binary(const char* name, BinaryOp op, const Tensor& self, const Tensor& other, double alpha = 1.0) {
+// In-place ops record their op's row with in_place set: the recorder rebases self's history.
+template <BinaryOp op>
+const Tensor& inplace_binary(const char* name, const Tensor& self, const Tensor& other, ArgsOf<op_id(op)> args = {}) {
+  constexpr OpId id = op_id(op);
+  double alpha = 1.0;
+  if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
   without_recording([&] { return inplace_binary_compute(name, op, self, other, alpha); });
-  record_for_autograd({self, other}, [&] { return OpRecord{name, {self, other}, {self}, {alpha}, {}}; });
+  record_for_autograd({self, other}, [&] { return make_in_place_record<id>({self, other}, args); });
   return self;
 }
 
-const Tensor& inplace_scalar(const char* name, BinaryOp op, const Tensor& self, double scalar) {
-  without_recording([&] { return inplace_scalar_compute(name, op, self, scalar); });
-  record_for_autograd({self}, [&] {
-    std::string base(name);
-    base.pop_back();
-    return OpRecord{record_name_storage(base + "_scalar_"), {self}, {self}, {scalar}, {}};
-  });
+template <OpId id>
+const Tensor& inplace_scalar(const char* name, const Tensor& self, double scalar) {
+  without_recording([&] { return inplace_scalar_compute(name, id, self, scalar); });
+  record_for_autograd({self}, [&] { return make_in_place_record<id>({self}, {scalar}); });
   return self;
 }
 
-const Tensor& inplace_unary(const char* name, UnaryOp op, const Tensor& self) {
+template <UnaryOp op>
+const Tensor& inplace_unary(const char* name, const Tensor& self) {
   without_recording([&] { return inplace_unary_compute(name, op, self); });
-  record_for_autograd({self}, [&] { return OpRecord{name, {self}, {self}, {}, {}}; });
+  record_for_autograd({self}, [&] { return make_in_place_record<op_id(op)>({self}); });
   return self;
 }
 
 }  // namespace
 
+// ----------------------------------------------------------------------------- unary (generated)
+
+// Every unary row of the op table is a free function and a Tensor member.
+#define BYTEGRAD_DEFINE_UNARY(op, ...)                                        \
+  Tensor op(const Tensor& x) { return unary_op<UnaryOp::op>(x); }            \
+  Tensor Tensor::op() const { return unary_op<UnaryOp::op>(*this); }
+BYTEGRAD_UNARY_OPS(BYTEGRAD_DEFINE_UNARY)
+#undef BYTEGRAD_DEFINE_UNARY
+
 // ------------------------------------------------------------------------------------- arithmetic
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op("add", BinaryOp::add, a, b, alpha); }
-Tensor add(const Tensor& a, double b, double alpha) { return scalar_op("add", BinaryOp::add, a, alpha * b); }
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op("sub", BinaryOp::sub, a, b, alpha); }
-Tensor sub(const Tensor& a, double b, double alpha) { return scalar_op("sub", BinaryOp::sub, a, alpha * b); }
-Tensor sub(double a, const Tensor& b) { return scalar_op("rsub", BinaryOp::sub, b, a, /*scalar_first=*/true); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::mul, a, b); }
-Tensor mul(const Tensor& a, double b) { return scalar_op("mul", BinaryOp::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::div, a, b); }
-Tensor div(const Tensor& a, double b) { return scalar_op("div", BinaryOp::div, a, b); }
-Tensor div(double a, const Tensor& b) { return scalar_op("div", BinaryOp::div, b, a, /*scalar_first=*/true); }
-Tensor pow(const Tensor& base, const Tensor& exponent) { return binary_op("pow", BinaryOp::pow, base, exponent); }
-Tensor pow(const Tensor& base, double exponent) { return scalar_op("pow", BinaryOp::pow, base, exponent); }
-Tensor pow(double base, const Tensor& exponent) {
-  return scalar_op("pow", BinaryOp::pow, exponent, base, /*scalar_first=*/true);
-}
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", BinaryOp::maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", BinaryOp::minimum, a, b); }
-
-Tensor neg(const Tensor& x) { return unary_op("neg", UnaryOp::neg, x); }
-Tensor exp(const Tensor& x) { return unary_op("exp", UnaryOp::exp, x); }
-Tensor log(const Tensor& x) { return unary_op("log", UnaryOp::log, x); }
-Tensor sqrt(const Tensor& x) { return unary_op("sqrt", UnaryOp::sqrt, x); }
-Tensor abs(const Tensor& x) { return unary_op("abs", UnaryOp::abs, x); }
-Tensor relu(const Tensor& x) { return unary_op("relu", UnaryOp::relu, x); }
-Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", UnaryOp::sigmoid, x); }
-Tensor tanh(const Tensor& x) { return unary_op("tanh", UnaryOp::tanh, x); }
-Tensor gelu(const Tensor& x) { return unary_op("gelu", UnaryOp::gelu, x); }
-Tensor logical_not(const Tensor& x) { return unary_op("logical_not", UnaryOp::logical_not, x); }
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::add>(a, b, {alpha}); }
+Tensor add(const Tensor& a, double b, double alpha) { return scalar_op<OpId::add_scalar>("add", a, alpha * b); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::sub>(a, b, {alpha}); }
+Tensor sub(const Tensor& a, double b, double alpha) { return scalar_op<OpId::sub_scalar>("sub", a, alpha * b); }
+Tensor sub(double a, const Tensor& b) { return scalar_op<OpId::rsub_scalar>("rsub", b, a); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::mul>(a, b); }
+Tensor mul(const Tensor& a, double b) { return scalar_op<OpId::mul_scalar>("mul", a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::div>(a, b); }
+Tensor div(const Tensor& a, double b) { return scalar_op<OpId::div_scalar>("div", a, b); }
+Tensor div(double a, const Tensor& b) { return scalar_op<OpId::rdiv_scalar>("div", b, a); }
+Tensor pow(const Tensor& base, const Tensor& exponent) { return binary_op<BinaryOp::pow>(base, exponent); }
+Tensor pow(const Tensor& base, double exponent) { return scalar_op<OpId::pow_scalar>("pow", base, exponent); }
+Tensor pow(double base, const Tensor& exponent) { return scalar_op<OpId::rpow_scalar>("pow", exponent, base); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::maximum>(a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::minimum>(a, b); }
 
 // ------------------------------------------------------------------------------------ comparisons
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_op("eq", BinaryOp::eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_op("ne", BinaryOp::ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_op("lt", BinaryOp::lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_op("le", BinaryOp::le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_op("gt", BinaryOp::gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_op("ge", BinaryOp::ge, a, b); }
-Tensor eq(const Tensor& a, double b) { return scalar_op("eq", BinaryOp::eq, a, b); }
-Tensor ne(const Tensor& a, double b) { return scalar_op("ne", BinaryOp::ne, a, b); }
-Tensor lt(const Tensor& a, double b) { return scalar_op("lt", BinaryOp::lt, a, b); }
-Tensor le(const Tensor& a, double b) { return scalar_op("le", BinaryOp::le, a, b); }
-Tensor gt(const Tensor& a, double b) { return scalar_op("gt", BinaryOp::gt, a, b); }
-Tensor ge(const Tensor& a, double b) { return scalar_op("ge", BinaryOp::ge, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::eq>(a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::ne>(a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::lt>(a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::le>(a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::gt>(a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::ge>(a, b); }
+Tensor eq(const Tensor& a, double b) { return scalar_op<OpId::eq_scalar>("eq", a, b); }
+Tensor ne(const Tensor& a, double b) { return scalar_op<OpId::ne_scalar>("ne", a, b); }
+Tensor lt(const Tensor& a, double b) { return scalar_op<OpId::lt_scalar>("lt", a, b); }
+Tensor le(const Tensor& a, double b) { return scalar_op<OpId::le_scalar>("le", a, b); }
+Tensor gt(const Tensor& a, double b) { return scalar_op<OpId::gt_scalar>("gt", a, b); }
+Tensor ge(const Tensor& a, double b) { return scalar_op<OpId::ge_scalar>("ge", a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::logical_and>(a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::logical_or>(a, b); }
 
 // ----------------------------------------------------------------------------- where, masked_fill
 
@@ -229,7 +205,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     backend_of(a).where(kv(out), kv(cond.expand(shape)), kv(a.expand(shape)), kv(b.expand(shape)));
     return 0;
   });
-  record_for_autograd({cond, a, b}, [&] { return OpRecord{"where", {cond, a, b}, {out}, {}, {}}; });
+  record_for_autograd({cond, a, b}, [&] { return make_record<OpId::where>({cond, a, b}, {out}); });
   return out;
 }
 
@@ -246,24 +222,18 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
     backend_of(x).masked_fill(kv(out), kv(mask.expand(shape)), value);
     return 0;
   });
-  record_for_autograd({x, mask}, [&] { return OpRecord{"masked_fill", {x, mask}, {out}, {value}, {}}; });
+  record_for_autograd({x, mask}, [&] { return make_record<OpId::masked_fill>({x, mask}, {out}, {value}); });
   return out;
 }
 
 // ------------------------------------------------------------------------ activation gradients
 
-Tensor relu_backward(const Tensor& grad, const Tensor& result) {
-  return binary_op("relu_backward", BinaryOp::relu_backward, grad, result);
-}
+Tensor relu_backward(const Tensor& grad, const Tensor& result) { return binary_op<BinaryOp::relu_backward>(grad, result); }
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& result) {
-  return binary_op("sigmoid_backward", BinaryOp::sigmoid_backward, grad, result);
+  return binary_op<BinaryOp::sigmoid_backward>(grad, result);
 }
-Tensor tanh_backward(const Tensor& grad, const Tensor& result) {
-  return binary_op("tanh_backward", BinaryOp::tanh_backward, grad, result);
-}
-Tensor gelu_backward(const Tensor& grad, const Tensor& input) {
-  return binary_op("gelu_backward", BinaryOp::gelu_backward, grad, input);
-}
+Tensor tanh_backward(const Tensor& grad, const Tensor& result) { return binary_op<BinaryOp::tanh_backward>(grad, result); }
+Tensor gelu_backward(const Tensor& grad, const Tensor& input) { return binary_op<BinaryOp::gelu_backward>(grad, input); }
 
 // -------------------------------------------------------------------------------------- operators
 
@@ -313,15 +283,6 @@ Tensor Tensor::div(const Tensor& other) const { return bytegrad::div(*this, othe
 Tensor Tensor::div(double other) const { return bytegrad::div(*this, other); }
 Tensor Tensor::pow(const Tensor& exponent) const { return bytegrad::pow(*this, exponent); }
 Tensor Tensor::pow(double exponent) const { return bytegrad::pow(*this, exponent); }
-Tensor Tensor::neg() const { return bytegrad::neg(*this); }
-Tensor Tensor::exp() const { return bytegrad::exp(*this); }
-Tensor Tensor::log() const { return bytegrad::log(*this); }
-Tensor Tensor::sqrt() const { return bytegrad::sqrt(*this); }
-Tensor Tensor::abs() const { return bytegrad::abs(*this); }
-Tensor Tensor::relu() const { return bytegrad::relu(*this); }
-Tensor Tensor::sigmoid() const { return bytegrad::sigmoid(*this); }
-Tensor Tensor::tanh() const { return bytegrad::tanh(*this); }
-Tensor Tensor::gelu() const { return bytegrad::gelu(*this); }
 Tensor Tensor::eq(const Tensor& other) const { return bytegrad::eq(*this, other); }
 Tensor Tensor::ne(const Tensor& other) const { return bytegrad::ne(*this, other); }
 Tensor Tensor::lt(const Tensor& other) const { return bytegrad::lt(*this, other); }
@@ -331,23 +292,23 @@ Tensor Tensor::ge(const Tensor& other) const { return bytegrad::ge(*this, other)
 Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return bytegrad::masked_fill(*this, mask, value); }
 
 const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
-  return inplace_binary("add_", BinaryOp::add, *this, other, alpha);
+  return inplace_binary<BinaryOp::add>("add_", *this, other, {alpha});
 }
 const Tensor& Tensor::add_(double other, double alpha) const {
-  return inplace_scalar("add_", BinaryOp::add, *this, alpha * other);
+  return inplace_scalar<OpId::add_scalar>("add_", *this, alpha * other);
 }
 const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
-  return inplace_binary("sub_", BinaryOp::sub, *this, other, alpha);
+  return inplace_binary<BinaryOp::sub>("sub_", *this, other, {alpha});
 }
 const Tensor& Tensor::sub_(double other, double alpha) const {
-  return inplace_scalar("sub_", BinaryOp::sub, *this, alpha * other);
+  return inplace_scalar<OpId::sub_scalar>("sub_", *this, alpha * other);
 }
-const Tensor& Tensor::mul_(const Tensor& other) const { return inplace_binary("mul_", BinaryOp::mul, *this, other); }
-const Tensor& Tensor::mul_(double other) const { return inplace_scalar("mul_", BinaryOp::mul, *this, other); }
-const Tensor& Tensor::div_(const Tensor& other) const { return inplace_binary("div_", BinaryOp::div, *this, other); }
-const Tensor& Tensor::div_(double other) const { return inplace_scalar("div_", BinaryOp::div, *this, other); }
-const Tensor& Tensor::neg_() const { return inplace_unary("neg_", UnaryOp::neg, *this); }
-const Tensor& Tensor::relu_() const { return inplace_unary("relu_", UnaryOp::relu, *this); }
+const Tensor& Tensor::mul_(const Tensor& other) const { return inplace_binary<BinaryOp::mul>("mul_", *this, other); }
+const Tensor& Tensor::mul_(double other) const { return inplace_scalar<OpId::mul_scalar>("mul_", *this, other); }
+const Tensor& Tensor::div_(const Tensor& other) const { return inplace_binary<BinaryOp::div>("div_", *this, other); }
+const Tensor& Tensor::div_(double other) const { return inplace_scalar<OpId::div_scalar>("div_", *this, other); }
+const Tensor& Tensor::neg_() const { return inplace_unary<UnaryOp::neg>("neg_", *this); }
+const Tensor& Tensor::relu_() const { return inplace_unary<UnaryOp::relu>("relu_", *this); }
 
 const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
   check_same_device("masked_fill_", *this, mask);
@@ -362,7 +323,7 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
     return 0;
   });
   bump_version();
-  record_for_autograd({*this, mask}, [&] { return OpRecord{"masked_fill_", {*this, mask}, {*this}, {value}, {}}; });
+  record_for_autograd({*this, mask}, [&] { return make_in_place_record<OpId::masked_fill>({*this, mask}, {value}); });
   return *this;
 }
 
@@ -371,7 +332,7 @@ const Tensor& Tensor::fill_(double value) const {
   check_writable("fill_", *this);
   backend_of(*this).fill(kv(*this), value);
   bump_version();
-  record_for_autograd({*this}, [&] { return OpRecord{"fill_", {*this}, {*this}, {value}, {}}; });
+  record_for_autograd({*this}, [&] { return make_in_place_record<OpId::fill>({*this}, {value}); });
   return *this;
 }
 

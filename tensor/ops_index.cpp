@@ -37,7 +37,9 @@ Tensor ops_detail::index_select_impl(const Tensor& x, int64_t dim, const Tensor&
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   AllocationScope scope("index_select");
   Tensor out = without_recording([&] { return index_select_impl(x, dim, index); });
-  record_for_autograd({x}, [&] { return OpRecord{"index_select", {x, index}, {out}, {}, {wrap_dim(dim, x.dim(), "index_select")}}; });
+  record_for_autograd({x}, [&] {
+    return make_record<OpId::index_select>({x, index}, {out}, {wrap_dim(dim, x.dim(), "index_select")});
+  });
   return out;
 }
 
@@ -64,7 +66,7 @@ Tensor gather_compute(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = without_recording([&] { return gather_compute(x, dim, index); });
-  record_for_autograd({x}, [&] { return OpRecord{"gather", {x, index}, {out}, {}, {dim}}; });
+  record_for_autograd({x}, [&] { return make_record<OpId::gather>({x, index}, {out}, {dim}); });
   return out;
 }
 
@@ -104,7 +106,7 @@ Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   Tensor out = without_recording([&] { return cat_compute(tensors, dim); });
   record_for_autograd(tensors, [&] {
-    return OpRecord{"cat", tensors, {out}, {}, {wrap_dim(dim, std::max<int64_t>(tensors.front().dim(), 1), "cat")}};
+    return make_record<OpId::cat>(tensors, {out}, {wrap_dim(dim, std::max<int64_t>(tensors.front().dim(), 1), "cat")});
   });
   return out;
 }
@@ -129,7 +131,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   AllocationScope scope("stack");
   Tensor out = without_recording([&] { return stack_compute(tensors, dim); });
   record_for_autograd(tensors, [&] {
-    return OpRecord{"stack", tensors, {out}, {}, {wrap_dim(dim, tensors.front().dim() + 1, "stack")}};
+    return make_record<OpId::stack>(tensors, {out}, {wrap_dim(dim, tensors.front().dim() + 1, "stack")});
   });
   return out;
 }

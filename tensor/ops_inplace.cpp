@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "tensor/autograd_hook.h"
 #include "tensor/ops.h"
@@ -24,33 +25,35 @@ Tensor operand_as_self(const char* op, const Tensor& self, const Tensor& other) 
   return other.expand(self.sizes());
 }
 
-const Tensor& ternary_(const char* name, TernaryOp op, const Tensor& self, const Tensor& a, const Tensor& b,
-                       double value) {
+template <OpId op>
+const Tensor& ternary_(TernaryOp kernel, const Tensor& self, const Tensor& a, const Tensor& b, double value) {
+  const std::string display = std::string(op_name(op)) + "_";
+  const char* name = display.c_str();
   check_defined(name, self);
   check_writable(name, self);
   check_floating(name, self);
   const Tensor a_view = operand_as_self(name, self, a), b_view = operand_as_self(name, self, b);
   without_recording([&] {
-    backend_of(self).ternary(op, kv(self), kv(self), kv(a_view), kv(b_view), value);
+    backend_of(self).ternary(kernel, kv(self), kv(self), kv(a_view), kv(b_view), value);
     return 0;
   });
   self.bump_version();
-  record_for_autograd({self, a, b}, [&] { return OpRecord{name, {self, a, b}, {self}, {value}, {}}; });
+  record_for_autograd({self, a, b}, [&] { return make_in_place_record<op>({self, a, b}, {value}); });
   return self;
 }
 
 }  // namespace
 
 const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight) {
-  return ternary_("lerp_", TernaryOp::lerp, self, end, end, weight);
+  return ternary_<OpId::lerp>(TernaryOp::lerp, self, end, end, weight);
 }
 
 const Tensor& addcmul_(const Tensor& self, const Tensor& a, const Tensor& b, double value) {
-  return ternary_("addcmul_", TernaryOp::addcmul, self, a, b, value);
+  return ternary_<OpId::addcmul>(TernaryOp::addcmul, self, a, b, value);
 }
 
 const Tensor& addcdiv_(const Tensor& self, const Tensor& a, const Tensor& b, double value) {
-  return ternary_("addcdiv_", TernaryOp::addcdiv, self, a, b, value);
+  return ternary_<OpId::addcdiv>(TernaryOp::addcdiv, self, a, b, value);
 }
 
 const Tensor& sqrt_(const Tensor& self) {
@@ -62,7 +65,7 @@ const Tensor& sqrt_(const Tensor& self) {
     return 0;
   });
   self.bump_version();
-  record_for_autograd({self}, [&] { return OpRecord{"sqrt_", {self}, {self}, {}, {}}; });
+  record_for_autograd({self}, [&] { return make_in_place_record<OpId::sqrt>({self}); });
   return self;
 }
 
@@ -75,7 +78,7 @@ const Tensor& maximum_(const Tensor& self, const Tensor& other) {
     return 0;
   });
   self.bump_version();
-  record_for_autograd({self, other}, [&] { return OpRecord{"maximum_", {self, other}, {self}, {}, {}}; });
+  record_for_autograd({self, other}, [&] { return make_in_place_record<OpId::maximum>({self, other}); });
   return self;
 }
 

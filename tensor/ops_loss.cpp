@@ -76,8 +76,7 @@ NllResult nll_loss_compute(const Tensor& log_probs, const Tensor& target, Reduct
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
   NllResult r = without_recording([&] { return nll_loss_compute(log_probs, target, reduction, ignore_index); });
   record_for_autograd({log_probs}, [&] {
-    return OpRecord{"nll_loss", {log_probs, target, r.total_weight}, {r.output}, {},
-                    {static_cast<int64_t>(reduction), ignore_index}};
+    return make_record<OpId::nll_loss>({log_probs, target, r.total_weight}, {r.output}, {reduction, ignore_index});
   });
   return r.output;
 }
@@ -166,7 +165,7 @@ Tensor mse_loss_compute(const Tensor& input, const Tensor& target, Reduction red
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   Tensor out = without_recording([&] { return mse_loss_compute(input, target, reduction); });
   record_for_autograd({input, target}, [&] {
-    return OpRecord{"mse_loss", {input, target}, {out}, {}, {static_cast<int64_t>(reduction)}};
+    return make_record<OpId::mse_loss>({input, target}, {out}, {reduction});
   });
   return out;
 }

@@ -155,25 +155,25 @@ Tensor mv_compute(const Tensor& m, const Tensor& v) {
 // The primitives record themselves (their internal copies and views are not part of the graph).
 Tensor mm_impl(const Tensor& a, const Tensor& b) {
   Tensor out = without_recording([&] { return mm_compute(a, b); });
-  record_for_autograd({a, b}, [&] { return OpRecord{"mm", {a, b}, {out}, {}, {}}; });
+  record_for_autograd({a, b}, [&] { return make_record<OpId::mm>({a, b}, {out}); });
   return out;
 }
 
 Tensor bmm_impl(const Tensor& a, const Tensor& b) {
   Tensor out = without_recording([&] { return bmm_compute(a, b); });
-  record_for_autograd({a, b}, [&] { return OpRecord{"bmm", {a, b}, {out}, {}, {}}; });
+  record_for_autograd({a, b}, [&] { return make_record<OpId::bmm>({a, b}, {out}); });
   return out;
 }
 
 Tensor dot_impl(const Tensor& a, const Tensor& b) {
   Tensor out = without_recording([&] { return dot_compute(a, b); });
-  record_for_autograd({a, b}, [&] { return OpRecord{"dot", {a, b}, {out}, {}, {}}; });
+  record_for_autograd({a, b}, [&] { return make_record<OpId::dot>({a, b}, {out}); });
   return out;
 }
 
 Tensor mv_impl(const Tensor& m, const Tensor& v) {
   Tensor out = without_recording([&] { return mv_compute(m, v); });
-  record_for_autograd({m, v}, [&] { return OpRecord{"mv", {m, v}, {out}, {}, {}}; });
+  record_for_autograd({m, v}, [&] { return make_record<OpId::mv>({m, v}, {out}); });
   return out;
 }
 
@@ -297,7 +297,7 @@ Tensor addmm_compute(const Tensor& bias, const Tensor& a, const Tensor& b, doubl
 
 Tensor addmm_impl(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
   Tensor out = without_recording([&] { return addmm_compute(bias, a, b, beta, alpha); });
-  record_for_autograd({bias, a, b}, [&] { return OpRecord{"addmm", {bias, a, b}, {out}, {beta, alpha}, {}}; });
+  record_for_autograd({bias, a, b}, [&] { return make_record<OpId::addmm>({bias, a, b}, {out}, {beta, alpha}); });
   return out;
 }
 

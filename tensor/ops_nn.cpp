@@ -32,16 +32,18 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
 
 namespace {
 
-Tensor softmax_recorded(const char* name, const Tensor& x, int64_t dim, bool log) {
+template <OpId op>
+Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log) {
+  const char* name = op_name(op).data();
   Tensor out = without_recording([&] { return softmax_op(name, x, dim, log); });
-  record_for_autograd({x}, [&] { return OpRecord{name, {x}, {out}, {}, {wrap_dim(dim, x.dim(), name)}}; });
+  record_for_autograd({x}, [&] { return make_record<op>({x}, {out}, {wrap_dim(dim, x.dim(), name)}); });
   return out;
 }
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_recorded("softmax", x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_recorded("log_softmax", x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_recorded<OpId::softmax>(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_recorded<OpId::log_softmax>(x, dim, true); }
 
 Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log) {
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
@@ -112,9 +114,9 @@ DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
 DropoutResult dropout_with_mask(const Tensor& x, double p, bool train) {
   DropoutResult result = without_recording([&] { return dropout_compute(x, p, train); });
   if (result.mask.defined())
-    record_for_autograd({x}, [&] { return OpRecord{"dropout", {x, result.mask}, {result.output}, {p}, {}}; });
+    record_for_autograd({x}, [&] { return make_record<OpId::dropout>({x, result.mask}, {result.output}, {p}); });
   else if (result.output.impl_ptr() != x.impl_ptr())
-    record_for_autograd({x}, [&] { return OpRecord{"mul_scalar", {x}, {result.output}, {0.0}, {}}; });
+    record_for_autograd({x}, [&] { return make_record<OpId::mul_scalar>({x}, {result.output}, {0.0}); });
   return result;
 }
 
@@ -159,7 +161,7 @@ Tensor embedding_compute(const Tensor& weight, const Tensor& indices) {
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor out = without_recording([&] { return embedding_compute(weight, indices); });
-  record_for_autograd({weight}, [&] { return OpRecord{"embedding", {weight, indices}, {out}, {}, {}}; });
+  record_for_autograd({weight}, [&] { return make_record<OpId::embedding>({weight, indices}, {out}); });
   return out;
 }
 

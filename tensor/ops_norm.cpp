@@ -101,8 +101,8 @@ LayerNormResult native_layer_norm(const Tensor& input, const Shape& normalized_s
   const Tensor w = value_or_undefined(weight), b = value_or_undefined(bias);
   LayerNormResult result = without_recording([&] { return layer_norm_compute(input, normalized_shape, w, b, eps); });
   record_for_autograd({input, w, b}, [&] {
-    return OpRecord{"native_layer_norm", {input, w, b, result.mean, result.rstd}, {result.output}, {eps},
-                    normalized_shape};
+    return make_record<OpId::native_layer_norm>({input, w, b, result.mean, result.rstd}, {result.output},
+                                                {normalized_shape, eps});
   });
   return result;
 }

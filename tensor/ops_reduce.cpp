@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "memory/allocation_context.h"
 #include "tensor/autograd_hook.h"
@@ -93,45 +94,57 @@ ValuesIndices reduce_dim_with_indices(const char* name, ReduceOp op, const Tenso
 
 namespace {
 
-// sum and mean have gradients: recorded as "sum"/"mean" over everything, or "<op>_dims" with ints
-// [keepdim, wrapped dims...]. The other reductions are recorded too, so differentiating them is a clear
-// error rather than a silently missing gradient.
-Tensor reduce_recorded(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, bool whole,
+// sum and mean have gradients: recorded as sum/mean over everything (whole), or sum_dims/mean_dims. The
+// other reductions with floating results are recorded too (no_grad rows), so differentiating them is a
+// clear error rather than a silently missing gradient. `op` is the row for a whole reduction, `dims_op`
+// the one with dims.
+template <OpId op, OpId dims_op>
+Tensor reduce_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool keepdim, bool whole,
                        WholeInput input = WholeInput::as_is) {
-  Tensor out = without_recording([&] { return reduce_op(name, op, x, dims, keepdim, input); });
+  const char* name = op_name(op).data();
+  Tensor out = without_recording([&] { return reduce_op(name, kernel, x, dims, keepdim, input); });
   if (!is_floating_point(out.dtype())) return out;
   record_for_autograd({x}, [&] {
-    if (whole) return OpRecord{name, {x}, {out}, {}, {}};
-    std::vector<int64_t> ints{keepdim ? 1 : 0};
-    if (dims.empty()) {
-      for (int64_t d = 0; d < x.dim(); ++d) ints.push_back(d);
+    if constexpr (std::is_same_v<ArgsOf<dims_op>, op_args::None>) {
+      return make_record<op>({x}, {out});
     } else {
-      for (int64_t d : dims) ints.push_back(wrap_dim(d, x.dim(), name));
+      if constexpr (op != dims_op) {
+        if (whole) return make_record<op>({x}, {out});
+      }
+      op_args::Dims args{{}, keepdim};
+      if (dims.empty()) {
+        for (int64_t d = 0; d < x.dim(); ++d) args.dims.push_back(d);
+      } else {
+        for (int64_t d : dims) args.dims.push_back(wrap_dim(d, x.dim(), name));
+      }
+      return make_record<dims_op>({x}, {out}, std::move(args));
     }
-    return OpRecord{std::string_view(op == ReduceOp::sum ? "sum_dims" : op == ReduceOp::mean ? "mean_dims" : name),
-                    {x}, {out}, {}, std::move(ints)};
   });
   return out;
 }
 
 }  // namespace
 
-Tensor sum(const Tensor& x) { return reduce_recorded("sum", ReduceOp::sum, x, {}, false, true); }
+Tensor sum(const Tensor& x) { return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, {}, false, true); }
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  return reduce_recorded("sum", ReduceOp::sum, x, dims, keepdim, false);  // no dims: all of them, as sum(x, dim=[])
+  return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, dims, keepdim, false);  // no dims: all of them, as sum(x, dim=[])
 }
-Tensor mean(const Tensor& x) { return reduce_recorded("mean", ReduceOp::mean, x, {}, false, true); }
+Tensor mean(const Tensor& x) { return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, {}, false, true); }
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
-  return reduce_recorded("mean", ReduceOp::mean, x, dims, keepdim, false);
+  return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, dims, keepdim, false);
 }
-Tensor prod(const Tensor& x) { return reduce_recorded("prod", ReduceOp::prod, x, {}, false, true); }
-Tensor max(const Tensor& x) { return reduce_recorded("max", ReduceOp::max, x, {}, false, true, WholeInput::contiguous); }
-Tensor min(const Tensor& x) { return reduce_recorded("min", ReduceOp::min, x, {}, false, true, WholeInput::contiguous); }
+Tensor prod(const Tensor& x) { return reduce_recorded<OpId::prod, OpId::prod>(ReduceOp::prod, x, {}, false, true); }
+Tensor max(const Tensor& x) {
+  return reduce_recorded<OpId::max, OpId::max>(ReduceOp::max, x, {}, false, true, WholeInput::contiguous);
+}
+Tensor min(const Tensor& x) {
+  return reduce_recorded<OpId::min, OpId::min>(ReduceOp::min, x, {}, false, true, WholeInput::contiguous);
+}
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
-  return reduce_recorded("amax", ReduceOp::max, x, dims, keepdim, false);
+  return reduce_recorded<OpId::amax, OpId::amax>(ReduceOp::max, x, dims, keepdim, false);
 }
 Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
-  return reduce_recorded("amin", ReduceOp::min, x, dims, keepdim, false);
+  return reduce_recorded<OpId::amin, OpId::amin>(ReduceOp::min, x, dims, keepdim, false);
 }
 Tensor argmax(const Tensor& x) { return reduce_op("argmax", ReduceOp::argmax, x, {}, false, WholeInput::flattened); }
 Tensor argmin(const Tensor& x) { return reduce_op("argmin", ReduceOp::argmin, x, {}, false, WholeInput::flattened); }
@@ -194,27 +207,22 @@ Tensor var_impl(const char* name, ReduceOp op, const Tensor& x, const Shape& dim
   return out;
 }
 
-// Recorded as "norm" (ints [keepdim, wrapped dims...], no dims for dim=None), "var"/"std" (the same ints,
-// scalars [correction]); the nodes save self (and result for norm and std), as derivatives.yaml.
+// Recorded as norm (dims wrapped; none for dim=None) and var/std (with correction); the nodes save self
+// (and result for norm and std), as derivatives.yaml.
 Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whole) {
-  const std::vector<int64_t> wrapped = whole ? std::vector<int64_t>{} : wrapped_dims("norm", x, dims);
+  Shape wrapped = whole ? Shape{} : wrapped_dims("norm", x, dims);
   Tensor out = without_recording([&] { return norm_impl(x, dims, keepdim); });
-  record_for_autograd({x}, [&] {
-    std::vector<int64_t> ints{keepdim ? 1 : 0};
-    ints.insert(ints.end(), wrapped.begin(), wrapped.end());
-    return OpRecord{"norm", {x}, {out}, {}, std::move(ints)};
-  });
+  record_for_autograd({x}, [&] { return make_record<OpId::norm>({x}, {out}, {std::move(wrapped), keepdim}); });
   return out;
 }
 
-Tensor var_recorded(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, bool whole,
-                    double correction) {
-  const std::vector<int64_t> wrapped = whole ? std::vector<int64_t>{} : wrapped_dims(name, x, dims);
-  Tensor out = without_recording([&] { return var_impl(name, op, x, dims, keepdim, correction); });
+template <OpId op>
+Tensor var_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool keepdim, bool whole, double correction) {
+  const char* name = op_name(op).data();
+  Shape wrapped = whole ? Shape{} : wrapped_dims(name, x, dims);
+  Tensor out = without_recording([&] { return var_impl(name, kernel, x, dims, keepdim, correction); });
   record_for_autograd({x}, [&] {
-    std::vector<int64_t> ints{keepdim ? 1 : 0, whole ? 1 : 0};
-    ints.insert(ints.end(), wrapped.begin(), wrapped.end());
-    return OpRecord{std::string_view(name), {x}, {out}, {correction}, std::move(ints)};
+    return make_record<op>({x}, {out}, {std::move(wrapped), keepdim, whole, correction});
   });
   return out;
 }
@@ -223,13 +231,13 @@ Tensor var_recorded(const char* name, ReduceOp op, const Tensor& x, const Shape&
 
 Tensor norm(const Tensor& x) { return norm_recorded(x, {}, false, true); }
 Tensor norm(const Tensor& x, const Shape& dims, bool keepdim) { return norm_recorded(x, dims, keepdim, dims.empty()); }
-Tensor var(const Tensor& x) { return var_recorded("var", ReduceOp::var, x, {}, false, true, 1.0); }
+Tensor var(const Tensor& x) { return var_recorded<OpId::var>(ReduceOp::var, x, {}, false, true, 1.0); }
 Tensor var(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
-  return var_recorded("var", ReduceOp::var, x, dims, keepdim, dims.empty(), correction);
+  return var_recorded<OpId::var>(ReduceOp::var, x, dims, keepdim, dims.empty(), correction);
 }
-Tensor std(const Tensor& x) { return var_recorded("std", ReduceOp::std, x, {}, false, true, 1.0); }
+Tensor std(const Tensor& x) { return var_recorded<OpId::std>(ReduceOp::std, x, {}, false, true, 1.0); }
 Tensor std(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
-  return var_recorded("std", ReduceOp::std, x, dims, keepdim, dims.empty(), correction);
+  return var_recorded<OpId::std>(ReduceOp::std, x, dims, keepdim, dims.empty(), correction);
 }
 
 Tensor Tensor::norm() const { return bytegrad::norm(*this); }

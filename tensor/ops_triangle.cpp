@@ -15,7 +15,9 @@ using namespace ops_detail;
 
 namespace {
 
-Tensor triangle_recorded(const char* name, const Tensor& x, int64_t diagonal, bool upper) {
+template <OpId op>
+Tensor triangle_recorded(const Tensor& x, int64_t diagonal, bool upper) {
+  const char* name = op_name(op).data();
   Tensor out = without_recording([&] {
     AllocationScope scope(name);
     check_defined(name, x);
@@ -26,13 +28,13 @@ Tensor triangle_recorded(const char* name, const Tensor& x, int64_t diagonal, bo
     backend_of(x).triangle(kv(result), kv(x), diagonal, upper);
     return result;
   });
-  record_for_autograd({x}, [&] { return OpRecord{name, {x}, {out}, {}, {diagonal}}; });
+  record_for_autograd({x}, [&] { return make_record<op>({x}, {out}, {diagonal}); });
   return out;
 }
 
 }  // namespace
 
-Tensor triu(const Tensor& x, int64_t diagonal) { return triangle_recorded("triu", x, diagonal, true); }
-Tensor tril(const Tensor& x, int64_t diagonal) { return triangle_recorded("tril", x, diagonal, false); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle_recorded<OpId::triu>(x, diagonal, true); }
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle_recorded<OpId::tril>(x, diagonal, false); }
 
 }  // namespace bytegrad

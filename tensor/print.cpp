@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/backend.h"
 #include "tensor/tensor.h"
 
 namespace bytegrad {

@@ -8,6 +8,7 @@
 #include <numbers>
 #include <random>
 
+#include "kernels/backend.h"
 #include "memory/allocation_context.h"
 #include "tensor/tensor.h"
 

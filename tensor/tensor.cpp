@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "kernels/backend.h"
 #include "memory/allocation_context.h"
 #include "tensor/autograd_hook.h"
 #include "memory/device_allocators.h"
@@ -72,8 +73,9 @@ Tensor Tensor::alias() const { return as_strided(sizes(), strides(), storage_off
 namespace {
 
 // Reports a view (or copy) op to autograd; returns the output for tail calls.
-Tensor recorded(std::string_view op, const Tensor& input, Tensor output, std::vector<int64_t> ints = {}) {
-  record_for_autograd({input}, [&] { return OpRecord{op, {input}, {output}, {}, std::move(ints)}; });
+template <OpId op>
+Tensor recorded(const Tensor& input, Tensor output, ArgsOf<op> args = {}) {
+  record_for_autograd({input}, [&] { return make_record<op>({input}, {output}, std::move(args)); });
   return output;
 }
 
@@ -148,13 +150,13 @@ Tensor Tensor::view(const Shape& shape) const {
     throw std::invalid_argument(fmt::format(
         "view: {} cannot be viewed as {}: its strides {} span non-contiguous memory; use reshape (which copies)",
         describe(*this), shape_str(new_sizes), shape_str(strides())));
-  return recorded("view", *this, as_strided(new_sizes, *new_strides, storage_offset()));
+  return recorded<OpId::view>(*this, as_strided(new_sizes, *new_strides, storage_offset()));
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   Shape new_sizes = infer_shape(shape, numel(), "reshape");
   if (auto new_strides = view_strides(sizes(), strides(), new_sizes))
-    return recorded("view", *this, as_strided(new_sizes, *new_strides, storage_offset()));
+    return recorded<OpId::view>(*this, as_strided(new_sizes, *new_strides, storage_offset()));
   return clone().view(new_sizes);  // PyTorch copies exactly when no view is possible
 }
 
@@ -165,16 +167,16 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Shape s = sizes(), st = strides();
   std::swap(s[dim0], s[dim1]);
   std::swap(st[dim0], st[dim1]);
-  return recorded("transpose", *this, as_strided(s, st, storage_offset()), {dim0, dim1});
+  return recorded<OpId::transpose>(*this, as_strided(s, st, storage_offset()), {dim0, dim1});
 }
 
 Tensor Tensor::t() const {
   if (dim() > 2) throw std::invalid_argument(fmt::format("t: expects a tensor with <= 2 dimensions, got {}", describe(*this)));
-  if (dim() < 2) return recorded("view", *this, alias());
+  if (dim() < 2) return recorded<OpId::view>(*this, alias());
   Shape s = sizes(), st = strides();
   std::swap(s[0], s[1]);
   std::swap(st[0], st[1]);
-  return recorded("t", *this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::t>(*this, as_strided(s, st, storage_offset()));
 }
 
 Tensor Tensor::permute(const Shape& order) const {
@@ -190,7 +192,7 @@ Tensor Tensor::permute(const Shape& order) const {
     s[i] = sizes()[d];
     st[i] = strides()[d];
   }
-  return recorded("permute", *this, as_strided(s, st, storage_offset()), wrapped);
+  return recorded<OpId::permute>(*this, as_strided(s, st, storage_offset()), {wrapped});
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -205,7 +207,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t offset = storage_offset() + index * st[d];
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return recorded("select", *this, as_strided(s, st, offset), {d, index});
+  return recorded<OpId::select>(*this, as_strided(s, st, offset), {d, index});
 }
 
 Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
@@ -220,7 +222,7 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
   int64_t offset = storage_offset() + lo * st[d];
   s[d] = (hi - lo + step - 1) / step;
   st[d] *= step;
-  return recorded("slice", *this, as_strided(s, st, offset), {d, lo, hi, step});
+  return recorded<OpId::slice>(*this, as_strided(s, st, offset), {d, lo, hi, step});
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -244,7 +246,7 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
     s[d] = std::min(start + split_size, n) - start;
     parts.push_back(as_strided(s, strides(), storage_offset() + start * strides()[d]));
   }
-  record_for_autograd({*this}, [&] { return OpRecord{"split", {*this}, parts, {}, {split_size, d}}; });
+  record_for_autograd({*this}, [&] { return make_record<OpId::split>({*this}, parts, {split_size, d}); });
   return parts;
 }
 
@@ -262,7 +264,7 @@ std::vector<Tensor> Tensor::unbind(int64_t d) const {
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
   for (int64_t i = 0; i < sizes()[d]; ++i) parts.push_back(as_strided(s, st, storage_offset() + i * strides()[d]));
-  record_for_autograd({*this}, [&] { return OpRecord{"unbind", {*this}, parts, {}, {d}}; });
+  record_for_autograd({*this}, [&] { return make_record<OpId::unbind>({*this}, parts, {d}); });
   return parts;
 }
 
@@ -293,24 +295,24 @@ Tensor Tensor::expand(const Shape& shape) const {
     s[i] = size;
     st[i] = stride;
   }
-  return recorded("expand", *this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::expand>(*this, as_strided(s, st, storage_offset()));
 }
 
 Tensor Tensor::squeeze() const {
   Shape s, st;
   for (int64_t i = 0; i < dim(); ++i)
     if (sizes()[i] != 1) s.push_back(sizes()[i]), st.push_back(strides()[i]);
-  return recorded("squeeze", *this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::squeeze>(*this, as_strided(s, st, storage_offset()));
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
-  if (dim() == 0) return recorded("view", *this, alias());
+  if (dim() == 0) return recorded<OpId::view>(*this, alias());
   d = wrap_dim(d, dim(), "squeeze");
-  if (sizes()[d] != 1) return recorded("view", *this, alias());
+  if (sizes()[d] != 1) return recorded<OpId::view>(*this, alias());
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return recorded("squeeze", *this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::squeeze>(*this, as_strided(s, st, storage_offset()));
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -319,7 +321,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t new_stride = d < dim() ? sizes()[d] * strides()[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, new_stride);
-  return recorded("unsqueeze", *this, as_strided(s, st, storage_offset()), {d});
+  return recorded<OpId::unsqueeze>(*this, as_strided(s, st, storage_offset()), {d});
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -327,7 +329,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   start_dim = wrap_dim(start_dim, dim(), "flatten");
   end_dim = wrap_dim(end_dim, dim(), "flatten");
   if (start_dim > end_dim) throw std::invalid_argument("flatten: start_dim cannot come after end_dim");
-  if (start_dim == end_dim) return recorded("view", *this, alias());
+  if (start_dim == end_dim) return recorded<OpId::view>(*this, alias());
   Shape s(sizes().begin(), sizes().begin() + start_dim);
   int64_t merged = 1;
   for (int64_t i = start_dim; i <= end_dim; ++i) merged *= sizes()[i];
@@ -347,7 +349,7 @@ Tensor Tensor::clone() const {
     out = empty(sizes(), TensorOptions{dtype(), device()});
   }
   backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
-  return recorded("clone", *this, out);
+  return recorded<OpId::clone>(*this, out);
 }
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
@@ -363,7 +365,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   }
   if (is_meta()) {  // no values to move; the copy only counts as a write
     bump_version();
-    record_for_autograd({*this, src}, [&] { return OpRecord{"copy_", {*this, src}, {*this}, {}, {}}; });
+    record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });
     return *this;
   }
   if (src.is_meta())
@@ -380,7 +382,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   }
   backend_for(device()).copy(view_for_kernels(), source.expand(sizes()).view_for_kernels());
   bump_version();
-  record_for_autograd({*this, src}, [&] { return OpRecord{"copy_", {*this, src}, {*this}, {}, {}}; });
+  record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });
   return *this;
 }
 
@@ -392,8 +394,7 @@ Tensor Tensor::to(Device target) const {
     moved.copy_(*this);
     return moved;
   });
-  return recorded("to_device", *this, out,
-                  {static_cast<int64_t>(device().type), static_cast<int64_t>(device().index)});
+  return recorded<OpId::to_device>(*this, out, {device()});
 }
 
 Tensor Tensor::to(ScalarType target) const {
@@ -404,7 +405,7 @@ Tensor Tensor::to(ScalarType target) const {
     out = empty(sizes(), TensorOptions{target, device()});
   }
   backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
-  return recorded("to_dtype", *this, out);
+  return recorded<OpId::to_dtype>(*this, out);
 }
 
 }  // namespace bytegrad

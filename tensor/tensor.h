@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
 #include "core/device.h"
+#include "core/op_table.h"
 #include "core/scalar_type.h"
+#include "core/strided_view.h"
 #include "tensor/storage.h"
 
 namespace bytegrad {
@@ -136,15 +137,11 @@ class Tensor {
   Tensor div(double other) const;
   Tensor pow(const Tensor& exponent) const;
   Tensor pow(double exponent) const;
-  Tensor neg() const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor abs() const;
-  Tensor relu() const;
-  Tensor sigmoid() const;
-  Tensor tanh() const;
-  Tensor gelu() const;
+  // Every unary pointwise op of the op table (core/op_table.h): x.neg(), x.exp(), x.log(), x.sqrt(),
+  // x.relu(), ... (ops.h declares the free functions).
+#define BYTEGRAD_UNARY_MEMBER(op, ...) Tensor op() const;
+  BYTEGRAD_UNARY_OPS(BYTEGRAD_UNARY_MEMBER)
+#undef BYTEGRAD_UNARY_MEMBER
   Tensor eq(const Tensor& other) const;
   Tensor ne(const Tensor& other) const;
   Tensor lt(const Tensor& other) const;

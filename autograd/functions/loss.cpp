@@ -7,29 +7,25 @@
 
 namespace bytegrad::formulas {
 
-// inputs: log_probs, target, total_weight (never requires grad); ints: reduction, ignore_index
-void nll_loss(const OpRecord& r) {
-  auto node = make_node("NllLossBackward0", r, [](const FormulaNode& n, TensorList& g) {
-    const auto reduction = static_cast<Reduction>(n.ints.at(0));
-    return TensorList{nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(2), reduction, n.ints.at(1)), Tensor(),
-                      Tensor()};
+// inputs: log_probs, target, total_weight (never requires grad)
+void nll_loss(const OpRecord& r, const op_args::NllLoss& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+    return TensorList{nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(2), args.reduction, args.ignore_index),
+                      Tensor(), Tensor()};
   });
-  node->ints = r.ints;
   node->save("self", r.inputs.at(0));
   node->save("target", r.inputs.at(1));
   node->save("total_weight", r.inputs.at(2));
 }
 
-// inputs: self, target; ints: reduction
-void mse_loss(const OpRecord& r) {
-  auto node = make_node("MseLossBackward0", r, [](const FormulaNode& n, TensorList& g) {
-    const auto reduction = static_cast<Reduction>(n.ints.at(0));
+// inputs: self, target
+void mse_loss(const OpRecord& r, const op_args::LossReduction& args) {
+  auto node = make_node(r, [reduction = args.reduction](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
     if (n.needs_grad(0)) out[0] = mse_loss_backward(g[0], n.saved(0), n.saved(1), reduction);
     if (n.needs_grad(1)) out[1] = mse_loss_backward(g[0], n.saved(1), n.saved(0), reduction);
     return out;
   });
-  node->ints = r.ints;
   node->save("self", r.inputs.at(0));
   node->save("target", r.inputs.at(1));
 }

@@ -15,22 +15,19 @@ std::optional<Tensor> optional_of(const Tensor& t) { return t.defined() ? std::o
 
 }  // namespace
 
-// inputs: input, weight, bias (undefined where absent), mean, rstd (no edges); scalars: eps;
-// ints: normalized_shape
-void native_layer_norm(const OpRecord& r) {
-  auto node = make_node("NativeLayerNormBackward0", r, [](const FormulaNode& n, TensorList& g) {
+// inputs: input, weight, bias (undefined where absent), mean, rstd (no edges)
+void native_layer_norm(const OpRecord& r, const op_args::LayerNorm& args) {
+  auto node = make_node(r, [shape = args.normalized_shape](const FormulaNode& n, TensorList& g) {
     TensorList out(5);
     if (!g[0].defined()) return out;
     const std::array<bool, 3> mask = {n.needs_grad(0), n.needs_grad(1), n.needs_grad(2)};
-    LayerNormGrads grads = native_layer_norm_backward(g[0], n.saved(0), n.ints, n.saved(3), n.saved(4),
+    LayerNormGrads grads = native_layer_norm_backward(g[0], n.saved(0), shape, n.saved(3), n.saved(4),
                                                       optional_of(n.saved(1)), optional_of(n.saved(2)), mask);
     out[0] = std::move(grads.grad_input);
     out[1] = std::move(grads.grad_weight);
     out[2] = std::move(grads.grad_bias);
     return out;
   });
-  node->scalars = r.scalars;
-  node->ints = r.ints;
   node->save("input", r.inputs.at(0));
   node->save("weight", r.inputs.at(1));
   node->save("bias", r.inputs.at(2));

@@ -23,39 +23,34 @@ Tensor expand_back(const Tensor& grad, const Shape& input_sizes, Shape dims, boo
 
 }  // namespace
 
-void sum(const OpRecord& r) {
-  auto node = make_node("SumBackward0", r, [](const FormulaNode& n, TensorList& g) {
+void sum(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].expand(n.shapes.at(0))};
   });
   node->shapes = {r.inputs.at(0).sizes()};
 }
 
-// ints: keepdim, then the reduced dims (already wrapped)
-void sum_dims(const OpRecord& r) {
-  auto node = make_node("SumBackward1", r, [](const FormulaNode& n, TensorList& g) {
-    Shape dims(n.ints.begin() + 1, n.ints.end());
-    return TensorList{expand_back(g[0], n.shapes.at(0), dims, n.ints.at(0) != 0)};
+void sum_dims(const OpRecord& r, const op_args::Dims& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+    return TensorList{expand_back(g[0], n.shapes.at(0), args.dims, args.keepdim)};
   });
   node->shapes = {r.inputs.at(0).sizes()};
-  node->ints = r.ints;
 }
 
-void mean(const OpRecord& r) {
-  auto node = make_node("MeanBackward0", r, [](const FormulaNode& n, TensorList& g) {
+void mean(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].expand(n.shapes.at(0)) / static_cast<double>(shape_numel(n.shapes.at(0)))};
   });
   node->shapes = {r.inputs.at(0).sizes()};
 }
 
-void mean_dims(const OpRecord& r) {
-  auto node = make_node("MeanBackward1", r, [](const FormulaNode& n, TensorList& g) {
-    Shape dims(n.ints.begin() + 1, n.ints.end());
+void mean_dims(const OpRecord& r, const op_args::Dims& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     int64_t count = 1;
-    for (int64_t d : dims) count *= n.shapes.at(0)[d];
-    return TensorList{expand_back(g[0], n.shapes.at(0), dims, n.ints.at(0) != 0) / static_cast<double>(count)};
+    for (int64_t d : args.dims) count *= n.shapes.at(0)[d];
+    return TensorList{expand_back(g[0], n.shapes.at(0), args.dims, args.keepdim) / static_cast<double>(count)};
   });
   node->shapes = {r.inputs.at(0).sizes()};
-  node->ints = r.ints;
 }
 
 namespace {
@@ -67,18 +62,16 @@ Tensor unsqueeze_dims(Tensor t, Shape dims) {
   return t;
 }
 
-// var_backward(grad, self, dim, correction, keepdim); ints: keepdim, whole (dim=None), wrapped dims...
-Tensor var_backward(Tensor grad, const Tensor& self, const FormulaNode& n) {
-  const double correction = n.scalars.at(0);
-  const bool keepdim = n.ints.at(0) != 0;
-  const bool whole = n.ints.at(1) != 0;
-  const Shape dims(n.ints.begin() + 2, n.ints.end());
-  if (self.dim() == 0 || whole) {
+// var_backward(grad, self, dim, correction, keepdim)
+Tensor var_backward(Tensor grad, const Tensor& self, const op_args::Variance& args) {
+  const double correction = args.correction;
+  const Shape& dims = args.dims;
+  if (self.dim() == 0 || args.whole) {
     // dof <= 0 (n <= correction): 2 / dof is inf (or negative), and the gradient inf/NaN, as the forward.
     const double dof = static_cast<double>(self.numel()) - correction;
     return (2.0 / dof) * grad * (self - self.mean());
   }
-  if (!keepdim && self.dim() > 1) grad = unsqueeze_dims(grad, dims);
+  if (!args.keepdim && self.dim() > 1) grad = unsqueeze_dims(grad, dims);
   int64_t rnumel = 1;
   for (int64_t d : dims) rnumel *= self.sizes()[d];
   return (2.0 / (static_cast<double>(rnumel) - correction)) * grad * (self - self.mean(dims, /*keepdim=*/true));
@@ -86,44 +79,38 @@ Tensor var_backward(Tensor grad, const Tensor& self, const FormulaNode& n) {
 
 }  // namespace
 
-// linalg_vector_norm (ord 2): grad * (self / norm), 0 where norm == 0. ints: keepdim, wrapped dims (none:
-// every dimension). Saves self and result.
-void norm(const OpRecord& r) {
-  auto node = make_node("LinalgVectorNormBackward0", r, [](const FormulaNode& n, TensorList& g) {
+// linalg_vector_norm (ord 2): grad * (self / norm), 0 where norm == 0 (args.dims empty: every
+// dimension). Saves self and result.
+void norm(const OpRecord& r, const op_args::Dims& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     const Tensor self = n.saved(0);
     Tensor result = n.saved(1);
     Tensor grad = g[0];
-    const Shape dims(n.ints.begin() + 1, n.ints.end());
-    if (n.ints.at(0) == 0 && self.dim() != 0) {
-      grad = unsqueeze_dims(grad, dims);
-      result = unsqueeze_dims(result, dims);
+    if (!args.keepdim && self.dim() != 0) {
+      grad = unsqueeze_dims(grad, args.dims);
+      result = unsqueeze_dims(result, args.dims);
     }
     return TensorList{grad * (self / result).masked_fill_(result == 0.0, 0.0)};
   });
-  node->ints = r.ints;
   node->save("self", r.inputs.at(0));
   node->save("result", r.outputs.at(0));
 }
 
-// var.correction: scalars: correction; ints: keepdim, whole, wrapped dims. Saves self.
-void var(const OpRecord& r) {
-  auto node = make_node("VarBackward0", r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{var_backward(g[0], n.saved(0), n)};
+// var.correction: saves self.
+void var(const OpRecord& r, const op_args::Variance& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+    return TensorList{var_backward(g[0], n.saved(0), args)};
   });
-  node->scalars = r.scalars;
-  node->ints = r.ints;
   node->save("self", r.inputs.at(0));
 }
 
 // std.correction: var_backward of grad / (2 * result) (0 where result == 0). Saves self and result.
-void std(const OpRecord& r) {
-  auto node = make_node("StdBackward0", r, [](const FormulaNode& n, TensorList& g) {
+void std(const OpRecord& r, const op_args::Variance& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     const Tensor result = n.saved(1);
     Tensor grad_var = (g[0] / (result * 2.0)).masked_fill_(result == 0.0, 0.0);
-    return TensorList{var_backward(grad_var, n.saved(0), n)};
+    return TensorList{var_backward(grad_var, n.saved(0), args)};
   });
-  node->scalars = r.scalars;
-  node->ints = r.ints;
   node->save("self", r.inputs.at(0));
   node->save("result", r.outputs.at(0));
 }

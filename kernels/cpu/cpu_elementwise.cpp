@@ -98,14 +98,6 @@ void with_predicate(BinaryOp op, Apply&& apply) {
   }
 }
 
-bool has_bool_output(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le:
-    case BinaryOp::gt: case BinaryOp::ge: case BinaryOp::logical_and: case BinaryOp::logical_or: return true;
-    default: return false;
-  }
-}
-
 // out[i] = f(in[i]) with T inputs computed in opmath, stored as Out.
 template <typename T, typename Out, typename F>
 void unary_loop(const StridedView& out, const StridedView& in, F f) {
