@@ -30,6 +30,7 @@
   X(neg, not_bool, grad, NegBackward0)                 \
   X(abs, any, no_grad, -)                              \
   X(exp, floating, grad, ExpBackward0)                 \
+  X(expm1, floating, grad, Expm1Backward0)             \
   X(log, floating, grad, LogBackward0)                 \
   X(sqrt, floating, grad, SqrtBackward0)               \
   X(relu, any, grad, ReluBackward0)                    \

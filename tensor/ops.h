@@ -39,6 +39,7 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small x
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor abs(const Tensor& x);

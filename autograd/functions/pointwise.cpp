@@ -105,6 +105,12 @@ void exp(const OpRecord& r, const op_args::None&) {
   node->save("result", r.outputs.at(0));
 }
 
+// grad * (result + 1): a result-sized temporary, then the gradient (derivatives.yaml's expm1).
+void expm1(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * (n.saved(0) + 1.0)}; });
+  node->save("result", r.outputs.at(0));
+}
+
 void log(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] / n.saved(0)}; });
   node->save("self", r.inputs.at(0));

@@ -1,102 +1,14 @@
-// Elementwise kernels: unary, binary (tensor-tensor and tensor-scalar), where and masked_fill.
-// Arithmetic happens in opmath_t<T> (float for the 16-bit floats); each op is a small functor, and one
-// table each (with_arithmetic_functor, with_predicate) serves both the tensor and the scalar forms.
-#include <cmath>
-#include <numbers>
+// Elementwise kernels: unary, binary (tensor-tensor and tensor-scalar), where and masked_fill. Arithmetic
+// happens in opmath_t<T> (float for the 16-bit floats); what each op computes is kernels/pointwise_math.h,
+// shared with the CUDA kernels.
+#include <stdexcept>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/pointwise_math.h"
 
 namespace bytegrad::cpu {
 
 namespace {
-
-// Transcendental math on integer inputs goes through double.
-template <typename M>
-using float_math_t = std::conditional_t<std::is_floating_point_v<M>, M, double>;
-
-template <typename M>
-bool is_nan(M x) {
-  if constexpr (std::is_floating_point_v<M>) return std::isnan(x);
-  else return false;
-}
-
-template <typename M>
-M gelu_of(M x) {
-  using F = float_math_t<M>;
-  const F fx = static_cast<F>(x);
-  return static_cast<M>(F(0.5) * fx * (F(1) + std::erf(fx * F(std::numbers::sqrt2 / 2))));
-}
-
-template <typename M>
-M gelu_derivative(M x) {
-  using F = float_math_t<M>;
-  const F fx = static_cast<F>(x);
-  const F cdf = F(0.5) * (F(1) + std::erf(fx * F(std::numbers::sqrt2 / 2)));
-  const F pdf = std::exp(F(-0.5) * fx * fx) * F(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
-  return static_cast<M>(cdf + fx * pdf);
-}
-
-// Integer division that cannot trap: x / 0 gives 0 (PyTorch's CPU kernel raises; CUDA gives garbage).
-template <typename M>
-M safe_divide(M x, M y) {
-  if constexpr (std::is_integral_v<M>) {
-    if (y == 0) return 0;
-    if constexpr (std::is_signed_v<M>) {
-      if (y == -1) return static_cast<M>(0 - static_cast<std::make_unsigned_t<M>>(x));  // no overflow trap
-    }
-    return x / y;
-  } else {
-    return x / y;
-  }
-}
-
-template <typename M>
-M power(M x, M y) {
-  using F = float_math_t<M>;
-  return static_cast<M>(std::pow(static_cast<F>(x), static_cast<F>(y)));
-}
-
-// Calls apply(functor(M, M) -> M) for an arithmetic `op` (alpha scales add/sub's second operand).
-template <typename M, typename Apply>
-void with_arithmetic_functor(BinaryOp op, double alpha, Apply&& apply) {
-  const M a = static_cast<M>(alpha);
-  const bool unit_alpha = alpha == 1.0;
-  switch (op) {
-    case BinaryOp::add:
-      if (unit_alpha) return apply([](M x, M y) { return M(x + y); });
-      return apply([a](M x, M y) { return M(x + a * y); });
-    case BinaryOp::sub:
-      if (unit_alpha) return apply([](M x, M y) { return M(x - y); });
-      return apply([a](M x, M y) { return M(x - a * y); });
-    case BinaryOp::mul: return apply([](M x, M y) { return M(x * y); });
-    case BinaryOp::div: return apply([](M x, M y) { return safe_divide(x, y); });
-    case BinaryOp::pow: return apply([](M x, M y) { return power(x, y); });
-    case BinaryOp::maximum: return apply([](M x, M y) { return (is_nan(x) || x > y) ? x : y; });
-    case BinaryOp::minimum: return apply([](M x, M y) { return (is_nan(x) || x < y) ? x : y; });
-    // PyTorch's threshold_backward(grad, result, 0): the gradient passes where the output is positive.
-    case BinaryOp::relu_backward: return apply([](M g, M y) { return y > M(0) ? g : M(0); });
-    case BinaryOp::sigmoid_backward: return apply([](M g, M y) { return M(g * (M(1) - y) * y); });
-    case BinaryOp::tanh_backward: return apply([](M g, M y) { return M(g * (M(1) - y * y)); });
-    case BinaryOp::gelu_backward: return apply([](M g, M x) { return M(g * gelu_derivative(x)); });
-    default: throw std::logic_error("cpu binary: not an arithmetic op");
-  }
-}
-
-// Calls apply(predicate(X, X) -> bool) for a comparison or logical `op` (X is whatever the caller passes).
-template <typename Apply>
-void with_predicate(BinaryOp op, Apply&& apply) {
-  switch (op) {
-    case BinaryOp::eq: return apply([](auto x, auto y) { return x == y; });
-    case BinaryOp::ne: return apply([](auto x, auto y) { return x != y; });
-    case BinaryOp::lt: return apply([](auto x, auto y) { return x < y; });
-    case BinaryOp::le: return apply([](auto x, auto y) { return x <= y; });
-    case BinaryOp::gt: return apply([](auto x, auto y) { return x > y; });
-    case BinaryOp::ge: return apply([](auto x, auto y) { return x >= y; });
-    case BinaryOp::logical_and: return apply([](auto x, auto y) { return x != 0 && y != 0; });
-    case BinaryOp::logical_or: return apply([](auto x, auto y) { return x != 0 || y != 0; });
-    default: throw std::logic_error("cpu binary: not a comparison");
-  }
-}
 
 // out[i] = f(in[i]) with T inputs computed in opmath, stored as Out.
 template <typename T, typename Out, typename F>
@@ -131,43 +43,58 @@ void binary_loop(const StridedView& out, const StridedView& a, const StridedView
   });
 }
 
-template <typename T>
-void unary_typed(UnaryOp op, const StridedView& out, const StridedView& in) {
-  using M = opmath_t<T>;
-  using F = float_math_t<M>;
-  auto run = [&](auto f) { unary_loop<T, T>(out, in, f); };
+// Calls apply(functor) with the functor for `op` fixed at compile time (the switch is the op table's
+// rows), so each loop inlines its op's math from kernels/pointwise_math.h.
+template <typename M, typename Apply>
+void with_unary_functor(UnaryOp op, Apply&& apply) {
   switch (op) {
-    case UnaryOp::neg: return run([](M x) { return M(-x); });
-    case UnaryOp::abs: return run([](M x) { return x < M(0) ? M(-x) : x; });
-    case UnaryOp::exp: return run([](M x) { return static_cast<M>(std::exp(static_cast<F>(x))); });
-    case UnaryOp::log: return run([](M x) { return static_cast<M>(std::log(static_cast<F>(x))); });
-    case UnaryOp::sqrt: return run([](M x) { return static_cast<M>(std::sqrt(static_cast<F>(x))); });
-    case UnaryOp::relu: return run([](M x) { return x < M(0) ? M(0) : x; });  // NaN passes through
-    case UnaryOp::sigmoid:
-      return run([](M x) { return static_cast<M>(F(1) / (F(1) + std::exp(-static_cast<F>(x)))); });
-    case UnaryOp::tanh: return run([](M x) { return static_cast<M>(std::tanh(static_cast<F>(x))); });
-    case UnaryOp::gelu: return run([](M x) { return gelu_of(x); });
-    case UnaryOp::logical_not: break;  // handled by the caller (bool output)
+#define BYTEGRAD_UNARY_CASE(name, ...) \
+  case UnaryOp::name: return apply([](M x) { return pointwise::unary<M>(UnaryOp::name, x); });
+    BYTEGRAD_UNARY_OPS(BYTEGRAD_UNARY_CASE)
+#undef BYTEGRAD_UNARY_CASE
   }
   throw std::logic_error("cpu unary: unknown op");
 }
 
+template <typename M, typename Apply>
+void with_binary_functor(BinaryOp op, M alpha, Apply&& apply) {
+  switch (op) {
+#define BYTEGRAD_BINARY_CASE(name, ...) \
+  case BinaryOp::name: return apply([alpha](M x, M y) { return pointwise::binary<M>(BinaryOp::name, x, y, alpha); });
+    BYTEGRAD_BINARY_OPS(BYTEGRAD_BINARY_CASE)
+#undef BYTEGRAD_BINARY_CASE
+  }
+  throw std::logic_error("cpu binary: unknown op");
+}
+
+template <typename M, typename Apply>
+void with_scalar_functor(BinaryOp op, M scalar, double exact, bool scalar_first, Apply&& apply) {
+  switch (op) {
+#define BYTEGRAD_SCALAR_CASE(name, ...)                                                         \
+  case BinaryOp::name:                                                                          \
+    return apply([=](M x) {                                                                     \
+      return pointwise::binary_with_scalar<M>(BinaryOp::name, x, scalar, exact, scalar_first); \
+    });
+    BYTEGRAD_BINARY_OPS(BYTEGRAD_SCALAR_CASE)
+#undef BYTEGRAD_SCALAR_CASE
+  }
+  throw std::logic_error("cpu binary_scalar: unknown op");
+}
+
 }  // namespace
 
+// The output dtype is the input's, or bool for to_bool ops (logical_not, comparisons).
 void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
-  if (op == UnaryOp::logical_not) {
-    // The one unary op whose output dtype (bool) may differ from its input's.
-    dispatch_dtype(in.dtype, [&](auto in_tag) {
-      using T = typename decltype(in_tag)::type;
-      dispatch_dtype(out.dtype, [&](auto out_tag) {
-        using Out = typename decltype(out_tag)::type;
-        unary_loop<T, Out>(out, in, [](opmath_t<T> x) { return x == opmath_t<T>(0); });
-      });
-    });
-    return;
-  }
-  if (out.dtype != in.dtype) throw std::invalid_argument("cpu unary: input and output dtypes differ");
-  dispatch_dtype(in.dtype, [&](auto tag) { unary_typed<typename decltype(tag)::type>(op, out, in); });
+  if (out.dtype != in.dtype && out.dtype != ScalarType::bool_)
+    throw std::invalid_argument("cpu unary: input and output dtypes differ");
+  dispatch_dtype(in.dtype, [&](auto in_tag) {
+    using T = typename decltype(in_tag)::type;
+    using M = opmath_t<T>;
+    if (out.dtype == ScalarType::bool_ && in.dtype != ScalarType::bool_)
+      with_unary_functor<M>(op, [&](auto f) { unary_loop<T, bool>(out, in, f); });
+    else
+      with_unary_functor<M>(op, [&](auto f) { unary_loop<T, T>(out, in, f); });
+  });
 }
 
 void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) {
@@ -175,8 +102,8 @@ void binary(BinaryOp op, const StridedView& out, const StridedView& a, const Str
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    if (has_bool_output(op)) with_predicate(op, [&](auto f) { binary_loop<T, bool>(out, a, b, f); });
-    else with_arithmetic_functor<M>(op, alpha, [&](auto f) { binary_loop<T, T>(out, a, b, f); });
+    if (has_bool_output(op)) with_binary_functor<M>(op, M(1), [&](auto f) { binary_loop<T, bool>(out, a, b, f); });
+    else with_binary_functor<M>(op, convert<M>(alpha), [&](auto f) { binary_loop<T, T>(out, a, b, f); });
   });
 }
 
@@ -184,20 +111,11 @@ void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, do
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    if (has_bool_output(op)) {
-      // Compared in double, so `int_tensor > 0.5` means what it says.
-      with_predicate(op, [&](auto f) {
-        unary_loop<T, bool>(out, a, [&](M x) {
-          return scalar_first ? f(scalar, static_cast<double>(x)) : f(static_cast<double>(x), scalar);
-        });
-      });
-      return;
-    }
-    // Arithmetic adopts the tensor's type: the scalar is converted to it (an int tensor + 0.5 adds 0).
-    const M s = convert<M>(scalar);
-    with_arithmetic_functor<M>(op, 1.0, [&](auto f) {
-      unary_loop<T, T>(out, a, [&](M x) { return scalar_first ? f(s, x) : f(x, s); });
-    });
+    const M typed = convert<M>(scalar);
+    if (has_bool_output(op))
+      with_scalar_functor<M>(op, typed, scalar, scalar_first, [&](auto f) { unary_loop<T, bool>(out, a, f); });
+    else
+      with_scalar_functor<M>(op, typed, scalar, scalar_first, [&](auto f) { unary_loop<T, T>(out, a, f); });
   });
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "helpers.h"
-#include "support/op_samples.h"
+#include "tests/support/op_samples.h"
 
 using namespace agtest;
 using bytegrad::testing::op_samples;

@@ -64,6 +64,7 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::neg, one({3, 4}), [](auto& v) { return neg(v[0]); });
     row(OpId::abs, one({3, 4}), [](auto& v) { return abs(v[0]); });
     row(OpId::exp, one({3, 4}), [](auto& v) { return exp(v[0]); });
+    row(OpId::expm1, one({3, 4}), [](auto& v) { return expm1(v[0]); });
     row(OpId::log, one_positive({3, 4}), [](auto& v) { return log(v[0]); });
     row(OpId::sqrt, one_positive({3, 4}), [](auto& v) { return sqrt(v[0]); });
     row(OpId::relu, one({3, 4}), [](auto& v) { return relu(v[0]); });

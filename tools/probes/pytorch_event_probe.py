@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Records, in real PyTorch on a CUDA GPU, the caching-allocator events each small case makes.
 
-Usage: python3 pytorch_event_probe.py OUT.jsonl [GROUP...]   (groups: reduce, layernorm, ops, optim)
+Usage: python3 pytorch_event_probe.py OUT.jsonl [GROUP...]   (groups: reduce, layernorm, ops, optim,
+op_table; the first four are tests/data/pytorch_probes/events.jsonl, op_table is op_table_events.jsonl:
+ops added with the op table, docs/adding-an-op.md)
 One JSON object per line: {"group", "case", "events": [["alloc"|"free", requested_bytes], ...],
 "output_bytes"} for the events made by the case's `run` step only (inputs are built before recording
 starts). Used to derive and check the rules bytegrad follows for PyTorch's kernel-internal allocations
@@ -215,6 +217,20 @@ def ops_cases():
         CASES.append(("ops", name, fn))
 
 
+def op_table_cases():
+    """Ops added since the op table (docs/adding-an-op.md): named as ops_cases() names them."""
+    C = []
+    for shape in [(1024, 1024), (16, 64, 256), (7,)]:
+        C.append((f"expm1 {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.expm1(x))))
+        C.append((f"exp {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.exp(x))))
+    for n in [5, 4096, 1 << 20]:
+        C.append((f"dot [{n}]", fb(lambda n=n: (rg(n), rg(n)), lambda a, b: torch.matmul(a, b))))
+    for (m, n) in [(3, 4), (1024, 512), (4096, 4096)]:
+        C.append((f"mv [{m},{n}]", fb(lambda m=m, n=n: (rg(m, n), rg(n)), lambda a, v: torch.matmul(a, v))))
+    for name, fn in C:
+        CASES.append(("op_table", name, fn))
+
+
 # ------------------------------------------------------------------ optimizers
 def optim_cases():
     shapes = [[(1024, 256), (1024,), (1, 1024), (1,)], [(4096, 4096)], [(10,), (3, 3)]]
@@ -250,6 +266,7 @@ def main():
     reduce_cases()
     layernorm_cases()
     ops_cases()
+    op_table_cases()
     optim_cases()
     with open(out_path, "w") as f:
         f.write(json.dumps({"device": props.name, "multi_processor_count": props.multi_processor_count,
