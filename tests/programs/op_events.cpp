@@ -173,17 +173,25 @@ std::optional<OpCase> op_case(const std::string& name) {
       }
       return in[0].masked_fill(in[1], -inf).softmax(-1);
     };
-  } else if (starts("gelu ") || starts("relu ") || starts("dropout ") || starts("sigmoid ") || starts("tanh ")) {
+  } else if (starts("gelu ") || starts("relu ") || starts("dropout ") || starts("sigmoid ") || starts("tanh ") ||
+             starts("exp ") || starts("expm1 ")) {
     const Shape s(n.begin(), n.end());
     const std::string op = name.substr(0, name.find(' '));
     c.inputs = [s](Device d) { return std::vector<Tensor>{rg(s, d)}; };
     c.op = [op](const std::vector<Tensor>& in) {
+      if (op == "exp") return exp(in[0]);
+      if (op == "expm1") return expm1(in[0]);
       if (op == "gelu") return gelu(in[0]);
       if (op == "relu") return relu(in[0]);
       if (op == "sigmoid") return sigmoid(in[0]);
       if (op == "tanh") return tanh(in[0]);
       return dropout(in[0], 0.1, true);
     };
+  } else if (starts("dot ") || starts("mv ")) {  // through matmul, as the probe calls them
+    const Shape a = starts("dot ") ? Shape{n[0]} : Shape{n[0], n[1]};
+    const Shape b{a.back()};
+    c.inputs = [a, b](Device d) { return std::vector<Tensor>{rg(a, d), rg(b, d)}; };
+    c.op = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
   } else if (starts("bias broadcast add ") || starts("mul broadcast ")) {
     const Shape s(n.begin(), n.end());
     const bool add = starts("bias ");
@@ -213,8 +221,8 @@ std::string known_difference(const std::string& name) {
   return "";
 }
 
-std::vector<Json> rows_of(const std::string& group) {
-  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/events.jsonl");
+std::vector<Json> rows_of(const std::string& group, const std::string& file = "events.jsonl") {
+  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/" + file);
   REQUIRE(in.good());
   std::vector<Json> rows;
   std::string line;
@@ -231,36 +239,53 @@ const Device kMeta{DeviceType::meta, 0};
 
 }  // namespace
 
+namespace {
+
+// Replays one recorded case on sim (meta when heavy) and compares forward and backward events.
+void check_op_events(const Json& row) {
+  const std::string name = row.find("case")->string();
+  CAPTURE(name);
+  const std::optional<OpCase> c = op_case(name);
+  REQUIRE_MESSAGE(c.has_value(), "no bytegrad case for " << name);
+  const Device d = c->heavy ? kMeta : kSim;
+  GoldenConditions conditions(d);
+  manual_seed(0);
+  std::vector<Tensor> inputs = c->inputs(d);
+  Tensor y;
+  const Events forward = bgprobe::allocation_events(d, [&] { y = c->op(inputs); });
+  const Events want_forward = without_workspaces(events_of(*row.find("events")->find("forward")));
+  CHECK_MESSAGE(forward == want_forward, name << " forward: got " << show(forward) << ", want " << show(want_forward));
+  if (const Json* bw = row.find("events")->find("backward")) {
+    REQUIRE(y.requires_grad());
+    const Tensor g = ones_like(y);
+    const Events backward = bgprobe::allocation_events(d, [&] { y.backward(g); });
+    const Events want_backward = without_workspaces(events_of(*bw));
+    CHECK_MESSAGE(backward == want_backward,
+                  name << " backward: got " << show(backward) << ", want " << show(want_backward));
+  }
+}
+
+}  // namespace
+
 TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event for event as PyTorch") {
   int compared = 0;
   for (const Json& row : rows_of("ops")) {
     const std::string name = row.find("case")->string();
-    CAPTURE(name);
     if (const std::string why = known_difference(name); !why.empty()) {
       MESSAGE("not compared: " << name << ": " << why);
       continue;
     }
-    const std::optional<OpCase> c = op_case(name);
-    REQUIRE_MESSAGE(c.has_value(), "no bytegrad case for " << name);
-    const Device d = c->heavy ? kMeta : kSim;
-    GoldenConditions conditions(d);
-    manual_seed(0);
-    std::vector<Tensor> inputs = c->inputs(d);
-    Tensor y;
-    const Events forward = bgprobe::allocation_events(d, [&] { y = c->op(inputs); });
-    const Events want_forward = without_workspaces(events_of(*row.find("events")->find("forward")));
-    CHECK_MESSAGE(forward == want_forward, name << " forward: got " << show(forward) << ", want " << show(want_forward));
-    if (const Json* bw = row.find("events")->find("backward")) {
-      REQUIRE(y.requires_grad());
-      const Tensor g = ones_like(y);
-      const Events backward = bgprobe::allocation_events(d, [&] { y.backward(g); });
-      const Events want_backward = without_workspaces(events_of(*bw));
-      CHECK_MESSAGE(backward == want_backward,
-                    name << " backward: got " << show(backward) << ", want " << show(want_backward));
-    }
+    check_op_events(row);
     ++compared;
   }
   CHECK(compared == 91);  // 96 rows less the 5 known differences
+}
+
+// Ops added with the op table (docs/adding-an-op.md), recorded by the probe's op_table group.
+TEST_CASE("op_table events: expm1, exp, dot and mv forward and backward, event for event as PyTorch") {
+  const std::vector<Json> rows = rows_of("op_table", "op_table_events.jsonl");
+  CHECK(rows.size() == 12);
+  for (const Json& row : rows) check_op_events(row);
 }
 
 TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1, step2, zero_grad as PyTorch") {
