@@ -17,13 +17,6 @@ using namespace ops_detail;
 
 namespace {
 
-// The op table's dtype rule for one operand (`name` as the user called it: "exp", "add_", ...).
-void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& x) {
-  if (rule == DtypeRule::floating) check_floating(name, x);
-  if (rule == DtypeRule::not_bool && x.dtype() == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: {} is a bool tensor, which {} does not take", name, describe(x), name));
-}
-
 ScalarType result_dtype(DtypeRule rule, ScalarType operand) {
   return rule == DtypeRule::to_bool ? ScalarType::bool_ : operand;
 }

@@ -31,7 +31,7 @@ const Tensor& ternary_(TernaryOp kernel, const Tensor& self, const Tensor& a, co
   const char* name = display.c_str();
   check_defined(name, self);
   check_writable(name, self);
-  check_floating(name, self);
+  check_dtype_rule(name, op, self);
   const Tensor a_view = operand_as_self(name, self, a), b_view = operand_as_self(name, self, b);
   without_recording([&] {
     backend_of(self).ternary(kernel, kv(self), kv(self), kv(a_view), kv(b_view), value);
@@ -59,7 +59,7 @@ const Tensor& addcdiv_(const Tensor& self, const Tensor& a, const Tensor& b, dou
 const Tensor& sqrt_(const Tensor& self) {
   check_defined("sqrt_", self);
   check_writable("sqrt_", self);
-  check_floating("sqrt_", self);
+  check_dtype_rule("sqrt_", dtype_rule(UnaryOp::sqrt), self);
   without_recording([&] {
     backend_of(self).unary(UnaryOp::sqrt, kv(self), kv(self));
     return 0;

@@ -34,7 +34,7 @@ void check_reduction(const char* op, Reduction r) {
 // PyTorch's nll_loss_forward meta checks (plus bytegrad's: int64 targets, one device).
 void check_nll_operands(const char* op, const Tensor& log_probs, const Tensor& target) {
   check_same_device(op, log_probs, target);
-  check_floating(op, log_probs);
+  check_dtype_rule(op, OpId::nll_loss, log_probs);
   if (target.dtype() != ScalarType::int64)
     throw std::invalid_argument(fmt::format("{}: the target {} must be int64 class indices", op, describe(target)));
   if (log_probs.dim() < 1 || log_probs.dim() > 2)
@@ -122,7 +122,7 @@ namespace {
 void check_mse_operands(const char* op, const Tensor& input, const Tensor& target) {
   check_same_device(op, input, target);
   check_same_dtype(op, input, target);
-  check_floating(op, input);
+  check_dtype_rule(op, OpId::mse_loss, input);
   if (input.sizes() != target.sizes())
     throw std::invalid_argument(fmt::format("{}: the input {} and the target {} must have the same shape", op,
                                             describe(input), describe(target)));

@@ -20,7 +20,7 @@ namespace {
 Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
   AllocationScope scope(name);
   check_defined(name, x);
-  check_floating(name, x);
+  check_dtype_rule(name, OpId::softmax, x);
   dim = wrap_dim(dim, x.dim(), name);
   Tensor out = empty(x.sizes(), TensorOptions{x.dtype(), x.device()});
   const Tensor input = x.contiguous();
@@ -82,7 +82,7 @@ DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
   if (p < 0.0 || p > 1.0)
     throw std::invalid_argument(fmt::format("dropout: probability has to be between 0 and 1, but got {}", p));
   if (!train || p == 0.0 || x.numel() == 0) return {x, Tensor()};
-  check_floating("dropout", x);
+  check_dtype_rule("dropout", OpId::dropout, x);
   if (p == 1.0) {
     // PyTorch's _dropout: input * zeros({}) — a 0-d zero (freed on return) and the output.
     const Tensor zero = zeros({}, TensorOptions{x.dtype(), x.device()});

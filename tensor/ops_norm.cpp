@@ -32,7 +32,7 @@ struct RowsCols {
 RowsCols check_inputs(const char* op, const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
                       const Tensor& bias) {
   check_defined(op, input);
-  check_floating(op, input);
+  check_dtype_rule(op, OpId::native_layer_norm, input);
   if (normalized_shape.empty())
     throw std::invalid_argument(fmt::format("{}: expected normalized_shape to be at least 1-dimensional, i.e., "
                                             "containing at least one element, but got normalized_shape = []",

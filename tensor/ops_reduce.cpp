@@ -54,7 +54,7 @@ Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& di
   AllocationScope scope(name);
   check_defined(name, x);
   const bool extreme = op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax || op == ReduceOp::argmin;
-  if (op == ReduceOp::mean) check_floating(name, x);
+  if (op == ReduceOp::mean) check_dtype_rule(name, OpId::mean, x);
   if (extreme && x.numel() == 0)
     throw std::invalid_argument(fmt::format("{}: {} has no elements to reduce", name, describe(x)));
   ScalarType out_dtype = x.dtype();

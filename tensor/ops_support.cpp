@@ -41,6 +41,12 @@ void check_floating(const char* op, const Tensor& t) {
         describe(t)));
 }
 
+void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t) {
+  if (rule == DtypeRule::floating) check_floating(name, t);
+  if (rule == DtypeRule::not_bool && t.dtype() == ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("{}: {} is a bool tensor, which {} does not take", name, describe(t), name));
+}
+
 void check_writable(const char* op, const Tensor& t) {
   for (int64_t d = 0; d < t.dim(); ++d)
     if (t.strides()[d] == 0 && t.sizes()[d] > 1)

@@ -17,6 +17,9 @@ void check_defined(const char* op, const Tensor& t);
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 void check_floating(const char* op, const Tensor& t);
+// The op table's dtype rule for an operand (core/op_table.h); `name` is the op as the user called it.
+void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t);
+inline void check_dtype_rule(const char* name, OpId op, const Tensor& t) { check_dtype_rule(name, op_info(op).dtypes, t); }
 // An in-place op may not write through a view in which several elements share one address.
 void check_writable(const char* op, const Tensor& t);
 
