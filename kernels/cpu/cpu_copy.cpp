@@ -53,11 +53,7 @@ void copy_typed(const StridedView& dst, const StridedView& src) {
 StridedView contiguous_host_view(void* host, const StridedView& like) {
   StridedView v = like;
   v.data = host;
-  int64_t stride = 1;
-  for (size_t d = v.sizes.size(); d-- > 0;) {
-    v.strides[d] = stride;
-    stride *= std::max<int64_t>(v.sizes[d], 1);
-  }
+  v.strides = contiguous_strides(v.sizes);
   return v;
 }
 

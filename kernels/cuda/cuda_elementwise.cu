@@ -185,7 +185,7 @@ bool vector_aligned(const void* p) {
 
 // out = fn(in) elementwise; vectorised when both views are contiguous and aligned.
 template <typename Out, typename In, typename Fn>
-void map1(const CudaView& out, const CudaView& in, Fn fn, const char* name) {
+void map1(const StridedView& out, const StridedView& in, Fn fn, const char* name) {
   const int64_t n = out.numel();
   const auto idx = make_indexer<2>(out.sizes, {out.strides, in.strides});
   constexpr int N = kVecElements<Out, In>;
@@ -198,7 +198,7 @@ void map1(const CudaView& out, const CudaView& in, Fn fn, const char* name) {
 
 // out = fn(a, b) elementwise; vectorised when all three views are contiguous and aligned.
 template <typename Out, typename A, typename B, typename Fn>
-void map2(const CudaView& out, const CudaView& a, const CudaView& b, Fn fn, const char* name) {
+void map2(const StridedView& out, const StridedView& a, const StridedView& b, Fn fn, const char* name) {
   const int64_t n = out.numel();
   const auto idx = make_indexer<3>(out.sizes, {out.strides, a.strides, b.strides});
   constexpr int N = kVecElements<Out, A, B>;
@@ -242,14 +242,14 @@ struct MaskedFillFunctor {
   }
 };
 
-void require_mask_dtype(const CudaView& mask, const char* op) {
+void require_mask_dtype(const StridedView& mask, const char* op) {
   if (mask.dtype != ScalarType::bool_ && mask.dtype != ScalarType::uint8)
     throw std::invalid_argument(std::string("cuda backend: ") + op + ": the mask must be bool");
 }
 
 // Binary-style ops write either their inputs' dtype or bool (comparisons, logical ops).
 template <typename T, typename Launch>
-void dispatch_output(const CudaView& out, ScalarType input_dtype, const char* op, Launch&& launch) {
+void dispatch_output(const StridedView& out, ScalarType input_dtype, const char* op, Launch&& launch) {
   if (out.dtype == input_dtype) launch(TypeTag<T>{});
   else if (out.dtype == ScalarType::bool_) launch(TypeTag<bool>{});
   else
@@ -262,7 +262,7 @@ void dispatch_output(const CudaView& out, ScalarType input_dtype, const char* op
 
 // ------------------------------------------------------------------------------------------ launchers
 
-void fill(const CudaView& out, double value) {
+void fill(const StridedView& out, double value) {
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     for_each_index(out.numel(), FillFunctor<T>{static_cast<T*>(out.data), from_double<T>(value), make_indexer<1>(out.sizes, {out.strides})},
@@ -270,7 +270,7 @@ void fill(const CudaView& out, double value) {
   });
 }
 
-void arange(const CudaView& out, double start, double step) {
+void arange(const StridedView& out, double start, double step) {
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = arange_acc_t<T>;
@@ -281,7 +281,7 @@ void arange(const CudaView& out, double start, double step) {
   });
 }
 
-void copy(const CudaView& dst, const CudaView& src) {
+void copy(const StridedView& dst, const StridedView& src) {
   require_same_sizes(dst, src, "copy");
   const int64_t n = dst.numel();
   if (n == 0) return;
@@ -302,7 +302,7 @@ void copy(const CudaView& dst, const CudaView& src) {
   });
 }
 
-void unary(UnaryOp op, const CudaView& out, const CudaView& in) {
+void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
   require_same_sizes(out, in, "unary");
   dispatch_dtype(in.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -313,7 +313,7 @@ void unary(UnaryOp op, const CudaView& out, const CudaView& in) {
   });
 }
 
-void binary(BinaryOp op, const CudaView& out, const CudaView& a, const CudaView& b, double alpha) {
+void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) {
   require_same_sizes(out, a, "binary");
   require_same_sizes(out, b, "binary");
   if (a.dtype != b.dtype) throw std::invalid_argument("cuda backend: binary: operands have different dtypes");
@@ -326,7 +326,7 @@ void binary(BinaryOp op, const CudaView& out, const CudaView& a, const CudaView&
   });
 }
 
-void binary_scalar(BinaryOp op, const CudaView& out, const CudaView& a, double scalar, bool scalar_first) {
+void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first) {
   require_same_sizes(out, a, "binary_scalar");
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -338,7 +338,7 @@ void binary_scalar(BinaryOp op, const CudaView& out, const CudaView& a, double s
   });
 }
 
-void where(const CudaView& out, const CudaView& cond, const CudaView& a, const CudaView& b) {
+void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) {
   require_same_sizes(out, cond, "where");
   require_same_sizes(out, a, "where");
   require_same_sizes(out, b, "where");
@@ -355,7 +355,7 @@ void where(const CudaView& out, const CudaView& cond, const CudaView& a, const C
   });
 }
 
-void masked_fill(const CudaView& out, const CudaView& mask, double value) {
+void masked_fill(const StridedView& out, const StridedView& mask, double value) {
   require_same_sizes(out, mask, "masked_fill");
   require_mask_dtype(mask, "masked_fill");
   dispatch_dtype(out.dtype, [&](auto tag) {

@@ -36,7 +36,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cuda_view_conversion.h"
 #include "memory/allocation_context.h"
 #include "tensor/blas_workspace.h"
 #include "tensor/storage.h"
@@ -83,7 +82,7 @@ Operand temporary_copy(const StridedView& source, const std::vector<int64_t>& st
                                                    source.device);
   }
   copy.view = StridedView{copy.temporary->data(), source.dtype, source.sizes, strides, source.device};
-  if (copy_values) cuda::copy(to_cuda_view(copy.view), to_cuda_view(source));
+  if (copy_values) cuda::copy(copy.view, source);
   return copy;
 }
 
@@ -256,7 +255,7 @@ void matrix_product(const StridedView& out, const StridedView& a, const StridedV
   g.ldc = result.stride(transpose_result ? 0 : 1);
   run_gemm(g, out.dtype, alpha, beta, out.device.index);
   if (result.temporary) {
-    cuda::copy(to_cuda_view(c2), to_cuda_view(result.view));
+    cuda::copy(c2, result.view);
     result = Operand{};  // PyTorch's cublasCommonArgs frees its result copy first, then matb, then mata
   }
   matb = Operand{};
@@ -293,7 +292,7 @@ void batched_product(const StridedView& out, const StridedView& a, const Strided
   g.stride_c = result.stride(0);
   g.batches = rz[0];
   run_gemm(g, out.dtype, alpha, beta, out.device.index);
-  if (result.temporary) cuda::copy(to_cuda_view(out), to_cuda_view(result.view));
+  if (result.temporary) cuda::copy(out, result.view);
   batch2 = Operand{};  // locals die in reverse: batch2, batch1, then the result copy
   batch1 = Operand{};
   result = Operand{};
@@ -314,8 +313,8 @@ void gemm(const StridedView& out, const StridedView& a, const StridedView& b, do
   // Cases cuBLAS may not like, handled as PyTorch does before it touches cuBLAS (so no workspace).
   if (out.numel() == 0) return;
   if (K == 0) {
-    if (beta == 0.0) cuda::fill(to_cuda_view(out), 0.0);
-    else cuda::binary_scalar(cuda::BinaryOp::mul, to_cuda_view(out), to_cuda_view(out), beta, false);
+    if (beta == 0.0) cuda::fill(out, 0.0);
+    else cuda::binary_scalar(BinaryOp::mul, out, out, beta, false);
     return;
   }
   if (batches == 1) matrix_product(out, a, b, alpha, beta);

@@ -112,15 +112,15 @@ void dispatch_index(ScalarType dtype, const char* op, F&& f) {
 }
 
 // A 0-d view as 1-d of one element, so `dim` 0 exists (PyTorch accepts dim 0 / -1 on scalars).
-CudaView at_least_1d(const CudaView& v) {
+StridedView at_least_1d(const StridedView& v) {
   if (!v.sizes.empty()) return v;
-  CudaView one = v;
+  StridedView one = v;
   one.sizes = {1};
   one.strides = {1};
   return one;
 }
 
-int64_t checked_dim(int64_t dim, const CudaView& v, const char* op) {
+int64_t checked_dim(int64_t dim, const StridedView& v, const char* op) {
   if (dim < 0 || dim >= static_cast<int64_t>(v.sizes.size()))
     throw std::invalid_argument(std::string("cuda backend: ") + op + ": dimension out of range");
   return dim;
@@ -132,21 +132,21 @@ std::vector<int64_t> with_dim_stride(std::vector<int64_t> strides, int64_t dim, 
 }
 
 // Strides that read a 1-d index vector along `dim` of a tensor with `rank` dimensions.
-std::vector<int64_t> index_vector_strides(const CudaView& index, size_t rank, int64_t dim) {
+std::vector<int64_t> index_vector_strides(const StridedView& index, size_t rank, int64_t dim) {
   std::vector<int64_t> strides(rank, 0);
   strides[dim] = index.strides.empty() ? 0 : index.strides[0];
   return strides;
 }
 
-void require_same_rank(const CudaView& a, const CudaView& b, const char* op) {
+void require_same_rank(const StridedView& a, const StridedView& b, const char* op) {
   if (a.sizes.size() != b.sizes.size())
     throw std::invalid_argument(std::string("cuda backend: ") + op + ": tensors must have the same rank");
 }
 
 }  // namespace
 
-void index_select(const CudaView& out_view, const CudaView& in_view, int64_t dim, const CudaView& index) {
-  const CudaView out = at_least_1d(out_view), in = at_least_1d(in_view);
+void index_select(const StridedView& out_view, const StridedView& in_view, int64_t dim, const StridedView& index) {
+  const StridedView out = at_least_1d(out_view), in = at_least_1d(in_view);
   require_same_rank(out, in, "index_select");
   dim = checked_dim(dim, in, "index_select");
   if (out.dtype != in.dtype) throw std::invalid_argument("cuda backend: index_select: dtypes differ");
@@ -164,8 +164,8 @@ void index_select(const CudaView& out_view, const CudaView& in_view, int64_t dim
   });
 }
 
-void index_add(const CudaView& out_view, int64_t dim, const CudaView& index, const CudaView& source_view) {
-  const CudaView out = at_least_1d(out_view), source = at_least_1d(source_view);
+void index_add(const StridedView& out_view, int64_t dim, const StridedView& index, const StridedView& source_view) {
+  const StridedView out = at_least_1d(out_view), source = at_least_1d(source_view);
   require_same_rank(out, source, "index_add");
   dim = checked_dim(dim, out, "index_add");
   if (out.dtype != source.dtype) throw std::invalid_argument("cuda backend: index_add: dtypes differ");
@@ -183,8 +183,8 @@ void index_add(const CudaView& out_view, int64_t dim, const CudaView& index, con
   });
 }
 
-void gather(const CudaView& out_view, const CudaView& in_view, int64_t dim, const CudaView& index_view) {
-  const CudaView out = at_least_1d(out_view), in = at_least_1d(in_view), index = at_least_1d(index_view);
+void gather(const StridedView& out_view, const StridedView& in_view, int64_t dim, const StridedView& index_view) {
+  const StridedView out = at_least_1d(out_view), in = at_least_1d(in_view), index = at_least_1d(index_view);
   require_same_rank(out, in, "gather");
   require_same_rank(out, index, "gather");
   require_same_sizes(out, index, "gather");
@@ -203,8 +203,8 @@ void gather(const CudaView& out_view, const CudaView& in_view, int64_t dim, cons
   });
 }
 
-void scatter_add(const CudaView& out_view, int64_t dim, const CudaView& index_view, const CudaView& source_view) {
-  const CudaView out = at_least_1d(out_view), index = at_least_1d(index_view), source = at_least_1d(source_view);
+void scatter_add(const StridedView& out_view, int64_t dim, const StridedView& index_view, const StridedView& source_view) {
+  const StridedView out = at_least_1d(out_view), index = at_least_1d(index_view), source = at_least_1d(source_view);
   require_same_rank(out, index, "scatter_add");
   require_same_rank(out, source, "scatter_add");
   dim = checked_dim(dim, out, "scatter_add");

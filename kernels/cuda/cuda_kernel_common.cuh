@@ -181,7 +181,7 @@ StridedIndexer<N> make_indexer(std::vector<int64_t> sizes, const std::array<std:
   return indexer;
 }
 
-inline void require_same_sizes(const CudaView& a, const CudaView& b, const char* op) {
+inline void require_same_sizes(const StridedView& a, const StridedView& b, const char* op) {
   if (a.sizes != b.sizes)
     throw std::invalid_argument(std::string("cuda backend: ") + op + ": operand sizes differ from the output's");
 }

@@ -156,22 +156,22 @@ void launch_rows(int64_t M, int64_t N, Launch&& launch) {
   }
 }
 
-void require_contiguous(const CudaView& v, const char* op) {
+void require_contiguous(const StridedView& v, const char* op) {
   if (!v.is_contiguous()) throw std::invalid_argument(std::string("cuda backend: ") + op + ": operands must be contiguous");
 }
 
 template <typename P>
-P* data_or_null(const CudaView* v) {
+P* data_or_null(const StridedView* v) {
   return v ? static_cast<P*>(v->data) : nullptr;
 }
 
 }  // namespace
 
-void layer_norm(const CudaView& y, const CudaView& mean, const CudaView& rstd, const CudaView& x,
-                const CudaView* weight, const CudaView* bias, double eps) {
+void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                const StridedView* weight, const StridedView* bias, double eps) {
   const int64_t M = mean.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
-  for (const CudaView* v : {&y, &mean, &rstd, &x, weight, bias})
+  for (const StridedView* v : {&y, &mean, &rstd, &x, weight, bias})
     if (v) require_contiguous(*v, "layer_norm");
   dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -185,12 +185,12 @@ void layer_norm(const CudaView& y, const CudaView& mean, const CudaView& rstd, c
   });
 }
 
-void layer_norm_backward(const CudaView* dx, const CudaView* dweight_partials, const CudaView* dbias_partials,
-                         const CudaView& dy, const CudaView& x, const CudaView& mean, const CudaView& rstd,
-                         const CudaView* weight) {
+void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                         const StridedView* weight) {
   const int64_t M = mean.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
-  for (const CudaView* v : {dx, dweight_partials, dbias_partials, &dy, &x, &mean, &rstd, weight})
+  for (const StridedView* v : {dx, dweight_partials, dbias_partials, &dy, &x, &mean, &rstd, weight})
     if (v) require_contiguous(*v, "layer_norm_backward");
   dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -18,7 +18,7 @@ struct NllGeometry {
   int64_t batch, classes, row_stride, class_stride, target_stride;
 };
 
-NllGeometry geometry(const CudaView& input, const CudaView& target) {
+NllGeometry geometry(const StridedView& input, const StridedView& target) {
   if (target.dtype != ScalarType::int64) throw std::invalid_argument("cuda backend: nll_loss: the target must be int64");
   NllGeometry g{1, 0, 0, 1, target.sizes.empty() ? 0 : target.strides[0]};
   if (input.sizes.size() == 2) {
@@ -108,7 +108,7 @@ struct NllBackwardFunctor {
 
 }  // namespace
 
-void nll_loss(const CudaView& output, const CudaView& total_weight, const CudaView& log_probs, const CudaView& target,
+void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs, const StridedView& target,
               Reduction reduction, int64_t ignore_index) {
   const NllGeometry g = geometry(log_probs, target);
   dispatch_floating(log_probs.dtype, "nll_loss", [&](auto tag) {
@@ -128,8 +128,8 @@ void nll_loss(const CudaView& output, const CudaView& total_weight, const CudaVi
   });
 }
 
-void nll_loss_backward(const CudaView& grad_input, const CudaView& grad_output, const CudaView& target,
-                       const CudaView& total_weight, Reduction reduction, int64_t ignore_index) {
+void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index) {
   const NllGeometry g = geometry(grad_input, target);
   const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
   dispatch_floating(grad_input.dtype, "nll_loss_backward", [&](auto tag) {

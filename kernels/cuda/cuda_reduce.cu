@@ -153,8 +153,8 @@ unsigned next_power_of_two(int64_t n) {
 
 // Reduces `in` over the dimensions where reduced[d]; out_sizes is in's shape with 1 there. values and
 // indices (either may be absent) are laid out over out_sizes.
-void launch_reduce(ReduceOp op, const CudaView& in, const std::vector<bool>& reduced, const std::vector<int64_t>& out_sizes,
-                   const CudaView* values, const CudaView* indices) {
+void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& reduced, const std::vector<int64_t>& out_sizes,
+                   const StridedView* values, const StridedView* indices) {
   std::vector<int64_t> inner_sizes(in.sizes.size(), 1);
   int64_t reduce_size = 1;
   for (size_t d = 0; d < in.sizes.size(); ++d)
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kBlockThreads) variance_thread_per_output(Vari
 
 }  // namespace
 
-void reduce_variance(const CudaView& out, const CudaView& in, double correction, bool take_sqrt) {
+void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) {
   if (out.sizes.size() != in.sizes.size())
     throw std::invalid_argument("cuda backend: reduce_variance: the output must keep the input's rank");
   std::vector<int64_t> inner_sizes(in.sizes.size(), 1);
@@ -337,7 +337,7 @@ void reduce_variance(const CudaView& out, const CudaView& in, double correction,
 namespace {
 }  // namespace
 
-void reduce(ReduceOp op, const CudaView& out, const CudaView& in) {
+void reduce(ReduceOp op, const StridedView& out, const StridedView& in) {
   if (out.sizes.size() != in.sizes.size())
     throw std::invalid_argument("cuda backend: reduce: the output must keep the input's rank");
   std::vector<bool> reduced(in.sizes.size());
@@ -356,7 +356,7 @@ void reduce(ReduceOp op, const CudaView& out, const CudaView& in) {
   launch_reduce(op, in, reduced, out.sizes, wants_index ? nullptr : &out, wants_index ? &out : nullptr);
 }
 
-void reduce_with_indices(ReduceOp op, const CudaView& values, const CudaView& indices, const CudaView& in, int64_t dim) {
+void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim) {
   const int64_t ndim = static_cast<int64_t>(in.sizes.size());
   if (dim < 0 || dim >= std::max<int64_t>(ndim, 1))
     throw std::invalid_argument("cuda backend: reduce_with_indices: dimension out of range");

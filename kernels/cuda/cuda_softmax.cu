@@ -125,10 +125,10 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(T* grad
 }
 
 template <typename T, int N>
-RowLayout<T, N> make_row_layout(const std::array<const CudaView*, N>& tensors, int64_t dim, const char* op) {
-  const CudaView& first = *tensors[0];
+RowLayout<T, N> make_row_layout(const std::array<const StridedView*, N>& tensors, int64_t dim, const char* op) {
+  const StridedView& first = *tensors[0];
   const int64_t ndim = static_cast<int64_t>(first.sizes.size());
-  for (const CudaView* t : tensors) require_same_sizes(first, *t, op);
+  for (const StridedView* t : tensors) require_same_sizes(first, *t, op);
   RowLayout<T, N> layout{};
   if (ndim == 0) {  // a 0-d tensor is one row of one element
     layout.num_rows = 1;
@@ -166,7 +166,7 @@ void launch_rows(int64_t num_rows, int64_t dim_size, Launch&& launch) {
 
 }  // namespace
 
-void softmax(const CudaView& out, const CudaView& in, int64_t dim, bool log) {
+void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
   if (out.dtype != in.dtype) throw std::invalid_argument("cuda backend: softmax: output dtype differs from the input's");
   dispatch_floating(in.dtype, "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -179,7 +179,7 @@ void softmax(const CudaView& out, const CudaView& in, int64_t dim, bool log) {
   });
 }
 
-void softmax_backward(const CudaView& grad_in, const CudaView& grad_out, const CudaView& output, int64_t dim, bool log) {
+void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim, bool log) {
   if (grad_out.dtype != grad_in.dtype || output.dtype != grad_in.dtype)
     throw std::invalid_argument("cuda backend: softmax_backward: operands must share one dtype");
   dispatch_floating(grad_in.dtype, "softmax_backward", [&](auto tag) {

@@ -40,7 +40,7 @@ struct TernaryFunctor {
 
 }  // namespace
 
-void ternary(TernaryOp op, const CudaView& out, const CudaView& self, const CudaView& a, const CudaView& b,
+void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
              double value) {
   require_same_sizes(out, self, "ternary");
   require_same_sizes(out, a, "ternary");

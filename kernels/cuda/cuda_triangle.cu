@@ -27,7 +27,7 @@ struct TriangleFunctor {
 
 }  // namespace
 
-void triangle(const CudaView& out, const CudaView& in, int64_t diagonal, bool upper) {
+void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) {
   require_same_sizes(out, in, "triangle");
   if (out.dtype != in.dtype) throw std::invalid_argument("cuda backend: triangle: dtypes differ");
   const size_t nd = out.sizes.size();
