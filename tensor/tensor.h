@@ -137,7 +137,7 @@ class Tensor {
   Tensor div(double other) const;
   Tensor pow(const Tensor& exponent) const;
   Tensor pow(double exponent) const;
-  // Every unary pointwise op of the op table (core/op_table.h): x.neg(), x.exp(), x.log(), x.sqrt(),
+  // Every unary pointwise op of the op table (core/op_table.h) is a member: x.neg(), x.log(), x.sqrt(),
   // x.relu(), ... (ops.h declares the free functions).
 #define BYTEGRAD_UNARY_MEMBER(op, ...) Tensor op() const;
   BYTEGRAD_UNARY_OPS(BYTEGRAD_UNARY_MEMBER)

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_kernel_common.cuh"
-#include "kernels/cuda/cuda_pointwise_math.cuh"
+#include "kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
 
@@ -60,7 +60,7 @@ struct UnaryFn {
   UnaryOp op;
   __device__ Out operator()(T x) const {
     using Acc = opmath_t<T>;
-    return convert<Out>(apply_unary<Acc>(op, convert<Acc>(x)));
+    return convert<Out>(pointwise::unary<Acc>(op, convert<Acc>(x)));
   }
 };
 
@@ -70,29 +70,19 @@ struct BinaryFn {
   opmath_t<T> alpha;
   __device__ Out operator()(T a, T b) const {
     using Acc = opmath_t<T>;
-    return convert<Out>(apply_binary<Acc>(op, convert<Acc>(a), convert<Acc>(b), alpha));
+    return convert<Out>(pointwise::binary<Acc>(op, convert<Acc>(a), convert<Acc>(b), alpha));
   }
 };
 
 template <typename T, typename Out>
 struct BinaryScalarFn {
   BinaryOp op;
-  opmath_t<T> scalar;
+  opmath_t<T> scalar;  // the number in the tensor's math type
+  double exact;        // the number itself, for comparisons
   bool scalar_first;
   __device__ Out operator()(T a) const {
     using Acc = opmath_t<T>;
-    const Acc x = convert<Acc>(a);
-    Acc result;
-    if (scalar_first) {
-      result = apply_binary<Acc>(op, scalar, x, Acc(1));
-    } else if (op == BinaryOp::pow) {
-      result = pow_scalar_exponent<Acc>(x, scalar);
-    } else if (op == BinaryOp::div && std::is_floating_point_v<Acc>) {
-      result = x * (Acc(1) / scalar);  // PyTorch divides by a CPU scalar through its reciprocal
-    } else {
-      result = apply_binary<Acc>(op, x, scalar, Acc(1));
-    }
-    return convert<Out>(result);
+    return convert<Out>(pointwise::binary_with_scalar<Acc>(op, convert<Acc>(a), scalar, exact, scalar_first));
   }
 };
 
@@ -332,7 +322,7 @@ void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, do
     using T = typename decltype(tag)::type;
     dispatch_output<T>(out, a.dtype, "binary_scalar", [&](auto out_tag) {
       using Out = typename decltype(out_tag)::type;
-      map1<Out, T>(out, a, BinaryScalarFn<T, Out>{op, from_double<opmath_t<T>>(scalar), scalar_first},
+      map1<Out, T>(out, a, BinaryScalarFn<T, Out>{op, from_double<opmath_t<T>>(scalar), scalar, scalar_first},
                    "binary_scalar kernel");
     });
   });

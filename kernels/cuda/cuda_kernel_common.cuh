@@ -95,12 +95,6 @@ __device__ __forceinline__ To convert(From v) {
   }
 }
 
-template <typename T>
-__device__ __forceinline__ bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  else return false;
-}
-
 // Writes an accumulator into an output of any dtype (one store per output element, so a runtime switch
 // costs nothing and spares a template parameter).
 template <typename Acc>

@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_kernel_common.cuh"
-#include "kernels/cuda/cuda_pointwise_math.cuh"
+#include "kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
 
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       sq += d * d;
     }
     const Acc var = row_sum<kThreadsPerRow>(sq) / static_cast<Acc>(N);
-    const Acc rstd = Acc(1) / m_sqrt(var + static_cast<Acc>(eps));
+    const Acc rstd = Acc(1) / pointwise::m_sqrt(var + static_cast<Acc>(eps));
     if (lane == 0) {
       mean_out[row] = mean;
       rstd_out[row] = rstd;

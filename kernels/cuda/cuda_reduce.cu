@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_kernel_common.cuh"
+#include "kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
 
@@ -41,8 +42,8 @@ __device__ __forceinline__ ReduceState<Acc> identity(Combine kind) {
 // Whether x beats y for max (greater) or min (!greater): NaN beats everything, ties go to the lower index.
 template <typename Acc>
 __device__ __forceinline__ bool wins(ReduceState<Acc> x, ReduceState<Acc> y, bool greater) {
-  if (is_nan(x.value)) return !is_nan(y.value) || x.index < y.index;
-  if (is_nan(y.value)) return false;
+  if (pointwise::is_nan(x.value)) return !pointwise::is_nan(y.value) || x.index < y.index;
+  if (pointwise::is_nan(y.value)) return false;
   if (x.value != y.value) return greater ? x.value > y.value : x.value < y.value;
   return x.index < y.index;
 }

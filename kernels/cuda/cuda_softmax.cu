@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_kernel_common.cuh"
-#include "kernels/cuda/cuda_pointwise_math.cuh"
+#include "kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
 
@@ -18,7 +18,7 @@ constexpr int kWarp = 32;
 
 struct MaxOp {
   template <typename Acc>
-  __device__ Acc operator()(Acc a, Acc b) const { return (is_nan(b) || b > a) ? b : a; }  // NaN propagates
+  __device__ Acc operator()(Acc a, Acc b) const { return (pointwise::is_nan(b) || b > a) ? b : a; }  // NaN propagates
 };
 struct SumOp {
   template <typename Acc>
@@ -78,16 +78,16 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_forward_kernel(T* out, 
     max_value = row_allreduce<kThreadsPerRow>(max_value, MaxOp{});
 
     Acc sum = 0;
-    for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow) sum += m_exp(convert<Acc>(x[j * sx]) - max_value);
+    for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow) sum += pointwise::m_exp(convert<Acc>(x[j * sx]) - max_value);
     sum = row_allreduce<kThreadsPerRow>(sum, SumOp{});
 
     if (log) {
-      const Acc log_sum = m_log(sum);
+      const Acc log_sum = pointwise::m_log(sum);
       for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow)
         y[j * sy] = convert<T>(convert<Acc>(x[j * sx]) - max_value - log_sum);
     } else {
       for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow)
-        y[j * sy] = convert<T>(m_exp(convert<Acc>(x[j * sx]) - max_value) / sum);
+        y[j * sy] = convert<T>(pointwise::m_exp(convert<Acc>(x[j * sx]) - max_value) / sum);
     }
   }
 }
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(T* grad
     for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow) {
       const Acc g = convert<Acc>(go[j * s_go]);
       const Acc out_value = convert<Acc>(y[j * s_y]);
-      gi[j * s_gi] = convert<T>(log ? g - m_exp(out_value) * sum : out_value * (g - sum));
+      gi[j * s_gi] = convert<T>(log ? g - pointwise::m_exp(out_value) * sum : out_value * (g - sum));
     }
   }
 }
