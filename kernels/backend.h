@@ -11,6 +11,7 @@
 #include "core/op_table.h"
 #include "core/scalar_type.h"
 #include "core/strided_view.h"
+#include "kernels/gemm_args.h"
 
 namespace bytegrad {
 
@@ -77,10 +78,9 @@ class KernelBackend {
   virtual void softmax_backward(const StridedView& grad_in, const StridedView& grad_out,
                                 const StridedView& output, int64_t dim, bool log) = 0;
 
-  // Batched matrix product: out[b] = alpha * a[b] @ b[b] + beta * out[b], with a (B, M, K), b (B, K, N),
-  // out (B, M, N); any strides (0 for a broadcast batch). beta == 0 ignores out's contents.
-  virtual void gemm(const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
-                    double beta) = 0;
+  // Batched matrix product as described (gemm_args.h): the op layer has chosen the layout and made every
+  // copy (tensor/blas_plan.h), so a backend only computes.
+  virtual void gemm(const GemmArgs& args) = 0;
 
   // out = in.index_select(dim, index): out's size at dim equals index's length (int64 indices).
   virtual void index_select(const StridedView& out, const StridedView& in, int64_t dim,

@@ -22,7 +22,7 @@ class MetaBackend final : public KernelBackend {
   void reduce_with_indices(ReduceOp, const StridedView&, const StridedView&, const StridedView&, int64_t) override {}
   void softmax(const StridedView&, const StridedView&, int64_t, bool) override {}
   void softmax_backward(const StridedView&, const StridedView&, const StridedView&, int64_t, bool) override {}
-  void gemm(const StridedView&, const StridedView&, const StridedView&, double, double) override {}
+  void gemm(const GemmArgs&) override {}
   void index_select(const StridedView&, const StridedView&, int64_t, const StridedView&) override {}
   void index_add(const StridedView&, int64_t, const StridedView&, const StridedView&) override {}
   void gather(const StridedView&, const StridedView&, int64_t, const StridedView&) override {}

@@ -17,6 +17,7 @@
 #include <cstddef>
 
 #include "core/device.h"
+#include "kernels/gemm_args.h"
 
 namespace bytegrad {
 
@@ -34,8 +35,8 @@ BlasWorkspace blas_lt_workspace(Device device);
 // (torch._C._cuda_clearCublasWorkspaces()).
 void clear_blas_workspaces();
 
-// Whose handle, and so whose workspaces, BLAS calls on this thread use.
-enum class BlasHandleOwner { calling_thread, autograd_device_thread };
+// Whose handle (kernels/gemm_args.h's BlasHandleOwner), and so whose workspaces, BLAS calls on this
+// thread use.
 BlasHandleOwner current_blas_handle_owner();
 
 class BlasHandleOwnerScope {

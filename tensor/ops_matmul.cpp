@@ -1,7 +1,7 @@
 // Matrix products, following PyTorch 2.11's CUDA implementation allocation for allocation:
 //  - the output is allocated first (contiguous);
-//  - an operand cuBLAS cannot read in place is copied to a contiguous temporary, as PyTorch's
-//    prepare_matrix_for_cublas / prepare_batch_matrix_for_cublas / addmv do (freed when the op returns);
+//  - an operand cuBLAS cannot read in place is copied to a contiguous temporary by the plan (blas_plan.h:
+//    PyTorch's prepare_matrix_for_cublas / prepare_batch_matrix_for_cublas), freed when the op returns;
 //  - then the BLAS workspace is obtained (allocated on this thread's first product on the device; none on
 //    cpu), plus the cuBLASLt block for addmm with a fusable bias;
 //  - empty products return (or zero-fill) before any of that, as PyTorch does.
@@ -15,9 +15,9 @@
 
 #include "memory/allocation_context.h"
 #include "tensor/autograd_hook.h"
+#include "tensor/blas_plan.h"
 #include "tensor/blas_workspace.h"
 #include "tensor/ops.h"
-#include "tensor/autograd_hook.h"
 #include "tensor/ops_support.h"
 
 namespace bytegrad {
@@ -39,30 +39,11 @@ void check_inner_sizes(const char* op, const Tensor& a, const Tensor& b, int64_t
                                             describe(a), describe(b), a_inner, b_inner));
 }
 
-// prepare_matrix_for_cublas: a 2-d operand is read in place when dense (any dimension order) or when one
-// stride is 1 and the other at least the matching size; otherwise PyTorch clones it.
-Tensor cublas_readable_matrix(const Tensor& m) {
-  if (is_non_overlapping_and_dense(m)) return m;
-  const auto& st = m.strides();
-  const auto& sz = m.sizes();
-  if (st[0] == 1 && st[1] >= std::max<int64_t>(1, sz[0])) return m;
-  if (st[1] == 1 && st[0] >= std::max<int64_t>(1, sz[1])) return m;
-  return m.clone();
+// The product as planned (copies, then the workspace), computed.
+void run_product(GemmPlan plan) {
+  plan.attach_workspace();
+  plan.run();
 }
-
-// prepare_batch_matrix_for_cublas for one bmm operand (rows/cols as PyTorch passes them as m and n).
-Tensor cublas_readable_batch(const Tensor& t, bool transpose_result, int64_t m, int64_t n) {
-  const auto& st = t.strides();
-  const int fast_dim = transpose_result ? 2 : 1;
-  const int leading_dim = transpose_result ? 1 : 2;
-  if (st[fast_dim] == 1 && st[leading_dim] >= std::max<int64_t>(1, m)) return t;
-  if (st[leading_dim] == 1 && st[fast_dim] >= std::max<int64_t>(1, n)) return t;
-  if (t.is_contiguous() && st[1] != 0 && st[2] != 0) return t;
-  return t.clone();
-}
-
-// A 2-d matrix as the (1, rows, cols) batch the gemm kernel takes.
-StridedView as_batch(const Tensor& m) { return kv(m.unsqueeze(0)); }
 
 Tensor mm_compute(const Tensor& a, const Tensor& b) {
   check_operands("mm", a, b);
@@ -75,11 +56,7 @@ Tensor mm_compute(const Tensor& a, const Tensor& b) {
     out.zero_();
     return out;
   }
-  // cublasCommonArgs: the (contiguous) result is transposed for cuBLAS, so mat2 is prepared before mat1.
-  const Tensor b_ready = cublas_readable_matrix(b);
-  const Tensor a_ready = cublas_readable_matrix(a);
-  blas_workspace(out.device());
-  backend_of(out).gemm(as_batch(out), as_batch(a_ready), as_batch(b_ready), 1.0, 0.0);
+  run_product(GemmPlan::matrix(out, a, b, 1.0, 0.0));
   return out;
 }
 
@@ -97,18 +74,7 @@ Tensor bmm_compute(const Tensor& a, const Tensor& b) {
     out.zero_();
     return out;
   }
-  // baddbmm_out_cuda_impl: is the contiguous result handed to cuBLAS transposed?
-  const auto& rs = out.strides();
-  const bool transpose_result = !(rs[1] == 1 && (cols == 1 || rs[2] >= std::max<int64_t>(1, rows)));
-  const int64_t m = transpose_result ? cols : rows;
-  const int64_t n = transpose_result ? rows : cols;
-  const int64_t k = transpose_result ? b.sizes()[1] : a.sizes()[2];
-  const Tensor first = cublas_readable_batch(transpose_result ? b : a, transpose_result, m, k);
-  const Tensor second = cublas_readable_batch(transpose_result ? a : b, transpose_result, k, n);
-  const Tensor& a_ready = transpose_result ? second : first;
-  const Tensor& b_ready = transpose_result ? first : second;
-  blas_workspace(out.device());
-  backend_of(out).gemm(kv(out), kv(a_ready), kv(b_ready), 1.0, 0.0);
+  run_product(GemmPlan::batched(out, a, b, 1.0, 0.0));
   return out;
 }
 
@@ -123,10 +89,11 @@ Tensor dot_compute(const Tensor& a, const Tensor& b) {
     out.zero_();
     return out;
   }
-  blas_workspace(out.device());
-  backend_of(out).gemm(kv(out.as_strided({1, 1, 1}, {1, 1, 1}, out.storage_offset())),
-                       kv(a.as_strided({1, 1, n}, {0, 0, a.strides()[0]}, a.storage_offset())),
-                       kv(b.as_strided({1, n, 1}, {0, b.strides()[0], 0}, b.storage_offset())), 1.0, 0.0);
+  // A row times a column, which the matrix rule reads in place for any nonzero stride (as PyTorch's
+  // cublasSdot); a broadcast vector (stride 0) is copied, as no leading dimension can be 0.
+  run_product(GemmPlan::matrix(out.as_strided({1, 1}, {1, 1}, out.storage_offset()),
+                               a.as_strided({1, n}, {1, a.strides()[0]}, a.storage_offset()),
+                               b.as_strided({n, 1}, {b.strides()[0], 1}, b.storage_offset()), 1.0, 0.0));
   return out;
 }
 
@@ -141,14 +108,9 @@ Tensor mv_compute(const Tensor& m, const Tensor& v) {
     out.zero_();
     return out;
   }
-  // addmv_out_cuda_impl: a vector with stride 0 is made contiguous, then a matrix with neither layout.
-  const Tensor v_ready = v.strides()[0] == 0 ? v.contiguous() : v;
-  const auto& st = m.strides();
-  const bool readable = (st[0] == 1 && st[1] >= std::max<int64_t>(1, m.sizes()[0])) ||
-                        (st[1] == 1 && st[0] >= std::max<int64_t>(1, m.sizes()[1]));
-  const Tensor m_ready = readable ? m : m.contiguous();
-  blas_workspace(out.device());
-  backend_of(out).gemm(kv(out.view({1, -1, 1})), as_batch(m_ready), kv(v_ready.unsqueeze(1).unsqueeze(0)), 1.0, 0.0);
+  // addmv_out_cuda_impl copies a vector with stride 0, then a matrix with neither layout: what the matrix
+  // rule does with (M, 1) = m @ v (K, 1), the vector first as the result is transposed for cuBLAS.
+  run_product(GemmPlan::matrix(out.unsqueeze(1), m, v.unsqueeze(1), 1.0, 0.0));
   return out;
 }
 
@@ -284,14 +246,13 @@ Tensor addmm_compute(const Tensor& bias, const Tensor& a, const Tensor& b, doubl
     else backend_of(out).binary_scalar(BinaryOp::mul, kv(out), kv(bias_expanded), beta, false);
     return out;
   }
-  const Tensor b_ready = cublas_readable_matrix(b);
-  const Tensor a_ready = cublas_readable_matrix(a);
-  blas_workspace(out.device());
+  GemmPlan plan = GemmPlan::matrix(out, a, b, alpha, beta == 0.0 ? 0.0 : beta);
+  plan.attach_workspace();
   if (lt) {
     blas_lt_workspace(out.device());
     backend_of(out).copy(kv(out), kv(bias_expanded));  // the epilogue adds the bias: out = alpha * a @ b + bias
   }
-  backend_of(out).gemm(as_batch(out), as_batch(a_ready), as_batch(b_ready), alpha, beta == 0.0 ? 0.0 : beta);
+  plan.run();
   return out;
 }
 

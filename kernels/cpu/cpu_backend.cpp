@@ -48,9 +48,7 @@ class CpuBackend final : public KernelBackend {
     cpu::softmax_backward(grad_in, grad_out, output, dim, log);
   }
 
-  void gemm(const StridedView& out, const StridedView& a, const StridedView& b, double alpha, double beta) override {
-    cpu::gemm(out, a, b, alpha, beta);
-  }
+  void gemm(const GemmArgs& args) override { cpu::gemm(args); }
 
   void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
     cpu::index_select(out, in, dim, index);

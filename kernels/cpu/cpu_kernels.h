@@ -233,7 +233,7 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
 void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                       int64_t dim, bool log);
 
-void gemm(const StridedView& out, const StridedView& a, const StridedView& b, double alpha, double beta);
+void gemm(const GemmArgs& args);
 
 void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
 void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);

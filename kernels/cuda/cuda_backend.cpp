@@ -2,8 +2,8 @@
 // kernel launchers (cuda_kernels.h), which run on the default stream. Kernels live in cuda_elementwise.cu,
 // cuda_reduce.cu, cuda_softmax.cu, cuda_index.cu, cuda_ternary.cu, cuda_loss.cu, cuda_layer_norm.cu and
 // cuda_triangle.cu; matrix products in cuda_gemm.cpp; host transfers in cuda_host_transfer.cpp. Nothing
-// here allocates device memory except gemm's layout copies (documented there); no method synchronises
-// beyond what cudaMemcpy does.
+// here allocates device memory (gemm's copies and workspace come from the op layer); no method
+// synchronises beyond what cudaMemcpy does.
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
@@ -105,9 +105,9 @@ class CudaBackend final : public KernelBackend {
     CudaDeviceGuard guard(grad_in.device);
     cuda::softmax_backward(grad_in, grad_out, output, dim, log);
   }
-  void gemm(const StridedView& out, const StridedView& a, const StridedView& b, double alpha, double beta) override {
-    CudaDeviceGuard guard(out.device);
-    cuda::gemm(out, a, b, alpha, beta);
+  void gemm(const GemmArgs& args) override {
+    CudaDeviceGuard guard(args.device);
+    cuda::gemm(args);
   }
   void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
     CudaDeviceGuard guard(out.device);

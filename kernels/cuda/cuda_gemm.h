@@ -1,11 +1,11 @@
 // The cuda backend's batched matrix product through cuBLAS (see cuda_gemm.cpp).
 #pragma once
 
-#include "kernels/backend.h"
+#include "kernels/gemm_args.h"
 
 namespace bytegrad::cuda {
 
-// out[b] = alpha * a[b] @ b[b] + beta * out[b] (backend.h's gemm). The caller holds a CudaDeviceGuard.
-void gemm(const StridedView& out, const StridedView& a, const StridedView& b, double alpha, double beta);
+// Runs the described product (backend.h's gemm). The caller holds a CudaDeviceGuard.
+void gemm(const GemmArgs& args);
 
 }  // namespace bytegrad::cuda

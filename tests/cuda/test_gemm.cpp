@@ -1,6 +1,7 @@
-// gemm on cuda against cpu over every operand layout the backend distinguishes, and the temporary copies
-// each layout costs (PyTorch 2.11's rules: see kernels/cuda/cuda_gemm.cpp).
+// gemm on cuda against cpu over every operand layout the rules distinguish, and the temporary copies
+// each layout costs (PyTorch 2.11's rules: see tensor/blas_plan.h).
 #include "memory/caching_allocator.h"
+#include "tensor/blas_plan.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bgcuda {
@@ -58,7 +59,7 @@ TEST_CASE("gemm matches cpu for every operand layout, batched and not, with alph
                                        Layout::expanded_batch, Layout::permuted_batch, Layout::inner_step_two};
   {  // the cuBLAS workspace exists before anything is measured
     Pair a = random_pair({1, 2, 2}), b = random_pair({1, 2, 2}), c = empty_pair({1, 2, 2}, ScalarType::float32);
-    gpu().gemm(c.gpu_view(), a.gpu_view(), b.gpu_view(), 1.0, 0.0);
+    gemm_into(c.gpu, a.gpu, b.gpu, 1.0, 0.0);
   }
   for (ScalarType dtype : kFloatDtypes) {
     for (int64_t B : {1, 3}) {
@@ -73,8 +74,8 @@ TEST_CASE("gemm matches cpu for every operand layout, batched and not, with alph
             Pair out = on_both(random_pair({B, M, N}, dtype).cpu);
             const int64_t before = gpu_allocator().memory_allocated();
             gpu_allocator().reset_peak_stats();
-            cpu().gemm(out.cpu_view(), a.cpu_view(), b.cpu_view(), alpha, beta);
-            gpu().gemm(out.gpu_view(), a.gpu_view(), b.gpu_view(), alpha, beta);
+            gemm_into(out.cpu, a.cpu, b.cpu, alpha, beta);
+            gemm_into(out.gpu, a.gpu, b.gpu, alpha, beta);
             CHECK(gpu_allocator().memory_allocated() == before);  // temporaries are gone
             if (dtype == ScalarType::float32) {  // these sizes are multiples of 512 B: no rounding in the figures
               INFO(what);
@@ -111,8 +112,8 @@ TEST_CASE("gemm writes transposed and strided outputs (the latter through a temp
         Pair out = base.map(c.view);
         const int64_t before = gpu_allocator().memory_allocated();
         gpu_allocator().reset_peak_stats();
-        cpu().gemm(out.cpu_view(), a.cpu_view(), b.cpu_view(), 1.0, beta);
-        gpu().gemm(out.gpu_view(), a.gpu_view(), b.gpu_view(), 1.0, beta);
+        gemm_into(out.cpu, a.cpu, b.cpu, 1.0, beta);
+        gemm_into(out.gpu, a.gpu, b.gpu, 1.0, beta);
         INFO(c.name << " B=" << B << " beta " << beta);
         CHECK(gpu_allocator().memory_allocated() == before);
         CHECK(gpu_allocator().max_memory_allocated() - before == c.copy_bytes);
@@ -127,8 +128,8 @@ TEST_CASE("gemm with an empty reduction scales or zeroes the output, without tou
   Pair a = random_pair({2, 4, 0}), b = random_pair({2, 0, 5});
   for (double beta : {0.0, 3.0}) {
     Pair out = random_pair({2, 4, 5});
-    cpu().gemm(out.cpu_view(), a.cpu_view(), b.cpu_view(), 1.0, beta);
-    gpu().gemm(out.gpu_view(), a.gpu_view(), b.gpu_view(), 1.0, beta);
+    gemm_into(out.cpu, a.cpu, b.cpu, 1.0, beta);
+    gemm_into(out.gpu, a.gpu, b.gpu, 1.0, beta);
     check_close(out, 1e-6, 1e-6, "K = 0");
   }
 }
@@ -138,12 +139,12 @@ TEST_CASE("gemm of vectors and single rows (leading dimensions of size-1 matrice
   for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 1}, {5, 1, 3}, {1, 9, 6}, {6, 9, 1}}) {
     for (int64_t B : {1, 2}) {
       Pair a = random_pair({B, M, K}), b = random_pair({B, K, N}), out = empty_pair({B, M, N}, ScalarType::float32);
-      cpu().gemm(out.cpu_view(), a.cpu_view(), b.cpu_view(), 1.0, 0.0);
-      gpu().gemm(out.gpu_view(), a.gpu_view(), b.gpu_view(), 1.0, 0.0);
+      gemm_into(out.cpu, a.cpu, b.cpu, 1.0, 0.0);
+      gemm_into(out.gpu, a.gpu, b.gpu, 1.0, 0.0);
       check_close(out, 1e-5, 1e-5, "small shapes");
       Pair at = a.map([](const Tensor& t) { return t.transpose(1, 2).contiguous().transpose(1, 2); });
-      cpu().gemm(out.cpu_view(), at.cpu_view(), b.cpu_view(), 1.0, 0.0);
-      gpu().gemm(out.gpu_view(), at.gpu_view(), b.gpu_view(), 1.0, 0.0);
+      gemm_into(out.cpu, at.cpu, b.cpu, 1.0, 0.0);
+      gemm_into(out.gpu, at.gpu, b.gpu, 1.0, 0.0);
       check_close(out, 1e-5, 1e-5, "small shapes, column-major a");
     }
   }

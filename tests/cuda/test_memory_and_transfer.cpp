@@ -1,6 +1,7 @@
 // Device memory accounting on a real GPU, and host transfers of non-contiguous views (which must not
 // allocate device memory).
 #include "memory/caching_allocator.h"
+#include "tensor/blas_plan.h"
 #include "tensor/blas_workspace.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
@@ -24,15 +25,15 @@ TEST_CASE("gemm on contiguous operands allocates nothing beyond the cuBLAS works
   Tensor a = randn({256, 128}, TensorOptions{}.with_device(kCuda));
   Tensor b = randn({128, 64}, TensorOptions{}.with_device(kCuda));
   Tensor c = empty({256, 64}, TensorOptions{}.with_device(kCuda));
-  const auto view3 = [](const Tensor& t) { return t.unsqueeze(0).view_for_kernels(); };
+  const auto view3 = [](const Tensor& t) { return t.unsqueeze(0); };
   clear_blas_workspaces();  // the next product allocates this thread's workspace afresh
   const int64_t before = gpu_allocator().memory_allocated();
   gpu_allocator().reset_peak_stats();
-  gpu().gemm(view3(c), view3(a), view3(b), 1.0, 0.0);
+  gemm_into(view3(c), view3(a), view3(b), 1.0, 0.0);
   const int64_t workspace = static_cast<int64_t>(blas_workspace_bytes(kCuda));
   CHECK(gpu_allocator().memory_allocated() - before == workspace);
   CHECK(gpu_allocator().max_memory_allocated() - before == workspace);
-  gpu().gemm(view3(c), view3(a), view3(b), 1.0, 0.0);  // the second reuses it
+  gemm_into(view3(c), view3(a), view3(b), 1.0, 0.0);  // the second reuses it
   CHECK(gpu_allocator().memory_allocated() - before == workspace);
   CHECK(gpu_allocator().max_memory_allocated() - before == workspace);
   // batched, contiguous: nothing either
@@ -41,7 +42,7 @@ TEST_CASE("gemm on contiguous operands allocates nothing beyond the cuBLAS works
   Tensor cb = empty({4, 32, 8}, TensorOptions{}.with_device(kCuda));
   const int64_t before_batched = gpu_allocator().memory_allocated();
   gpu_allocator().reset_peak_stats();
-  gpu().gemm(cb.view_for_kernels(), ab.view_for_kernels(), bb.view_for_kernels(), 1.0, 0.0);
+  gemm_into(cb, ab, bb, 1.0, 0.0);
   CHECK(gpu_allocator().max_memory_allocated() == before_batched);
 }
 
@@ -80,7 +81,7 @@ TEST_CASE("copy_from_host then copy_to_host round-trips every dtype") {
 TEST_CASE("gemm rejects integer dtypes before allocating anything") {
   require_gpu();
   Tensor a = empty({2, 3, 3}, TensorOptions{}.with_dtype(ScalarType::int64).with_device(kCuda));
-  CHECK_THROWS_AS(gpu().gemm(a.view_for_kernels(), a.view_for_kernels(), a.view_for_kernels(), 1.0, 0.0),
+  CHECK_THROWS_AS(gemm_into(a, a, a, 1.0, 0.0),
                   std::invalid_argument);
 }
 
