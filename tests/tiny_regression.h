@@ -6,7 +6,8 @@
 #include <memory>
 
 #include "nn/linear.h"
-#include "nn/optim.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "tensor/ops.h"
 
 namespace bgtraining {

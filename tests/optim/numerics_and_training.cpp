@@ -6,7 +6,8 @@
 #include "autograd/grad_mode.h"
 #include "loss_test_helpers.h"
 #include "nn/linear.h"
-#include "nn/optim.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "tests/tiny_regression.h"
 
 using namespace bgloss;

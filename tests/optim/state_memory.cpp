@@ -3,7 +3,8 @@
 // is alive during the next one's step):
 //   p1 (100) float32: 400 bytes -> one 512-byte block; p2 (300, 7) float32: 8400 bytes -> 8704 (17 * 512).
 #include "loss_test_helpers.h"
-#include "nn/optim.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 
 using namespace bgloss;
 using bytegrad::optim::Adam;

@@ -8,7 +8,7 @@
 #include "nn/activations.h"
 #include "nn/dropout_embedding.h"
 #include "nn/layer_norm.h"
-#include "nn/optim.h"
+#include "optim/adam.h"
 #include "programs.h"
 #include "tensor/ops.h"
 

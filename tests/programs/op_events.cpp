@@ -22,7 +22,8 @@
 #include "../scenario_checks.h"
 #include "autograd/grad_mode.h"
 #include "memory/device_allocators.h"
-#include "nn/optim.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "tensor/ops.h"
 
 using namespace bgscenario;

@@ -1,6 +1,7 @@
 // Training loops: optimizers over several steps, gradient accumulation. Transcribed from
 // tools/probes/pytorch_extra_scenarios.py; the figures at every mark equal PyTorch's (tests/programs/).
-#include "nn/optim.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "programs.h"
 #include "tensor/ops.h"
 

@@ -1,6 +1,6 @@
 // torch.optim.Adam / AdamW's eager steps (capturable=False): the single-tensor path (_single_tensor_adam)
 // and the multi-tensor one (_multi_tensor_adam, foreach=True); the state and temporaries of both are
-// listed in optim.h. The bias corrections are host doubles, as Python computes them from step.item().
+// listed in adam.h. The bias corrections are host doubles, as Python computes them from step.item().
 #include <fmt/format.h>
 
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "autograd/grad_mode.h"
 #include "memory/allocation_context.h"
-#include "nn/optim.h"
+#include "optim/adam.h"
 #include "tensor/ops.h"
 
 namespace bytegrad::optim {

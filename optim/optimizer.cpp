@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
-#include "nn/optim.h"
+#include "optim/optimizer.h"
 #include "tensor/ops.h"
 
 namespace bytegrad::optim {

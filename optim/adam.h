@@ -1,11 +1,3 @@
-// Optimizers with PyTorch's device memory, state and per-step temporaries listed beside each class, for
-// both of torch.optim's eager paths (fused=False, capturable=False):
-//  - the single-tensor path (foreach=False), the default here: one parameter at a time, so its
-//    temporaries are a parameter's size;
-//  - the multi-tensor path (foreach=true in the options): what torch.optim.SGD/Adam/AdamW use on CUDA when
-//    foreach is not given. Its _foreach_* ops make one temporary per parameter, all alive together, so the
-//    step's peak holds a whole parameter set more.
-// Every step runs under a NoGradGuard. Parameters without a gradient are skipped (no state).
 #pragma once
 
 #include <cstdint>
@@ -13,64 +5,9 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "optim/optimizer.h"
 
 namespace bytegrad::optim {
-
-class Optimizer {
- public:
-  explicit Optimizer(std::vector<Tensor> params);
-  virtual ~Optimizer() = default;
-  Optimizer(const Optimizer&) = delete;
-  Optimizer& operator=(const Optimizer&) = delete;
-
-  virtual void step() = 0;
-  // set_to_none (PyTorch's default) drops every .grad, freeing it; otherwise zeroes them in place.
-  void zero_grad(bool set_to_none = true);
-  const std::vector<Tensor>& params() const { return params_; }
-
- protected:
-  std::vector<Tensor> params_;
-};
-
-// torch.optim.SGD, _single_tensor_sgd. Per parameter and step, in parameter order:
-//  - weight_decay != 0: grad = grad.add(param, alpha=wd), a param-sized temporary (freed when the next
-//    parameter's turn begins, or when step returns);
-//  - momentum != 0, first step: buf = clone(grad), the persistent momentum buffer (param-sized); later
-//    steps update it in place (mul_, add_);
-//  - nesterov: grad = grad.add(buf, alpha=momentum), another temporary (the weight-decay one, if any, is
-//    freed as soon as it is allocated);
-//  - param.add_(grad, alpha=-lr) in place.
-// Multi-tensor (foreach=true), _multi_tensor_sgd: weight_decay != 0 makes the list grads + wd * params
-// (one temporary per parameter, all alive; dropped, last parameter first, when the momentum buffers take
-// their place or when step returns); momentum buffers are created (clone) or updated in place exactly as
-// above; nesterov adds the buffers into the gradients in place (into .grad itself when there is no weight
-// decay, as PyTorch does).
-struct SGDOptions {
-  double lr = 1e-3;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-  bool foreach = false;  // PyTorch's multi-tensor path (its default on CUDA)
-};
-
-class SGD : public Optimizer {
- public:
-  SGD(std::vector<Tensor> params, double lr = 1e-3, double momentum = 0.0, double dampening = 0.0,
-      double weight_decay = 0.0, bool nesterov = false);
-  SGD(std::vector<Tensor> params, const SGDOptions& options);
-  void step() override;
-  // Undefined until the parameter's first step with momentum.
-  const Tensor& momentum_buffer(size_t param_index) const { return momentum_buffers_.at(param_index); }
-
- private:
-  void single_tensor_step();
-  void multi_tensor_step();
-  double lr_, momentum_, dampening_, weight_decay_;
-  bool nesterov_, foreach_;
-  std::vector<Tensor> momentum_buffers_;
-};
 
 // torch.optim.Adam, _single_tensor_adam (capturable=False). State, created at a parameter's first step
 // for every parameter that has a gradient (all of it before any update, as _init_group): `step` (a CPU

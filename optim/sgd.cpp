@@ -1,12 +1,12 @@
 // torch.optim.SGD's eager steps: the single-tensor path (_single_tensor_sgd) and the multi-tensor one
-// (_multi_tensor_sgd, foreach=True); the allocations of both are listed in optim.h.
+// (_multi_tensor_sgd, foreach=True); the allocations of both are listed in sgd.h.
 #include <fmt/format.h>
 
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
 #include "memory/allocation_context.h"
-#include "nn/optim.h"
+#include "optim/sgd.h"
 #include "tensor/ops.h"
 
 namespace bytegrad::optim {
