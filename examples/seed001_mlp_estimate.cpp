@@ -7,6 +7,9 @@
 #include "examples/seed_programs.h"
 #include "memory/device_allocators.h"
 #include "nn/checkpoint_sequential.h"
+#include "nn/linear.h"
+#include "nn/relu.h"
+#include "nn/sequential.h"
 #include "tensor/ops.h"
 
 namespace bytegrad::examples {

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "nn/linear.h"
+#include "nn/relu.h"
+#include "nn/sequential.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "tensor/ops.h"

@@ -5,6 +5,9 @@
 #include "autograd/checkpoint.h"
 #include "helpers.h"
 #include "nn/checkpoint_sequential.h"
+#include "nn/linear.h"
+#include "nn/relu.h"
+#include "nn/sequential.h"
 
 using namespace agtest;
 

@@ -1,7 +1,10 @@
 // Every new module's parameter and input gradients against central finite differences, float64 on cpu.
-#include "nn/activations.h"
 #include "nn/attention.h"
-#include "nn/dropout_embedding.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/gelu.h"
+#include "nn/sigmoid.h"
+#include "nn/tanh.h"
 #include "nn_helpers.h"
 
 using namespace nntest;

@@ -4,7 +4,8 @@
 #include <cstdlib>
 
 #include "nn/attention.h"
-#include "nn/dropout_embedding.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
 #include "nn_helpers.h"
 
 using namespace nntest;

@@ -3,6 +3,7 @@
 #include "autograd/grad_mode.h"
 #include "memory/device_allocators.h"
 #include "nn/checkpoint_sequential.h"
+#include "nn/linear.h"
 #include "programs.h"
 #include "tensor/ops.h"
 

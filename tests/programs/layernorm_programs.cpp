@@ -5,9 +5,12 @@
 #include <stdexcept>
 
 #include "autograd/grad_mode.h"
-#include "nn/activations.h"
-#include "nn/dropout_embedding.h"
+#include "nn/embedding.h"
+#include "nn/gelu.h"
 #include "nn/layer_norm.h"
+#include "nn/linear.h"
+#include "nn/sequential.h"
+#include "nn/tanh.h"
 #include "optim/adam.h"
 #include "programs.h"
 #include "tensor/ops.h"

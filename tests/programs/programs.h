@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/linear.h"
+#include "nn/sequential.h"
 #include "tools/scenario.h"
 
 namespace bytegrad::programs {

@@ -1,5 +1,8 @@
 // Training loops: optimizers over several steps, gradient accumulation. Transcribed from
 // tools/probes/pytorch_extra_scenarios.py; the figures at every mark equal PyTorch's (tests/programs/).
+#include "nn/linear.h"
+#include "nn/relu.h"
+#include "nn/sequential.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "programs.h"

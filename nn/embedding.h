@@ -1,21 +1,9 @@
-// Dropout and Embedding, as torch.nn's.
+// Embedding, as torch.nn.Embedding.
 #pragma once
 
 #include "nn/module.h"
 
 namespace bytegrad::nn {
-
-// dropout(x, p, is_training()): in training (0 < p < 1) one output and one bool mask (the mask is what
-// NativeDropoutBackward0 keeps); in eval (or p == 0) the input itself, allocating nothing.
-class Dropout : public Module {
- public:
-  explicit Dropout(double p = 0.5);
-  Tensor forward(const Tensor& input) override;
-  double p() const { return p_; }
-
- private:
-  double p_;
-};
 
 // A (num_embeddings, embedding_dim) weight drawn from N(0, 1) (torch.nn.init.normal_, as PyTorch's
 // reset_parameters); forward(indices) = embedding(weight, indices), int64/int32 indices of any shape.
