@@ -7,16 +7,17 @@
 #include <fstream>
 #include <regex>
 
-#include "../allocation_probe.h"
 #include "memory/device_allocators.h"
 #include "nn/attention.h"
 #include "nn_helpers.h"
+#include "tests/support/allocation_probe.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 
-using Events = bgprobe::AllocationEvents;
+using Events = AllocationEvents;
 
 Events parse_events(const std::string& line, const std::string& key) {
   static const std::regex event_re(R"re(\["(alloc|free)", ([0-9]+)\])re");
@@ -33,7 +34,7 @@ Events parse_events(const std::string& line, const std::string& key) {
 
 template <typename Run>
 Events record_events(Run&& run) {
-  return bgprobe::allocation_events(kSim, std::forward<Run>(run));
+  return allocation_events(kSim, std::forward<Run>(run));
 }
 
 struct NoWorkspace {

@@ -7,7 +7,8 @@
 #include "nn/tanh.h"
 #include "nn_helpers.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("activation modules: input gradients match finite differences") {
   manual_seed(11);

@@ -7,16 +7,17 @@
 #include <regex>
 #include <sstream>
 
-#include "../allocation_probe.h"
 #include "memory/device_allocators.h"
 #include "nn/layer_norm.h"
 #include "nn_helpers.h"
+#include "tests/support/allocation_probe.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 
-using Events = bgprobe::AllocationEvents;
+using Events = AllocationEvents;
 
 struct LayerNormCase {
   std::string name;
@@ -89,10 +90,10 @@ Replayed replay(const LayerNormCase& c, Device d) {
   x.requires_grad_(c.xgrad);
   Tensor g = full(c.shape, 1.0, TensorOptions{c.dtype, d});
   Tensor y;
-  out.forward = bgprobe::allocation_events(d, [&] { y = ln(x); });
-  out.backward = bgprobe::allocation_events(d, [&] { y.backward(g); });
+  out.forward = allocation_events(d, [&] { y = ln(x); });
+  out.backward = allocation_events(d, [&] { y.backward(g); });
   Tensor y2;
-  out.no_grad_forward = bgprobe::allocation_events(d, [&] {
+  out.no_grad_forward = allocation_events(d, [&] {
     NoGradGuard no_grad;
     y2 = ln(x);
   });

@@ -8,7 +8,8 @@
 #include "nn/embedding.h"
 #include "nn_helpers.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

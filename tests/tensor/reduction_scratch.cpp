@@ -9,15 +9,16 @@
 #include <regex>
 #include <sstream>
 
-#include "../allocation_probe.h"
 #include "helpers.h"
 #include "kernels/reduce_scratch.h"
+#include "tests/support/allocation_probe.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 
-using Events = bgprobe::AllocationEvents;
+using Events = AllocationEvents;
 
 struct ReduceCase {
   std::string name;  // e.g. "sum [1024, 512] dims=(0,) f32"
@@ -118,7 +119,7 @@ void check_all_cases(Device on) {
       Tensor x = zeros(c.shape, TensorOptions{c.dtype, on});
       if (c.transposed) x = x.t();
       std::vector<Tensor> results;  // held until recording stops, as the probe held its outputs
-      events = bgprobe::allocation_events(on, [&] { results = run_case(c, x); });
+      events = allocation_events(on, [&] { results = run_case(c, x); });
     }
     allocator.empty_cache();
     CHECK(events == c.events);
