@@ -25,6 +25,7 @@
 #include "tensor/ops.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/json.h"
+#include "tests/support/pytorch_probes.h"
 
 using namespace bytegrad;
 using namespace bytegrad::programs;
@@ -34,12 +35,6 @@ namespace {
 
 // ------------------------------------------------------------------------ event sequences
 using Events = AllocationEvents;
-
-Events events_of(const Json& list) {
-  Events out;
-  for (const Json& e : list.items) out.emplace_back(e.items.at(0).string(), e.items.at(1).integer());
-  return out;
-}
 
 std::string show(const Events& events) {
   std::string out;
@@ -215,24 +210,11 @@ std::string known_difference(const std::string& name) {
   return "";
 }
 
-std::vector<Json> rows_of(const std::string& group) {
-  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/events.jsonl");
-  REQUIRE(in.good());
-  std::vector<Json> rows;
-  std::string line;
-  while (std::getline(in, line)) {
-    Json row = parse_json(line);
-    const Json* g = row.find("group");
-    if (g && g->string() == group && row.find("events")) rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
 }  // namespace
 
 TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event for event as PyTorch") {
   int compared = 0;
-  for (const Json& row : rows_of("ops")) {
+  for (const Json& row : probe_rows("ops")) {
     const std::string name = row.find("case")->string();
     CAPTURE(name);
     if (const std::string why = known_difference(name); !why.empty()) {
@@ -264,7 +246,7 @@ TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event
 
 TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1, step2, zero_grad as PyTorch") {
   int compared = 0;
-  for (const Json& row : rows_of("optim")) {
+  for (const Json& row : probe_rows("optim")) {
     const std::string name = row.find("case")->string();
     CAPTURE(name);
     const std::string opt = name.substr(0, name.find(' '));
