@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 tools/build.sh
-exec build/examples/bytegrad-walkthrough "$@"
+exec build/programs/bytegrad-walkthrough "$@"

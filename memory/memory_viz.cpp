@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "core/json.h"
+
 namespace bytegrad {
 
 namespace {
@@ -19,25 +21,6 @@ constexpr uint64_t kShiftAlignment = uint64_t{2} << 20;
 
 using Out = std::back_insert_iterator<std::string>;
 
-void write_string(std::string& out, std::string_view text) {
-  out += '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) fmt::format_to(Out(out), "\\u{:04x}", static_cast<unsigned>(c));
-        else out += c;  // UTF-8 bytes pass through
-    }
-  }
-  out += '"';
-}
-
 // The one-frame stack standing for a tag; [] for no tag.
 void write_frames(std::string& out, std::string_view tag) {
   if (tag.empty()) {
@@ -45,7 +28,7 @@ void write_frames(std::string& out, std::string_view tag) {
     return;
   }
   out += R"([{"filename": "bytegrad", "line": 0, "name": )";
-  write_string(out, tag);
+  json::append_quoted(out, tag);
   out += "}]";
 }
 
@@ -122,7 +105,7 @@ void write_trace(std::string& out, const MemorySnapshot& snap, uint64_t shift) {
 
 void write_settings(std::string& out, const AllocatorConfig& config) {
   out += R"({"PYTORCH_CUDA_ALLOC_CONF": )";
-  write_string(out, config.raw);
+  json::append_quoted(out, config.raw);
   const int64_t max_split = config.max_split_size == std::numeric_limits<size_t>::max()
                                 ? -1
                                 : static_cast<int64_t>(config.max_split_size);

@@ -3,7 +3,7 @@
 // checkpointed, the last (with any remainder) runs normally.
 #pragma once
 
-#include "nn/linear.h"
+#include "nn/sequential.h"
 
 namespace bytegrad::nn {
 

@@ -1,12 +1,21 @@
 // Non-reentrant activation checkpointing: same gradients, fewer saved bytes, recomputation in backward.
+#include <doctest/doctest.h>
+
 #include <cstdlib>
 #include <memory>
 
 #include "autograd/checkpoint.h"
-#include "helpers.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "nn/checkpoint_sequential.h"
+#include "nn/linear.h"
+#include "nn/relu.h"
+#include "nn/sequential.h"
+#include "tensor/ops.h"
+#include "tests/support/devices.h"
 
-using namespace agtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -1,13 +1,17 @@
 // Engine semantics: releasing saved tensors, retain_graph, version checks, grad mode, detach, .grad.
+#include <doctest/doctest.h>
+
 #include <string>
 
 #include "autograd/accumulate_grad.h"
-#include "../error_text.h"
-#include "helpers.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "tensor/ops.h"
+#include "tests/support/devices.h"
+#include "tests/support/error_text.h"
 
-using namespace agtest;
-
-using bgtext::contains;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("a second backward through a freed graph is an error; retain_graph keeps it") {
   Tensor x = randn({3}, device(kCpu)).requires_grad_();

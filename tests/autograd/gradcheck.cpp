@@ -1,7 +1,10 @@
 // Every differentiable op's gradient against central finite differences, in float64 on cpu and sim.
-#include "helpers.h"
+#include "autograd/engine.h"
+#include "tests/support/devices.h"
+#include "tests/support/finite_differences.h"
 
-using namespace agtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -2,9 +2,12 @@
 // devices (cpu -> sim and back: the gradient travels back to the source device). A dtype cast's gradient
 // is the incoming one cast back; finite differences through float32 cannot resolve a 1e-6 step, so it is
 // checked exactly instead.
-#include "helpers.h"
+#include "autograd/engine.h"
+#include "tests/support/devices.h"
+#include "tests/support/finite_differences.h"
 
-using namespace agtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("clone, to(device) and to(dtype) gradients match finite differences") {
   manual_seed(3);

@@ -7,10 +7,13 @@
 #include <limits>
 #include <stdexcept>
 
-#include "../allocation_probe.h"
-#include "helpers.h"
+#include "autograd/engine.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/devices.h"
+#include "tests/support/finite_differences.h"
 
-using namespace agtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 
@@ -32,10 +35,10 @@ Moments moments(const std::vector<double>& v) {
   return m;
 }
 
-using Events = bgprobe::AllocationEvents;
+using Events = AllocationEvents;
 
 Events backward_events(const Tensor& loss) {
-  return bgprobe::allocation_events(kSim, [&] { loss.backward(); });
+  return allocation_events(kSim, [&] { loss.backward(); });
 }
 
 }  // namespace

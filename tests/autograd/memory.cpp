@@ -1,11 +1,18 @@
 // When autograd holds and frees memory, on sim, as arithmetic from PyTorch's rules (reference section 14).
+#include <doctest/doctest.h>
+
 #include <cstdlib>
 
 #include "autograd/autograd_meta.h"
-#include "helpers.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "nn/linear.h"
+#include "tensor/ops.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/devices.h"
 
-using namespace agtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -5,16 +5,15 @@
 #include <stdexcept>
 #include <string>
 
-#include "helpers.h"
+#include "autograd/engine.h"
+#include "tests/support/devices.h"
+#include "tests/support/finite_differences.h"
 #include "tests/support/op_samples.h"
 
-using namespace agtest;
-using bytegrad::testing::op_samples;
-using bytegrad::testing::OpSample;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
-
-const Device kMeta{DeviceType::meta, 0};
 
 // The sample's inputs on `device`, the same values on every device (one seeded generator).
 std::vector<Tensor> inputs_on(const OpSample& sample, Device device) {

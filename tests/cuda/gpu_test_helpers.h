@@ -1,4 +1,4 @@
-// Shared helpers of the GPU tests: every backend method runs on cuda and on cpu over the same values, and
+// Helpers of the GPU tests: every backend method runs on cuda and on cpu over the same values, and
 // the results are compared element by element.
 #pragma once
 
@@ -14,15 +14,11 @@
 #include "kernels/backend.h"
 #include "memory/device_allocators.h"
 #include "tensor/tensor.h"
+#include "tests/support/devices.h"
 
-namespace bgcuda {
-
-using namespace bytegrad;
+namespace bytegrad::testing {
 
 inline constexpr int kSkipExitCode = 77;  // ctest's SKIP_RETURN_CODE
-
-inline const Device kCpu{DeviceType::cpu, 0};
-inline const Device kCuda{DeviceType::cuda, 0};
 
 // First thing in every test (main checks too): without a GPU the whole program skips.
 inline void require_gpu() {
@@ -112,4 +108,4 @@ inline double max_abs(const Tensor& t) {
   return m;
 }
 
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

@@ -6,7 +6,7 @@
 #include "tests/cuda/gpu_test_helpers.h"
 
 int main(int argc, char** argv) {
-  bgcuda::require_gpu();
+  bytegrad::testing::require_gpu();
   doctest::Context context(argc, argv);
   return context.run();
 }

@@ -2,7 +2,7 @@
 // transposed, sliced and expanded (broadcast) operands.
 #include "tests/cuda/gpu_test_helpers.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
 
 Tensor transposed(const Tensor& t) { return t.transpose(0, 1); }
@@ -230,4 +230,4 @@ TEST_CASE("where and masked_fill with broadcast masks") {
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

@@ -4,7 +4,7 @@
 #include "tensor/blas_plan.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
 
 // Builds a (B, R, C) operand with a given layout from a fresh random tensor.
@@ -151,4 +151,4 @@ TEST_CASE("gemm of vectors and single rows (leading dimensions of size-1 matrice
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

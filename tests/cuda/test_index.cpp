@@ -2,7 +2,7 @@
 // through atomics) and non-contiguous operands.
 #include "tests/cuda/gpu_test_helpers.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
 
 Pair indices(const std::vector<double>& values, const Shape& shape) { return from_values(values, shape, ScalarType::int64); }
@@ -71,4 +71,4 @@ TEST_CASE("gather and scatter_add along each dimension") {
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

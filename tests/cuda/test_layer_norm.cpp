@@ -5,7 +5,7 @@
 #include "tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
 
 std::optional<Tensor> opt(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
@@ -92,4 +92,4 @@ TEST_CASE("triu / tril: cuda matches cpu (batched, transposed, bool)") {
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

@@ -2,7 +2,7 @@
 // input, ignored targets, and updates in place (out aliasing self).
 #include "tests/cuda/gpu_test_helpers.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
 
 TEST_CASE("nll_loss forward and backward, every reduction, on cuda match cpu") {
@@ -51,4 +51,4 @@ TEST_CASE("lerp, addcmul and addcdiv in place on cuda match cpu") {
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

@@ -5,7 +5,7 @@
 #include "tensor/blas_workspace.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
 
 CachingAllocator& gpu_allocator() { return caching_allocator(kCuda); }
@@ -86,4 +86,4 @@ TEST_CASE("gemm rejects integer dtypes before allocating anything") {
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

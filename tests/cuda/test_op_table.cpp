@@ -3,9 +3,8 @@
 #include "tests/cuda/gpu_test_helpers.h"
 #include "tests/support/op_samples.h"
 
-using namespace bgcuda;
-using bytegrad::testing::op_samples;
-using bytegrad::testing::OpSample;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include "tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
 
 Shape kept_shape(const Shape& in, const std::vector<bool>& reduced) {
@@ -159,4 +159,4 @@ TEST_CASE("softmax and log_softmax forward and backward along every dimension") 
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

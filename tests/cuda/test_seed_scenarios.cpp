@@ -1,26 +1,25 @@
-// The seed programs (examples/) on a real GPU, against the goldens PyTorch 2.11 recorded on an H100:
+// The seed programs (programs/seed_programs/) on a real GPU, against the goldens PyTorch 2.11 recorded on an H100:
 // seed004's three attention programs and seed002's tensor part, every figure at every mark.
 // The golden conditions set CUBLAS_WORKSPACE_CONFIG=:0:0 before the first matmul, as the goldens were
 // taken. Segment placement comes from the real driver here, so this also checks the sim's model of it.
+#include "programs/seed_programs.h"
 #include "tests/cuda/gpu_test_helpers.h"
-#include "tests/scenario_checks.h"
+#include "tests/support/scenario_checks.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
-
-using bgscenario::check_against_golden;
 
 TEST_CASE("seed004 attention programs on cuda match the goldens at every mark") {
   require_gpu();
-  check_against_golden("seed004_attention_function", kCuda, bytegrad::examples::run_seed004_attention_function);
-  check_against_golden("seed004_attention_global", kCuda, bytegrad::examples::run_seed004_attention_global);
-  check_against_golden("seed004_x_plus_1", kCuda, bytegrad::examples::run_seed004_x_plus_1);
+  check_against_golden("seed004_attention_function", kCuda, programs::run_seed004_attention_function);
+  check_against_golden("seed004_attention_global", kCuda, programs::run_seed004_attention_global);
+  check_against_golden("seed004_x_plus_1", kCuda, programs::run_seed004_x_plus_1);
 }
 
 TEST_CASE("seed002 small linear (parameters as tensors) on cuda matches the golden at every mark") {
   require_gpu();
-  check_against_golden("seed002_small_linear", kCuda, bytegrad::examples::run_seed002_small_linear);
+  check_against_golden("seed002_small_linear", kCuda, programs::run_seed002_small_linear);
 }
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

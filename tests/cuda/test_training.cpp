@@ -4,17 +4,15 @@
 #include <string>
 
 #include "tests/cuda/gpu_test_helpers.h"
-#include "tests/tiny_regression.h"
+#include "tests/support/tiny_regression.h"
 
-namespace bgcuda {
+namespace bytegrad::testing {
 namespace {
-
-using bgtraining::TinyOptimizer;
 
 TEST_CASE("a tiny MLP regression trains below its threshold with Adam and with SGD on cuda") {
   require_gpu();
   for (TinyOptimizer which : {TinyOptimizer::adam, TinyOptimizer::sgd_momentum}) {
-    const bgtraining::TrainingLosses losses = bgtraining::train_tiny_regression(kCuda, which);
+    const TrainingLosses losses = train_tiny_regression(kCuda, which);
     MESSAGE("cuda, " << std::string(which == TinyOptimizer::adam ? "Adam" : "SGD") << ": loss " << losses.first
                      << " -> " << losses.last);
     CHECK(losses.first > 1.0);  // the target's variance is about 1 + 4 + 0.25 + 9
@@ -24,4 +22,4 @@ TEST_CASE("a tiny MLP regression trains below its threshold with Adam and with S
 
 
 }  // namespace
-}  // namespace bgcuda
+}  // namespace bytegrad::testing

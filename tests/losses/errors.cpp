@@ -1,7 +1,12 @@
 // Errors name the op and the offending operands' shapes and dtypes.
-#include "loss_test_helpers.h"
+#include <doctest/doctest.h>
 
-using namespace bgloss;
+#include "tensor/ops.h"
+#include "tests/support/devices.h"
+#include "tests/support/error_text.h"
+
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("nll_loss and cross_entropy reject bad targets with messages naming shapes and dtypes") {
   fresh(kSim);

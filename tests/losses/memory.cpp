@@ -1,9 +1,14 @@
 // Device memory of the losses on sim (the goldens' simulated H100): every figure is PyTorch's arithmetic,
 // written beside it. Blocks are numel * element_size rounded up to 512 bytes.
-#include "autograd/grad_mode.h"
-#include "loss_test_helpers.h"
+#include <doctest/doctest.h>
 
-using namespace bgloss;
+#include "autograd/grad_mode.h"
+#include "tensor/ops.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/devices.h"
+
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

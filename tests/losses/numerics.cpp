@@ -1,8 +1,10 @@
 // Forward values against float64 references computed here, and gradients against float64 central
 // differences of those references.
-#include "loss_test_helpers.h"
+#include "tests/support/devices.h"
+#include "tests/support/finite_differences.h"
 
-using namespace bgloss;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

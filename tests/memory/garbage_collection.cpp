@@ -5,7 +5,8 @@
 
 #include "helpers.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -9,7 +9,8 @@
 #include "helpers.h"
 #include "tools/trace_replay.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Shared helpers of the memory-layer tests.
+// Helpers of the memory-layer tests.
 //
 // Conventions: `malloc(n)` on a CachingAllocator stands for PyTorch's
 // `torch.empty(n, dtype=torch.uint8, device="cuda")` (reference section 2: nbytes = numel * element_size, with
@@ -20,9 +20,7 @@
 #include "memory/caching_allocator.h"
 #include "memory/raw_memory.h"
 
-namespace bgtest {
-
-using namespace bytegrad;
+namespace bytegrad::testing {
 
 inline constexpr size_t KiB = 1024;
 inline constexpr size_t MiB = 1024 * KiB;
@@ -118,4 +116,4 @@ struct Section13 {
   size_t next_step = 0;  // index of the next step to run
 };
 
-}  // namespace bgtest
+}  // namespace bytegrad::testing

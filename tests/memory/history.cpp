@@ -9,7 +9,8 @@
 #include "memory/allocation_context.h"
 #include "memory/out_of_memory.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

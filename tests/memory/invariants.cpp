@@ -13,7 +13,8 @@
 #include "memory/out_of_memory.h"
 #include "memory/size_rules.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

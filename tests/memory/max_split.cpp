@@ -5,7 +5,8 @@
 #include "helpers.h"
 #include "memory/out_of_memory.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("8.4 max_split_size_mb:100, measured behaviour") {
   auto allocator = make_allocator(AllocatorConfig::parse("max_split_size_mb:100"));

@@ -16,16 +16,14 @@
 #include <unistd.h>
 #include <vector>
 
-#include "../json_reader.h"
 #include "helpers.h"
 #include "memory/allocation_context.h"
 #include "memory/memory_viz.h"
 #include "memory/out_of_memory.h"
+#include "tests/support/json.h"
 
-using namespace bgtest;
-using bgjson::Json;
-using bgjson::JsonParser;
-using bgjson::parse_json;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -16,7 +16,8 @@
 #include "memory/format_size.h"
 #include "memory/out_of_memory.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

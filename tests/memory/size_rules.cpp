@@ -6,7 +6,8 @@
 #include "memory/format_size.h"
 #include "memory/size_rules.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("section 1 constants") {
   CHECK(kMinBlockSize == 512);

@@ -6,7 +6,8 @@
 
 #include "helpers.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

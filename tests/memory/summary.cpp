@@ -7,7 +7,8 @@
 #include "helpers.h"
 #include "memory/memory_summary.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

@@ -4,36 +4,29 @@
 // gradients against finite differences in float64, causality, memory, errors.
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <regex>
 
-#include "../allocation_probe.h"
 #include "memory/device_allocators.h"
 #include "nn/attention.h"
 #include "nn_helpers.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/pytorch_probes.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 
-using Events = bgprobe::AllocationEvents;
+using Events = AllocationEvents;
 
-Events parse_events(const std::string& line, const std::string& key) {
-  static const std::regex event_re(R"re(\["(alloc|free)", ([0-9]+)\])re");
-  const size_t start = line.find("\"" + key + "\": [");
-  if (start == std::string::npos) return {};
-  const size_t open = line.find('[', start);
-  const size_t close = line[open + 1] == ']' ? open + 1 : line.find("]]", open) + 1;
-  const std::string text = line.substr(open, close - open + 1);
-  Events out;
-  for (std::sregex_iterator it(text.begin(), text.end(), event_re), end; it != end; ++it)
-    out.emplace_back((*it)[1].str(), std::stoull((*it)[2].str()));
-  return out;
+Events parse_events(const Json& events, const std::string& key) {
+  const Json* list = events.find(key);
+  return list ? events_of(*list) : Events{};
 }
 
 template <typename Run>
 Events record_events(Run&& run) {
-  return bgprobe::allocation_events(kSim, std::forward<Run>(run));
+  return allocation_events(kSim, std::forward<Run>(run));
 }
 
 struct NoWorkspace {
@@ -70,20 +63,17 @@ TEST_CASE("triu / tril: values, batches, diagonals, gradient, one allocation") {
 }
 
 TEST_CASE("masked softmax: PyTorch's events for masked_fill / float mask / masked_fill_ probes, on sim") {
-  std::ifstream file(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/events.jsonl");
-  REQUIRE(file.good());
-  static const std::regex case_re(R"re("case": "((masked_fill causal|add float mask|masked_fill_ inplace) \[([0-9]+),([0-9]+),([0-9]+),([0-9]+)\])")re");
+  static const std::regex case_re(R"re(((masked_fill causal|add float mask|masked_fill_ inplace) \[([0-9]+),([0-9]+),([0-9]+),([0-9]+)\]))re");
   int matched = 0, total = 0;
-  std::string line;
-  while (std::getline(file, line)) {
-    if (line.find("\"group\": \"ops\"") == std::string::npos) continue;
+  for (const Json& row : probe_rows("ops")) {
+    const std::string& case_name = row["case"].string();
     std::smatch m;
-    if (!std::regex_search(line, m, case_re)) continue;
+    if (!std::regex_match(case_name, m, case_re)) continue;
     ++total;
     const std::string name = m[1], kind = m[2];
     CAPTURE(name);
     const int64_t b = std::stoll(m[3]), h = std::stoll(m[4]), l = std::stoll(m[5]);
-    const Events forward = parse_events(line, "forward"), backward = parse_events(line, "backward");
+    const Events forward = parse_events(row["events"], "forward"), backward = parse_events(row["events"], "backward");
     fresh_sim();
     Events f, bw;
     {

@@ -1,10 +1,14 @@
 // Every new module's parameter and input gradients against central finite differences, float64 on cpu.
-#include "nn/activations.h"
 #include "nn/attention.h"
-#include "nn/dropout_embedding.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/gelu.h"
+#include "nn/sigmoid.h"
+#include "nn/tanh.h"
 #include "nn_helpers.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("activation modules: input gradients match finite differences") {
   manual_seed(11);

@@ -2,21 +2,22 @@
 // made by tools/probes/pytorch_event_probe.py layernorm_cases(): forward, backward and no_grad forward of
 // torch.nn.LayerNorm on an H100) replayed on sim and meta; gradients against finite differences in float64;
 // the functional form against a float64 reference written with plain ops; errors.
-#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
-#include "../allocation_probe.h"
 #include "memory/device_allocators.h"
 #include "nn/layer_norm.h"
 #include "nn_helpers.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/pytorch_probes.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 
-using Events = bgprobe::AllocationEvents;
+using Events = AllocationEvents;
 
 struct LayerNormCase {
   std::string name;
@@ -34,31 +35,20 @@ Shape parse_ints(const std::string& text) {
   return out;
 }
 
-Events parse_events(const std::string& line, const std::string& key) {
-  static const std::regex event_re(R"re(\["(alloc|free)", ([0-9]+)\])re");
-  const size_t start = line.find("\"" + key + "\": [");
-  REQUIRE(start != std::string::npos);
-  // The list ends at the first "]]" (or "[]" for an empty one) after the key.
-  const size_t open = line.find('[', start);
-  const size_t close = line[open + 1] == ']' ? open + 1 : line.find("]]", open) + 1;
-  const std::string text = line.substr(open, close - open + 1);
-  Events out;
-  for (std::sregex_iterator it(text.begin(), text.end(), event_re), end; it != end; ++it)
-    out.emplace_back((*it)[1].str(), std::stoull((*it)[2].str()));
-  return out;
+Events parse_events(const Json& events, const std::string& key) {
+  const Json* list = events.find(key);
+  REQUIRE(list != nullptr);
+  return events_of(*list);
 }
 
 std::vector<LayerNormCase> read_layernorm_cases() {
-  std::ifstream file(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/events.jsonl");
-  REQUIRE(file.good());
   static const std::regex case_re(
-      R"re("case": "(layernorm \[([0-9, ]*)\] norm=(\(([0-9, ]*)\)|[0-9]+) affine=(True|False) bias=(True|False) (f32|bf16) xgrad=(True|False))")re");
+      R"re((layernorm \[([0-9, ]*)\] norm=(\(([0-9, ]*)\)|[0-9]+) affine=(True|False) bias=(True|False) (f32|bf16) xgrad=(True|False)))re");
   std::vector<LayerNormCase> cases;
-  std::string line;
-  while (std::getline(file, line)) {
-    if (line.find("\"group\": \"layernorm\"") == std::string::npos) continue;
+  for (const Json& row : probe_rows("layernorm")) {
+    const std::string& name = row["case"].string();
     std::smatch m;
-    REQUIRE_MESSAGE(std::regex_search(line, m, case_re), line);
+    REQUIRE_MESSAGE(std::regex_match(name, m, case_re), name);
     LayerNormCase c;
     c.name = m[1];
     c.shape = parse_ints(m[2]);
@@ -67,9 +57,9 @@ std::vector<LayerNormCase> read_layernorm_cases() {
     c.bias = m[6] == "True";
     c.dtype = m[7] == "f32" ? ScalarType::float32 : ScalarType::bfloat16;
     c.xgrad = m[8] == "True";
-    c.forward = parse_events(line, "forward");
-    c.backward = parse_events(line, "backward");
-    c.no_grad_forward = parse_events(line, "no_grad_forward");
+    c.forward = parse_events(row["events"], "forward");
+    c.backward = parse_events(row["events"], "backward");
+    c.no_grad_forward = parse_events(row["events"], "no_grad_forward");
     cases.push_back(std::move(c));
   }
   return cases;
@@ -89,10 +79,10 @@ Replayed replay(const LayerNormCase& c, Device d) {
   x.requires_grad_(c.xgrad);
   Tensor g = full(c.shape, 1.0, TensorOptions{c.dtype, d});
   Tensor y;
-  out.forward = bgprobe::allocation_events(d, [&] { y = ln(x); });
-  out.backward = bgprobe::allocation_events(d, [&] { y.backward(g); });
+  out.forward = allocation_events(d, [&] { y = ln(x); });
+  out.backward = allocation_events(d, [&] { y.backward(g); });
   Tensor y2;
-  out.no_grad_forward = bgprobe::allocation_events(d, [&] {
+  out.no_grad_forward = allocation_events(d, [&] {
     NoGradGuard no_grad;
     y2 = ln(x);
   });

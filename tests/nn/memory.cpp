@@ -4,10 +4,12 @@
 #include <cstdlib>
 
 #include "nn/attention.h"
-#include "nn/dropout_embedding.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
 #include "nn_helpers.h"
 
-using namespace nntest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

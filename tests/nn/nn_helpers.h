@@ -1,4 +1,4 @@
-// Shared helpers for the nn module tests (on top of the autograd tests' helpers).
+// Helpers of the nn module tests (on top of the autograd tests' helpers).
 #pragma once
 
 #include <algorithm>
@@ -7,18 +7,17 @@
 #include <string>
 #include <vector>
 
-#include "../autograd/helpers.h"
 #include "nn/module.h"
+#include "tests/support/devices.h"
+#include "tests/support/finite_differences.h"
 
-namespace nntest {
-
-using namespace agtest;
+namespace bytegrad::testing {
 
 inline TensorOptions f64(Device d = kCpu) { return TensorOptions{ScalarType::float64, d}; }
 
 // Autograd's gradient of the scalar loss() with respect to every parameter of the module against central
 // finite differences in float64: each element is perturbed in place (fill_from_host, under no_grad) and
-// restored. (agtest::check_gradients covers tensors passed as inputs; parameters live in the module.)
+// restored. (check_gradients covers tensors passed as inputs; parameters live in the module.)
 inline void check_parameter_gradients(nn::Module& module, const std::function<Tensor()>& loss,
                                       double tolerance = 1e-6) {
   module.zero_grad();
@@ -47,4 +46,4 @@ inline void check_parameter_gradients(nn::Module& module, const std::function<Te
   }
 }
 
-}  // namespace nntest
+}  // namespace bytegrad::testing

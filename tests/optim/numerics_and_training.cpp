@@ -4,18 +4,17 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
-#include "loss_test_helpers.h"
-#include "nn/linear.h"
-#include "nn/optim.h"
-#include "tests/tiny_regression.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "tests/support/devices.h"
+#include "tests/support/finite_differences.h"
+#include "tests/support/tiny_regression.h"
 
-using namespace bgloss;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 using bytegrad::optim::Adam;
 using bytegrad::optim::AdamW;
 using bytegrad::optim::SGD;
-using bgtraining::TinyOptimizer;
-using bgtraining::TrainingLosses;
-using bgtraining::train_tiny_regression;
 
 namespace {
 

@@ -2,10 +2,16 @@
 // allocate them. Two parameters, the small one first (order matters: the previous parameter's Adam denom
 // is alive during the next one's step):
 //   p1 (100) float32: 400 bytes -> one 512-byte block; p2 (300, 7) float32: 8400 bytes -> 8704 (17 * 512).
-#include "loss_test_helpers.h"
-#include "nn/optim.h"
+#include <doctest/doctest.h>
 
-using namespace bgloss;
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "tensor/ops.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/devices.h"
+
+using namespace bytegrad;
+using namespace bytegrad::testing;
 using bytegrad::optim::Adam;
 using bytegrad::optim::AdamW;
 using bytegrad::optim::SGD;

@@ -1,19 +1,19 @@
-// Every mark of every program in tests/programs/ against PyTorch's figures for the same program
+// Every mark of every extra program (programs/extra_programs/) against PyTorch's figures for the same program
 // (tests/data/pytorch_probes/x0/NAME.json: recorded on the H100 with CUBLAS_WORKSPACE_CONFIG=:0:0, each in a
 // fresh process; xd/NAME.json: the same with PyTorch's default cuBLAS workspaces), on sim and on meta (and
 // cuda on a GPU machine): allocated, reserved, both peaks, segments, blocks, requested and inactive_split.
 #include <cstdio>
 
-#include "../scenario_checks.h"
-#include "programs.h"
+#include "memory/device_allocators.h"
+#include "programs/registry.h"
+#include "tests/support/devices.h"
+#include "tests/support/scenario_checks.h"
 
-using namespace bgscenario;
+using namespace bytegrad;
 using namespace bytegrad::programs;
+using namespace bytegrad::testing;
 
 namespace {
-
-const Device kSimDevice{DeviceType::sim, 0};
-const Device kMetaDevice{DeviceType::meta, 0};
 
 // x0/: recorded with CUBLAS_WORKSPACE_CONFIG=:0:0; xd/: with PyTorch's default workspaces.
 std::vector<GoldenStep> pytorch_figures(const std::string& name, Workspaces workspaces) {
@@ -22,7 +22,7 @@ std::vector<GoldenStep> pytorch_figures(const std::string& name, Workspaces work
 }
 
 void (*program_named(const std::string& name))(ScenarioRecorder&) {
-  for (const Program& p : all_programs())
+  for (const Program& p : extra_programs())
     if (p.name == name) return p.run;
   FAIL("no program " << name);
   return nullptr;
@@ -59,7 +59,7 @@ const std::vector<std::string>& placement_dependent_fields(const std::string& na
 
 // On sim and meta, and on cuda when a GPU is present; with both workspace settings.
 void check_program(const std::string& name) {
-  std::vector<Device> devices = {kSimDevice, kMetaDevice};
+  std::vector<Device> devices = {kSim, kMeta};
   if (cuda_is_available()) devices.push_back(Device{DeviceType::cuda, 0});
   for (Workspaces workspaces : {Workspaces::none, Workspaces::pytorch_default}) {
     const std::vector<GoldenStep> want = pytorch_figures(name, workspaces);

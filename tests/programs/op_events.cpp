@@ -17,27 +17,24 @@
 #include <string>
 #include <vector>
 
-#include "../allocation_probe.h"
-#include "../json_reader.h"
-#include "../scenario_checks.h"
 #include "autograd/grad_mode.h"
 #include "memory/device_allocators.h"
-#include "nn/optim.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "programs/checks.h"
 #include "tensor/ops.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/json.h"
+#include "tests/support/pytorch_probes.h"
 
-using namespace bgscenario;
-using bgjson::Json;
+using namespace bytegrad;
+using namespace bytegrad::programs;
+using namespace bytegrad::testing;
 
 namespace {
 
 // ------------------------------------------------------------------------ event sequences
-using Events = bgprobe::AllocationEvents;
-
-Events events_of(const Json& list) {
-  Events out;
-  for (const Json& e : list.items) out.emplace_back(e.items.at(0).string(), e.items.at(1).integer());
-  return out;
-}
+using Events = AllocationEvents;
 
 std::string show(const Events& events) {
   std::string out;
@@ -221,22 +218,6 @@ std::string known_difference(const std::string& name) {
   return "";
 }
 
-std::vector<Json> rows_of(const std::string& group, const std::string& file = "events.jsonl") {
-  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/" + file);
-  REQUIRE(in.good());
-  std::vector<Json> rows;
-  std::string line;
-  while (std::getline(in, line)) {
-    Json row = bgjson::parse_json(line);
-    const Json* g = row.find("group");
-    if (g && g->string() == group && row.find("events")) rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
-const Device kSim{DeviceType::sim, 0};
-const Device kMeta{DeviceType::meta, 0};
-
 }  // namespace
 
 namespace {
@@ -252,13 +233,13 @@ void check_op_events(const Json& row) {
   manual_seed(0);
   std::vector<Tensor> inputs = c->inputs(d);
   Tensor y;
-  const Events forward = bgprobe::allocation_events(d, [&] { y = c->op(inputs); });
+  const Events forward = allocation_events(d, [&] { y = c->op(inputs); });
   const Events want_forward = without_workspaces(events_of(*row.find("events")->find("forward")));
   CHECK_MESSAGE(forward == want_forward, name << " forward: got " << show(forward) << ", want " << show(want_forward));
   if (const Json* bw = row.find("events")->find("backward")) {
     REQUIRE(y.requires_grad());
     const Tensor g = ones_like(y);
-    const Events backward = bgprobe::allocation_events(d, [&] { y.backward(g); });
+    const Events backward = allocation_events(d, [&] { y.backward(g); });
     const Events want_backward = without_workspaces(events_of(*bw));
     CHECK_MESSAGE(backward == want_backward,
                   name << " backward: got " << show(backward) << ", want " << show(want_backward));
@@ -269,7 +250,7 @@ void check_op_events(const Json& row) {
 
 TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event for event as PyTorch") {
   int compared = 0;
-  for (const Json& row : rows_of("ops")) {
+  for (const Json& row : probe_rows("ops")) {
     const std::string name = row.find("case")->string();
     if (const std::string why = known_difference(name); !why.empty()) {
       MESSAGE("not compared: " << name << ": " << why);
@@ -283,14 +264,14 @@ TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event
 
 // Ops added with the op table (docs/adding-an-op.md), recorded by the probe's op_table group.
 TEST_CASE("op_table events: expm1, exp, dot and mv forward and backward, event for event as PyTorch") {
-  const std::vector<Json> rows = rows_of("op_table", "op_table_events.jsonl");
+  const std::vector<Json> rows = probe_rows("op_table", "op_table_events.jsonl");
   CHECK(rows.size() == 12);
   for (const Json& row : rows) check_op_events(row);
 }
 
 TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1, step2, zero_grad as PyTorch") {
   int compared = 0;
-  for (const Json& row : rows_of("optim")) {
+  for (const Json& row : probe_rows("optim")) {
     const std::string name = row.find("case")->string();
     CAPTURE(name);
     const std::string opt = name.substr(0, name.find(' '));
@@ -342,7 +323,7 @@ TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1
     std::unique_ptr<optim::Optimizer> optimizer = make(params);
     const Json& ev = *row.find("events");
     for (const char* phase : {"step1", "step2", "zero_grad"}) {
-      const Events got = bgprobe::allocation_events(d, [&] {
+      const Events got = allocation_events(d, [&] {
         if (std::string(phase) == "zero_grad") optimizer->zero_grad();
         else optimizer->step();
       });
@@ -359,7 +340,7 @@ TEST_CASE("norm, var and std: forward and backward events as PyTorch's (norm_var
   REQUIRE(in.good());
   std::stringstream text;
   text << in.rdbuf();
-  const Json recorded = bgjson::parse_json(text.str());
+  const Json recorded = parse_json(text.str());
   // The losses of tools/probes/pytorch_norm_var_backward.py, on a (1024, 512) float32 x.
   const std::map<std::string, std::function<Tensor(const Tensor&)>> losses = {
       {"norm dim1", [](const Tensor& x) { return norm(x, {1}).sum(); }},
@@ -380,11 +361,11 @@ TEST_CASE("norm, var and std: forward and backward events as PyTorch's (norm_var
     Tensor x = randn({1024, 512}, TensorOptions{ScalarType::float32, d}).requires_grad_();
     Tensor loss;
     auto loss_of = losses.at(name);
-    const Events forward = bgprobe::allocation_events(d, [&] {
+    const Events forward = allocation_events(d, [&] {
       loss = loss_of(x);
       if (name == "var dim1 correction0") loss = loss.sum();
     });
-    const Events backward = bgprobe::allocation_events(d, [&] { loss.backward(); });
+    const Events backward = allocation_events(d, [&] { loss.backward(); });
     const Events want_forward = events_of(*want.find("forward"));
     const Events want_backward = events_of(*want.find("backward"));
     CHECK_MESSAGE(forward == want_forward, "forward: got " << show(forward) << ", want " << show(want_forward));

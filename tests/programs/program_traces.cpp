@@ -7,12 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "../json_reader.h"
-#include "../scenario_checks.h"
-#include "programs.h"
+#include "memory/device_allocators.h"
+#include "programs/checks.h"
+#include "programs/registry.h"
+#include "tests/support/json.h"
 
-using namespace bgscenario;
+using namespace bytegrad;
 using namespace bytegrad::programs;
+using namespace bytegrad::testing;
 
 namespace {
 
@@ -24,9 +26,9 @@ std::vector<std::pair<std::string, Events>> pytorch_trace(const std::string& fol
   std::stringstream text;
   text << in.rdbuf();
   std::vector<std::pair<std::string, Events>> marks;
-  for (const bgjson::Json& mark : bgjson::parse_json(text.str()).items) {
+  for (const Json& mark : parse_json(text.str()).items) {
     Events events;
-    for (const bgjson::Json& e : mark.find("events")->items) {
+    for (const Json& e : mark.find("events")->items) {
       const std::string action = e.items.at(0).string();
       if (action == "alloc") events.emplace_back("alloc", e.items.at(1).integer());
       if (action == "free_completed") events.emplace_back("free", e.items.at(1).integer());
@@ -54,7 +56,7 @@ void check_trace(const std::string& name, Workspaces workspaces) {
     seen = trace.size();
     got.emplace_back(step.label, std::move(events));
   });
-  for (const Program& p : all_programs())
+  for (const Program& p : extra_programs())
     if (p.name == name) p.run(r);
   caching_allocator(d).record_history(false);
   REQUIRE(got.size() == want.size());

@@ -1,7 +1,8 @@
 // Error messages name the op and both operands; reprs look like PyTorch's.
 #include "helpers.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("shape, dtype and device mismatches name the op and both operands") {
   const Tensor a = zeros({2, 3}, bytegrad::device(kSim));

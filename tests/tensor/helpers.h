@@ -1,8 +1,6 @@
-// Shared helpers of the tensor-layer tests: devices with fresh statistics, float64 references computed
-// with plain loops, and error measures.
+// Helpers of the tensor-layer tests: float64 references computed with plain loops, and error measures.
 #pragma once
 
-#include "../error_text.h"
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,30 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "memory/device_allocators.h"
-#include "tensor/blas_workspace.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
+#include "tests/support/devices.h"
+#include "tests/support/error_text.h"
 
-namespace bgtest {
-
-using namespace bytegrad;
-
-inline const Device kSim{DeviceType::sim, 0};
-inline const Device kCpu{DeviceType::cpu, 0};
-inline const Device kMeta{DeviceType::meta, 0};
-
-// A sim or meta device whose allocator starts from zero: the BLAS workspaces this thread parked there are
-// released first (they live until cleared, as in PyTorch). Every tensor of the previous test must be gone.
-inline Device fresh(Device device) {
-  clear_blas_workspaces();
-  reset_device(device);
-  return device;
-}
-
-inline int64_t allocated(Device device = kSim) { return caching_allocator(device).memory_allocated(); }
-inline int64_t max_allocated(Device device = kSim) { return caching_allocator(device).max_memory_allocated(); }
-inline int64_t stat(Device device, const std::string& key) { return caching_allocator(device).memory_stats().at(key); }
+namespace bytegrad::testing {
 
 // Row-major multi-index helpers for references.
 inline std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
@@ -125,7 +105,4 @@ inline std::vector<double> reference_matmul(const Tensor& a, const Tensor& b, Sh
   return out;
 }
 
-using bgtext::contains;
-using bgtext::error_of;
-
-}  // namespace bgtest
+}  // namespace bytegrad::testing

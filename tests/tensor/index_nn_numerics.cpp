@@ -1,7 +1,8 @@
 // index_select, gather, embedding, cat, stack and dropout.
 #include "helpers.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 TEST_CASE("index_select, gather and embedding pick the right elements") {
   for (Device device : {kCpu, kSim}) {

@@ -2,7 +2,8 @@
 // broadcast operands, mm/bmm/addmm/linear/outer, and the float64/float16/int64 kernels.
 #include "helpers.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 

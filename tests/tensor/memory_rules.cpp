@@ -2,19 +2,15 @@
 // are written as arithmetic (numel * element_size; the allocator rounds each block up to 512 bytes).
 // Runs on sim, the simulated H100 of the goldens; the BLAS workspace is configured off (":0:0") except
 // in the test about the workspace itself.
-#include "../allocation_probe.h"
 #include <cstdlib>
 
 #include "helpers.h"
+#include "tests/support/allocation_probe.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
-
-// Allocation deltas since construction (tests/allocation_probe.h), on sim unless given a device.
-struct Probe : bgprobe::Probe {
-  explicit Probe(Device d = kSim) : bgprobe::Probe(d) {}
-};
 
 struct WorkspaceOff {
   WorkspaceOff() { setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", 1); }

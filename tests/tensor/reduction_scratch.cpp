@@ -4,20 +4,21 @@
 // integer sum's int64 copy, staging buffer, semaphores, their frees) must equal PyTorch's. All 803 are run,
 // norm (linalg_vector_norm) and var (the Welford kernel) included; an op bytegrad lacked would be skipped
 // and counted.
-#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
-#include "../allocation_probe.h"
 #include "helpers.h"
 #include "kernels/reduce_scratch.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/pytorch_probes.h"
 
-using namespace bgtest;
+using namespace bytegrad;
+using namespace bytegrad::testing;
 
 namespace {
 
-using Events = bgprobe::AllocationEvents;
+using Events = AllocationEvents;
 
 struct ReduceCase {
   std::string name;  // e.g. "sum [1024, 512] dims=(0,) f32"
@@ -40,20 +41,16 @@ Shape parse_ints(const std::string& text) {
 }
 
 std::vector<ReduceCase> read_reduce_cases() {
-  std::ifstream file(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/events.jsonl");
-  REQUIRE(file.good());
-  static const std::regex case_re(R"re("case": "(\w+) \[([0-9, ]*)\](\.t\(\))? dims=(None|\(([0-9, ]*)\)) (\w+)")re");
-  static const std::regex event_re(R"re(\["(alloc|free)", ([0-9]+)\])re");
+  static const std::regex case_re(R"re((\w+) \[([0-9, ]*)\](\.t\(\))? dims=(None|\(([0-9, ]*)\)) (\w+))re");
   static const std::map<std::string, ScalarType> dtypes = {
       {"f32", ScalarType::float32}, {"f16", ScalarType::float16}, {"bf16", ScalarType::bfloat16},
       {"f64", ScalarType::float64}, {"i64", ScalarType::int64},   {"i32", ScalarType::int32},
       {"u8", ScalarType::uint8},    {"bool", ScalarType::bool_}};
   std::vector<ReduceCase> cases;
-  std::string line;
-  while (std::getline(file, line)) {
-    if (line.find("\"group\": \"reduce\"") == std::string::npos) continue;
+  for (const Json& row : probe_rows("reduce")) {
+    const std::string& name = row["case"].string();
     std::smatch m;
-    REQUIRE_MESSAGE(std::regex_search(line, m, case_re), line);
+    REQUIRE_MESSAGE(std::regex_match(name, m, case_re), name);
     ReduceCase c;
     c.op = m[1];
     c.shape = parse_ints(m[2]);
@@ -61,11 +58,8 @@ std::vector<ReduceCase> read_reduce_cases() {
     c.all_dims = m[4] == "None";
     if (!c.all_dims) c.dims = parse_ints(m[5]);
     c.dtype = dtypes.at(m[6]);
-    c.name = line.substr(line.find("\"case\": \"") + 9);
-    c.name = c.name.substr(0, c.name.find('"'));
-    const std::string events = line.substr(line.find("\"events\""));
-    for (std::sregex_iterator it(events.begin(), events.end(), event_re), end; it != end; ++it)
-      c.events.emplace_back((*it)[1].str(), std::stoull((*it)[2].str()));
+    c.name = name;
+    c.events = events_of(row["events"]);
     cases.push_back(std::move(c));
   }
   return cases;
@@ -118,7 +112,7 @@ void check_all_cases(Device on) {
       Tensor x = zeros(c.shape, TensorOptions{c.dtype, on});
       if (c.transposed) x = x.t();
       std::vector<Tensor> results;  // held until recording stops, as the probe held its outputs
-      events = bgprobe::allocation_events(on, [&] { results = run_case(c, x); });
+      events = allocation_events(on, [&] { results = run_case(c, x); });
     }
     allocator.empty_cache();
     CHECK(events == c.events);

@@ -3,7 +3,8 @@
 
 They exercise what the seed documents do not: optimizers over several steps, gradient accumulation,
 no_grad/detach, in-place ops, LayerNorm, masked attention, cross-entropy over a vocabulary, retain_graph.
-bytegrad's tests replay the same programs in C++ (tests/programs/) and compare every mark.
+bytegrad replays the same programs in C++ (programs/extra_programs/) and its tests (tests/programs/)
+compare every mark.
 
 Usage: python3 pytorch_extra_scenarios.py --all OUTDIR   (each program in a fresh process)
        python3 pytorch_extra_scenarios.py NAME OUTDIR

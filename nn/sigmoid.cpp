@@ -1,0 +1,9 @@
+#include "nn/sigmoid.h"
+
+#include "tensor/ops.h"
+
+namespace bytegrad::nn {
+
+Tensor Sigmoid::forward(const Tensor& input) { return sigmoid(input); }
+
+}  // namespace bytegrad::nn

@@ -1,0 +1,9 @@
+#include "nn/tanh.h"
+
+#include "tensor/ops.h"
+
+namespace bytegrad::nn {
+
+Tensor Tanh::forward(const Tensor& input) { return tanh(input); }
+
+}  // namespace bytegrad::nn

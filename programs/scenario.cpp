@@ -1,0 +1,119 @@
+#include "programs/scenario.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/json.h"
+#include "memory/device_allocators.h"
+
+namespace bytegrad::programs {
+
+const std::vector<StepField>& golden_step_fields() {
+  static const std::vector<StepField> fields = {
+      {"allocated", &GoldenStep::allocated}, {"reserved", &GoldenStep::reserved},
+      {"max_allocated", &GoldenStep::max_allocated}, {"max_reserved", &GoldenStep::max_reserved},
+      {"segments", &GoldenStep::segments}, {"blocks", &GoldenStep::blocks},
+      {"requested", &GoldenStep::requested}, {"inactive_split", &GoldenStep::inactive_split},
+  };
+  return fields;
+}
+
+std::vector<std::string> step_differences(const GoldenStep& got, const GoldenStep& want) {
+  std::vector<std::string> out;
+  for (const StepField& f : golden_step_fields())
+    if (got.*f.member != want.*f.member)
+      out.push_back(std::string(f.name) + ": got " + std::to_string(got.*f.member) + ", want " +
+                    std::to_string(want.*f.member));
+  return out;
+}
+
+// ------------------------------------------------------------------------------------ golden reader
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error("golden scenario " + path + ": " + what);
+}
+
+// A step object: its label, the eight figures as integers, and an optional message; other fields (notes,
+// "param_bytes", "loops") are skipped.
+GoldenStep read_step(const json::Value& object, const std::string& path) {
+  GoldenStep s;
+  const json::Value* label = object.find("label");
+  if (!label || label->kind != json::Value::Kind::string) fail(path, "a step without a \"label\"");
+  s.label = label->text;
+  if (const json::Value* message = object.find("message"); message && message->kind == json::Value::Kind::string)
+    s.message = message->text;
+  for (const StepField& f : golden_step_fields()) {
+    const json::Value* value = object.find(f.name);
+    if (!value || !value->is_integer()) fail(path, "step \"" + s.label + "\" has no integer \"" + f.name + "\"");
+    s.*f.member = value->integer();
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<GoldenStep> read_golden_scenario(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, "cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  json::Value document;
+  try {
+    document = json::parse(text.str());
+  } catch (const json::Error& e) {
+    fail(path, e.what());
+  }
+  const json::Value* steps = document.find("steps");
+  if (!steps || steps->kind != json::Value::Kind::array) fail(path, "no \"steps\" array");
+  std::vector<GoldenStep> out;
+  for (const json::Value& step : steps->items) out.push_back(read_step(step, path));
+  return out;
+}
+
+std::string golden_scenario_path(const std::string& name, bool default_workspace) {
+  const char* folder = default_workspace ? "/golden/scenarios-default-workspace/" : "/golden/scenarios/";
+  return std::string(BYTEGRAD_SHARED_DIR) + folder + name + ".json";
+}
+
+// ------------------------------------------------------------------------------------------ recorder
+
+ScenarioRecorder::ScenarioRecorder(std::string name, Device device) : name_(std::move(name)), device_(device) {}
+
+void ScenarioRecorder::mark(const std::string& label, const std::string& message) {
+  // The keys scenarios.py reads through torch.cuda.memory_allocated() etc. and memory_stats().
+  const std::map<std::string, int64_t> stats = caching_allocator(device_).memory_stats();
+  auto stat = [&](const char* key) { return stats.at(key); };
+  GoldenStep s;
+  s.label = label;
+  s.allocated = stat("allocated_bytes.all.current");
+  s.reserved = stat("reserved_bytes.all.current");
+  s.max_allocated = stat("allocated_bytes.all.peak");
+  s.max_reserved = stat("reserved_bytes.all.peak");
+  s.segments = stat("segment.all.current");
+  s.blocks = stat("allocation.all.current");
+  s.requested = stat("requested_bytes.all.current");
+  s.inactive_split = stat("inactive_split_bytes.all.current");
+  s.message = message;
+  steps_.push_back(s);
+  if (listener_) listener_(steps_.back());
+}
+
+std::string ScenarioRecorder::to_json() const {
+  json::Value steps = json::array();
+  for (const GoldenStep& s : steps_) {
+    json::Value step = json::object();
+    step.add("label", json::string(s.label));
+    for (const StepField& f : golden_step_fields()) step.add(f.name, json::integer(s.*f.member));
+    if (!s.message.empty()) step.add("message", json::string(s.message));
+    steps.push_back(std::move(step));
+  }
+  json::Value document = json::object();
+  document.add("name", json::string(name_)).add("device", json::string(device_.str())).add("steps", std::move(steps));
+  return json::dump(document, 1) + "\n";
+}
+
+}  // namespace bytegrad::programs

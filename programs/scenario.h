@@ -1,0 +1,69 @@
+// Scenarios: a program's device-memory figures at named marks, recorded the way shared/golden/scenarios.py
+// records PyTorch's (its Rec.mark), and the golden files those figures are held to.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace bytegrad::programs {
+
+// One mark: the fields of a step in shared/golden/scenarios/*.json (see shared/golden/README.md).
+struct GoldenStep {
+  std::string label;
+  int64_t allocated = 0;       // allocated_bytes.all.current
+  int64_t reserved = 0;        // reserved_bytes.all.current
+  int64_t max_allocated = 0;   // allocated_bytes.all.peak
+  int64_t max_reserved = 0;    // reserved_bytes.all.peak
+  int64_t segments = 0;        // segment.all.current
+  int64_t blocks = 0;          // allocation.all.current
+  int64_t requested = 0;       // requested_bytes.all.current
+  int64_t inactive_split = 0;  // inactive_split_bytes.all.current
+  std::string message;         // an error text the step carries (scenarios.py's A_oom step), else ""
+};
+
+// The eight figures by name, in the golden files' order, for comparisons and printing.
+struct StepField {
+  const char* name;
+  int64_t GoldenStep::*member;
+};
+const std::vector<StepField>& golden_step_fields();
+
+// "field: got X, want Y" for every figure that differs; empty when the steps agree.
+std::vector<std::string> step_differences(const GoldenStep& got, const GoldenStep& want);
+
+// The "steps" of a golden scenario file, in order. Other members and unknown step fields (notes,
+// "param_bytes", "loops") are skipped. Throws std::runtime_error naming the file on unreadable input or a
+// step without a label or one of the eight figures.
+std::vector<GoldenStep> read_golden_scenario(const std::string& path);
+// shared/golden/scenarios/NAME.json, under the shared folder this build was configured with: the runs
+// with CUBLAS_WORKSPACE_CONFIG=:0:0; with default_workspace, scenarios-default-workspace/NAME.json (the
+// same programs with PyTorch's default cuBLAS workspaces).
+std::string golden_scenario_path(const std::string& name, bool default_workspace = false);
+
+// Records the figures of `device`'s caching allocator at each mark. The allocator is looked up at every
+// mark, so a device reconfigured mid-scenario (configure_simulated_device) is still read correctly.
+class ScenarioRecorder {
+ public:
+  ScenarioRecorder(std::string name, Device device);
+
+  const std::string& name() const { return name_; }
+  Device device() const { return device_; }
+  void mark(const std::string& label, const std::string& message = "");
+  const std::vector<GoldenStep>& steps() const { return steps_; }
+  // Called with every step as it is recorded (the walkthrough prints them as they happen).
+  void on_mark(std::function<void(const GoldenStep&)> listener) { listener_ = std::move(listener); }
+  // {"name": ..., "steps": [...]} in the golden files' layout (read_golden_scenario reads it back).
+  std::string to_json() const;
+
+ private:
+  std::string name_;
+  Device device_;
+  std::vector<GoldenStep> steps_;
+  std::function<void(const GoldenStep&)> listener_;
+};
+
+}  // namespace bytegrad::programs

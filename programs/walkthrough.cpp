@@ -1,0 +1,201 @@
+// bytegrad-walkthrough: the main job. Replays every seed document's program on a device and prints, mark
+// by mark, PyTorch's figure (shared/golden/scenarios), bytegrad's, and what changed in between (which
+// ops' blocks appeared or were freed, from the allocator's history).
+//
+//   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]
+//                        [--memory-viz DIR]
+//
+// --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
+// "max_reserved", "segments", "blocks"}]} object per scenario, one per line. The seed documents' figures
+// are PyTorch's with CUBLAS_WORKSPACE_CONFIG=:0:0 (shared/golden/scenarios), so that is the default here.
+// --default-workspace runs with PyTorch's default cuBLAS workspaces instead (the variable unset) and
+// compares with shared/golden/scenarios-default-workspace: the forward thread's 32 MiB (+1 MiB cuBLASLt)
+// and the autograd device thread's own 32 MiB in backward.
+// --memory-viz DIR records each scenario's allocator history and writes DIR/<scenario>.json for PyTorch's
+// viewer (https://pytorch.org/memory_viz; memory/memory_viz.h). A scenario that reconfigures its device
+// (seed003_code_a_small_card) is recorded from its first mark on; blocks made before it show as allocated
+// before recording.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/json.h"
+#include "memory/device_allocators.h"
+#include "memory/memory_viz.h"
+#include "programs/checks.h"
+#include "programs/mark_notes.h"
+#include "programs/memory_story.h"
+#include "programs/registry.h"
+
+using namespace bytegrad;
+using namespace bytegrad::programs;
+
+namespace {
+
+struct Options {
+  std::string name = "all";
+  Device device = default_device();
+  bool json = false;
+  bool default_workspace = false;  // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
+  std::string memory_viz_dir;      // where to write each scenario's memory_viz JSON ("" = none)
+};
+
+std::string json_line(const ScenarioRecorder& r) {
+  json::Value steps = json::array();
+  for (const GoldenStep& s : r.steps()) {
+    json::Value step = json::object();
+    step.add("label", json::string(s.label))
+        .add("allocated", json::integer(s.allocated))
+        .add("reserved", json::integer(s.reserved))
+        .add("max_allocated", json::integer(s.max_allocated))
+        .add("max_reserved", json::integer(s.max_reserved))
+        .add("segments", json::integer(s.segments))
+        .add("blocks", json::integer(s.blocks));
+    steps.push_back(std::move(step));
+  }
+  json::Value line = json::object();
+  line.add("name", json::string(r.name())).add("steps", std::move(steps));
+  return json::dump(line);
+}
+
+// "4194304" when both agree, "4194304 (PyTorch 4194816)" when they do not.
+std::string figure(int64_t ours, const GoldenStep* golden, int64_t GoldenStep::*field) {
+  if (!golden || golden->*field == ours) return std::to_string(ours);
+  return fmt::format("{} (PyTorch {})", ours, golden->*field);
+}
+
+// Runs one program with fresh statistics; returns the number of marks that differ from the golden.
+int walk(const Program& program, const Options& options) {
+  fresh_process_state(options.device);
+  std::map<std::string, GoldenStep> golden;
+  if (program.has_golden)
+    for (const GoldenStep& s : read_golden_scenario(golden_scenario_path(program.name, options.default_workspace)))
+      golden[s.label] = s;
+
+  ScenarioRecorder r(program.name, options.device);
+  int differing = 0;
+  {
+    auto story = options.json ? nullptr : std::make_unique<MemoryStory>(options.device);
+    // For --memory-viz: keep the device's current allocator recording (a reconfigured device has a new one).
+    auto keep_recording = [&] {
+      if (options.memory_viz_dir.empty()) return;
+      CachingAllocator& allocator = caching_allocator(options.device);
+      if (!allocator.history_enabled()) allocator.record_history(true);
+    };
+    keep_recording();
+    if (!options.json) {
+      std::cout << fmt::format("\n== {} on {}{}\n", program.name, options.device.str(),
+                               program.has_golden ? "" : " (no PyTorch golden: a bytegrad-only scenario)");
+    }
+    int64_t previous = 0;
+    r.on_mark([&](const GoldenStep& s) {
+      keep_recording();
+      auto it = golden.find(s.label);
+      const GoldenStep* want = it == golden.end() ? nullptr : &it->second;
+      const bool same = want && step_differences(s, *want).empty();
+      if (want && !same) ++differing;
+      if (!options.json) {
+        std::cout << fmt::format("{} {:<26} allocated {}  reserved {}  peak {}  segments {}  blocks {}\n",
+                                 want ? (same ? "ok" : "!!") : "  ", s.label, figure(s.allocated, want, &GoldenStep::allocated),
+                                 figure(s.reserved, want, &GoldenStep::reserved),
+                                 figure(s.max_allocated, want, &GoldenStep::max_allocated),
+                                 figure(s.segments, want, &GoldenStep::segments), figure(s.blocks, want, &GoldenStep::blocks));
+        std::cout << fmt::format("   {:<26} {:+} bytes: {}\n", "", s.allocated - previous, story->since_last_mark());
+        if (const std::string note = mark_note(program.name, s.label); !note.empty())
+          std::cout << fmt::format("   {:<26} {}\n", "", note);
+        if (!s.message.empty()) std::cout << "   error: " << s.message << '\n';
+      }
+      previous = s.allocated;
+    });
+    program.run(r);
+    if (!options.memory_viz_dir.empty()) {
+      const std::string path = options.memory_viz_dir + "/" + program.name + ".json";
+      dump_memory_viz(path, caching_allocator(options.device));
+      if (!options.json) std::cout << "   memory_viz: " << path << '\n';
+    }
+  }
+  if (program.needs_simulated_device) configure_simulated_device(options.device, SimulatedCapacity{});
+  if (options.json) {
+    std::cout << json_line(r) << '\n';
+  } else if (program.has_golden) {
+    std::cout << (differing ? fmt::format("   {} of {} marks differ from PyTorch\n", differing, r.steps().size())
+                            : fmt::format("   all {} marks equal PyTorch's, every figure\n", r.steps().size()));
+  }
+  return differing;
+}
+
+int usage() {
+  std::cerr << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]"
+               " [--memory-viz DIR]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--device" && i + 1 < argc) {
+      options.device = Device::parse(argv[++i]);
+    } else if (arg == "--json") {
+      options.json = true;
+    } else if (arg == "--memory-viz" && i + 1 < argc) {
+      options.memory_viz_dir = argv[++i];
+      std::error_code error;
+      std::filesystem::create_directories(options.memory_viz_dir, error);
+      if (error) {
+        std::cerr << "bytegrad-walkthrough: cannot create " << options.memory_viz_dir << ": " << error.message() << '\n';
+        return 1;
+      }
+    } else if (arg == "--default-workspace") {
+      options.default_workspace = true;
+    } else if (arg == "--list") {
+      for (const Program& e : seed_programs()) std::cout << e.name << '\n';
+      return 0;
+    } else if (arg.rfind("--", 0) == 0) {
+      return usage();
+    } else {
+      options.name = arg;
+    }
+  }
+  if (options.device.type == DeviceType::cuda && !cuda_is_available()) {
+    std::cout << "no CUDA GPU: skipping the walkthrough on cuda\n";
+    return 77;  // ctest's SKIP_RETURN_CODE for the gpu-labelled runs
+  }
+  if (options.default_workspace) unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  else setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
+  if (!options.json) {
+    std::cout << fmt::format(
+        "bytegrad walkthrough on {}: each mark shows bytegrad's figure, PyTorch 2.11's from an H100 where it\n"
+        "differs, and what changed since the previous mark (the ops whose blocks appeared or were freed).\n"
+        "CUBLAS_WORKSPACE_CONFIG={}\n",
+        options.device.str(), options.default_workspace ? "(unset: PyTorch's default workspaces)" : std::getenv("CUBLAS_WORKSPACE_CONFIG"));
+  }
+  int differing = 0;
+  bool found = false;
+  try {
+    for (const Program& e : seed_programs()) {
+      if (options.name != "all" && e.name != options.name) continue;
+      if (e.needs_simulated_device && options.device.type == DeviceType::cuda) continue;
+      found = true;
+      differing += walk(e, options);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bytegrad-walkthrough: " << e.what() << '\n';
+    return 1;
+  }
+  if (!found) {
+    std::cerr << "no scenario named " << options.name << " (try --list)\n";
+    return 2;
+  }
+  if (!options.json)
+    std::cout << (differing ? fmt::format("\n{} marks differ from PyTorch\n", differing)
+                            : "\nevery mark of every scenario equals PyTorch's figures\n");
+  return differing ? 1 : 0;
+}
