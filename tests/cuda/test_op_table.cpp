@@ -39,7 +39,7 @@ TEST_CASE("every row of the op table runs on cuda as on cpu, values and gradient
     if (!differentiable) continue;
     CHECK(gpu_out.grad_fn_name() == info.node);
     manual_seed(5);
-    const Tensor weights = randn(cpu_out.sizes(), TensorOptions{cpu_out.dtype(), kCpu});
+    const Tensor weights = randn(cpu_out.sizes(), TensorOptions{cpu_out.dtype(), cpu_out.device()});
     sum(cpu_out * weights).backward();
     sum(gpu_out * weights.to(gpu_out.device())).backward();
     for (size_t k = 0; k < sample.differentiable_inputs; ++k) {
