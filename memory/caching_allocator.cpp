@@ -100,7 +100,9 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
     }
   }
   if (!found) throw_out_of_memory(request);
-  return reinterpret_cast<void*>(take_found_block(request)->ptr);
+  void* ptr = reinterpret_cast<void*>(take_found_block(request)->ptr);
+  raw_->mark_in_use(ptr, bytes, true);  // the requested bytes only: a write past them is a bug
+  return ptr;
 }
 
 bool CachingAllocator::find_free_block(Request& request) {
@@ -197,6 +199,7 @@ void CachingAllocator::free(void* ptr) {
                                 " was not allocated by this allocator (or was already freed)");
   Block* block = it->second;
   active_blocks_.erase(it);
+  raw_->mark_in_use(ptr, block->size, false);
   block->allocated = false;
   const PoolKind kind = block->pool->kind;
   stats_.allocation.decrease(kind, 1);

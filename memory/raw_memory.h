@@ -22,6 +22,10 @@ class RawMemory {
   // Any other failure throws.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr, size_t bytes) = 0;
+  // Which bytes of a segment belong to a live block: host-backed memory (sim) tells AddressSanitizer, so
+  // in a sanitizer build a write past a tensor into its neighbour or into cached memory is reported. A
+  // no-op elsewhere.
+  virtual void mark_in_use(void* /*ptr*/, size_t /*bytes*/, bool /*in_use*/) {}
   virtual Info info() = 0;
   // All memory this process holds on the device, driver context included (NVML's per-process figure),
   // when known.

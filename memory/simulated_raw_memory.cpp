@@ -10,6 +10,17 @@
 #include "memory/raw_memory.h"
 #include "memory/virtual_address_space.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define BYTEGRAD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BYTEGRAD_ASAN 1
+#endif
+#endif
+#if BYTEGRAD_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace bytegrad {
 
 namespace {
@@ -90,12 +101,28 @@ class HostBackedRawMemory final : public PlacedRawMemory {
  protected:
   // MAP_NORESERVE: pages are committed when first written, so a simulated 80 GB card needs only the host
   // memory its kernels actually touch.
+  // A new segment is all cached memory until the allocator hands out a block of it.
   bool commit(void* ptr, size_t bytes) override {
-    return mmap(ptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED;
+    if (mmap(ptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
+        MAP_FAILED)
+      return false;
+    mark_in_use(ptr, bytes, false);
+    return true;
   }
   // Replacing the pages with an inaccessible mapping returns them to the host and traps stray use.
   void decommit(void* ptr, size_t bytes) override {
+    mark_in_use(ptr, bytes, true);  // the shadow of released pages is clean again
     mmap(ptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  }
+
+ public:
+  void mark_in_use(void* ptr, size_t bytes, bool in_use) override {
+#if BYTEGRAD_ASAN
+    if (in_use) ASAN_UNPOISON_MEMORY_REGION(ptr, bytes);
+    else ASAN_POISON_MEMORY_REGION(ptr, bytes);
+#else
+    (void)ptr, (void)bytes, (void)in_use;
+#endif
   }
 
  private:

@@ -74,7 +74,7 @@ double decode(const char* p, ScalarType dtype) {
 }  // namespace
 
 std::vector<double> Tensor::tolist() const {
-  if (is_meta()) throw std::logic_error("tolist: " + describe(*this) + " is a meta tensor: it has no values");
+  if (is_meta()) throw std::runtime_error("tolist: " + describe(*this) + " is a meta tensor: it has no values");
   std::vector<char> host(nbytes());
   if (!host.empty()) backend_for(device()).copy_to_host(host.data(), view_for_kernels());
   std::vector<double> values(static_cast<size_t>(numel()));
