@@ -90,7 +90,8 @@ Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
       if (d != dim && t.sizes()[d] != first.sizes()[d])
         throw std::invalid_argument(fmt::format("cat: sizes must match except in dimension {}, got {} and {}", dim,
                                                 describe(first), describe(t)));
-    shape[dim] += t.sizes()[dim];
+    if (__builtin_add_overflow(shape[dim], t.sizes()[dim], &shape[dim]))
+      throw std::length_error(fmt::format("cat: the sizes along dimension {} add up to more than int64 can count", dim));
   }
   Tensor out = empty(shape, TensorOptions{first.dtype(), first.device()});
   int64_t offset = 0;
