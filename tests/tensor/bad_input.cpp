@@ -101,3 +101,39 @@ TEST_CASE("as_strided past the end of the storage is refused, as PyTorch's setSt
     }
   }
 }
+
+TEST_CASE("index_select and gather refuse negative and too-large indices before computing") {
+  for (Device d : {kCpu, kSim}) {
+    CAPTURE(d.str());
+    const Tensor x = from_vector({1, 2, 3, 4, 5, 6}, {3, 2}, bytegrad::device(d));
+    const auto idx = [&](std::vector<double> v) {
+      const int64_t n = static_cast<int64_t>(v.size());
+      return from_vector(v, {n}, TensorOptions{ScalarType::int64, d});
+    };
+    const Tensor negative = idx({0, -1}), too_large = idx({3});
+    const Tensor negative32 = from_vector({-2}, {1}, TensorOptions{ScalarType::int32, d});
+    const Figures before(d);
+    std::string message = error_of([&] { index_select(x, 0, negative); });
+    CHECK(contains(message, "index_select: index -1 is out of range for dimension 0 with size 3"));
+    CHECK(contains(message, "valid indices are 0 to 2"));
+    CHECK(contains(message, "index out of range in self"));
+    CHECK_THROWS_AS(index_select(x, 0, negative), std::out_of_range);
+    CHECK_THROWS_AS(x.index_select(0, too_large), std::out_of_range);
+    CHECK_THROWS_WITH_AS(index_select(x, 1, negative32), doctest::Contains("index -2 is out of range for dimension 1"),
+                         std::out_of_range);
+
+    const Tensor gather_index = from_vector({0, 1, -1, 0, 1, 1}, {3, 2}, TensorOptions{ScalarType::int64, d});
+    message = error_of([&] { gather(x, 1, gather_index); });
+    CHECK(contains(message, "gather: index -1 is out of range for dimension 1 with size 2"));
+    CHECK_THROWS_AS(gather(x, 1, gather_index), std::out_of_range);
+    CHECK_THROWS_AS(gather(x, 0, from_vector({3, 0}, {1, 2}, TensorOptions{ScalarType::int64, d})), std::out_of_range);
+    CHECK(Figures(d) == before);
+    CHECK(x.tolist() == std::vector<double>{1, 2, 3, 4, 5, 6});
+    CHECK(negative.tolist() == std::vector<double>{0, -1});
+    // In range still works.
+    CHECK(index_select(x, 0, idx({2, 0})).tolist() == std::vector<double>{5, 6, 1, 2});
+  }
+  // meta has no index values to check: shapes only.
+  const Tensor m = zeros({3, 2}, bytegrad::device(kMeta));
+  CHECK(index_select(m, 0, zeros({4}, TensorOptions{ScalarType::int64, kMeta})).sizes() == Shape{4, 2});
+}
