@@ -397,6 +397,7 @@ Tensor Tensor::clone() const {
 }
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
+  check_in_place_for_autograd(OpId::copy, {*this, src});
   Tensor source = src;
   if (src.device() != device() && !is_meta() && !src.is_meta() && is_contiguous() && src.sizes() == sizes() &&
       src.dtype() == dtype()) {
