@@ -33,7 +33,8 @@ TEST_CASE("shapes whose element count overflows int64 are refused, naming the sh
     CAPTURE(d.str());
     const Figures before(d);
     std::string message = error_of([&] { empty({int64_t{1} << 32, int64_t{1} << 32}, bytegrad::device(d)); });
-    CHECK(contains(message, "empty: the shape [4294967296, 4294967296] has 18446744073709551616 elements (2^64)"));
+    CAPTURE(message);
+    CHECK(contains(message, "empty: the shape [4294967296, 4294967296] has 18446744073709551616 (2^64) elements"));
     CHECK(contains(message, "more than int64 can count"));
     CHECK_THROWS_AS(empty({int64_t{1} << 32, int64_t{1} << 32}, bytegrad::device(d)), std::length_error);
     CHECK_THROWS_AS(empty({(int64_t{1} << 62) + 1, 16}, bytegrad::device(d)), std::length_error);
@@ -112,6 +113,8 @@ TEST_CASE("index_select and gather refuse negative and too-large indices before 
     };
     const Tensor negative = idx({0, -1}), too_large = idx({3});
     const Tensor negative32 = from_vector({-2}, {1}, TensorOptions{ScalarType::int32, d});
+    const Tensor gather_index = from_vector({0, 1, -1, 0, 1, 1}, {3, 2}, TensorOptions{ScalarType::int64, d});
+    const Tensor gather_too_large = from_vector({3, 0}, {1, 2}, TensorOptions{ScalarType::int64, d});
     const Figures before(d);
     std::string message = error_of([&] { index_select(x, 0, negative); });
     CHECK(contains(message, "index_select: index -1 is out of range for dimension 0 with size 3"));
@@ -122,11 +125,10 @@ TEST_CASE("index_select and gather refuse negative and too-large indices before 
     CHECK_THROWS_WITH_AS(index_select(x, 1, negative32), doctest::Contains("index -2 is out of range for dimension 1"),
                          std::out_of_range);
 
-    const Tensor gather_index = from_vector({0, 1, -1, 0, 1, 1}, {3, 2}, TensorOptions{ScalarType::int64, d});
     message = error_of([&] { gather(x, 1, gather_index); });
     CHECK(contains(message, "gather: index -1 is out of range for dimension 1 with size 2"));
     CHECK_THROWS_AS(gather(x, 1, gather_index), std::out_of_range);
-    CHECK_THROWS_AS(gather(x, 0, from_vector({3, 0}, {1, 2}, TensorOptions{ScalarType::int64, d})), std::out_of_range);
+    CHECK_THROWS_AS(gather(x, 0, gather_too_large), std::out_of_range);
     CHECK(Figures(d) == before);
     CHECK(x.tolist() == std::vector<double>{1, 2, 3, 4, 5, 6});
     CHECK(negative.tolist() == std::vector<double>{0, -1});
