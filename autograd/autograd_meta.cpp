@@ -38,4 +38,11 @@ void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t ou
   node->input_metadata[output_nr] = {t.sizes(), t.dtype(), t.device()};
 }
 
+Tensor view_base(const Tensor& view) {
+  const AutogradMeta* meta = autograd_meta(view);
+  if (!meta) return Tensor();
+  std::shared_ptr<TensorImpl> base = meta->view_base.lock();
+  return base ? Tensor(std::move(base)) : Tensor();
+}
+
 }  // namespace bytegrad

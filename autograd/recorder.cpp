@@ -45,21 +45,48 @@ class GraphRecorder final : public AutogradHook {
   bool requires_grad(const Tensor& t) const override { return bytegrad::requires_grad(t); }
 
   void record(OpRecord record) override {
-    const std::string_view name = op_name(record.op);
-    if (record.in_place) {
-      const Tensor& self = record.outputs.at(0);
-      const AutogradMeta* meta = autograd_meta(self);
-      if (meta && meta->requires_grad && !meta->grad_fn)
-        throw std::runtime_error(fmt::format("a leaf tensor that requires grad ({}) is being used in an in-place "
-                                             "operation ({}_); do it inside a NoGradGuard or on a clone",
-                                             describe(self), name));
-    }
+    if (record.in_place) check_in_place(record.op, record.inputs);  // in-place ops also checked before writing
     const Formula formula = kFormulas[static_cast<size_t>(record.op)];
-    if (!formula)
-      throw std::logic_error(fmt::format("autograd: {}{} is not differentiable in bytegrad (marked no_grad in "
-                                         "core/op_table.h); call it under a NoGradGuard or on detached tensors",
-                                         name, record.in_place ? "_" : ""));
+    if (!formula) throw no_formula(record.op, record.in_place);
     formula(record);
+    if (!record.in_place && op_info(record.op).kernel == "none") remember_view_base(record);
+  }
+
+  void check_in_place(OpId op, const std::vector<Tensor>& inputs) const override {
+    if (!grad_mode_enabled() || inputs.empty() || !inputs[0].defined()) return;
+    const Tensor& self = inputs[0];
+    const std::string_view name = op_name(op);
+    const AutogradMeta* meta = autograd_meta(self);
+    if (meta && meta->requires_grad && !meta->grad_fn)
+      throw std::runtime_error(fmt::format("a leaf tensor that requires grad ({}) is being used in an in-place "
+                                           "operation ({}_); do it inside a NoGradGuard or on a clone",
+                                           describe(self), name));
+    // PyTorch's check_inplace: a view (with history) of a leaf that requires grad may not be modified
+    // in place either, as that would change the leaf behind autograd's back.
+    if (meta && meta->grad_fn) {
+      const Tensor base = view_base(self);
+      const AutogradMeta* base_meta = autograd_meta(base);
+      if (base_meta && base_meta->requires_grad && !base_meta->grad_fn)
+        throw std::runtime_error(fmt::format("a view of a leaf Variable that requires grad is being used in an "
+                                             "in-place operation. ({}_ on {}, a view of the leaf {}; do it inside a "
+                                             "NoGradGuard or on a clone)", name, describe(self), describe(base)));
+    }
+    if (needs_graph(inputs) && !kFormulas[static_cast<size_t>(op)]) throw no_formula(op, true);
+  }
+
+ private:
+  static std::logic_error no_formula(OpId op, bool in_place) {
+    return std::logic_error(fmt::format("autograd: {}{} is not differentiable in bytegrad (marked no_grad in "
+                                        "core/op_table.h); call it under a NoGradGuard or on detached tensors",
+                                        op_name(op), in_place ? "_" : ""));
+  }
+
+  // A view op's outputs remember the tensor they view (its own base when it is itself a view).
+  static void remember_view_base(const OpRecord& record) {
+    const Tensor& input = record.inputs.at(0);
+    const Tensor input_base = view_base(input);
+    const std::shared_ptr<TensorImpl>& base = input_base.defined() ? input_base.impl_ptr() : input.impl_ptr();
+    for (const Tensor& out : record.outputs) ensure_autograd_meta(out).view_base = base;
   }
 };
 

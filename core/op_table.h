@@ -139,7 +139,8 @@
   X(nll_loss, nll_loss, floating, NllLoss, grad, NllLossBackward0)                 \
   X(mse_loss, binary, floating, LossReduction, grad, MseLossBackward0)             \
   /* in-place updates (fill_, lerp_, addcmul_, addcdiv_: tensor/ops_inplace.cpp) */ \
-  X(fill, fill, any, Scalar, no_grad, -)                                           \
+  X(fill, fill, any, Scalar, grad, FillBackward0)                                  \
+  X(zero, fill, any, None, grad, ZeroBackward0)                                    \
   X(lerp, ternary, floating, Scalar, no_grad, -)                                   \
   X(addcmul, ternary, floating, Scalar, no_grad, -)                                \
   X(addcdiv, ternary, floating, Scalar, no_grad, -)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,17 @@ namespace bytegrad {
 
 using Shape = std::vector<int64_t>;
 
-// Product of the sizes (1 for a 0-d shape).
+// Product of the sizes (1 for a 0-d shape). Throws std::length_error when it exceeds int64 (which a
+// tensor's shape never does: check_shape refuses such shapes where tensors are made).
 int64_t shape_numel(const Shape& sizes);
-// Row-major strides for `sizes` (a size of 0 or 1 counts as 1, as PyTorch's contiguous strides).
+// The product of non-negative sizes, or nullopt when it exceeds int64 (0 when any size is 0, as c10's
+// safe_multiply_u64).
+std::optional<int64_t> checked_numel(const Shape& sizes);
+// Refuses a shape no tensor can have: a negative size (std::invalid_argument) or more elements than int64
+// counts (std::length_error); `op` starts the message, which names the shape.
+void check_shape(const char* op, const Shape& sizes);
+// Row-major strides for `sizes` (a size of 0 or 1 counts as 1, as PyTorch's contiguous strides). Throws
+// std::length_error when a stride exceeds int64.
 Shape contiguous_strides(const Shape& sizes);
 // "[2, 3]"
 std::string shape_str(const Shape& sizes);

@@ -45,6 +45,10 @@ class AutogradHook {
   // tensor.requires_grad(), whatever the grad mode.
   virtual bool requires_grad(const Tensor& t) const = 0;
   virtual void record(OpRecord record) = 0;
+  // Called by an in-place op (inputs[0] is the tensor it modifies) before it writes anything: throws when
+  // autograd would refuse to record it (a leaf that requires grad, a view of one, a row without a formula
+  // while a graph is needed), so that a refused op leaves every tensor unchanged.
+  virtual void check_in_place(OpId op, const std::vector<Tensor>& inputs) const = 0;
 };
 
 void install_autograd_hook(AutogradHook* hook);
@@ -77,6 +81,13 @@ template <typename MakeRecord>
 void record_for_autograd(const std::vector<Tensor>& inputs, MakeRecord&& make) {
   AutogradHook* hook = autograd_hook();
   if (hook && !autograd_recording_paused() && hook->needs_graph(inputs)) hook->record(make());
+}
+
+// The check every in-place op makes before writing (see AutogradHook::check_in_place); nothing when
+// autograd is not linked or the op runs inside another op's computation.
+inline void check_in_place_for_autograd(OpId op, const std::vector<Tensor>& inputs) {
+  AutogradHook* hook = autograd_hook();
+  if (hook && !autograd_recording_paused()) hook->check_in_place(op, inputs);
 }
 
 // tensor.requires_grad() for ops that decide by it (false when autograd is not linked).

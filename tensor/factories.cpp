@@ -11,18 +11,10 @@
 namespace bytegrad {
 
 Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions options) {
-  for (int64_t s : sizes)
-    if (s < 0) throw std::invalid_argument(fmt::format("empty: negative dimension in shape {}", shape_str(sizes)));
+  check_shape("empty", sizes);
   if (sizes.size() != strides.size())
     throw std::invalid_argument(fmt::format("empty_strided: {} sizes but {} strides", sizes.size(), strides.size()));
-  // Bytes needed to reach the furthest element.
-  int64_t extent = 1;
-  bool empty_tensor = false;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) empty_tensor = true;
-    extent += (sizes[i] - 1) * strides[i];
-  }
-  const size_t bytes = empty_tensor ? 0 : static_cast<size_t>(extent) * element_size(options.dtype);
+  const size_t bytes = storage_bytes_for("empty_strided", sizes, strides, 0, element_size(options.dtype));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<StorageImpl>(bytes, options.resolved_device());
   impl->sizes = sizes;
@@ -32,6 +24,7 @@ Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opt
 }
 
 Tensor empty(const Shape& sizes, TensorOptions options) {
+  check_shape("empty", sizes);
   return empty_strided(sizes, contiguous_strides(sizes), options);
 }
 
@@ -51,7 +44,11 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   if (step == 0.0) throw std::invalid_argument("arange: step must be nonzero");
   if ((end - start) / step < 0)
     throw std::invalid_argument(fmt::format("arange: the range [{}, {}) with step {} has the wrong sign", start, end, step));
-  const auto count = static_cast<int64_t>(std::ceil((end - start) / step));
+  const double steps = std::ceil((end - start) / step);
+  if (!(steps < 0x1p63))
+    throw std::length_error(fmt::format("arange: the range [{}, {}) with step {} has {} elements, more than int64 can "
+                                        "count", start, end, step, steps));
+  const auto count = static_cast<int64_t>(steps);
   AllocationScope scope("arange");
   Tensor out = empty({count}, options);
   backend_for(out.device()).arange(out.view_for_kernels(), start, step);

@@ -118,6 +118,7 @@ const Tensor& inplace_binary(const char* name, const Tensor& self, const Tensor&
   constexpr OpId id = op_id(op);
   double alpha = 1.0;
   if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
+  check_in_place_for_autograd(id, {self, other});
   without_recording([&] { return inplace_binary_compute(name, op, self, other, alpha); });
   record_for_autograd({self, other}, [&] { return make_in_place_record<id>({self, other}, args); });
   return self;
@@ -125,6 +126,7 @@ const Tensor& inplace_binary(const char* name, const Tensor& self, const Tensor&
 
 template <OpId id>
 const Tensor& inplace_scalar(const char* name, const Tensor& self, double scalar) {
+  check_in_place_for_autograd(id, {self});
   without_recording([&] { return inplace_scalar_compute(name, id, self, scalar); });
   record_for_autograd({self}, [&] { return make_in_place_record<id>({self}, {scalar}); });
   return self;
@@ -132,6 +134,7 @@ const Tensor& inplace_scalar(const char* name, const Tensor& self, double scalar
 
 template <UnaryOp op>
 const Tensor& inplace_unary(const char* name, const Tensor& self) {
+  check_in_place_for_autograd(op_id(op), {self});
   without_recording([&] { return inplace_unary_compute(name, op, self); });
   record_for_autograd({self}, [&] { return make_in_place_record<op_id(op)>({self}); });
   return self;
@@ -311,6 +314,7 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
   if (broadcast_shapes("masked_fill_", *this, mask) != sizes())
     throw std::invalid_argument(fmt::format("masked_fill_: the mask {} cannot be broadcast to {}", describe(mask),
                                             describe(*this)));
+  check_in_place_for_autograd(OpId::masked_fill, {*this, mask});
   without_recording([&] {
     backend_of(*this).masked_fill(kv(*this), kv(mask.expand(sizes())), value);
     return 0;
@@ -320,15 +324,26 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
   return *this;
 }
 
-const Tensor& Tensor::fill_(double value) const {
-  check_defined("fill_", *this);
-  check_writable("fill_", *this);
-  backend_of(*this).fill(kv(*this), value);
-  bump_version();
-  record_for_autograd({*this}, [&] { return make_in_place_record<OpId::fill>({*this}, {value}); });
-  return *this;
+namespace {
+
+// fill_ and zero_ (PyTorch's FillBackward0 and ZeroBackward0: the gradient through them is zero).
+template <OpId id>
+const Tensor& fill_in_place(const char* name, const Tensor& self, double value) {
+  check_defined(name, self);
+  check_writable(name, self);
+  check_in_place_for_autograd(id, {self});
+  backend_of(self).fill(kv(self), value);
+  self.bump_version();
+  if constexpr (id == OpId::fill)
+    record_for_autograd({self}, [&] { return make_in_place_record<id>({self}, {value}); });
+  else
+    record_for_autograd({self}, [&] { return make_in_place_record<id>({self}); });
+  return self;
 }
 
-const Tensor& Tensor::zero_() const { return fill_(0.0); }
+}  // namespace
+
+const Tensor& Tensor::fill_(double value) const { return fill_in_place<OpId::fill>("fill_", *this, value); }
+const Tensor& Tensor::zero_() const { return fill_in_place<OpId::zero>("zero_", *this, 0.0); }
 
 }  // namespace bytegrad

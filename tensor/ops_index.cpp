@@ -21,12 +21,13 @@ void check_index_dtype(const char* op, const Tensor& index) {
 
 }  // namespace
 
-Tensor ops_detail::index_select_impl(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_same_device("index_select", x, index);
-  check_index_dtype("index_select", index);
+Tensor ops_detail::index_select_impl(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
+  check_same_device(op, x, index);
+  check_index_dtype(op, index);
   if (index.dim() > 1)
-    throw std::invalid_argument(fmt::format("index_select: the index {} must be 0-d or 1-d", describe(index)));
-  dim = wrap_dim(dim, x.dim(), "index_select");
+    throw std::invalid_argument(fmt::format("{}: the index {} must be 0-d or 1-d", op, describe(index)));
+  dim = wrap_dim(dim, x.dim(), op);
+  check_indices_in_range(op, index, dim, x.dim() > 0 ? x.sizes()[dim] : 1);
   Shape shape = x.sizes();
   if (x.dim() > 0) shape[dim] = index.numel();
   Tensor out = empty(shape, TensorOptions{x.dtype(), x.device()});
@@ -57,6 +58,7 @@ Tensor gather_compute(const Tensor& x, int64_t dim, const Tensor& index) {
     if (d != dim && index.sizes()[d] > x.sizes()[d])
       throw std::invalid_argument(fmt::format("gather: the index {} is larger than the input {} at dimension {}",
                                               describe(index), describe(x), d));
+  check_indices_in_range("gather", index, dim, x.dim() > 0 ? x.sizes()[dim] : 1);
   Tensor out = empty(index.sizes(), TensorOptions{x.dtype(), x.device()});
   backend_of(x).gather(kv(out), kv(x), dim, kv(index));
   return out;
@@ -90,7 +92,8 @@ Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
       if (d != dim && t.sizes()[d] != first.sizes()[d])
         throw std::invalid_argument(fmt::format("cat: sizes must match except in dimension {}, got {} and {}", dim,
                                                 describe(first), describe(t)));
-    shape[dim] += t.sizes()[dim];
+    if (__builtin_add_overflow(shape[dim], t.sizes()[dim], &shape[dim]))
+      throw std::length_error(fmt::format("cat: the sizes along dimension {} add up to more than int64 can count", dim));
   }
   Tensor out = empty(shape, TensorOptions{first.dtype(), first.device()});
   int64_t offset = 0;

@@ -33,6 +33,7 @@ const Tensor& ternary_(TernaryOp kernel, const Tensor& self, const Tensor& a, co
   check_writable(name, self);
   check_dtype_rule(name, op, self);
   const Tensor a_view = operand_as_self(name, self, a), b_view = operand_as_self(name, self, b);
+  check_in_place_for_autograd(op, {self, a, b});
   without_recording([&] {
     backend_of(self).ternary(kernel, kv(self), kv(self), kv(a_view), kv(b_view), value);
     return 0;
@@ -60,6 +61,7 @@ const Tensor& sqrt_(const Tensor& self) {
   check_defined("sqrt_", self);
   check_writable("sqrt_", self);
   check_dtype_rule("sqrt_", dtype_rule(UnaryOp::sqrt), self);
+  check_in_place_for_autograd(OpId::sqrt, {self});
   without_recording([&] {
     backend_of(self).unary(UnaryOp::sqrt, kv(self), kv(self));
     return 0;
@@ -73,6 +75,7 @@ const Tensor& maximum_(const Tensor& self, const Tensor& other) {
   check_defined("maximum_", self);
   check_writable("maximum_", self);
   const Tensor other_view = operand_as_self("maximum_", self, other);
+  check_in_place_for_autograd(OpId::maximum, {self, other});
   without_recording([&] {
     backend_of(self).binary(BinaryOp::maximum, kv(self), kv(self), kv(other_view), 1.0);
     return 0;

@@ -151,10 +151,10 @@ Tensor embedding_compute(const Tensor& weight, const Tensor& indices) {
     throw std::invalid_argument(fmt::format("embedding: the weight {} must be 2-d", describe(weight)));
   if (indices.dtype() != ScalarType::int64 && indices.dtype() != ScalarType::int32)
     throw std::invalid_argument(fmt::format("embedding: indices {} must be int64 or int32", describe(indices)));
-  if (indices.dim() == 1) return index_select_impl(weight, 0, indices);
+  if (indices.dim() == 1) return index_select_impl(weight, 0, indices, "embedding");
   Shape shape = indices.sizes();
   shape.push_back(weight.sizes()[1]);
-  return index_select_impl(weight, 0, indices.reshape({-1})).view(shape);
+  return index_select_impl(weight, 0, indices.reshape({-1}), "embedding").view(shape);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 #include <numeric>
 #include <stdexcept>
 
@@ -54,6 +56,26 @@ void check_writable(const char* op, const Tensor& t) {
           "{}: cannot write in place to {}: more than one element refers to a single memory location (an "
           "expanded view); clone it first",
           op, describe(t)));
+}
+
+void check_indices_in_range(const char* op, const Tensor& index, int64_t dim, int64_t size) {
+  if (index.is_meta() || index.numel() == 0) return;
+  std::vector<char> host(index.nbytes());
+  backend_of(index).copy_to_host(host.data(), kv(index));
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    int64_t value = 0;
+    if (index.dtype() == ScalarType::int64) {
+      std::memcpy(&value, host.data() + i * 8, 8);
+    } else {
+      int32_t narrow = 0;
+      std::memcpy(&narrow, host.data() + i * 4, 4);
+      value = narrow;
+    }
+    if (value < 0 || value >= size)
+      throw std::out_of_range(fmt::format(
+          "{}: index {} is out of range for dimension {} with size {} (valid indices are 0 to {}; negative indices are "
+          "not wrapped): index out of range in self", op, value, dim, size, size - 1));
+  }
 }
 
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {

@@ -50,7 +50,13 @@ void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in, double corr
 void run_reduction_with_indices(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
                                 int64_t dim);
 
-// index_select without its own AllocationScope (embedding tags its allocations itself).
-Tensor index_select_impl(const Tensor& x, int64_t dim, const Tensor& index);
+// index_select without its own AllocationScope (embedding tags its allocations itself); `op` names the
+// caller in errors.
+Tensor index_select_impl(const Tensor& x, int64_t dim, const Tensor& index, const char* op = "index_select");
+
+// Every value of the (int64 or int32) index must lie in [0, size): PyTorch's "index out of range in self".
+// The index is read back to the host (no device memory) before any kernel runs; meta has no values to
+// check. Throws std::out_of_range naming the op, the first bad index and the valid range.
+void check_indices_in_range(const char* op, const Tensor& index, int64_t dim, int64_t size);
 
 }  // namespace bytegrad::ops_detail

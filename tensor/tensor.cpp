@@ -53,11 +53,49 @@ StridedView Tensor::view_for_kernels() const {
   return StridedView{data_ptr(), dtype(), sizes(), strides(), device()};
 }
 
+size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& strides, int64_t storage_offset,
+                         size_t element_size) {
+  if (sizes.size() != strides.size())
+    throw std::invalid_argument(fmt::format("{}: {} sizes but {} strides", op, sizes.size(), strides.size()));
+  for (int64_t stride : strides)
+    if (stride < 0)
+      throw std::invalid_argument(fmt::format("{}: negative strides are not supported, got strides {} (sizes {})", op,
+                                              shape_str(strides), shape_str(sizes)));
+  if (storage_offset < 0)
+    throw std::invalid_argument(fmt::format("{}: negative storage offset {}", op, storage_offset));
+  for (int64_t size : sizes)
+    if (size == 0) return 0;
+  // Elements up to and including the furthest one, then bytes; each step checked.
+  int64_t elements = storage_offset;
+  bool overflowed = __builtin_add_overflow(elements, int64_t{1}, &elements);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    int64_t reach = 0;
+    overflowed = overflowed || __builtin_mul_overflow(sizes[i] - 1, strides[i], &reach) ||
+                 __builtin_add_overflow(elements, reach, &elements);
+  }
+  int64_t bytes = 0;
+  overflowed = overflowed || __builtin_mul_overflow(elements, static_cast<int64_t>(element_size), &bytes);
+  if (overflowed)
+    throw std::length_error(fmt::format("{}: storage size calculation overflowed with sizes {}, strides {} and storage "
+                                        "offset {} (more than int64 can count in bytes)", op, shape_str(sizes),
+                                        shape_str(strides), storage_offset));
+  return static_cast<size_t>(bytes);
+}
+
 // --------------------------------------------------------------------------------------------- views
 
 Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int64_t offset) const {
   if (new_sizes.size() != new_strides.size())
     throw std::invalid_argument(fmt::format("as_strided: {} sizes but {} strides", new_sizes.size(), new_strides.size()));
+  check_shape("as_strided", new_sizes);
+  // PyTorch's setStorage check: every element must lie inside the storage (on meta too: its storage has a
+  // size, only no bytes behind it).
+  const size_t needed = storage_bytes_for("as_strided", new_sizes, new_strides, offset, element_size());
+  if (needed > storage()->nbytes())
+    throw std::out_of_range(fmt::format(
+        "as_strided: sizes {}, strides {}, storage offset {}, and itemsize {} requiring a storage size of {} are out "
+        "of bounds for storage of size {}", shape_str(new_sizes), shape_str(new_strides), offset, element_size(),
+        needed, storage()->nbytes()));
   auto out = std::make_shared<TensorImpl>();
   out->storage = storage();
   out->sizes = new_sizes;
@@ -94,10 +132,15 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
       infer_at = i;
     } else if (out[i] < 0) {
       throw std::invalid_argument(fmt::format("{}: invalid shape dimension {} in {}", op, out[i], shape_str(shape)));
-    } else {
-      known *= out[i];
+    } else if (__builtin_mul_overflow(known, out[i], &known)) {
+      known = 0;  // only right when a later size is 0: checked after the loop
     }
   }
+  Shape given;  // the sizes asked for, without the one to infer
+  for (int64_t size : out)
+    if (size != -1) given.push_back(size);
+  if (!checked_numel(given))
+    throw std::length_error(fmt::format("{}: the shape {} has more elements than int64 can count", op, shape_str(shape)));
   if (infer_at) {
     if (known == 0 || numel % known != 0)
       throw std::invalid_argument(fmt::format("{}: shape {} is invalid for input of size {}", op, shape_str(shape), numel));
@@ -295,6 +338,7 @@ Tensor Tensor::expand(const Shape& shape) const {
     s[i] = size;
     st[i] = stride;
   }
+  check_shape("expand", s);
   return recorded<OpId::expand>(*this, as_strided(s, st, storage_offset()));
 }
 
@@ -353,6 +397,7 @@ Tensor Tensor::clone() const {
 }
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
+  check_in_place_for_autograd(OpId::copy, {*this, src});
   Tensor source = src;
   if (src.device() != device() && !is_meta() && !src.is_meta() && is_contiguous() && src.sizes() == sizes() &&
       src.dtype() == dtype()) {

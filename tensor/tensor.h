@@ -194,6 +194,12 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 // "Tensor(shape=[2, 3], dtype=float32, device=sim)" for error messages.
 std::string describe(const Tensor& t);
 
+// PyTorch's computeStorageNbytes: the bytes a storage needs to hold every element of a tensor with these
+// sizes and strides (in elements) starting at `storage_offset` elements (0 when a size is 0). Throws naming
+// `op`: std::invalid_argument for a negative stride or offset, std::length_error when the size overflows.
+size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& strides, int64_t storage_offset,
+                         size_t element_size);
+
 // ---- factories
 Tensor empty(const Shape& sizes, TensorOptions options = {});
 Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions options = {});

@@ -131,4 +131,14 @@ void pow_scalar(const OpRecord& r, const op_args::Scalar& args) {  // grad * (ex
   node->save("self", r.inputs.at(0));
 }
 
+// fill_ and zero_ (derivatives.yaml fill_.Scalar and zero_: self: zeros_like(grad)): nothing saved; backward
+// allocates one zeroed gradient, as PyTorch's.
+void fill(const OpRecord& r, const op_args::Scalar&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
+}
+
+void zero(const OpRecord& r, const op_args::None&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
+}
+
 }  // namespace bytegrad::formulas

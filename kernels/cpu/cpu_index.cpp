@@ -9,10 +9,10 @@ namespace bytegrad::cpu {
 namespace {
 
 int64_t checked_index(int64_t index, int64_t size, const char* op) {
-  if (index < -size || index >= size)
+  if (index < 0 || index >= size)  // negative indices do not wrap (PyTorch: "index out of range in self")
     throw std::out_of_range(std::string(op) + ": index " + std::to_string(index) + " is out of bounds for size " +
                             std::to_string(size));
-  return index < 0 ? index + size : index;
+  return index;
 }
 
 int64_t index_at(const StridedView& index, int64_t i) {

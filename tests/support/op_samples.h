@@ -186,6 +186,11 @@ inline const std::map<OpId, OpSample>& op_samples() {
       out.fill_(1.5);
       return out;
     });
+    row(OpId::zero, one({3, 4}), [](auto& v) {
+      Tensor out = v[0].clone();
+      out.zero_();
+      return out;
+    });
     row(OpId::lerp, two({3, 4}, {3, 4}), [](auto& v) {
       Tensor out = v[0].clone();
       lerp_(out, v[1], 0.25);
