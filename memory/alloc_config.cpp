@@ -57,18 +57,24 @@ class TokenReader {
   size_t pos_ = 0;
 };
 
+// Numbers are read with std::from_chars: no sign, no whitespace, no locale, and an error (never a wrapped
+// or bare std::out_of_range) naming the option and the text when a value does not fit.
 size_t parse_size(const std::string& text, const std::string& key) {
   size_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range)
+    fail("option " + key + ": '" + text + "' is out of range (at most " +
+         std::to_string(std::numeric_limits<size_t>::max()) + ")");
   if (ec != std::errc() || end != text.data() + text.size())
     fail("option " + key + " needs a non-negative integer, got '" + text + "'");
   return value;
 }
 
 double parse_double(const std::string& text, const std::string& key) {
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size())
+  double value = 0.0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range) fail("option " + key + ": '" + text + "' is out of range");
+  if (ec != std::errc() || end != text.data() + text.size())
     fail("option " + key + " needs a number, got '" + text + "'");
   return value;
 }

@@ -29,10 +29,15 @@ Registry& registry() {
   return *instance;
 }
 
-std::unique_ptr<CachingAllocator> make_allocator(Registry& r, Device device) {
-  DeviceKey key{device.type, device.index};
-  SimulatedCapacity capacity;
-  if (auto it = r.capacities.find(key); it != r.capacities.end()) capacity = it->second;
+SimulatedCapacity capacity_of(const Registry& r, Device device) {
+  if (auto it = r.capacities.find(DeviceKey{device.type, device.index}); it != r.capacities.end()) return it->second;
+  return {};
+}
+
+// A new allocator for `device` with BYTEGRAD_ALLOC_CONF and (sim, meta) `capacity`. Throws, leaving the
+// registry untouched, on a bad setting or a cuda device that is not present.
+std::unique_ptr<CachingAllocator> make_allocator(Device device, SimulatedCapacity capacity) {
+  AllocatorConfig config = AllocatorConfig::from_environment();  // first: a bad setting throws before any mapping
   std::unique_ptr<RawMemory> raw;
   switch (device.type) {
     case DeviceType::sim: raw = make_host_backed_raw_memory(capacity); break;
@@ -46,18 +51,25 @@ std::unique_ptr<CachingAllocator> make_allocator(Registry& r, Device device) {
     case DeviceType::cpu:
       throw std::invalid_argument("cpu memory is not cached: use host_allocator()");
   }
-  return std::make_unique<CachingAllocator>(std::move(raw), AllocatorConfig::from_environment(), device.index);
+  return std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index);
 }
 
-void replace_allocator(Registry& r, Device device) {
+// Replaces the device's allocator (and, for a simulated device, its capacity) with a fresh one. The new
+// allocator is built before anything changes: when BYTEGRAD_ALLOC_CONF or the capacity is bad this throws
+// and the device keeps its previous allocator, statistics and capacity. A cuda device's allocator is made
+// on first use (resetting needs no GPU); its configuration is still checked here.
+void replace_allocator(Registry& r, Device device, SimulatedCapacity capacity) {
   DeviceKey key{device.type, device.index};
   auto it = r.allocators.find(key);
-  if (it != r.allocators.end()) {
-    if (it->second->memory_allocated() != 0)
-      throw std::logic_error("cannot reset " + device.str() + " while " +
-                             std::to_string(it->second->memory_allocated()) + " bytes are still allocated on it");
-    r.allocators.erase(it);
-  }
+  if (it != r.allocators.end() && it->second->memory_allocated() != 0)
+    throw std::logic_error("cannot reset " + device.str() + " while " +
+                           std::to_string(it->second->memory_allocated()) + " bytes are still allocated on it");
+  std::unique_ptr<CachingAllocator> fresh;
+  if (device.type == DeviceType::cuda) AllocatorConfig::from_environment();
+  else fresh = make_allocator(device, capacity);
+  if (device.type != DeviceType::cuda) r.capacities.insert_or_assign(key, capacity);
+  if (fresh) r.allocators.insert_or_assign(key, std::move(fresh));
+  else if (it != r.allocators.end()) r.allocators.erase(it);
 }
 
 }  // namespace
@@ -65,9 +77,11 @@ void replace_allocator(Registry& r, Device device) {
 CachingAllocator& caching_allocator(Device device) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  auto& slot = r.allocators[DeviceKey{device.type, device.index}];
-  if (!slot) slot = make_allocator(r, device);
-  return *slot;
+  const DeviceKey key{device.type, device.index};
+  if (auto it = r.allocators.find(key); it != r.allocators.end()) return *it->second;
+  // Inserted only once made: a failed creation (bad BYTEGRAD_ALLOC_CONF, absent GPU) leaves no entry.
+  auto made = make_allocator(device, capacity_of(r, device));
+  return *r.allocators.emplace(key, std::move(made)).first->second;
 }
 
 void configure_simulated_device(Device device, SimulatedCapacity capacity) {
@@ -75,8 +89,7 @@ void configure_simulated_device(Device device, SimulatedCapacity capacity) {
     throw std::invalid_argument("configure_simulated_device: " + device.str() + " is not a simulated device");
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  replace_allocator(r, device);
-  r.capacities[DeviceKey{device.type, device.index}] = capacity;
+  replace_allocator(r, device, capacity);
 }
 
 DeviceLaunchLimits device_launch_limits(Device device) {
@@ -99,7 +112,7 @@ DeviceLaunchLimits device_launch_limits(Device device) {
 void reset_device(Device device) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  replace_allocator(r, device);
+  replace_allocator(r, device, capacity_of(r, device));
 }
 
 void* HostAllocator::malloc(size_t bytes) {

@@ -25,14 +25,31 @@ namespace bytegrad {
 
 namespace {
 
+// The largest total a simulated device may have: its address span (four times the total) must fit in a
+// 64-bit address above meta's base (1 << 44) without wrapping.
+constexpr size_t kMaxSimulatedTotalBytes = size_t{1} << 58;
+
+// Throws std::invalid_argument naming the SimulatedCapacity field at fault. Called before anything is
+// reserved, so a bad capacity leaks nothing.
+void check_capacity(const SimulatedCapacity& capacity) {
+  if (capacity.context_bytes > capacity.total_bytes)
+    throw std::invalid_argument("simulated device: context reservation (context_bytes " +
+                                std::to_string(capacity.context_bytes) + ") exceeds its total (total_bytes " +
+                                std::to_string(capacity.total_bytes) + ")");
+  if (capacity.total_bytes > kMaxSimulatedTotalBytes)
+    throw std::invalid_argument("simulated device: total_bytes " + std::to_string(capacity.total_bytes) +
+                                " is too large (at most " + std::to_string(kMaxSimulatedTotalBytes) + ")");
+  if (capacity.multiprocessor_count <= 0)
+    throw std::invalid_argument("simulated device: multiprocessor_count must be positive, got " +
+                                std::to_string(capacity.multiprocessor_count));
+  if (capacity.max_threads_per_multiprocessor <= 0)
+    throw std::invalid_argument("simulated device: max_threads_per_multiprocessor must be positive, got " +
+                                std::to_string(capacity.max_threads_per_multiprocessor));
+}
+
 class SimulatedRawMemory : public RawMemory {
  public:
-  explicit SimulatedRawMemory(SimulatedCapacity capacity) : capacity_(capacity) {
-    if (capacity.context_bytes > capacity.total_bytes)
-      throw std::invalid_argument("simulated device: context reservation (" +
-                                  std::to_string(capacity.context_bytes) + " bytes) exceeds its total (" +
-                                  std::to_string(capacity.total_bytes) + " bytes)");
-  }
+  explicit SimulatedRawMemory(SimulatedCapacity capacity) : capacity_(capacity) { check_capacity(capacity); }
 
   void* allocate(size_t bytes) final {
     if (bytes > capacity_.total_bytes - capacity_.context_bytes - in_use_) return nullptr;
@@ -132,7 +149,8 @@ class HostBackedRawMemory final : public PlacedRawMemory {
   static void* reserve(size_t span) {
     void* base = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED)
-      throw std::runtime_error("sim device: cannot reserve " + std::to_string(span) + " bytes of address space");
+      throw std::runtime_error("sim device: cannot reserve " + std::to_string(span) +
+                               " bytes of address space (four times total_bytes, at least 64 GiB)");
     return base;
   }
 
@@ -149,6 +167,7 @@ class AddressOnlyRawMemory final : public PlacedRawMemory {
 }  // namespace
 
 std::unique_ptr<RawMemory> make_host_backed_raw_memory(SimulatedCapacity capacity) {
+  check_capacity(capacity);  // before the address space is reserved
   return std::make_unique<HostBackedRawMemory>(capacity);
 }
 

@@ -15,6 +15,9 @@
 // viewer (https://pytorch.org/memory_viz; memory/memory_viz.h). A scenario that reconfigures its device
 // (seed003_code_a_small_card) is recorded from its first mark on; blocks made before it show as allocated
 // before recording.
+//
+// Exit status: 0 when every mark equals PyTorch's; 1 when a mark differs or on an error (its message on
+// stderr); 2 on a bad argument (one line naming it and what is accepted); 77 for --device cuda without a GPU.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -129,39 +132,74 @@ int walk(const Program& program, const Options& options) {
   return differing;
 }
 
-int usage() {
-  std::cerr << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]"
-               " [--memory-viz DIR]\n";
+// A usage error: one line naming the argument and what is accepted, exit status 2.
+int usage_error(const std::string& what) {
+  std::cerr << "bytegrad-walkthrough: " << what << '\n';
   return 2;
 }
 
-}  // namespace
+std::string scenario_names() {
+  std::string names = "all";
+  for (const Program& e : seed_programs()) names += ", " + e.name;
+  return names;
+}
 
-int main(int argc, char** argv) {
+const Program* find_program(const std::string& name) {
+  for (const Program& e : seed_programs())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+constexpr const char* kDevices = "sim, meta or cuda (each optionally :N)";
+constexpr const char* kOptions = "--device, --default-workspace, --json, --list, --memory-viz";
+
+// The arguments, then the run; throws only what main's last-resort handler reports.
+int run(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--device" && i + 1 < argc) {
-      options.device = Device::parse(argv[++i]);
+    if (arg == "--device") {
+      if (i + 1 >= argc) return usage_error("--device needs a value: " + std::string(kDevices));
+      const std::string value = argv[++i];
+      try {
+        options.device = Device::parse(value);
+      } catch (const std::invalid_argument&) {
+        return usage_error("--device '" + value + "' is not a device: expected " + kDevices);
+      }
+      if (options.device.type == DeviceType::cpu)
+        return usage_error("--device '" + value + "' has no caching allocator to walk through: expected " + kDevices);
     } else if (arg == "--json") {
       options.json = true;
-    } else if (arg == "--memory-viz" && i + 1 < argc) {
+    } else if (arg == "--memory-viz") {
+      if (i + 1 >= argc) return usage_error("--memory-viz needs a directory");
       options.memory_viz_dir = argv[++i];
-      std::error_code error;
-      std::filesystem::create_directories(options.memory_viz_dir, error);
-      if (error) {
-        std::cerr << "bytegrad-walkthrough: cannot create " << options.memory_viz_dir << ": " << error.message() << '\n';
-        return 1;
-      }
+      if (options.memory_viz_dir.empty()) return usage_error("--memory-viz needs a directory, got ''");
     } else if (arg == "--default-workspace") {
       options.default_workspace = true;
     } else if (arg == "--list") {
       for (const Program& e : seed_programs()) std::cout << e.name << '\n';
       return 0;
-    } else if (arg.rfind("--", 0) == 0) {
-      return usage();
+    } else if (arg == "-h" || arg == "--help") {
+      std::cout << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json]"
+                   " [--list] [--memory-viz DIR]\n";
+      return 0;
+    } else if (arg.rfind("-", 0) == 0) {
+      return usage_error("unknown option '" + arg + "': expected NAME or one of " + kOptions);
     } else {
       options.name = arg;
+    }
+  }
+  const Program* named = options.name == "all" ? nullptr : find_program(options.name);
+  if (options.name != "all" && !named)
+    return usage_error("unknown scenario '" + options.name + "': expected one of " + scenario_names());
+  if (named && named->needs_simulated_device && options.device.type == DeviceType::cuda)
+    return usage_error("scenario '" + options.name + "' reconfigures its device: run it with --device sim or meta");
+  if (!options.memory_viz_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options.memory_viz_dir, error);
+    if (error) {
+      std::cerr << "bytegrad-walkthrough: cannot create " << options.memory_viz_dir << ": " << error.message() << '\n';
+      return 1;
     }
   }
   if (options.device.type == DeviceType::cuda && !cuda_is_available()) {
@@ -190,12 +228,22 @@ int main(int argc, char** argv) {
     std::cerr << "bytegrad-walkthrough: " << e.what() << '\n';
     return 1;
   }
-  if (!found) {
-    std::cerr << "no scenario named " << options.name << " (try --list)\n";
-    return 2;
-  }
+  if (!found) return usage_error("no scenario to run on " + options.device.str());
   if (!options.json)
     std::cout << (differing ? fmt::format("\n{} marks differ from PyTorch\n", differing)
                             : "\nevery mark of every scenario equals PyTorch's figures\n");
   return differing ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // the last resort: a message and status 1, never a core dump
+    std::cerr << "bytegrad-walkthrough: " << e.what() << '\n';
+  } catch (...) {
+    std::cerr << "bytegrad-walkthrough: unknown error\n";
+  }
+  return 1;
 }

@@ -1,11 +1,15 @@
 #include "tensor/blas_workspace.h"
 
+#include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <memory>
 #include <regex>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "memory/allocation_context.h"
 #include "memory/device_allocators.h"
@@ -15,16 +19,43 @@ namespace bytegrad {
 
 namespace {
 
+constexpr const char* kWorkspaceSyntax = "expected ':SIZE:COUNT' pairs, SIZE in KiB (e.g. ':4096:8' or ':0:0')";
+
+[[noreturn]] void bad_workspace_config(const std::string& text, const std::string& what) {
+  throw std::invalid_argument("CUBLAS_WORKSPACE_CONFIG='" + text + "': " + what + "; " + kWorkspaceSyntax);
+}
+
+// One SIZE or COUNT of CUBLAS_WORKSPACE_CONFIG (digits only: the pattern matched them).
+size_t parse_workspace_number(const std::string& digits, const std::string& text) {
+  size_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec == std::errc::result_out_of_range) bad_workspace_config(text, "'" + digits + "' is out of range");
+  if (ec != std::errc() || end != digits.data() + digits.size())
+    bad_workspace_config(text, "'" + digits + "' is not a number");
+  return value;
+}
+
 size_t parse_cublas_workspace_config(size_t default_bytes) {
   const char* text = std::getenv("CUBLAS_WORKSPACE_CONFIG");
   if (!text) return default_bytes;
   const std::string config(text);
   static const std::regex pair(":([0-9]+):([0-9]+)");
+  constexpr size_t kMax = std::numeric_limits<size_t>::max();
   size_t total = 0;
   bool matched = false;
   for (std::sregex_iterator it(config.begin(), config.end(), pair), end; it != end; ++it) {
     matched = true;
-    total += std::stoull((*it)[1].str()) * 1024 * std::stoull((*it)[2].str());
+    const size_t kib = parse_workspace_number((*it)[1].str(), config);
+    const size_t count = parse_workspace_number((*it)[2].str(), config);
+    auto overflow = [&] {
+      bad_workspace_config(config, "the workspaces (" + (*it)[1].str() + " KiB x " + (*it)[2].str() +
+                                       ", in all) overflow " + std::to_string(kMax) + " bytes");
+    };
+    if (kib > kMax / 1024) overflow();
+    const size_t size = kib * 1024;
+    if (count != 0 && size > kMax / count) overflow();
+    if (size * count > kMax - total) overflow();
+    total += size * count;
   }
   return matched ? total : default_bytes;  // PyTorch warns and keeps the default when it cannot parse
 }
@@ -70,7 +101,13 @@ size_t blas_workspace_bytes(Device device) {
 size_t blas_lt_workspace_bytes(Device device) {
   if (blas_workspace_bytes(device) == 0) return 0;
   const char* text = std::getenv("CUBLASLT_WORKSPACE_SIZE");
-  size_t kib = text ? std::strtoull(text, nullptr, 10) : 1024;
+  if (!text) return size_t{1024} * 1024;
+  const std::string_view digits(text);
+  size_t kib = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), kib);
+  if (ec != std::errc() || end != digits.data() + digits.size() || kib > std::numeric_limits<size_t>::max() / 1024)
+    throw std::invalid_argument("CUBLASLT_WORKSPACE_SIZE='" + std::string(digits) +
+                                "': expected a size in KiB, a non-negative integer below 2^54 (e.g. 1024)");
   return kib * 1024;
 }
 

@@ -26,6 +26,9 @@ struct BlasWorkspace {
   size_t bytes = 0;
 };
 
+// Throw std::invalid_argument naming the variable and its text when a number does not fit in 64 bits or
+// the workspace total overflows (a CUBLAS_WORKSPACE_CONFIG without any ":SIZE:COUNT" pair keeps the default,
+// as PyTorch does), or when CUBLASLT_WORKSPACE_SIZE is not a non-negative integer.
 size_t blas_workspace_bytes(Device device);
 size_t blas_lt_workspace_bytes(Device device);
 // This thread's workspace on the device, allocated on first use.

@@ -2,6 +2,9 @@
 // allocator (configured by BYTEGRAD_ALLOC_CONF) and prints its figures after every event.
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -23,12 +26,30 @@ int usage() {
   return 2;
 }
 
-std::vector<std::string> read_lines(const std::string& path) {
+// Opens a regular file for reading; throws std::runtime_error naming the path when it is missing, a
+// directory, or cannot be opened.
+std::ifstream open_file(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::exists(status)) throw std::runtime_error("cannot open " + path + ": no such file");
+  if (std::filesystem::is_directory(status)) throw std::runtime_error("cannot read " + path + ": it is a directory");
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
+  if (!in) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  return in;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in = open_file(path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
+  if (in.bad()) throw std::runtime_error("cannot read " + path);
   return lines;
+}
+
+int bad_argument(const std::string& what) {
+  std::cerr << "bytegrad-replay: " << what << '\n';
+  usage();
+  return 2;
 }
 
 }  // namespace
@@ -38,18 +59,19 @@ int main(int argc, char** argv) {
   bool print_summary = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--check" && i + 1 < argc) golden_path = argv[++i];
-    else if (arg == "--check-summary" && i + 1 < argc) summary_path = argv[++i];
+    if ((arg == "--check" || arg == "--check-summary") && i + 1 >= argc) return bad_argument(arg + " needs a file");
+    if (arg == "--check") golden_path = argv[++i];
+    else if (arg == "--check-summary") summary_path = argv[++i];
     else if (arg == "--summary") print_summary = true;
     else if (arg == "-h" || arg == "--help") return usage();
-    else if (trace_path.empty() && arg[0] != '-') trace_path = arg;
-    else return usage();
+    else if (!arg.empty() && arg[0] == '-') return bad_argument("unknown option " + bytegrad::quote_excerpt(arg));
+    else if (trace_path.empty()) trace_path = arg;
+    else return bad_argument("one TRACE only: got " + bytegrad::quote_excerpt(trace_path) + " and " + bytegrad::quote_excerpt(arg));
   }
-  if (trace_path.empty()) return usage();
+  if (trace_path.empty()) return bad_argument("no TRACE given");
   try {
-    std::ifstream in(trace_path);
-    if (!in) throw std::runtime_error("cannot open " + trace_path);
-    auto events = bytegrad::parse_trace(in);
+    std::ifstream in = open_file(trace_path);
+    auto events = bytegrad::parse_trace(in, trace_path);
     bytegrad::CachingAllocator allocator(bytegrad::make_host_backed_raw_memory({}),
                                          bytegrad::AllocatorConfig::from_environment());
     auto result = bytegrad::replay_trace(events, allocator);

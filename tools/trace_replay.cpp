@@ -2,35 +2,102 @@
 
 #include <fmt/format.h>
 
-#include <sstream>
+#include <charconv>
+#include <limits>
 #include <stdexcept>
 #include <unordered_map>
 
 namespace bytegrad {
 
-std::vector<TraceEvent> parse_trace(std::istream& in) {
+std::string quote_excerpt(std::string_view text) {
+  if (text.size() <= kMaxQuotedChars) return fmt::format("'{}'", text);
+  return fmt::format("'{}...' ({} characters)", text.substr(0, kMaxQuotedChars), text.size());
+}
+
+namespace {
+
+// The line's whitespace-separated fields (at most `limit` + 1: enough to tell that there are too many).
+std::vector<std::string_view> split_fields(std::string_view line, size_t limit) {
+  std::vector<std::string_view> fields;
+  size_t pos = 0;
+  while (fields.size() <= limit) {
+    pos = line.find_first_not_of(" \t\r", pos);
+    if (pos == std::string_view::npos) break;
+    size_t end = line.find_first_of(" \t\r", pos);
+    if (end == std::string_view::npos) end = line.size();
+    fields.push_back(line.substr(pos, end - pos));
+    pos = end;
+  }
+  return fields;
+}
+
+std::string where(const TraceEvent& event, size_t position) {
+  return event.line ? fmt::format("line {}", event.line) : fmt::format("#{}", position + 1);
+}
+
+}  // namespace
+
+std::optional<std::string> live_address_conflict(const std::vector<TraceEvent>& events) {
+  std::unordered_map<uint64_t, size_t> live;  // address -> position of the alloc that made it live
+  for (size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& event = events[i];
+    if (event.kind == TraceEvent::free) {
+      live.erase(event.address);
+      continue;
+    }
+    auto [it, inserted] = live.emplace(event.address, i);
+    if (!inserted)
+      return fmt::format("{}: alloc at address {}, which is still live: allocated at {} and not freed since",
+                         where(event, i), event.address, where(events[it->second], it->second));
+  }
+  return std::nullopt;
+}
+
+std::vector<TraceEvent> parse_trace(std::istream& in, const std::string& source) {
   std::vector<TraceEvent> events;
   std::string line;
   size_t line_number = 0;
+  auto fail = [&](const std::string& what) {
+    throw std::runtime_error(fmt::format("{} line {}: {}", source, line_number, what));
+  };
   while (std::getline(in, line)) {
     ++line_number;
     if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string action;
+    const auto fields = split_fields(line, 4);
+    if (fields.empty()) continue;  // blank (whitespace only)
+    if (fields.size() != 4)
+      fail(fmt::format("expected '<action> <addr> <size> <stream>', got {}", quote_excerpt(line)));
+    const std::string_view action = fields[0];
     TraceEvent event{};
-    if (!(fields >> action >> event.address >> event.size >> event.stream))
-      throw std::runtime_error(fmt::format("trace line {}: expected '<action> <addr> <size> <stream>', got '{}'",
-                                           line_number, line));
+    event.line = line_number;
     if (action == "alloc") event.kind = TraceEvent::alloc;
     else if (action == "free") event.kind = TraceEvent::free;
     else if (action == "segment_alloc" || action == "segment_free") continue;  // the allocator decides these
-    else throw std::runtime_error(fmt::format("trace line {}: unknown action '{}'", line_number, action));
+    else fail(fmt::format("unknown action {} (expected alloc, free, segment_alloc or segment_free)", quote_excerpt(action)));
+    const char* names[] = {"address", "size", "stream"};
+    uint64_t* values[] = {&event.address, &event.size, &event.stream};
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string_view text = fields[i + 1];
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *values[i]);
+      if (ec == std::errc::result_out_of_range)
+        fail(fmt::format("{} {} is out of range (at most {})", names[i], quote_excerpt(text),
+                         std::numeric_limits<uint64_t>::max()));
+      if (ec != std::errc() || end != text.data() + text.size())
+        fail(fmt::format("{} {} is not a non-negative decimal integer", names[i], quote_excerpt(text)));
+    }
     events.push_back(event);
   }
+  if (in.bad()) throw std::runtime_error(fmt::format("{}: cannot read (after line {})", source, line_number));
+  if (events.empty())
+    throw std::runtime_error(fmt::format("{}: no alloc or free events ({} lines read): an empty trace", source,
+                                         line_number));
+  if (auto conflict = live_address_conflict(events))
+    throw std::runtime_error(fmt::format("{} {}", source, *conflict));
   return events;
 }
 
 ReplayResult replay_trace(const std::vector<TraceEvent>& events, CachingAllocator& allocator) {
+  if (auto conflict = live_address_conflict(events)) throw std::invalid_argument("replay_trace: event " + *conflict);
   ReplayResult result;
   result.lines.reserve(events.size() + 2);
   std::unordered_map<uint64_t, void*> live;  // recorded address -> our block

@@ -147,3 +147,19 @@ TEST_CASE("memory_stats()[\"max_split_size\"]: -1 by default, the configured byt
   CHECK(stat(*make_allocator(), "max_split_size") == -1);  // SIZE_MAX cast to int64 (section 1, measured)
   CHECK(stat(*make_allocator(AllocatorConfig::parse("max_split_size_mb:100")), "max_split_size") == 104857600);
 }
+
+TEST_CASE("config: numbers that do not fit name the option and the text, never a bare standard error") {
+  const std::string huge = "99999999999999999999999";
+  for (const std::string key : {"max_split_size_mb", "max_non_split_rounding_mb", "large_segment_size_mb",
+                                "roundup_power2_divisions", "pinned_num_register_threads"}) {
+    check_rejected(key + ":" + huge, {key, huge, "out of range"});
+  }
+  check_rejected("roundup_power2_divisions:[" + huge + ":2]", {"roundup_power2_divisions", huge});
+  check_rejected("roundup_power2_divisions:[256:" + huge + "]", {"roundup_power2_divisions", huge});
+  check_rejected("garbage_collection_threshold:1e999", {"garbage_collection_threshold", "1e999"});
+  check_rejected("garbage_collection_threshold:nan", {"garbage_collection_threshold", "nan"});
+  check_rejected("garbage_collection_threshold:0x0.8", {"garbage_collection_threshold", "0x0.8"});
+  // The largest size is accepted (and capped so that bytes do not overflow).
+  CHECK(AllocatorConfig::parse("max_split_size_mb:18446744073709551615").max_split_size ==
+        std::numeric_limits<size_t>::max() / kMiB * kMiB);
+}
