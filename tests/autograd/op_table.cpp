@@ -13,16 +13,6 @@
 using namespace bytegrad;
 using namespace bytegrad::testing;
 
-namespace {
-
-// The sample's inputs on `device`, the same values on every device (one seeded generator).
-std::vector<Tensor> inputs_on(const OpSample& sample, Device device) {
-  manual_seed(11);
-  return sample.inputs(device);
-}
-
-}  // namespace
-
 TEST_CASE("every row of the op table has a sample that runs alike on cpu, sim and meta") {
   for (size_t i = 0; i < kOpCount; ++i) {
     const OpId op = static_cast<OpId>(i);
@@ -31,9 +21,9 @@ TEST_CASE("every row of the op table has a sample that runs alike on cpu, sim an
     REQUIRE_MESSAGE(op_samples().count(op) == 1, "no sample for this row in tests/support/op_samples.h");
     const OpSample& sample = op_samples().at(op);
 
-    const Tensor on_cpu = sample.call(inputs_on(sample, kCpu));
-    const Tensor on_sim = sample.call(inputs_on(sample, kSim));
-    const Tensor on_meta = sample.call(inputs_on(sample, kMeta));
+    const Tensor on_cpu = sample.call(sample_inputs(sample, kCpu));
+    const Tensor on_sim = sample.call(sample_inputs(sample, kSim));
+    const Tensor on_meta = sample.call(sample_inputs(sample, kMeta));
     // to(device) moves cpu's result to sim and sim's to cpu: compare values and shapes, not devices.
     CHECK(on_sim.sizes() == on_cpu.sizes());
     CHECK(on_sim.dtype() == on_cpu.dtype());
@@ -54,7 +44,7 @@ TEST_CASE("every differentiable row records its node and matches finite differen
     REQUIRE(sample.differentiable_inputs > 0);
     for (Device device : {kCpu, kSim}) {
       CAPTURE(device.str());
-      std::vector<Tensor> inputs = inputs_on(sample, device);
+      std::vector<Tensor> inputs = sample_inputs(sample, device);
       std::vector<Tensor> differentiable(inputs.begin(), inputs.begin() + sample.differentiable_inputs);
       const std::vector<Tensor> constants(inputs.begin() + sample.differentiable_inputs, inputs.end());
       for (Tensor& x : differentiable) x.requires_grad_(true);
@@ -85,7 +75,7 @@ TEST_CASE("a no_grad row whose result could need a gradient refuses a graph, nam
     if (info.differentiable) continue;
     CAPTURE(info.name);
     const OpSample& sample = op_samples().at(op);
-    std::vector<Tensor> inputs = inputs_on(sample, kCpu);
+    std::vector<Tensor> inputs = sample_inputs(sample, kCpu);
     const Tensor plain = sample.call(inputs);
     bool graph_refused = false;
     std::string message;

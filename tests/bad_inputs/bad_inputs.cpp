@@ -26,6 +26,7 @@
 #include "optim/sgd.h"
 #include "tensor/ops.h"
 #include "tests/support/devices.h"
+#include "tests/support/scoped_env.h"
 #include "tools/trace_replay.h"
 
 using namespace bytegrad;
@@ -76,13 +77,6 @@ struct Fixture {
   std::vector<std::vector<double>> values() const {
     return {a.tolist(), b.tolist(), ints.tolist(), flags.tolist(), c.tolist(), leaf.detach().tolist()};
   }
-};
-
-// Sets an environment variable for one row.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* variable, const char* value) : name(variable) { setenv(variable, value, 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
 };
 
 struct Row {

@@ -8,11 +8,6 @@ using namespace bytegrad::testing;
 
 namespace {
 
-std::vector<Tensor> inputs_on(const OpSample& sample, Device device) {
-  manual_seed(11);
-  return sample.inputs(device);
-}
-
 // Values of a result on the host in float64 (bool and integer results compare exactly).
 Tensor on_host(const Tensor& t) { return t.to(kCpu); }
 
@@ -25,8 +20,8 @@ TEST_CASE("every row of the op table runs on cuda as on cpu, values and gradient
     CAPTURE(info.name);
     REQUIRE(op_samples().count(op) == 1);
     const OpSample& sample = op_samples().at(op);
-    std::vector<Tensor> cpu_inputs = inputs_on(sample, kCpu);
-    std::vector<Tensor> gpu_inputs = inputs_on(sample, kCuda);
+    std::vector<Tensor> cpu_inputs = sample_inputs(sample, kCpu);
+    std::vector<Tensor> gpu_inputs = sample_inputs(sample, kCuda);
     const bool differentiable = info.differentiable;
     if (differentiable)
       for (size_t k = 0; k < sample.differentiable_inputs; ++k) {

@@ -14,30 +14,12 @@
 #include "helpers.h"
 #include "memory/device_allocators.h"
 #include "memory/out_of_memory.h"
+#include "tests/support/scoped_env.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;
 
 namespace {
-
-// Sets an environment variable for the scope and restores its previous value (or absence) afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // The std::invalid_argument message `f` throws; fails the test when it throws nothing or something else.
 template <typename F>

@@ -213,4 +213,10 @@ inline const std::map<OpId, OpSample>& op_samples() {
   return samples;
 }
 
+// A sample's inputs on `device`: the same values on every device (one seeded generator).
+inline std::vector<Tensor> sample_inputs(const OpSample& sample, Device device) {
+  manual_seed(11);
+  return sample.inputs(device);
+}
+
 }  // namespace bytegrad::testing

@@ -9,30 +9,12 @@
 
 #include "helpers.h"
 #include "tensor/blas_workspace.h"
+#include "tests/support/scoped_env.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;
 
 namespace {
-
-// Sets an environment variable for the scope; restores its previous value (or absence) afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // The std::invalid_argument message of blas_workspace_bytes(kSim) under CUBLAS_WORKSPACE_CONFIG=`text`.
 std::string rejection_of(const char* text) {
