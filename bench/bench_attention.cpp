@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "memory/device_allocators.h"
-#include "nn/attention.h"
-#include "tensor/ops.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/attention.h"
+#include "bytegrad/tensor/ops.h"
 
 #include "bench/device_sync.h"
 

@@ -15,17 +15,16 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/cuda/cuda_check.h"
-#include "memory/device_allocators.h"
-#include "tensor/blas_plan.h"
-#include "tensor/tensor.h"
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/kernels/cuda/cuda_check.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/blas_plan.h"
+#include "bytegrad/tensor/tensor.h"
 
 namespace {
 
 using namespace bytegrad;
 
-const Device kCuda{DeviceType::cuda, 0};
 
 // Median milliseconds of one call of f, after `warmup` untimed calls. Each sample times `calls_per_sample`
 // back-to-back calls (so launch and event overheads of short kernels are amortised) and divides.

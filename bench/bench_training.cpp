@@ -11,10 +11,10 @@
 #include <chrono>
 #include <vector>
 
-#include "memory/device_allocators.h"
-#include "autograd/grad_mode.h"
-#include "nn/linear.h"
-#include "tensor/ops.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/tensor/ops.h"
 
 #include "bench/device_sync.h"
 

@@ -1,7 +1,7 @@
 // Waiting for a device's queued work, so a host clock measures the work itself.
 #pragma once
 
-#include "core/device.h"
+#include "bytegrad/core/device.h"
 
 #ifdef BYTEGRAD_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -2,8 +2,8 @@
 
 #include <cstdlib>
 
-#include "memory/device_allocators.h"
-#include "tensor/blas_workspace.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/blas_workspace.h"
 
 namespace bytegrad::programs {
 

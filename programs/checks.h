@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "bytegrad/core/device.h"
 #include "programs/scenario.h"
 
 namespace bytegrad::programs {

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "nn/sequential.h"
+#include "bytegrad/nn/sequential.h"
 #include "programs/scenario.h"
 
 namespace bytegrad::programs {

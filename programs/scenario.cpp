@@ -5,8 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/json.h"
-#include "memory/device_allocators.h"
+#include "bytegrad/core/json.h"
+#include "bytegrad/memory/device_allocators.h"
 
 namespace bytegrad::programs {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "bytegrad/core/device.h"
 
 namespace bytegrad::programs {
 

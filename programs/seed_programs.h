@@ -3,9 +3,9 @@
 // recorder's device; registry.h lists them by scenario name.
 #pragma once
 
-#include "memory/raw_memory.h"
+#include "bytegrad/memory/raw_memory.h"
 #include "programs/scenario.h"
-#include "tensor/tensor.h"
+#include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad::programs {
 

@@ -27,12 +27,12 @@
 #include <memory>
 #include <string>
 
-#include "core/json.h"
-#include "memory/device_allocators.h"
-#include "memory/memory_viz.h"
+#include "bytegrad/core/json.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/memory_viz.h"
 #include "programs/checks.h"
 #include "programs/mark_notes.h"
-#include "programs/memory_story.h"
+#include "bytegrad/memory/memory_story.h"
 #include "programs/registry.h"
 
 using namespace bytegrad;

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Fails when a library file includes a header from a layer above its own. The layers, bottom to top:
-#   core <- memory <- kernels <- tensor <- autograd <- nn, optim <- programs
-# A layer includes its own folder and the layers below; nn and optim are side by side (neither includes the
-# other). Applications (tools/, bench/, tests/, examples/) may include anything. Run by CI (.ci/run).
+#   core <- memory <- kernels <- tensor <- autograd <- nn, optim, testing <- programs
+# The library layers live in src/bytegrad/<layer>/ and are included as "bytegrad/<layer>/...". A layer
+# includes its own folder and the layers below; nn, optim and testing are side by side (none includes
+# another). The umbrella headers src/bytegrad/bytegrad.h and testing.h are not layers. Applications
+# (programs/, tools/, bench/, tests/, examples/) may include anything. Run by ctest (entry `layers`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-declare -A rank=([core]=0 [memory]=1 [kernels]=2 [tensor]=3 [autograd]=4 [nn]=5 [optim]=5 [programs]=6)
+declare -A rank=([core]=0 [memory]=1 [kernels]=2 [tensor]=3 [autograd]=4 [nn]=5 [optim]=5 [testing]=5 [programs]=6)
 violations=0
 checked=0
 for layer in "${!rank[@]}"; do
-  [ -d "$layer" ] || continue
+  if [ "$layer" = programs ]; then dir=programs; else dir=src/bytegrad/$layer; fi
+  [ -d "$dir" ] || continue
   while IFS= read -r -d '' file; do
     checked=$((checked + 1))
     while IFS= read -r line; do
-      target=$(sed -E 's/^#include "([a-z_]+)\/.*/\1/' <<<"$line")
+      target=$(sed -E 's/^#include "(bytegrad\/)?([a-z_]+)\/.*/\2/' <<<"$line")
       [ "$target" = "$layer" ] && continue
       if [ -z "${rank[$target]+x}" ]; then
         continue  # not a bytegrad layer (e.g. a third-party path)
@@ -23,8 +26,14 @@ for layer in "${!rank[@]}"; do
         echo "upward include: $file includes $target/ (layer $layer may include only layers below it)"
         violations=$((violations + 1))
       fi
-    done < <(grep -E '^#include "[a-z_]+/' "$file" || true)
-  done < <(find "$layer" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0)
+    done < <(grep -E '^#include "(bytegrad/)?[a-z_]+/' "$file" || true)
+  done < <(find "$dir" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0)
 done
-echo "layer check: $checked files, $violations upward includes"
+# Library files name bytegrad's headers by their full path ("bytegrad/tensor/ops.h"), never by a generic
+# root ("tensor/ops.h") that could collide with a consumer's own headers.
+while IFS= read -r hit; do
+  echo "generic include root: $hit (write \"bytegrad/...\")"
+  violations=$((violations + 1))
+done < <(grep -rnE '^#include "[a-z_]+/' src --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' | grep -v '#include "bytegrad/' || true)
+echo "layer check: $checked files, $violations upward includes or generic roots"
 [ "$violations" -eq 0 ]

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/out_of_memory.h"
+#include "bytegrad/memory/out_of_memory.h"
 #include "tools/trace_replay.h"
 
 namespace {

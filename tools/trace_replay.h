@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "memory/caching_allocator.h"
+#include "bytegrad/memory/caching_allocator.h"
 
 namespace bytegrad {
 

@@ -1,11 +1,11 @@
 // When autograd keeps and frees memory: no_grad, detach, in-place ops, retain_graph, checkpointing and
 // reductions over dims. Transcribed from tools/probes/pytorch_extra_scenarios.py.
-#include "autograd/grad_mode.h"
-#include "memory/device_allocators.h"
-#include "nn/checkpoint_sequential.h"
-#include "nn/linear.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/checkpoint_sequential.h"
+#include "bytegrad/nn/linear.h"
 #include "programs/extra_programs.h"
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::programs {
 

@@ -4,16 +4,16 @@
 #include <limits>
 #include <stdexcept>
 
-#include "autograd/grad_mode.h"
-#include "nn/embedding.h"
-#include "nn/gelu.h"
-#include "nn/layer_norm.h"
-#include "nn/linear.h"
-#include "nn/sequential.h"
-#include "nn/tanh.h"
-#include "optim/adam.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/nn/embedding.h"
+#include "bytegrad/nn/gelu.h"
+#include "bytegrad/nn/layer_norm.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/nn/sequential.h"
+#include "bytegrad/nn/tanh.h"
+#include "bytegrad/optim/adam.h"
 #include "programs/extra_programs.h"
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::programs {
 

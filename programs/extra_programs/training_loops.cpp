@@ -1,13 +1,13 @@
 // Training loops: optimizers over several steps, gradient accumulation. Transcribed from
 // tools/probes/pytorch_extra_scenarios.py; the figures at every mark equal PyTorch's
 // (tests/programs/check_programs.cpp).
-#include "nn/linear.h"
-#include "nn/relu.h"
-#include "nn/sequential.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/nn/relu.h"
+#include "bytegrad/nn/sequential.h"
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/optim/sgd.h"
 #include "programs/extra_programs.h"
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::programs {
 

@@ -1,8 +1,8 @@
 // seed004: where does attention's memory go, and why does it matter whether the code runs in a function?
 // The Python (shared/golden/scenarios.py) is transcribed statement by statement.
 #include "programs/seed_programs.h"
-#include "tensor/ops.h"
-#include "tensor/tensor.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad::programs {
 

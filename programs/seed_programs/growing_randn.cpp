@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "memory/device_allocators.h"
-#include "memory/out_of_memory.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/out_of_memory.h"
 #include "programs/seed_programs.h"
-#include "tensor/tensor.h"
+#include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad::programs {
 

@@ -1,9 +1,9 @@
 // seed000: two bias-free Linear layers, a loss made with torch.sum or with Python's builtin sum, and
 // repeated forward/backward. The Python (shared/golden/scenarios.py, _seed000) transcribed statement by
 // statement.
-#include "nn/linear.h"
+#include "bytegrad/nn/linear.h"
 #include "programs/seed_programs.h"
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::programs {
 

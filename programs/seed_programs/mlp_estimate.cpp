@@ -3,14 +3,14 @@
 // The Python (shared/golden/scenarios.py, seed001_mlp_estimate) transcribed statement by statement.
 #include <memory>
 
-#include "autograd/grad_mode.h"
-#include "memory/device_allocators.h"
-#include "nn/checkpoint_sequential.h"
-#include "nn/linear.h"
-#include "nn/relu.h"
-#include "nn/sequential.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/checkpoint_sequential.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/nn/relu.h"
+#include "bytegrad/nn/sequential.h"
 #include "programs/seed_programs.h"
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::programs {
 

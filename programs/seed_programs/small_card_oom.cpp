@@ -2,7 +2,7 @@
 //   "Tried to allocate 916.00 MiB (GPU 0; 6.00 GiB total capacity; 4.47 GiB already allocated;
 //    186.44 MiB free; 4.47 GiB reserved in total by PyTorch)"
 // A simulated card with the same total and the same memory held outside PyTorch fails at the same tensor.
-#include "memory/device_allocators.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "programs/seed_programs.h"
 
 namespace bytegrad::programs {

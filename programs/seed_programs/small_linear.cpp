@@ -1,8 +1,8 @@
 // seed002: a 440-byte layer "takes" 2 MiB of the card.
-#include "memory/device_allocators.h"
-#include "nn/linear.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/linear.h"
 #include "programs/seed_programs.h"
-#include "tensor/tensor.h"
+#include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad::programs {
 

@@ -4,14 +4,14 @@
 #include <cstdlib>
 #include <memory>
 
-#include "autograd/checkpoint.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "nn/checkpoint_sequential.h"
-#include "nn/linear.h"
-#include "nn/relu.h"
-#include "nn/sequential.h"
-#include "tensor/ops.h"
+#include "bytegrad/autograd/checkpoint.h"
+#include "bytegrad/autograd/engine.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/nn/checkpoint_sequential.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/nn/relu.h"
+#include "bytegrad/nn/sequential.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/devices.h"
 
 using namespace bytegrad;

@@ -3,10 +3,10 @@
 
 #include <string>
 
-#include "autograd/accumulate_grad.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "tensor/ops.h"
+#include "bytegrad/autograd/accumulate_grad.h"
+#include "bytegrad/autograd/engine.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/devices.h"
 #include "tests/support/error_text.h"
 

@@ -1,5 +1,5 @@
 // Every differentiable op's gradient against central finite differences, in float64 on cpu and sim.
-#include "autograd/engine.h"
+#include "bytegrad/autograd/engine.h"
 #include "tests/support/devices.h"
 #include "tests/support/finite_differences.h"
 

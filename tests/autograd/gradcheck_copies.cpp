@@ -2,7 +2,7 @@
 // devices (cpu -> sim and back: the gradient travels back to the source device). A dtype cast's gradient
 // is the incoming one cast back; finite differences through float32 cannot resolve a 1e-6 step, so it is
 // checked exactly instead.
-#include "autograd/engine.h"
+#include "bytegrad/autograd/engine.h"
 #include "tests/support/devices.h"
 #include "tests/support/finite_differences.h"
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "autograd/engine.h"
+#include "bytegrad/autograd/engine.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/devices.h"
 #include "tests/support/finite_differences.h"

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "tensor/ops.h"
+#include "bytegrad/autograd/engine.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/devices.h"
 #include "tests/support/error_text.h"
 

@@ -3,11 +3,11 @@
 
 #include <cstdlib>
 
-#include "autograd/autograd_meta.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "nn/linear.h"
-#include "tensor/ops.h"
+#include "bytegrad/autograd/autograd_meta.h"
+#include "bytegrad/autograd/engine.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/devices.h"
 

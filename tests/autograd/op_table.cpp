@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "autograd/engine.h"
+#include "bytegrad/autograd/engine.h"
 #include "tests/support/devices.h"
 #include "tests/support/finite_differences.h"
 #include "tests/support/op_samples.h"

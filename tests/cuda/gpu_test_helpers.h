@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "memory/device_allocators.h"
-#include "tensor/tensor.h"
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/tensor.h"
 #include "tests/support/devices.h"
 
 namespace bytegrad::testing {

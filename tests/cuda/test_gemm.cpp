@@ -1,7 +1,7 @@
 // gemm on cuda against cpu over every operand layout the rules distinguish, and the temporary copies
 // each layout costs (PyTorch 2.11's rules: see tensor/blas_plan.h).
-#include "memory/caching_allocator.h"
-#include "tensor/blas_plan.h"
+#include "bytegrad/memory/caching_allocator.h"
+#include "bytegrad/tensor/blas_plan.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bytegrad::testing {

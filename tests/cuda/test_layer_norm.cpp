@@ -2,7 +2,7 @@
 // the cpu backend: forward output, mean and rstd, and every gradient, for short rows (warp per row), long
 // rows (block per row), 2-d normalized shapes, without weight/bias, in float32, float64 and bfloat16, and
 // the tall-and-narrow shape whose weight/bias gradients go through partial blocks and sum(0).
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bytegrad::testing {

@@ -1,8 +1,8 @@
 // Device memory accounting on a real GPU, and host transfers of non-contiguous views (which must not
 // allocate device memory).
-#include "memory/caching_allocator.h"
-#include "tensor/blas_plan.h"
-#include "tensor/blas_workspace.h"
+#include "bytegrad/memory/caching_allocator.h"
+#include "bytegrad/tensor/blas_plan.h"
+#include "bytegrad/tensor/blas_workspace.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bytegrad::testing {

@@ -1,6 +1,6 @@
 // Reductions (flagged dimensions, argmax/argmin, max/min with indices) and softmax forward/backward on cuda
 // against cpu, on transposed and sliced inputs.
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bytegrad::testing {

@@ -1,7 +1,7 @@
 // Errors name the op and the offending operands' shapes and dtypes.
 #include <doctest/doctest.h>
 
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/devices.h"
 #include "tests/support/error_text.h"
 

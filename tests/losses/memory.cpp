@@ -2,8 +2,8 @@
 // written beside it. Blocks are numel * element_size rounded up to 512 bytes.
 #include <doctest/doctest.h>
 
-#include "autograd/grad_mode.h"
-#include "tensor/ops.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/devices.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "helpers.h"
-#include "memory/device_allocators.h"
-#include "memory/out_of_memory.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/out_of_memory.h"
 #include "tests/support/scoped_env.h"
 
 using namespace bytegrad;

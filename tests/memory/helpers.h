@@ -16,9 +16,9 @@
 #include <string_view>
 #include <vector>
 
-#include "memory/alloc_config.h"
-#include "memory/caching_allocator.h"
-#include "memory/raw_memory.h"
+#include "bytegrad/memory/alloc_config.h"
+#include "bytegrad/memory/caching_allocator.h"
+#include "bytegrad/memory/raw_memory.h"
 
 namespace bytegrad::testing {
 

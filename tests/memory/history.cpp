@@ -6,8 +6,8 @@
 #include <chrono>
 
 #include "helpers.h"
-#include "memory/allocation_context.h"
-#include "memory/out_of_memory.h"
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/out_of_memory.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;

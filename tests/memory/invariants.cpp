@@ -10,8 +10,8 @@
 #include <unordered_map>
 
 #include "helpers.h"
-#include "memory/out_of_memory.h"
-#include "memory/size_rules.h"
+#include "bytegrad/memory/out_of_memory.h"
+#include "bytegrad/memory/size_rules.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;

@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "helpers.h"
-#include "memory/out_of_memory.h"
+#include "bytegrad/memory/out_of_memory.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;

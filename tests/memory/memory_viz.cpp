@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "helpers.h"
-#include "memory/allocation_context.h"
-#include "memory/memory_viz.h"
-#include "memory/out_of_memory.h"
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/memory/out_of_memory.h"
 #include "tests/support/json.h"
 
 using namespace bytegrad;

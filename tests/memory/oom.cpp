@@ -13,8 +13,8 @@
 #include <type_traits>
 
 #include "helpers.h"
-#include "memory/format_size.h"
-#include "memory/out_of_memory.h"
+#include "bytegrad/memory/format_size.h"
+#include "bytegrad/memory/out_of_memory.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;

@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "helpers.h"
-#include "memory/format_size.h"
-#include "memory/size_rules.h"
+#include "bytegrad/memory/format_size.h"
+#include "bytegrad/memory/size_rules.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "helpers.h"
-#include "memory/memory_summary.h"
+#include "bytegrad/memory/memory_summary.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;

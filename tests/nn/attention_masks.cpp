@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <regex>
 
-#include "memory/device_allocators.h"
-#include "nn/attention.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/attention.h"
 #include "nn_helpers.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/pytorch_probes.h"

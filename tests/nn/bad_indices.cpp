@@ -2,7 +2,7 @@
 // negative index used to wrap silently to the last rows; PyTorch raises "index out of range in self".
 #include <stdexcept>
 
-#include "nn/embedding.h"
+#include "bytegrad/nn/embedding.h"
 #include "nn_helpers.h"
 #include "tests/support/error_text.h"
 

@@ -1,10 +1,10 @@
 // Every new module's parameter and input gradients against central finite differences, float64 on cpu.
-#include "nn/attention.h"
-#include "nn/dropout.h"
-#include "nn/embedding.h"
-#include "nn/gelu.h"
-#include "nn/sigmoid.h"
-#include "nn/tanh.h"
+#include "bytegrad/nn/attention.h"
+#include "bytegrad/nn/dropout.h"
+#include "bytegrad/nn/embedding.h"
+#include "bytegrad/nn/gelu.h"
+#include "bytegrad/nn/sigmoid.h"
+#include "bytegrad/nn/tanh.h"
 #include "nn_helpers.h"
 
 using namespace bytegrad;

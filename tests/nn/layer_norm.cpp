@@ -6,8 +6,8 @@
 #include <regex>
 #include <sstream>
 
-#include "memory/device_allocators.h"
-#include "nn/layer_norm.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/layer_norm.h"
 #include "nn_helpers.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/pytorch_probes.h"
@@ -94,7 +94,6 @@ Replayed replay(const LayerNormCase& c, Device d) {
 TEST_CASE("LayerNorm: every PyTorch layernorm probe, event for event, on sim and meta") {
   const std::vector<LayerNormCase> cases = read_layernorm_cases();
   REQUIRE(cases.size() == 120);
-  const Device kMeta{DeviceType::meta, 0};
   for (Device d : {kSim, kMeta}) {
     CAPTURE(d.str());
     int matched = 0, bf16 = 0;

@@ -3,9 +3,9 @@
 // configured to 0 (CUBLAS_WORKSPACE_CONFIG=:0:0, the goldens' setting), so matrix products park nothing.
 #include <cstdlib>
 
-#include "nn/attention.h"
-#include "nn/dropout.h"
-#include "nn/embedding.h"
+#include "bytegrad/nn/attention.h"
+#include "bytegrad/nn/dropout.h"
+#include "bytegrad/nn/embedding.h"
 #include "nn_helpers.h"
 
 using namespace bytegrad;

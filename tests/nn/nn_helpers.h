@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/module.h"
+#include "bytegrad/nn/module.h"
 #include "tests/support/devices.h"
 #include "tests/support/finite_differences.h"
 

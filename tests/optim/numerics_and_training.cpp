@@ -3,9 +3,9 @@
 #include <memory>
 #include <string>
 
-#include "autograd/grad_mode.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/optim/sgd.h"
 #include "tests/support/devices.h"
 #include "tests/support/finite_differences.h"
 #include "tests/support/tiny_regression.h"

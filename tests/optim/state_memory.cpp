@@ -4,9 +4,9 @@
 //   p1 (100) float32: 400 bytes -> one 512-byte block; p2 (300, 7) float32: 8400 bytes -> 8704 (17 * 512).
 #include <doctest/doctest.h>
 
-#include "optim/adam.h"
-#include "optim/sgd.h"
-#include "tensor/ops.h"
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/optim/sgd.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/devices.h"
 

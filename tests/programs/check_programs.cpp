@@ -4,7 +4,7 @@
 // cuda on a GPU machine): allocated, reserved, both peaks, segments, blocks, requested and inactive_split.
 #include <cstdio>
 
-#include "memory/device_allocators.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "programs/registry.h"
 #include "tests/support/devices.h"
 #include "tests/support/scenario_checks.h"

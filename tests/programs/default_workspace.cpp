@@ -4,10 +4,10 @@
 // 1 MiB cuBLASLt block; the first backward matmul parks another 32 MiB for the autograd device thread
 // (seed001's backward: +33554432 on top of the forward's), and its checkpoint recompute, a bias-fused
 // forward run by that thread, adds that thread's own 1 MiB cuBLASLt block.
-#include "autograd/grad_mode.h"
-#include "memory/device_allocators.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "programs/registry.h"
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/devices.h"
 #include "tests/support/scenario_checks.h"
 

@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "memory/device_allocators.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/optim/sgd.h"
 #include "programs/checks.h"
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/json.h"
 #include "tests/support/pytorch_probes.h"

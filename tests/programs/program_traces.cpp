@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/device_allocators.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "programs/checks.h"
 #include "programs/registry.h"
 #include "tests/support/json.h"

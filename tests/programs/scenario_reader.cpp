@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "tensor/tensor.h"
+#include "bytegrad/tensor/tensor.h"
 #include "tests/support/devices.h"
 #include "tests/support/error_text.h"
 #include "tests/support/scenario_checks.h"

@@ -1,7 +1,7 @@
 // Code A on seed003's own 6 GiB card (programs/seed_programs/small_card_oom.cpp): five tensors fit, the sixth fails
 // with PyTorch 2.11's message, and clearing gives everything back. Run on meta: on sim the five 916 MiB
 // randn draws take over a minute of host writes; the allocator and the message are the same code.
-#include "memory/format_size.h"
+#include "bytegrad/memory/format_size.h"
 #include "programs/seed_programs.h"
 #include "tests/support/devices.h"
 #include "tests/support/scenario_checks.h"

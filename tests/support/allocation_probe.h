@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "memory/device_allocators.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "tests/support/devices.h"
 
 namespace bytegrad::testing {

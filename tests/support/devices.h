@@ -4,15 +4,10 @@
 #include <cstdint>
 #include <string>
 
-#include "memory/device_allocators.h"
-#include "tensor/blas_workspace.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/blas_workspace.h"
 
 namespace bytegrad::testing {
-
-inline const Device kCpu{DeviceType::cpu, 0};
-inline const Device kSim{DeviceType::sim, 0};
-inline const Device kMeta{DeviceType::meta, 0};
-inline const Device kCuda{DeviceType::cuda, 0};
 
 // A device whose allocator starts from zero: the BLAS workspaces this thread parked there are released
 // first (they live until cleared, as in PyTorch). Every tensor of the previous test must be gone.

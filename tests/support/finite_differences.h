@@ -8,8 +8,8 @@
 #include <functional>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "tensor/ops.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::testing {
 

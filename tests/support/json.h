@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/json.h"
+#include "bytegrad/core/json.h"
 
 namespace bytegrad::testing {
 

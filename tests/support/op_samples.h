@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/ops.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::testing {
 

@@ -5,12 +5,12 @@
 
 #include <memory>
 
-#include "nn/linear.h"
-#include "nn/relu.h"
-#include "nn/sequential.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
-#include "tensor/ops.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/nn/relu.h"
+#include "bytegrad/nn/sequential.h"
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/optim/sgd.h"
+#include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::testing {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "helpers.h"
-#include "tensor/ops_support.h"
+#include "bytegrad/tensor/ops_support.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;

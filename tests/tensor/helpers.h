@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tensor/ops.h"
-#include "tensor/tensor.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/tensor.h"
 #include "tests/support/devices.h"
 #include "tests/support/error_text.h"
 

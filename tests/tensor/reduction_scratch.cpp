@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "helpers.h"
-#include "kernels/reduce_scratch.h"
+#include "bytegrad/kernels/reduce_scratch.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/pytorch_probes.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "helpers.h"
-#include "tensor/blas_workspace.h"
+#include "bytegrad/tensor/blas_workspace.h"
 #include "tests/support/scoped_env.h"
 
 using namespace bytegrad;

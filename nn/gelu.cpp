@@ -1,9 +1,0 @@
-#include "nn/gelu.h"
-
-#include "tensor/ops.h"
-
-namespace bytegrad::nn {
-
-Tensor GELU::forward(const Tensor& input) { return gelu(input); }
-
-}  // namespace bytegrad::nn

@@ -1,0 +1,51 @@
+#include "bytegrad/autograd/accumulate_grad.h"
+
+#include <limits>
+
+#include "bytegrad/autograd/autograd_meta.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/ops.h"
+
+namespace bytegrad {
+
+AccumulateGrad::AccumulateGrad(Tensor variable)
+    : Node(std::numeric_limits<uint64_t>::max()), variable_(std::move(variable)) {
+  input_metadata.push_back({variable_.sizes(), variable_.dtype(), variable_.device()});
+}
+
+bool obeys_layout_contract(const Tensor& grad, const Tensor& variable) {
+  if (grad.dim() != variable.dim()) return false;
+  for (int64_t d = 0; d < grad.dim(); ++d) {
+    if (grad.sizes()[d] != 1) {
+      if (grad.strides()[d] != variable.strides()[d]) return false;
+    } else if (grad.strides()[d] == 0) {
+      return false;  // a size-1 dimension with stride 0 is an expanded view
+    }
+  }
+  return true;
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grads) {
+  Tensor new_grad = std::move(grads.at(0));
+  if (!new_grad.defined()) return {};
+  AutogradMeta& meta = ensure_autograd_meta(variable_);
+  AllocationScope scope("gradient");
+  if (!meta.grad.defined()) {
+    // Steal when no one else holds the incoming gradient and it already has the leaf's layout.
+    if (!grad_mode_enabled() && new_grad.use_count() == 1 && obeys_layout_contract(new_grad, variable_)) {
+      meta.grad = new_grad.alias();
+    } else {
+      Tensor copy = empty_strided(variable_.sizes(), variable_.strides(), TensorOptions{variable_.dtype(), variable_.device()});
+      copy.copy_(new_grad);
+      meta.grad = copy;
+    }
+  } else if (!grad_mode_enabled()) {
+    meta.grad.add_(new_grad);  // in place; new_grad is freed when this returns
+  } else {
+    meta.grad = meta.grad + new_grad;
+  }
+  return {};
+}
+
+}  // namespace bytegrad

@@ -1,0 +1,26 @@
+// The node that ends every path at a leaf: adds the incoming gradient into the leaf's .grad the way
+// PyTorch's AccumulateGrad does (the memory behaviour of .grad follows from it):
+//  - no .grad yet: the incoming tensor is stolen, no copy, when nothing else holds it and its strides match
+//    the leaf's (dimensions of size 1 excepted); otherwise it is copied into the leaf's layout;
+//  - .grad already set: added in place, and the incoming tensor is freed.
+#pragma once
+
+#include "bytegrad/autograd/node.h"
+
+namespace bytegrad {
+
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(Tensor variable);
+  std::string name() const override { return "AccumulateGrad"; }
+  TensorList apply(TensorList&& grads) override;
+  const Tensor& variable() const { return variable_; }
+
+ private:
+  Tensor variable_;  // the leaf (the leaf's metadata points back weakly)
+};
+
+// PyTorch's gradient layout contract: strides equal the variable's wherever the size is not 1.
+bool obeys_layout_contract(const Tensor& grad, const Tensor& variable);
+
+}  // namespace bytegrad

@@ -1,0 +1,36 @@
+// What autograd attaches to a tensor: whether it requires grad, its .grad, and the node that produced it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "bytegrad/autograd/node.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad {
+
+struct AutogradMeta {
+  bool requires_grad = false;         // set by the user on leaves
+  Tensor grad;                        // .grad (leaves, or non-leaves that retain_grad)
+  std::shared_ptr<Node> grad_fn;      // the node that produced this tensor (null for leaves)
+  uint32_t output_nr = 0;             // which output of grad_fn
+  std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad, while a graph uses it
+  // For a differentiable view (a recorded view op's output: view, select, slice, transpose, ...), the
+  // tensor it is a view of, as PyTorch's view._base: a view of a view points at the first base. Held weakly
+  // so that a view never keeps its base (and its .grad) alive: memory figures stay PyTorch's.
+  std::weak_ptr<TensorImpl> view_base;
+};
+
+// The tensor's autograd metadata, or null when it has none.
+AutogradMeta* autograd_meta(const Tensor& t);
+AutogradMeta& ensure_autograd_meta(const Tensor& t);
+
+bool requires_grad(const Tensor& t);  // a leaf that requires grad, or a tensor with history
+// Where a gradient for `t` should go: its grad_fn, or (for a leaf requiring grad) its AccumulateGrad.
+Edge gradient_edge(const Tensor& t);
+// Makes `t` output `output_nr` of `node` (and tells the node what gradient to expect there).
+void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr);
+// The base `view` was recorded as a view of (undefined when it is not a view or its base is gone).
+Tensor view_base(const Tensor& view);
+
+}  // namespace bytegrad

@@ -1,0 +1,210 @@
+// The engine, following PyTorch's Engine::execute for one device and no re-entrancy:
+//  - dependencies are counted over every edge reachable from the root;
+//  - ready nodes run highest sequence number first (later-created first; AccumulateGrad at once);
+//  - a node's incoming gradients stay alive until its outputs were checked against the next nodes'
+//    expected shapes (summing broadcast gradients down, a new allocation), then are dropped;
+//  - then its saved tensors are released (unless retain_graph), then its outputs are handed on,
+//    accumulating into the next node's buffer when several paths meet.
+#include "bytegrad/autograd/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <queue>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "bytegrad/autograd/autograd_meta.h"
+#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/ops_support.h"
+#include "bytegrad/tensor/blas_workspace.h"
+
+namespace bytegrad {
+
+namespace {
+
+// Sums a gradient down to the shape the receiving node expects (PyTorch's at::sum_to).
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.sizes() == shape) return grad;
+  const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
+  Shape dims;
+  for (int64_t d = 0; d < grad.dim(); ++d) {
+    if (d < lead) dims.push_back(d);
+    else if (shape[d - lead] == 1 && grad.sizes()[d] != 1) dims.push_back(d);
+  }
+  if (dims.empty()) return grad.view(shape);
+  Tensor reduced = sum(grad, dims, /*keepdim=*/true);
+  return lead > 0 ? reduced.view(shape) : reduced;
+}
+
+// PyTorch's can_accumulate_inplace: nothing else references `t` or its storage, and it is
+// non-overlapping and dense (a transposed gradient qualifies, an expanded one does not).
+bool can_accumulate_in_place(const Tensor& t) {
+  return t.use_count() == 1 && t.storage().use_count() == 1 && ops_detail::is_non_overlapping_and_dense(t);
+}
+
+// PyTorch's InputBuffer::accumulate (dense gradients, grad mode off): keeps the first gradient; adds a later
+// one in place into the buffered gradient when it is exclusively ours, else out of place (old + new, a new
+// block). PyTorch never adds into the incoming gradient instead (it does so only when the buffered one is
+// sparse): e.g. x.sum()'s expanded gradient buffered first, then a 16 MiB dense one from another path,
+// costs a third 16 MiB block (x_mean_sum_reductions' backward, whose inactive_split shows where it lands).
+void accumulate(TensorList& buffer, size_t pos, Tensor&& grad) {
+  if (!grad.defined()) return;
+  Tensor& slot = buffer[pos];
+  if (!slot.defined()) {
+    slot = std::move(grad);
+  } else if (can_accumulate_in_place(slot) && slot.sizes() == grad.sizes()) {
+    slot.add_(grad);
+  } else {
+    slot = slot + grad;
+  }
+}
+
+struct ReadyTask {
+  std::shared_ptr<Node> node;
+  TensorList inputs;
+};
+
+struct LaterFirst {
+  bool operator()(const ReadyTask& a, const ReadyTask& b) const {
+    return a.node->sequence_nr() < b.node->sequence_nr();
+  }
+};
+
+std::unordered_map<Node*, int> count_dependencies(Node* root) {
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_set<Node*> seen{root};
+  std::vector<Node*> stack{root};
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& edge : node->next_edges) {
+      if (!edge.valid()) continue;
+      ++dependencies[edge.function.get()];
+      if (seen.insert(edge.function.get()).second) stack.push_back(edge.function.get());
+    }
+  }
+  return dependencies;
+}
+
+void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
+  auto dependencies = count_dependencies(root.function.get());
+  std::unordered_map<Node*, TensorList> not_ready;
+  std::vector<ReadyTask> ready;  // a max-heap by sequence number
+  auto push_ready = [&](ReadyTask task) {
+    ready.push_back(std::move(task));
+    std::push_heap(ready.begin(), ready.end(), LaterFirst());
+  };
+  {
+    TensorList buffer(root.function->input_metadata.size());
+    accumulate(buffer, root.input_nr, std::move(root_grad));
+    push_ready({root.function, std::move(buffer)});
+  }
+  while (!ready.empty()) {
+    std::pop_heap(ready.begin(), ready.end(), LaterFirst());
+    ReadyTask task = std::move(ready.back());
+    ready.pop_back();
+    Node& node = *task.node;
+    TensorList outputs;
+    {
+      TensorList inputs = std::move(task.inputs);
+      AllocationScope scope(node.name());
+      outputs = node.apply(std::move(inputs));
+      if (outputs.size() < node.next_edges.size()) outputs.resize(node.next_edges.size());
+      for (size_t i = 0; i < node.next_edges.size(); ++i) {
+        const Edge& edge = node.next_edges[i];
+        if (!edge.valid() || !outputs[i].defined()) continue;
+        const GradientMetadata& expected = edge.function->input_metadata.at(edge.input_nr);
+        if (outputs[i].sizes() != expected.sizes) outputs[i] = sum_to(outputs[i], expected.sizes);
+      }
+    }  // the incoming gradients are dropped here
+    if (!retain_graph) node.release_variables();
+    for (size_t i = 0; i < node.next_edges.size(); ++i) {
+      const Edge& edge = node.next_edges[i];
+      if (!edge.valid()) continue;
+      Node* next = edge.function.get();
+      const bool is_ready = --dependencies[next] == 0;
+      auto it = not_ready.find(next);
+      if (it == not_ready.end()) {
+        TensorList buffer(next->input_metadata.size());
+        accumulate(buffer, edge.input_nr, std::move(outputs[i]));
+        if (is_ready) push_ready({edge.function, std::move(buffer)});
+        else not_ready.emplace(next, std::move(buffer));
+      } else {
+        accumulate(it->second, edge.input_nr, std::move(outputs[i]));
+        if (is_ready) {
+          push_ready({edge.function, std::move(it->second)});
+          not_ready.erase(it);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads, bool retain_graph) {
+  if (roots.size() != 1) throw std::invalid_argument("backward: exactly one root tensor is supported");
+  const Tensor& root = roots[0];
+  Edge edge = gradient_edge(root);
+  if (!edge.valid())
+    throw std::runtime_error("element 0 of tensors does not require grad and does not have a grad_fn (" +
+                             describe(root) + ")");
+  Tensor grad;
+  if (!root_grads.empty() && root_grads[0].defined()) {
+    grad = root_grads[0];
+    if (grad.sizes() != root.sizes())
+      throw std::invalid_argument(fmt::format("backward: gradient shape {} does not match the root's {}",
+                                              shape_str(grad.sizes()), describe(root)));
+  } else {
+    if (root.numel() != 1)
+      throw std::runtime_error("grad can be implicitly created only for scalar outputs (got " + describe(root) + ")");
+    AllocationScope scope("backward root gradient");
+    grad = ones_like(root);  // held until backward returns, as PyTorch's Python-side tuple holds it
+  }
+  NoGradGuard no_grad;  // gradients of gradients are not recorded (create_graph=false)
+  // PyTorch hands a GPU graph to its autograd device thread, whose cuBLAS handle has its own workspaces.
+  const bool device_thread = autograd_multithreading_enabled() && root.device().type != DeviceType::cpu;
+  BlasHandleOwnerScope handle_owner(device_thread ? BlasHandleOwner::autograd_device_thread
+                                                  : BlasHandleOwner::calling_thread);
+  execute(edge, grad, retain_graph);
+}
+
+std::vector<SavedTensorReport> saved_tensors(const Tensor& root) {
+  std::vector<SavedTensorReport> reports;
+  Edge edge = gradient_edge(root);
+  if (!edge.valid()) return reports;
+  // Visit in the order backward would run them (ignoring readiness): highest sequence number first.
+  std::unordered_set<Node*> seen{edge.function.get()};
+  std::priority_queue<std::pair<uint64_t, Node*>> order;
+  order.push({edge.function->sequence_nr(), edge.function.get()});
+  while (!order.empty()) {
+    Node* node = order.top().second;
+    order.pop();
+    for (const auto& [name, saved] : node->saved_variables()) {
+      SavedTensorReport report;
+      report.node = node->name();
+      report.name = name;
+      report.released = saved->released();
+      const Tensor& t = saved->peek();
+      if (t.defined()) {
+        report.sizes = t.sizes();
+        report.dtype = t.dtype();
+        report.device = t.device();
+        report.bytes = t.nbytes();
+        // One reference is the saved alias itself; any other means the bytes are shared.
+        report.shares_storage = t.storage().use_count() > 1;
+      }
+      reports.push_back(report);
+    }
+    for (const Edge& next : node->next_edges)
+      if (next.valid() && seen.insert(next.function.get()).second)
+        order.push({next.function->sequence_nr(), next.function.get()});
+  }
+  return reports;
+}
+
+}  // namespace bytegrad

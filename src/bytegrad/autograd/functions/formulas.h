@@ -1,0 +1,30 @@
+// The derivatives: for every `grad` row of the op table (core/op_table.h) one function
+//   void formulas::<op>(const OpRecord& record, const ArgsOf<OpId::<op>>& args)
+// that builds the op's node (make_node) and saves what its backward needs, as PyTorch's derivatives.yaml
+// states it (what a node saves decides what stays allocated until backward). The declarations come from
+// the table; the definitions live by family in autograd/functions/*.cpp, and a `grad` row without one fails
+// the link naming formulas::<op>.
+#pragma once
+
+#include "bytegrad/autograd/formula_node.h"
+
+namespace bytegrad::formulas {
+
+#define BYTEGRAD_FORMULA_grad(op) void op(const OpRecord&, const ArgsOf<OpId::op>&);
+#define BYTEGRAD_FORMULA_no_grad(op)
+#define BYTEGRAD_FORMULA_UNARY(op, dtypes, grad, node) BYTEGRAD_FORMULA_##grad(op)
+#define BYTEGRAD_FORMULA_BINARY(op, dtypes, args, grad, node) BYTEGRAD_FORMULA_##grad(op)
+#define BYTEGRAD_FORMULA_SCALAR(op, kernel, order, dtypes, grad, node) BYTEGRAD_FORMULA_##grad(op)
+#define BYTEGRAD_FORMULA_STRUCTURED(op, kernel, dtypes, args, grad, node) BYTEGRAD_FORMULA_##grad(op)
+BYTEGRAD_UNARY_OPS(BYTEGRAD_FORMULA_UNARY)
+BYTEGRAD_BINARY_OPS(BYTEGRAD_FORMULA_BINARY)
+BYTEGRAD_SCALAR_OPS(BYTEGRAD_FORMULA_SCALAR)
+BYTEGRAD_STRUCTURED_OPS(BYTEGRAD_FORMULA_STRUCTURED)
+#undef BYTEGRAD_FORMULA_UNARY
+#undef BYTEGRAD_FORMULA_BINARY
+#undef BYTEGRAD_FORMULA_SCALAR
+#undef BYTEGRAD_FORMULA_STRUCTURED
+#undef BYTEGRAD_FORMULA_grad
+#undef BYTEGRAD_FORMULA_no_grad
+
+}  // namespace bytegrad::formulas

@@ -1,0 +1,33 @@
+// Derivatives of the losses, as derivatives.yaml states them. nll_loss saves its input (log_probs), the
+// target and total_weight (kept alive until backward); its backward allocates one zeroed input-sized
+// gradient. mse_loss saves input and target; its backward allocates one input-sized gradient per operand
+// that needs one (the target's is mse_loss_backward(grad, target, input)).
+#include "bytegrad/autograd/functions/formulas.h"
+#include "bytegrad/tensor/ops.h"
+
+namespace bytegrad::formulas {
+
+// inputs: log_probs, target, total_weight (never requires grad)
+void nll_loss(const OpRecord& r, const op_args::NllLoss& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+    return TensorList{nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(2), args.reduction, args.ignore_index),
+                      Tensor(), Tensor()};
+  });
+  node->save("self", r.inputs.at(0));
+  node->save("target", r.inputs.at(1));
+  node->save("total_weight", r.inputs.at(2));
+}
+
+// inputs: self, target
+void mse_loss(const OpRecord& r, const op_args::LossReduction& args) {
+  auto node = make_node(r, [reduction = args.reduction](const FormulaNode& n, TensorList& g) {
+    TensorList out(2);
+    if (n.needs_grad(0)) out[0] = mse_loss_backward(g[0], n.saved(0), n.saved(1), reduction);
+    if (n.needs_grad(1)) out[1] = mse_loss_backward(g[0], n.saved(1), n.saved(0), reduction);
+    return out;
+  });
+  node->save("self", r.inputs.at(0));
+  node->save("target", r.inputs.at(1));
+}
+
+}  // namespace bytegrad::formulas

@@ -1,0 +1,80 @@
+// Derivatives of the neural-network ops: (log_)softmax save their result; masked_fill and where save
+// their masks; embedding saves its indices; dropout saves its mask; triu/tril (for masks) save nothing.
+#include "bytegrad/autograd/functions/formulas.h"
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/ops.h"
+
+namespace bytegrad::formulas {
+
+void softmax(const OpRecord& r, const op_args::Dim& args) {
+  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+    return TensorList{softmax_backward(g[0], n.saved(0), dim, false)};
+  });
+  node->save("result", r.outputs.at(0));
+}
+
+void log_softmax(const OpRecord& r, const op_args::Dim& args) {
+  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+    return TensorList{softmax_backward(g[0], n.saved(0), dim, true)};
+  });
+  node->save("result", r.outputs.at(0));
+}
+
+void masked_fill(const OpRecord& r, const op_args::Scalar&) {  // inputs: self, mask
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{masked_fill(g[0], n.saved(0), 0.0), Tensor()};
+  });
+  node->save("mask", r.inputs.at(1));
+}
+
+void where(const OpRecord& r, const op_args::None&) {  // inputs: condition, self, other
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    Tensor cond = n.saved(0);
+    TensorList out(3);
+    if (n.needs_grad(1)) out[1] = where(cond, g[0], zeros({}, TensorOptions{g[0].dtype(), g[0].device()}));
+    if (n.needs_grad(2)) out[2] = where(cond, zeros({}, TensorOptions{g[0].dtype(), g[0].device()}), g[0]);
+    return out;
+  });
+  node->save("condition", r.inputs.at(0));
+}
+
+void dropout(const OpRecord& r, const op_args::Dropout& args) {  // inputs: self, mask (bool). grad * mask / (1 - p)
+  auto node = make_node(r, [p = args.p](const FormulaNode& n, TensorList& g) {
+    return TensorList{native_dropout_backward(g[0], n.saved(0), 1.0 / (1.0 - p)), Tensor()};
+  });
+  node->save("mask", r.inputs.at(1));
+}
+
+void index_select(const OpRecord& r, const op_args::Dim& args) {  // inputs: self, index. zeros, then index_add
+  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+    Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
+    backend_for(full.device()).index_add(full.view_for_kernels(), dim, n.saved(0).view_for_kernels(),
+                                         g[0].view_for_kernels());
+    return TensorList{full, Tensor()};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+  node->save("index", r.inputs.at(1));
+}
+
+void embedding(const OpRecord& r, const op_args::None&) {  // inputs: weight, indices. Dense: zeros + index_add
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    Tensor indices = n.saved(0).reshape({-1});
+    Tensor grad_rows = g[0].reshape({indices.numel(), n.shapes.at(0).at(1)});
+    Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
+    backend_for(full.device()).index_add(full.view_for_kernels(), 0, indices.view_for_kernels(),
+                                         grad_rows.view_for_kernels());
+    return TensorList{full, Tensor()};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+  node->save("indices", r.inputs.at(1));
+}
+
+void triu(const OpRecord& r, const op_args::Diagonal& args) {  // grad.triu(diagonal): saves nothing
+  make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) { return TensorList{bytegrad::triu(g[0], d)}; });
+}
+
+void tril(const OpRecord& r, const op_args::Diagonal& args) {  // grad.tril(diagonal): saves nothing
+  make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) { return TensorList{bytegrad::tril(g[0], d)}; });
+}
+
+}  // namespace bytegrad::formulas

@@ -1,0 +1,38 @@
+// Derivative of native_layer_norm, as derivatives.yaml states it: NativeLayerNormBackward0 saves input,
+// weight, bias and the forward's mean and rstd (result1, result2); its backward computes grad_input,
+// grad_weight and grad_bias only for the inputs that need one (grad_input_mask). The saved mean and rstd
+// are what a layer norm keeps alive until backward beyond its input and parameters: 2 * M float32 values.
+// (PyTorch switches to a twice-differentiable composite formula under create_graph; bytegrad's backward
+// always runs the fused op, so layer norm is differentiable once.)
+#include "bytegrad/autograd/functions/formulas.h"
+#include "bytegrad/tensor/ops.h"
+
+namespace bytegrad::formulas {
+
+namespace {
+
+std::optional<Tensor> optional_of(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
+
+}  // namespace
+
+// inputs: input, weight, bias (undefined where absent), mean, rstd (no edges)
+void native_layer_norm(const OpRecord& r, const op_args::LayerNorm& args) {
+  auto node = make_node(r, [shape = args.normalized_shape](const FormulaNode& n, TensorList& g) {
+    TensorList out(5);
+    if (!g[0].defined()) return out;
+    const std::array<bool, 3> mask = {n.needs_grad(0), n.needs_grad(1), n.needs_grad(2)};
+    LayerNormGrads grads = native_layer_norm_backward(g[0], n.saved(0), shape, n.saved(3), n.saved(4),
+                                                      optional_of(n.saved(1)), optional_of(n.saved(2)), mask);
+    out[0] = std::move(grads.grad_input);
+    out[1] = std::move(grads.grad_weight);
+    out[2] = std::move(grads.grad_bias);
+    return out;
+  });
+  node->save("input", r.inputs.at(0));
+  node->save("weight", r.inputs.at(1));
+  node->save("bias", r.inputs.at(2));
+  node->save("result1", r.inputs.at(3));
+  node->save("result2", r.inputs.at(4));
+}
+
+}  // namespace bytegrad::formulas

@@ -1,0 +1,144 @@
+// Derivatives of elementwise ops, as PyTorch's derivatives.yaml states them (what each saves, and what
+// its backward allocates). Broadcast gradients are summed down by the engine.
+#include "bytegrad/autograd/functions/formulas.h"
+#include "bytegrad/tensor/ops.h"
+
+namespace bytegrad::formulas {
+
+namespace {
+
+// grad * alpha, without an allocation when alpha is 1 (PyTorch's maybe_multiply).
+Tensor maybe_multiply(const Tensor& grad, double alpha) { return alpha == 1.0 ? grad : grad * alpha; }
+
+}  // namespace
+
+void add(const OpRecord& r, const op_args::Alpha& args) {  // a + alpha * b: saves nothing
+  make_node(r, [alpha = args.alpha](const FormulaNode& n, TensorList& g) {
+    return TensorList{n.needs_grad(0) ? g[0] : Tensor(), n.needs_grad(1) ? maybe_multiply(g[0], alpha) : Tensor()};
+  });
+}
+
+void add_scalar(const OpRecord& r, const op_args::Scalar&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+}
+
+void sub(const OpRecord& r, const op_args::Alpha& args) {  // a - alpha * b
+  make_node(r, [alpha = args.alpha](const FormulaNode& n, TensorList& g) {
+    return TensorList{n.needs_grad(0) ? g[0] : Tensor(), n.needs_grad(1) ? maybe_multiply(-g[0], alpha) : Tensor()};
+  });
+}
+
+void sub_scalar(const OpRecord& r, const op_args::Scalar&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+}
+
+void rsub_scalar(const OpRecord& r, const op_args::Scalar&) {  // s - b
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
+}
+
+void mul(const OpRecord& r, const op_args::None&) {  // saves each operand for the other's gradient
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    TensorList out(2);
+    if (n.needs_grad(0)) out[0] = g[0] * n.saved("other");
+    if (n.needs_grad(1)) out[1] = g[0] * n.saved("self");
+    return out;
+  });
+  if (node->needs_grad(1)) node->save("self", r.inputs[0]);
+  if (node->needs_grad(0)) node->save("other", r.inputs[1]);
+}
+
+void mul_scalar(const OpRecord& r, const op_args::Scalar& args) {
+  make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] * s}; });
+}
+
+void div(const OpRecord& r, const op_args::None&) {  // self / other
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    TensorList out(2);
+    Tensor other = n.saved("other");
+    if (n.needs_grad(0)) out[0] = g[0] / other;
+    if (n.needs_grad(1)) out[1] = -g[0] * ((n.saved("self") / other) / other);  // PyTorch's order
+    return out;
+  });
+  if (node->needs_grad(1)) node->save("self", r.inputs[0]);
+  node->save("other", r.inputs[1]);
+}
+
+void div_scalar(const OpRecord& r, const op_args::Scalar& args) {
+  make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] / s}; });
+}
+
+void neg(const OpRecord& r, const op_args::None&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
+}
+
+// Activations save their result (or input for gelu) and use a fused backward kernel: one allocation.
+void relu(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{relu_backward(g[0], n.saved(0))};
+  });
+  node->save("result", r.outputs.at(0));
+}
+
+void sigmoid(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{sigmoid_backward(g[0], n.saved(0))};
+  });
+  node->save("result", r.outputs.at(0));
+}
+
+void tanh(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{tanh_backward(g[0], n.saved(0))};
+  });
+  node->save("result", r.outputs.at(0));
+}
+
+void gelu(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{gelu_backward(g[0], n.saved(0))};
+  });
+  node->save("self", r.inputs.at(0));
+}
+
+void exp(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * n.saved(0)}; });
+  node->save("result", r.outputs.at(0));
+}
+
+// grad * (result + 1): a result-sized temporary, then the gradient (derivatives.yaml's expm1).
+void expm1(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * (n.saved(0) + 1.0)}; });
+  node->save("result", r.outputs.at(0));
+}
+
+void log(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] / n.saved(0)}; });
+  node->save("self", r.inputs.at(0));
+}
+
+void sqrt(const OpRecord& r, const op_args::None&) {  // grad / (2 * result)
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{g[0] / (n.saved(0) * 2.0)};
+  });
+  node->save("result", r.outputs.at(0));
+}
+
+void pow_scalar(const OpRecord& r, const op_args::Scalar& args) {  // grad * (exponent * self.pow(exponent - 1))
+  auto node = make_node(r, [e = args.value](const FormulaNode& n, TensorList& g) {
+    if (e == 0.0) return TensorList{zeros_like(g[0])};
+    return TensorList{g[0] * (pow(n.saved(0), e - 1.0) * e)};
+  });
+  node->save("self", r.inputs.at(0));
+}
+
+// fill_ and zero_ (derivatives.yaml fill_.Scalar and zero_: self: zeros_like(grad)): nothing saved; backward
+// allocates one zeroed gradient, as PyTorch's.
+void fill(const OpRecord& r, const op_args::Scalar&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
+}
+
+void zero(const OpRecord& r, const op_args::None&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
+}
+
+}  // namespace bytegrad::formulas

@@ -1,0 +1,138 @@
+// Derivatives of views and copies. Most are views of the gradient (no allocation); select, slice and
+// unbind/stack build a full-size gradient, and expand sums down, as PyTorch's formulas do.
+#include "bytegrad/autograd/functions/formulas.h"
+#include "bytegrad/tensor/ops.h"
+
+namespace bytegrad::formulas {
+
+void view(const OpRecord& r, const op_args::None&) {  // also reshape when it returned a view
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{g[0].reshape(n.shapes.at(0))};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+}
+
+void t(const OpRecord& r, const op_args::None&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0].t()}; });
+}
+
+void transpose(const OpRecord& r, const op_args::Transpose& args) {
+  make_node(r, [args](const FormulaNode&, TensorList& g) { return TensorList{g[0].transpose(args.dim0, args.dim1)}; });
+}
+
+void permute(const OpRecord& r, const op_args::Permutation& args) {  // the order is wrapped
+  make_node(r, [order = args.order](const FormulaNode&, TensorList& g) {
+    Shape inverse(order.size());
+    for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+    return TensorList{g[0].permute(inverse)};
+  });
+}
+
+void expand(const OpRecord& r, const op_args::None&) {  // the engine sums the gradient down to the input's shape
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+}
+
+void unsqueeze(const OpRecord& r, const op_args::Dim& args) {
+  make_node(r, [dim = args.dim](const FormulaNode&, TensorList& g) { return TensorList{g[0].squeeze(dim)}; });
+}
+
+void squeeze(const OpRecord& r, const op_args::None&) {  // back to the input's sizes (only size-1 dims return)
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{g[0].view(n.shapes.at(0))};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+}
+
+// A full-size zero gradient with the incoming one copied into the selected part: one allocation.
+void select(const OpRecord& r, const op_args::Select& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+    Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
+    full.select(args.dim, args.index).copy_(g[0]);
+    return TensorList{full};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+}
+
+void slice(const OpRecord& r, const op_args::Slice& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+    Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
+    full.slice(args.dim, args.start, args.end, args.step).copy_(g[0]);
+    return TensorList{full};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+}
+
+// unbind's outputs' gradients are stacked into one tensor (missing ones as zeros).
+void unbind(const OpRecord& r, const op_args::Dim& args) {
+  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+    Shape part_sizes = n.shapes.at(0);
+    part_sizes.erase(part_sizes.begin() + dim);
+    const Tensor* any = nullptr;
+    for (const Tensor& t : g)
+      if (t.defined()) any = &t;
+    for (Tensor& t : g)
+      if (!t.defined()) t = zeros(part_sizes, TensorOptions{any->dtype(), any->device()});
+    return TensorList{stack(g, dim)};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+}
+
+// split's outputs' gradients are concatenated into one tensor; a part without a gradient contributes
+// zeros of its size, allocated first (PyTorch's split_with_sizes_backward).
+void split(const OpRecord& r, const op_args::Split& args) {
+  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+    const int64_t split_size = args.split_size, dim = args.dim;
+    const Shape& full = n.shapes.at(0);
+    const Tensor* any = nullptr;
+    for (const Tensor& t : g)
+      if (t.defined()) any = &t;
+    for (size_t j = 0; j < g.size(); ++j) {
+      if (g[j].defined()) continue;
+      Shape part = full;
+      part[dim] = std::min<int64_t>(split_size, full[dim] - static_cast<int64_t>(j) * split_size);
+      g[j] = zeros(part, TensorOptions{any->dtype(), any->device()});
+    }
+    return TensorList{cat(g, dim)};
+  });
+  node->shapes = {r.inputs.at(0).sizes()};
+}
+
+void stack(const OpRecord& r, const op_args::Dim& args) {  // each input's gradient is a view of the incoming one
+  make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+    TensorList parts = g[0].unbind(dim);
+    TensorList out(n.next_edges.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      if (n.needs_grad(i)) out[i] = parts[i];
+    return out;
+  });
+}
+
+void cat(const OpRecord& r, const op_args::Dim& args) {  // each input's gradient is a narrow view
+  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+    TensorList out(n.next_edges.size());
+    int64_t offset = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const int64_t length = n.shapes.at(i).at(static_cast<size_t>(dim));
+      if (n.needs_grad(i)) out[i] = g[0].narrow(dim, offset, length);
+      offset += length;
+    }
+    return out;
+  });
+  for (const Tensor& input : r.inputs) node->shapes.push_back(input.sizes());
+}
+
+void clone(const OpRecord& r, const op_args::None&) {
+  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+}
+
+void to_device(const OpRecord& r, const op_args::SourceDevice& args) {
+  make_node(r, [source = args.device](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
+}
+
+void to_dtype(const OpRecord& r, const op_args::None&) {
+  make_node(r, [source = r.inputs.at(0).dtype()](const FormulaNode&, TensorList& g) {
+    return TensorList{g[0].to(source)};
+  });
+}
+
+}  // namespace bytegrad::formulas

@@ -1,0 +1,75 @@
+// The autograd graph: a Node per differentiable op, holding what its derivative needs (saved tensors) and
+// edges to the nodes of its inputs. Backward runs nodes in PyTorch's engine order (engine.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bytegrad/autograd/saved_variable.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad {
+
+class Node;
+using TensorList = std::vector<Tensor>;
+
+// Where a gradient goes: input `input_nr` of `function` (null when that input needs no gradient).
+struct Edge {
+  std::shared_ptr<Node> function;
+  uint32_t input_nr = 0;
+  bool valid() const { return function != nullptr; }
+};
+
+// Shape, dtype and device of a gradient a node expects (a forward output), so the engine can reduce a
+// broadcast gradient to it (PyTorch's validate_outputs / sum_to).
+struct GradientMetadata {
+  Shape sizes;
+  ScalarType dtype = ScalarType::float32;
+  Device device;
+};
+
+// One saved tensor as the visibility API reports it.
+struct SavedTensorReport {
+  std::string node;    // e.g. "AddmmBackward0"
+  std::string name;    // which operand, e.g. "mat1"
+  Shape sizes;
+  ScalarType dtype = ScalarType::float32;
+  Device device;
+  size_t bytes = 0;           // numel * element size
+  bool shares_storage = false;  // the storage is also held by something else (a parameter, a live tensor)
+  bool released = false;
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  virtual std::string name() const = 0;
+  // Gradients of the forward outputs in, gradients of the forward inputs out (one per next edge; an
+  // undefined tensor where an input needs none).
+  virtual TensorList apply(TensorList&& grads) = 0;
+  // Drops saved tensors (after the node ran, unless the graph is retained).
+  virtual void release_variables() {}
+  // (operand name, saved variable) pairs, for saved_tensors().
+  virtual std::vector<std::pair<std::string, const SavedVariable*>> saved_variables() const { return {}; }
+
+  // Later nodes run first among those ready; AccumulateGrad nodes use the maximum, so they run at once.
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  std::vector<Edge> next_edges;
+  std::vector<GradientMetadata> input_metadata;  // one per gradient this node receives
+
+ protected:
+  explicit Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
+  // Unpacks a saved tensor, checking it was neither released nor modified in place since.
+  Tensor unpack(const SavedVariable& saved) const { return saved.unpack(name()); }
+
+ private:
+  uint64_t sequence_nr_;
+};
+
+}  // namespace bytegrad

@@ -1,0 +1,47 @@
+#include "bytegrad/autograd/saved_variable.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace bytegrad {
+
+SavedVariable::SavedVariable(const Tensor& tensor, std::string)
+    : saved_version_(tensor.defined() ? tensor.version() : 0),
+      defined_(tensor.defined()),
+      sizes_(tensor.defined() ? tensor.sizes() : Shape{}),
+      dtype_(tensor.defined() ? tensor.dtype() : ScalarType::float32) {
+  if (!tensor.defined()) return;
+  hooks_ = current_saved_tensor_hooks();
+  if (hooks_) packed_ = hooks_->pack(tensor);
+  else data_ = tensor.alias();
+}
+
+Tensor SavedVariable::unpack(const std::string& node_name) const {
+  if (!defined_) return Tensor();
+  if (released_)
+    throw std::runtime_error(
+        "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+        "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+        "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+        "if you need to access saved tensors after calling backward. (" + node_name + " needed them.)");
+  if (packed_) return hooks_->unpack(packed_);
+  if (data_.version() != saved_version_)
+    throw std::runtime_error(fmt::format(
+        "one of the variables needed for gradient computation has been modified by an inplace operation: the "
+        "{} tensor of shape {} on {} saved by {} is at version {}; it was saved at version {}. Find the "
+        "in-place op that changed it after the forward pass (or clone it before modifying).",
+        scalar_type_name(dtype_), shape_str(sizes_), data_.device().str(), node_name, data_.version(),
+        saved_version_));
+  return data_;
+}
+
+void SavedVariable::reset() {
+  if (!defined_) return;
+  data_ = Tensor();
+  packed_.reset();
+  hooks_.reset();
+  released_ = true;
+}
+
+}  // namespace bytegrad

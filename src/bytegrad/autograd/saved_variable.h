@@ -1,0 +1,40 @@
+// A tensor a node keeps for its derivative. It holds the storage alive (that is the memory cost of
+// training) but not the tensor's own autograd history, so saving an op's output creates no cycle. It
+// remembers the version at saving time: an in-place change before backward is an error naming it.
+// Under saved-tensor hooks it keeps only what the hooks packed (see saved_tensor_hooks.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "bytegrad/autograd/saved_tensor_hooks.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad {
+
+class SavedVariable {
+ public:
+  SavedVariable() = default;
+  SavedVariable(const Tensor& tensor, std::string saved_by);
+
+  bool defined() const { return defined_; }
+  bool released() const { return released_; }
+  // The tensor (sharing storage with the original); throws if released or modified in place since.
+  Tensor unpack(const std::string& node_name) const;
+  void reset();  // release the storage reference
+  const Tensor& peek() const { return data_; }  // for reports; undefined once released or when packed
+  bool packed() const { return packed_ != nullptr; }
+
+ private:
+  Tensor data_;
+  std::shared_ptr<SavedTensorHooks> hooks_;
+  std::shared_ptr<void> packed_;
+  uint64_t saved_version_ = 0;
+  bool defined_ = false;
+  bool released_ = false;
+  Shape sizes_;
+  ScalarType dtype_ = ScalarType::float32;
+};
+
+}  // namespace bytegrad

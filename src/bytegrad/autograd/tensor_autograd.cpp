@@ -1,0 +1,58 @@
+// Tensor's autograd members.
+#include <stdexcept>
+
+#include "bytegrad/autograd/autograd_meta.h"
+#include "bytegrad/autograd/engine.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad {
+
+void install_graph_recorder();  // recorder.cpp
+
+bool Tensor::requires_grad() const { return bytegrad::requires_grad(*this); }
+
+const Tensor& Tensor::requires_grad_(bool enabled) const {
+  AutogradMeta* meta = autograd_meta(*this);
+  if (meta && meta->grad_fn) {
+    if (!enabled)
+      throw std::runtime_error("requires_grad_(false) on " + describe(*this) +
+                               ", which is not a leaf: use detach() to get a tensor without history");
+    return *this;
+  }
+  if (enabled) {
+    if (!is_floating_point(dtype()))
+      throw std::invalid_argument("only floating point tensors can require gradients, got " + describe(*this));
+    install_graph_recorder();
+  }
+  if (enabled || meta) ensure_autograd_meta(*this).requires_grad = enabled;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const AutogradMeta* meta = autograd_meta(*this);
+  return meta ? meta->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  if (grad.defined() && grad.sizes() != sizes())
+    throw std::invalid_argument("set_grad: gradient " + describe(grad) + " does not match " + describe(*this));
+  ensure_autograd_meta(*this).grad = grad;
+}
+
+bool Tensor::is_leaf() const {
+  const AutogradMeta* meta = autograd_meta(*this);
+  return !meta || !meta->grad_fn;
+}
+
+std::string Tensor::grad_fn_name() const {
+  const AutogradMeta* meta = autograd_meta(*this);
+  return meta && meta->grad_fn ? meta->grad_fn->name() : "";
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  run_backward({*this}, {gradient}, retain_graph);
+}
+
+Tensor Tensor::detach() const { return alias(); }
+
+}  // namespace bytegrad

@@ -1,0 +1,92 @@
+// The typed arguments an op hands to its derivative (core/op_table.h names one of these per op). They hold
+// what the forward knew and the backward needs: plain values, never tensors (those travel as the record's
+// inputs and outputs). Dimensions are already wrapped (non-negative).
+#pragma once
+
+#include <cstdint>
+#include <variant>
+
+#include "bytegrad/core/device.h"
+#include "bytegrad/core/strided_view.h"
+
+namespace bytegrad {
+
+// How a loss combines its per-element terms (PyTorch's at::Reduction, same numbering).
+enum class Reduction { none = 0, mean = 1, sum = 2 };
+
+namespace op_args {
+
+struct None {};
+// add/sub: a + alpha * b.
+struct Alpha {
+  double alpha = 1.0;
+};
+// The op's one number: a Python-number operand (add_scalar, pow_scalar's exponent), a fill value
+// (masked_fill, fill_), a ternary update's value (lerp_'s weight, addcmul_'s value).
+struct Scalar {
+  double value = 0.0;
+};
+struct Dim {
+  int64_t dim = 0;
+};
+// A reduction over `dims` (empty with whole: every dimension, as dim=None).
+struct Dims {
+  Shape dims;
+  bool keepdim = false;
+};
+struct Variance {
+  Shape dims;
+  bool keepdim = false;
+  bool whole = false;  // dim=None: every dimension
+  double correction = 1.0;
+};
+struct Transpose {
+  int64_t dim0 = 0, dim1 = 0;
+};
+struct Permutation {
+  Shape order;
+};
+struct Select {
+  int64_t dim = 0, index = 0;
+};
+struct Slice {
+  int64_t dim = 0, start = 0, end = 0, step = 1;  // resolved against the size
+};
+struct Split {
+  int64_t split_size = 0, dim = 0;
+};
+// to(device): where the input was, so the gradient goes back there.
+struct SourceDevice {
+  Device device;
+};
+struct Addmm {
+  double beta = 1.0, alpha = 1.0;
+};
+struct Diagonal {
+  int64_t diagonal = 0;
+};
+struct Dropout {
+  double p = 0.5;
+};
+struct LossReduction {
+  Reduction reduction = Reduction::mean;
+};
+struct NllLoss {
+  Reduction reduction = Reduction::mean;
+  int64_t ignore_index = -100;
+};
+struct LayerNorm {
+  Shape normalized_shape;
+  double eps = 1e-5;
+};
+
+}  // namespace op_args
+
+// Any op's arguments (an op's own type is ArgsOf<op>, core/op_table.h).
+using OpArgs = std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_args::Dim, op_args::Dims,
+                            op_args::Variance, op_args::Transpose, op_args::Permutation, op_args::Select,
+                            op_args::Slice, op_args::Split, op_args::SourceDevice, op_args::Addmm,
+                            op_args::Diagonal, op_args::Dropout, op_args::LossReduction, op_args::NllLoss,
+                            op_args::LayerNorm>;
+
+}  // namespace bytegrad

@@ -1,0 +1,136 @@
+// The seam between tensor ops and compute: ops check shapes, dtypes and devices, allocate their outputs,
+// and call one backend per device type. Backends compute into memory they are given; a backend that
+// needs scratch memory draws it from the device's caching allocator (tagged "temporary" or "workspace")
+// and documents it beside the kernel, so it is visible in the allocator's history.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "bytegrad/core/device.h"
+#include "bytegrad/core/op_table.h"
+#include "bytegrad/core/scalar_type.h"
+#include "bytegrad/core/strided_view.h"
+#include "bytegrad/kernels/gemm_args.h"
+
+namespace bytegrad {
+
+
+// UnaryOp and BinaryOp (the pointwise kernels' ops) are the op table's unary and binary rows
+// (core/op_table.h); what each computes is in kernels/pointwise_math.h. add/sub scale their second
+// operand by alpha (a + alpha * b); the *_backward ops fuse an activation's gradient as PyTorch does (a:
+// the incoming gradient, b: the saved tensor: relu/sigmoid/tanh's result, gelu's input).
+
+// norm: the 2-norm, sqrt(sum of |x|^2). var/std (correction-adjusted variance and its square root) are
+// computed by reduce_variance, which takes the correction; reduce() rejects them.
+enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, var, std };
+
+// Three-operand pointwise updates, as PyTorch's optimizers use them in place (value is the scalar):
+// lerp: self + value * (a - self) (b unused); addcmul: self + value * a * b; addcdiv: self + value * a / b.
+enum class TernaryOp { lerp, addcmul, addcdiv };
+
+class KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+
+  // out[i] = value
+  virtual void fill(const StridedView& out, double value) = 0;
+  // out[i] = start + i * step over out's elements in row-major order
+  virtual void arange(const StridedView& out, double start, double step) = 0;
+  // dst[i] = src[i]; same sizes, any strides, any dtypes (converting). dst and src must not overlap
+  // unless identical.
+  virtual void copy(const StridedView& dst, const StridedView& src) = 0;
+  // dst (contiguous, on this device) <- host bytes laid out contiguously in dst's dtype.
+  virtual void copy_from_host(const StridedView& dst, const void* host) = 0;
+  // host bytes (contiguous, src's dtype) <- src (any strides).
+  virtual void copy_to_host(void* host, const StridedView& src) = 0;
+
+  // out[i] = op(in[i]); in has out's sizes (strides may be 0 for broadcast) and dtype.
+  virtual void unary(UnaryOp op, const StridedView& out, const StridedView& in) = 0;
+  // out[i] = op(a[i], b[i]); a and b share one dtype and are already broadcast to out's sizes (stride 0
+  // where broadcast). out has that dtype, or bool for comparisons and logical ops. out may alias a or b
+  // exactly (in-place ops).
+  virtual void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b,
+                      double alpha = 1.0) = 0;
+  // out[i] = op(a[i], scalar), or op(scalar, a[i]) when scalar_first (rsub, rdiv, rpow).
+  virtual void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
+                             bool scalar_first = false) = 0;
+  // out[i] = cond[i] ? a[i] : b[i]; all broadcast to out's sizes, cond is bool.
+  virtual void where(const StridedView& out, const StridedView& cond, const StridedView& a,
+                     const StridedView& b) = 0;
+  // out[i] = mask[i] ? value : out[i]; mask (bool) broadcast to out's sizes.
+  virtual void masked_fill(const StridedView& out, const StridedView& mask, double value) = 0;
+
+  // out has in's rank with size 1 in every reduced dimension. argmax/argmin write int64 indices along the
+  // flattened reduced dimensions. mean divides by the number of reduced elements.
+  virtual void reduce(ReduceOp op, const StridedView& out, const StridedView& in) = 0;
+  // out = sum((x - mean)^2) / max(0, n - correction) over the reduced dimensions (n of them), its square
+  // root when take_sqrt (std); out has in's rank with 1 at each reduced dimension; floating dtypes only.
+  // n <= correction gives inf or NaN (0 / 0), as PyTorch.
+  virtual void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) = 0;
+  // values and indices (int64) have in's rank with size 1 at dim.
+  virtual void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices,
+                                   const StridedView& in, int64_t dim) = 0;
+
+  // Softmax (or log-softmax) along dim; out has in's sizes.
+  virtual void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) = 0;
+  // grad_in = gradient of (log_)softmax given grad_out and the forward's output.
+  virtual void softmax_backward(const StridedView& grad_in, const StridedView& grad_out,
+                                const StridedView& output, int64_t dim, bool log) = 0;
+
+  // Batched matrix product as described (gemm_args.h): the op layer has chosen the layout and made every
+  // copy (tensor/blas_plan.h), so a backend only computes.
+  virtual void gemm(const GemmArgs& args) = 0;
+
+  // out = in.index_select(dim, index): out's size at dim equals index's length (int64 indices).
+  virtual void index_select(const StridedView& out, const StridedView& in, int64_t dim,
+                            const StridedView& index) = 0;
+  // out.index_add_(dim, index, source): out[.., index[i], ..] += source[.., i, ..].
+  virtual void index_add(const StridedView& out, int64_t dim, const StridedView& index,
+                         const StridedView& source) = 0;
+  // out[i][j] = in[i][index[i][j]] along dim (index int64, out has index's sizes).
+  virtual void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) = 0;
+  // out[i][index[i][j]] += source[i][j] along dim.
+  virtual void scatter_add(const StridedView& out, int64_t dim, const StridedView& index,
+                           const StridedView& source) = 0;
+
+  // out[i] = op(self[i], a[i], b[i], value) (TernaryOp); all four share out's sizes (stride 0 where
+  // broadcast) and one floating dtype; out may alias self exactly (the in-place optimizer updates).
+  virtual void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
+                       const StridedView& b, double value) = 0;
+
+  // Layer normalization of x (M, N), contiguous: per row, mean and rstd = 1 / sqrt(biased variance + eps)
+  // (both (M), in the accumulation dtype: float32 for the 16/32-bit floats, float64 for float64), and
+  // y (M, N) = (x - mean) * rstd * weight + bias (weight, bias (N) or nullptr).
+  virtual void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                          const StridedView* weight, const StridedView* bias, double eps) = 0;
+  // Its gradient given dy (M, N) and the forward's x, mean, rstd, weight (each contiguous; nullptr where
+  // absent or not wanted): dx (M, N); dweight_partials and dbias_partials are (R, N), row r holding the sum
+  // over the rows m with m % R == r of dy * (x - mean) * rstd and of dy (R == 1: the whole gradient).
+  virtual void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
+                                   const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
+                                   const StridedView& mean, const StridedView& rstd, const StridedView* weight) = 0;
+  // out = in with the elements outside a triangle of the last two dims zeroed: kept where j - i >= diagonal
+  // (upper) or j - i <= diagonal (lower); out and in share sizes (at least 2-d).
+  virtual void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) = 0;
+
+  // Negative log-likelihood (PyTorch's nll_loss_forward, no class weights). log_probs is (N, C) or (C);
+  // target (int64) is (N) or () to match. output is (N) for Reduction::none with a 2-d input, else 0-d;
+  // total_weight is 0-d, log_probs' dtype: the number of targets not equal to ignore_index (0 for none).
+  // mean divides by total_weight (0 / 0 = NaN when every target is ignored, as PyTorch). A target outside
+  // [0, C) that is not ignore_index is an error (cpu: std::out_of_range; cuda: the output becomes NaN,
+  // where PyTorch raises a device-side assert).
+  virtual void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
+                        const StridedView& target, Reduction reduction, int64_t ignore_index) = 0;
+  // Writes grad_input[i][target[i]] = -grad (grad = grad_output[i] for none, grad_output / total_weight for
+  // mean, grad_output for sum) for every non-ignored target; grad_input ((N, C) or (C)) must already be
+  // zero everywhere else.
+  virtual void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output,
+                                 const StridedView& target, const StridedView& total_weight, Reduction reduction,
+                                 int64_t ignore_index) = 0;
+};
+
+// cpu and sim share the CPU backend; meta's backend computes nothing; cuda's uses the GPU.
+KernelBackend& backend_for(Device device);
+
+}  // namespace bytegrad

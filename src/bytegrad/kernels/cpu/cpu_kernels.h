@@ -1,0 +1,263 @@
+// Internal to the CPU backend: dtype dispatch, value conversion, and the strided loop every kernel is
+// built on. Kernels read and write tensors in place through their strides (no hidden copies); the loop
+// drops size-1 dimensions and merges dimensions that are contiguous for every operand, so a contiguous
+// tensor is walked as one flat run.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "bytegrad/kernels/backend.h"
+
+namespace bytegrad::cpu {
+
+// ------------------------------------------------------------------------------------ element types
+
+template <typename T>
+inline constexpr bool is_reduced_float_v = std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>;
+
+template <typename T>
+inline constexpr bool is_float_like_v = std::is_floating_point_v<T> || is_reduced_float_v<T>;
+
+// The type arithmetic is done in: float for the 16-bit floats (as PyTorch's opmath), int64 for the narrow
+// integers and bool (so bool + bool and uint8 * uint8 do not surprise), the type itself otherwise.
+template <typename T>
+using opmath_t = std::conditional_t<is_reduced_float_v<T>, float,
+                                    std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, int64_t>, int64_t, T>>;
+
+// Converts between any two element types (the 16-bit floats go through float; bool is "nonzero").
+template <typename To, typename From>
+inline To convert(From value) {
+  if constexpr (std::is_same_v<To, From>) {
+    return value;
+  } else if constexpr (is_reduced_float_v<From>) {
+    return convert<To>(static_cast<float>(value));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return value != From(0);
+  } else if constexpr (is_reduced_float_v<To>) {
+    return To(static_cast<float>(value));
+  } else {
+    return static_cast<To>(value);
+  }
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with T the C++ type of `dtype`.
+template <typename F>
+decltype(auto) dispatch_dtype(ScalarType dtype, F&& f) {
+  switch (dtype) {
+    case ScalarType::float32: return f(TypeTag<float>{});
+    case ScalarType::float64: return f(TypeTag<double>{});
+    case ScalarType::float16: return f(TypeTag<Eigen::half>{});
+    case ScalarType::bfloat16: return f(TypeTag<Eigen::bfloat16>{});
+    case ScalarType::int64: return f(TypeTag<int64_t>{});
+    case ScalarType::int32: return f(TypeTag<int32_t>{});
+    case ScalarType::uint8: return f(TypeTag<uint8_t>{});
+    case ScalarType::bool_: return f(TypeTag<bool>{});
+  }
+  throw std::logic_error("cpu backend: unknown dtype");
+}
+
+// One element read as a double / written from a double (for the few places that are not hot).
+inline double load_as_double(const void* p, ScalarType dtype) {
+  return dispatch_dtype(dtype, [p](auto tag) {
+    using T = typename decltype(tag)::type;
+    return convert<double>(*static_cast<const T*>(p));
+  });
+}
+inline void store_from_double(void* p, ScalarType dtype, double value) {
+  dispatch_dtype(dtype, [p, value](auto tag) {
+    using T = typename decltype(tag)::type;
+    *static_cast<T*>(p) = convert<T>(value);
+  });
+}
+inline void store_from_int64(void* p, ScalarType dtype, int64_t value) {
+  dispatch_dtype(dtype, [p, value](auto tag) {
+    using T = typename decltype(tag)::type;
+    *static_cast<T*>(p) = convert<T>(value);
+  });
+}
+
+// An int64 or int32 index element.
+inline int64_t load_index(const char* p, ScalarType dtype) {
+  if (dtype == ScalarType::int64) return *reinterpret_cast<const int64_t*>(p);
+  if (dtype == ScalarType::int32) return *reinterpret_cast<const int32_t*>(p);
+  throw std::invalid_argument(std::string("cpu backend: indices must be int64 or int32, got ") +
+                              std::string(scalar_type_name(dtype)));
+}
+
+// ------------------------------------------------------------------------------------- strided loop
+
+// N operands walked together over one shape. Strides are in elements; sizes and strides are coalesced.
+template <size_t N>
+struct LoopPlan {
+  std::vector<int64_t> sizes;  // outermost first; empty for a single element
+  std::array<std::vector<int64_t>, N> strides;
+  bool empty = false;  // some dimension has size 0: nothing to do
+};
+
+// order: the dimensions in the order to walk them, outermost first (row-major when empty).
+template <size_t N>
+LoopPlan<N> plan_loop(const std::vector<int64_t>& sizes, const std::array<const std::vector<int64_t>*, N>& strides,
+                      const std::vector<size_t>& order = {}) {
+  LoopPlan<N> plan;
+  for (size_t position = 0; position < sizes.size(); ++position) {
+    const size_t d = order.empty() ? position : order[position];
+    if (sizes[d] == 0) plan.empty = true;
+    if (sizes[d] == 1) continue;  // walks nothing
+    const bool mergeable = !plan.sizes.empty() && [&] {
+      for (size_t k = 0; k < N; ++k)
+        if (plan.strides[k].back() != (*strides[k])[d] * sizes[d]) return false;
+      return true;
+    }();
+    if (mergeable) {
+      plan.sizes.back() *= sizes[d];
+      for (size_t k = 0; k < N; ++k) plan.strides[k].back() = (*strides[k])[d];
+    } else {
+      plan.sizes.push_back(sizes[d]);
+      for (size_t k = 0; k < N; ++k) plan.strides[k].push_back((*strides[k])[d]);
+    }
+  }
+  return plan;
+}
+
+// Calls row(ptrs, inner_strides, count) for every innermost run, in row-major order. ptrs[k] points at the
+// run's first element of operand k; inner_strides are in elements.
+template <size_t N, typename Row>
+void for_each_row(const LoopPlan<N>& plan, std::array<char*, N> base, const std::array<size_t, N>& element_sizes,
+                  Row&& row) {
+  if (plan.empty) return;
+  const size_t ndim = plan.sizes.size();
+  std::array<int64_t, N> inner{};
+  if (ndim == 0) {
+    row(base, inner, int64_t{1});
+    return;
+  }
+  for (size_t k = 0; k < N; ++k) inner[k] = plan.strides[k][ndim - 1];
+  const int64_t count = plan.sizes[ndim - 1];
+  std::vector<int64_t> index(ndim, 0);
+  std::array<char*, N> ptrs = base;
+  while (true) {
+    row(ptrs, inner, count);
+    // Advance the odometer over the outer dimensions.
+    size_t d = ndim - 1;
+    while (true) {
+      if (d == 0) return;
+      --d;
+      if (++index[d] < plan.sizes[d]) {
+        for (size_t k = 0; k < N; ++k) ptrs[k] += plan.strides[k][d] * static_cast<int64_t>(element_sizes[k]);
+        break;
+      }
+      for (size_t k = 0; k < N; ++k)
+        ptrs[k] -= (plan.sizes[d] - 1) * plan.strides[k][d] * static_cast<int64_t>(element_sizes[k]);
+      index[d] = 0;
+    }
+  }
+}
+
+// How elements are visited: in row-major order (kernels whose result depends on the order: arange,
+// reductions), or in the first operand's memory order (elementwise kernels: a transposed output is then
+// written, and its inputs read, along unit strides).
+enum class WalkOrder { row_major, memory };
+
+// The dimensions sorted by decreasing stride of `strides` (outermost first; ties keep their order).
+inline std::vector<size_t> memory_order(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  return order;
+}
+
+// Convenience: walk views of one shape (the first view's sizes).
+template <size_t N, typename Row>
+void for_each_row(const std::array<const StridedView*, N>& views, Row&& row, WalkOrder walk = WalkOrder::memory) {
+  std::array<const std::vector<int64_t>*, N> strides;
+  std::array<char*, N> base;
+  std::array<size_t, N> element_sizes;
+  for (size_t k = 0; k < N; ++k) {
+    if (views[k]->sizes.size() != views[0]->sizes.size())
+      throw std::logic_error("cpu backend: operands of one loop must have the same rank");
+    strides[k] = &views[k]->strides;
+    base[k] = static_cast<char*>(views[k]->data);
+    element_sizes[k] = element_size(views[k]->dtype);
+  }
+  const std::vector<size_t> order =
+      walk == WalkOrder::memory ? memory_order(views[0]->sizes, views[0]->strides) : std::vector<size_t>{};
+  for_each_row(plan_loop<N>(views[0]->sizes, strides, order), base, element_sizes, std::forward<Row>(row));
+}
+
+// A view of one index along a dimension (the dimension removed).
+inline StridedView select_view(const StridedView& v, int64_t dim, int64_t index) {
+  StridedView out = v;
+  out.data = static_cast<char*>(v.data) + index * v.strides[dim] * static_cast<int64_t>(element_size(v.dtype));
+  out.sizes.erase(out.sizes.begin() + dim);
+  out.strides.erase(out.strides.begin() + dim);
+  return out;
+}
+
+// The view without dimension `dim` (its first index), used to walk "every position except along dim".
+inline StridedView drop_dim(const StridedView& v, int64_t dim) { return select_view(v, dim, 0); }
+
+// ---------------------------------------------------------------------- kernels (one file per idea)
+
+void fill(const StridedView& out, double value);
+void arange(const StridedView& out, double start, double step);
+void copy(const StridedView& dst, const StridedView& src);
+void copy_from_host(const StridedView& dst, const void* host);
+void copy_to_host(void* host, const StridedView& src);
+
+void unary(UnaryOp op, const StridedView& out, const StridedView& in);
+void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha);
+void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first);
+void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
+void masked_fill(const StridedView& out, const StridedView& mask, double value);
+
+void reduce(ReduceOp op, const StridedView& out, const StridedView& in);
+void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt);
+void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
+                         int64_t dim);
+
+void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log);
+void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
+                      int64_t dim, bool log);
+
+void gemm(const GemmArgs& args);
+
+void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
+void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
+void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
+void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
+
+// cpu_ternary.cpp
+void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
+             const StridedView& b, double value);
+
+// cpu_layer_norm.cpp
+void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                const StridedView* weight, const StridedView* bias, double eps);
+void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                         const StridedView* weight);
+
+// cpu_triangle.cpp
+void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
+
+// cpu_loss.cpp
+void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
+              const StridedView& target, Reduction reduction, int64_t ignore_index);
+void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index);
+
+}  // namespace bytegrad::cpu

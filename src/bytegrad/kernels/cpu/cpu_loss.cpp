@@ -1,0 +1,109 @@
+// Negative log-likelihood, forward and backward (PyTorch's nll_loss_forward / nll_loss_backward without
+// class weights). Sums are accumulated in double; the total weight is the count of non-ignored targets.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "bytegrad/kernels/cpu/cpu_kernels.h"
+
+namespace bytegrad::cpu {
+
+namespace {
+
+// The (batch, classes) geometry of a (N, C) or (C) input, in elements.
+struct NllGeometry {
+  int64_t batch = 1, classes = 0;
+  int64_t row_stride = 0, class_stride = 1;
+  int64_t target_stride = 0;
+};
+
+NllGeometry geometry(const StridedView& input, const StridedView& target) {
+  NllGeometry g;
+  if (input.sizes.size() == 2) {
+    g.batch = input.sizes[0];
+    g.classes = input.sizes[1];
+    g.row_stride = input.strides[0];
+    g.class_stride = input.strides[1];
+  } else if (input.sizes.size() == 1) {
+    g.classes = input.sizes[0];
+    g.class_stride = input.strides[0];
+  } else {
+    throw std::invalid_argument("cpu backend: nll_loss: the input must be 1-d or 2-d");
+  }
+  if (target.dtype != ScalarType::int64) throw std::invalid_argument("cpu backend: nll_loss: the target must be int64");
+  g.target_stride = target.sizes.empty() ? 0 : target.strides[0];
+  return g;
+}
+
+int64_t checked_target(const StridedView& target, const NllGeometry& g, int64_t i, int64_t ignore_index) {
+  const int64_t t = static_cast<const int64_t*>(target.data)[i * g.target_stride];
+  if (t != ignore_index && (t < 0 || t >= g.classes))
+    throw std::out_of_range(fmt::format("nll_loss: target {} is out of bounds for {} classes", t, g.classes));
+  return t;
+}
+
+}  // namespace
+
+void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
+              const StridedView& target, Reduction reduction, int64_t ignore_index) {
+  const NllGeometry g = geometry(log_probs, target);
+  const size_t element = element_size(log_probs.dtype);
+  auto input_at = [&](int64_t i, int64_t t) {
+    return load_as_double(static_cast<const char*>(log_probs.data) +
+                              (i * g.row_stride + t * g.class_stride) * static_cast<int64_t>(element),
+                          log_probs.dtype);
+  };
+  if (reduction == Reduction::none && log_probs.sizes.size() == 2) {
+    const int64_t out_stride = output.strides.empty() ? 0 : output.strides[0];
+    const size_t out_element = element_size(output.dtype);
+    for (int64_t i = 0; i < g.batch; ++i) {
+      const int64_t t = checked_target(target, g, i, ignore_index);
+      const double value = t == ignore_index ? 0.0 : -input_at(i, t);
+      store_from_double(static_cast<char*>(output.data) + i * out_stride * static_cast<int64_t>(out_element),
+                        output.dtype, value);
+    }
+    store_from_double(total_weight.data, total_weight.dtype, 0.0);
+    return;
+  }
+  double total = 0, weight = 0;
+  for (int64_t i = 0; i < g.batch; ++i) {
+    const int64_t t = checked_target(target, g, i, ignore_index);
+    if (t == ignore_index) continue;
+    total -= input_at(i, t);
+    weight += 1;
+  }
+  // mean with every target ignored is 0 / 0 = NaN, as PyTorch's.
+  const double result = reduction == Reduction::mean ? total / weight : total;
+  store_from_double(output.data, output.dtype, result);
+  store_from_double(total_weight.data, total_weight.dtype, weight);
+}
+
+void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index) {
+  const NllGeometry g = geometry(grad_input, target);
+  const size_t element = element_size(grad_input.dtype);
+  const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
+  double grad = 0;
+  if (!per_row) {
+    grad = load_as_double(grad_output.data, grad_output.dtype);
+    if (reduction == Reduction::mean) grad /= load_as_double(total_weight.data, total_weight.dtype);
+  }
+  const int64_t grad_out_stride = grad_output.strides.empty() ? 0 : grad_output.strides[0];
+  const size_t grad_out_element = element_size(grad_output.dtype);
+  for (int64_t i = 0; i < g.batch; ++i) {
+    const int64_t t = checked_target(target, g, i, ignore_index);
+    if (t == ignore_index) continue;
+    const double row_grad =
+        per_row ? load_as_double(static_cast<const char*>(grad_output.data) +
+                                     i * grad_out_stride * static_cast<int64_t>(grad_out_element),
+                                 grad_output.dtype)
+                : grad;
+    store_from_double(static_cast<char*>(grad_input.data) +
+                          (i * g.row_stride + t * g.class_stride) * static_cast<int64_t>(element),
+                      grad_input.dtype, -row_grad);
+  }
+}
+
+}  // namespace bytegrad::cpu

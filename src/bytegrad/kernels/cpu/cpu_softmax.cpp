@@ -1,0 +1,89 @@
+// Softmax and log-softmax along one dimension, forward and backward. Each slice along `dim` is processed
+// in double (max-subtracted, so large inputs do not overflow).
+#include <cmath>
+
+#include "bytegrad/kernels/cpu/cpu_kernels.h"
+
+namespace bytegrad::cpu {
+
+namespace {
+
+// Calls slice(ptrs, strides_along_dim) for every position of the other dimensions. Views share sizes.
+template <size_t N, typename Slice>
+void for_each_slice(const std::array<const StridedView*, N>& views, int64_t dim, Slice&& slice) {
+  std::array<StridedView, N> rest;
+  std::array<const StridedView*, N> rest_ptrs;
+  std::array<int64_t, N> along;
+  for (size_t k = 0; k < N; ++k) {
+    rest[k] = drop_dim(*views[k], dim);
+    rest_ptrs[k] = &rest[k];
+    along[k] = views[k]->strides[static_cast<size_t>(dim)];
+  }
+  for_each_row<N>(rest_ptrs, [&](std::array<char*, N> p, const std::array<int64_t, N>& s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      std::array<char*, N> at;
+      for (size_t k = 0; k < N; ++k) at[k] = p[k] + i * s[k] * static_cast<int64_t>(element_size(views[k]->dtype));
+      slice(at, along);
+    }
+  });
+}
+
+}  // namespace
+
+void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
+  if (in.sizes.empty()) {  // a 0-d softmax is 1 (log: 0)
+    store_from_double(out.data, out.dtype, log ? 0.0 : 1.0);
+    return;
+  }
+  const int64_t length = in.sizes[static_cast<size_t>(dim)];
+  if (length == 0) return;
+  dispatch_dtype(in.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for_each_slice<2>({&out, &in}, dim, [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* x = reinterpret_cast<const T*>(p[1]);
+      double max_value = -INFINITY;
+      for (int64_t i = 0; i < length; ++i) max_value = std::max(max_value, convert<double>(x[i * s[1]]));
+      double total = 0;
+      for (int64_t i = 0; i < length; ++i) total += std::exp(convert<double>(x[i * s[1]]) - max_value);
+      if (log) {
+        const double shift = max_value + std::log(total);
+        for (int64_t i = 0; i < length; ++i) o[i * s[0]] = convert<T>(convert<double>(x[i * s[1]]) - shift);
+      } else {
+        for (int64_t i = 0; i < length; ++i)
+          o[i * s[0]] = convert<T>(std::exp(convert<double>(x[i * s[1]]) - max_value) / total);
+      }
+    });
+  });
+}
+
+void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
+                      int64_t dim, bool log) {
+  if (grad_in.sizes.empty()) {  // a 0-d (log-)softmax is constant: zero gradient
+    store_from_double(grad_in.data, grad_in.dtype, 0.0);
+    return;
+  }
+  const int64_t length = grad_in.sizes[static_cast<size_t>(dim)];
+  dispatch_dtype(grad_in.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for_each_slice<3>({&grad_in, &grad_out, &output}, dim, [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s) {
+      T* gi = reinterpret_cast<T*>(p[0]);
+      const T* g = reinterpret_cast<const T*>(p[1]);
+      const T* y = reinterpret_cast<const T*>(p[2]);
+      double total = 0;
+      if (log) {
+        // d/dx log_softmax: g - exp(y) * sum(g)
+        for (int64_t i = 0; i < length; ++i) total += convert<double>(g[i * s[1]]);
+        for (int64_t i = 0; i < length; ++i)
+          gi[i * s[0]] = convert<T>(convert<double>(g[i * s[1]]) - std::exp(convert<double>(y[i * s[2]])) * total);
+      } else {
+        // d/dx softmax: y * (g - sum(g * y))
+        for (int64_t i = 0; i < length; ++i) total += convert<double>(g[i * s[1]]) * convert<double>(y[i * s[2]]);
+        for (int64_t i = 0; i < length; ++i)
+          gi[i * s[0]] = convert<T>(convert<double>(y[i * s[2]]) * (convert<double>(g[i * s[1]]) - total));
+      }
+    });
+  });
+}
+
+}  // namespace bytegrad::cpu

@@ -1,0 +1,167 @@
+// The cuda KernelBackend: every method makes the tensor's GPU current and hands its views and op to the
+// kernel launchers (cuda_kernels.h), which run on the default stream. Kernels live in cuda_elementwise.cu,
+// cuda_reduce.cu, cuda_softmax.cu, cuda_index.cu, cuda_ternary.cu, cuda_loss.cu, cuda_layer_norm.cu and
+// cuda_triangle.cu; matrix products in cuda_gemm.cpp; host transfers in cuda_host_transfer.cpp. Nothing
+// here allocates device memory (gemm's copies and workspace come from the op layer); no method
+// synchronises beyond what cudaMemcpy does.
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/kernels/cuda/cuda_gemm.h"
+#include "bytegrad/kernels/cuda/cuda_check.h"
+#include "bytegrad/kernels/cuda/cuda_host_transfer.h"
+#include "bytegrad/kernels/cuda/cuda_kernels.h"
+
+namespace bytegrad {
+
+namespace {
+
+// Makes `device` current for its lifetime and restores the previous device after (as PyTorch's
+// CUDAGuard), so kernels, cuBLAS and cudaMemcpy all address the tensor's GPU.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(Device device) {
+    if (device.type != DeviceType::cuda)
+      throw std::invalid_argument("cuda backend: given a " + device.str() + " tensor");
+    BYTEGRAD_CUDA_CHECK(cudaGetDevice(&previous_));
+    target_ = device.index;
+    if (previous_ != target_) BYTEGRAD_CUDA_CHECK(cudaSetDevice(target_));
+  }
+  ~CudaDeviceGuard() {
+    if (previous_ != target_) (void)cudaSetDevice(previous_);  // a destructor must not throw
+  }
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  int target_ = 0;
+};
+
+class CudaBackend final : public KernelBackend {
+ public:
+  void fill(const StridedView& out, double value) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::fill(out, value);
+  }
+  void arange(const StridedView& out, double start, double step) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::arange(out, start, step);
+  }
+  void copy(const StridedView& dst, const StridedView& src) override {
+    CudaDeviceGuard guard(dst.device);
+    cuda::copy(dst, src);
+  }
+  void copy_from_host(const StridedView& dst, const void* host) override {
+    CudaDeviceGuard guard(dst.device);
+    cuda::copy_from_host(dst, host);
+  }
+  void copy_to_host(void* host, const StridedView& src) override {
+    CudaDeviceGuard guard(src.device);
+    cuda::copy_to_host(host, src);
+  }
+  void unary(UnaryOp op, const StridedView& out, const StridedView& in) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::unary(op, out, in);
+  }
+  void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::binary(op, out, a, b, alpha);
+  }
+  void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
+                     bool scalar_first) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::binary_scalar(op, out, a, scalar, scalar_first);
+  }
+  void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::where(out, cond, a, b);
+  }
+  void masked_fill(const StridedView& out, const StridedView& mask, double value) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::masked_fill(out, mask, value);
+  }
+  void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::reduce(op, out, in);
+  }
+  void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::reduce_variance(out, in, correction, take_sqrt);
+  }
+  void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
+                           int64_t dim) override {
+    CudaDeviceGuard guard(in.device);
+    cuda::reduce_with_indices(op, values, indices, in, dim);
+  }
+  void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::softmax(out, in, dim, log);
+  }
+  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
+                        int64_t dim, bool log) override {
+    CudaDeviceGuard guard(grad_in.device);
+    cuda::softmax_backward(grad_in, grad_out, output, dim, log);
+  }
+  void gemm(const GemmArgs& args) override {
+    CudaDeviceGuard guard(args.device);
+    cuda::gemm(args);
+  }
+  void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::index_select(out, in, dim, index);
+  }
+  void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::index_add(out, dim, index, source);
+  }
+  void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::gather(out, in, dim, index);
+  }
+  void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::scatter_add(out, dim, index, source);
+  }
+  void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
+               const StridedView& b, double value) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::ternary(op, out, self, a, b, value);
+  }
+  void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                  const StridedView* weight, const StridedView* bias, double eps) override {
+    CudaDeviceGuard guard(y.device);
+    cuda::layer_norm(y, mean, rstd, x, weight, bias, eps);
+  }
+  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                           const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                           const StridedView* weight) override {
+    CudaDeviceGuard guard(x.device);
+    cuda::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
+  }
+  void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::triangle(out, in, diagonal, upper);
+  }
+  void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
+                const StridedView& target, Reduction reduction, int64_t ignore_index) override {
+    CudaDeviceGuard guard(output.device);
+    cuda::nll_loss(output, total_weight, log_probs, target, reduction, ignore_index);
+  }
+  void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                         const StridedView& total_weight, Reduction reduction, int64_t ignore_index) override {
+    CudaDeviceGuard guard(grad_input.device);
+    cuda::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
+  }
+};
+
+}  // namespace
+
+KernelBackend& cuda_backend() {
+  static CudaBackend backend;
+  return backend;
+}
+
+}  // namespace bytegrad

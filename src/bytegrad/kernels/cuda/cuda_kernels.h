@@ -1,0 +1,90 @@
+// The cuda backend's kernel launchers (the .cu files), which take backend.h's views and op enums as they
+// are: nvcc compiles C++20 (CMAKE_CUDA_STANDARD), so the kernels include the real headers.
+//
+// Every launcher runs on the default stream (0), on the device that is current: the backend sets it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "bytegrad/kernels/backend.h"
+
+namespace bytegrad::cuda {
+
+// Kernels index at most this many dimensions after merging adjacent ones (see coalesce_dims); views with
+// more irreducible dimensions are rejected with std::invalid_argument.
+inline constexpr int kMaxDims = 8;
+
+// Merges dimensions so fewer remain, for every operand at once: drops size-1 dimensions and joins a
+// dimension with the next inner one wherever each operand steps over it exactly by the inner extent.
+// Row-major order of the elements is preserved, so a linear index means the same element before and
+// after. `strides[k]` is operand k's strides; all are rewritten in place along with `sizes`.
+inline void coalesce_dims(std::vector<int64_t>& sizes, std::vector<std::vector<int64_t>>& strides) {
+  std::vector<int64_t> out_sizes;
+  std::vector<std::vector<int64_t>> out_strides(strides.size());
+  for (size_t d = sizes.size(); d-- > 0;) {  // innermost first
+    if (sizes[d] == 1) continue;
+    bool mergeable = !out_sizes.empty();
+    for (size_t k = 0; mergeable && k < strides.size(); ++k)
+      mergeable = strides[k][d] == out_strides[k].back() * out_sizes.back();
+    if (mergeable) {
+      out_sizes.back() *= sizes[d];
+    } else {
+      out_sizes.push_back(sizes[d]);
+      for (size_t k = 0; k < strides.size(); ++k) out_strides[k].push_back(strides[k][d]);
+    }
+  }
+  // Built innermost first; restore row-major order.
+  sizes.assign(out_sizes.rbegin(), out_sizes.rend());
+  for (size_t k = 0; k < strides.size(); ++k) strides[k].assign(out_strides[k].rbegin(), out_strides[k].rend());
+}
+
+// ---- cuda_elementwise.cu
+void fill(const StridedView& out, double value);
+void arange(const StridedView& out, double start, double step);
+void copy(const StridedView& dst, const StridedView& src);
+void unary(UnaryOp op, const StridedView& out, const StridedView& in);
+void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha);
+void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first);
+void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
+void masked_fill(const StridedView& out, const StridedView& mask, double value);
+
+// ---- cuda_reduce.cu
+void reduce(ReduceOp op, const StridedView& out, const StridedView& in);
+// out = sum((x - mean)^2) / max(0, n - correction) over the reduced dims (sqrt when take_sqrt); floats only.
+void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt);
+void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
+                         int64_t dim);
+
+// ---- cuda_softmax.cu
+void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log);
+void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                      bool log);
+
+// ---- cuda_index.cu
+void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
+void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
+void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
+void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
+
+// ---- cuda_ternary.cu
+void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
+             double value);
+
+// ---- cuda_layer_norm.cu (contiguous operands; optional ones nullptr where absent)
+void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                const StridedView* weight, const StridedView* bias, double eps);
+void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                         const StridedView* weight);
+
+// ---- cuda_triangle.cu
+void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
+
+// ---- cuda_loss.cu
+void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs, const StridedView& target,
+              Reduction reduction, int64_t ignore_index);
+void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index);
+
+}  // namespace bytegrad::cuda

@@ -1,0 +1,221 @@
+// Layer normalization over contiguous (M, N) rows. Forward and the input gradient: one warp per row when
+// N <= 1024, one 256-thread block per row otherwise (grid-stride over rows); a row's sums are combined with
+// warp shuffles (and shared memory across warps). Statistics take two passes over the row (the mean, then
+// the mean squared deviation), in float for the 16/32-bit floats and double for float64, so a large common
+// offset does not cancel catastrophically. Weight and bias gradients: a (32 columns x 16 lanes) block per
+// 32 columns and partial row r, each lane summing every 16th of the rows m with m % R == r, then the lanes
+// combined in shared memory.
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cmath>
+
+#include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/pointwise_math.h"
+
+namespace bytegrad::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+// The sum of v over the kThreadsPerRow threads sharing a row; every one of them gets it.
+template <int kThreadsPerRow, typename Acc>
+__device__ __forceinline__ Acc row_sum(Acc v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if constexpr (kThreadsPerRow > kWarp) {
+    __shared__ Acc per_warp[kThreadsPerRow / kWarp];
+    __syncthreads();  // the previous call's readers are done with per_warp
+    if (threadIdx.x % kWarp == 0) per_warp[threadIdx.x / kWarp] = v;
+    __syncthreads();
+    v = per_warp[0];
+#pragma unroll
+    for (int w = 1; w < kThreadsPerRow / kWarp; ++w) v += per_warp[w];
+  }
+  return v;
+}
+
+template <int kThreadsPerRow>
+__device__ __forceinline__ void row_assignment(int64_t& first_row, int64_t& row_step, int& lane) {
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  row_step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  lane = threadIdx.x % kThreadsPerRow;
+}
+
+template <typename T, typename Acc>
+__device__ __forceinline__ Acc load_or(const T* p, int64_t i, Acc absent) {
+  return p ? convert<Acc>(p[i]) : absent;
+}
+
+template <typename T, int kThreadsPerRow>
+__global__ void __launch_bounds__(kBlockThreads)
+    layer_norm_forward_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
+                              const T* bias, int64_t M, int64_t N, double eps) {
+  using Acc = opmath_t<T>;
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kThreadsPerRow>(row, row_step, lane);
+  for (; row < M; row += row_step) {  // uniform across the threads of a row
+    const T* xr = x + row * N;
+    Acc sum = 0;
+    for (int64_t j = lane; j < N; j += kThreadsPerRow) sum += convert<Acc>(xr[j]);
+    const Acc mean = row_sum<kThreadsPerRow>(sum) / static_cast<Acc>(N);
+    Acc sq = 0;
+    for (int64_t j = lane; j < N; j += kThreadsPerRow) {
+      const Acc d = convert<Acc>(xr[j]) - mean;
+      sq += d * d;
+    }
+    const Acc var = row_sum<kThreadsPerRow>(sq) / static_cast<Acc>(N);
+    const Acc rstd = Acc(1) / pointwise::m_sqrt(var + static_cast<Acc>(eps));
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+    T* yr = y + row * N;
+    for (int64_t j = lane; j < N; j += kThreadsPerRow)
+      yr[j] = convert<T>((convert<Acc>(xr[j]) - mean) * rstd * load_or<T, Acc>(weight, j, Acc(1)) +
+                         load_or<T, Acc>(bias, j, Acc(0)));
+  }
+}
+
+template <typename T, int kThreadsPerRow>
+__global__ void __launch_bounds__(kBlockThreads)
+    layer_norm_input_grad_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
+                                 const T* weight, int64_t M, int64_t N) {
+  using Acc = opmath_t<T>;
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kThreadsPerRow>(row, row_step, lane);
+  for (; row < M; row += row_step) {
+    const T* xr = x + row * N;
+    const T* gr = dy + row * N;
+    const Acc mu = mean[row], r = rstd[row];
+    // g = dy * weight, xhat = (x - mean) * rstd; dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    Acc sum_g = 0, sum_g_xhat = 0;
+    for (int64_t j = lane; j < N; j += kThreadsPerRow) {
+      const Acc g = convert<Acc>(gr[j]) * load_or<T, Acc>(weight, j, Acc(1));
+      sum_g += g;
+      sum_g_xhat += g * (convert<Acc>(xr[j]) - mu) * r;
+    }
+    sum_g = row_sum<kThreadsPerRow>(sum_g);
+    sum_g_xhat = row_sum<kThreadsPerRow>(sum_g_xhat);
+    const Acc inv_n = Acc(1) / static_cast<Acc>(N);
+    T* dr = dx + row * N;
+    for (int64_t j = lane; j < N; j += kThreadsPerRow) {
+      const Acc g = convert<Acc>(gr[j]) * load_or<T, Acc>(weight, j, Acc(1));
+      const Acc xhat = (convert<Acc>(xr[j]) - mu) * r;
+      dr[j] = convert<T>(r * (g - sum_g * inv_n - xhat * sum_g_xhat * inv_n));
+    }
+  }
+}
+
+constexpr int kColumns = 32;
+constexpr int kLanes = 16;
+
+// grid (ceil(N / 32), R), block (32, 16): partial row blockIdx.y of the weight and bias gradients.
+template <typename T>
+__global__ void __launch_bounds__(kColumns * kLanes)
+    layer_norm_gamma_beta_kernel(T* dweight, T* dbias, const T* dy, const T* x, const opmath_t<T>* mean,
+                                 const opmath_t<T>* rstd, int64_t M, int64_t N, int64_t R) {
+  using Acc = opmath_t<T>;
+  __shared__ Acc shared_w[kLanes][kColumns + 1];
+  __shared__ Acc shared_b[kLanes][kColumns + 1];
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kColumns + threadIdx.x;
+  const int64_t r = blockIdx.y;
+  Acc w = 0, b = 0;
+  if (column < N) {
+    for (int64_t m = r + R * threadIdx.y; m < M; m += R * kLanes) {
+      const Acc g = convert<Acc>(dy[m * N + column]);
+      if (dweight) w += g * (convert<Acc>(x[m * N + column]) - mean[m]) * rstd[m];
+      b += g;
+    }
+  }
+  shared_w[threadIdx.y][threadIdx.x] = w;
+  shared_b[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < N) {
+    for (int k = 1; k < kLanes; ++k) {
+      w += shared_w[k][threadIdx.x];
+      b += shared_b[k][threadIdx.x];
+    }
+    if (dweight) dweight[r * N + column] = convert<T>(w);
+    if (dbias) dbias[r * N + column] = convert<T>(b);
+  }
+}
+
+template <typename Launch>
+void launch_rows(int64_t M, int64_t N, Launch&& launch) {
+  if (M == 0 || N == 0) return;
+  if (N <= 1024) {
+    constexpr int kRowsPerBlock = kBlockThreads / kWarp;
+    launch(std::integral_constant<int, kWarp>{}, grid_for(M, kRowsPerBlock));
+  } else {
+    launch(std::integral_constant<int, kBlockThreads>{}, static_cast<unsigned>(std::min<int64_t>(M, int64_t{1} << 20)));
+  }
+}
+
+void require_contiguous(const StridedView& v, const char* op) {
+  if (!v.is_contiguous()) throw std::invalid_argument(std::string("cuda backend: ") + op + ": operands must be contiguous");
+}
+
+template <typename P>
+P* data_or_null(const StridedView* v) {
+  return v ? static_cast<P*>(v->data) : nullptr;
+}
+
+}  // namespace
+
+void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                const StridedView* weight, const StridedView* bias, double eps) {
+  const int64_t M = mean.numel();
+  const int64_t N = M > 0 ? x.numel() / M : 0;
+  for (const StridedView* v : {&y, &mean, &rstd, &x, weight, bias})
+    if (v) require_contiguous(*v, "layer_norm");
+  dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = opmath_t<T>;
+    launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
+      layer_norm_forward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
+          static_cast<T*>(y.data), static_cast<Acc*>(mean.data), static_cast<Acc*>(rstd.data),
+          static_cast<const T*>(x.data), data_or_null<const T>(weight), data_or_null<const T>(bias), M, N, eps);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
+    });
+  });
+}
+
+void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                         const StridedView* weight) {
+  const int64_t M = mean.numel();
+  const int64_t N = M > 0 ? x.numel() / M : 0;
+  for (const StridedView* v : {dx, dweight_partials, dbias_partials, &dy, &x, &mean, &rstd, weight})
+    if (v) require_contiguous(*v, "layer_norm_backward");
+  dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = opmath_t<T>;
+    if (dx) {
+      launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
+        layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
+            static_cast<T*>(dx->data), static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
+            static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data), data_or_null<const T>(weight), M, N);
+        BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel");
+      });
+    }
+    if ((dweight_partials || dbias_partials) && N > 0) {
+      const int64_t R = dweight_partials ? dweight_partials->sizes.at(0) : dbias_partials->sizes.at(0);
+      if (dweight_partials && dbias_partials && dbias_partials->sizes.at(0) != R)
+        throw std::invalid_argument("cuda backend: layer_norm_backward: weight and bias partials differ in rows");
+      const dim3 grid(static_cast<unsigned>((N + kColumns - 1) / kColumns), static_cast<unsigned>(R));
+      const dim3 block(kColumns, kLanes);
+      layer_norm_gamma_beta_kernel<T><<<grid, block>>>(data_or_null<T>(dweight_partials), data_or_null<T>(dbias_partials),
+                                                       static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
+                                                       static_cast<const Acc*>(mean.data),
+                                                       static_cast<const Acc*>(rstd.data), M, N, R);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_gamma_beta_kernel");
+    }
+  });
+}
+
+}  // namespace bytegrad::cuda

@@ -1,0 +1,148 @@
+// Negative log-likelihood, forward and backward, as PyTorch's CUDA nll_loss kernels compute it (no class
+// weights): the reduced forward is one block summing -input[i][target[i]] and counting non-ignored targets
+// in opmath (float for float32 and the 16-bit floats); the unreduced forward and the backward write one
+// element per row. A target outside [0, C) contributes NaN (PyTorch raises a device-side assert instead).
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+
+namespace bytegrad::cuda {
+
+namespace {
+
+constexpr int kLossThreads = 256;
+
+struct NllGeometry {
+  int64_t batch, classes, row_stride, class_stride, target_stride;
+};
+
+NllGeometry geometry(const StridedView& input, const StridedView& target) {
+  if (target.dtype != ScalarType::int64) throw std::invalid_argument("cuda backend: nll_loss: the target must be int64");
+  NllGeometry g{1, 0, 0, 1, target.sizes.empty() ? 0 : target.strides[0]};
+  if (input.sizes.size() == 2) {
+    g.batch = input.sizes[0];
+    g.classes = input.sizes[1];
+    g.row_stride = input.strides[0];
+    g.class_stride = input.strides[1];
+  } else if (input.sizes.size() == 1) {
+    g.classes = input.sizes[0];
+    g.class_stride = input.strides[0];
+  } else {
+    throw std::invalid_argument("cuda backend: nll_loss: the input must be 1-d or 2-d");
+  }
+  return g;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads) nll_reduce_kernel(T* output, T* total_weight, const T* input,
+                                                                   const int64_t* target, NllGeometry g,
+                                                                   bool mean, int64_t ignore_index) {
+  using Acc = opmath_t<T>;
+  __shared__ Acc sums[kLossThreads];
+  __shared__ Acc counts[kLossThreads];
+  Acc sum = 0, count = 0;
+  for (int64_t i = threadIdx.x; i < g.batch; i += kLossThreads) {
+    const int64_t t = target[i * g.target_stride];
+    if (t == ignore_index) continue;
+    if (t < 0 || t >= g.classes) {
+      sum += NAN;
+    } else {
+      sum -= convert<Acc>(input[i * g.row_stride + t * g.class_stride]);
+    }
+    count += 1;
+  }
+  sums[threadIdx.x] = sum;
+  counts[threadIdx.x] = count;
+  __syncthreads();
+  for (int half = kLossThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      sums[threadIdx.x] += sums[threadIdx.x + half];
+      counts[threadIdx.x] += counts[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *total_weight = convert<T>(counts[0]);
+    *output = convert<T>(mean ? sums[0] / counts[0] : sums[0]);  // 0 / 0 = NaN when all are ignored
+  }
+}
+
+template <typename T>
+struct NllNoReduceFunctor {
+  T* output;
+  int64_t output_stride;
+  const T* input;
+  const int64_t* target;
+  NllGeometry g;
+  int64_t ignore_index;
+  __device__ void operator()(int64_t i) const {
+    const int64_t t = target[i * g.target_stride];
+    T value;
+    if (t == ignore_index) value = convert<T>(0.0f);
+    else if (t < 0 || t >= g.classes) value = convert<T>(static_cast<float>(NAN));
+    else value = convert<T>(-convert<opmath_t<T>>(input[i * g.row_stride + t * g.class_stride]));
+    output[i * output_stride] = value;
+  }
+};
+
+template <typename T>
+struct NllBackwardFunctor {
+  T* grad_input;
+  const T* grad_output;
+  int64_t grad_output_stride;  // per row for Reduction::none; 0 reads the single 0-d gradient
+  const T* total_weight;       // divides for mean; nullptr otherwise
+  const int64_t* target;
+  NllGeometry g;
+  int64_t ignore_index;
+  __device__ void operator()(int64_t i) const {
+    const int64_t t = target[i * g.target_stride];
+    if (t == ignore_index || t < 0 || t >= g.classes) return;
+    using Acc = opmath_t<T>;
+    Acc grad = convert<Acc>(grad_output[i * grad_output_stride]);
+    if (total_weight) grad = grad / convert<Acc>(*total_weight);
+    grad_input[i * g.row_stride + t * g.class_stride] = convert<T>(-grad);
+  }
+};
+
+}  // namespace
+
+void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs, const StridedView& target,
+              Reduction reduction, int64_t ignore_index) {
+  const NllGeometry g = geometry(log_probs, target);
+  dispatch_floating(log_probs.dtype, "nll_loss", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = static_cast<T*>(output.data);
+    T* weight = static_cast<T*>(total_weight.data);
+    const T* in = static_cast<const T*>(log_probs.data);
+    const int64_t* tgt = static_cast<const int64_t*>(target.data);
+    if (reduction == Reduction::none && log_probs.sizes.size() == 2) {
+      BYTEGRAD_CUDA_CHECK(cudaMemsetAsync(weight, 0, sizeof(T), 0));  // PyTorch: total_weight.zero_()
+      NllNoReduceFunctor<T> f{out, output.strides.empty() ? 0 : output.strides[0], in, tgt, g, ignore_index};
+      for_each_index(g.batch, f, "nll_loss no-reduce kernel");
+      return;
+    }
+    nll_reduce_kernel<T><<<1, kLossThreads>>>(out, weight, in, tgt, g, reduction == Reduction::mean, ignore_index);
+    BYTEGRAD_CUDA_CHECK_LAUNCH("nll_reduce_kernel");
+  });
+}
+
+void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index) {
+  const NllGeometry g = geometry(grad_input, target);
+  const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
+  dispatch_floating(grad_input.dtype, "nll_loss_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    NllBackwardFunctor<T> f{static_cast<T*>(grad_input.data),
+                            static_cast<const T*>(grad_output.data),
+                            per_row && !grad_output.strides.empty() ? grad_output.strides[0] : 0,
+                            reduction == Reduction::mean ? static_cast<const T*>(total_weight.data) : nullptr,
+                            static_cast<const int64_t*>(target.data),
+                            g,
+                            ignore_index};
+    for_each_index(g.batch, f, "nll_loss backward kernel");
+  });
+}
+
+}  // namespace bytegrad::cuda

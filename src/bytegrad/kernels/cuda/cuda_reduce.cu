@@ -1,0 +1,375 @@
+// Reductions over flagged dimensions (sum, mean, prod, max, min, argmax, argmin, the 2-norm; var/std by
+// Welford's method in reduce_variance) and max/min along one
+// dimension with indices. Each output element is reduced either by a whole block (when the reduced
+// elements are adjacent in memory, so a warp reads them coalesced) or by one thread (when adjacent outputs
+// are adjacent in memory instead, or there is little to reduce).
+//
+// Accumulation: float for float32/float16/bfloat16, double for float64, int64 for the integer types and
+// bool (as PyTorch's CUDA reductions). Max/min propagate NaN; among equal values (and among NaNs) the
+// first index wins, as PyTorch documents for argmax/argmin and max(dim).
+#include <cuda_runtime.h>
+
+#include <array>
+#include <string>
+
+#include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/pointwise_math.h"
+
+namespace bytegrad::cuda {
+
+namespace {
+
+template <typename T>
+using reduce_acc_t = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, opmath_t<T>, int64_t>;
+
+enum class Combine { sum, prod, max, min };
+
+template <typename Acc>
+struct ReduceState {
+  Acc value;
+  int64_t index;  // position along the flattened reduced dimensions; -1: nothing seen yet (max/min)
+};
+
+template <typename Acc>
+__device__ __forceinline__ ReduceState<Acc> identity(Combine kind) {
+  switch (kind) {
+    case Combine::sum: return {Acc(0), 0};
+    case Combine::prod: return {Acc(1), 0};
+    default: return {Acc(0), -1};
+  }
+}
+
+// Whether x beats y for max (greater) or min (!greater): NaN beats everything, ties go to the lower index.
+template <typename Acc>
+__device__ __forceinline__ bool wins(ReduceState<Acc> x, ReduceState<Acc> y, bool greater) {
+  if (pointwise::is_nan(x.value)) return !pointwise::is_nan(y.value) || x.index < y.index;
+  if (pointwise::is_nan(y.value)) return false;
+  if (x.value != y.value) return greater ? x.value > y.value : x.value < y.value;
+  return x.index < y.index;
+}
+
+template <typename Acc>
+__device__ __forceinline__ ReduceState<Acc> combine(Combine kind, ReduceState<Acc> x, ReduceState<Acc> y) {
+  switch (kind) {
+    case Combine::sum: return {x.value + y.value, 0};
+    case Combine::prod: return {x.value * y.value, 0};
+    default:
+      if (y.index < 0) return x;
+      if (x.index < 0) return y;
+      return wins(x, y, kind == Combine::max) ? x : y;
+  }
+}
+
+template <typename T>
+struct ReduceArgs {
+  using Acc = reduce_acc_t<T>;
+  const T* in;
+  void* values;              // reduced values (any dtype), or nullptr
+  ScalarType values_dtype;
+  int64_t* indices;          // int64 positions, or nullptr
+  int64_t num_outputs;
+  int64_t reduce_size;
+  Combine kind;
+  bool mean;
+  bool norm;                 // sum of squares, square root written (the 2-norm)
+  Acc mean_factor;           // num_outputs / numel in Acc, as PyTorch's MeanOps
+  StridedIndexer<3> outer;   // over the output shape: offsets into in, values, indices
+  StridedIndexer<1> inner;   // over the reduced dimensions: offset into in
+
+  __device__ __forceinline__ ReduceState<Acc> element(int64_t in_base, int64_t r) const {
+    int64_t off[1];
+    inner.offsets(r, off);
+    const Acc v = convert<Acc>(in[in_base + off[0]]);
+    if constexpr (std::is_floating_point_v<Acc>) {
+      if (norm) return {v * v, r};
+    }
+    return {v, r};
+  }
+  __device__ __forceinline__ void write(const int64_t (&o)[3], ReduceState<Acc> s) const {
+    Acc v = mean ? s.value * mean_factor : s.value;
+    if constexpr (std::is_floating_point_v<Acc>) {
+      if (norm) v = sqrt(v);
+    }
+    if (values) store_as(values, values_dtype, o[1], v);
+    if (indices) indices[o[2]] = s.index;
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads) reduce_block_per_output(ReduceArgs<T> args) {
+  using Acc = reduce_acc_t<T>;
+  __shared__ ReduceState<Acc> partial[kBlockThreads];
+  for (int64_t out_i = blockIdx.x; out_i < args.num_outputs; out_i += gridDim.x) {
+    int64_t o[3];
+    args.outer.offsets(out_i, o);
+    ReduceState<Acc> s = identity<Acc>(args.kind);
+    for (int64_t r = threadIdx.x; r < args.reduce_size; r += blockDim.x)
+      s = combine(args.kind, s, args.element(o[0], r));
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
+      if (threadIdx.x < width) partial[threadIdx.x] = combine(args.kind, partial[threadIdx.x], partial[threadIdx.x + width]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) args.write(o, partial[0]);
+    __syncthreads();  // partial[] is reused by the next output
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads) reduce_thread_per_output(ReduceArgs<T> args) {
+  using Acc = reduce_acc_t<T>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t out_i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; out_i < args.num_outputs;
+       out_i += step) {
+    int64_t o[3];
+    args.outer.offsets(out_i, o);
+    ReduceState<Acc> s = identity<Acc>(args.kind);
+    for (int64_t r = 0; r < args.reduce_size; ++r) s = combine(args.kind, s, args.element(o[0], r));
+    args.write(o, s);
+  }
+}
+
+Combine combine_for(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::mean:
+    case ReduceOp::norm: return Combine::sum;
+    case ReduceOp::prod: return Combine::prod;
+    case ReduceOp::max:
+    case ReduceOp::argmax: return Combine::max;
+    case ReduceOp::min:
+    case ReduceOp::argmin: return Combine::min;
+    case ReduceOp::var:
+    case ReduceOp::std: break;
+  }
+  throw std::invalid_argument("cuda backend: unknown reduction");
+}
+
+unsigned next_power_of_two(int64_t n) {
+  unsigned p = 1;
+  while (p < n && p < kBlockThreads) p *= 2;
+  return p;
+}
+
+// Reduces `in` over the dimensions where reduced[d]; out_sizes is in's shape with 1 there. values and
+// indices (either may be absent) are laid out over out_sizes.
+void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& reduced, const std::vector<int64_t>& out_sizes,
+                   const StridedView* values, const StridedView* indices) {
+  std::vector<int64_t> inner_sizes(in.sizes.size(), 1);
+  int64_t reduce_size = 1;
+  for (size_t d = 0; d < in.sizes.size(); ++d)
+    if (reduced[d]) {
+      inner_sizes[d] = in.sizes[d];
+      reduce_size *= in.sizes[d];
+    }
+  int64_t num_outputs = 1;
+  for (int64_t s : out_sizes) num_outputs *= s;
+  if (num_outputs == 0) return;
+
+  const std::vector<int64_t>& value_strides = values ? values->strides : in.strides;
+  const std::vector<int64_t>& index_strides = indices ? indices->strides : in.strides;
+  dispatch_dtype(in.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = reduce_acc_t<T>;
+    ReduceArgs<T> args{};
+    args.in = static_cast<const T*>(in.data);
+    args.values = values ? values->data : nullptr;
+    args.values_dtype = values ? values->dtype : in.dtype;
+    args.indices = indices ? static_cast<int64_t*>(indices->data) : nullptr;
+    args.num_outputs = num_outputs;
+    args.reduce_size = reduce_size;
+    args.kind = combine_for(op);
+    args.mean = op == ReduceOp::mean;
+    args.norm = op == ReduceOp::norm;
+    args.mean_factor = static_cast<Acc>(static_cast<Acc>(num_outputs) / static_cast<Acc>(num_outputs * reduce_size));
+    args.outer = make_indexer<3>(out_sizes, {in.strides, value_strides, index_strides});
+    args.inner = make_indexer<1>(inner_sizes, {in.strides});
+
+    const bool reduced_elements_adjacent = args.inner.ndim > 0 && args.inner.strides[0][args.inner.ndim - 1] == 1;
+    const bool thread_per_output = reduce_size <= 16 || (!reduced_elements_adjacent && num_outputs >= 4096);
+    if (thread_per_output) {
+      reduce_thread_per_output<T><<<grid_for(num_outputs), kBlockThreads>>>(args);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_thread_per_output");
+    } else {
+      const unsigned threads = std::max(32u, next_power_of_two(reduce_size));
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(num_outputs, int64_t{1} << 20));
+      reduce_block_per_output<T><<<blocks, threads>>>(args);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_block_per_output");
+    }
+  });
+}
+
+
+// ---------------------------------------------------------------------------------- var / std (Welford)
+// Each thread folds its elements into (mean, m2, n); partial states merge with Chan's formula. Accumulates
+// in float for float32/float16/bfloat16 and double for float64, as PyTorch's WelfordOps.
+template <typename Acc>
+struct Welford {
+  Acc mean;
+  Acc m2;
+  Acc n;
+};
+
+template <typename Acc>
+__device__ __forceinline__ Welford<Acc> welford_add(Welford<Acc> s, Acc x) {
+  const Acc n = s.n + Acc(1);
+  const Acc delta = x - s.mean;
+  const Acc mean = s.mean + delta / n;
+  return {mean, s.m2 + delta * (x - mean), n};
+}
+
+template <typename Acc>
+__device__ __forceinline__ Welford<Acc> welford_merge(Welford<Acc> a, Welford<Acc> b) {
+  if (a.n == Acc(0)) return b;
+  if (b.n == Acc(0)) return a;
+  const Acc n = a.n + b.n;
+  const Acc nb_over_n = b.n / n;
+  const Acc delta = b.mean - a.mean;
+  return {a.mean + delta * nb_over_n, a.m2 + b.m2 + delta * delta * a.n * nb_over_n, n};
+}
+
+template <typename T>
+struct VarianceArgs {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const T* in;
+  void* out;
+  ScalarType out_dtype;
+  int64_t num_outputs;
+  int64_t reduce_size;
+  Acc correction;
+  bool take_sqrt;
+  StridedIndexer<2> outer;  // over the output shape: offsets into in, out
+  StridedIndexer<1> inner;  // over the reduced dimensions: offset into in
+
+  __device__ __forceinline__ Acc element(int64_t in_base, int64_t r) const {
+    int64_t off[1];
+    inner.offsets(r, off);
+    return convert<Acc>(in[in_base + off[0]]);
+  }
+  __device__ __forceinline__ void write(int64_t out_offset, Welford<Acc> s) const {
+    const Acc divisor = s.n > correction ? s.n - correction : Acc(0);
+    Acc v = s.m2 / divisor;
+    if (take_sqrt) v = sqrt(v);
+    store_as(out, out_dtype, out_offset, v);
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads) variance_block_per_output(VarianceArgs<T> args) {
+  using Acc = typename VarianceArgs<T>::Acc;
+  __shared__ Welford<Acc> partial[kBlockThreads];
+  for (int64_t out_i = blockIdx.x; out_i < args.num_outputs; out_i += gridDim.x) {
+    int64_t o[2];
+    args.outer.offsets(out_i, o);
+    Welford<Acc> s{Acc(0), Acc(0), Acc(0)};
+    for (int64_t r = threadIdx.x; r < args.reduce_size; r += blockDim.x) s = welford_add(s, args.element(o[0], r));
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
+      if (threadIdx.x < width) partial[threadIdx.x] = welford_merge(partial[threadIdx.x], partial[threadIdx.x + width]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) args.write(o[1], partial[0]);
+    __syncthreads();
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads) variance_thread_per_output(VarianceArgs<T> args) {
+  using Acc = typename VarianceArgs<T>::Acc;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t out_i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; out_i < args.num_outputs;
+       out_i += step) {
+    int64_t o[2];
+    args.outer.offsets(out_i, o);
+    Welford<Acc> s{Acc(0), Acc(0), Acc(0)};
+    for (int64_t r = 0; r < args.reduce_size; ++r) s = welford_add(s, args.element(o[0], r));
+    args.write(o[1], s);
+  }
+}
+
+}  // namespace
+
+void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) {
+  if (out.sizes.size() != in.sizes.size())
+    throw std::invalid_argument("cuda backend: reduce_variance: the output must keep the input's rank");
+  std::vector<int64_t> inner_sizes(in.sizes.size(), 1);
+  int64_t reduce_size = 1;
+  for (size_t d = 0; d < in.sizes.size(); ++d) {
+    const bool reduced = out.sizes[d] == 1 && in.sizes[d] != 1;
+    if (!reduced && out.sizes[d] != in.sizes[d])
+      throw std::invalid_argument("cuda backend: reduce_variance: output size must be 1 or the input's in every dimension");
+    if (reduced) {
+      inner_sizes[d] = in.sizes[d];
+      reduce_size *= in.sizes[d];
+    }
+  }
+  int64_t num_outputs = 1;
+  for (int64_t s : out.sizes) num_outputs *= s;
+  if (num_outputs == 0) return;
+  dispatch_floating(in.dtype, "var/std", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = typename VarianceArgs<T>::Acc;
+    VarianceArgs<T> args{};
+    args.in = static_cast<const T*>(in.data);
+    args.out = out.data;
+    args.out_dtype = out.dtype;
+    args.num_outputs = num_outputs;
+    args.reduce_size = reduce_size;
+    args.correction = static_cast<Acc>(correction);
+    args.take_sqrt = take_sqrt;
+    args.outer = make_indexer<2>(out.sizes, {in.strides, out.strides});
+    args.inner = make_indexer<1>(inner_sizes, {in.strides});
+    const bool reduced_elements_adjacent = args.inner.ndim > 0 && args.inner.strides[0][args.inner.ndim - 1] == 1;
+    const bool thread_per_output = reduce_size <= 16 || (!reduced_elements_adjacent && num_outputs >= 4096);
+    if (thread_per_output) {
+      variance_thread_per_output<T><<<grid_for(num_outputs), kBlockThreads>>>(args);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("variance_thread_per_output");
+    } else {
+      const unsigned threads = std::max(32u, next_power_of_two(reduce_size));
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(num_outputs, int64_t{1} << 20));
+      variance_block_per_output<T><<<blocks, threads>>>(args);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("variance_block_per_output");
+    }
+  });
+}
+
+namespace {
+}  // namespace
+
+void reduce(ReduceOp op, const StridedView& out, const StridedView& in) {
+  if (out.sizes.size() != in.sizes.size())
+    throw std::invalid_argument("cuda backend: reduce: the output must keep the input's rank");
+  std::vector<bool> reduced(in.sizes.size());
+  for (size_t d = 0; d < in.sizes.size(); ++d) {
+    reduced[d] = out.sizes[d] == 1 && in.sizes[d] != 1;
+    if (!reduced[d] && out.sizes[d] != in.sizes[d])
+      throw std::invalid_argument("cuda backend: reduce: output size must be 1 or the input's in every dimension");
+  }
+  if (op == ReduceOp::var || op == ReduceOp::std)
+    throw std::invalid_argument("cuda backend: reduce: var/std go through reduce_variance");
+  if (op == ReduceOp::norm && !is_floating_point(in.dtype))
+    throw std::invalid_argument("cuda backend: reduce: norm needs a floating dtype");
+  const bool wants_index = op == ReduceOp::argmax || op == ReduceOp::argmin;
+  if (wants_index && out.dtype != ScalarType::int64)
+    throw std::invalid_argument("cuda backend: reduce: argmax/argmin write int64");
+  launch_reduce(op, in, reduced, out.sizes, wants_index ? nullptr : &out, wants_index ? &out : nullptr);
+}
+
+void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim) {
+  const int64_t ndim = static_cast<int64_t>(in.sizes.size());
+  if (dim < 0 || dim >= std::max<int64_t>(ndim, 1))
+    throw std::invalid_argument("cuda backend: reduce_with_indices: dimension out of range");
+  if (op != ReduceOp::max && op != ReduceOp::min && op != ReduceOp::argmax && op != ReduceOp::argmin)
+    throw std::invalid_argument("cuda backend: reduce_with_indices: only max and min have indices");
+  if (indices.dtype != ScalarType::int64)
+    throw std::invalid_argument("cuda backend: reduce_with_indices: indices must be int64");
+  if (values.sizes != indices.sizes || values.sizes.size() != in.sizes.size())
+    throw std::invalid_argument("cuda backend: reduce_with_indices: values and indices must have in's rank");
+  std::vector<bool> reduced(in.sizes.size(), false);
+  if (ndim > 0) reduced[dim] = true;
+  launch_reduce(op, in, reduced, values.sizes, &values, &indices);
+}
+
+}  // namespace bytegrad::cuda

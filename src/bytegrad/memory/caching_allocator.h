@@ -1,0 +1,145 @@
+// One device's caching allocator, following PyTorch's CUDA caching allocator rule for rule:
+// requests are rounded (size_rules.h), served best-fit from cached free blocks of the same stream and
+// pool, carved from the front of the block found, and otherwise from a new segment; frees merge with free
+// neighbours and stay cached until empty_cache (or an OOM retry) releases whole free segments.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bytegrad/memory/alloc_config.h"
+#include "bytegrad/memory/history.h"
+#include "bytegrad/memory/raw_memory.h"
+#include "bytegrad/memory/size_rules.h"
+#include "bytegrad/memory/stats.h"
+
+namespace bytegrad {
+
+enum class BlockState { active_allocated, active_pending_free, inactive };
+std::string_view block_state_name(BlockState state);
+
+struct BlockInfo {
+  uintptr_t address = 0;
+  size_t size = 0;
+  size_t requested_size = 0;  // stale on free blocks, as in PyTorch
+  BlockState state = BlockState::inactive;
+};
+
+struct SegmentInfo {
+  uintptr_t address = 0;
+  size_t total_size = 0;
+  size_t allocated_size = 0;
+  size_t active_size = 0;
+  size_t requested_size = 0;  // of active blocks only
+  StreamId stream = 0;
+  PoolKind pool = PoolKind::small;
+  std::vector<BlockInfo> blocks;  // in address order, tiling the segment
+};
+
+struct MemorySnapshot {
+  int device_index = 0;
+  std::vector<SegmentInfo> segments;  // sorted by address
+  std::vector<TraceEntry> trace;      // the history, oldest first (empty unless recording)
+  AllocatorConfig settings;
+};
+
+class CachingAllocator {
+ public:
+  CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index = 0);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // A block for `bytes` on `stream`; nullptr for 0 bytes. Throws OutOfMemoryError after flushing the
+  // cache and retrying; the allocator stays consistent, so the caller may free memory and try again.
+  void* malloc(size_t bytes, StreamId stream = 0);
+  // Returns a block from malloc; nullptr is ignored. An unknown pointer throws std::invalid_argument.
+  void free(void* ptr);
+  // Releases every cached segment that is entirely free.
+  void empty_cache();
+
+  // Caps the segments this allocator may hold at fraction * total device memory (0 <= fraction <= 1).
+  void set_memory_fraction(double fraction);
+  double memory_fraction() const;  // 1.0 until one is set
+
+  DeviceStats stats() const;
+  std::map<std::string, int64_t> memory_stats() const { return stats().flatten(); }
+  int64_t memory_allocated() const;
+  int64_t max_memory_allocated() const;
+  int64_t memory_reserved() const;
+  int64_t max_memory_reserved() const;
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+  // PyTorch's 75-column memory_summary() table.
+  std::string memory_summary(bool abbreviated = false) const;
+
+  MemorySnapshot snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (memory_viz.h)
+  void record_history(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
+  bool history_enabled() const;  // whether record_history(true) is in effect
+
+  RawMemory::Info mem_get_info();
+  const AllocatorConfig& config() const { return config_; }
+  int device_index() const { return device_index_; }
+
+  // The rounded block size behind a live pointer (0 if it is not one of ours).
+  size_t block_size(const void* ptr) const;
+
+ private:
+  struct Block;
+  struct BlockOrder {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  struct BlockPool {
+    PoolKind kind;
+    std::set<Block*, BlockOrder> free_blocks;
+    uint64_t search_count = 0;  // get_free_block calls, the clock that ages blocks for garbage collection
+  };
+  struct Request {
+    size_t requested;  // bytes asked for
+    size_t size;       // rounded block size
+    size_t segment_size;
+    StreamId stream;
+    BlockPool* pool;
+    Block* block = nullptr;
+  };
+
+  BlockPool& pool_of(PoolKind kind) { return kind == PoolKind::small ? small_pool_ : large_pool_; }
+  bool find_free_block(Request& request);
+  bool allocate_segment(Request& request, bool is_retry);
+  bool release_available_cached_blocks(const Request& request);
+  void release_cached_blocks();
+  void release_free_segments(BlockPool& pool);
+  void release_segment(Block* block);
+  void collect_garbage();
+  Block* take_found_block(Request& request);
+  void free_block(Block* block);
+  size_t merge_into(Block* dst, Block* src, BlockPool& pool);
+  void insert_free(BlockPool& pool, Block* block);
+  [[noreturn]] void throw_out_of_memory(const Request& request);
+  Block* new_block();
+  void recycle_block(Block* block);
+
+  std::unique_ptr<RawMemory> raw_;
+  AllocatorConfig config_;
+  int device_index_;
+  mutable std::mutex mutex_;
+  BlockPool small_pool_{PoolKind::small, {}, 0};
+  BlockPool large_pool_{PoolKind::large, {}, 0};
+  std::unordered_map<uintptr_t, Block*> active_blocks_;
+  std::vector<Block*> spare_blocks_;  // recycled Block objects
+  DeviceStats stats_;
+  size_t total_reserved_ = 0;  // bytes of all segments: what the fraction cap and GC test
+  bool fraction_set_ = false;
+  size_t allowed_maximum_ = 0;
+  size_t device_total_ = 0;
+  History history_;
+};
+
+}  // namespace bytegrad

@@ -1,0 +1,207 @@
+#include "bytegrad/memory/device_allocators.h"
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace bytegrad {
+
+namespace {
+
+struct DeviceKey {
+  DeviceType type;
+  int index;
+  auto operator<=>(const DeviceKey&) const = default;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<DeviceKey, std::unique_ptr<CachingAllocator>> allocators;
+  std::map<DeviceKey, SimulatedCapacity> capacities;
+  std::optional<Device> default_device;
+  std::vector<std::unique_ptr<CachingAllocator>> retired;  // allocators whose blocks outlived their scope
+};
+
+Registry& registry() {
+  static Registry* instance = new Registry();  // never destroyed: tensors may outlive static destructors
+  return *instance;
+}
+
+SimulatedCapacity capacity_of(const Registry& r, Device device) {
+  if (auto it = r.capacities.find(DeviceKey{device.type, device.index}); it != r.capacities.end()) return it->second;
+  return {};
+}
+
+// A new allocator for `device` with BYTEGRAD_ALLOC_CONF and (sim, meta) `capacity`. Throws, leaving the
+// registry untouched, on a bad setting or a cuda device that is not present.
+std::unique_ptr<CachingAllocator> make_allocator(Device device, SimulatedCapacity capacity) {
+  AllocatorConfig config = AllocatorConfig::from_environment();  // first: a bad setting throws before any mapping
+  std::unique_ptr<RawMemory> raw;
+  switch (device.type) {
+    case DeviceType::sim: raw = make_host_backed_raw_memory(capacity); break;
+    case DeviceType::meta: raw = make_address_only_raw_memory(capacity); break;
+    case DeviceType::cuda:
+      if (device.index >= cuda_device_count())
+        throw std::runtime_error(device.str() + " is not available: " + std::to_string(cuda_device_count()) +
+                                 " CUDA device(s) visible");
+      raw = make_cuda_raw_memory(device.index);
+      break;
+    case DeviceType::cpu:
+      throw std::invalid_argument("cpu memory is not cached: use host_allocator()");
+  }
+  return std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index);
+}
+
+// Replaces the device's allocator (and, for a simulated device, its capacity) with a fresh one. The new
+// allocator is built before anything changes: when BYTEGRAD_ALLOC_CONF or the capacity is bad this throws
+// and the device keeps its previous allocator, statistics and capacity. A cuda device's allocator is made
+// on first use (resetting needs no GPU); its configuration is still checked here.
+void replace_allocator(Registry& r, Device device, SimulatedCapacity capacity) {
+  DeviceKey key{device.type, device.index};
+  auto it = r.allocators.find(key);
+  if (it != r.allocators.end() && it->second->memory_allocated() != 0)
+    throw std::logic_error("cannot reset " + device.str() + " while " +
+                           std::to_string(it->second->memory_allocated()) + " bytes are still allocated on it");
+  std::unique_ptr<CachingAllocator> fresh;
+  if (device.type == DeviceType::cuda) AllocatorConfig::from_environment();
+  else fresh = make_allocator(device, capacity);
+  if (device.type != DeviceType::cuda) r.capacities.insert_or_assign(key, capacity);
+  if (fresh) r.allocators.insert_or_assign(key, std::move(fresh));
+  else if (it != r.allocators.end()) r.allocators.erase(it);
+}
+
+void require_simulated(Device device, const char* what) {
+  if (device.type != DeviceType::sim && device.type != DeviceType::meta)
+    throw std::invalid_argument(std::string(what) + ": " + device.str() + " is not a simulated device (sim or meta)");
+}
+
+}  // namespace
+
+CachingAllocator& caching_allocator(Device device) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const DeviceKey key{device.type, device.index};
+  if (auto it = r.allocators.find(key); it != r.allocators.end()) return *it->second;
+  // Inserted only once made: a failed creation (bad BYTEGRAD_ALLOC_CONF, absent GPU) leaves no entry.
+  auto made = make_allocator(device, capacity_of(r, device));
+  return *r.allocators.emplace(key, std::move(made)).first->second;
+}
+
+void configure_simulated_device(Device device, SimulatedCapacity capacity) {
+  require_simulated(device, "configure_simulated_device");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  replace_allocator(r, device, capacity);
+}
+
+DeviceLaunchLimits device_launch_limits(Device device) {
+  switch (device.type) {
+    case DeviceType::cuda: return cuda_launch_limits(device.index);
+    case DeviceType::sim:
+    case DeviceType::meta: {
+      Registry& r = registry();
+      std::lock_guard lock(r.mutex);
+      SimulatedCapacity capacity;
+      if (auto it = r.capacities.find(DeviceKey{device.type, device.index}); it != r.capacities.end())
+        capacity = it->second;
+      return {capacity.multiprocessor_count, capacity.max_threads_per_multiprocessor};
+    }
+    case DeviceType::cpu: break;
+  }
+  throw std::invalid_argument("device_launch_limits: " + device.str() + " has no CUDA launch limits");
+}
+
+SimulatedCapacity simulated_capacity(Device device) {
+  require_simulated(device, "simulated_capacity");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return capacity_of(r, device);
+}
+
+std::unique_ptr<CachingAllocator> make_simulated_allocator(Device device, SimulatedCapacity capacity) {
+  require_simulated(device, "make_simulated_allocator");
+  return make_allocator(device, capacity);
+}
+
+SimulatedDeviceState exchange_simulated_device(Device device, SimulatedDeviceState state) {
+  require_simulated(device, "exchange_simulated_device");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const DeviceKey key{device.type, device.index};
+  SimulatedDeviceState previous{nullptr, capacity_of(r, device)};
+  if (auto it = r.allocators.find(key); it != r.allocators.end()) {
+    previous.allocator = std::move(it->second);
+    r.allocators.erase(it);
+  }
+  if (state.allocator) r.allocators.emplace(key, std::move(state.allocator));
+  r.capacities.insert_or_assign(key, state.capacity);
+  return previous;
+}
+
+void retire_allocator(std::unique_ptr<CachingAllocator> allocator) {
+  if (!allocator || allocator->memory_allocated() == 0) return;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.retired.push_back(std::move(allocator));
+}
+
+void reset_device(Device device) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  replace_allocator(r, device, capacity_of(r, device));
+}
+
+void* HostAllocator::malloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!ptr) throw std::bad_alloc();
+  std::lock_guard lock(mutex_);
+  allocated_ += static_cast<int64_t>(bytes);
+  if (allocated_ > peak_) peak_ = allocated_;
+  return ptr;
+}
+
+void HostAllocator::free(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  std::free(ptr);
+  std::lock_guard lock(mutex_);
+  allocated_ -= static_cast<int64_t>(bytes);
+}
+
+int64_t HostAllocator::memory_allocated() const {
+  std::lock_guard lock(mutex_);
+  return allocated_;
+}
+
+int64_t HostAllocator::max_memory_allocated() const {
+  std::lock_guard lock(mutex_);
+  return peak_;
+}
+
+HostAllocator& host_allocator() {
+  static HostAllocator* instance = new HostAllocator();
+  return *instance;
+}
+
+bool cuda_is_available() { return cuda_device_count() > 0; }
+
+Device default_device() {
+  Registry& r = registry();
+  {
+    std::lock_guard lock(r.mutex);
+    if (r.default_device) return *r.default_device;
+  }
+  return cuda_is_available() ? Device{DeviceType::cuda, 0} : Device{DeviceType::sim, 0};
+}
+
+void set_default_device(Device device) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.default_device = device;
+}
+
+}  // namespace bytegrad

@@ -1,0 +1,72 @@
+#include "bytegrad/memory/memory_story.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/size_rules.h"
+
+namespace bytegrad {
+
+MemoryStory::MemoryStory(Device device) : device_(device) {
+  CachingAllocator& allocator = caching_allocator(device);
+  allocator.record_history(true);
+  allocator_ = &allocator;
+}
+
+MemoryStory::~MemoryStory() { caching_allocator(device_).record_history(false); }
+
+std::string MemoryStory::since_last_mark() {
+  CachingAllocator& allocator = caching_allocator(device_);
+  std::string prefix;
+  // The device was reconfigured: a new allocator, a new history. The new allocator may sit at the old one's
+  // address, so a history that is not recording tells it too.
+  if (&allocator != allocator_ || !allocator.history_enabled()) {
+    allocator.record_history(true);
+    allocator_ = &allocator;
+    seen_ = 0;
+    live_.clear();
+    prefix = "device reconfigured (its history starts after this mark)";
+  }
+  const std::vector<TraceEntry> trace = allocator.snapshot().trace;
+  std::map<std::string, int64_t> added, removed;  // by tag: blocks made since the last mark / older ones freed
+  int64_t transient_count = 0;
+  for (size_t i = seen_; i < trace.size(); ++i) {
+    const TraceEntry& e = trace[i];
+    if (e.action == TraceAction::alloc) {
+      // The block's real size (a request can be handed a whole unsplit block); round_size only for blocks
+      // already freed again, which count as transient anyway.
+      const size_t live_bytes = allocator.block_size(reinterpret_cast<const void*>(e.address));
+      const size_t bytes = live_bytes ? live_bytes : round_size(e.size, allocator.config());
+      live_[e.address] = {bytes, e.tag.empty() ? "untagged" : e.tag, true};
+    } else if (e.action == TraceAction::free_requested) {
+      auto it = live_.find(e.address);
+      if (it == live_.end()) continue;  // allocated before the story began
+      if (it->second.this_mark) {
+        ++transient_count;
+      } else {
+        removed[it->second.tag] += static_cast<int64_t>(it->second.bytes);
+      }
+      live_.erase(it);
+    }
+  }
+  seen_ = trace.size();
+  for (auto& [address, block] : live_) {
+    if (!block.this_mark) continue;
+    added[block.tag] += static_cast<int64_t>(block.bytes);
+    block.this_mark = false;
+  }
+  std::vector<std::pair<int64_t, std::string>> phrases;
+  for (const auto& [tag, bytes] : added) phrases.emplace_back(bytes, fmt::format("+{} {}", bytes, tag));
+  for (const auto& [tag, bytes] : removed) phrases.emplace_back(bytes, fmt::format("-{} {} (earlier)", bytes, tag));
+  std::stable_sort(phrases.begin(), phrases.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string text;
+  for (const auto& [bytes, phrase] : phrases) text += (text.empty() ? "" : ", ") + phrase;
+  if (transient_count > 0) text += fmt::format("{}{} transient blocks", text.empty() ? "" : "; ", transient_count);
+  if (!prefix.empty()) return prefix;
+  return text.empty() ? "no change" : text;
+}
+
+}  // namespace bytegrad::programs

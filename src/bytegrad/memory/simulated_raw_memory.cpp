@@ -1,0 +1,178 @@
+// The two simulated devices share one capacity rule (a segment fits while the segments in use plus the
+// context reservation stay within the total) and one placement rule. They differ only in what backs an
+// address.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "bytegrad/memory/raw_memory.h"
+#include "bytegrad/memory/virtual_address_space.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BYTEGRAD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BYTEGRAD_ASAN 1
+#endif
+#endif
+#if BYTEGRAD_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace bytegrad {
+
+namespace {
+
+// The largest total a simulated device may have: its address span (four times the total) must fit in a
+// 64-bit address above meta's base (1 << 44) without wrapping.
+constexpr size_t kMaxSimulatedTotalBytes = size_t{1} << 58;
+
+// Throws std::invalid_argument naming the SimulatedCapacity field at fault. Called before anything is
+// reserved, so a bad capacity leaks nothing.
+void check_capacity(const SimulatedCapacity& capacity) {
+  if (capacity.context_bytes > capacity.total_bytes)
+    throw std::invalid_argument("simulated device: context reservation (context_bytes " +
+                                std::to_string(capacity.context_bytes) + ") exceeds its total (total_bytes " +
+                                std::to_string(capacity.total_bytes) + ")");
+  if (capacity.total_bytes > kMaxSimulatedTotalBytes)
+    throw std::invalid_argument("simulated device: total_bytes " + std::to_string(capacity.total_bytes) +
+                                " is too large (at most " + std::to_string(kMaxSimulatedTotalBytes) + ")");
+  if (capacity.multiprocessor_count <= 0)
+    throw std::invalid_argument("simulated device: multiprocessor_count must be positive, got " +
+                                std::to_string(capacity.multiprocessor_count));
+  if (capacity.max_threads_per_multiprocessor <= 0)
+    throw std::invalid_argument("simulated device: max_threads_per_multiprocessor must be positive, got " +
+                                std::to_string(capacity.max_threads_per_multiprocessor));
+}
+
+class SimulatedRawMemory : public RawMemory {
+ public:
+  explicit SimulatedRawMemory(SimulatedCapacity capacity) : capacity_(capacity) { check_capacity(capacity); }
+
+  void* allocate(size_t bytes) final {
+    if (bytes > capacity_.total_bytes - capacity_.context_bytes - in_use_) return nullptr;
+    void* ptr = map(bytes);
+    if (ptr) in_use_ += bytes;
+    return ptr;
+  }
+
+  void release(void* ptr, size_t bytes) final {
+    unmap(ptr, bytes);
+    in_use_ -= bytes;
+  }
+
+  Info info() final { return {capacity_.total_bytes - capacity_.context_bytes - in_use_, capacity_.total_bytes}; }
+  std::optional<size_t> process_memory_in_use() final { return capacity_.context_bytes + in_use_; }
+
+ protected:
+  virtual void* map(size_t bytes) = 0;
+  virtual void unmap(void* ptr, size_t bytes) = 0;
+
+ private:
+  SimulatedCapacity capacity_;
+  size_t in_use_ = 0;
+};
+
+// Segment addresses follow the CUDA driver's placement (virtual_address_space.h) inside one reserved
+// range; sim maps host pages there, meta only hands out the addresses.
+class PlacedRawMemory : public SimulatedRawMemory {
+ public:
+  PlacedRawMemory(SimulatedCapacity capacity, uintptr_t base, size_t span)
+      : SimulatedRawMemory(capacity), addresses_(base, span) {}
+
+ protected:
+  void* map(size_t bytes) override {
+    uintptr_t address = addresses_.allocate(bytes);
+    if (address == 0) return nullptr;
+    if (!commit(reinterpret_cast<void*>(address), bytes)) {
+      addresses_.release(address, bytes);
+      return nullptr;
+    }
+    return reinterpret_cast<void*>(address);
+  }
+  void unmap(void* ptr, size_t bytes) override {
+    decommit(ptr, bytes);
+    addresses_.release(reinterpret_cast<uintptr_t>(ptr), bytes);
+  }
+  virtual bool commit(void*, size_t) { return true; }
+  virtual void decommit(void*, size_t) {}
+
+  // Room for the capacity several times over, since regions are rounded up and gaps can strand space.
+  static size_t span_for(const SimulatedCapacity& capacity) {
+    constexpr size_t kGiB = size_t{1} << 30;
+    return std::max<size_t>(4 * capacity.total_bytes, 64 * kGiB) / kGiB * kGiB;
+  }
+
+ private:
+  VirtualAddressSpace addresses_;
+};
+
+class HostBackedRawMemory final : public PlacedRawMemory {
+ public:
+  explicit HostBackedRawMemory(SimulatedCapacity capacity)
+      : HostBackedRawMemory(capacity, reserve(span_for(capacity)), span_for(capacity)) {}
+  ~HostBackedRawMemory() override { munmap(base_, span_); }
+
+ protected:
+  // MAP_NORESERVE: pages are committed when first written, so a simulated 80 GB card needs only the host
+  // memory its kernels actually touch.
+  // A new segment is all cached memory until the allocator hands out a block of it.
+  bool commit(void* ptr, size_t bytes) override {
+    if (mmap(ptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
+        MAP_FAILED)
+      return false;
+    mark_in_use(ptr, bytes, false);
+    return true;
+  }
+  // Replacing the pages with an inaccessible mapping returns them to the host and traps stray use.
+  void decommit(void* ptr, size_t bytes) override {
+    mark_in_use(ptr, bytes, true);  // the shadow of released pages is clean again
+    mmap(ptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  }
+
+ public:
+  void mark_in_use(void* ptr, size_t bytes, bool in_use) override {
+#if BYTEGRAD_ASAN
+    if (in_use) ASAN_UNPOISON_MEMORY_REGION(ptr, bytes);
+    else ASAN_POISON_MEMORY_REGION(ptr, bytes);
+#else
+    (void)ptr, (void)bytes, (void)in_use;
+#endif
+  }
+
+ private:
+  HostBackedRawMemory(SimulatedCapacity capacity, void* base, size_t span)
+      : PlacedRawMemory(capacity, reinterpret_cast<uintptr_t>(base), span), base_(base), span_(span) {}
+
+  static void* reserve(size_t span) {
+    void* base = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED)
+      throw std::runtime_error("sim device: cannot reserve " + std::to_string(span) +
+                               " bytes of address space (four times total_bytes, at least 64 GiB)");
+    return base;
+  }
+
+  void* base_;
+  size_t span_;
+};
+
+class AddressOnlyRawMemory final : public PlacedRawMemory {
+ public:
+  explicit AddressOnlyRawMemory(SimulatedCapacity capacity)
+      : PlacedRawMemory(capacity, uintptr_t{1} << 44, span_for(capacity)) {}
+};
+
+}  // namespace
+
+std::unique_ptr<RawMemory> make_host_backed_raw_memory(SimulatedCapacity capacity) {
+  check_capacity(capacity);  // before the address space is reserved
+  return std::make_unique<HostBackedRawMemory>(capacity);
+}
+
+std::unique_ptr<RawMemory> make_address_only_raw_memory(SimulatedCapacity capacity) {
+  return std::make_unique<AddressOnlyRawMemory>(capacity);
+}
+
+}  // namespace bytegrad

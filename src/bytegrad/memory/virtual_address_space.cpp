@@ -1,0 +1,50 @@
+#include "bytegrad/memory/virtual_address_space.h"
+
+#include <iterator>
+
+namespace bytegrad {
+
+VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span) : limit_(base) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  const uintptr_t anchor = base + span - 128 * kMiB;  // "T": the first small segment of a fresh process
+  gaps_.emplace(anchor, 2 * kMiB);
+  gaps_.emplace(anchor + 74 * kMiB, 24 * kMiB);
+  bottom_ = anchor - 414 * kMiB;
+}
+
+uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
+  for (auto it = gaps_.begin(); it != gaps_.end(); ++it) {
+    if (it->second < bytes) continue;
+    const uintptr_t address = it->first;
+    const size_t rest = it->second - bytes;
+    gaps_.erase(it);
+    if (rest > 0) gaps_.emplace(address + bytes, rest);
+    return address;
+  }
+  const size_t region = (bytes + kRegionGranularity - 1) / kRegionGranularity * kRegionGranularity;
+  if (bottom_ - limit_ < region) return 0;
+  bottom_ -= region;
+  if (region > bytes) add_gap(bottom_ + bytes, region - bytes);
+  return bottom_;
+}
+
+void VirtualAddressSpace::release(uintptr_t address, size_t bytes) { add_gap(address, bytes); }
+
+// Inserts a free range, merging it with free neighbours.
+void VirtualAddressSpace::add_gap(uintptr_t address, size_t bytes) {
+  auto next = gaps_.lower_bound(address);
+  if (next != gaps_.end() && address + bytes == next->first) {
+    bytes += next->second;
+    next = gaps_.erase(next);
+  }
+  if (next != gaps_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == address) {
+      prev->second += bytes;
+      return;
+    }
+  }
+  gaps_.emplace(address, bytes);
+}
+
+}  // namespace bytegrad

@@ -1,0 +1,37 @@
+#include "bytegrad/nn/init.h"
+
+#include <cmath>
+#include <vector>
+
+#include "bytegrad/memory/allocation_context.h"
+
+namespace bytegrad::nn::init {
+
+namespace {
+
+template <typename Draw>
+const Tensor& fill_with(const Tensor& t, Draw draw) {
+  std::vector<double> values(static_cast<size_t>(t.numel()));
+  for (double& v : values) v = draw();
+  fill_from_host(t, values);
+  return t;
+}
+
+}  // namespace
+
+Tensor empty_parameter(const Shape& sizes, TensorOptions options) {
+  AllocationScope scope("parameter");
+  return empty(sizes, options);
+}
+
+const Tensor& uniform_(const Tensor& t, double bound) {
+  return fill_with(t, [bound] { return (2.0 * random_uniform() - 1.0) * bound; });
+}
+
+const Tensor& normal_(const Tensor& t, double mean, double std) {
+  return fill_with(t, [mean, std] { return mean + std * random_normal(); });
+}
+
+double fan_in_bound(int64_t fan_in) { return fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0; }
+
+}  // namespace bytegrad::nn::init

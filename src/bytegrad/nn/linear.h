@@ -1,0 +1,21 @@
+// Linear, as torch.nn.Linear.
+#pragma once
+
+#include "bytegrad/nn/module.h"
+
+namespace bytegrad::nn {
+
+// y = x W^T + b. Weight and bias start as PyTorch's: uniform in (-1/sqrt(in), 1/sqrt(in)) (nn/init.h).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, TensorOptions options = {});
+  Tensor forward(const Tensor& input) override;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // undefined without bias
+
+ private:
+  Tensor weight_;
+  Tensor bias_;
+};
+
+}  // namespace bytegrad::nn

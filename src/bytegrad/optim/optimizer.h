@@ -1,0 +1,33 @@
+// The optimizer base. Each optimizer (sgd.h, adam.h) lists PyTorch's device memory, state and per-step
+// temporaries beside its class, for both of torch.optim's eager paths (fused=False, capturable=False):
+//  - the single-tensor path (foreach=False), the default here: one parameter at a time, so its
+//    temporaries are a parameter's size;
+//  - the multi-tensor path (foreach=true in the options): what torch.optim.SGD/Adam/AdamW use on CUDA when
+//    foreach is not given. Its _foreach_* ops make one temporary per parameter, all alive together, so the
+//    step's peak holds a whole parameter set more.
+// Every step runs under a NoGradGuard. Parameters without a gradient are skipped (no state).
+#pragma once
+
+#include <vector>
+
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual void step() = 0;
+  // set_to_none (PyTorch's default) drops every .grad, freeing it; otherwise zeroes them in place.
+  void zero_grad(bool set_to_none = true);
+  const std::vector<Tensor>& params() const { return params_; }
+
+ protected:
+  std::vector<Tensor> params_;
+};
+
+}  // namespace bytegrad::optim

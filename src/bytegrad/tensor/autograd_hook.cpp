@@ -1,0 +1,19 @@
+#include "bytegrad/tensor/autograd_hook.h"
+
+#include <atomic>
+
+namespace bytegrad {
+
+namespace {
+std::atomic<AutogradHook*> installed_hook{nullptr};
+thread_local bool recording_paused = false;
+}
+
+bool autograd_recording_paused() { return recording_paused; }
+AutogradRecordingPause::AutogradRecordingPause() : previous_(recording_paused) { recording_paused = true; }
+AutogradRecordingPause::~AutogradRecordingPause() { recording_paused = previous_; }
+
+void install_autograd_hook(AutogradHook* hook) { installed_hook.store(hook); }
+AutogradHook* autograd_hook() { return installed_hook.load(std::memory_order_relaxed); }
+
+}  // namespace bytegrad

@@ -1,0 +1,184 @@
+#include "bytegrad/tensor/blas_workspace.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <mutex>
+#include <memory>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/storage.h"
+
+namespace bytegrad {
+
+namespace {
+
+constexpr const char* kWorkspaceSyntax = "expected ':SIZE:COUNT' pairs, SIZE in KiB (e.g. ':4096:8' or ':0:0')";
+
+[[noreturn]] void bad_workspace_config(const std::string& text, const std::string& what) {
+  throw std::invalid_argument("CUBLAS_WORKSPACE_CONFIG='" + text + "': " + what + "; " + kWorkspaceSyntax);
+}
+
+// One SIZE or COUNT of CUBLAS_WORKSPACE_CONFIG (digits only: the pattern matched them).
+size_t parse_workspace_number(const std::string& digits, const std::string& text) {
+  size_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec == std::errc::result_out_of_range) bad_workspace_config(text, "'" + digits + "' is out of range");
+  if (ec != std::errc() || end != digits.data() + digits.size())
+    bad_workspace_config(text, "'" + digits + "' is not a number");
+  return value;
+}
+
+// set_blas_workspace_config's text, which takes the place of CUBLAS_WORKSPACE_CONFIG while set.
+std::mutex config_override_mutex;
+std::optional<std::string>& config_override() {
+  static auto* text = new std::optional<std::string>;
+  return *text;
+}
+
+std::optional<std::string> cublas_workspace_config_text() {
+  {
+    std::lock_guard lock(config_override_mutex);
+    if (config_override()) return config_override();
+  }
+  if (const char* text = std::getenv("CUBLAS_WORKSPACE_CONFIG")) return std::string(text);
+  return std::nullopt;
+}
+
+size_t parse_workspace_config(const std::string& config, size_t default_bytes) {
+  static const std::regex pair(":([0-9]+):([0-9]+)");
+  constexpr size_t kMax = std::numeric_limits<size_t>::max();
+  size_t total = 0;
+  bool matched = false;
+  for (std::sregex_iterator it(config.begin(), config.end(), pair), end; it != end; ++it) {
+    matched = true;
+    const size_t kib = parse_workspace_number((*it)[1].str(), config);
+    const size_t count = parse_workspace_number((*it)[2].str(), config);
+    auto overflow = [&] {
+      bad_workspace_config(config, "the workspaces (" + (*it)[1].str() + " KiB x " + (*it)[2].str() +
+                                       ", in all) overflow " + std::to_string(kMax) + " bytes");
+    };
+    if (kib > kMax / 1024) overflow();
+    const size_t size = kib * 1024;
+    if (count != 0 && size > kMax / count) overflow();
+    if (size * count > kMax - total) overflow();
+    total += size * count;
+  }
+  return matched ? total : default_bytes;  // PyTorch warns and keeps the default when it cannot parse
+}
+
+size_t parse_cublas_workspace_config(size_t default_bytes) {
+  const std::optional<std::string> config = cublas_workspace_config_text();
+  return config ? parse_workspace_config(*config, default_bytes) : default_bytes;
+}
+
+// Keyed by the device's allocator, not only the device: a device given a fresh allocator
+// (testing::FreshDevice) starts without workspaces, as a fresh process does, and the old allocator keeps its.
+using WorkspaceKey = std::tuple<int, int, const CachingAllocator*>;  // device type, index, allocator
+struct Workspaces {
+  std::map<WorkspaceKey, Storage> cublas;
+  std::map<WorkspaceKey, Storage> cublaslt;
+};
+
+thread_local BlasHandleOwner handle_owner = BlasHandleOwner::calling_thread;
+
+Workspaces& calling_thread_workspaces() {
+  thread_local Workspaces workspaces;
+  return workspaces;
+}
+
+// The autograd device thread is one per process, whichever thread runs backward.
+std::mutex autograd_thread_mutex;
+Workspaces& autograd_thread_workspaces() {
+  static auto* workspaces = new Workspaces;  // never destroyed: it may outlive the allocators at exit
+  return *workspaces;
+}
+
+BlasWorkspace get_or_allocate(std::map<WorkspaceKey, Storage>& cache, Device device, size_t bytes) {
+  if (device.type == DeviceType::cpu || bytes == 0) return {};
+  auto& slot = cache[{static_cast<int>(device.type), device.index, &caching_allocator(device)}];
+  if (!slot) {
+    AllocationScope scope(handle_owner == BlasHandleOwner::calling_thread ? "workspace" : "autograd-thread workspace");
+    slot = std::make_shared<StorageImpl>(bytes, device);
+  }
+  return {slot->data(), slot->nbytes()};
+}
+
+}  // namespace
+
+size_t blas_workspace_bytes(Device device) {
+  if (device.type == DeviceType::cpu) return 0;
+  const bool hopper = device.type != DeviceType::cuda || cuda_compute_capability_major(device.index) == 9;
+  const size_t default_bytes = hopper ? size_t{4096} * 1024 * 8 : size_t{4096} * 1024 * 2 + size_t{16} * 1024 * 8;
+  return parse_cublas_workspace_config(default_bytes);
+}
+
+size_t blas_lt_workspace_bytes(Device device) {
+  if (blas_workspace_bytes(device) == 0) return 0;
+  const char* text = std::getenv("CUBLASLT_WORKSPACE_SIZE");
+  if (!text) return size_t{1024} * 1024;
+  const std::string_view digits(text);
+  size_t kib = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), kib);
+  if (ec != std::errc() || end != digits.data() + digits.size() || kib > std::numeric_limits<size_t>::max() / 1024)
+    throw std::invalid_argument("CUBLASLT_WORKSPACE_SIZE='" + std::string(digits) +
+                                "': expected a size in KiB, a non-negative integer below 2^54 (e.g. 1024)");
+  return kib * 1024;
+}
+
+namespace {
+
+template <typename Choose>
+BlasWorkspace owned_workspace(Device device, size_t bytes, Choose choose) {
+  if (handle_owner == BlasHandleOwner::calling_thread) return get_or_allocate(choose(calling_thread_workspaces()), device, bytes);
+  std::lock_guard lock(autograd_thread_mutex);
+  return get_or_allocate(choose(autograd_thread_workspaces()), device, bytes);
+}
+
+}  // namespace
+
+BlasWorkspace blas_workspace(Device device) {
+  return owned_workspace(device, blas_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublas; });
+}
+
+BlasWorkspace blas_lt_workspace(Device device) {
+  return owned_workspace(device, blas_lt_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublaslt; });
+}
+
+void clear_blas_workspaces() {
+  calling_thread_workspaces() = {};
+  std::lock_guard lock(autograd_thread_mutex);
+  autograd_thread_workspaces() = {};
+}
+
+void release_blas_workspaces(const CachingAllocator& allocator) {
+  auto release = [&](Workspaces& w) {
+    for (auto* cache : {&w.cublas, &w.cublaslt})
+      std::erase_if(*cache, [&](const auto& entry) { return std::get<2>(entry.first) == &allocator; });
+  };
+  release(calling_thread_workspaces());
+  std::lock_guard lock(autograd_thread_mutex);
+  release(autograd_thread_workspaces());
+}
+
+void set_blas_workspace_config(std::optional<std::string> config) {
+  if (config) parse_workspace_config(*config, 0);  // a bad setting throws here, leaving the previous one
+  std::lock_guard lock(config_override_mutex);
+  config_override() = std::move(config);
+}
+
+BlasHandleOwner current_blas_handle_owner() { return handle_owner; }
+
+BlasHandleOwnerScope::BlasHandleOwnerScope(BlasHandleOwner owner) : previous_(handle_owner) { handle_owner = owner; }
+BlasHandleOwnerScope::~BlasHandleOwnerScope() { handle_owner = previous_; }
+
+}  // namespace bytegrad

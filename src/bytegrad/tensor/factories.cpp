@@ -1,0 +1,89 @@
+// Tensor factories: every one allocates exactly one block of numel * element_size bytes.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad {
+
+Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions options) {
+  check_shape("empty", sizes);
+  if (sizes.size() != strides.size())
+    throw std::invalid_argument(fmt::format("empty_strided: {} sizes but {} strides", sizes.size(), strides.size()));
+  const size_t bytes = storage_bytes_for("empty_strided", sizes, strides, 0, element_size(options.dtype));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<StorageImpl>(bytes, options.resolved_device());
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->dtype = options.dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor empty(const Shape& sizes, TensorOptions options) {
+  check_shape("empty", sizes);
+  return empty_strided(sizes, contiguous_strides(sizes), options);
+}
+
+Tensor full(const Shape& sizes, double value, TensorOptions options) {
+  AllocationScope scope(value == 0.0 ? "zeros" : value == 1.0 ? "ones" : "full");
+  Tensor out = empty(sizes, options);
+  backend_for(out.device()).fill(out.view_for_kernels(), value);
+  return out;
+}
+
+Tensor zeros(const Shape& sizes, TensorOptions options) { return full(sizes, 0.0, options); }
+Tensor ones(const Shape& sizes, TensorOptions options) { return full(sizes, 1.0, options); }
+
+Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  if (step == 0.0) throw std::invalid_argument("arange: step must be nonzero");
+  if ((end - start) / step < 0)
+    throw std::invalid_argument(fmt::format("arange: the range [{}, {}) with step {} has the wrong sign", start, end, step));
+  const double steps = std::ceil((end - start) / step);
+  if (!(steps < 0x1p63))
+    throw std::length_error(fmt::format("arange: the range [{}, {}) with step {} has {} elements, more than int64 can "
+                                        "count", start, end, step, steps));
+  const auto count = static_cast<int64_t>(steps);
+  AllocationScope scope("arange");
+  Tensor out = empty({count}, options);
+  backend_for(out.device()).arange(out.view_for_kernels(), start, step);
+  return out;
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
+Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, TensorOptions{t.dtype(), t.device()}); }
+
+Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions options) {
+  if (static_cast<int64_t>(values.size()) != shape_numel(sizes))
+    throw std::invalid_argument(fmt::format("from_vector: {} values do not fill shape {}", values.size(), shape_str(sizes)));
+  AllocationScope scope("tensor");
+  Tensor out = empty(sizes, options);
+  fill_from_host(out, values);
+  return out;
+}
+
+Tensor tensor(std::initializer_list<double> values, TensorOptions options) {
+  return from_vector(std::vector<double>(values), {static_cast<int64_t>(values.size())}, options);
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options) {
+  std::vector<double> values;
+  const int64_t columns = rows.size() ? static_cast<int64_t>(rows.begin()->size()) : 0;
+  for (const auto& row : rows) {
+    if (static_cast<int64_t>(row.size()) != columns)
+      throw std::invalid_argument(fmt::format("tensor: rows have different lengths ({} and {})", columns, row.size()));
+    values.insert(values.end(), row.begin(), row.end());
+  }
+  return from_vector(values, {static_cast<int64_t>(rows.size()), columns}, options);
+}
+
+Tensor scalar_tensor(double value, TensorOptions options) { return from_vector({value}, {}, options); }
+
+}  // namespace bytegrad

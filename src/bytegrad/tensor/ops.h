@@ -1,0 +1,279 @@
+// Tensor operations, libtorch-style: free functions, operators, and (declared in tensor.h) members.
+//
+// Memory rule: every op allocates exactly the blocks PyTorch's op allocates for its result (one output of
+// numel * element_size bytes unless noted beside the op), inside an AllocationScope named after the op.
+// Views allocate nothing; in-place ops (trailing underscore) allocate nothing and bump the version
+// counter. Python-number scalars never become device tensors.
+//
+// Types: bytegrad does not promote. Tensor operands of one op must share a dtype and a device, else
+// std::invalid_argument names the op and both operands. Comparisons and logical ops return bool. A scalar
+// adopts the tensor's dtype: int_tensor + 0.5 stays int64 and adds 0 (PyTorch would return float32);
+// comparisons with a scalar are exact (done in double). Float-only ops (div, exp, log, sqrt, sigmoid,
+// tanh, gelu, mean, softmax) reject integer tensors instead of returning float as PyTorch does.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad {
+
+// ------------------------------------------------------------------------------------ elementwise
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b, broadcasting
+Tensor add(const Tensor& a, double b, double alpha = 1.0);
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a - alpha * b
+Tensor sub(const Tensor& a, double b, double alpha = 1.0);
+Tensor sub(double a, const Tensor& b);  // rsub
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, double b);
+Tensor div(double a, const Tensor& b);
+Tensor pow(const Tensor& base, const Tensor& exponent);
+Tensor pow(const Tensor& base, double exponent);
+Tensor pow(double base, const Tensor& exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small x
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact (erf) form
+Tensor logical_not(const Tensor& x);
+
+// Comparisons: bool results.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+// Elementwise and/or of truth values (nonzero is true): bool results.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+
+// cond ? a : b, all three broadcast together; cond is bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// A copy of x (broadcast with mask, contiguous) with value where mask is true.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+// Activation gradients fused as PyTorch fuses them (one output each; see BinaryOp in backend.h).
+Tensor relu_backward(const Tensor& grad, const Tensor& result);
+Tensor sigmoid_backward(const Tensor& grad, const Tensor& result);
+Tensor tanh_backward(const Tensor& grad, const Tensor& result);
+Tensor gelu_backward(const Tensor& grad, const Tensor& input);
+
+// ------------------------------------------------------------------------------------- operators
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+// In place (x += y is x.add_(y)).
+const Tensor& operator+=(const Tensor& a, const Tensor& b);
+const Tensor& operator+=(const Tensor& a, double b);
+const Tensor& operator-=(const Tensor& a, const Tensor& b);
+const Tensor& operator-=(const Tensor& a, double b);
+const Tensor& operator*=(const Tensor& a, const Tensor& b);
+const Tensor& operator*=(const Tensor& a, double b);
+const Tensor& operator/=(const Tensor& a, const Tensor& b);
+const Tensor& operator/=(const Tensor& a, double b);
+
+// ------------------------------------------------------------------------------------ reductions
+// All elements: a 0-d result (one 512-byte block). Integer and bool sums are int64, as in PyTorch.
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
+Tensor prod(const Tensor& x);
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+// torch.amax/amin: the largest/smallest value over `dims` (empty: every dimension), no indices.
+Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x);  // index into the flattened tensor
+Tensor argmin(const Tensor& x);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // int64
+};
+// Two allocations, values then indices (as torch.max(x, dim)).
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+
+// torch.linalg.vector_norm(x, 2, dims, keepdim) (Tensor.norm()): the 2-norm over every element, or over
+// `dims` (empty: every dimension). Floating dtypes only; the result has x's dtype. As PyTorch: when every
+// reduced dimension has size 1 (or x is 0-d) it is abs(x) written into the output; otherwise a reduction
+// with float accumulation (double for float64), whose CUDA scratch is sum's. Gradient: grad * (x / norm),
+// 0 where norm == 0 (saves self and result).
+Tensor norm(const Tensor& x);
+Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false);
+// Tensor.var() / Tensor.std(): sum((x - mean)^2) / (n - correction) (its square root for std) over every
+// element or over `dims` (empty: every dimension, as dim=None); correction 1 (unbiased) by default, 0 for
+// the population variance (var(x, {}, false, 0.0) over everything); n <= correction gives inf/NaN as
+// PyTorch. Note the argument order: keepdim before correction (libtorch's var(x, dim, correction, keepdim)
+// puts it last); there is deliberately no var(x, correction) overload, which var(x, {1}) would pick. Floating dtypes only. One output, then
+// PyTorch's Welford kernel's scratch (16-byte accumulator, 32 for float64; 2 values per thread). Gradient
+// (2 / (n - correction)) * grad * (x - x.mean(dims, true)) (var saves self; std saves self and result and
+// first forms grad / (2 * result), 0 where result == 0).
+Tensor var(const Tensor& x);
+Tensor var(const Tensor& x, const Shape& dims, bool keepdim = false, double correction = 1.0);
+Tensor std(const Tensor& x);
+Tensor std(const Tensor& x, const Shape& dims, bool keepdim = false, double correction = 1.0);
+
+// -------------------------------------------------------------------------------- matrix products
+// On devices with a BLAS workspace (cuda, and sim/meta which model it) each product obtains this thread's
+// cuBLAS workspace after allocating its output (allocated once, on first use); addmm/linear with a fusable
+// bias also obtain the cuBLASLt block. Operands cuBLAS cannot read in place are first copied as PyTorch
+// copies them (documented in ops_matmul.cpp).
+Tensor matmul(const Tensor& a, const Tensor& b);  // torch.matmul, PyTorch's decomposition
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor mv(const Tensor& m, const Tensor& v);
+Tensor dot(const Tensor& a, const Tensor& b);
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);
+Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt);
+Tensor outer(const Tensor& a, const Tensor& b);
+
+// ----------------------------------------------------------------------------------------- nn ops
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// The gradient of (log_)softmax given its output (PyTorch's _softmax_backward_data).
+Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log = false);
+
+struct DropoutResult {
+  Tensor output;
+  Tensor mask;  // bool, true where kept; undefined when nothing was dropped (eval, p == 0)
+};
+// Training with 0 < p < 1: allocates a bool mask, then the output (PyTorch's fused native_dropout); the
+// mask is drawn from the process generator. Eval or p == 0 returns x itself (no allocation); p == 1
+// returns x * 0 through a 0-d zero (two allocations, as PyTorch's _dropout).
+DropoutResult dropout_with_mask(const Tensor& x, double p, bool train = true);
+Tensor dropout(const Tensor& x, double p, bool train = true);
+// Dropout's gradient, grad * mask * scale, as one allocation (PyTorch's native_dropout_backward: a
+// contiguous result; no temporaries).
+Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double scale);
+
+// weight[indices]: rows of a 2-d weight picked by int64/int32 indices of any shape.
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// ---------------------------------------------------------------------------------- normalization
+// (ops_norm.cpp) PyTorch's native_layer_norm (its CUDA kernel's allocations): the input is normalized over
+// its trailing dims given by normalized_shape (M rows of N = prod(normalized_shape) elements). A
+// non-contiguous input (or weight, bias) is first copied (freed on return); then output (input's shape and
+// dtype, contiguous), mean, rstd (M elements each, float32 for the 16- and 32-bit floats, float64 for
+// float64; viewed as input.shape[:axis] + [1] * len(normalized_shape)). Recorded as "native_layer_norm"
+// (inputs {input, weight, bias, mean, rstd}, the last two without edges; scalars {eps}; ints
+// normalized_shape): the node saves input, weight, bias, mean and rstd, so without a graph mean and rstd
+// are freed when the caller drops them.
+struct LayerNormResult {
+  Tensor output;
+  Tensor mean;
+  Tensor rstd;
+};
+LayerNormResult native_layer_norm(const Tensor& input, const Shape& normalized_shape,
+                                  const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                                  double eps);
+struct LayerNormGrads {
+  Tensor grad_input, grad_weight, grad_bias;  // undefined where output_mask is false
+};
+// PyTorch's native_layer_norm_backward (CUDA): grad_input, grad_weight, grad_bias allocated in that order
+// (those asked for), then a non-contiguous grad_output copied; when M > 65536 and N / 32 < 66 (the H100's
+// 132 SMs / 2) the weight and bias gradients are first summed into (R, N) partial blocks (input's dtype,
+// R = min(ceil(M / 32), 32768 / ceil(N / 32))) that are then reduced with sum(0), as PyTorch does.
+LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tensor& input, const Shape& normalized_shape,
+                                          const Tensor& mean, const Tensor& rstd, const std::optional<Tensor>& weight,
+                                          const std::optional<Tensor>& bias, std::array<bool, 3> output_mask);
+// F.layer_norm: native_layer_norm's output (mean and rstd live only as long as the graph needs them).
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+
+// ------------------------------------------------------------------------------- triangular parts
+// (ops_triangle.cpp) torch.triu / torch.tril over the last two dims (x at
+// least 2-d): elements with j - i >= diagonal (triu) or j - i <= diagonal (tril) kept, others zero. One
+// contiguous output; recorded as "triu"/"tril" (ints {diagonal}), whose gradient is grad.triu/tril.
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+
+// ----------------------------------------------------------------------------- indexing & joining
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// ------------------------------------------------------------------------------------------ losses
+// (ops_loss.cpp) Reduction is backend.h's (none, mean, sum: PyTorch's numbering).
+
+// PyTorch's nll_loss_forward: log_probs (N, C) or (C), target int64 (N) or (). Allocates the output ((N) for
+// none with a 2-d input, else 0-d) THEN total_weight (0-d, log_probs' dtype), as the structured kernel's
+// two outputs; a non-contiguous log_probs or target is copied after them (expect_contiguous). Recorded as
+// "nll_loss" with inputs {log_probs, target, total_weight} (total_weight never requires grad: its edge is
+// null) and ints {reduction, ignore_index}; the node keeps total_weight alive until backward, so without a
+// graph it is freed when the call returns. Class weights are not supported.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,
+                int64_t ignore_index = -100);
+// PyTorch's nll_loss_backward: one zeroed (contiguous) gradient of self's shape, then non-contiguous
+// operands copied (target, self, grad_output: expect_contiguous in that order), then the kernel.
+Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Tensor& target,
+                         const Tensor& total_weight, Reduction reduction, int64_t ignore_index);
+// Composite, as PyTorch's cross_entropy with class indices: nll_loss(log_softmax(logits, class dim)), the
+// class dim being 1 (0 for a 1-d logits). No label smoothing, no class weights.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean,
+                     int64_t ignore_index = -100);
+// PyTorch's mse_loss: input and target of one shape. none: one output of that shape. mean/sum: the output
+// first, allocated input-sized as for none (the structured meta function) and resized to 0-d, keeping its
+// input-sized block; then an input-sized (input - target)^2 temporary (TensorIterator's layout), reduced
+// into the output and freed on return (Loss.cpp's mse_loss_out). Recorded as "mse_loss" (inputs {input,
+// target}, ints {reduction}); the node saves both.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// norm * (input - target) * grad_output, norm = 2 / numel for mean, 2 otherwise: one zeroed input-sized
+// allocation (PyTorch's zeros_like + mse_loss_backward_out).
+Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const Tensor& target, Reduction reduction);
+
+// ----------------------------------------------------------------------------- in-place updates
+// (ops_inplace.cpp) For optimizers: each writes self and allocates nothing (operands broadcast to self's
+// shape, one dtype and device). Recorded under their names, so using them on tensors that need a graph is
+// a clear error (no derivatives are defined): call them inside a NoGradGuard.
+const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight);             // self += w * (end - self)
+const Tensor& addcmul_(const Tensor& self, const Tensor& a, const Tensor& b, double value = 1.0);  // += v*a*b
+const Tensor& addcdiv_(const Tensor& self, const Tensor& a, const Tensor& b, double value = 1.0);  // += v*a/b
+const Tensor& sqrt_(const Tensor& self);
+const Tensor& maximum_(const Tensor& self, const Tensor& other);  // torch.maximum(self, other, out=self)
+
+}  // namespace bytegrad

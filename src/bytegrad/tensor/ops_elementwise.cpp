@@ -1,0 +1,349 @@
+// Elementwise ops: one output laid out as PyTorch's TensorIterator lays it out (ops_support.h), or none
+// for the in-place forms. Scalars are passed to the kernel as numbers, never as device tensors.
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/ops_support.h"
+
+namespace bytegrad {
+
+using namespace ops_detail;
+
+namespace {
+
+ScalarType result_dtype(DtypeRule rule, ScalarType operand) {
+  return rule == DtypeRule::to_bool ? ScalarType::bool_ : operand;
+}
+
+Tensor unary_compute(const char* name, UnaryOp op, const Tensor& x) {
+  AllocationScope scope(name);
+  check_defined(name, x);
+  check_dtype_rule(name, dtype_rule(op), x);
+  Tensor out = empty_elementwise_output(x.sizes(), result_dtype(dtype_rule(op), x.dtype()), x.device(), {&x});
+  backend_of(x).unary(op, kv(out), kv(x));
+  return out;
+}
+
+Tensor binary_compute(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha) {
+  AllocationScope scope(name);
+  check_same_device(name, a, b);
+  check_same_dtype(name, a, b);
+  check_dtype_rule(name, dtype_rule(op), a);
+  const Shape shape = broadcast_shapes(name, a, b);
+  Tensor out = empty_elementwise_output(shape, result_dtype(dtype_rule(op), a.dtype()), a.device(), {&a, &b});
+  backend_of(a).binary(op, kv(out), kv(a.expand(shape)), kv(b.expand(shape)), alpha);
+  return out;
+}
+
+Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar) {
+  AllocationScope scope(name);
+  check_defined(name, a);
+  const ScalarOpKernel kernel = scalar_op_kernel(op);
+  check_dtype_rule(name, dtype_rule(kernel.kernel), a);
+  Tensor out = empty_elementwise_output(a.sizes(), result_dtype(dtype_rule(kernel.kernel), a.dtype()), a.device(), {&a});
+  backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, kernel.order == OperandOrder::scalar_first);
+  return out;
+}
+
+const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor& self, const Tensor& other, double alpha) {
+  check_same_device(name, self, other);
+  check_same_dtype(name, self, other);
+  check_writable(name, self);
+  check_dtype_rule(name, dtype_rule(op), self);
+  if (broadcast_shapes(name, self, other) != self.sizes())
+    throw std::invalid_argument(fmt::format("{}: {} cannot be broadcast to the shape of the in-place target {}", name,
+                                            describe(other), describe(self)));
+  backend_of(self).binary(op, kv(self), kv(self), kv(other.expand(self.sizes())), alpha);
+  self.bump_version();
+  return self;
+}
+
+const Tensor& inplace_scalar_compute(const char* name, OpId op, const Tensor& self, double scalar) {
+  check_defined(name, self);
+  check_writable(name, self);
+  const ScalarOpKernel kernel = scalar_op_kernel(op);
+  check_dtype_rule(name, dtype_rule(kernel.kernel), self);
+  backend_of(self).binary_scalar(kernel.kernel, kv(self), kv(self), scalar, false);
+  self.bump_version();
+  return self;
+}
+
+const Tensor& inplace_unary_compute(const char* name, UnaryOp op, const Tensor& self) {
+  check_defined(name, self);
+  check_writable(name, self);
+  check_dtype_rule(name, dtype_rule(op), self);
+  backend_of(self).unary(op, kv(self), kv(self));
+  self.bump_version();
+  return self;
+}
+
+// Each op computes without recording its internal broadcast views, then records itself (bool results,
+// such as comparisons, have no gradient).
+template <UnaryOp op>
+Tensor unary_op(const Tensor& x) {
+  constexpr OpId id = op_id(op);
+  const std::string name(op_name(id));
+  Tensor out = without_recording([&] { return unary_compute(name.c_str(), op, x); });
+  if (out.dtype() != ScalarType::bool_) record_for_autograd({x}, [&] { return make_record<id>({x}, {out}); });
+  return out;
+}
+
+template <BinaryOp op>
+Tensor binary_op(const Tensor& a, const Tensor& b, ArgsOf<op_id(op)> args = {}) {
+  constexpr OpId id = op_id(op);
+  double alpha = 1.0;
+  if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
+  Tensor out = without_recording([&] { return binary_compute(op_name(id).data(), op, a, b, alpha); });
+  if (out.dtype() != ScalarType::bool_) record_for_autograd({a, b}, [&] { return make_record<id>({a, b}, {out}, args); });
+  return out;
+}
+
+// `name` is the user's op ("sub" for x - 2 and 2 - x); the record is the table's scalar row.
+template <OpId id>
+Tensor scalar_op(const char* name, const Tensor& a, double scalar) {
+  Tensor out = without_recording([&] { return scalar_compute(name, id, a, scalar); });
+  if (out.dtype() != ScalarType::bool_) record_for_autograd({a}, [&] { return make_record<id>({a}, {out}, {scalar}); });
+  return out;
+}
+
+// In-place ops record their op's row with in_place set: the recorder rebases self's history.
+template <BinaryOp op>
+const Tensor& inplace_binary(const char* name, const Tensor& self, const Tensor& other, ArgsOf<op_id(op)> args = {}) {
+  constexpr OpId id = op_id(op);
+  double alpha = 1.0;
+  if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
+  check_in_place_for_autograd(id, {self, other});
+  without_recording([&] { return inplace_binary_compute(name, op, self, other, alpha); });
+  record_for_autograd({self, other}, [&] { return make_in_place_record<id>({self, other}, args); });
+  return self;
+}
+
+template <OpId id>
+const Tensor& inplace_scalar(const char* name, const Tensor& self, double scalar) {
+  check_in_place_for_autograd(id, {self});
+  without_recording([&] { return inplace_scalar_compute(name, id, self, scalar); });
+  record_for_autograd({self}, [&] { return make_in_place_record<id>({self}, {scalar}); });
+  return self;
+}
+
+template <UnaryOp op>
+const Tensor& inplace_unary(const char* name, const Tensor& self) {
+  check_in_place_for_autograd(op_id(op), {self});
+  without_recording([&] { return inplace_unary_compute(name, op, self); });
+  record_for_autograd({self}, [&] { return make_in_place_record<op_id(op)>({self}); });
+  return self;
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------- unary (generated)
+
+// Every unary row of the op table is a free function and a Tensor member.
+#define BYTEGRAD_DEFINE_UNARY(op, ...)                                        \
+  Tensor op(const Tensor& x) { return unary_op<UnaryOp::op>(x); }            \
+  Tensor Tensor::op() const { return unary_op<UnaryOp::op>(*this); }
+BYTEGRAD_UNARY_OPS(BYTEGRAD_DEFINE_UNARY)
+#undef BYTEGRAD_DEFINE_UNARY
+
+// ------------------------------------------------------------------------------------- arithmetic
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::add>(a, b, {alpha}); }
+Tensor add(const Tensor& a, double b, double alpha) { return scalar_op<OpId::add_scalar>("add", a, alpha * b); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::sub>(a, b, {alpha}); }
+Tensor sub(const Tensor& a, double b, double alpha) { return scalar_op<OpId::sub_scalar>("sub", a, alpha * b); }
+Tensor sub(double a, const Tensor& b) { return scalar_op<OpId::rsub_scalar>("rsub", b, a); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::mul>(a, b); }
+Tensor mul(const Tensor& a, double b) { return scalar_op<OpId::mul_scalar>("mul", a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::div>(a, b); }
+Tensor div(const Tensor& a, double b) { return scalar_op<OpId::div_scalar>("div", a, b); }
+Tensor div(double a, const Tensor& b) { return scalar_op<OpId::rdiv_scalar>("div", b, a); }
+Tensor pow(const Tensor& base, const Tensor& exponent) { return binary_op<BinaryOp::pow>(base, exponent); }
+Tensor pow(const Tensor& base, double exponent) { return scalar_op<OpId::pow_scalar>("pow", base, exponent); }
+Tensor pow(double base, const Tensor& exponent) { return scalar_op<OpId::rpow_scalar>("pow", exponent, base); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::maximum>(a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::minimum>(a, b); }
+
+// ------------------------------------------------------------------------------------ comparisons
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::eq>(a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::ne>(a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::lt>(a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::le>(a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::gt>(a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::ge>(a, b); }
+Tensor eq(const Tensor& a, double b) { return scalar_op<OpId::eq_scalar>("eq", a, b); }
+Tensor ne(const Tensor& a, double b) { return scalar_op<OpId::ne_scalar>("ne", a, b); }
+Tensor lt(const Tensor& a, double b) { return scalar_op<OpId::lt_scalar>("lt", a, b); }
+Tensor le(const Tensor& a, double b) { return scalar_op<OpId::le_scalar>("le", a, b); }
+Tensor gt(const Tensor& a, double b) { return scalar_op<OpId::gt_scalar>("gt", a, b); }
+Tensor ge(const Tensor& a, double b) { return scalar_op<OpId::ge_scalar>("ge", a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::logical_and>(a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::logical_or>(a, b); }
+
+// ----------------------------------------------------------------------------- where, masked_fill
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  AllocationScope scope("where");
+  check_same_device("where", cond, a);
+  check_same_device("where", a, b);
+  check_same_dtype("where", a, b);
+  if (cond.dtype() != ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("where: the condition {} must be bool", describe(cond)));
+  const Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond, a), b.sizes());
+  Tensor out = empty_elementwise_output(shape, a.dtype(), a.device(), {&cond, &a, &b});
+  without_recording([&] {
+    backend_of(a).where(kv(out), kv(cond.expand(shape)), kv(a.expand(shape)), kv(b.expand(shape)));
+    return 0;
+  });
+  record_for_autograd({cond, a, b}, [&] { return make_record<OpId::where>({cond, a, b}, {out}); });
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  AllocationScope scope("masked_fill");
+  check_same_device("masked_fill", x, mask);
+  if (mask.dtype() != ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("masked_fill: the mask {} must be bool", describe(mask)));
+  // PyTorch: result = expand(x).clone(contiguous), then masked_fill_ on it.
+  const Shape shape = broadcast_shapes("masked_fill", x, mask);
+  Tensor out = empty(shape, TensorOptions{x.dtype(), x.device()});
+  without_recording([&] {
+    backend_of(x).copy(kv(out), kv(x.expand(shape)));
+    backend_of(x).masked_fill(kv(out), kv(mask.expand(shape)), value);
+    return 0;
+  });
+  record_for_autograd({x, mask}, [&] { return make_record<OpId::masked_fill>({x, mask}, {out}, {value}); });
+  return out;
+}
+
+// ------------------------------------------------------------------------ activation gradients
+
+Tensor relu_backward(const Tensor& grad, const Tensor& result) { return binary_op<BinaryOp::relu_backward>(grad, result); }
+Tensor sigmoid_backward(const Tensor& grad, const Tensor& result) {
+  return binary_op<BinaryOp::sigmoid_backward>(grad, result);
+}
+Tensor tanh_backward(const Tensor& grad, const Tensor& result) { return binary_op<BinaryOp::tanh_backward>(grad, result); }
+Tensor gelu_backward(const Tensor& grad, const Tensor& input) { return binary_op<BinaryOp::gelu_backward>(grad, input); }
+
+// -------------------------------------------------------------------------------------- operators
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+Tensor operator/(double a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
+Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+const Tensor& operator+=(const Tensor& a, const Tensor& b) { return a.add_(b); }
+const Tensor& operator+=(const Tensor& a, double b) { return a.add_(b); }
+const Tensor& operator-=(const Tensor& a, const Tensor& b) { return a.sub_(b); }
+const Tensor& operator-=(const Tensor& a, double b) { return a.sub_(b); }
+const Tensor& operator*=(const Tensor& a, const Tensor& b) { return a.mul_(b); }
+const Tensor& operator*=(const Tensor& a, double b) { return a.mul_(b); }
+const Tensor& operator/=(const Tensor& a, const Tensor& b) { return a.div_(b); }
+const Tensor& operator/=(const Tensor& a, double b) { return a.div_(b); }
+
+// ---------------------------------------------------------------------------------------- members
+
+Tensor Tensor::add(const Tensor& other, double alpha) const { return bytegrad::add(*this, other, alpha); }
+Tensor Tensor::add(double other, double alpha) const { return bytegrad::add(*this, other, alpha); }
+Tensor Tensor::sub(const Tensor& other, double alpha) const { return bytegrad::sub(*this, other, alpha); }
+Tensor Tensor::sub(double other, double alpha) const { return bytegrad::sub(*this, other, alpha); }
+Tensor Tensor::mul(const Tensor& other) const { return bytegrad::mul(*this, other); }
+Tensor Tensor::mul(double other) const { return bytegrad::mul(*this, other); }
+Tensor Tensor::div(const Tensor& other) const { return bytegrad::div(*this, other); }
+Tensor Tensor::div(double other) const { return bytegrad::div(*this, other); }
+Tensor Tensor::pow(const Tensor& exponent) const { return bytegrad::pow(*this, exponent); }
+Tensor Tensor::pow(double exponent) const { return bytegrad::pow(*this, exponent); }
+Tensor Tensor::eq(const Tensor& other) const { return bytegrad::eq(*this, other); }
+Tensor Tensor::ne(const Tensor& other) const { return bytegrad::ne(*this, other); }
+Tensor Tensor::lt(const Tensor& other) const { return bytegrad::lt(*this, other); }
+Tensor Tensor::le(const Tensor& other) const { return bytegrad::le(*this, other); }
+Tensor Tensor::gt(const Tensor& other) const { return bytegrad::gt(*this, other); }
+Tensor Tensor::ge(const Tensor& other) const { return bytegrad::ge(*this, other); }
+Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return bytegrad::masked_fill(*this, mask, value); }
+
+const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
+  return inplace_binary<BinaryOp::add>("add_", *this, other, {alpha});
+}
+const Tensor& Tensor::add_(double other, double alpha) const {
+  return inplace_scalar<OpId::add_scalar>("add_", *this, alpha * other);
+}
+const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
+  return inplace_binary<BinaryOp::sub>("sub_", *this, other, {alpha});
+}
+const Tensor& Tensor::sub_(double other, double alpha) const {
+  return inplace_scalar<OpId::sub_scalar>("sub_", *this, alpha * other);
+}
+const Tensor& Tensor::mul_(const Tensor& other) const { return inplace_binary<BinaryOp::mul>("mul_", *this, other); }
+const Tensor& Tensor::mul_(double other) const { return inplace_scalar<OpId::mul_scalar>("mul_", *this, other); }
+const Tensor& Tensor::div_(const Tensor& other) const { return inplace_binary<BinaryOp::div>("div_", *this, other); }
+const Tensor& Tensor::div_(double other) const { return inplace_scalar<OpId::div_scalar>("div_", *this, other); }
+const Tensor& Tensor::neg_() const { return inplace_unary<UnaryOp::neg>("neg_", *this); }
+const Tensor& Tensor::relu_() const { return inplace_unary<UnaryOp::relu>("relu_", *this); }
+
+const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
+  check_same_device("masked_fill_", *this, mask);
+  check_writable("masked_fill_", *this);
+  if (mask.dtype() != ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("masked_fill_: the mask {} must be bool", describe(mask)));
+  if (broadcast_shapes("masked_fill_", *this, mask) != sizes())
+    throw std::invalid_argument(fmt::format("masked_fill_: the mask {} cannot be broadcast to {}", describe(mask),
+                                            describe(*this)));
+  check_in_place_for_autograd(OpId::masked_fill, {*this, mask});
+  without_recording([&] {
+    backend_of(*this).masked_fill(kv(*this), kv(mask.expand(sizes())), value);
+    return 0;
+  });
+  bump_version();
+  record_for_autograd({*this, mask}, [&] { return make_in_place_record<OpId::masked_fill>({*this, mask}, {value}); });
+  return *this;
+}
+
+namespace {
+
+// fill_ and zero_ (PyTorch's FillBackward0 and ZeroBackward0: the gradient through them is zero).
+template <OpId id>
+const Tensor& fill_in_place(const char* name, const Tensor& self, double value) {
+  check_defined(name, self);
+  check_writable(name, self);
+  check_in_place_for_autograd(id, {self});
+  backend_of(self).fill(kv(self), value);
+  self.bump_version();
+  if constexpr (id == OpId::fill)
+    record_for_autograd({self}, [&] { return make_in_place_record<id>({self}, {value}); });
+  else
+    record_for_autograd({self}, [&] { return make_in_place_record<id>({self}); });
+  return self;
+}
+
+}  // namespace
+
+const Tensor& Tensor::fill_(double value) const { return fill_in_place<OpId::fill>("fill_", *this, value); }
+const Tensor& Tensor::zero_() const { return fill_in_place<OpId::zero>("zero_", *this, 0.0); }
+
+}  // namespace bytegrad

@@ -1,0 +1,145 @@
+// Indexing and joining: index_select, gather, cat, stack. Each allocates its one contiguous output.
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/ops_support.h"
+
+namespace bytegrad {
+
+using namespace ops_detail;
+
+namespace {
+
+void check_index_dtype(const char* op, const Tensor& index) {
+  if (index.dtype() != ScalarType::int64 && index.dtype() != ScalarType::int32)
+    throw std::invalid_argument(fmt::format("{}: the index {} must be int64 or int32", op, describe(index)));
+}
+
+}  // namespace
+
+Tensor ops_detail::index_select_impl(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
+  check_same_device(op, x, index);
+  check_index_dtype(op, index);
+  if (index.dim() > 1)
+    throw std::invalid_argument(fmt::format("{}: the index {} must be 0-d or 1-d", op, describe(index)));
+  dim = wrap_dim(dim, x.dim(), op);
+  check_indices_in_range(op, index, dim, x.dim() > 0 ? x.sizes()[dim] : 1);
+  Shape shape = x.sizes();
+  if (x.dim() > 0) shape[dim] = index.numel();
+  Tensor out = empty(shape, TensorOptions{x.dtype(), x.device()});
+  backend_of(x).index_select(kv(out), kv(x), dim, kv(index.dim() == 0 ? index.view({1}) : index));
+  return out;
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  AllocationScope scope("index_select");
+  Tensor out = without_recording([&] { return index_select_impl(x, dim, index); });
+  record_for_autograd({x}, [&] {
+    return make_record<OpId::index_select>({x, index}, {out}, {wrap_dim(dim, x.dim(), "index_select")});
+  });
+  return out;
+}
+
+namespace {
+
+Tensor gather_compute(const Tensor& x, int64_t dim, const Tensor& index) {
+  AllocationScope scope("gather");
+  check_same_device("gather", x, index);
+  check_index_dtype("gather", index);
+  dim = wrap_dim(dim, x.dim(), "gather");
+  if (index.dim() != x.dim())
+    throw std::invalid_argument(fmt::format("gather: the index {} must have the rank of the input {}", describe(index),
+                                            describe(x)));
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != dim && index.sizes()[d] > x.sizes()[d])
+      throw std::invalid_argument(fmt::format("gather: the index {} is larger than the input {} at dimension {}",
+                                              describe(index), describe(x), d));
+  check_indices_in_range("gather", index, dim, x.dim() > 0 ? x.sizes()[dim] : 1);
+  Tensor out = empty(index.sizes(), TensorOptions{x.dtype(), x.device()});
+  backend_of(x).gather(kv(out), kv(x), dim, kv(index));
+  return out;
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = without_recording([&] { return gather_compute(x, dim, index); });
+  record_for_autograd({x}, [&] { return make_record<OpId::gather>({x, index}, {out}, {dim}); });
+  return out;
+}
+
+namespace {
+
+Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
+  AllocationScope scope("cat");
+  if (tensors.empty()) throw std::invalid_argument("cat: expected a non-empty list of tensors");
+  const Tensor& first = tensors.front();
+  check_defined("cat", first);
+  dim = wrap_dim(dim, std::max<int64_t>(first.dim(), 1), "cat");
+  if (first.dim() == 0) throw std::invalid_argument("cat: zero-dimensional tensors cannot be concatenated");
+  Shape shape = first.sizes();
+  shape[dim] = 0;
+  for (const Tensor& t : tensors) {
+    check_same_device("cat", first, t);
+    check_same_dtype("cat", first, t);
+    if (t.dim() != first.dim())
+      throw std::invalid_argument(fmt::format("cat: tensors must have the same rank, got {} and {}", describe(first), describe(t)));
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (d != dim && t.sizes()[d] != first.sizes()[d])
+        throw std::invalid_argument(fmt::format("cat: sizes must match except in dimension {}, got {} and {}", dim,
+                                                describe(first), describe(t)));
+    if (__builtin_add_overflow(shape[dim], t.sizes()[dim], &shape[dim]))
+      throw std::length_error(fmt::format("cat: the sizes along dimension {} add up to more than int64 can count", dim));
+  }
+  Tensor out = empty(shape, TensorOptions{first.dtype(), first.device()});
+  int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    backend_of(out).copy(kv(out.narrow(dim, offset, t.sizes()[dim])), kv(t));
+    offset += t.sizes()[dim];
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  Tensor out = without_recording([&] { return cat_compute(tensors, dim); });
+  record_for_autograd(tensors, [&] {
+    return make_record<OpId::cat>(tensors, {out}, {wrap_dim(dim, std::max<int64_t>(tensors.front().dim(), 1), "cat")});
+  });
+  return out;
+}
+
+// The cat of the inputs unsqueezed at dim.
+static Tensor stack_compute(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (tensors.empty()) throw std::invalid_argument("stack: expected a non-empty list of tensors");
+  dim = wrap_dim(dim, tensors.front().dim() + 1, "stack");
+  std::vector<Tensor> unsqueezed;
+  for (const Tensor& t : tensors) {
+    check_defined("stack", t);
+    if (t.sizes() != tensors.front().sizes())
+      throw std::invalid_argument(fmt::format("stack: expects each tensor to be equal size, but got {} and {}",
+                                              describe(tensors.front()), describe(t)));
+    unsqueezed.push_back(t.unsqueeze(dim));
+  }
+  return cat(unsqueezed, dim);
+}
+
+// PyTorch: cat of the inputs unsqueezed at dim (views), one allocation; one StackBackward node.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  AllocationScope scope("stack");
+  Tensor out = without_recording([&] { return stack_compute(tensors, dim); });
+  record_for_autograd(tensors, [&] {
+    return make_record<OpId::stack>(tensors, {out}, {wrap_dim(dim, tensors.front().dim() + 1, "stack")});
+  });
+  return out;
+}
+
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return bytegrad::index_select(*this, dim, index); }
+Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return bytegrad::gather(*this, dim, index); }
+
+}  // namespace bytegrad

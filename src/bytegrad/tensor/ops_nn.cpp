@@ -1,0 +1,168 @@
+// Neural-network ops: (log_)softmax and its gradient, dropout, embedding lookup.
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/ops_support.h"
+
+namespace bytegrad {
+
+using namespace ops_detail;
+
+namespace {
+
+// PyTorch's CUDA softmax (host_softmax) allocates the contiguous output, then reads a contiguous input:
+// a non-contiguous input is first copied to a temporary (freed when the op returns).
+Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
+  AllocationScope scope(name);
+  check_defined(name, x);
+  check_dtype_rule(name, OpId::softmax, x);
+  dim = wrap_dim(dim, x.dim(), name);
+  Tensor out = empty(x.sizes(), TensorOptions{x.dtype(), x.device()});
+  const Tensor input = x.contiguous();
+  backend_of(x).softmax(kv(out), kv(input), dim, log);
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+template <OpId op>
+Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log) {
+  const char* name = op_name(op).data();
+  Tensor out = without_recording([&] { return softmax_op(name, x, dim, log); });
+  record_for_autograd({x}, [&] { return make_record<op>({x}, {out}, {wrap_dim(dim, x.dim(), name)}); });
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_recorded<OpId::softmax>(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_recorded<OpId::log_softmax>(x, dim, true); }
+
+Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax_backward" : "softmax_backward";
+  AllocationScope scope(name);
+  check_same_device(name, grad_output, output);
+  check_same_dtype(name, grad_output, output);
+  if (grad_output.sizes() != output.sizes())
+    throw std::invalid_argument(fmt::format("{}: the gradient {} and the output {} differ in shape", name,
+                                            describe(grad_output), describe(output)));
+  dim = wrap_dim(dim, output.dim(), name);
+  Tensor grad_input = empty(output.sizes(), TensorOptions{output.dtype(), output.device()});
+  // PyTorch's softmax_backward_cuda_out first computes tmp = grad * output into a new tensor (an elementwise
+  // result, freed on return) and hands tmp to its kernel; ours fuses that product, so the block is only
+  // allocated, where and as long as PyTorch's is (events.jsonl "softmax [64,10]": alloc, alloc, free).
+  // log_softmax's backward has no such temporary.
+  Tensor product_block;
+  if (!log)
+    product_block = empty_elementwise_output(output.sizes(), output.dtype(), output.device(), {&grad_output, &output});
+  // As the forward: contiguous operands (copies only when they are not).
+  const Tensor grad = grad_output.contiguous();
+  const Tensor out = output.contiguous();
+  backend_of(output).softmax_backward(kv(grad_input), kv(grad), kv(out), dim, log);
+  return grad_input;
+}
+
+Tensor Tensor::softmax(int64_t dim) const { return bytegrad::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return bytegrad::log_softmax(*this, dim); }
+
+// ---------------------------------------------------------------------------------------- dropout
+
+namespace {
+
+DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
+  AllocationScope scope("dropout");
+  check_defined("dropout", x);
+  if (p < 0.0 || p > 1.0)
+    throw std::invalid_argument(fmt::format("dropout: probability has to be between 0 and 1, but got {}", p));
+  if (!train || p == 0.0 || x.numel() == 0) return {x, Tensor()};
+  check_dtype_rule("dropout", OpId::dropout, x);
+  if (p == 1.0) {
+    // PyTorch's _dropout: input * zeros({}) — a 0-d zero (freed on return) and the output.
+    const Tensor zero = zeros({}, TensorOptions{x.dtype(), x.device()});
+    Tensor out = empty_elementwise_output(x.sizes(), x.dtype(), x.device(), {&x});
+    backend_of(x).binary(BinaryOp::mul, kv(out), kv(x), kv(zero.expand(x.sizes())), 1.0);
+    return {out, Tensor()};
+  }
+  // native_dropout (CUDA): the bool mask, then the output (laid out like x). Measured on the H100
+  // (events.jsonl "dropout [1024, 1024]": alloc 1048576, then alloc 4194304).
+  Tensor mask = empty_elementwise_output(x.sizes(), ScalarType::bool_, x.device(), {&x});
+  Tensor out = empty_elementwise_output(x.sizes(), x.dtype(), x.device(), {&x});
+  if (x.is_meta()) return {out, mask};
+  // The keep/drop draws come from the process generator on the host (host scratch, one double each), in
+  // the mask's memory order: an elementwise output is always dense, so its storage is one flat run.
+  const double keep = 1.0 - p;
+  std::vector<double> kept(static_cast<size_t>(x.numel()));
+  for (double& k : kept) k = random_uniform() < keep ? 1.0 : 0.0;
+  fill_from_host(mask.as_strided({mask.numel()}, {1}, mask.storage_offset()), kept);
+  // out = x * mask / (1 - p), computed in place in out.
+  backend_of(x).copy(kv(out), kv(mask));
+  backend_of(x).binary(BinaryOp::mul, kv(out), kv(out), kv(x), 1.0);
+  backend_of(x).binary_scalar(BinaryOp::mul, kv(out), kv(out), 1.0 / keep, false);
+  return {out, mask};
+}
+
+}  // namespace
+
+// Recorded as native_dropout (saving the mask) when a mask was drawn; p == 1 records as a product.
+DropoutResult dropout_with_mask(const Tensor& x, double p, bool train) {
+  DropoutResult result = without_recording([&] { return dropout_compute(x, p, train); });
+  if (result.mask.defined())
+    record_for_autograd({x}, [&] { return make_record<OpId::dropout>({x, result.mask}, {result.output}, {p}); });
+  else if (result.output.impl_ptr() != x.impl_ptr())
+    record_for_autograd({x}, [&] { return make_record<OpId::mul_scalar>({x}, {result.output}, {0.0}); });
+  return result;
+}
+
+Tensor dropout(const Tensor& x, double p, bool train) { return dropout_with_mask(x, p, train).output; }
+
+Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double scale) {
+  AllocationScope scope("dropout_backward");
+  check_same_device("native_dropout_backward", grad, mask);
+  if (mask.dtype() != ScalarType::bool_ || mask.sizes() != grad.sizes())
+    throw std::invalid_argument(fmt::format("native_dropout_backward: the mask {} must be bool and shaped like the gradient {}",
+                                            describe(mask), describe(grad)));
+  Tensor out = empty(grad.sizes(), TensorOptions{grad.dtype(), grad.device()});
+  // Three passes over the one block (zeros, kept gradients, scale): the allocation is what PyTorch's fused
+  // kernel makes.
+  KernelBackend& backend = backend_of(out);
+  backend.fill(kv(out), 0.0);
+  backend.where(kv(out), kv(mask), kv(grad), kv(out));
+  backend.binary_scalar(BinaryOp::mul, kv(out), kv(out), scale, false);
+  return out;
+}
+
+// -------------------------------------------------------------------------------------- embedding
+
+// at::embedding: index_select on dim 0 (indices flattened with reshape, which copies only when it must),
+// viewed as indices.shape + [embedding_dim].
+namespace {
+
+Tensor embedding_compute(const Tensor& weight, const Tensor& indices) {
+  AllocationScope scope("embedding");
+  check_same_device("embedding", weight, indices);
+  if (weight.dim() != 2)
+    throw std::invalid_argument(fmt::format("embedding: the weight {} must be 2-d", describe(weight)));
+  if (indices.dtype() != ScalarType::int64 && indices.dtype() != ScalarType::int32)
+    throw std::invalid_argument(fmt::format("embedding: indices {} must be int64 or int32", describe(indices)));
+  if (indices.dim() == 1) return index_select_impl(weight, 0, indices, "embedding");
+  Shape shape = indices.sizes();
+  shape.push_back(weight.sizes()[1]);
+  return index_select_impl(weight, 0, indices.reshape({-1}), "embedding").view(shape);
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  Tensor out = without_recording([&] { return embedding_compute(weight, indices); });
+  record_for_autograd({weight}, [&] { return make_record<OpId::embedding>({weight, indices}, {out}); });
+  return out;
+}
+
+}  // namespace bytegrad

@@ -1,0 +1,263 @@
+// Reductions: one contiguous output (a 0-d 512-byte block for whole-tensor reductions); max/min over a
+// dimension allocate values then indices. After the outputs come the allocations PyTorch's CUDA reduction
+// makes (run_reduction in ops_support.h): an int64 copy of an integer sum's input, and the kernel's staging
+// buffer and semaphores when it splits a reduction across thread blocks (kernels/reduce_scratch.h).
+// Whole-tensor max/min reduce self.contiguous() and whole-tensor argmax/argmin self.reshape(-1), as
+// PyTorch's do: a copy (freed on return) when the input is not already laid out that way.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <type_traits>
+
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/ops_support.h"
+
+namespace bytegrad {
+
+using namespace ops_detail;
+
+namespace {
+
+struct ReductionShapes {
+  Shape kernel;  // input's rank, 1 at every reduced dimension
+  Shape result;  // kernel without the reduced dimensions unless keepdim
+};
+
+// dims empty means every dimension.
+ReductionShapes reduction_shapes(const char* op, const Tensor& x, const Shape& dims, bool keepdim) {
+  std::vector<bool> reduced(static_cast<size_t>(x.dim()), dims.empty());
+  for (int64_t d : dims) {
+    const int64_t wrapped = wrap_dim(d, x.dim(), op);
+    if (x.dim() == 0) continue;
+    if (reduced[wrapped])
+      throw std::invalid_argument(fmt::format("{}: dimension {} appears more than once in {}", op, wrapped, shape_str(dims)));
+    reduced[wrapped] = true;
+  }
+  ReductionShapes shapes;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    shapes.kernel.push_back(reduced[d] ? 1 : x.sizes()[d]);
+    if (!reduced[d]) shapes.result.push_back(x.sizes()[d]);
+    else if (keepdim) shapes.result.push_back(1);
+  }
+  return shapes;
+}
+
+// What a whole-tensor reduction reads (PyTorch's max()/min() pass self.contiguous(), argmax()/argmin()
+// self.reshape(-1)); a copy, if one is needed, is made after the output, as there.
+enum class WholeInput { as_is, contiguous, flattened };
+
+Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim,
+                 WholeInput whole = WholeInput::as_is) {
+  AllocationScope scope(name);
+  check_defined(name, x);
+  const bool extreme = op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax || op == ReduceOp::argmin;
+  if (op == ReduceOp::mean) check_dtype_rule(name, OpId::mean, x);
+  if (extreme && x.numel() == 0)
+    throw std::invalid_argument(fmt::format("{}: {} has no elements to reduce", name, describe(x)));
+  ScalarType out_dtype = x.dtype();
+  if ((op == ReduceOp::sum || op == ReduceOp::prod) && !is_floating_point(x.dtype())) out_dtype = ScalarType::int64;
+  if (op == ReduceOp::argmax || op == ReduceOp::argmin) out_dtype = ScalarType::int64;
+  const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
+  Tensor out = empty(shapes.result, TensorOptions{out_dtype, x.device()});
+  if (whole == WholeInput::as_is || x.device().type == DeviceType::cpu) {
+    run_reduction(op, out.view(shapes.kernel), x);
+  } else {
+    const Tensor input = whole == WholeInput::contiguous ? x.contiguous() : x.reshape({x.numel()});
+    run_reduction(op, out.view(Shape(static_cast<size_t>(input.dim()), 1)), input);
+  }
+  return out;
+}
+
+ValuesIndices reduce_dim_with_indices(const char* name, ReduceOp op, const Tensor& x, int64_t dim, bool keepdim) {
+  AllocationScope scope(name);
+  check_defined(name, x);
+  dim = wrap_dim(dim, x.dim(), name);
+  if (x.dim() > 0 && x.sizes()[dim] == 0)
+    throw std::invalid_argument(fmt::format("{}: dimension {} of {} is empty", name, dim, describe(x)));
+  const ReductionShapes shapes = reduction_shapes(name, x, {dim}, keepdim);
+  ValuesIndices result;
+  result.values = empty(shapes.result, TensorOptions{x.dtype(), x.device()});
+  result.indices = empty(shapes.result, TensorOptions{ScalarType::int64, x.device()});
+  if (x.dim() == 0) {  // one element: itself, at index 0
+    backend_of(x).copy(kv(result.values), kv(x));
+    backend_of(x).fill(kv(result.indices), 0.0);
+    return result;
+  }
+  run_reduction_with_indices(op, result.values.view(shapes.kernel), result.indices.view(shapes.kernel), x, dim);
+  return result;
+}
+
+}  // namespace
+
+namespace {
+
+// sum and mean have gradients: recorded as sum/mean over everything (whole), or sum_dims/mean_dims. The
+// other reductions with floating results are recorded too (no_grad rows), so differentiating them is a
+// clear error rather than a silently missing gradient. `op` is the row for a whole reduction, `dims_op`
+// the one with dims.
+template <OpId op, OpId dims_op>
+Tensor reduce_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool keepdim, bool whole,
+                       WholeInput input = WholeInput::as_is) {
+  const char* name = op_name(op).data();
+  Tensor out = without_recording([&] { return reduce_op(name, kernel, x, dims, keepdim, input); });
+  if (!is_floating_point(out.dtype())) return out;
+  record_for_autograd({x}, [&] {
+    if constexpr (std::is_same_v<ArgsOf<dims_op>, op_args::None>) {
+      return make_record<op>({x}, {out});
+    } else {
+      if constexpr (op != dims_op) {
+        if (whole) return make_record<op>({x}, {out});
+      }
+      op_args::Dims args{{}, keepdim};
+      if (dims.empty()) {
+        for (int64_t d = 0; d < x.dim(); ++d) args.dims.push_back(d);
+      } else {
+        for (int64_t d : dims) args.dims.push_back(wrap_dim(d, x.dim(), name));
+      }
+      return make_record<dims_op>({x}, {out}, std::move(args));
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, {}, false, true); }
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, dims, keepdim, false);  // no dims: all of them, as sum(x, dim=[])
+}
+Tensor mean(const Tensor& x) { return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, {}, false, true); }
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, dims, keepdim, false);
+}
+Tensor prod(const Tensor& x) { return reduce_recorded<OpId::prod, OpId::prod>(ReduceOp::prod, x, {}, false, true); }
+Tensor max(const Tensor& x) {
+  return reduce_recorded<OpId::max, OpId::max>(ReduceOp::max, x, {}, false, true, WholeInput::contiguous);
+}
+Tensor min(const Tensor& x) {
+  return reduce_recorded<OpId::min, OpId::min>(ReduceOp::min, x, {}, false, true, WholeInput::contiguous);
+}
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_recorded<OpId::amax, OpId::amax>(ReduceOp::max, x, dims, keepdim, false);
+}
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_recorded<OpId::amin, OpId::amin>(ReduceOp::min, x, dims, keepdim, false);
+}
+Tensor argmax(const Tensor& x) { return reduce_op("argmax", ReduceOp::argmax, x, {}, false, WholeInput::flattened); }
+Tensor argmin(const Tensor& x) { return reduce_op("argmin", ReduceOp::argmin, x, {}, false, WholeInput::flattened); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_op("argmax", ReduceOp::argmax, x, {dim}, keepdim);
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_op("argmin", ReduceOp::argmin, x, {dim}, keepdim);
+}
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_dim_with_indices("max", ReduceOp::max, x, dim, keepdim);
+}
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_dim_with_indices("min", ReduceOp::min, x, dim, keepdim);
+}
+
+// ------------------------------------------------------------------------------- norm, var, std
+namespace {
+
+// The dims a norm/var/std reduces, wrapped; empty when `whole` (every dimension, dim=None).
+std::vector<int64_t> wrapped_dims(const char* name, const Tensor& x, const Shape& dims) {
+  std::vector<int64_t> out;
+  for (int64_t d : dims) out.push_back(wrap_dim(d, x.dim(), name));
+  return out;
+}
+
+// PyTorch's linalg_vector_norm_out (ord 2): when every reduced dimension has size 1 (or x is 0-d) the result
+// is abs(x) written into the output; otherwise a reduction (NormTwoOps) through run_reduction.
+Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim) {
+  const char* name = "norm";
+  AllocationScope scope(name);
+  check_defined(name, x);
+  if (!is_floating_point(x.dtype()))
+    throw std::invalid_argument(fmt::format(
+        "norm: linalg.vector_norm expects a floating-point tensor, got {} (convert with .to(float32))", describe(x)));
+  const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
+  Tensor out = empty(shapes.result, TensorOptions{x.dtype(), x.device()});
+  bool over_size_one = true;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (shapes.kernel[d] == 1 && x.sizes()[d] != 1) over_size_one = false;
+  if (over_size_one && x.numel() > 0) {
+    backend_of(x).unary(UnaryOp::abs, kv(out.view(x.sizes())), kv(x));
+  } else {
+    run_reduction(ReduceOp::norm, out.view(shapes.kernel), x);
+  }
+  return out;
+}
+
+// PyTorch's std_var_out for real dtypes: one output, then the Welford reduction (an empty reduction fills
+// NaN without a kernel, hence without scratch).
+Tensor var_impl(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, double correction) {
+  AllocationScope scope(name);
+  check_defined(name, x);
+  if (!is_floating_point(x.dtype()))
+    throw std::invalid_argument(fmt::format(
+        "{}: {} only supports floating-point tensors, got {} (convert with .to(float32))", name, name, describe(x)));
+  const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
+  Tensor out = empty(shapes.result, TensorOptions{x.dtype(), x.device()});
+  run_reduction(op, out.view(shapes.kernel), x, correction);
+  return out;
+}
+
+// Recorded as norm (dims wrapped; none for dim=None) and var/std (with correction); the nodes save self
+// (and result for norm and std), as derivatives.yaml.
+Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whole) {
+  Shape wrapped = whole ? Shape{} : wrapped_dims("norm", x, dims);
+  Tensor out = without_recording([&] { return norm_impl(x, dims, keepdim); });
+  record_for_autograd({x}, [&] { return make_record<OpId::norm>({x}, {out}, {std::move(wrapped), keepdim}); });
+  return out;
+}
+
+template <OpId op>
+Tensor var_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool keepdim, bool whole, double correction) {
+  const char* name = op_name(op).data();
+  Shape wrapped = whole ? Shape{} : wrapped_dims(name, x, dims);
+  Tensor out = without_recording([&] { return var_impl(name, kernel, x, dims, keepdim, correction); });
+  record_for_autograd({x}, [&] {
+    return make_record<op>({x}, {out}, {std::move(wrapped), keepdim, whole, correction});
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor norm(const Tensor& x) { return norm_recorded(x, {}, false, true); }
+Tensor norm(const Tensor& x, const Shape& dims, bool keepdim) { return norm_recorded(x, dims, keepdim, dims.empty()); }
+Tensor var(const Tensor& x) { return var_recorded<OpId::var>(ReduceOp::var, x, {}, false, true, 1.0); }
+Tensor var(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
+  return var_recorded<OpId::var>(ReduceOp::var, x, dims, keepdim, dims.empty(), correction);
+}
+Tensor std(const Tensor& x) { return var_recorded<OpId::std>(ReduceOp::std, x, {}, false, true, 1.0); }
+Tensor std(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
+  return var_recorded<OpId::std>(ReduceOp::std, x, dims, keepdim, dims.empty(), correction);
+}
+
+Tensor Tensor::norm() const { return bytegrad::norm(*this); }
+Tensor Tensor::norm(const Shape& dims, bool keepdim) const { return bytegrad::norm(*this, dims, keepdim); }
+Tensor Tensor::var() const { return bytegrad::var(*this); }
+Tensor Tensor::var(const Shape& dims, bool keepdim, double correction) const {
+  return bytegrad::var(*this, dims, keepdim, correction);
+}
+Tensor Tensor::std() const { return bytegrad::std(*this); }
+Tensor Tensor::std(const Shape& dims, bool keepdim, double correction) const {
+  return bytegrad::std(*this, dims, keepdim, correction);
+}
+
+Tensor Tensor::sum() const { return bytegrad::sum(*this); }
+Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return bytegrad::sum(*this, dims, keepdim); }
+Tensor Tensor::mean() const { return bytegrad::mean(*this); }
+Tensor Tensor::mean(const Shape& dims, bool keepdim) const { return bytegrad::mean(*this, dims, keepdim); }
+Tensor Tensor::max() const { return bytegrad::max(*this); }
+Tensor Tensor::min() const { return bytegrad::min(*this); }
+Tensor Tensor::argmax() const { return bytegrad::argmax(*this); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return bytegrad::argmax(*this, dim, keepdim); }
+
+}  // namespace bytegrad

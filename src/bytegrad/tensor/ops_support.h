@@ -1,0 +1,62 @@
+// Internal helpers shared by the ops_*.cpp files: operand checks with messages naming both operands,
+// broadcasting, and PyTorch's rule for the memory layout of an elementwise result.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad::ops_detail {
+
+inline KernelBackend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+inline StridedView kv(const Tensor& t) { return t.view_for_kernels(); }
+
+void check_defined(const char* op, const Tensor& t);
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+void check_floating(const char* op, const Tensor& t);
+// The op table's dtype rule for an operand (core/op_table.h); `name` is the op as the user called it.
+void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t);
+inline void check_dtype_rule(const char* name, OpId op, const Tensor& t) { check_dtype_rule(name, op_info(op).dtypes, t); }
+// An in-place op may not write through a view in which several elements share one address.
+void check_writable(const char* op, const Tensor& t);
+
+// The broadcast of two shapes; throws naming the op and both operands.
+Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b);
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+
+// PyTorch's is_non_overlapping_and_dense: some permutation of the tensor is contiguous.
+bool is_non_overlapping_and_dense(const Tensor& t);
+
+// The strides TensorIterator gives a new elementwise output of `sizes` computed from `inputs`: contiguous
+// when all inputs are; the inputs' strides when they all share one dense layout; otherwise the inputs'
+// dimension order (sorted by stride, broadcast dimensions ignored) made contiguous.
+Shape elementwise_output_strides(const Shape& sizes, std::initializer_list<const Tensor*> inputs);
+Tensor empty_elementwise_output(const Shape& sizes, ScalarType dtype, Device device,
+                                std::initializer_list<const Tensor*> inputs);
+
+
+// A TensorIterator reduction (sum, mean, prod, max, min, amax, argmax, ...) as PyTorch's CUDA kernel runs
+// it, on every device: `out` (and `indices`) have `in`'s rank with size 1 at each reduced dimension, and
+// are already allocated, as PyTorch's outputs are. On cuda, sim and meta this then makes the allocations
+// PyTorch's kernel makes (kernels/reduce_scratch.h): for an integer or bool sum/prod, the int64 copy of the
+// input that make_reduction_from_out_ty casts to; when the launch splits outputs across blocks, a staging
+// buffer and a semaphore block (tagged "scratch"). They are freed, semaphores first, before this returns.
+// `dim` >= 0 selects reduce_with_indices (max/min along dim). var/std use `correction` (the divisor is
+// n - correction) and run through the backend's reduce_variance.
+void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in, double correction = 1.0);
+void run_reduction_with_indices(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
+                                int64_t dim);
+
+// index_select without its own AllocationScope (embedding tags its allocations itself); `op` names the
+// caller in errors.
+Tensor index_select_impl(const Tensor& x, int64_t dim, const Tensor& index, const char* op = "index_select");
+
+// Every value of the (int64 or int32) index must lie in [0, size): PyTorch's "index out of range in self".
+// The index is read back to the host (no device memory) before any kernel runs; meta has no values to
+// check. Throws std::out_of_range naming the op, the first bad index and the valid range.
+void check_indices_in_range(const char* op, const Tensor& index, int64_t dim, int64_t size);
+
+}  // namespace bytegrad::ops_detail

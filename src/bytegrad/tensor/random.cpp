@@ -1,0 +1,190 @@
+// The process's random generator. Values are drawn on the host (a seeded mt19937_64) and copied to the
+// device, so one seed gives the same tensor on cpu, sim and cuda. (They are not PyTorch's values: the
+// goldens depend on shapes, never on values.)
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numbers>
+#include <random>
+
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad {
+
+namespace {
+
+struct Generator {
+  std::mutex mutex;
+  std::mt19937_64 engine{0};
+};
+
+Generator& generator() {
+  static Generator instance;
+  return instance;
+}
+
+double uniform_locked(std::mt19937_64& engine) {
+  return static_cast<double>(engine() >> 11) * 0x1.0p-53;  // 53 random bits in [0, 1)
+}
+
+// Host bytes of `values` converted to dtype, row-major.
+std::vector<char> encode(const std::vector<double>& values, ScalarType dtype);
+
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  std::lock_guard lock(generator().mutex);
+  generator().engine.seed(seed);
+}
+
+double random_uniform() {
+  std::lock_guard lock(generator().mutex);
+  return uniform_locked(generator().engine);
+}
+
+double random_normal() {
+  std::lock_guard lock(generator().mutex);
+  // Box-Muller; 1 - u keeps the logarithm finite.
+  double u1 = 1.0 - uniform_locked(generator().engine), u2 = uniform_locked(generator().engine);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+void fill_from_host(const Tensor& t, const std::vector<double>& values) {
+  if (t.is_meta()) return;  // no data to write
+  Tensor target = t.is_contiguous() ? t : empty(t.sizes(), TensorOptions{t.dtype(), t.device()});
+  std::vector<char> bytes = encode(values, t.dtype());
+  backend_for(t.device()).copy_from_host(target.view_for_kernels(), bytes.data());
+  if (!t.is_contiguous()) t.copy_(target);
+}
+
+namespace {
+
+// Draws in host chunks of at most a million values, so a 960 MB randn needs no gigabytes of staging.
+template <typename Draw>
+Tensor random_tensor(const Shape& sizes, TensorOptions options, Draw draw_chunk) {
+  Tensor out = empty(sizes, options);
+  if (out.is_meta() || out.numel() == 0) return out;
+  constexpr int64_t kChunk = 1 << 20;
+  Tensor flat = out.view({-1});
+  std::vector<double> values;
+  for (int64_t start = 0; start < out.numel(); start += kChunk) {
+    const int64_t count = std::min(kChunk, out.numel() - start);
+    values.resize(static_cast<size_t>(count));
+    draw_chunk(values);
+    fill_from_host(flat.slice(0, start, start + count), values);
+  }
+  return out;
+}
+
+void uniform_chunk(std::vector<double>& values) {
+  std::lock_guard lock(generator().mutex);
+  for (double& v : values) v = uniform_locked(generator().engine);
+}
+
+// Box-Muller, both outputs of each pair used.
+void normal_chunk(std::vector<double>& values) {
+  std::lock_guard lock(generator().mutex);
+  auto& engine = generator().engine;
+  for (size_t i = 0; i < values.size(); i += 2) {
+    double radius = std::sqrt(-2.0 * std::log(1.0 - uniform_locked(engine)));
+    double angle = 2.0 * std::numbers::pi * uniform_locked(engine);
+    values[i] = radius * std::cos(angle);
+    if (i + 1 < values.size()) values[i + 1] = radius * std::sin(angle);
+  }
+}
+
+template <typename T>
+void store(char* dst, double value) {
+  T typed = static_cast<T>(value);
+  std::memcpy(dst, &typed, sizeof(T));
+}
+
+// IEEE half and bfloat16 from a double, rounding to nearest even.
+uint16_t to_half_bits(double value) {
+  float f = static_cast<float>(value);
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int32_t exponent = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mantissa = x & 0x7fffffu;
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mantissa ? 0x200u : 0));
+  if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (exponent <= 0) {
+    if (exponent < -10) return static_cast<uint16_t>(sign);
+    mantissa |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - exponent);
+    uint32_t half = mantissa >> shift;
+    uint32_t rest = mantissa & ((1u << shift) - 1);
+    uint32_t midpoint = 1u << (shift - 1);
+    if (rest > midpoint || (rest == midpoint && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
+  uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+uint16_t to_bfloat16_bits(double value) {
+  float f = static_cast<float>(value);
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN stays NaN
+  x += 0x7fffu + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+std::vector<char> encode(const std::vector<double>& values, ScalarType dtype) {
+  const size_t width = element_size(dtype);
+  std::vector<char> bytes(values.size() * width);
+  for (size_t i = 0; i < values.size(); ++i) {
+    char* dst = bytes.data() + i * width;
+    switch (dtype) {
+      case ScalarType::float32: store<float>(dst, values[i]); break;
+      case ScalarType::float64: store<double>(dst, values[i]); break;
+      case ScalarType::int64: store<int64_t>(dst, values[i]); break;
+      case ScalarType::int32: store<int32_t>(dst, values[i]); break;
+      case ScalarType::uint8: store<uint8_t>(dst, values[i]); break;
+      case ScalarType::bool_: store<bool>(dst, values[i] != 0.0); break;
+      case ScalarType::float16: {
+        uint16_t bits = to_half_bits(values[i]);
+        std::memcpy(dst, &bits, 2);
+        break;
+      }
+      case ScalarType::bfloat16: {
+        uint16_t bits = to_bfloat16_bits(values[i]);
+        std::memcpy(dst, &bits, 2);
+        break;
+      }
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Tensor rand(const Shape& sizes, TensorOptions options) {
+  AllocationScope scope("rand");
+  return random_tensor(sizes, options, uniform_chunk);
+}
+Tensor randn(const Shape& sizes, TensorOptions options) {
+  AllocationScope scope("randn");
+  return random_tensor(sizes, options, normal_chunk);
+}
+Tensor rand_like(const Tensor& t) { return rand(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
+Tensor randn_like(const Tensor& t) { return randn(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
+
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options) {
+  if (high <= low) throw std::invalid_argument("randint: high must be greater than low");
+  AllocationScope scope("randint");
+  const double span = static_cast<double>(high - low);
+  return random_tensor(sizes, options, [&](std::vector<double>& values) {
+    uniform_chunk(values);
+    for (double& v : values) v = static_cast<double>(low) + std::floor(v * span);
+  });
+}
+
+}  // namespace bytegrad

@@ -1,0 +1,21 @@
+#include "bytegrad/tensor/storage.h"
+
+#include "bytegrad/memory/device_allocators.h"
+
+namespace bytegrad {
+
+StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  if (device.uses_caching_allocator()) {
+    allocator_ = &caching_allocator(device);
+    data_ = allocator_->malloc(nbytes);
+  } else {
+    data_ = host_allocator().malloc(nbytes);
+  }
+}
+
+StorageImpl::~StorageImpl() {
+  if (allocator_) allocator_->free(data_);
+  else host_allocator().free(data_, nbytes_);
+}
+
+}  // namespace bytegrad

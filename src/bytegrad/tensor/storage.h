@@ -1,0 +1,36 @@
+// A tensor's bytes: one allocation from its device's allocator, shared by the tensor and all its views,
+// and returned the moment the last of them goes.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "bytegrad/core/device.h"
+
+namespace bytegrad {
+
+class CachingAllocator;
+
+class StorageImpl {
+ public:
+  // Allocates `nbytes` on `device` (nothing for 0 bytes), tagged with the current AllocationScope.
+  StorageImpl(size_t nbytes, Device device);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  CachingAllocator* allocator_ = nullptr;  // null for cpu (host allocator)
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+}  // namespace bytegrad

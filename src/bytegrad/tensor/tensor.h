@@ -1,0 +1,235 @@
+// Tensor: a reference-counted handle to (storage, sizes, strides, offset, dtype, version counter).
+// Copying a Tensor copies the handle; views share storage and version counter and allocate nothing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bytegrad/core/device.h"
+#include "bytegrad/core/op_table.h"
+#include "bytegrad/core/scalar_type.h"
+#include "bytegrad/core/strided_view.h"
+#include "bytegrad/tensor/storage.h"
+
+namespace bytegrad {
+
+struct TensorOptions {
+  ScalarType dtype = ScalarType::float32;
+  std::optional<Device> device;  // default_device() when unset
+
+  TensorOptions& with_dtype(ScalarType t) { dtype = t; return *this; }
+  TensorOptions& with_device(Device d) { device = d; return *this; }
+  Device resolved_device() const;
+};
+inline TensorOptions dtype(ScalarType t) { return TensorOptions{}.with_dtype(t); }
+inline TensorOptions device(Device d) { return TensorOptions{}.with_device(d); }
+inline TensorOptions device(const char* d) { return TensorOptions{}.with_device(Device::parse(d)); }
+
+// Bumped by every in-place op on any tensor sharing it (a tensor and its views share one).
+struct VersionCounter {
+  std::atomic<uint64_t> value{0};
+};
+
+// Defined by the autograd layer; the tensor layer only carries it.
+struct AutogradMeta;
+
+struct TensorImpl {
+  Storage storage;
+  Shape sizes;
+  Shape strides;  // in elements
+  int64_t storage_offset = 0;
+  ScalarType dtype = ScalarType::float32;
+  std::shared_ptr<VersionCounter> version = std::make_shared<VersionCounter>();
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& sizes() const { return impl().sizes; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }
+  int64_t numel() const;
+  ScalarType dtype() const { return impl().dtype; }
+  size_t element_size() const { return bytegrad::element_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  Device device() const { return impl().storage->device(); }
+  int64_t storage_offset() const { return impl().storage_offset; }
+  const Storage& storage() const { return impl().storage; }
+  // Address of element 0 (nullptr on meta).
+  void* data_ptr() const;
+  bool is_contiguous() const;
+  bool is_meta() const { return device().type == DeviceType::meta; }
+  // Whether both tensors draw on the same allocation.
+  bool shares_storage_with(const Tensor& other) const { return storage() == other.storage(); }
+  uint64_t version() const { return impl().version->value.load(); }
+  void bump_version() const { impl().version->value.fetch_add(1); }
+  StridedView view_for_kernels() const;
+  TensorImpl& impl() const;
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  // Number of handles to this TensorImpl (as PyTorch's use_count, for gradient stealing).
+  long use_count() const { return impl_.use_count(); }
+
+  // ---- views: share storage, allocate nothing
+  Tensor view(const Shape& shape) const;      // throws if strides cannot express it (use reshape)
+  Tensor reshape(const Shape& shape) const;   // a view when possible, else a contiguous copy
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;                           // 2-D transpose (0-D and 1-D unchanged)
+  Tensor permute(const Shape& order) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  Tensor expand(const Shape& shape) const;    // -1 keeps a size
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t storage_offset) const;
+  // Shares storage and version but not autograd history.
+  Tensor alias() const;
+
+  // ---- copies
+  Tensor contiguous() const;  // itself when already contiguous
+  Tensor clone() const;       // a new contiguous tensor
+  const Tensor& copy_(const Tensor& src) const;  // in place, broadcasting src; converts dtype
+  Tensor to(Device device) const;   // itself when already there
+  Tensor to(ScalarType dtype) const;
+  Tensor cuda() const { return to(Device{DeviceType::cuda, 0}); }
+  Tensor cpu() const { return to(Device{DeviceType::cpu, 0}); }
+
+  // ---- autograd (defined in autograd/tensor_autograd.cpp: link bytegrad_autograd to use these)
+  bool requires_grad() const;
+  const Tensor& requires_grad_(bool enabled = true) const;  // leaves only
+  Tensor grad() const;                                      // undefined until a backward reaches it
+  void set_grad(const Tensor& grad) const;                  // assign or (undefined) clear .grad
+  bool is_leaf() const;
+  std::string grad_fn_name() const;                         // "" for leaves and plain tensors
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;  // shares storage and version, no history
+
+  // ---- reading values (copies to the host; throws on meta)
+  double item() const;               // one element
+  std::vector<double> tolist() const;  // row-major, as doubles
+  std::string str() const;           // PyTorch-like repr
+
+  // ---- ops (defined in tensor/ops_*.cpp; free functions, operators and the rules in tensor/ops.h)
+  Tensor add(const Tensor& other, double alpha = 1.0) const;
+  Tensor add(double other, double alpha = 1.0) const;
+  Tensor sub(const Tensor& other, double alpha = 1.0) const;
+  Tensor sub(double other, double alpha = 1.0) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(double other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(double other) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(double exponent) const;
+  // Every unary pointwise op of the op table (core/op_table.h) is a member: x.neg(), x.log(), x.sqrt(),
+  // x.relu(), ... (ops.h declares the free functions).
+#define BYTEGRAD_UNARY_MEMBER(op, ...) Tensor op() const;
+  BYTEGRAD_UNARY_OPS(BYTEGRAD_UNARY_MEMBER)
+#undef BYTEGRAD_UNARY_MEMBER
+  Tensor eq(const Tensor& other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;
+  // In place: bump the version counter, allocate nothing.
+  const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& add_(double other, double alpha = 1.0) const;
+  const Tensor& sub_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& sub_(double other, double alpha = 1.0) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(double other) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& div_(double other) const;
+  const Tensor& neg_() const;
+  const Tensor& relu_() const;
+  const Tensor& masked_fill_(const Tensor& mask, double value) const;
+  const Tensor& fill_(double value) const;
+  const Tensor& zero_() const;
+  Tensor sum() const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor norm() const;  // the 2-norm (ops.h)
+  Tensor norm(const Shape& dims, bool keepdim = false) const;
+  Tensor var() const;  // unbiased; var({}, false, 0.0) for the population variance
+  Tensor var(const Shape& dims, bool keepdim = false, double correction = 1.0) const;
+  Tensor std() const;
+  Tensor std(const Shape& dims, bool keepdim = false, double correction = 1.0) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor bmm(const Tensor& other) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Normalizes a possibly negative dimension; throws naming the op when out of range.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+// "Tensor(shape=[2, 3], dtype=float32, device=sim)" for error messages.
+std::string describe(const Tensor& t);
+
+// PyTorch's computeStorageNbytes: the bytes a storage needs to hold every element of a tensor with these
+// sizes and strides (in elements) starting at `storage_offset` elements (0 when a size is 0). Throws naming
+// `op`: std::invalid_argument for a negative stride or offset, std::length_error when the size overflows.
+size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& strides, int64_t storage_offset,
+                         size_t element_size);
+
+// ---- factories
+Tensor empty(const Shape& sizes, TensorOptions options = {});
+Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions options = {});
+Tensor zeros(const Shape& sizes, TensorOptions options = {});
+Tensor ones(const Shape& sizes, TensorOptions options = {});
+Tensor full(const Shape& sizes, double value, TensorOptions options = {});
+Tensor arange(double end, TensorOptions options = {});
+Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+// Values given row-major, with their shape (the data is converted to options.dtype).
+Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions options = {});
+// Nested initializer lists, like torch.tensor([[1.0, 2.0], [3.0, 4.0]]).
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options = {});
+Tensor scalar_tensor(double value, TensorOptions options = {});  // 0-d
+
+// ---- random (one seeded process generator; the same seed gives the same values on every device)
+void manual_seed(uint64_t seed);
+Tensor rand(const Shape& sizes, TensorOptions options = {});   // uniform [0, 1)
+Tensor randn(const Shape& sizes, TensorOptions options = {});  // standard normal
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options = dtype(ScalarType::int64));
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+// Writes row-major host values into t (converted to its dtype); used by random factories and initializers.
+void fill_from_host(const Tensor& t, const std::vector<double>& values);
+// The process generator's next uniform [0,1) / normal draws.
+double random_uniform();
+double random_normal();
+
+}  // namespace bytegrad
