@@ -32,6 +32,7 @@
 #include "bytegrad/memory/memory_viz.h"
 #include "programs/checks.h"
 #include "programs/mark_notes.h"
+#include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/memory/memory_story.h"
 #include "programs/registry.h"
 
@@ -42,7 +43,10 @@ namespace {
 
 struct Options {
   std::string name = "all";
-  Device device = default_device();
+  // cuda where a GPU exists; without one meta, which keeps every figure exact and answers in seconds (sim
+  // computes every value on the CPU too: seed003 alone draws 4 GB of random numbers).
+  Device device = cuda_is_available() ? Device{DeviceType::cuda, 0} : kMeta;
+  bool device_chosen = false;  // --device given
   bool json = false;
   bool default_workspace = false;  // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
   std::string memory_viz_dir;      // where to write each scenario's memory_viz JSON ("" = none)
@@ -70,6 +74,12 @@ std::string json_line(const ScenarioRecorder& r) {
 std::string figure(int64_t ours, const GoldenStep* golden, int64_t GoldenStep::*field) {
   if (!golden || golden->*field == ours) return std::to_string(ours);
   return fmt::format("{} (PyTorch {})", ours, golden->*field);
+}
+
+// A byte figure for people: "4.00 MiB (4194304 B)", with PyTorch's beside it when they differ.
+std::string bytes_figure(int64_t ours, const GoldenStep* golden, int64_t GoldenStep::*field) {
+  if (!golden || golden->*field == ours) return human_bytes(ours);
+  return fmt::format("{} (PyTorch {})", human_bytes(ours), human_bytes(golden->*field));
 }
 
 // Runs one program with fresh statistics; returns the number of marks that differ from the golden.
@@ -104,14 +114,18 @@ int walk(const Program& program, const Options& options) {
       if (want && !same) ++differing;
       if (!options.json) {
         std::cout << fmt::format("{} {:<26} allocated {}  reserved {}  peak {}  segments {}  blocks {}\n",
-                                 want ? (same ? "ok" : "!!") : "  ", s.label, figure(s.allocated, want, &GoldenStep::allocated),
-                                 figure(s.reserved, want, &GoldenStep::reserved),
-                                 figure(s.max_allocated, want, &GoldenStep::max_allocated),
+                                 want ? (same ? "ok" : "!!") : "  ", s.label,
+                                 bytes_figure(s.allocated, want, &GoldenStep::allocated),
+                                 bytes_figure(s.reserved, want, &GoldenStep::reserved),
+                                 bytes_figure(s.max_allocated, want, &GoldenStep::max_allocated),
                                  figure(s.segments, want, &GoldenStep::segments), figure(s.blocks, want, &GoldenStep::blocks));
-        std::cout << fmt::format("   {:<26} {:+} bytes: {}\n", "", s.allocated - previous, story->since_last_mark());
+        const int64_t delta = s.allocated - previous;
+        std::cout << fmt::format("   {:<26} {}{}: {}\n", "", delta > 0 ? "+" : "", human_bytes(delta),
+                                 story->since_last_mark());
         if (const std::string note = mark_note(program.name, s.label); !note.empty())
           std::cout << fmt::format("   {:<26} {}\n", "", note);
         if (!s.message.empty()) std::cout << "   error: " << s.message << '\n';
+        std::cout << std::flush;  // progress shows as it happens, also through a pipe
       }
       previous = s.allocated;
     });
@@ -163,6 +177,7 @@ int run(int argc, char** argv) {
       const std::string value = argv[++i];
       try {
         options.device = Device::parse(value);
+        options.device_chosen = true;
       } catch (const std::invalid_argument&) {
         return usage_error("--device '" + value + "' is not a device: expected " + kDevices);
       }
@@ -212,8 +227,12 @@ int run(int argc, char** argv) {
     std::cout << fmt::format(
         "bytegrad walkthrough on {}: each mark shows bytegrad's figure, PyTorch 2.11's from an H100 where it\n"
         "differs, and what changed since the previous mark (the ops whose blocks appeared or were freed).\n"
-        "CUBLAS_WORKSPACE_CONFIG={}\n",
-        options.device.str(), options.default_workspace ? "(unset: PyTorch's default workspaces)" : std::getenv("CUBLAS_WORKSPACE_CONFIG"));
+        "CUBLAS_WORKSPACE_CONFIG={}\n{}",
+        options.device.str(), options.default_workspace ? "(unset: PyTorch's default workspaces)" : std::getenv("CUBLAS_WORKSPACE_CONFIG"),
+        options.device_chosen || options.device.type == DeviceType::cuda
+            ? ""
+            : "No GPU here: running on meta (every figure exact, no values computed). --device sim computes every\n"
+              "value on the CPU as well (minutes: seed003 draws 4 GB of random numbers); --device cuda on a GPU.\n");
   }
   int differing = 0;
   bool found = false;

@@ -1,4 +1,5 @@
 #include "bytegrad/memory/memory_story.h"
+#include "bytegrad/memory/memory_functions.h"
 
 #include <fmt/format.h>
 
@@ -18,9 +19,40 @@ MemoryStory::MemoryStory(Device device) : device_(device) {
 
 MemoryStory::~MemoryStory() { caching_allocator(device_).record_history(false); }
 
-std::string MemoryStory::since_last_mark() {
+namespace {
+
+std::vector<OpBytes> largest_first(const std::map<std::string, int64_t>& by_op) {
+  std::vector<OpBytes> sorted;
+  for (const auto& [op, bytes] : by_op) sorted.push_back({op, bytes});
+  std::stable_sort(sorted.begin(), sorted.end(), [](const OpBytes& a, const OpBytes& b) { return a.bytes > b.bytes; });
+  return sorted;
+}
+
+}  // namespace
+
+int64_t MemoryChange::net_bytes() const {
+  int64_t net = 0;
+  for (const OpBytes& a : added) net += a.bytes;
+  for (const OpBytes& f : freed) net -= f.bytes;
+  return net;
+}
+
+std::string MemoryChange::str() const {
+  if (device_reconfigured) return "device reconfigured (its history starts after this mark)";
+  std::vector<std::pair<int64_t, std::string>> phrases;
+  for (const OpBytes& a : added) phrases.emplace_back(a.bytes, fmt::format("+{} {}", human_bytes(a.bytes), a.op));
+  for (const OpBytes& f : freed)
+    phrases.emplace_back(f.bytes, fmt::format("-{} {} (earlier)", human_bytes(f.bytes), f.op));
+  std::stable_sort(phrases.begin(), phrases.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string text;
+  for (const auto& [bytes, phrase] : phrases) text += (text.empty() ? "" : ", ") + phrase;
+  if (transient_blocks > 0) text += fmt::format("{}{} transient blocks", text.empty() ? "" : "; ", transient_blocks);
+  return text.empty() ? "no change" : text;
+}
+
+MemoryChange MemoryStory::mark() {
   CachingAllocator& allocator = caching_allocator(device_);
-  std::string prefix;
+  MemoryChange change;
   // The device was reconfigured: a new allocator, a new history. The new allocator may sit at the old one's
   // address, so a history that is not recording tells it too.
   if (&allocator != allocator_ || !allocator.history_enabled()) {
@@ -28,11 +60,10 @@ std::string MemoryStory::since_last_mark() {
     allocator_ = &allocator;
     seen_ = 0;
     live_.clear();
-    prefix = "device reconfigured (its history starts after this mark)";
+    change.device_reconfigured = true;
   }
   const std::vector<TraceEntry> trace = allocator.snapshot().trace;
   std::map<std::string, int64_t> added, removed;  // by tag: blocks made since the last mark / older ones freed
-  int64_t transient_count = 0;
   for (size_t i = seen_; i < trace.size(); ++i) {
     const TraceEntry& e = trace[i];
     if (e.action == TraceAction::alloc) {
@@ -45,7 +76,7 @@ std::string MemoryStory::since_last_mark() {
       auto it = live_.find(e.address);
       if (it == live_.end()) continue;  // allocated before the story began
       if (it->second.this_mark) {
-        ++transient_count;
+        ++change.transient_blocks;
       } else {
         removed[it->second.tag] += static_cast<int64_t>(it->second.bytes);
       }
@@ -58,15 +89,9 @@ std::string MemoryStory::since_last_mark() {
     added[block.tag] += static_cast<int64_t>(block.bytes);
     block.this_mark = false;
   }
-  std::vector<std::pair<int64_t, std::string>> phrases;
-  for (const auto& [tag, bytes] : added) phrases.emplace_back(bytes, fmt::format("+{} {}", bytes, tag));
-  for (const auto& [tag, bytes] : removed) phrases.emplace_back(bytes, fmt::format("-{} {} (earlier)", bytes, tag));
-  std::stable_sort(phrases.begin(), phrases.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::string text;
-  for (const auto& [bytes, phrase] : phrases) text += (text.empty() ? "" : ", ") + phrase;
-  if (transient_count > 0) text += fmt::format("{}{} transient blocks", text.empty() ? "" : "; ", transient_count);
-  if (!prefix.empty()) return prefix;
-  return text.empty() ? "no change" : text;
+  change.added = largest_first(added);
+  change.freed = largest_first(removed);
+  return change;
 }
 
-}  // namespace bytegrad::programs
+}  // namespace bytegrad

@@ -1,26 +1,53 @@
-// Explains each mark's change in allocated memory from the allocator's history: which ops' blocks
-// appeared and which disappeared since the previous mark, by the tag of the op that allocated them
-// (memory/allocation_context.h), e.g. "+4194304 linear, -4194304 linear (from before), +512 sum".
+// MemoryStory: why memory_allocated() changed between two points of a program, in the ops' own words.
+// It reads the device allocator's history (it turns recording on): which ops' blocks appeared since the
+// previous mark and are still alive, which older blocks were freed, and how many blocks came and went in
+// between (transient). Ops are named by the allocation tag they ran under (memory/allocation_context.h):
+// "linear", "relu", "workspace", "zeros", ...
+//
+//   bytegrad::MemoryStory story(bytegrad::kSim);
+//   auto y = model(x);
+//   std::cout << story.since_last_mark();   // "+4.00 MiB (4194304 B) linear, +2.00 MiB (2097152 B) relu"
+//   loss.backward();
+//   auto change = story.mark();             // the same as data: change.added, change.freed, ...
+//
+// Bytes are block bytes (what the allocator handed out, rounded), so they add up to memory_allocated()'s
+// change. The bytegrad-walkthrough prints one story per mark.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "bytegrad/core/device.h"
 
 namespace bytegrad {
 
+struct OpBytes {
+  std::string op;
+  int64_t bytes = 0;
+};
+
+struct MemoryChange {
+  std::vector<OpBytes> added;   // blocks made since the previous mark and alive now, by op, largest first
+  std::vector<OpBytes> freed;   // blocks made before the previous mark and freed since, by op, largest first
+  int64_t transient_blocks = 0; // made and freed again between the two marks
+  bool device_reconfigured = false;  // the device got a new allocator: its history starts now
+  int64_t net_bytes() const;    // sum(added) - sum(freed)
+  // "+4.00 MiB (4194304 B) linear, -512 B sum (earlier); 3 transient blocks", or "no change".
+  std::string str() const;
+};
+
 class MemoryStory {
  public:
   explicit MemoryStory(Device device);  // starts recording the device's allocator history
-  ~MemoryStory();
+  ~MemoryStory();                       // stops it
   MemoryStory(const MemoryStory&) = delete;
   MemoryStory& operator=(const MemoryStory&) = delete;
 
-  // The changes since the previous call (or since construction), one phrase per tag, largest first;
-  // transient blocks (allocated and freed in between) are counted separately as "transient".
-  std::string since_last_mark();
+  // The change since the previous mark (or since construction), and the start of the next.
+  MemoryChange mark();
+  std::string since_last_mark() { return mark().str(); }
 
  private:
   struct LiveBlock {
@@ -34,4 +61,4 @@ class MemoryStory {
   std::map<uintptr_t, LiveBlock> live_;      // blocks allocated while recording
 };
 
-}  // namespace bytegrad::programs
+}  // namespace bytegrad

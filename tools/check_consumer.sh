@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds bytegrad as an outside project would use it, from a clean checkout's build directory:
+#   1. `cmake --install` to a temporary prefix, then examples/ and tests/consumer/ built against it with
+#      find_package, and run;
+#   2. tests/consumer/ with FetchContent (SOURCE_DIR = this checkout): builds only the libraries, and runs;
+#   3. tests/consumer/ with add_subdirectory: configured (the checks are CMake's), not built again.
+# Usage: tools/check_consumer.sh BUILD_DIR   (an already built bytegrad build directory). Run by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+common=(-G Ninja -Wno-dev)
+command -v ccache >/dev/null && common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+echo "== install to $work/prefix"
+cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
+test -f "$work/prefix/include/bytegrad/bytegrad.h"
+test -f "$work/prefix/lib/cmake/bytegrad/bytegradConfig.cmake" || test -f "$work/prefix/lib64/cmake/bytegrad/bytegradConfig.cmake"
+
+echo "== examples/ with find_package"
+cmake -S examples -B "$work/examples" "${common[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/examples" >/dev/null
+"$work/examples/training_loop" meta | tail -2
+"$work/examples/inplace_and_no_grad" meta
+"$work/examples/memory_test"
+
+echo "== tests/consumer with find_package"
+cmake -S tests/consumer -B "$work/find_package" "${common[@]}" -DHOW=find_package -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/find_package" >/dev/null
+ctest --test-dir "$work/find_package" --output-on-failure | tail -1
+
+echo "== tests/consumer with FetchContent (libraries only, CUDA off to save time)"
+cmake -S tests/consumer -B "$work/fetchcontent" "${common[@]}" -DHOW=fetchcontent -DBYTEGRAD_SOURCE="$PWD" \
+      -DBYTEGRAD_WITH_CUDA=OFF >/dev/null
+cmake --build "$work/fetchcontent" >/dev/null
+ctest --test-dir "$work/fetchcontent" --output-on-failure | tail -1
+
+echo "== tests/consumer with add_subdirectory (configure)"
+cmake -S tests/consumer -B "$work/subdirectory" "${common[@]}" -DHOW=add_subdirectory -DBYTEGRAD_SOURCE="$PWD" \
+      -DBYTEGRAD_WITH_CUDA=OFF >/dev/null
+echo "consumer checks passed"
