@@ -193,3 +193,27 @@ TEST_CASE("MemoryProbe refuses figures from an allocator it did not start on") {
   FreshDevice fresh(kSim);
   CHECK_THROWS_WITH_AS(probe.allocated_delta(), doctest::Contains("given another allocator"), std::logic_error);
 }
+
+TEST_CASE("MemoryStory: what each mark added and freed, by op, in block bytes and human units") {
+  FreshDevice fresh(kSim);
+  MemoryStory story(kSim);
+  Tensor a = ones({1024}, device(kSim));  // 4096 B
+  Tensor b = relu(a);                     // 4096 B
+  MemoryChange first = story.mark();
+  CHECK_FALSE(first.device_reconfigured);
+  REQUIRE(first.added.size() == 2);
+  CHECK(first.added[0].bytes == 4096);
+  CHECK(first.net_bytes() == 8192);
+  CHECK(first.str() == "+4.00 KiB (4096 B) ones, +4.00 KiB (4096 B) relu");
+
+  a = Tensor();                           // freed: made before the mark
+  {
+    Tensor t = b * 2;                     // made and freed between the marks
+  }
+  Tensor c = empty({100}, device(kSim));  // 400 B requested, a 512-byte block
+  const MemoryChange second = story.mark();
+  CHECK(second.net_bytes() == 512 - 4096);
+  CHECK(second.transient_blocks == 1);
+  CHECK(second.str() == "-4.00 KiB (4096 B) ones (earlier), +512 B empty; 1 transient blocks");
+  CHECK(story.since_last_mark() == "no change");
+}

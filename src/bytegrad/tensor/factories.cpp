@@ -2,10 +2,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/memory/allocation_context.h"
+
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
@@ -15,6 +17,8 @@ Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opt
   if (sizes.size() != strides.size())
     throw std::invalid_argument(fmt::format("empty_strided: {} sizes but {} strides", sizes.size(), strides.size()));
   const size_t bytes = storage_bytes_for("empty_strided", sizes, strides, 0, element_size(options.dtype));
+  std::optional<AllocationScope> scope;  // a user's own empty() is named so; inside an op, the op's tag stands
+  if (current_allocation_tag().empty()) scope.emplace("empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<StorageImpl>(bytes, options.resolved_device());
   impl->sizes = sizes;
