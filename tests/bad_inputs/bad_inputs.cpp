@@ -251,7 +251,7 @@ const std::vector<Row>& rows() {
       {"cross_entropy with float targets", E::invalid_argument, "int64", [](Fixture& f) { cross_entropy(f.a, f.a); }},
       {"cross_entropy with a target out of range", E::out_of_range, "",
        [](Fixture& f) { cross_entropy(f.a, f.ints.slice(0, 3, 6)); }},
-      {"mse_loss of mismatched shapes", E::invalid_argument, "same shape", [](Fixture& f) { mse_loss(f.a, f.b); }},
+      {"mse_loss of shapes that do not broadcast", E::invalid_argument, "cannot be broadcast", [](Fixture& f) { mse_loss(f.a, f.b); }},
       {"nll_loss with a 3-d input", E::invalid_argument, "", [](Fixture& f) { nll_loss(f.a.view({3, 2, 2}), f.ints.slice(0, 0, 3)); }},
       // ----------------------------------------------------------------------------- optimizers
       {"SGD with nesterov and no momentum", E::invalid_argument, "Nesterov",

@@ -173,38 +173,4 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& r
   execute(edge, grad, retain_graph);
 }
 
-std::vector<SavedTensorReport> saved_tensors(const Tensor& root) {
-  std::vector<SavedTensorReport> reports;
-  Edge edge = gradient_edge(root);
-  if (!edge.valid()) return reports;
-  // Visit in the order backward would run them (ignoring readiness): highest sequence number first.
-  std::unordered_set<Node*> seen{edge.function.get()};
-  std::priority_queue<std::pair<uint64_t, Node*>> order;
-  order.push({edge.function->sequence_nr(), edge.function.get()});
-  while (!order.empty()) {
-    Node* node = order.top().second;
-    order.pop();
-    for (const auto& [name, saved] : node->saved_variables()) {
-      SavedTensorReport report;
-      report.node = node->name();
-      report.name = name;
-      report.released = saved->released();
-      const Tensor& t = saved->peek();
-      if (t.defined()) {
-        report.sizes = t.sizes();
-        report.dtype = t.dtype();
-        report.device = t.device();
-        report.bytes = t.nbytes();
-        // One reference is the saved alias itself; any other means the bytes are shared.
-        report.shares_storage = t.storage().use_count() > 1;
-      }
-      reports.push_back(report);
-    }
-    for (const Edge& next : node->next_edges)
-      if (next.valid() && seen.insert(next.function.get()).second)
-        order.push({next.function->sequence_nr(), next.function.get()});
-  }
-  return reports;
-}
-
 }  // namespace bytegrad

@@ -4,15 +4,12 @@
 #include <vector>
 
 #include "bytegrad/autograd/node.h"
+#include "bytegrad/autograd/saved_tensors.h"  // saved_tensors(root): what each node keeps
 
 namespace bytegrad {
 
 // Each root's gradient defaults to ones_like(root) (roots must then have one element). Without
 // retain_graph, each node's saved tensors are released right after it runs.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads, bool retain_graph);
-
-// Every node reachable from `root`'s grad_fn with what it saves, in execution order of a backward
-// pass (the visibility API: which node keeps which bytes alive).
-std::vector<SavedTensorReport> saved_tensors(const Tensor& root);
 
 }  // namespace bytegrad

@@ -1,5 +1,7 @@
 #include "bytegrad/autograd/node.h"
 
+#include "bytegrad/autograd/module_scope.h"
+
 namespace bytegrad {
 
 namespace {
@@ -7,6 +9,14 @@ namespace {
 thread_local uint64_t next_sequence_nr = 0;
 }
 
-Node::Node() : sequence_nr_(next_sequence_nr++) {}
+Node::Node() : module_(current_module_name_ptr()), sequence_nr_(next_sequence_nr++) {}
+
+// (AccumulateGrad: made once per leaf, by whichever op first used it, so it names no module.)
+Node::Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
+
+const std::string& Node::module() const {
+  static const std::string none;
+  return module_ ? *module_ : none;
+}
 
 }  // namespace bytegrad

@@ -30,16 +30,23 @@ struct GradientMetadata {
   Device device;
 };
 
-// One saved tensor as the visibility API reports it.
+// One saved tensor as the visibility API (saved_tensors(), saved_tensors.h) reports it.
 struct SavedTensorReport {
   std::string node;    // e.g. "AddmmBackward0"
+  std::string module;  // the module whose call made the node, e.g. "fc1" ("" outside any; module_scope.h)
   std::string name;    // which operand, e.g. "mat1"
   Shape sizes;
   ScalarType dtype = ScalarType::float32;
   Device device;
-  size_t bytes = 0;           // numel * element size
-  bool shares_storage = false;  // the storage is also held by something else (a parameter, a live tensor)
+  size_t bytes = 0;           // numel * element size of the saved view
+  size_t block_bytes = 0;     // the allocator's block behind its storage (rounded, as memory_allocated counts)
+  size_t charged_bytes = 0;   // block_bytes for the first entry naming a storage, 0 for later ones
+  bool shares_storage = false;  // the storage is also held by something else (a parameter, a live tensor,
+                                // another saved tensor)
+  bool graph_only = false;      // nothing but this graph's saved tensors holds the storage: the graph's
+                                // release (backward, or dropping the output) frees it
   bool released = false;
+  bool packed = false;  // kept by saved-tensor hooks (saved_tensor_hooks.h): what they keep is theirs to say
 };
 
 class Node {
@@ -60,15 +67,18 @@ class Node {
 
   // Later nodes run first among those ready; AccumulateGrad nodes use the maximum, so they run at once.
   uint64_t sequence_nr() const { return sequence_nr_; }
+  // The module whose call made this node ("fc1"; module_scope.h), "" when none did.
+  const std::string& module() const;
   std::vector<Edge> next_edges;
   std::vector<GradientMetadata> input_metadata;  // one per gradient this node receives
 
  protected:
-  explicit Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
+  explicit Node(uint64_t sequence_nr);
   // Unpacks a saved tensor, checking it was neither released nor modified in place since.
   Tensor unpack(const SavedVariable& saved) const { return saved.unpack(name()); }
 
  private:
+  std::shared_ptr<const std::string> module_;
   uint64_t sequence_nr_;
 };
 

@@ -44,6 +44,11 @@ class GraphRecorder final : public AutogradHook {
 
   bool requires_grad(const Tensor& t) const override { return bytegrad::requires_grad(t); }
 
+  std::string grad_fn_name(const Tensor& t) const override {
+    const AutogradMeta* meta = autograd_meta(t);
+    return meta && meta->grad_fn ? meta->grad_fn->name() : "";
+  }
+
   void record(OpRecord record) override {
     if (record.in_place) check_in_place(record.op, record.inputs);  // in-place ops also checked before writing
     const Formula formula = kFormulas[static_cast<size_t>(record.op)];

@@ -3,11 +3,20 @@
 
 #include "bytegrad/autograd/autograd_meta.h"
 #include "bytegrad/autograd/engine.h"
+#include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
 
 void install_graph_recorder();  // recorder.cpp
+
+namespace {
+// TensorOptions::requires_grad: the tensor layer's factories call this on their new tensor. Installed at
+// start-up; this file is linked whenever anything about gradients is used (it defines Tensor's autograd
+// members).
+[[maybe_unused]] const bool requires_grad_setter_installed =
+    (install_requires_grad_setter([](const Tensor& t) { t.requires_grad_(true); }), true);
+}  // namespace
 
 bool Tensor::requires_grad() const { return bytegrad::requires_grad(*this); }
 

@@ -56,7 +56,7 @@ Tensor MultiheadSelfAttention::forward(const Tensor& input, const std::optional<
   Tensor out;
   {
     // Scoped so that qkv and the q/k/v views are released before the output projection runs.
-    const Tensor qkv = in_proj_->forward(input).view({B, L, 3, H, D}).permute({2, 0, 3, 1, 4});
+    const Tensor qkv = (*in_proj_)(input).view({B, L, 3, H, D}).permute({2, 0, 3, 1, 4});
     const Tensor q = qkv.select(0, 0), k = qkv.select(0, 1), v = qkv.select(0, 2);
     // Each temporary is dropped as soon as the next op has its result, as Python's reference counting
     // drops them: the raw product once it is scaled, the scaled scores once softmax has its result.
@@ -68,7 +68,7 @@ Tensor MultiheadSelfAttention::forward(const Tensor& input, const std::optional<
     scores = Tensor();
     out = matmul(attn, v).transpose(1, 2).reshape({B, L, C});
   }
-  return out_proj_->forward(out);
+  return (*out_proj_)(out);
 }
 
 }  // namespace bytegrad::nn

@@ -10,7 +10,7 @@ namespace {
 
 Tensor run_modules(const Sequential& modules, size_t first, size_t last, const Tensor& input) {
   Tensor x = input;
-  for (size_t i = first; i <= last; ++i) x = modules[i]->forward(x);
+  for (size_t i = first; i <= last; ++i) x = (*modules[i])(x);
   return x;
 }
 

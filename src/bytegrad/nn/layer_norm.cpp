@@ -17,9 +17,9 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
     if (s < 0)
       throw std::invalid_argument(fmt::format("LayerNorm: normalized_shape {} has a negative size",
                                               shape_str(normalized_shape_)));
-  if (!is_floating_point(options.dtype))
+  if (!is_floating_point(options.resolved_dtype()))
     throw std::invalid_argument(fmt::format("LayerNorm: parameters must be floating point, got {}",
-                                            scalar_type_name(options.dtype)));
+                                            scalar_type_name(options.resolved_dtype())));
   if (elementwise_affine) {
     AllocationScope scope("parameter");
     weight_ = register_parameter("weight", ones(normalized_shape_, options));

@@ -9,6 +9,11 @@ namespace bytegrad::nn {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, TensorOptions options = {});
+  // With a bias, as nn.Linear(in, out, device=...): Linear(4, 8, kSim), Linear(4, 8, {.device = kSim}).
+  Linear(int64_t in_features, int64_t out_features, TensorOptions options)
+      : Linear(in_features, out_features, true, options) {}
+  Linear(int64_t in_features, int64_t out_features, Device device)
+      : Linear(in_features, out_features, true, TensorOptions{}.with_device(device)) {}
   Tensor forward(const Tensor& input) override;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias

@@ -1,19 +1,116 @@
 #include "bytegrad/nn/module.h"
 
+#include <fmt/format.h>
+
+#include <stdexcept>
+
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::nn {
 
-const Tensor& Module::register_parameter(std::string name, const Tensor& tensor) {
-  tensor.requires_grad_(true);
-  parameters_.emplace_back(std::move(name), tensor);
-  return parameters_.back().second;
+namespace {
+
+template <typename Entries>
+auto find_entry(Entries& entries, const std::string& name) {
+  auto it = entries.begin();
+  while (it != entries.end() && it->first != name) ++it;
+  return it;
 }
 
-const Tensor& Module::register_buffer(std::string name, const Tensor& tensor) {
-  buffers_.emplace_back(std::move(name), tensor);
-  return buffers_.back().second;
+}  // namespace
+
+Module::Module(const Module& other)
+    : parameters_(other.parameters_), buffers_(other.buffers_), children_(other.children_), training_(other.training_) {}
+
+Module::Module(Module&& other) noexcept
+    : parameters_(std::move(other.parameters_)),
+      buffers_(std::move(other.buffers_)),
+      children_(std::move(other.children_)),
+      training_(other.training_) {
+  for (auto& [name, child] : children_)
+    if (child->parent_ == &other) child->parent_ = this;
+}
+
+Module& Module::operator=(const Module& other) {
+  if (this != &other) {
+    parameters_ = other.parameters_;
+    buffers_ = other.buffers_;
+    children_ = other.children_;
+    training_ = other.training_;
+  }
+  return *this;
+}
+
+Module& Module::operator=(Module&& other) noexcept {
+  if (this != &other) {
+    for (auto& [name, child] : children_)
+      if (child->parent_ == this) child->parent_ = nullptr;
+    parameters_ = std::move(other.parameters_);
+    buffers_ = std::move(other.buffers_);
+    children_ = std::move(other.children_);
+    training_ = other.training_;
+    for (auto& [name, child] : children_)
+      if (child->parent_ == &other) child->parent_ = this;
+  }
+  return *this;
+}
+
+Module::~Module() {
+  for (auto& [name, child] : children_)
+    if (child && child->parent_ == this) child->parent_ = nullptr;
+}
+
+std::string Module::name() const {
+  if (!parent_) return "";
+  std::string path = name_in_parent_;
+  for (const Module* m = parent_; m->parent_; m = m->parent_) path = m->name_in_parent_ + "." + path;
+  return path;
+}
+
+void Module::check_new_name(const std::string& name, const char* kind) const {
+  if (name.empty()) throw std::invalid_argument(fmt::format("{} name can't be empty string \"\"", kind));
+  if (name.find('.') != std::string::npos)
+    throw std::invalid_argument(fmt::format("{} name can't contain \".\", got: {}", kind, name));
+  const std::string_view k(kind);
+  const bool taken = (k != "parameter" && find_entry(parameters_, name) != parameters_.end()) ||
+                     (k != "buffer" && find_entry(buffers_, name) != buffers_.end()) ||
+                     (k != "module" && find_entry(children_, name) != children_.end());
+  if (taken) throw std::invalid_argument(fmt::format("attribute '{}' already exists", name));
+}
+
+Tensor Module::register_parameter(std::string name, const Tensor& tensor) {
+  check_new_name(name, "parameter");
+  if (!tensor.defined()) throw std::invalid_argument(fmt::format("register_parameter: '{}' is an undefined tensor", name));
+  tensor.requires_grad_(true);
+  auto it = find_entry(parameters_, name);
+  if (it != parameters_.end()) it->second = tensor;
+  else parameters_.emplace_back(std::move(name), tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(std::string name, const Tensor& tensor) {
+  check_new_name(name, "buffer");
+  if (!tensor.defined()) throw std::invalid_argument(fmt::format("register_buffer: '{}' is an undefined tensor", name));
+  auto it = find_entry(buffers_, name);
+  if (it != buffers_.end()) it->second = tensor;
+  else buffers_.emplace_back(std::move(name), tensor);
+  return tensor;
+}
+
+void Module::add_child(std::string name, std::shared_ptr<Module> child) {
+  check_new_name(name, "module");
+  if (!child) throw std::invalid_argument(fmt::format("register_module: '{}' is a null module", name));
+  if (child.get() == this) throw std::invalid_argument(fmt::format("register_module: '{}' is the module itself", name));
+  child->parent_ = this;
+  child->name_in_parent_ = name;
+  auto it = find_entry(children_, name);
+  if (it != children_.end()) {
+    if (it->second != child && it->second->parent_ == this) it->second->parent_ = nullptr;
+    it->second = std::move(child);
+  } else {
+    children_.emplace_back(std::move(name), std::move(child));
+  }
 }
 
 void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out, bool buffers) const {
@@ -39,6 +136,18 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_buffers()) out.push_back(t);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const auto& [name, child] : children_) out.push_back(child);
+  return out;
+}
+
 void Module::zero_grad(bool set_to_none) {
   for (const Tensor& p : parameters()) {
     Tensor grad = p.grad();
@@ -59,6 +168,8 @@ void Module::train(bool on) {
 
 Module& Module::to(Device device) {
   NoGradGuard no_grad;
+  // `t.data = t.data.to(device)`: the copy is made, then the handle's data replaced, which frees the old
+  // block (when nothing else holds it) before the next tensor moves.
   auto move = [&](const Tensor& t) {
     if (t.device() == device) return;
     Tensor moved = t.to(device);
@@ -68,9 +179,12 @@ Module& Module::to(Device device) {
     impl.strides = moved.strides();
     impl.storage_offset = moved.storage_offset();
   };
-  for (auto& [name, t] : parameters_) move(t);
-  for (auto& [name, t] : buffers_) move(t);
   for (auto& [name, child] : children_) child->to(device);
+  for (auto& [name, t] : parameters_) {
+    move(t);
+    if (Tensor grad = t.grad(); grad.defined()) move(grad);
+  }
+  for (auto& [name, t] : buffers_) move(t);
   return *this;
 }
 

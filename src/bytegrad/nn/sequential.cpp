@@ -15,7 +15,7 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& m : modules_) x = m->forward(x);
+  for (const auto& m : modules_) x = (*m)(x);
   return x;
 }
 

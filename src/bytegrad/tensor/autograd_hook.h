@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bytegrad/core/op_table.h"
@@ -49,10 +50,20 @@ class AutogradHook {
   // autograd would refuse to record it (a leaf that requires grad, a view of one, a row without a formula
   // while a graph is needed), so that a refused op leaves every tensor unchanged.
   virtual void check_in_place(OpId op, const std::vector<Tensor>& inputs) const = 0;
+  // The name of the node that made t ("AddmmBackward0"), "" for leaves and tensors without history; for
+  // printing (Tensor::str shows grad_fn=<...> as PyTorch's repr does).
+  virtual std::string grad_fn_name(const Tensor& t) const = 0;
 };
 
 void install_autograd_hook(AutogradHook* hook);
 AutogradHook* autograd_hook();
+
+// What a factory given TensorOptions::requires_grad calls on its new tensor (t.requires_grad_(true)). The
+// autograd layer installs it when linked (tensor_autograd.cpp, at start-up); without it such a factory
+// throws, as nothing could use the gradient.
+using RequiresGradSetter = void (*)(const Tensor& t);
+void install_requires_grad_setter(RequiresGradSetter setter);
+RequiresGradSetter requires_grad_setter();
 
 // A primitive op (one with its own derivative) computes under a pause, so the views and copies it makes
 // internally are not recorded; then it records itself once. Composite ops (matmul, linear, ...) do not

@@ -7,24 +7,46 @@
 
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/memory/allocation_context.h"
-
+#include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
+
+namespace ops_detail {
+
+RequiresGradSetter requires_grad_setter_for(const TensorOptions& options) {
+  if (!options.requires_grad) return nullptr;
+  const ScalarType dtype = options.resolved_dtype();
+  if (!is_floating_point(dtype))
+    throw std::invalid_argument(fmt::format("Only Tensors of floating point dtype can require gradients (asked for "
+                                            "a {} tensor with requires_grad)", scalar_type_name(dtype)));
+  RequiresGradSetter setter = requires_grad_setter();
+  if (!setter) throw std::logic_error("TensorOptions::requires_grad needs the autograd layer: link bytegrad_autograd");
+  return setter;
+}
+
+}  // namespace ops_detail
 
 Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions options) {
   check_shape("empty", sizes);
   if (sizes.size() != strides.size())
     throw std::invalid_argument(fmt::format("empty_strided: {} sizes but {} strides", sizes.size(), strides.size()));
-  const size_t bytes = storage_bytes_for("empty_strided", sizes, strides, 0, element_size(options.dtype));
+  // Every factory allocates through here, so this is where requires_grad is honoured (the values written
+  // afterwards go straight to the kernels, which autograd does not see). Checked before allocating, so a
+  // refused request changes no memory figure.
+  const RequiresGradSetter set_requires_grad = ops_detail::requires_grad_setter_for(options);
+  const ScalarType dtype = options.resolved_dtype();
+  const size_t bytes = storage_bytes_for("empty_strided", sizes, strides, 0, element_size(dtype));
   std::optional<AllocationScope> scope;  // a user's own empty() is named so; inside an op, the op's tag stands
   if (current_allocation_tag().empty()) scope.emplace("empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<StorageImpl>(bytes, options.resolved_device());
   impl->sizes = sizes;
   impl->strides = strides;
-  impl->dtype = options.dtype;
-  return Tensor(std::move(impl));
+  impl->dtype = dtype;
+  Tensor out(std::move(impl));
+  if (set_requires_grad) set_requires_grad(out);
+  return out;
 }
 
 Tensor empty(const Shape& sizes, TensorOptions options) {

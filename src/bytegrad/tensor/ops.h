@@ -256,7 +256,11 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
 // class dim being 1 (0 for a 1-d logits). No label smoothing, no class weights.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean,
                      int64_t ignore_index = -100);
-// PyTorch's mse_loss: input and target of one shape. none: one output of that shape. mean/sum: the output
+// PyTorch's mse_loss. Input and target of different shapes are broadcast as torch.nn.functional.mse_loss
+// broadcasts them (each expanded to the common shape: views, with ExpandBackward0 nodes), after its
+// UserWarning "Using a target size (torch.Size([...])) that is different to the input size (...). ..." on
+// stderr, once per pair of shapes; then everything below holds for the broadcast shape.
+// Same shapes: none: one output of that shape. mean/sum: the output
 // first, allocated input-sized as for none (the structured meta function) and resized to 0-d, keeping its
 // input-sized block; then an input-sized (input - target)^2 temporary (TensorIterator's layout), reduced
 // into the output and freed on return (Loss.cpp's mse_loss_out). Recorded as "mse_loss" (inputs {input,

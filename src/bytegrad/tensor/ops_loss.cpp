@@ -4,7 +4,11 @@
 // (one input-sized gradient).
 #include <fmt/format.h>
 
+#include <iostream>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+#include <string>
 
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
@@ -162,7 +166,43 @@ Tensor mse_loss_compute(const Tensor& input, const Tensor& target, Reduction red
 
 }  // namespace
 
+namespace {
+
+// torch.Size's repr, as PyTorch's warning prints it: "torch.Size([4, 1])".
+std::string torch_size(const Shape& sizes) {
+  std::string out = "torch.Size([";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "])";
+}
+
+// torch.nn.functional.mse_loss's UserWarning, printed once per message as Python's default warning filter
+// prints it once per call site (a second call with the same shapes is silent; other shapes warn again).
+void warn_mse_sizes_differ(const Tensor& input, const Tensor& target) {
+  const std::string message = fmt::format(
+      "Using a target size ({}) that is different to the input size ({}). This will likely lead to incorrect "
+      "results due to broadcasting. Please ensure they have the same size.",
+      torch_size(target.sizes()), torch_size(input.sizes()));
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard lock(mutex);
+  if (warned.insert(message).second) std::cerr << "UserWarning: " << message << std::endl;
+}
+
+}  // namespace
+
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_defined("mse_loss", input);
+  check_defined("mse_loss", target);
+  if (input.sizes() != target.sizes()) {
+    // As torch.nn.functional.mse_loss: warn, then torch.broadcast_tensors (an expand of each operand whose
+    // shape differs from the broadcast, so views: no memory, and ExpandBackward0 nodes that sum the
+    // gradient back), then the same loss on equal shapes. Its output and saved tensors are the broadcast's.
+    warn_mse_sizes_differ(input, target);
+    const Shape shape = broadcast_shapes("mse_loss", input, target);
+    const Tensor expanded_input = input.sizes() == shape ? input : input.expand(shape);
+    const Tensor expanded_target = target.sizes() == shape ? target : target.expand(shape);
+    return mse_loss(expanded_input, expanded_target, reduction);
+  }
   Tensor out = without_recording([&] { return mse_loss_compute(input, target, reduction); });
   record_for_autograd({input, target}, [&] {
     return make_record<OpId::mse_loss>({input, target}, {out}, {reduction});

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad::ops_detail {
@@ -22,6 +23,10 @@ void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t);
 inline void check_dtype_rule(const char* name, OpId op, const Tensor& t) { check_dtype_rule(name, op_info(op).dtypes, t); }
 // An in-place op may not write through a view in which several elements share one address.
 void check_writable(const char* op, const Tensor& t);
+
+// TensorOptions::requires_grad: the setter to call on the new tensor (null when not asked for). Throws,
+// before anything is allocated, for a dtype that cannot require grad or when autograd is not linked.
+RequiresGradSetter requires_grad_setter_for(const TensorOptions& options);
 
 // The broadcast of two shapes; throws naming the op and both operands.
 Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
@@ -161,6 +162,12 @@ std::string Tensor::str() const {
   }
   if (!default_dtype || (numel() == 0 && dtype() != ScalarType::float32))
     suffix.push_back(fmt::format("dtype={}", scalar_type_name(dtype())));
+  // Last, as PyTorch's _str_intern: the node that made it, else requires_grad for a leaf that does.
+  if (const AutogradHook* hook = autograd_hook()) {
+    const std::string grad_fn = hook->grad_fn_name(*this);
+    if (!grad_fn.empty()) suffix.push_back(fmt::format("grad_fn=<{}>", grad_fn));
+    else if (hook->requires_grad(*this)) suffix.push_back("requires_grad=True");
+  }
   std::string out = "tensor(" + body;
   for (const auto& s : suffix) out += ", " + s;
   return out + ")";

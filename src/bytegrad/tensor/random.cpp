@@ -10,6 +10,7 @@
 
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
@@ -65,17 +66,23 @@ namespace {
 // Draws in host chunks of at most a million values, so a 960 MB randn needs no gigabytes of staging.
 template <typename Draw>
 Tensor random_tensor(const Shape& sizes, TensorOptions options, Draw draw_chunk) {
+  // requires_grad is set once the values are in (the chunks below are views, which autograd would record
+  // on a tensor that requires grad); checked first, so a refused request allocates nothing.
+  const RequiresGradSetter set_requires_grad = ops_detail::requires_grad_setter_for(options);
+  options.requires_grad = false;
   Tensor out = empty(sizes, options);
-  if (out.is_meta() || out.numel() == 0) return out;
-  constexpr int64_t kChunk = 1 << 20;
-  Tensor flat = out.view({-1});
-  std::vector<double> values;
-  for (int64_t start = 0; start < out.numel(); start += kChunk) {
-    const int64_t count = std::min(kChunk, out.numel() - start);
-    values.resize(static_cast<size_t>(count));
-    draw_chunk(values);
-    fill_from_host(flat.slice(0, start, start + count), values);
+  if (!out.is_meta() && out.numel() != 0) {
+    constexpr int64_t kChunk = 1 << 20;
+    Tensor flat = out.view({-1});
+    std::vector<double> values;
+    for (int64_t start = 0; start < out.numel(); start += kChunk) {
+      const int64_t count = std::min(kChunk, out.numel() - start);
+      values.resize(static_cast<size_t>(count));
+      draw_chunk(values);
+      fill_from_host(flat.slice(0, start, start + count), values);
+    }
   }
+  if (set_requires_grad) set_requires_grad(out);
   return out;
 }
 
@@ -180,6 +187,7 @@ Tensor randn_like(const Tensor& t) { return randn(t.sizes(), TensorOptions{t.dty
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options) {
   if (high <= low) throw std::invalid_argument("randint: high must be greater than low");
   AllocationScope scope("randint");
+  options.dtype = options.resolved_dtype(ScalarType::int64);  // torch.randint's default dtype
   const double span = static_cast<double>(high - low);
   return random_tensor(sizes, options, [&](std::vector<double>& values) {
     uniform_chunk(values);

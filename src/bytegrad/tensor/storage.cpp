@@ -18,4 +18,9 @@ StorageImpl::~StorageImpl() {
   else host_allocator().free(data_, nbytes_);
 }
 
+size_t StorageImpl::block_bytes() const {
+  if (!data_) return 0;
+  return allocator_ ? allocator_->block_size(data_) : nbytes_;
+}
+
 }  // namespace bytegrad

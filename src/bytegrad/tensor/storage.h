@@ -22,6 +22,9 @@ class StorageImpl {
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  // The allocator's block behind it (nbytes rounded as the caching allocator rounds, or the whole block
+  // when it was not split), as memory_allocated() counts it; on cpu (no caching allocator), nbytes.
+  size_t block_bytes() const;
   Device device() const { return device_; }
 
  private:

@@ -17,12 +17,20 @@
 
 namespace bytegrad {
 
+// What a factory makes: dtype, device and whether the new tensor requires grad, as torch's keyword
+// arguments (dtype=, device=, requires_grad=). Build it field by field, `{.device = kSim, .requires_grad =
+// true}`, or by chaining, `device(kSim).with_requires_grad()`.
 struct TensorOptions {
-  ScalarType dtype = ScalarType::float32;
-  std::optional<Device> device;  // default_device() when unset
+  std::optional<ScalarType> dtype;  // unset: the factory's default (float32; int64 for randint, as torch's)
+  std::optional<Device> device;     // unset: default_device()
+  // The new tensor is a leaf that requires grad (floating point dtypes only). Needs the autograd layer
+  // linked (bytegrad_autograd), as everything about gradients does.
+  bool requires_grad = false;
 
   TensorOptions& with_dtype(ScalarType t) { dtype = t; return *this; }
   TensorOptions& with_device(Device d) { device = d; return *this; }
+  TensorOptions& with_requires_grad(bool on = true) { requires_grad = on; return *this; }
+  ScalarType resolved_dtype(ScalarType fallback = ScalarType::float32) const { return dtype.value_or(fallback); }
   Device resolved_device() const;
 };
 inline TensorOptions dtype(ScalarType t) { return TensorOptions{}.with_dtype(t); }
@@ -223,7 +231,9 @@ Tensor scalar_tensor(double value, TensorOptions options = {});  // 0-d
 void manual_seed(uint64_t seed);
 Tensor rand(const Shape& sizes, TensorOptions options = {});   // uniform [0, 1)
 Tensor randn(const Shape& sizes, TensorOptions options = {});  // standard normal
-Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options = dtype(ScalarType::int64));
+// Integers in [low, high); int64 unless options.dtype says otherwise (torch.randint's default), so
+// randint(0, 10, {4}, device(kSim)) is int64.
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options = {});
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
 // Writes row-major host values into t (converted to its dtype); used by random factories and initializers.

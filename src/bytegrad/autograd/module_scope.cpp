@@ -1,0 +1,24 @@
+#include "bytegrad/autograd/module_scope.h"
+
+#include <utility>
+
+namespace bytegrad {
+
+namespace {
+thread_local std::shared_ptr<const std::string> current;
+}
+
+const std::string& current_module_name() {
+  static const std::string none;
+  return current ? *current : none;
+}
+
+std::shared_ptr<const std::string> current_module_name_ptr() { return current; }
+
+ModuleScope::ModuleScope(std::string name) : previous_(std::move(current)) {
+  current = std::make_shared<const std::string>(std::move(name));
+}
+
+ModuleScope::~ModuleScope() { current = std::move(previous_); }
+
+}  // namespace bytegrad

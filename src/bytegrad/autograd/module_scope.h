@@ -1,0 +1,28 @@
+// Which module is running: nn::Module's call operator sets a ModuleScope naming the module by its path in
+// the model ("fc1", "blocks.0.attn"), and every autograd node records the innermost one when it is made,
+// so saved_tensors() can say which module saved what (PyTorch names it through module hooks; bytegrad
+// records it on the node).
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace bytegrad {
+
+// The innermost live ModuleScope's name on this thread ("" when none, or at a model's top level).
+const std::string& current_module_name();
+// The same, shared (what a node keeps); null when none.
+std::shared_ptr<const std::string> current_module_name_ptr();
+
+class ModuleScope {
+ public:
+  explicit ModuleScope(std::string name);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  std::shared_ptr<const std::string> previous_;
+};
+
+}  // namespace bytegrad
