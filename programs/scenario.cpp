@@ -98,6 +98,7 @@ void ScenarioRecorder::mark(const std::string& label, const std::string& message
   s.requested = stat("requested_bytes.all.current");
   s.inactive_split = stat("inactive_split_bytes.all.current");
   s.message = message;
+  s.ledger = caching_allocator(device_).category_bytes();
   steps_.push_back(s);
   if (listener_) listener_(steps_.back());
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bytegrad/memory/memory_category.h"
 #include "bytegrad/core/device.h"
 
 namespace bytegrad::programs {
@@ -23,6 +24,8 @@ struct GoldenStep {
   int64_t requested = 0;       // requested_bytes.all.current
   int64_t inactive_split = 0;  // inactive_split_bytes.all.current
   std::string message;         // an error text the step carries (scenarios.py's A_oom step), else ""
+  // bytegrad's own, not in the goldens: allocated bytes by category (memory_category.h) at the mark.
+  CategoryBytes ledger{};
 };
 
 // The eight figures by name, in the golden files' order, for comparisons and printing.

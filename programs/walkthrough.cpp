@@ -63,6 +63,10 @@ std::string json_line(const ScenarioRecorder& r) {
         .add("max_reserved", json::integer(s.max_reserved))
         .add("segments", json::integer(s.segments))
         .add("blocks", json::integer(s.blocks));
+    json::Value ledger = json::object();  // allocated by category: the parts sum to "allocated"
+    for (MemoryCategory c : kMemoryCategories)
+      ledger.add(std::string(category_name(c)), json::integer(s.ledger[static_cast<size_t>(c)]));
+    step.add("ledger", std::move(ledger));
     steps.push_back(std::move(step));
   }
   json::Value line = json::object();
@@ -106,6 +110,7 @@ int walk(const Program& program, const Options& options) {
                                program.has_golden ? "" : " (no PyTorch golden: a bytegrad-only scenario)");
     }
     int64_t previous = 0;
+    CategoryBytes previous_ledger{};
     r.on_mark([&](const GoldenStep& s) {
       keep_recording();
       auto it = golden.find(s.label);
@@ -122,12 +127,21 @@ int walk(const Program& program, const Options& options) {
         const int64_t delta = s.allocated - previous;
         std::cout << fmt::format("   {:<26} {}{}: {}\n", "", delta > 0 ? "+" : "", human_bytes(delta),
                                  story->since_last_mark());
+        std::string by_category;  // what each category did since the previous mark
+        for (MemoryCategory c : kMemoryCategories) {
+          const int64_t change = s.ledger[static_cast<size_t>(c)] - previous_ledger[static_cast<size_t>(c)];
+          if (change != 0)
+            by_category += fmt::format("{}{}{} {}", by_category.empty() ? "" : ", ", change > 0 ? "+" : "",
+                                       human_bytes(change), category_name(c));
+        }
+        if (!by_category.empty()) std::cout << fmt::format("   {:<26} by category: {}\n", "", by_category);
         if (const std::string note = mark_note(program.name, s.label); !note.empty())
           std::cout << fmt::format("   {:<26} {}\n", "", note);
         if (!s.message.empty()) std::cout << "   error: " << s.message << '\n';
         std::cout << std::flush;  // progress shows as it happens, also through a pipe
       }
       previous = s.allocated;
+      previous_ledger = s.ledger;
     });
     program.run(r);
     if (!options.memory_viz_dir.empty()) {

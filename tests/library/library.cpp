@@ -217,3 +217,61 @@ TEST_CASE("MemoryStory: what each mark added and freed, by op, in block bytes an
   CHECK(second.str() == "-4.00 KiB (4096 B) ones (earlier), +512 B empty; 1 transient blocks");
   CHECK(story.since_last_mark() == "no change");
 }
+
+TEST_CASE("memory_ledger: parameters, gradients, optimizer state and activations, with owners; the peak") {
+  FreshDevice fresh(kSim);
+  WorkspaceSetting off(":0:0");
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(64, 256, true, device(kSim)));  // weight 64*256*4 = 65536, bias 1024
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::Linear>(256, 1, true, device(kSim)));   // weight 1024, bias 4 -> 512
+  const int64_t parameters = 65536 + 1024 + 1024 + 512;
+  Tensor x = randn({32, 64}, device(kSim));  // 8192 B, a leaf: other
+
+  MemoryLedger ledger = memory_ledger(kSim);
+  CHECK(ledger[MemoryCategory::parameter] == parameters);
+  CHECK(ledger[MemoryCategory::other] == 8192);
+  REQUIRE_FALSE(ledger.largest.empty());
+  CHECK(ledger.largest[0].owner == "0.weight");  // named by its path in the model
+  CHECK(ledger.largest[0].bytes == 65536);
+
+  Tensor loss = (*model)(x).sum();
+  ledger = memory_ledger(kSim);
+  CHECK(ledger[MemoryCategory::activation] == 32 * 256 * 4);  // the ReLU output, saved by ReLU and the Linear
+  loss.backward();
+  ledger = memory_ledger(kSim);
+  CHECK(ledger[MemoryCategory::gradient] == parameters);
+  CHECK(ledger[MemoryCategory::activation] == 0);
+  const PeakReport peak = peak_report(kSim);
+  CHECK(peak.record.allocated == max_memory_allocated(kSim));
+  int64_t at_peak = 0;
+  for (int64_t b : peak.record.bytes) at_peak += b;
+  CHECK(at_peak == peak.record.allocated);
+
+  optim::Adam adam(model->parameters(), 1e-3);
+  adam.step();
+  ledger = memory_ledger(kSim);
+  CHECK(ledger[MemoryCategory::optimizer_state] == 2 * parameters);  // exp_avg and exp_avg_sq
+  adam.zero_grad();
+  CHECK(memory_ledger(kSim)[MemoryCategory::gradient] == 0);
+
+  int64_t total = 0;
+  for (int64_t b : memory_ledger(kSim).bytes) total += b;
+  CHECK(total == memory_allocated(kSim));
+  const MemoryLedger last = memory_ledger(kSim);
+  CHECK(last.reserved == last.allocated + last.cached_in_split_segments + last.cached_whole_segments);
+  CHECK(last.allocated == last.requested + last.rounding);
+  CHECK(last.str().find("optimizer_state") != std::string::npos);
+}
+
+TEST_CASE("a gradient stops being one when it is no longer the .grad; a user's copy is then `other`") {
+  FreshDevice fresh(kSim);
+  Tensor w = ones({256}, device(kSim)).requires_grad_();  // 1024 B leaf, not registered: other
+  Tensor loss = (w * 2).sum();
+  loss.backward();
+  CHECK(memory_ledger(kSim)[MemoryCategory::gradient] == 1024);
+  Tensor kept = w.grad();
+  w.set_grad(Tensor());
+  CHECK(memory_ledger(kSim)[MemoryCategory::gradient] == 0);
+  CHECK(memory_ledger(kSim)[MemoryCategory::other] == 1024 + 1024 + 512);  // w, the kept gradient, the loss
+}

@@ -34,16 +34,16 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (!meta.grad.defined()) {
     // Steal when no one else holds the incoming gradient and it already has the leaf's layout.
     if (!grad_mode_enabled() && new_grad.use_count() == 1 && obeys_layout_contract(new_grad, variable_)) {
-      meta.grad = new_grad.alias();
+      set_grad_of(meta, new_grad.alias());
     } else {
       Tensor copy = empty_strided(variable_.sizes(), variable_.strides(), TensorOptions{variable_.dtype(), variable_.device()});
       copy.copy_(new_grad);
-      meta.grad = copy;
+      set_grad_of(meta, copy);
     }
   } else if (!grad_mode_enabled()) {
     meta.grad.add_(new_grad);  // in place; new_grad is freed when this returns
   } else {
-    meta.grad = meta.grad + new_grad;
+    set_grad_of(meta, meta.grad + new_grad);
   }
   return {};
 }

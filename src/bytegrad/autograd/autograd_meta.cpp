@@ -12,6 +12,11 @@ AutogradMeta& ensure_autograd_meta(const Tensor& t) {
   return *slot;
 }
 
+void set_grad_of(AutogradMeta& meta, Tensor grad) {
+  meta.grad = std::move(grad);
+  meta.grad_role = MemoryRole(meta.grad, MemoryCategory::gradient);
+}
+
 bool requires_grad(const Tensor& t) {
   const AutogradMeta* meta = autograd_meta(t);
   return meta && (meta->requires_grad || meta->grad_fn);

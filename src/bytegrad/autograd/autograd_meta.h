@@ -5,13 +5,15 @@
 #include <memory>
 
 #include "bytegrad/autograd/node.h"
+#include "bytegrad/tensor/memory_role.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
 
 struct AutogradMeta {
   bool requires_grad = false;         // set by the user on leaves
-  Tensor grad;                        // .grad (leaves, or non-leaves that retain_grad)
+  Tensor grad;                        // .grad (leaves, or non-leaves that retain_grad); set with set_grad_of
+  MemoryRole grad_role;               // the `gradient` role of grad's block, while it is the .grad
   std::shared_ptr<Node> grad_fn;      // the node that produced this tensor (null for leaves)
   uint32_t output_nr = 0;             // which output of grad_fn
   std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad, while a graph uses it
@@ -24,6 +26,9 @@ struct AutogradMeta {
 // The tensor's autograd metadata, or null when it has none.
 AutogradMeta* autograd_meta(const Tensor& t);
 AutogradMeta& ensure_autograd_meta(const Tensor& t);
+
+// Makes `grad` the .grad (undefined: none), its block taking the `gradient` role from the previous one.
+void set_grad_of(AutogradMeta& meta, Tensor grad);
 
 bool requires_grad(const Tensor& t);  // a leaf that requires grad, or a tensor with history
 // Where a gradient for `t` should go: its grad_fn, or (for a leaf requiring grad) its AccumulateGrad.

@@ -5,6 +5,8 @@
 //    expected shapes (summing broadcast gradients down, a new allocation), then are dropped;
 //  - then its saved tensors are released (unless retain_graph), then its outputs are handed on,
 //    accumulating into the next node's buffer when several paths meet.
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/memory_category.h"
 #include "bytegrad/autograd/engine.h"
 
 #include <fmt/format.h>
@@ -153,6 +155,17 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& r
   if (!edge.valid())
     throw std::runtime_error("element 0 of tensors does not require grad and does not have a grad_fn (" +
                              describe(root) + ")");
+  // Gradients made from here on are in flight until they become a .grad (memory_category.h); whatever of
+  // them outlives backward without becoming one (a .grad replaced and kept by the user) is `other` after.
+  struct SettleTemporaries {
+    Device device;
+    ~SettleTemporaries() {
+      if (device.uses_caching_allocator())
+        caching_allocator(device).rebirth_blocks(MemoryCategory::autograd_temporary, MemoryCategory::other);
+    }
+  } settle{root.device()};
+  CategoryScope temporaries(MemoryCategory::autograd_temporary);
+  PhaseScope phase(MemoryPhase::backward);
   Tensor grad;
   if (!root_grads.empty() && root_grads[0].defined()) {
     grad = root_grads[0];

@@ -4,17 +4,29 @@
 
 #include <stdexcept>
 
+#include "bytegrad/autograd/autograd_meta.h"
+
 namespace bytegrad {
 
-SavedVariable::SavedVariable(const Tensor& tensor, std::string)
+SavedVariable::SavedVariable(const Tensor& tensor, std::string saved_by)
     : saved_version_(tensor.defined() ? tensor.version() : 0),
       defined_(tensor.defined()),
       sizes_(tensor.defined() ? tensor.sizes() : Shape{}),
       dtype_(tensor.defined() ? tensor.dtype() : ScalarType::float32) {
   if (!tensor.defined()) return;
   hooks_ = current_saved_tensor_hooks();
-  if (hooks_) packed_ = hooks_->pack(tensor);
-  else data_ = tensor.alias();
+  if (hooks_) {
+    packed_ = hooks_->pack(tensor);
+  } else {
+    data_ = tensor.alias();
+    // A non-leaf kept for backward is an activation (a leaf saved, such as the input, stays what it was).
+    const AutogradMeta* meta = autograd_meta(tensor);
+    if (meta && meta->grad_fn) {
+      const std::string module = meta->grad_fn->module();
+      activation_role_ = MemoryRole(tensor, MemoryCategory::activation,
+                                    "saved by " + saved_by + (module.empty() ? "" : " (" + module + ")"));
+    }
+  }
 }
 
 Tensor SavedVariable::unpack(const std::string& node_name) const {
@@ -38,6 +50,7 @@ Tensor SavedVariable::unpack(const std::string& node_name) const {
 
 void SavedVariable::reset() {
   if (!defined_) return;
+  activation_role_.reset();
   data_ = Tensor();
   packed_.reset();
   hooks_.reset();

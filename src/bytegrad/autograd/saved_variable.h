@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bytegrad/autograd/saved_tensor_hooks.h"
+#include "bytegrad/tensor/memory_role.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
@@ -28,6 +29,7 @@ class SavedVariable {
 
  private:
   Tensor data_;
+  MemoryRole activation_role_;  // data_'s block is an activation while saved here (non-leaves only)
   std::shared_ptr<SavedTensorHooks> hooks_;
   std::shared_ptr<void> packed_;
   uint64_t saved_version_ = 0;

@@ -45,7 +45,7 @@ Tensor Tensor::grad() const {
 void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined() && grad.sizes() != sizes())
     throw std::invalid_argument("set_grad: gradient " + describe(grad) + " does not match " + describe(*this));
-  ensure_autograd_meta(*this).grad = grad;
+  set_grad_of(ensure_autograd_meta(*this), grad);
 }
 
 bool Tensor::is_leaf() const {

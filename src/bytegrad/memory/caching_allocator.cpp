@@ -1,4 +1,5 @@
 #include "bytegrad/memory/caching_allocator.h"
+#include "bytegrad/memory/allocation_context.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -100,8 +101,12 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
     }
   }
   if (!found) throw_out_of_memory(request);
-  void* ptr = reinterpret_cast<void*>(take_found_block(request)->ptr);
+  Block* block = take_found_block(request);
+  void* ptr = reinterpret_cast<void*>(block->ptr);
   raw_->mark_in_use(ptr, bytes, true);  // the requested bytes only: a write past them is a bug
+  categories_.on_alloc(block->ptr, block->size, current_allocation_tag());
+  const Stat& allocated = stats_.allocated_bytes.by_type[kAggregate];
+  if (allocated.current == allocated.peak) categories_.on_new_peak(allocated.current);
   return ptr;
 }
 
@@ -199,6 +204,7 @@ void CachingAllocator::free(void* ptr) {
                                 " was not allocated by this allocator (or was already freed)");
   Block* block = it->second;
   active_blocks_.erase(it);
+  categories_.on_free(block->ptr);
   raw_->mark_in_use(ptr, block->size, false);
   block->allocated = false;
   const PoolKind kind = block->pool->kind;
@@ -420,6 +426,37 @@ int64_t CachingAllocator::max_memory_reserved() const {
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
   stats_.reset_peaks();
+  categories_.reset_peak(stats_.allocated_bytes.by_type[kAggregate].current);
+}
+
+void CachingAllocator::add_block_role(const void* ptr, MemoryCategory role, std::string_view owner) {
+  std::lock_guard lock(mutex_);
+  categories_.add_role(reinterpret_cast<uintptr_t>(ptr), role, owner);
+}
+
+void CachingAllocator::remove_block_role(const void* ptr, MemoryCategory role) {
+  std::lock_guard lock(mutex_);
+  categories_.remove_role(reinterpret_cast<uintptr_t>(ptr), role);
+}
+
+void CachingAllocator::rebirth_blocks(MemoryCategory from, MemoryCategory to) {
+  std::lock_guard lock(mutex_);
+  categories_.rebirth(from, to);
+}
+
+CategoryBytes CachingAllocator::category_bytes() const {
+  std::lock_guard lock(mutex_);
+  return categories_.totals();
+}
+
+std::vector<LedgerBlock> CachingAllocator::largest_blocks(size_t count) const {
+  std::lock_guard lock(mutex_);
+  return categories_.largest(count);
+}
+
+PeakRecord CachingAllocator::peak_record() const {
+  std::lock_guard lock(mutex_);
+  return categories_.peak();
 }
 
 void CachingAllocator::reset_accumulated_stats() {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bytegrad/memory/alloc_config.h"
+#include "bytegrad/memory/block_categories.h"
 #include "bytegrad/memory/history.h"
 #include "bytegrad/memory/raw_memory.h"
 #include "bytegrad/memory/size_rules.h"
@@ -91,6 +92,16 @@ class CachingAllocator {
   // The rounded block size behind a live pointer (0 if it is not one of ours).
   size_t block_size(const void* ptr) const;
 
+  // What each live block is for (memory_category.h): roles given and taken by the layers above (a
+  // module's parameter, a .grad, optimizer state, a saved activation), bytes per category (summing to
+  // memory_allocated()), the largest blocks with their owners, and the same at the last peak.
+  void add_block_role(const void* ptr, MemoryCategory role, std::string_view owner = {});
+  void remove_block_role(const void* ptr, MemoryCategory role);
+  void rebirth_blocks(MemoryCategory from, MemoryCategory to);  // BlockCategories::rebirth
+  CategoryBytes category_bytes() const;
+  std::vector<LedgerBlock> largest_blocks(size_t count) const;
+  PeakRecord peak_record() const;
+
  private:
   struct Block;
   struct BlockOrder {
@@ -135,6 +146,7 @@ class CachingAllocator {
   std::unordered_map<uintptr_t, Block*> active_blocks_;
   std::vector<Block*> spare_blocks_;  // recycled Block objects
   DeviceStats stats_;
+  BlockCategories categories_;
   size_t total_reserved_ = 0;  // bytes of all segments: what the fraction cap and GC test
   bool fraction_set_ = false;
   size_t allowed_maximum_ = 0;

@@ -21,12 +21,15 @@ auto find_entry(Entries& entries, const std::string& name) {
 }  // namespace
 
 Module::Module(const Module& other)
-    : parameters_(other.parameters_), buffers_(other.buffers_), children_(other.children_), training_(other.training_) {}
+    : parameters_(other.parameters_), buffers_(other.buffers_), children_(other.children_), training_(other.training_) {
+  refresh_memory_roles();
+}
 
 Module::Module(Module&& other) noexcept
     : parameters_(std::move(other.parameters_)),
       buffers_(std::move(other.buffers_)),
       children_(std::move(other.children_)),
+      memory_roles_(std::move(other.memory_roles_)),
       training_(other.training_) {
   for (auto& [name, child] : children_)
     if (child->parent_ == &other) child->parent_ = this;
@@ -38,6 +41,7 @@ Module& Module::operator=(const Module& other) {
     buffers_ = other.buffers_;
     children_ = other.children_;
     training_ = other.training_;
+    refresh_memory_roles();
   }
   return *this;
 }
@@ -49,6 +53,7 @@ Module& Module::operator=(Module&& other) noexcept {
     parameters_ = std::move(other.parameters_);
     buffers_ = std::move(other.buffers_);
     children_ = std::move(other.children_);
+    memory_roles_ = std::move(other.memory_roles_);
     training_ = other.training_;
     for (auto& [name, child] : children_)
       if (child->parent_ == &other) child->parent_ = this;
@@ -86,6 +91,7 @@ Tensor Module::register_parameter(std::string name, const Tensor& tensor) {
   auto it = find_entry(parameters_, name);
   if (it != parameters_.end()) it->second = tensor;
   else parameters_.emplace_back(std::move(name), tensor);
+  refresh_memory_roles();
   return tensor;
 }
 
@@ -95,6 +101,7 @@ Tensor Module::register_buffer(std::string name, const Tensor& tensor) {
   auto it = find_entry(buffers_, name);
   if (it != buffers_.end()) it->second = tensor;
   else buffers_.emplace_back(std::move(name), tensor);
+  refresh_memory_roles();
   return tensor;
 }
 
@@ -104,6 +111,7 @@ void Module::add_child(std::string name, std::shared_ptr<Module> child) {
   if (child.get() == this) throw std::invalid_argument(fmt::format("register_module: '{}' is the module itself", name));
   child->parent_ = this;
   child->name_in_parent_ = name;
+  child->refresh_subtree_memory_roles();  // its parameters' paths now start with this module's
   auto it = find_entry(children_, name);
   if (it != children_.end()) {
     if (it->second != child && it->second->parent_ == this) it->second->parent_ = nullptr;
@@ -111,6 +119,19 @@ void Module::add_child(std::string name, std::shared_ptr<Module> child) {
   } else {
     children_.emplace_back(std::move(name), std::move(child));
   }
+}
+
+void Module::refresh_memory_roles() {
+  const std::string path = name();
+  std::vector<MemoryRole> roles;
+  for (const auto& [entries, role] : {std::pair{&parameters_, MemoryCategory::parameter}, std::pair{&buffers_, MemoryCategory::buffer}})
+    for (const auto& [name, t] : *entries) roles.emplace_back(t, role, path.empty() ? name : path + "." + name);
+  memory_roles_ = std::move(roles);
+}
+
+void Module::refresh_subtree_memory_roles() {
+  refresh_memory_roles();
+  for (auto& [name, child] : children_) child->refresh_subtree_memory_roles();
 }
 
 void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out, bool buffers) const {
@@ -182,9 +203,13 @@ Module& Module::to(Device device) {
   for (auto& [name, child] : children_) child->to(device);
   for (auto& [name, t] : parameters_) {
     move(t);
-    if (Tensor grad = t.grad(); grad.defined()) move(grad);
+    if (Tensor grad = t.grad(); grad.defined()) {
+      move(grad);
+      t.set_grad(grad);  // the moved block takes the `gradient` role
+    }
   }
   for (auto& [name, t] : buffers_) move(t);
+  refresh_memory_roles();  // the moved blocks take the `parameter` / `buffer` roles
   return *this;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bytegrad/autograd/module_scope.h"
+#include "bytegrad/tensor/memory_role.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad::nn {
@@ -78,6 +79,11 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  // The `parameter` / `buffer` roles of this module's own tensors' blocks, named by their paths
+  // ("fc1.weight"): remade when a tensor is registered or moved, or the module's path changes.
+  std::vector<MemoryRole> memory_roles_;
+  void refresh_memory_roles();
+  void refresh_subtree_memory_roles();
   // Where this module was last registered (cleared when that parent goes), for name().
   const Module* parent_ = nullptr;
   std::string name_in_parent_;

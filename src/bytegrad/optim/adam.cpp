@@ -8,6 +8,7 @@
 
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/memory_category.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/ops.h"
 
@@ -49,6 +50,7 @@ AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options) : Adam(std:
 void Adam::step() {
   NoGradGuard no_grad;
   AllocationScope scope(decoupled_weight_decay_ ? "AdamW.step" : "Adam.step");
+  PhaseScope phase(MemoryPhase::optimizer_step);
   init_state();
   if (foreach_) multi_tensor_step();
   else single_tensor_step();
@@ -61,6 +63,7 @@ void Adam::init_state() {
     State& s = state_[i];
     if (!param.grad().defined() || s.exp_avg.defined()) continue;
     AllocationScope state_scope("Adam state");
+    CategoryScope state_category(MemoryCategory::optimizer_state);
     s.exp_avg = zeros_like(param);
     s.exp_avg_sq = zeros_like(param);
     if (amsgrad_) s.max_exp_avg_sq = zeros_like(param);

@@ -6,6 +6,7 @@
 
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/memory_category.h"
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/ops.h"
 
@@ -33,6 +34,7 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
 void SGD::step() {
   NoGradGuard no_grad;
   AllocationScope scope("SGD.step");
+  PhaseScope phase(MemoryPhase::optimizer_step);
   if (foreach_) multi_tensor_step();
   else single_tensor_step();
 }
@@ -49,6 +51,7 @@ void SGD::single_tensor_step() {
       Tensor& buf = momentum_buffers_[i];
       if (!buf.defined()) {
         AllocationScope state_scope("SGD momentum_buffer");
+        CategoryScope state_category(MemoryCategory::optimizer_state);
         buf = grad.clone().detach();
       } else {
         buf.mul_(momentum_).add_(grad, 1.0 - dampening_);
@@ -78,6 +81,7 @@ void SGD::multi_tensor_step() {
       Tensor& buf = momentum_buffers_[with_grad[k]];
       if (!buf.defined()) {
         AllocationScope state_scope("SGD momentum_buffer");
+        CategoryScope state_category(MemoryCategory::optimizer_state);
         buf = grads[k].clone().detach();
       } else {
         buf.mul_(momentum_).add_(grads[k], 1.0 - dampening_);

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/memory_category.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/storage.h"
 
@@ -108,6 +109,7 @@ BlasWorkspace get_or_allocate(std::map<WorkspaceKey, Storage>& cache, Device dev
   auto& slot = cache[{static_cast<int>(device.type), device.index, &caching_allocator(device)}];
   if (!slot) {
     AllocationScope scope(handle_owner == BlasHandleOwner::calling_thread ? "workspace" : "autograd-thread workspace");
+    CategoryScope category(MemoryCategory::workspace);
     slot = std::make_shared<StorageImpl>(bytes, device);
   }
   return {slot->data(), slot->nbytes()};

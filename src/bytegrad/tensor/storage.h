@@ -26,6 +26,7 @@ class StorageImpl {
   // when it was not split), as memory_allocated() counts it; on cpu (no caching allocator), nbytes.
   size_t block_bytes() const;
   Device device() const { return device_; }
+  CachingAllocator* allocator() const { return allocator_; }  // null on cpu
 
  private:
   void* data_ = nullptr;

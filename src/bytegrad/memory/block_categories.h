@@ -1,0 +1,76 @@
+// The allocator's book of what each live block is for (memory_category.h): a category per block, kept as
+// roles come and go, running byte totals per category (so the parts always sum to memory_allocated()),
+// the totals and largest blocks at the peak, and each block's owner for people ("fc1.weight", "relu",
+// "saved by AddmmBackward0 (fc2)"). Not thread-safe on its own: the CachingAllocator calls it under its lock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "bytegrad/memory/memory_category.h"
+
+namespace bytegrad {
+
+struct LedgerBlock {
+  uintptr_t address = 0;
+  int64_t bytes = 0;  // the block's size, as memory_allocated() counts it
+  MemoryCategory category = MemoryCategory::other;
+  std::string owner;
+};
+
+struct PeakRecord {
+  int64_t allocated = 0;  // max_memory_allocated() when recorded
+  CategoryBytes bytes{};  // per category at that moment
+  MemoryPhase phase = MemoryPhase::forward;
+  std::vector<LedgerBlock> largest;  // the largest live blocks at that moment
+};
+
+class BlockCategories {
+ public:
+  static constexpr size_t kPeakBlocks = 10;  // how many of the largest blocks a peak keeps
+
+  void on_alloc(uintptr_t ptr, size_t bytes, std::string_view tag);
+  void on_free(uintptr_t ptr);
+  // A role's count goes up or down (a storage can be saved by several nodes, or be the parameter of two
+  // modules); `owner`, when given, names the block while this role decides its category.
+  void add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner);
+  void remove_role(uintptr_t ptr, MemoryCategory role);
+  // Blocks born `from` are from now on born `to` (backward has ended: its surviving gradients that did not
+  // become a .grad are no longer in flight).
+  void rebirth(MemoryCategory from, MemoryCategory to);
+
+  const CategoryBytes& totals() const { return totals_; }
+  MemoryCategory category_of(uintptr_t ptr) const;  // `other` for an unknown pointer
+  std::vector<LedgerBlock> largest(size_t n) const;
+
+  // allocated reached a new maximum: totals and phase now; the largest blocks once the peak ends (the next
+  // free or role change), since until then nothing has changed.
+  void on_new_peak(int64_t allocated);
+  void reset_peak(int64_t allocated);  // reset_peak_stats: the current state is the new peak
+  PeakRecord peak() const;
+
+ private:
+  struct Entry {
+    int64_t bytes = 0;
+    MemoryCategory birth = MemoryCategory::other;
+    MemoryCategory current = MemoryCategory::other;
+    std::array<uint16_t, kMemoryCategoryCount> roles{};
+    std::string birth_owner;
+    std::string role_owner;
+    MemoryCategory role_owner_category = MemoryCategory::other;
+  };
+  static MemoryCategory effective(const Entry& e);
+  void recategorize(Entry& e);
+  void capture_pending_peak();
+  LedgerBlock ledger_block(uintptr_t ptr, const Entry& e) const;
+
+  std::unordered_map<uintptr_t, Entry> entries_;
+  CategoryBytes totals_{};
+  PeakRecord peak_;
+  bool peak_blocks_pending_ = false;
+};
+
+}  // namespace bytegrad

@@ -1,0 +1,65 @@
+// What a block of device memory is for. Every live block has exactly one category, by this precedence:
+// parameter > buffer > gradient > optimizer_state > workspace > activation > autograd_temporary > other.
+// A block is born with a category (the thread's CategoryScope: `autograd_temporary` inside backward,
+// `workspace` for BLAS workspaces, else `other`) and gains or loses roles while it lives (registered as a
+// module's parameter or buffer, made a leaf's .grad, kept as optimizer state, saved by an autograd node);
+// its category is the highest of its birth category and its current roles.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace bytegrad {
+
+enum class MemoryCategory : uint8_t {
+  parameter,
+  buffer,
+  gradient,
+  optimizer_state,
+  workspace,
+  activation,
+  autograd_temporary,
+  other,
+};
+inline constexpr int kMemoryCategoryCount = 8;
+inline constexpr std::array<MemoryCategory, kMemoryCategoryCount> kMemoryCategories = {
+    MemoryCategory::parameter,  MemoryCategory::buffer,     MemoryCategory::gradient,
+    MemoryCategory::optimizer_state, MemoryCategory::workspace, MemoryCategory::activation,
+    MemoryCategory::autograd_temporary, MemoryCategory::other};
+
+std::string_view category_name(MemoryCategory category);  // "parameter", "optimizer_state", ...
+
+// Bytes per category, indexed by MemoryCategory.
+using CategoryBytes = std::array<int64_t, kMemoryCategoryCount>;
+
+// The category blocks allocated on this thread are born with, for the scope's lifetime (nestable).
+class CategoryScope {
+ public:
+  explicit CategoryScope(MemoryCategory category);
+  ~CategoryScope();
+  CategoryScope(const CategoryScope&) = delete;
+  CategoryScope& operator=(const CategoryScope&) = delete;
+
+ private:
+  MemoryCategory previous_;
+};
+MemoryCategory current_birth_category();
+
+// What the program is doing, for the peak report: forward (the default), backward (set by the autograd
+// engine), optimizer_step (set by optimizers' step()).
+enum class MemoryPhase : uint8_t { forward, backward, optimizer_step };
+std::string_view phase_name(MemoryPhase phase);
+class PhaseScope {
+ public:
+  explicit PhaseScope(MemoryPhase phase);
+  ~PhaseScope();
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  MemoryPhase previous_;
+};
+MemoryPhase current_phase();
+
+}  // namespace bytegrad
