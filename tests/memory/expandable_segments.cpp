@@ -4,6 +4,7 @@
 // whole free pages. Figures are the reference's measurements or arithmetic written beside them.
 #include <doctest/doctest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@ std::vector<TraceEntry> entries_of(const CachingAllocator& allocator, TraceActio
 
 TEST_CASE("expandable segments: the reference's measured sequence (1 B, 5 MiB, 30 MiB, 3 MiB, frees, empty_cache)") {
   for (const char* device : {"sim", "meta"}) {
-    CAPTURE(device);
+    INFO("on " << std::string(device));
     auto allocator = make_on(device, expandable());
     CachingAllocator& a = *allocator;
     a.record_history(true);
@@ -237,4 +238,64 @@ TEST_CASE("expandable segments: streams get ranges of their own") {
   a.free(p1);
   a.empty_cache();
   CHECK(a.memory_reserved() == 0);
+}
+
+TEST_CASE("expandable segments: randomized malloc/free/empty_cache keeps every figure equal to what it counts") {
+  // After every step: reserved equals the bytes of the snapshot's mapped ranges, each a whole number of
+  // pages of its pool; allocated equals the live blocks; segments and inactive_split stay 0; mapped ranges
+  // of one pool and stream never touch (adjacent mapped pages are one range). A small card makes OOMs and
+  // their flush-and-retry happen.
+  for (const char* device : {"sim", "meta"}) {
+    INFO("on " << std::string(device));
+    auto allocator = make_on(device, expandable(), {200 * MiB, 0});
+    CachingAllocator& a = *allocator;
+    std::mt19937 rng(20250611);
+    std::vector<void*> live;
+    int ooms = 0, flushes = 0;
+    for (int step = 0; step < 3000; ++step) {
+      const int action = static_cast<int>(rng() % 100);
+      if (action < 3) {
+        a.empty_cache();
+        ++flushes;
+      } else if (action < 45 && !live.empty()) {
+        const size_t i = rng() % live.size();
+        a.free(live[i]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        const size_t bytes = rng() % 2 ? 1 + rng() % MiB : 1 + rng() % (40 * MiB);
+        const StreamId stream = rng() % 4 == 0 ? 1 : 0;
+        try {
+          live.push_back(a.malloc(bytes, stream));
+        } catch (const OutOfMemoryError&) {
+          ++ooms;
+        }
+      }
+      const MemorySnapshot snap = a.snapshot();
+      int64_t mapped = 0, allocated = 0;
+      for (size_t i = 0; i < snap.segments.size(); ++i) {
+        const SegmentInfo& s = snap.segments[i];
+        const size_t page = s.pool == PoolKind::small ? kSmallPage : kLargePage;
+        CHECK(s.is_expandable);
+        CHECK(s.total_size % page == 0);
+        mapped += static_cast<int64_t>(s.total_size);
+        allocated += static_cast<int64_t>(s.allocated_size);
+        if (i > 0) {
+          const SegmentInfo& before = snap.segments[i - 1];
+          const bool same_range = before.pool == s.pool && before.stream == s.stream;
+          if (same_range) CHECK(before.address + before.total_size < s.address);
+        }
+      }
+      CHECK(a.memory_reserved() == mapped);
+      CHECK(a.memory_allocated() == allocated);
+      CHECK(stat(a, "segment.all.current") == 0);
+      CHECK(stat(a, "inactive_split_bytes.all.current") == 0);
+      if (a.memory_reserved() != mapped) break;
+    }
+    MESSAGE(std::string(device) << ": " << ooms << " OOMs, " << flushes << " empty_cache");
+    CHECK(ooms > 0);
+    for (void* p : live) a.free(p);
+    a.empty_cache();
+    CHECK(a.memory_reserved() == 0);
+    CHECK(a.snapshot().segments.empty());
+  }
 }
