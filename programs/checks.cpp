@@ -9,6 +9,7 @@ namespace bytegrad::programs {
 
 namespace {
 constexpr const char* kWorkspaceVariable = "CUBLAS_WORKSPACE_CONFIG";
+constexpr const char* kAllocConfVariable = "BYTEGRAD_ALLOC_CONF";
 }  // namespace
 
 void fresh_process_state(Device device) {
@@ -18,19 +19,30 @@ void fresh_process_state(Device device) {
 
 GoldenConditions::GoldenConditions(Device device, Workspaces workspaces) : device_(device) {
   if (const char* old = std::getenv(kWorkspaceVariable)) saved_ = old;
-  if (workspaces == Workspaces::none) setenv(kWorkspaceVariable, ":0:0", 1);
-  else unsetenv(kWorkspaceVariable);
+  if (workspaces == Workspaces::pytorch_default) unsetenv(kWorkspaceVariable);
+  else setenv(kWorkspaceVariable, ":0:0", 1);
+  // The allocator reads its settings when the device is reset below; the caller's come back afterwards.
+  sets_alloc_conf_ = workspaces == Workspaces::none_expandable_segments;
+  if (sets_alloc_conf_) {
+    if (const char* old = std::getenv(kAllocConfVariable)) saved_alloc_conf_ = old;
+    setenv(kAllocConfVariable, "expandable_segments:True", 1);
+  }
   fresh_process_state(device_);
 }
 
 GoldenConditions::~GoldenConditions() {
   if (saved_) setenv(kWorkspaceVariable, saved_->c_str(), 1);
   else unsetenv(kWorkspaceVariable);
+  if (sets_alloc_conf_) {
+    if (saved_alloc_conf_) setenv(kAllocConfVariable, saved_alloc_conf_->c_str(), 1);
+    else unsetenv(kAllocConfVariable);
+  }
   fresh_process_state(device_);
 }
 
 std::vector<GoldenStep> golden(const std::string& name, Workspaces workspaces) {
-  return read_golden_scenario(golden_scenario_path(name, workspaces == Workspaces::pytorch_default));
+  return read_golden_scenario(golden_scenario_path(name, workspaces == Workspaces::pytorch_default,
+                                                   workspaces == Workspaces::none_expandable_segments));
 }
 
 std::vector<GoldenStep> run_scenario(const std::string& name, Device device, void (*program)(ScenarioRecorder&),

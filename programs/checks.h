@@ -11,10 +11,12 @@
 
 namespace bytegrad::programs {
 
-// Which cuBLAS workspace setting a golden set was recorded with: shared/golden/scenarios with
-// CUBLAS_WORKSPACE_CONFIG=:0:0 (no cuBLAS/cuBLASLt workspace parked by the first matmul of a thread),
-// shared/golden/scenarios-default-workspace with the variable unset (PyTorch's default: 32 MiB on sm90).
-enum class Workspaces { none, pytorch_default };
+// Which setting a golden set was recorded with: shared/golden/scenarios with CUBLAS_WORKSPACE_CONFIG=:0:0
+// (no cuBLAS/cuBLASLt workspace parked by the first matmul of a thread), shared/golden/
+// scenarios-default-workspace with the variable unset (PyTorch's default: 32 MiB on sm90), and
+// shared/golden/scenarios-expandable with :0:0 and expandable segments (BYTEGRAD_ALLOC_CONF=
+// expandable_segments:True, PyTorch's PYTORCH_CUDA_ALLOC_CONF).
+enum class Workspaces { none, pytorch_default, none_expandable_segments };
 
 // PyTorch ran each scenario in a fresh process: drops this thread's BLAS workspaces and starts the device's
 // allocator afresh (on cuda too: its cached segments are given back).
@@ -33,6 +35,8 @@ class GoldenConditions {
  private:
   Device device_;
   std::optional<std::string> saved_;
+  bool sets_alloc_conf_ = false;
+  std::optional<std::string> saved_alloc_conf_;
 };
 
 // shared/golden's figures for the scenario `name`.

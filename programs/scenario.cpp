@@ -74,8 +74,12 @@ std::vector<GoldenStep> read_golden_scenario(const std::string& path) {
   return out;
 }
 
-std::string golden_scenario_path(const std::string& name, bool default_workspace) {
-  const char* folder = default_workspace ? "/golden/scenarios-default-workspace/" : "/golden/scenarios/";
+std::string golden_scenario_path(const std::string& name, bool default_workspace, bool expandable_segments) {
+  if (default_workspace && expandable_segments)
+    throw std::invalid_argument("no golden set has both PyTorch's default workspaces and expandable segments");
+  const char* folder = expandable_segments ? "/golden/scenarios-expandable/"
+                       : default_workspace ? "/golden/scenarios-default-workspace/"
+                                           : "/golden/scenarios/";
   return std::string(BYTEGRAD_SHARED_DIR) + folder + name + ".json";
 }
 

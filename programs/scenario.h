@@ -44,8 +44,11 @@ std::vector<std::string> step_differences(const GoldenStep& got, const GoldenSte
 std::vector<GoldenStep> read_golden_scenario(const std::string& path);
 // shared/golden/scenarios/NAME.json, under the shared folder this build was configured with: the runs
 // with CUBLAS_WORKSPACE_CONFIG=:0:0; with default_workspace, scenarios-default-workspace/NAME.json (the
-// same programs with PyTorch's default cuBLAS workspaces).
-std::string golden_scenario_path(const std::string& name, bool default_workspace = false);
+// same programs with PyTorch's default cuBLAS workspaces); with expandable_segments,
+// scenarios-expandable/NAME.json (:0:0 and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; there is no
+// set with both).
+std::string golden_scenario_path(const std::string& name, bool default_workspace = false,
+                                 bool expandable_segments = false);
 
 // Records the figures of `device`'s caching allocator at each mark. The allocator is looked up at every
 // mark, so a device reconfigured mid-scenario (configure_simulated_device) is still read correctly.

@@ -2,8 +2,8 @@
 // by mark, PyTorch's figure (shared/golden/scenarios), bytegrad's, and what changed in between (which
 // ops' blocks appeared or were freed, from the allocator's history).
 //
-//   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json] [--list]
-//                        [--memory-viz DIR]
+//   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--expandable-segments]
+//                        [--json] [--list] [--memory-viz DIR]
 //
 // --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
 // "max_reserved", "segments", "blocks"}]} object per scenario, one per line. The seed documents' figures
@@ -11,6 +11,10 @@
 // --default-workspace runs with PyTorch's default cuBLAS workspaces instead (the variable unset) and
 // compares with shared/golden/scenarios-default-workspace: the forward thread's 32 MiB (+1 MiB cuBLASLt)
 // and the autograd device thread's own 32 MiB in backward.
+// --expandable-segments adds expandable_segments:True to BYTEGRAD_ALLOC_CONF (PyTorch's
+// PYTORCH_CUDA_ALLOC_CONF syntax; the variable alone does the same) and compares with
+// shared/golden/scenarios-expandable: pages mapped into one reserved range per pool, no segments. There is
+// no golden set with both it and --default-workspace; that combination runs without a comparison.
 // --memory-viz DIR records each scenario's allocator history and writes DIR/<scenario>.json for PyTorch's
 // viewer (https://pytorch.org/memory_viz; memory/memory_viz.h). A scenario that reconfigures its device
 // (seed003_code_a_small_card) is recorded from its first mark on; blocks made before it show as allocated
@@ -49,6 +53,7 @@ struct Options {
   bool device_chosen = false;  // --device given
   bool json = false;
   bool default_workspace = false;  // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
+  bool expandable_segments = false;  // BYTEGRAD_ALLOC_CONF has expandable_segments:True: scenarios-expandable
   std::string memory_viz_dir;      // where to write each scenario's memory_viz JSON ("" = none)
 };
 
@@ -90,8 +95,10 @@ std::string bytes_figure(int64_t ours, const GoldenStep* golden, int64_t GoldenS
 int walk(const Program& program, const Options& options) {
   fresh_process_state(options.device);
   std::map<std::string, GoldenStep> golden;
-  if (program.has_golden)
-    for (const GoldenStep& s : read_golden_scenario(golden_scenario_path(program.name, options.default_workspace)))
+  const bool has_golden = program.has_golden && !(options.default_workspace && options.expandable_segments);
+  if (has_golden)
+    for (const GoldenStep& s : read_golden_scenario(
+             golden_scenario_path(program.name, options.default_workspace, options.expandable_segments)))
       golden[s.label] = s;
 
   ScenarioRecorder r(program.name, options.device);
@@ -107,7 +114,9 @@ int walk(const Program& program, const Options& options) {
     keep_recording();
     if (!options.json) {
       std::cout << fmt::format("\n== {} on {}{}\n", program.name, options.device.str(),
-                               program.has_golden ? "" : " (no PyTorch golden: a bytegrad-only scenario)");
+                               has_golden          ? ""
+                               : program.has_golden ? " (no PyTorch golden with these settings)"
+                                                    : " (no PyTorch golden: a bytegrad-only scenario)");
     }
     int64_t previous = 0;
     CategoryBytes previous_ledger{};
@@ -135,7 +144,9 @@ int walk(const Program& program, const Options& options) {
                                        human_bytes(change), category_name(c));
         }
         if (!by_category.empty()) std::cout << fmt::format("   {:<26} by category: {}\n", "", by_category);
-        if (const std::string note = mark_note(program.name, s.label); !note.empty())
+        // The notes explain the runs without expandable segments (segments, their sizes and splits).
+        if (const std::string note = options.expandable_segments ? "" : mark_note(program.name, s.label);
+            !note.empty())
           std::cout << fmt::format("   {:<26} {}\n", "", note);
         if (!s.message.empty()) std::cout << "   error: " << s.message << '\n';
         std::cout << std::flush;  // progress shows as it happens, also through a pipe
@@ -153,7 +164,7 @@ int walk(const Program& program, const Options& options) {
   if (program.needs_simulated_device) configure_simulated_device(options.device, SimulatedCapacity{});
   if (options.json) {
     std::cout << json_line(r) << '\n';
-  } else if (program.has_golden) {
+  } else if (has_golden) {
     std::cout << (differing ? fmt::format("   {} of {} marks differ from PyTorch\n", differing, r.steps().size())
                             : fmt::format("   all {} marks equal PyTorch's, every figure\n", r.steps().size()));
   }
@@ -179,7 +190,7 @@ const Program* find_program(const std::string& name) {
 }
 
 constexpr const char* kDevices = "sim, meta or cuda (each optionally :N)";
-constexpr const char* kOptions = "--device, --default-workspace, --json, --list, --memory-viz";
+constexpr const char* kOptions = "--device, --default-workspace, --expandable-segments, --json, --list, --memory-viz";
 
 // The arguments, then the run; throws only what main's last-resort handler reports.
 int run(int argc, char** argv) {
@@ -205,12 +216,14 @@ int run(int argc, char** argv) {
       if (options.memory_viz_dir.empty()) return usage_error("--memory-viz needs a directory, got ''");
     } else if (arg == "--default-workspace") {
       options.default_workspace = true;
+    } else if (arg == "--expandable-segments") {
+      options.expandable_segments = true;
     } else if (arg == "--list") {
       for (const Program& e : seed_programs()) std::cout << e.name << '\n';
       return 0;
     } else if (arg == "-h" || arg == "--help") {
-      std::cout << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--json]"
-                   " [--list] [--memory-viz DIR]\n";
+      std::cout << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace]"
+                   " [--expandable-segments] [--json] [--list] [--memory-viz DIR]\n";
       return 0;
     } else if (arg.rfind("-", 0) == 0) {
       return usage_error("unknown option '" + arg + "': expected NAME or one of " + kOptions);
@@ -237,12 +250,24 @@ int run(int argc, char** argv) {
   }
   if (options.default_workspace) unsetenv("CUBLAS_WORKSPACE_CONFIG");
   else setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
+  if (options.expandable_segments) {
+    const char* conf = std::getenv("BYTEGRAD_ALLOC_CONF");
+    const std::string text = conf && *conf ? std::string(conf) + ",expandable_segments:True" : "expandable_segments:True";
+    setenv("BYTEGRAD_ALLOC_CONF", text.c_str(), 1);
+  }
+  try {
+    options.expandable_segments = AllocatorConfig::from_environment().expandable_segments;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "bytegrad-walkthrough: " << e.what() << '\n';
+    return 1;
+  }
   if (!options.json) {
     std::cout << fmt::format(
         "bytegrad walkthrough on {}: each mark shows bytegrad's figure, PyTorch 2.11's from an H100 where it\n"
         "differs, and what changed since the previous mark (the ops whose blocks appeared or were freed).\n"
-        "CUBLAS_WORKSPACE_CONFIG={}\n{}",
+        "CUBLAS_WORKSPACE_CONFIG={}{}\n{}",
         options.device.str(), options.default_workspace ? "(unset: PyTorch's default workspaces)" : std::getenv("CUBLAS_WORKSPACE_CONFIG"),
+        std::getenv("BYTEGRAD_ALLOC_CONF") ? fmt::format("  BYTEGRAD_ALLOC_CONF={}", std::getenv("BYTEGRAD_ALLOC_CONF")) : "",
         options.device_chosen || options.device.type == DeviceType::cuda
             ? ""
             : "No GPU here: running on meta (every figure exact, no values computed). --device sim computes every\n"

@@ -289,8 +289,8 @@ const std::vector<Row>& rows() {
        [](Fixture&) { AllocatorConfig::parse("max_split_size_mb:abc"); }},
       {"roundup_power2_divisions not a power of two", E::invalid_argument, "roundup_power2_divisions",
        [](Fixture&) { AllocatorConfig::parse("roundup_power2_divisions:3"); }},
-      {"expandable segments (not modelled)", E::invalid_argument, "expandable_segments",
-       [](Fixture&) { AllocatorConfig::parse("expandable_segments:True"); }},
+      {"expandable segments with a value that is not a boolean", E::invalid_argument, "expandable_segments",
+       [](Fixture&) { AllocatorConfig::parse("expandable_segments:maybe"); }},
       // ------------------------------------------------------------------------- the trace reader
       {"a trace line of an unknown kind", E::runtime_error, "line 1",
        [](Fixture&) {

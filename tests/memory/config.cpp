@@ -87,6 +87,14 @@ TEST_CASE("config: valid forms") {
     CHECK(config.max_split_size == 64 * MiB);
     CHECK(config.roundup_power2_divisions[9] == 2);
     CHECK(config.garbage_collection_threshold == doctest::Approx(0.6));
+    CHECK_FALSE(config.expandable_segments);
+  }
+  SUBCASE("expandable segments on, alone and with other keys") {
+    CHECK_FALSE(AllocatorConfig::parse("").expandable_segments);
+    CHECK(AllocatorConfig::parse("expandable_segments:True").expandable_segments);
+    const AllocatorConfig config = AllocatorConfig::parse("max_split_size_mb:64,expandable_segments:true");
+    CHECK(config.expandable_segments);
+    CHECK(config.max_split_size == 64 * MiB);
   }
 }
 

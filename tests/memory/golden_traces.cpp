@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
@@ -69,6 +70,42 @@ void check_trace(const std::string& name) {
 TEST_CASE("golden trace w_mlp_adam replays to its .golden lines") { check_trace("w_mlp_adam"); }
 
 TEST_CASE("golden trace w_seed000_loop replays to its .golden lines") { check_trace("w_seed000_loop"); }
+
+// The same traces replayed by PyTorch with expandable_segments:True (shared/golden/README.md): every line
+// (segments stay 0, reserved moves by mapped pages) and the closing peaks and after-empty_cache figures,
+// on sim and on meta. The recorded run's closing comment is of the run without the option, so only its
+// count of allocations applies.
+void check_expandable_trace(const std::string& name) {
+  const std::string trace_path = shared_path("golden/traces/" + name + ".trace");
+  std::ifstream in(trace_path);
+  REQUIRE_MESSAGE(in.good(), "cannot open " << trace_path);
+  const auto events = parse_trace(in);
+  const auto golden = read_lines(shared_path("golden/traces/" + name + ".expandable_segments.golden"));
+  REQUIRE(golden.size() > 2);
+  const AllocatorConfig config = AllocatorConfig::parse("expandable_segments:True");
+  for (const char* device : {"sim", "meta"}) {
+    INFO("trace " << name << " with expandable segments on " << device);
+    std::unique_ptr<RawMemory> raw = std::string(device) == "sim" ? make_host_backed_raw_memory({})
+                                                                  : make_address_only_raw_memory({});
+    CachingAllocator allocator(std::move(raw), config);
+    const ReplayResult result = replay_trace(events, allocator);
+    const auto difference = first_difference(result.lines, golden);
+    CHECK_MESSAGE(!difference.has_value(), (difference ? *difference : std::string()));
+    CHECK(stat(allocator, "segment.all.peak") == 0);
+    CHECK(stat(allocator, "inactive_split_bytes.all.peak") == 0);
+  }
+  size_t allocs = 0;
+  for (const TraceEvent& event : events) allocs += event.kind == TraceEvent::alloc;
+  CHECK(static_cast<int64_t>(allocs) == comment_field(read_lines(trace_path).back(), "allocs"));
+}
+
+TEST_CASE("golden trace w_mlp_adam with expandable segments replays to its .expandable_segments.golden") {
+  check_expandable_trace("w_mlp_adam");
+}
+
+TEST_CASE("golden trace w_seed000_loop with expandable segments replays to its .expandable_segments.golden") {
+  check_expandable_trace("w_seed000_loop");
+}
 
 TEST_CASE("parse_trace skips segment events and comments, and names malformed lines") {
   std::istringstream good("segment_alloc 4096 2097152 0\nalloc 4096 100 0\n# note\n\nfree 4096 100 0\n");

@@ -175,8 +175,7 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
         fail("option " + key + " must be between 0 and 1 (exclusive), got " + value);
       config.garbage_collection_threshold = threshold;
     } else if (key == "expandable_segments") {
-      if (parse_bool(in.next(key + ":"), key))
-        fail("option expandable_segments:True is not supported by bytegrad (segments are always cudaMalloc'ed whole)");
+      config.expandable_segments = parse_bool(in.next(key + ":"), key);
     } else if (key == "backend") {
       std::string value = in.next(key + ":");
       if (value != "native")

@@ -1,5 +1,6 @@
 // The caching allocator's options, read from BYTEGRAD_ALLOC_CONF in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax:
 //   "max_split_size_mb:64,roundup_power2_divisions:[256:1,512:2,>:8],garbage_collection_threshold:0.6"
+//   "expandable_segments:True"
 #pragma once
 
 #include <array>
@@ -26,6 +27,8 @@ struct AllocatorConfig {
   std::array<size_t, kRoundupPower2Intervals> roundup_power2_divisions{};
   // With a memory fraction set: reclaim old cached segments once reserved exceeds this share of the cap.
   double garbage_collection_threshold = 0.0;
+  // Per (stream, pool) one reserved address range with pages mapped on demand instead of whole segments.
+  bool expandable_segments = false;
 
   // The division count that applies to a request of `size` bytes.
   size_t divisions_for(size_t size) const;

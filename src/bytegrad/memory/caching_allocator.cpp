@@ -11,6 +11,8 @@ namespace bytegrad {
 
 // A block is a run of a segment: segments are cudaMalloc'ed whole and tiled, in address order, by a
 // doubly linked list of blocks. A block is "split" when its segment holds more than one block.
+// An expandable segment's whole reserved range is tiled the same way; runs without pages are unmapped
+// blocks (never handed out, kept in the pool's `unmapped` set), so a mapped block always has neighbours.
 struct CachingAllocator::Block {
   uintptr_t ptr = 0;
   size_t size = 0;
@@ -18,6 +20,8 @@ struct CachingAllocator::Block {
   StreamId stream = 0;
   BlockPool* pool = nullptr;
   bool allocated = false;
+  bool mapped = true;                    // false only for an expandable segment's range without pages
+  ExpandableSegment* segment = nullptr;  // the expandable segment this block lies in, if any
   Block* prev = nullptr;
   Block* next = nullptr;
   uint64_t gc_count_base = 0;  // the pool's search count when this block was last cached
@@ -25,10 +29,27 @@ struct CachingAllocator::Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
+// One reserved address range of whole pages (cuMemAddressReserve), pages mapped on demand.
+struct CachingAllocator::ExpandableSegment {
+  uintptr_t base = 0;
+  size_t page_size = 0;
+  std::vector<bool> page_mapped;  // one entry per page of the reservation
+
+  size_t size() const { return page_size * page_mapped.size(); }
+  size_t page_below(uintptr_t p) const { return (p - base) / page_size; }
+  size_t page_above(uintptr_t p) const { return (p - base + page_size - 1) / page_size; }
+  uintptr_t page_address(size_t page) const { return base + page * page_size; }
+};
+
 // Best fit: within a stream, the smallest adequate size, ties to the lowest address.
 bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
   if (a->stream != b->stream) return a->stream < b->stream;
   if (a->size != b->size) return a->size < b->size;
+  return a->ptr < b->ptr;
+}
+
+bool CachingAllocator::AddressOrder::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return a->stream < b->stream;
   return a->ptr < b->ptr;
 }
 
@@ -50,13 +71,31 @@ CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConf
 
 CachingAllocator::~CachingAllocator() {
   std::vector<Block*> all;
-  for (BlockPool* pool : {&small_pool_, &large_pool_}) all.insert(all.end(), pool->free_blocks.begin(), pool->free_blocks.end());
+  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
+    all.insert(all.end(), pool->free_blocks.begin(), pool->free_blocks.end());
+    all.insert(all.end(), pool->unmapped.begin(), pool->unmapped.end());
+  }
   for (auto& [ptr, block] : active_blocks_) all.push_back(block);
   for (Block* block : all) {
-    if (block->prev != nullptr) continue;
+    if (block->prev != nullptr || block->segment) continue;
     size_t segment_bytes = 0;
     for (Block* b = block; b; b = b->next) segment_bytes += b->size;
     raw_->release(reinterpret_cast<void*>(block->ptr), segment_bytes);
+  }
+  // Expandable segments: every run of mapped pages, then the reservation.
+  for (const auto& segment : expandable_segments_) {
+    const auto& pages = segment->page_mapped;
+    for (size_t first = 0; first < pages.size();) {
+      if (!pages[first]) {
+        ++first;
+        continue;
+      }
+      size_t end = first;
+      while (end < pages.size() && pages[end]) ++end;
+      raw_->unmap_pages(segment->page_address(first), (end - first) * segment->page_size, segment->page_size);
+      first = end;
+    }
+    raw_->release_addresses(segment->base, segment->size());
   }
   for (Block* block : all) delete block;
   for (Block* block : spare_blocks_) delete block;
@@ -118,6 +157,16 @@ bool CachingAllocator::find_free_block(Request& request) {
   key.size = request.size;
   auto it = pool.free_blocks.lower_bound(&key);
   if (it == pool.free_blocks.end() || (*it)->stream != request.stream) return false;
+  if ((*it)->segment) {
+    // A free block at the end of a mapped range can grow into the unmapped range after it; best fit
+    // compares such blocks by what they could grow to, walking on while the next candidate could grow
+    // to less (PyTorch's local walk, not a global minimum).
+    auto growable = [](const Block* b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); };
+    for (auto next = std::next(it); (*it)->segment && next != pool.free_blocks.end() &&
+                                    (*next)->stream == request.stream && growable(*next) < growable(*it);
+         ++next)
+      it = next;
+  }
   const size_t max_split = config_.max_split_size;
   // An oversize block never serves a request below the threshold, nor one it exceeds by too much.
   if (request.size < max_split && (*it)->size >= max_split) return false;
@@ -130,7 +179,9 @@ bool CachingAllocator::find_free_block(Request& request) {
 bool CachingAllocator::allocate_segment(Request& request, bool is_retry) {
   if (is_retry) ++stats_.num_alloc_retries;
   const size_t bytes = request.segment_size;
+  // The cap is tested against the whole-segment size even when expandable segments map fewer bytes.
   if (fraction_set_ && total_reserved_ + bytes > allowed_maximum_) return false;
+  if (config_.expandable_segments) return allocate_expandable(request);
   void* ptr = raw_->allocate(bytes);
   if (!ptr) return false;
   total_reserved_ += bytes;
@@ -149,6 +200,159 @@ bool CachingAllocator::allocate_segment(Request& request, bool is_retry) {
   return true;
 }
 
+// ---------------------------------------------------------------------------------- expandable segments
+
+// The block to grow from: the lowest-addressed unmapped range of this stream's segments that, together
+// with a free mapped block just before it and the free or unmapped blocks after it, spans `size` bytes.
+// Without one, a new segment reserves addresses for 1 1/8 of the device's memory as one unmapped block.
+CachingAllocator::Block* CachingAllocator::find_expandable_block(StreamId stream, BlockPool& pool, size_t size) {
+  auto usable = [](const Block* b) { return b != nullptr && !b->allocated; };
+  auto spans_enough = [&](const Block* b) {
+    size_t bytes = 0;
+    for (; bytes < size && usable(b); b = b->next) bytes += b->size;
+    return bytes >= size;
+  };
+  Block key;
+  key.stream = stream;
+  for (auto it = pool.unmapped.lower_bound(&key); it != pool.unmapped.end() && (*it)->stream == stream; ++it) {
+    Block* candidate = *it;
+    if (usable(candidate->prev)) candidate = candidate->prev;
+    if (spans_enough(candidate)) return candidate;
+  }
+  auto segment = std::make_unique<ExpandableSegment>();
+  segment->page_size = expandable_page_size(pool.kind, config_);
+  const size_t total = raw_->info().total;
+  const size_t address_bytes = total + total / 8;
+  segment->page_mapped.assign((address_bytes + segment->page_size - 1) / segment->page_size, false);
+  segment->base = raw_->reserve_addresses(segment->size());
+  if (segment->base == 0)
+    throw std::runtime_error("expandable segments: cannot reserve " + std::to_string(segment->size()) +
+                             " bytes of device addresses");
+  Block* block = new_block();
+  block->ptr = segment->base;
+  block->size = segment->size();
+  block->stream = stream;
+  block->pool = &pool;
+  block->mapped = false;
+  block->segment = segment.get();
+  pool.unmapped.insert(block);
+  expandable_segments_.push_back(std::move(segment));
+  return block;
+}
+
+// Maps the pages covering the first `size` bytes of an unmapped block (all or none); the mapped part
+// merges with free mapped neighbours and joins the free set. False when the device has no room.
+bool CachingAllocator::map_block(Block* to_map, size_t size) {
+  ExpandableSegment& segment = *to_map->segment;
+  const size_t first = segment.page_below(to_map->ptr);
+  const size_t end = segment.page_above(to_map->ptr + size);
+  const uintptr_t address = segment.page_address(first);
+  const size_t bytes = (end - first) * segment.page_size;
+  if (bytes == 0 || !raw_->map_pages(address, bytes, segment.page_size)) return false;
+  for (size_t page = first; page < end; ++page) segment.page_mapped[page] = true;
+
+  BlockPool& pool = *to_map->pool;
+  pool.unmapped.erase(to_map);
+  to_map->mapped = true;
+  if (bytes < to_map->size) {  // the rest stays unmapped, as its own block after this one
+    Block* rest = new_block();
+    rest->ptr = to_map->ptr + bytes;
+    rest->size = to_map->size - bytes;
+    rest->stream = to_map->stream;
+    rest->pool = &pool;
+    rest->mapped = false;
+    rest->segment = to_map->segment;
+    rest->prev = to_map;
+    rest->next = to_map->next;
+    if (rest->next) rest->next->prev = rest;
+    to_map->next = rest;
+    to_map->size = bytes;
+    pool.unmapped.insert(rest);
+  }
+  merge_into(to_map, to_map->prev, pool);
+  merge_into(to_map, to_map->next, pool);
+  insert_free(pool, to_map);
+
+  total_reserved_ += bytes;
+  stats_.reserved_bytes.increase(pool.kind, static_cast<int64_t>(bytes));
+  ++stats_.num_device_alloc;
+  history_.record(TraceAction::segment_map, address, bytes, to_map->stream);
+  return true;
+}
+
+// PyTorch's try_allocate_expandable_block: map the start of the range found, then keep mapping the
+// unmapped block after it until the (merged) free block holds `size` bytes. A failure part-way leaves
+// what was mapped mapped.
+bool CachingAllocator::allocate_expandable(Request& request) {
+  BlockPool& pool = *request.pool;
+  const size_t size = request.size;
+  Block* candidate = find_expandable_block(request.stream, pool, size);
+  if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size))) return false;
+  while (candidate->size < size) {
+    Block* next = candidate->next;  // unmapped: a free mapped block is followed by an unmapped one
+    if (!map_block(next, std::min(size - candidate->size, next->size))) return false;
+    candidate = next;  // it absorbed the free block before it
+  }
+  pool.free_blocks.erase(candidate);
+  request.block = candidate;
+  return true;
+}
+
+// Unmaps the whole pages inside a free mapped block; the partial pages at either end stay mapped as free
+// blocks of their own. The unmapped range merges with unmapped neighbours.
+void CachingAllocator::unmap_block(Block* block) {
+  ExpandableSegment& segment = *block->segment;
+  const size_t first = segment.page_above(block->ptr);
+  const size_t end = segment.page_below(block->ptr + block->size);
+  if (first >= end) return;
+  const uintptr_t address = segment.page_address(first);
+  const size_t bytes = (end - first) * segment.page_size;
+  BlockPool& pool = *block->pool;
+  pool.free_blocks.erase(block);
+
+  auto free_piece = [&](uintptr_t ptr, size_t size, Block* prev, Block* next) {
+    Block* piece = new_block();
+    piece->ptr = ptr;
+    piece->size = size;
+    piece->stream = block->stream;
+    piece->pool = &pool;
+    piece->segment = block->segment;
+    piece->prev = prev;
+    piece->next = next;
+    if (prev) prev->next = piece;
+    if (next) next->prev = piece;
+    insert_free(pool, piece);
+  };
+  const size_t before = address - block->ptr;
+  const size_t after = block->size - before - bytes;
+  if (before > 0) free_piece(block->ptr, before, block->prev, block);
+  if (after > 0) free_piece(address + bytes, after, block, block->next);
+
+  raw_->unmap_pages(address, bytes, segment.page_size);
+  for (size_t page = first; page < end; ++page) segment.page_mapped[page] = false;
+  block->ptr = address;
+  block->size = bytes;
+  block->mapped = false;
+  merge_into(block, block->prev, pool);
+  merge_into(block, block->next, pool);
+  pool.unmapped.insert(block);
+
+  total_reserved_ -= bytes;
+  stats_.reserved_bytes.decrease(pool.kind, static_cast<int64_t>(bytes));
+  ++stats_.num_device_free;
+  history_.record(TraceAction::segment_unmap, address, bytes, block->stream);
+}
+
+// A segment with no pages left mapped gives its addresses back (the next request reserves anew).
+void CachingAllocator::release_expandable_segment(Block* block) {
+  block->pool->unmapped.erase(block);
+  auto it = std::find_if(expandable_segments_.begin(), expandable_segments_.end(),
+                         [&](const auto& segment) { return segment.get() == block->segment; });
+  raw_->release_addresses((*it)->base, (*it)->size());
+  expandable_segments_.erase(it);
+  recycle_block(block);
+}
+
 // Carves the request from the front of the block found, caching the tail when should_split says so.
 CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
   Block* block = request.block;
@@ -162,6 +366,7 @@ CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
     block->size = request.size;
     block->stream = request.stream;
     block->pool = &pool;
+    block->segment = remaining->segment;
     block->prev = remaining->prev;
     if (block->prev) block->prev->next = block;
     block->next = remaining;
@@ -169,13 +374,16 @@ CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
     remaining->ptr += request.size;
     remaining->size -= request.size;
     insert_free(pool, remaining);
-    if (already_split) {
-      stats_.inactive_split_bytes.decrease(kind, static_cast<int64_t>(block->size));
-    } else {
-      stats_.inactive_split_bytes.increase(kind, static_cast<int64_t>(remaining->size));
-      stats_.inactive_split.increase(kind, 1);
+    // Expandable segments' free pages can always be unmapped, so they never count as inactive_split.
+    if (!block->segment) {
+      if (already_split) {
+        stats_.inactive_split_bytes.decrease(kind, static_cast<int64_t>(block->size));
+      } else {
+        stats_.inactive_split_bytes.increase(kind, static_cast<int64_t>(remaining->size));
+        stats_.inactive_split.increase(kind, 1);
+      }
     }
-  } else if (already_split) {
+  } else if (already_split && !block->segment) {
     stats_.inactive_split_bytes.decrease(kind, static_cast<int64_t>(block->size));
     stats_.inactive_split.decrease(kind, 1);
   }
@@ -237,6 +445,7 @@ void CachingAllocator::free_block(Block* block) {
     net_split_bytes += static_cast<int64_t>(block->size);
   }
   const PoolKind kind = pool.kind;
+  if (block->segment) net_split_blocks = net_split_bytes = 0;  // not counted for expandable segments
   if (net_split_blocks > 0) stats_.inactive_split.increase(kind, net_split_blocks);
   else if (net_split_blocks < 0) stats_.inactive_split.decrease(kind, -net_split_blocks);
   if (net_split_bytes > 0) stats_.inactive_split_bytes.increase(kind, net_split_bytes);
@@ -247,9 +456,11 @@ void CachingAllocator::free_block(Block* block) {
 }
 
 // Absorbs a free neighbour into dst (taking its address when it lies before); returns the bytes absorbed.
+// Mapped and unmapped runs of an expandable segment never merge with each other.
 size_t CachingAllocator::merge_into(Block* dst, Block* src, BlockPool& pool) {
-  if (!src || src->allocated) return 0;
-  pool.free_blocks.erase(src);
+  if (!src || src->allocated || src->mapped != dst->mapped) return 0;
+  if (src->mapped) pool.free_blocks.erase(src);
+  else pool.unmapped.erase(src);
   if (dst->prev == src) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;
@@ -279,10 +490,18 @@ void CachingAllocator::release_segment(Block* block) {
   recycle_block(block);
 }
 
+// Whole free segments are released in free-set order; free blocks of expandable segments are gathered in
+// that order and their whole pages unmapped afterwards (unmapping changes the set).
 void CachingAllocator::release_free_segments(BlockPool& pool) {
+  std::vector<Block*> to_unmap;
   for (auto it = pool.free_blocks.begin(); it != pool.free_blocks.end();) {
     Block* block = *it++;
-    if (!block->is_split()) release_segment(block);
+    if (block->segment) to_unmap.push_back(block);
+    else if (!block->is_split()) release_segment(block);
+  }
+  for (Block* block : to_unmap) {
+    unmap_block(block);
+    if (!block->is_split()) release_expandable_segment(block);
   }
 }
 
@@ -494,11 +713,14 @@ bool CachingAllocator::history_enabled() const {
 MemorySnapshot CachingAllocator::snapshot() {
   std::lock_guard lock(mutex_);
   std::vector<const Block*> heads;
+  // A segment starts at a block with no mapped block before it: each mapped range of an expandable
+  // segment is reported as a segment of its own.
+  auto starts_segment = [](const Block* block) { return !block->prev || !block->prev->mapped; };
   for (const BlockPool* pool : {&small_pool_, &large_pool_})
     for (const Block* block : pool->free_blocks)
-      if (!block->prev) heads.push_back(block);
+      if (starts_segment(block)) heads.push_back(block);
   for (const auto& [ptr, block] : active_blocks_)
-    if (!block->prev) heads.push_back(block);
+    if (starts_segment(block)) heads.push_back(block);
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
 
   MemorySnapshot snap;
@@ -510,7 +732,8 @@ MemorySnapshot CachingAllocator::snapshot() {
     segment.address = head->ptr;
     segment.stream = head->stream;
     segment.pool = head->pool->kind;
-    for (const Block* block = head; block; block = block->next) {
+    segment.is_expandable = head->segment != nullptr;
+    for (const Block* block = head; block && block->mapped; block = block->next) {
       BlockInfo info{block->ptr, block->size, block->requested_size,
                      block->allocated ? BlockState::active_allocated : BlockState::inactive};
       segment.total_size += block->size;

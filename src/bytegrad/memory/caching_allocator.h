@@ -2,6 +2,8 @@
 // requests are rounded (size_rules.h), served best-fit from cached free blocks of the same stream and
 // pool, carved from the front of the block found, and otherwise from a new segment; frees merge with free
 // neighbours and stay cached until empty_cache (or an OOM retry) releases whole free segments.
+// With expandable_segments, each (stream, pool) instead reserves one address range and maps pages into
+// it on demand; empty_cache unmaps the pages no block touches.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,7 @@ struct SegmentInfo {
   size_t requested_size = 0;  // of active blocks only
   StreamId stream = 0;
   PoolKind pool = PoolKind::small;
+  bool is_expandable = false;     // one contiguous mapped range of an expandable segment
   std::vector<BlockInfo> blocks;  // in address order, tiling the segment
 };
 
@@ -104,12 +107,17 @@ class CachingAllocator {
 
  private:
   struct Block;
+  struct ExpandableSegment;
   struct BlockOrder {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  struct AddressOrder {
     bool operator()(const Block* a, const Block* b) const;
   };
   struct BlockPool {
     PoolKind kind;
     std::set<Block*, BlockOrder> free_blocks;
+    std::set<Block*, AddressOrder> unmapped;  // expandable segments' ranges without pages, by (stream, address)
     uint64_t search_count = 0;  // get_free_block calls, the clock that ages blocks for garbage collection
   };
   struct Request {
@@ -124,6 +132,11 @@ class CachingAllocator {
   BlockPool& pool_of(PoolKind kind) { return kind == PoolKind::small ? small_pool_ : large_pool_; }
   bool find_free_block(Request& request);
   bool allocate_segment(Request& request, bool is_retry);
+  bool allocate_expandable(Request& request);
+  Block* find_expandable_block(StreamId stream, BlockPool& pool, size_t size);
+  bool map_block(Block* to_map, size_t size);
+  void unmap_block(Block* block);
+  void release_expandable_segment(Block* block);
   bool release_available_cached_blocks(const Request& request);
   void release_cached_blocks();
   void release_free_segments(BlockPool& pool);
@@ -141,8 +154,9 @@ class CachingAllocator {
   AllocatorConfig config_;
   int device_index_;
   mutable std::mutex mutex_;
-  BlockPool small_pool_{PoolKind::small, {}, 0};
-  BlockPool large_pool_{PoolKind::large, {}, 0};
+  BlockPool small_pool_{PoolKind::small, {}, {}, 0};
+  BlockPool large_pool_{PoolKind::large, {}, {}, 0};
+  std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   std::unordered_map<uintptr_t, Block*> active_blocks_;
   std::vector<Block*> spare_blocks_;  // recycled Block objects
   DeviceStats stats_;

@@ -1,11 +1,18 @@
-// Segments from a real GPU: cudaMalloc / cudaFree / cudaMemGetInfo.
+// Segments from a real GPU: cudaMalloc / cudaFree / cudaMemGetInfo; for expandable segments, CUDA's virtual
+// memory API (cuMemAddressReserve, cuMemCreate + cuMemMap + cuMemSetAccess per page, cuMemUnmap +
+// cuMemRelease), reached through the runtime's driver entry points so nothing links against libcuda.
+// The virtual memory path compiles here but has not run on a GPU yet (no GPU on the development machine).
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/raw_memory.h"
 
 #ifdef BYTEGRAD_HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -18,6 +25,47 @@ void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess)
     throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
 }
+
+void check(CUresult status, const char* what) {
+  if (status != CUDA_SUCCESS)
+    throw std::runtime_error(std::string("CUDA driver error ") + std::to_string(static_cast<int>(status)) + " in " +
+                             what);
+}
+
+// The driver functions the virtual memory API needs, looked up once (CUDA 12.0 signatures).
+struct VirtualMemoryApi {
+  decltype(&cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&cuMemAddressFree) address_free = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
+
+  static const VirtualMemoryApi& get() {
+    static const VirtualMemoryApi api = [] {
+      VirtualMemoryApi a;
+      auto load = [](const char* name, auto& fn) {
+        void* ptr = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        check(cudaGetDriverEntryPointByVersion(name, &ptr, 12000, cudaEnableDefault, &found),
+              "cudaGetDriverEntryPointByVersion");
+        if (found != cudaDriverEntryPointSuccess || !ptr)
+          throw std::runtime_error(std::string("expandable segments: the CUDA driver has no ") + name);
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(ptr);
+      };
+      load("cuMemAddressReserve", a.address_reserve);
+      load("cuMemAddressFree", a.address_free);
+      load("cuMemCreate", a.create);
+      load("cuMemRelease", a.release);
+      load("cuMemMap", a.map);
+      load("cuMemUnmap", a.unmap);
+      load("cuMemSetAccess", a.set_access);
+      return a;
+    }();
+    return api;
+  }
+};
 
 class CudaRawMemory final : public RawMemory {
  public:
@@ -40,6 +88,64 @@ class CudaRawMemory final : public RawMemory {
     check(cudaFree(ptr), "cudaFree");
   }
 
+  uintptr_t reserve_addresses(size_t bytes) override {
+    check(cudaSetDevice(index_), "cudaSetDevice");
+    CUdeviceptr address = 0;
+    check(VirtualMemoryApi::get().address_reserve(&address, bytes, 0, 0, 0), "cuMemAddressReserve");
+    return static_cast<uintptr_t>(address);
+  }
+
+  void release_addresses(uintptr_t address, size_t bytes) override {
+    check(VirtualMemoryApi::get().address_free(static_cast<CUdeviceptr>(address), bytes), "cuMemAddressFree");
+  }
+
+  // One physical allocation per page, as PyTorch makes them; when the device runs out part-way, the pages
+  // created so far are released and nothing is mapped.
+  bool map_pages(uintptr_t address, size_t bytes, size_t page_size) override {
+    const VirtualMemoryApi& api = VirtualMemoryApi::get();
+    check(cudaSetDevice(index_), "cudaSetDevice");
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = index_;
+    std::vector<CUmemGenericAllocationHandle> created;
+    for (size_t offset = 0; offset < bytes; offset += page_size) {
+      CUmemGenericAllocationHandle handle = 0;
+      const CUresult status = api.create(&handle, page_size, &prop, 0);
+      if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+        for (CUmemGenericAllocationHandle h : created) check(api.release(h), "cuMemRelease");
+        return false;
+      }
+      check(status, "cuMemCreate");
+      created.push_back(handle);
+    }
+    for (size_t i = 0; i < created.size(); ++i) {
+      const uintptr_t page = address + i * page_size;
+      check(api.map(static_cast<CUdeviceptr>(page), page_size, 0, created[i], 0), "cuMemMap");
+      handles_[page] = created[i];
+    }
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = index_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(api.set_access(static_cast<CUdeviceptr>(address), bytes, &access, 1), "cuMemSetAccess");
+    return true;
+  }
+
+  // Unlike cudaFree, unmapping does not wait for kernels still using the pages: synchronize first.
+  void unmap_pages(uintptr_t address, size_t bytes, size_t page_size) override {
+    const VirtualMemoryApi& api = VirtualMemoryApi::get();
+    check(cudaSetDevice(index_), "cudaSetDevice");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    for (uintptr_t page = address; page < address + bytes; page += page_size) {
+      auto it = handles_.find(page);
+      if (it == handles_.end()) throw std::logic_error("unmap_pages: a page that is not mapped");
+      check(api.unmap(static_cast<CUdeviceptr>(page), page_size), "cuMemUnmap");
+      check(api.release(it->second), "cuMemRelease");
+      handles_.erase(it);
+    }
+  }
+
   Info info() override {
     check(cudaSetDevice(index_), "cudaSetDevice");
     size_t free = 0, total = 0;
@@ -49,6 +155,7 @@ class CudaRawMemory final : public RawMemory {
 
  private:
   int index_;
+  std::map<uintptr_t, CUmemGenericAllocationHandle> handles_;  // mapped page address -> its allocation
 };
 
 }  // namespace

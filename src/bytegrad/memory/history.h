@@ -13,14 +13,26 @@ namespace bytegrad {
 
 using StreamId = uint64_t;
 
-enum class TraceAction { alloc, free_requested, free_completed, segment_alloc, segment_free, oom, snapshot };
+// segment_map / segment_unmap: pages mapped into or unmapped from an expandable segment.
+enum class TraceAction {
+  alloc,
+  free_requested,
+  free_completed,
+  segment_alloc,
+  segment_free,
+  segment_map,
+  segment_unmap,
+  oom,
+  snapshot
+};
 
 std::string_view trace_action_name(TraceAction action);
 
 struct TraceEntry {
   TraceAction action;
   uintptr_t address = 0;   // block or segment address (0 for oom and snapshot)
-  size_t size = 0;         // alloc/free: requested bytes; segment: its size; oom: rounded block size
+  size_t size = 0;         // alloc/free: requested bytes; segment: its size; map/unmap: the pages' bytes;
+                           // oom: rounded block size
   StreamId stream = 0;
   int64_t time_us = 0;     // microseconds since the epoch
   size_t device_free = 0;  // oom only: free device memory after the cache flush

@@ -69,9 +69,9 @@ void write_segments(std::string& out, const MemorySnapshot& snap, uint64_t shift
     fmt::format_to(Out(out),
                    R"({{"device": {}, "address": {}, "total_size": {}, "allocated_size": {}, "active_size": {}, )"
                    R"("requested_size": {}, "stream": {}, "segment_type": "{}", "segment_pool_id": [0, 0], )"
-                   R"("is_expandable": false, "frames": [], "blocks": [)",
+                   R"("is_expandable": {}, "frames": [], "blocks": [)",
                    snap.device_index, s.address - shift, s.total_size, s.allocated_size, s.active_size,
-                   s.requested_size, s.stream, s.pool == PoolKind::large ? "large" : "small");
+                   s.requested_size, s.stream, s.pool == PoolKind::large ? "large" : "small", s.is_expandable);
     for (size_t i = 0; i < s.blocks.size(); ++i) {
       const BlockInfo& b = s.blocks[i];
       fmt::format_to(Out(out), R"({}{{"address": {}, "size": {}, "requested_size": {}, "state": "{}", "frames": )",
@@ -110,9 +110,9 @@ void write_settings(std::string& out, const AllocatorConfig& config) {
                                 ? -1
                                 : static_cast<int64_t>(config.max_split_size);
   fmt::format_to(Out(out),
-                 R"(, "max_split_size": {}, "garbage_collection_threshold": {}, "expandable_segments": false, )"
+                 R"(, "max_split_size": {}, "garbage_collection_threshold": {}, "expandable_segments": {}, )"
                  R"("release_lock_on_cudamalloc": false, "roundup_power2_divisions": {{)",
-                 max_split, config.garbage_collection_threshold);
+                 max_split, config.garbage_collection_threshold, config.expandable_segments);
   for (size_t i = 0; i < kRoundupPower2Intervals; ++i)
     fmt::format_to(Out(out), R"({}"{}": {})", i ? ", " : "", roundup_key(i), config.roundup_power2_divisions[i]);
   out += "}}";

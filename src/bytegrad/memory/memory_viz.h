@@ -13,7 +13,7 @@
 //    action names. alloc/free sizes are the bytes requested, as PyTorch writes them.
 //  - "allocator_settings": from the AllocatorConfig of the lowest-numbered device given (the keys bytegrad
 //    has values for: PYTORCH_CUDA_ALLOC_CONF, max_split_size, garbage_collection_threshold,
-//    roundup_power2_divisions, and expandable_segments / release_lock_on_cudamalloc, both false here).
+//    roundup_power2_divisions, expandable_segments, and release_lock_on_cudamalloc, always false here).
 //  - Stacks: bytegrad records no call stacks; instead each history entry's allocation tag (the op running
 //    when it was recorded: "linear", "Adam state", "workspace"...; memory/allocation_context.h; for a free,
 //    the op that released the block, as PyTorch's free stacks are the freeing code's) becomes a one-frame

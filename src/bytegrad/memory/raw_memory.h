@@ -1,6 +1,7 @@
 // Where segments come from: the small interface the caching allocator draws whole segments through
-// (cudaMalloc/cudaFree on a real GPU). Three implementations: a real CUDA device, host memory posing as a
-// GPU of a chosen capacity (`sim`), and addresses without memory (`meta`).
+// (cudaMalloc/cudaFree on a real GPU), and, for expandable segments, address ranges with physical pages
+// mapped into them on demand (CUDA's virtual memory API). Three implementations: a real CUDA device, host
+// memory posing as a GPU of a chosen capacity (`sim`), and addresses without memory (`meta`).
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,17 @@ class RawMemory {
   // Any other failure throws.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr, size_t bytes) = 0;
+
+  // Expandable segments. An address range of `bytes` that holds no memory (cuMemAddressReserve); 0 when
+  // no addresses are left.
+  virtual uintptr_t reserve_addresses(size_t bytes);
+  virtual void release_addresses(uintptr_t address, size_t bytes);
+  // Backs [address, address + bytes) with physical pages of `page_size` (cuMemCreate + cuMemMap +
+  // cuMemSetAccess per page), all or nothing: false, with nothing mapped, when the device has no room.
+  // `bytes` is a multiple of `page_size`, the range inside one reservation and not mapped yet.
+  virtual bool map_pages(uintptr_t address, size_t bytes, size_t page_size);
+  // Gives mapped pages back (cuMemUnmap + cuMemRelease).
+  virtual void unmap_pages(uintptr_t address, size_t bytes, size_t page_size);
   // Which bytes of a segment belong to a live block: host-backed memory (sim) tells AddressSanitizer, so
   // in a sanitizer build a write past a tensor into its neighbour or into cached memory is reported. A
   // no-op elsewhere.

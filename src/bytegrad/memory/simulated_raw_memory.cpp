@@ -63,12 +63,27 @@ class SimulatedRawMemory : public RawMemory {
     in_use_ -= bytes;
   }
 
+  // Mapped pages count against the capacity as segments do; a reservation holds only addresses.
+  bool map_pages(uintptr_t address, size_t bytes, size_t) final {
+    if (bytes > capacity_.total_bytes - capacity_.context_bytes - in_use_) return false;
+    if (!map_at(address, bytes)) return false;
+    in_use_ += bytes;
+    return true;
+  }
+
+  void unmap_pages(uintptr_t address, size_t bytes, size_t) final {
+    unmap_at(address, bytes);
+    in_use_ -= bytes;
+  }
+
   Info info() final { return {capacity_.total_bytes - capacity_.context_bytes - in_use_, capacity_.total_bytes}; }
   std::optional<size_t> process_memory_in_use() final { return capacity_.context_bytes + in_use_; }
 
  protected:
   virtual void* map(size_t bytes) = 0;
   virtual void unmap(void* ptr, size_t bytes) = 0;
+  virtual bool map_at(uintptr_t address, size_t bytes) = 0;
+  virtual void unmap_at(uintptr_t address, size_t bytes) = 0;
 
  private:
   SimulatedCapacity capacity_;
@@ -96,6 +111,12 @@ class PlacedRawMemory : public SimulatedRawMemory {
     decommit(ptr, bytes);
     addresses_.release(reinterpret_cast<uintptr_t>(ptr), bytes);
   }
+  // An expandable segment's reservation takes its addresses by the same placement rule as a segment
+  // (where the driver puts cuMemAddressReserve's ranges was not measured).
+  uintptr_t reserve_addresses(size_t bytes) final { return addresses_.allocate(bytes); }
+  void release_addresses(uintptr_t address, size_t bytes) final { addresses_.release(address, bytes); }
+  bool map_at(uintptr_t address, size_t bytes) final { return commit(reinterpret_cast<void*>(address), bytes); }
+  void unmap_at(uintptr_t address, size_t bytes) final { decommit(reinterpret_cast<void*>(address), bytes); }
   virtual bool commit(void*, size_t) { return true; }
   virtual void decommit(void*, size_t) {}
 

@@ -28,9 +28,14 @@ size_t segment_size_for(size_t block_size, const AllocatorConfig& config) {
   return kRoundLarge * ((block_size + kRoundLarge - 1) / kRoundLarge);
 }
 
+size_t expandable_page_size(PoolKind pool, const AllocatorConfig& config) {
+  return pool == PoolKind::small ? kSmallBuffer : config.large_segment_size;
+}
+
 bool should_split(PoolKind pool, size_t block_size, size_t wanted, const AllocatorConfig& config) {
   size_t remaining = block_size - wanted;
-  if (pool == PoolKind::small) return remaining >= kMinBlockSize;
+  // Expandable segments split any tail of 512 bytes or more in both pools: free pages can be unmapped.
+  if (pool == PoolKind::small || config.expandable_segments) return remaining >= kMinBlockSize;
   // Large pool: the tail must exceed 1 MiB (strictly), and oversize requests are never split.
   return wanted < config.max_split_size && remaining > kSmallSize;
 }

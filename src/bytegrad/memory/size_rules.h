@@ -29,6 +29,9 @@ inline PoolKind pool_for(size_t block_size) {
 // Block size -> the size of a new segment to hold it (also the "Tried to allocate" figure of an OOM).
 size_t segment_size_for(size_t block_size, const AllocatorConfig& config);
 
+// The page an expandable segment of this pool maps at a time: 2 MiB (small), 20 MiB (large, by default).
+size_t expandable_page_size(PoolKind pool, const AllocatorConfig& config);
+
 // Whether a free block of `block_size`, chosen for a request of `wanted` bytes, gives its tail back.
 bool should_split(PoolKind pool, size_t block_size, size_t wanted, const AllocatorConfig& config);
 
