@@ -44,12 +44,12 @@ class TokenReader {
     return done() ? end_marker : tokens_[pos_];
   }
   std::string next(const std::string& context) {
-    if (done()) fail("missing value after '" + context + "'");
+    if (done()) fail("missing value after " + quote_setting(context));
     return tokens_[pos_++];
   }
   void expect(const std::string& symbol, const std::string& context) {
     std::string token = next(context);
-    if (token != symbol) fail("expected '" + symbol + "' after '" + context + "', found '" + token + "'");
+    if (token != symbol) fail("expected '" + symbol + "' after " + quote_setting(context) + ", found " + quote_setting(token));
   }
 
  private:
@@ -63,32 +63,32 @@ size_t parse_size(const std::string& text, const std::string& key) {
   size_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec == std::errc::result_out_of_range)
-    fail("option " + key + ": '" + text + "' is out of range (at most " +
+    fail("option " + key + ": " + quote_setting(text) + " is out of range (at most " +
          std::to_string(std::numeric_limits<size_t>::max()) + ")");
   if (ec != std::errc() || end != text.data() + text.size())
-    fail("option " + key + " needs a non-negative integer, got '" + text + "'");
+    fail("option " + key + " needs a non-negative integer, got " + quote_setting(text));
   return value;
 }
 
 double parse_double(const std::string& text, const std::string& key) {
   double value = 0.0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range) fail("option " + key + ": '" + text + "' is out of range");
+  if (ec == std::errc::result_out_of_range) fail("option " + key + ": " + quote_setting(text) + " is out of range");
   if (ec != std::errc() || end != text.data() + text.size())
-    fail("option " + key + " needs a number, got '" + text + "'");
+    fail("option " + key + " needs a number, got " + quote_setting(text));
   return value;
 }
 
 bool parse_bool(const std::string& text, const std::string& key) {
   if (text == "True" || text == "true" || text == "1") return true;
   if (text == "False" || text == "false" || text == "0") return false;
-  fail("option " + key + " needs True or False, got '" + text + "'");
+  fail("option " + key + " needs True or False, got " + quote_setting(text));
 }
 
 // Megabyte options share PyTorch's floor: at least the 20 MiB large-segment size.
 size_t parse_mb_at_least_20(const std::string& text, const std::string& key) {
   size_t mb = parse_size(text, key);
-  if (mb < 20) fail("option " + key + " is too small: " + text + ", it must be at least 20");
+  if (mb < 20) fail("option " + key + " is too small: " + quote_setting(text) + ", it must be at least 20");
   mb = std::min(mb, std::numeric_limits<size_t>::max() / kMiB);
   return mb * kMiB;
 }
@@ -127,7 +127,7 @@ void parse_roundup_power2_divisions(TokenReader& in, AllocatorConfig& config) {
     } else {
       size_t mb = parse_size(interval, key);
       if (!std::has_single_bit(mb))
-        fail("option " + key + ": each interval must be a power of two in MB, got '" + interval + "'");
+        fail("option " + key + ": each interval must be a power of two in MB, got " + quote_setting(interval));
       size_t slot = slot_for_interval_mb(mb);
       if (first) {  // the first key also covers every smaller interval
         std::fill(config.roundup_power2_divisions.begin(), config.roundup_power2_divisions.begin() + slot,
@@ -138,12 +138,18 @@ void parse_roundup_power2_divisions(TokenReader& in, AllocatorConfig& config) {
       last_slot = slot;
     }
     if (in.peek() == ",") in.next(key);
-    else if (in.peek() != "]") fail("option " + key + ": expected ',' or ']' in the list, found '" + in.peek() + "'");
+    else if (in.peek() != "]") fail("option " + key + ": expected ',' or ']' in the list, found " + quote_setting(in.peek()));
   }
   in.next(key);  // the closing ]
 }
 
 }  // namespace
+
+std::string quote_setting(std::string_view text) {
+  constexpr size_t kMaxQuoted = 80;
+  if (text.size() <= kMaxQuoted) return "'" + std::string(text) + "'";
+  return "'" + std::string(text.substr(0, kMaxQuoted)) + "...' (" + std::to_string(text.size()) + " characters)";
+}
 
 size_t AllocatorConfig::divisions_for(size_t size) const {
   // Slot i covers floor(log2(size)) == 20 + i; smaller sizes use slot 0, larger the last.
@@ -172,23 +178,23 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
       std::string value = in.next(key + ":");
       double threshold = parse_double(value, key);
       if (!(threshold > 0.0 && threshold < 1.0))
-        fail("option " + key + " must be between 0 and 1 (exclusive), got " + value);
+        fail("option " + key + " must be between 0 and 1 (exclusive), got " + quote_setting(value));
       config.garbage_collection_threshold = threshold;
     } else if (key == "expandable_segments") {
       config.expandable_segments = parse_bool(in.next(key + ":"), key);
     } else if (key == "backend") {
       std::string value = in.next(key + ":");
       if (value != "native")
-        fail("option backend:" + value + " is not supported; bytegrad implements the native caching allocator");
+        fail("option backend:" + quote_setting(value) + " is not supported; bytegrad implements the native caching allocator");
     } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
                key == "pinned_use_background_threads" || key == "graph_capture_record_stream_reuse") {
       parse_bool(in.next(key + ":"), key);  // accepted for compatibility; no effect on device accounting
     } else if (key == "pinned_num_register_threads" || key == "pinned_reserve_segment_size_mb") {
       parse_size(in.next(key + ":"), key);  // host pinned memory options: no effect here
     } else {
-      fail("unrecognized option '" + key + "'");
+      fail("unrecognized option " + quote_setting(key));
     }
-    if (!in.done() && in.peek() != ",") fail("expected ',' after option " + key + ", found '" + in.peek() + "'");
+    if (!in.done() && in.peek() != ",") fail("expected ',' after option " + key + ", found " + quote_setting(in.peek()));
   }
   return config;
 }

@@ -39,4 +39,8 @@ struct AllocatorConfig {
   static AllocatorConfig from_environment();
 };
 
+// `text` in single quotes, cut to its first 80 characters (then "..." and its length): how configuration
+// errors quote what they were given, so that a huge setting is not echoed whole.
+std::string quote_setting(std::string_view text);
+
 }  // namespace bytegrad

@@ -8,7 +8,6 @@
 #include <tuple>
 #include <mutex>
 #include <memory>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -26,16 +25,16 @@ namespace {
 constexpr const char* kWorkspaceSyntax = "expected ':SIZE:COUNT' pairs, SIZE in KiB (e.g. ':4096:8' or ':0:0')";
 
 [[noreturn]] void bad_workspace_config(const std::string& text, const std::string& what) {
-  throw std::invalid_argument("CUBLAS_WORKSPACE_CONFIG='" + text + "': " + what + "; " + kWorkspaceSyntax);
+  throw std::invalid_argument("CUBLAS_WORKSPACE_CONFIG=" + quote_setting(text) + ": " + what + "; " + kWorkspaceSyntax);
 }
 
 // One SIZE or COUNT of CUBLAS_WORKSPACE_CONFIG (digits only: the pattern matched them).
 size_t parse_workspace_number(const std::string& digits, const std::string& text) {
   size_t value = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (ec == std::errc::result_out_of_range) bad_workspace_config(text, "'" + digits + "' is out of range");
+  if (ec == std::errc::result_out_of_range) bad_workspace_config(text, quote_setting(digits) + " is out of range");
   if (ec != std::errc() || end != digits.data() + digits.size())
-    bad_workspace_config(text, "'" + digits + "' is not a number");
+    bad_workspace_config(text, quote_setting(digits) + " is not a number");
   return value;
 }
 
@@ -55,24 +54,44 @@ std::optional<std::string> cublas_workspace_config_text() {
   return std::nullopt;
 }
 
+// PyTorch's pattern ":([0-9]+):([0-9]+)", matched left to right without overlap, scanned by hand: std::regex
+// recurses once per character it matches, so a long run of digits overflowed the stack (found by the
+// configuration fuzzer, tests/fuzz/config_fuzz.cpp).
 size_t parse_workspace_config(const std::string& config, size_t default_bytes) {
-  static const std::regex pair(":([0-9]+):([0-9]+)");
   constexpr size_t kMax = std::numeric_limits<size_t>::max();
+  auto digits_end = [&](size_t pos) {
+    while (pos < config.size() && config[pos] >= '0' && config[pos] <= '9') ++pos;
+    return pos;
+  };
   size_t total = 0;
   bool matched = false;
-  for (std::sregex_iterator it(config.begin(), config.end(), pair), end; it != end; ++it) {
+  for (size_t pos = 0; pos < config.size();) {
+    const size_t size_end = config[pos] == ':' ? digits_end(pos + 1) : pos;
+    if (size_end == pos || size_end == pos + 1 || size_end >= config.size() || config[size_end] != ':') {
+      ++pos;
+      continue;
+    }
+    const size_t count_end = digits_end(size_end + 1);
+    if (count_end == size_end + 1) {
+      ++pos;
+      continue;
+    }
     matched = true;
-    const size_t kib = parse_workspace_number((*it)[1].str(), config);
-    const size_t count = parse_workspace_number((*it)[2].str(), config);
+    const std::string size_digits = config.substr(pos + 1, size_end - pos - 1);
+    const std::string count_digits = config.substr(size_end + 1, count_end - size_end - 1);
+    const size_t kib = parse_workspace_number(size_digits, config);
+    const size_t count = parse_workspace_number(count_digits, config);
     auto overflow = [&] {
-      bad_workspace_config(config, "the workspaces (" + (*it)[1].str() + " KiB x " + (*it)[2].str() +
-                                       ", in all) overflow " + std::to_string(kMax) + " bytes");
+      bad_workspace_config(config, "the workspaces (" + quote_setting(size_digits) + " KiB x " +
+                                       quote_setting(count_digits) + ", in all) overflow " + std::to_string(kMax) +
+                                       " bytes");
     };
     if (kib > kMax / 1024) overflow();
     const size_t size = kib * 1024;
     if (count != 0 && size > kMax / count) overflow();
     if (size * count > kMax - total) overflow();
     total += size * count;
+    pos = count_end;
   }
   return matched ? total : default_bytes;  // PyTorch warns and keeps the default when it cannot parse
 }
@@ -132,8 +151,8 @@ size_t blas_lt_workspace_bytes(Device device) {
   size_t kib = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), kib);
   if (ec != std::errc() || end != digits.data() + digits.size() || kib > std::numeric_limits<size_t>::max() / 1024)
-    throw std::invalid_argument("CUBLASLT_WORKSPACE_SIZE='" + std::string(digits) +
-                                "': expected a size in KiB, a non-negative integer below 2^54 (e.g. 1024)");
+    throw std::invalid_argument("CUBLASLT_WORKSPACE_SIZE=" + quote_setting(digits) +
+                                ": expected a size in KiB, a non-negative integer below 2^54 (e.g. 1024)");
   return kib * 1024;
 }
 
