@@ -71,12 +71,14 @@ double median_big_products_us(Device d, int64_t n, int steps) {
 
 }  // namespace
 
-int main() {
-  const Device d = default_device();
+// bench_training [DEVICE]: the default device (cuda where a GPU is present), or the one named (e.g. meta:
+// the engine's own cost per step, with no kernel time to hide it).
+int main(int argc, char** argv) {
+  const Device d = argc > 1 ? Device::parse(argv[1]) : default_device();
   fmt::print("seed MLP training step on {} (median of timed steps, device synchronized)\n", d.str());
   fmt::print("{:>6} {:>12} {:>22} {:>10}\n", "n", "us/step", "us two n^3 products", "ratio");
   for (int64_t n : {256, 1024, 4096}) {
-    const int steps = d.type == DeviceType::cuda ? 200 : (n >= 4096 ? 3 : 20);
+    const int steps = d.type == DeviceType::cuda || d.type == DeviceType::meta ? 200 : (n >= 4096 ? 3 : 20);
     const double step = median_step_us(d, n, steps);
     const double floor = median_big_products_us(d, n, steps);
     fmt::print("{:>6} {:>12.1f} {:>22.1f} {:>10.2f}\n", n, step, floor, step / floor);
