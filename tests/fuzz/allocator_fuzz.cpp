@@ -61,7 +61,7 @@ std::string broken_alloc_conf(std::mt19937& rng, const std::string& valid) {
   static const char* kBroken[] = {"max_split_size_mb:19",        "unknown_option:1",
                                   "roundup_power2_divisions:3",  "garbage_collection_threshold:1.0",
                                   "max_non_split_rounding_mb:x", "large_segment_size_mb:",
-                                  "roundup_power2_divisions:[3:4]", "expandable_segments:True"};
+                                  "roundup_power2_divisions:[3:4]", "expandable_segments:maybe"};
   const std::string bad = kBroken[rng() % std::size(kBroken)];
   return valid.empty() ? bad : valid + "," + bad;
 }
