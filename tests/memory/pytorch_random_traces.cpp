@@ -47,7 +47,7 @@ void check_recorded_trace(const std::string& name) {
 
 TEST_CASE("random workloads recorded in PyTorch replay event for event") {
   for (const char* name : {"random_c0_s1", "random_c1_s1", "random_c2_s2", "random_c3_s1", "random_c4_s2",
-                           "random_first_large"}) {
+                           "random_first_large", "random_expandable_s1"}) {
     SUBCASE(name) { check_recorded_trace(name); }
   }
 }
