@@ -30,6 +30,11 @@ std::vector<OpBytes> largest_first(const std::map<std::string, int64_t>& by_op) 
 
 }  // namespace
 
+size_t traced_block_bytes(const CachingAllocator& allocator, const TraceEntry& entry) {
+  const size_t live = allocator.block_size(reinterpret_cast<const void*>(entry.address));
+  return live ? live : round_size(entry.size, allocator.config());
+}
+
 int64_t MemoryChange::net_bytes() const {
   int64_t net = 0;
   for (const OpBytes& a : added) net += a.bytes;
@@ -67,11 +72,8 @@ MemoryChange MemoryStory::mark() {
   for (size_t i = seen_; i < trace.size(); ++i) {
     const TraceEntry& e = trace[i];
     if (e.action == TraceAction::alloc) {
-      // The block's real size (a request can be handed a whole unsplit block); round_size only for blocks
-      // already freed again, which count as transient anyway.
-      const size_t live_bytes = allocator.block_size(reinterpret_cast<const void*>(e.address));
-      const size_t bytes = live_bytes ? live_bytes : round_size(e.size, allocator.config());
-      live_[e.address] = {bytes, e.tag.empty() ? "untagged" : e.tag, true};
+      // Blocks already freed again count as transient anyway.
+      live_[e.address] = {traced_block_bytes(allocator, e), e.tag.empty() ? "untagged" : e.tag, true};
     } else if (e.action == TraceAction::free_requested) {
       auto it = live_.find(e.address);
       if (it == live_.end()) continue;  // allocated before the story began

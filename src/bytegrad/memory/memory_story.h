@@ -14,6 +14,7 @@
 // change. The bytegrad-walkthrough prints one story per mark.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -37,6 +38,13 @@ struct MemoryChange {
   // "+4.00 MiB (4194304 B) linear, -512 B sum (earlier); 3 transient blocks", or "no change".
   std::string str() const;
 };
+
+class CachingAllocator;
+struct TraceEntry;
+
+// The block bytes behind a history entry's address: the live block's size (a request can be handed a whole
+// unsplit block), or, once freed, the request rounded as the allocator rounds it.
+size_t traced_block_bytes(const CachingAllocator& allocator, const TraceEntry& entry);
 
 class MemoryStory {
  public:

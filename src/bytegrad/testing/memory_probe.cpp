@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "bytegrad/memory/memory_functions.h"
-#include "bytegrad/memory/size_rules.h"
+#include "bytegrad/memory/memory_story.h"
 
 namespace bytegrad::testing {
 
@@ -68,8 +68,7 @@ std::vector<MemoryEvent> MemoryProbe::events() const {
   for (size_t i = std::min(history_start_, trace.size()); i < trace.size(); ++i) {
     const TraceEntry& e = trace[i];
     if (e.action == TraceAction::alloc) {
-      const size_t live = a.block_size(reinterpret_cast<const void*>(e.address));
-      const int64_t block = static_cast<int64_t>(live ? live : round_size(e.size, a.config()));
+      const auto block = static_cast<int64_t>(traced_block_bytes(a, e));
       std::string op = e.tag.empty() ? "untagged" : e.tag;
       made[e.address] = {block, op};
       events.push_back({MemoryEvent::Kind::alloc, static_cast<int64_t>(e.size), block, std::move(op), e.address});
@@ -81,7 +80,7 @@ std::vector<MemoryEvent> MemoryProbe::events() const {
         event.op = it->second.second;
         made.erase(it);
       } else {
-        event.block_bytes = static_cast<int64_t>(round_size(e.size, a.config()));
+        event.block_bytes = static_cast<int64_t>(traced_block_bytes(a, e));
       }
       events.push_back(std::move(event));
     }
