@@ -70,6 +70,11 @@ void BlockCategories::rebirth(MemoryCategory from, MemoryCategory to) {
   }
 }
 
+std::string BlockCategories::role_owner(uintptr_t ptr) const {
+  auto it = entries_.find(ptr);
+  return it == entries_.end() ? std::string() : it->second.role_owner;
+}
+
 MemoryCategory BlockCategories::category_of(uintptr_t ptr) const {
   auto it = entries_.find(ptr);
   return it == entries_.end() ? MemoryCategory::other : it->second.current;

@@ -37,6 +37,8 @@ class BlockCategories {
   // A role's count goes up or down (a storage can be saved by several nodes, or be the parameter of two
   // modules); `owner`, when given, names the block while this role decides its category.
   void add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner);
+  // The name the block's roles gave it ("fc1.weight"), or "" when no role named it.
+  std::string role_owner(uintptr_t ptr) const;
   void remove_role(uintptr_t ptr, MemoryCategory role);
   // Blocks born `from` are from now on born `to` (backward has ended: its surviving gradients that did not
   // become a .grad are no longer in flight).
