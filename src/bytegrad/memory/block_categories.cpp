@@ -99,6 +99,11 @@ std::vector<LedgerBlock> BlockCategories::largest(size_t n) const {
 }
 
 void BlockCategories::on_new_peak(int64_t allocated) {
+  // Only a higher peak: a training loop reaches the same peak every step, and the record keeps the first.
+  if (allocated > peak_.allocated) record_peak(allocated);
+}
+
+void BlockCategories::record_peak(int64_t allocated) {
   peak_.allocated = allocated;
   peak_.bytes = totals_;
   peak_.phase = current_phase();
@@ -111,7 +116,7 @@ void BlockCategories::capture_pending_peak() {
   peak_.largest = largest(kPeakBlocks);
 }
 
-void BlockCategories::reset_peak(int64_t allocated) { on_new_peak(allocated); }
+void BlockCategories::reset_peak(int64_t allocated) { record_peak(allocated); }
 
 PeakRecord BlockCategories::peak() const {
   PeakRecord record = peak_;

@@ -48,8 +48,8 @@ class BlockCategories {
   MemoryCategory category_of(uintptr_t ptr) const;  // `other` for an unknown pointer
   std::vector<LedgerBlock> largest(size_t n) const;
 
-  // allocated reached a new maximum: totals and phase now; the largest blocks once the peak ends (the next
-  // free or role change), since until then nothing has changed.
+  // allocated reached its maximum (again, or higher): if higher, totals and phase now; the largest blocks
+  // once the peak ends (the next free or role change), since until then nothing has changed.
   void on_new_peak(int64_t allocated);
   void reset_peak(int64_t allocated);  // reset_peak_stats: the current state is the new peak
   PeakRecord peak() const;
@@ -67,6 +67,7 @@ class BlockCategories {
   static MemoryCategory effective(const Entry& e);
   void recategorize(Entry& e);
   void capture_pending_peak();
+  void record_peak(int64_t allocated);
   LedgerBlock ledger_block(uintptr_t ptr, const Entry& e) const;
 
   std::unordered_map<uintptr_t, Entry> entries_;
