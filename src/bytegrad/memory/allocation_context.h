@@ -7,7 +7,10 @@
 
 namespace bytegrad {
 
-// The tag of the innermost live AllocationScope on this thread ("" when none).
+// The tag of the innermost live AllocationScope on this thread ("" when none). Tags are interned: the
+// reference stays valid, and equal to the same text, for the life of the process, so a block can keep a
+// pointer to its tag without copying it. Tags name ops and modules, a finite set; a program making a new
+// tag text per step would grow the intern table.
 const std::string& current_allocation_tag();
 
 // Sets the tag for its lifetime; nested scopes restore the outer tag when they end.
@@ -19,7 +22,7 @@ class AllocationScope {
   AllocationScope& operator=(const AllocationScope&) = delete;
 
  private:
-  std::string previous_;
+  const std::string* previous_;
 };
 
 }  // namespace bytegrad
