@@ -109,6 +109,9 @@ GPT::Output GPT::forward(const Tensor& idx, const Tensor& targets) {
     const int64_t vocab = out.logits.size(-1);
     out.loss = cross_entropy(out.logits.view({-1, vocab}), targets.view({-1}), Reduction::mean, /*ignore_index=*/-1);
   }
+  // Python frees the frame's locals in their order: tok_emb, then pos_emb (pos is kept by wpe's node).
+  tok_emb = Tensor();
+  pos_emb = Tensor();
   return out;
 }
 
