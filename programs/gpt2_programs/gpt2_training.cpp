@@ -1,9 +1,13 @@
 // shared/golden/gpt2/gpt2_scenarios.py's train(), statement by statement.
+#include <algorithm>
 #include <memory>
 
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/memory/out_of_memory.h"
+#include "programs/checks.h"
 #include "programs/gpt2_programs.h"
 
 namespace bytegrad::programs {
@@ -41,7 +45,11 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
     if (r) r->mark(label);
   };
   manual_seed(1337);
-  auto model = std::make_shared<nn::GPT>(t.config, TensorOptions{}.with_device(kCpu));
+  // nanoGPT builds the model on the CPU (PyTorch's default initialization) and moves it. On meta no value
+  // is ever read, so there it is built on a second meta device instead (no arithmetic: GPT-2 small's 124M
+  // random draws would take most of the run); the measured device sees the same .to() allocations.
+  const Device build_on = on.type == DeviceType::meta ? Device{DeviceType::meta, on.index + 1} : kCpu;
+  auto model = std::make_shared<nn::GPT>(t.config, TensorOptions{}.with_device(build_on));
   model->to(on);
   mark("model");
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model, t);
@@ -61,6 +69,42 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
     out = {};  // del logits, loss
     mark(s + "_zero_grad");
   }
+}
+
+TrainingPeak estimate_gpt_training(const GPTTraining& t, bool default_workspace, int64_t limit_bytes) {
+  GoldenConditions conditions(kMeta, default_workspace ? Workspaces::pytorch_default : Workspaces::none);
+  if (limit_bytes > 0) {
+    const double total = static_cast<double>(mem_get_info(kMeta).second);
+    set_per_process_memory_fraction(std::min(1.0, static_cast<double>(limit_bytes) / total), kMeta);
+  }
+  TrainingPeak peak;
+  try {
+    train_gpt(t, nullptr, kMeta);
+  } catch (const OutOfMemoryError& e) {
+    peak.out_of_memory = true;
+    peak.message = e.what();
+  }
+  peak.peak_allocated = max_memory_allocated(kMeta);
+  peak.peak_reserved = max_memory_reserved(kMeta);
+  return peak;
+}
+
+int64_t max_gpt_batch(GPTTraining t, int64_t limit_bytes, bool default_workspace) {
+  auto fits = [&](int64_t batch) {
+    t.batch = batch;
+    return !estimate_gpt_training(t, default_workspace, limit_bytes).out_of_memory;
+  };
+  if (!fits(1)) return 0;
+  int64_t good = 1, bad = 2;
+  while (fits(bad)) {
+    good = bad;
+    bad *= 2;
+  }
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good;
 }
 
 void g_gpt2_tiny_fp32(ScenarioRecorder& r) {

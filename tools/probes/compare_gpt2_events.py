@@ -17,9 +17,11 @@ def pytorch_events(path):
         if line.startswith("# mark"):
             mark = line.split()[2]
             continue
-        action, size, frame = line.split(" ", 2)
+        action, size, rest = line.split(" ", 2)
+        if rest.startswith("0x"):  # files recorded with addresses
+            rest = rest.split(" ", 1)[1] if " " in rest else "-"
         if action in KEEP:
-            events.append((action, int(size), f"{mark} {frame.strip()}"))
+            events.append((action, int(size), f"{mark} {rest.strip()}"))
     return events
 
 

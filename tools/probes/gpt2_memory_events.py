@@ -5,7 +5,7 @@ path with its temporaries).
 
   CUBLAS_WORKSPACE_CONFIG=:0:0 python3 gpt2_memory_events.py OUTDIR [tiny|small|embedding]...
 
-Writes OUTDIR/<what>.events: one event a line, `<action> <size> <top python frame>`, `# mark <label>` lines
+Writes OUTDIR/<what>.events: one event a line, `<action> <size> <address> <top python frame>`, `# mark <label>` lines
 between the training phases; embedding.events has `# case V D N` headers.
 """
 import os, sys
@@ -36,7 +36,7 @@ class Events:
         trace = torch.cuda.memory._snapshot()["device_traces"][0]
         for e in trace[self.seen:]:
             if e["action"] in ("alloc", "free_completed", "segment_alloc", "segment_free"):
-                self.lines.append(f"{e['action']} {e['size']} {frame_of(e)}")
+                self.lines.append(f"{e['action']} {e['size']} {e['addr']:#x} {frame_of(e)}")
         self.seen = len(trace)
 
     def mark(self, label):
