@@ -3,7 +3,7 @@
 //
 //   bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B
 //                          [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
-//                          [--limit SIZE [--max-batch]]
+//                          [--limit SIZE [--max-batch]] [--marks]
 //
 // nanoGPT's loop (shared/golden/gpt2/gpt2_scenarios.py): the model built and moved, the optimizer (AdamW with
 // nanoGPT's two groups by default, PyTorch's foreach path), two steps of forward, backward, step and
@@ -12,7 +12,9 @@
 // (CUBLAS_WORKSPACE_CONFIG=:0:0). Prints `peak_allocated <bytes>` and `peak_reserved <bytes>`, each on its
 // own line. --limit SIZE (bytes, or with KiB/MiB/GiB/KB/MB/GB) caps the allocator as
 // torch.cuda.set_per_process_memory_fraction does, and adds `fits yes|no`; with --max-batch the last line is
-// `max_batch <N>`, the largest batch whose two steps fit (0 when none does).
+// `max_batch <N>`, the largest batch whose two steps fit (0 when none does). --marks first prints the
+// figures at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden
+// files' layout (shared/golden/README.md).
 // Exit status: 0, or 2 on a bad argument (one line naming it).
 #include <cctype>
 #include <cstdint>
@@ -30,7 +32,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B\n"
     "                         [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
-    "                         [--limit SIZE [--max-batch]]\n";
+    "                         [--limit SIZE [--max-batch]] [--marks]\n";
 
 int usage_error(const std::string& what) {
   std::cerr << "bytegrad-estimate: " << what << '\n' << kUsage;
@@ -83,7 +85,7 @@ int run(int argc, char** argv) {
   if (model != "gpt2") return usage_error("unknown model '" + model + "': expected gpt2");
   GPTTraining t;  // GPT-2 small, batch 4 x 256, AdamW foreach
   t.config = gpt2_small_config();
-  bool default_workspace = true, max_batch = false;
+  bool default_workspace = true, max_batch = false, marks = false;
   int64_t limit = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -114,6 +116,8 @@ int run(int argc, char** argv) {
       limit = byte_size(value());
     } else if (arg == "--max-batch") {
       max_batch = true;
+    } else if (arg == "--marks") {
+      marks = true;
     } else if (arg == "--checkpoint" || arg == "--amp" || arg == "--attention") {
       return usage_error(arg + " is not supported yet");
     } else {
@@ -126,7 +130,9 @@ int run(int argc, char** argv) {
   if (t.config.n_embd % t.config.n_head != 0) return usage_error("--n-embd must be a multiple of --n-head");
   if (max_batch && limit == 0) return usage_error("--max-batch needs --limit");
 
-  const TrainingPeak peak = estimate_gpt_training(t, default_workspace, limit);
+  ScenarioRecorder recorder("gpt2", kMeta);
+  const TrainingPeak peak = estimate_gpt_training(t, default_workspace, limit, marks ? &recorder : nullptr);
+  if (marks) std::cout << recorder.to_json();
   std::cout << "peak_allocated " << peak.peak_allocated << '\n' << "peak_reserved " << peak.peak_reserved << '\n';
   if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n';
   if (max_batch) std::cout << "max_batch " << max_gpt_batch(t, limit, default_workspace) << '\n';

@@ -40,7 +40,9 @@ struct TrainingPeak {
 // train_gpt on meta as a fresh process: PyTorch's default cuBLAS workspaces unless default_workspace is
 // false (CUBLAS_WORKSPACE_CONFIG=:0:0); limit_bytes > 0 caps the allocator's reserved memory there as
 // torch.cuda.set_per_process_memory_fraction(limit / total) does.
-TrainingPeak estimate_gpt_training(const GPTTraining& training, bool default_workspace = true, int64_t limit_bytes = 0);
+// With marks, its figures at each of train_gpt's marks are recorded there too.
+TrainingPeak estimate_gpt_training(const GPTTraining& training, bool default_workspace = true, int64_t limit_bytes = 0,
+                                   ScenarioRecorder* marks = nullptr);
 // The largest batch (>= 1) whose run fits under limit_bytes, 0 when even batch 1 does not: doubling, then
 // bisection (memory grows with the batch).
 int64_t max_gpt_batch(GPTTraining training, int64_t limit_bytes, bool default_workspace = true);

@@ -71,7 +71,8 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
   }
 }
 
-TrainingPeak estimate_gpt_training(const GPTTraining& t, bool default_workspace, int64_t limit_bytes) {
+TrainingPeak estimate_gpt_training(const GPTTraining& t, bool default_workspace, int64_t limit_bytes,
+                                   ScenarioRecorder* marks) {
   GoldenConditions conditions(kMeta, default_workspace ? Workspaces::pytorch_default : Workspaces::none);
   if (limit_bytes > 0) {
     const double total = static_cast<double>(mem_get_info(kMeta).second);
@@ -79,7 +80,7 @@ TrainingPeak estimate_gpt_training(const GPTTraining& t, bool default_workspace,
   }
   TrainingPeak peak;
   try {
-    train_gpt(t, nullptr, kMeta);
+    train_gpt(t, marks, kMeta);
   } catch (const OutOfMemoryError& e) {
     peak.out_of_memory = true;
     peak.message = e.what();
