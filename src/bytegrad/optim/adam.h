@@ -9,8 +9,11 @@
 
 namespace bytegrad::optim {
 
-// torch.optim.Adam, _single_tensor_adam (capturable=False). State, created at a parameter's first step
-// for every parameter that has a gradient (all of it before any update, as _init_group): `step` (a CPU
+// torch.optim.Adam, _single_tensor_adam (capturable=False). Parameter groups step in order, each whole:
+// its state is created, its parameters updated and its temporaries dropped before the next group's turn
+// (Adam.step calls _init_group and then adam() per group; with foreach, the multi-tensor temporaries of
+// one group only are alive at once). State, created at a parameter's first step for every parameter of
+// the group that has a gradient (all of them before any update, as _init_group): `step` (a CPU
 // float32 scalar in PyTorch: no device memory; a host counter here), then exp_avg and exp_avg_sq
 // (zeros_like(param)), then max_exp_avg_sq if amsgrad. Per parameter and step:
 //  - weight_decay != 0 (Adam): grad = grad.add(param, alpha=wd), a param-sized temporary freed when the
@@ -28,8 +31,7 @@ namespace bytegrad::optim {
 //  - the moment updates in place; then sqrt of every exp_avg_sq (or max_exp_avg_sq): one temporary per
 //    parameter, divided and shifted by eps in place, used by addcdiv_, and dropped, last parameter first,
 //    when step returns. So the step's peak holds one whole parameter set more than before the step.
-// Parameter groups (PyTorch's param_groups): each group's step runs in group order, and each group is
-// stepped whole (its state created, then updated, then its temporaries dropped) before the next begins.
+// One group's options (or every parameter's, without groups).
 struct AdamOptions {
   double lr = 1e-3;
   std::pair<double, double> betas = {0.9, 0.999};
