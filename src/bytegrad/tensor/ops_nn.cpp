@@ -182,7 +182,8 @@ int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 // (AliasTemporaries). Fitted to the recorded sizes (N = 3073 ... 65536, int64 keys and values):
 // DeviceRadixSort::SortPairs (onesweep, 8 passes of 8 bits over 64-bit keys): the alternate keys and
 // values (N each), the pass histograms (8 x 256 x 8 bytes), a counter block and one 256-digit x 4-byte
-// lookback row per tile of 4608 items (the recorded sizes place the tile in [4370, 4681)).
+// lookback row per tile of 4608 items (the recorded sizes place the tile in [4370, 4681)). Measured with
+// int64 indices only: int32 indices (fewer passes, other tiles) would need their own recording.
 int64_t radix_sort_pairs_temp_bytes(int64_t n, int64_t key_bytes, int64_t value_bytes) {
   const int64_t tiles = (n + 4607) / 4608;
   return 255 + align256(n * key_bytes) + align256(n * value_bytes) + 8 * 256 * 8 + 256 + align256(tiles * 1024);
