@@ -15,7 +15,15 @@
 // `max_batch <N>`, the largest batch whose two steps fit (0 when none does). --marks first prints the
 // figures at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden
 // files' layout (shared/golden/README.md).
+//
+//   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
+//                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]
+//
+// An MLP classifier (seed001's kind of question): Linear layers of those sizes with ReLU between, built on the
+// device, randn inputs and randint labels, two steps of forward, cross_entropy, backward, optimizer step
+// (Adam by default; SGD with momentum 0.9) and zero_grad(set_to_none=True). The same lines are printed.
 // Exit status: 0, or 2 on a bad argument (one line naming it).
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <iostream>
@@ -32,7 +40,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B\n"
     "                         [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
-    "                         [--limit SIZE [--max-batch]] [--marks]\n";
+    "                         [--limit SIZE [--max-batch]] [--marks]\n"
+    "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]\n"
+    "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]\n"
+    "                         [--marks]\n";
 
 int usage_error(const std::string& what) {
   std::cerr << "bytegrad-estimate: " << what << '\n' << kUsage;
@@ -82,9 +93,11 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  if (model != "gpt2") return usage_error("unknown model '" + model + "': expected gpt2");
+  if (model != "gpt2" && model != "mlp") return usage_error("unknown model '" + model + "': expected gpt2 or mlp");
+  const bool gpt = model == "gpt2";
   GPTTraining t;  // GPT-2 small, batch 4 x 256, AdamW foreach
   t.config = gpt2_small_config();
+  MLPTraining m;  // 784-1024-1024-10, batch 256, Adam foreach
   bool default_workspace = true, max_batch = false, marks = false;
   int64_t limit = 0;
   for (int i = 2; i < argc; ++i) {
@@ -93,23 +106,39 @@ int run(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
       return argv[++i];
     };
-    if (arg == "--n-layer") t.config.n_layer = positive_integer(arg, value());
+    if (!gpt && (arg == "--n-layer" || arg == "--n-head" || arg == "--n-embd" || arg == "--vocab" ||
+                 arg == "--block" || arg == "--seq"))
+      return usage_error(arg + " is a gpt2 option");
+    if (gpt && (arg == "--sizes" || arg == "--inplace-relu")) return usage_error(arg + " is an mlp option");
+    if (arg == "--sizes") {
+      m.sizes.clear();
+      const std::string list = value();
+      size_t start = 0;
+      while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        m.sizes.push_back(positive_integer("--sizes", list.substr(start, comma - start)));
+        start = comma + 1;
+      }
+      if (m.sizes.size() < 2) return usage_error("--sizes needs at least two sizes (input, classes)");
+    } else if (arg == "--inplace-relu") m.inplace_relu = true;
+    else if (arg == "--n-layer") t.config.n_layer = positive_integer(arg, value());
     else if (arg == "--n-head") t.config.n_head = positive_integer(arg, value());
     else if (arg == "--n-embd") t.config.n_embd = positive_integer(arg, value());
     else if (arg == "--vocab") t.config.vocab_size = positive_integer(arg, value());
     else if (arg == "--block") t.config.block_size = positive_integer(arg, value());
     else if (arg == "--seq") t.seq = positive_integer(arg, value());
-    else if (arg == "--batch") t.batch = positive_integer(arg, value());
+    else if (arg == "--batch") t.batch = m.batch = positive_integer(arg, value());
     else if (arg == "--optimizer") {
       const std::string o = value();
-      if (o == "adamw") t.optimizer = GPTOptimizer::adamw;
-      else if (o == "adam") t.optimizer = GPTOptimizer::adam;
-      else if (o == "sgd") t.optimizer = GPTOptimizer::sgd;
-      else return usage_error("--optimizer '" + o + "': expected adamw, adam or sgd");
+      if (o == "adamw") t.optimizer = GPTOptimizer::adamw, m.optimizer = MLPOptimizer::adamw;
+      else if (o == "adam") t.optimizer = GPTOptimizer::adam, m.optimizer = MLPOptimizer::adam;
+      else if (o == "sgd") t.optimizer = GPTOptimizer::sgd, m.optimizer = MLPOptimizer::sgd;
+      else if (o == "none" && !gpt) m.optimizer = MLPOptimizer::none;
+      else return usage_error("--optimizer '" + o + "': expected adamw, adam or sgd" + (gpt ? "" : " or none"));
     } else if (arg == "--foreach") {
       const std::string f = value();
       if (f != "on" && f != "off") return usage_error("--foreach '" + f + "': expected on or off");
-      t.foreach = f == "on";
+      t.foreach = m.foreach = f == "on";
     } else if (arg == "--no-workspace") {
       default_workspace = false;
     } else if (arg == "--limit") {
@@ -124,18 +153,22 @@ int run(int argc, char** argv) {
       return usage_error("unknown option '" + arg + "'");
     }
   }
-  if (t.seq > t.config.block_size)
+  if (gpt && t.seq > t.config.block_size)
     return usage_error("--seq " + std::to_string(t.seq) + " is longer than the block size " +
                        std::to_string(t.config.block_size));
-  if (t.config.n_embd % t.config.n_head != 0) return usage_error("--n-embd must be a multiple of --n-head");
+  if (gpt && t.config.n_embd % t.config.n_head != 0) return usage_error("--n-embd must be a multiple of --n-head");
   if (max_batch && limit == 0) return usage_error("--max-batch needs --limit");
 
-  ScenarioRecorder recorder("gpt2", kMeta);
-  const TrainingPeak peak = estimate_gpt_training(t, default_workspace, limit, marks ? &recorder : nullptr);
+  ScenarioRecorder recorder(model, kMeta);
+  ScenarioRecorder* record = marks ? &recorder : nullptr;
+  const TrainingPeak peak = gpt ? estimate_gpt_training(t, default_workspace, limit, record)
+                                : estimate_mlp_training(m, default_workspace, limit, record);
   if (marks) std::cout << recorder.to_json();
   std::cout << "peak_allocated " << peak.peak_allocated << '\n' << "peak_reserved " << peak.peak_reserved << '\n';
   if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n';
-  if (max_batch) std::cout << "max_batch " << max_gpt_batch(t, limit, default_workspace) << '\n';
+  if (max_batch)
+    std::cout << "max_batch "
+              << (gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace)) << '\n';
   return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "bytegrad/nn/gpt.h"
 #include "programs/scenario.h"
+#include "programs/training_estimates.h"
 
 namespace bytegrad::programs {
 
@@ -30,21 +31,12 @@ struct GPTTraining {
 // s<i>_zero_grad for each step (r may be null: no marks).
 void train_gpt(const GPTTraining& training, ScenarioRecorder* r, Device on);
 
-// What a training run needs at its peak, from running it on meta (no arithmetic: seconds for GPT-2 small).
-struct TrainingPeak {
-  int64_t peak_allocated = 0;  // max_memory_allocated()
-  int64_t peak_reserved = 0;   // max_memory_reserved()
-  bool out_of_memory = false;  // the run failed under the limit (the peaks are those reached before)
-  std::string message;         // the out-of-memory error's text, when it failed
-};
-// train_gpt on meta as a fresh process: PyTorch's default cuBLAS workspaces unless default_workspace is
-// false (CUBLAS_WORKSPACE_CONFIG=:0:0); limit_bytes > 0 caps the allocator's reserved memory there as
-// torch.cuda.set_per_process_memory_fraction(limit / total) does.
-// With marks, its figures at each of train_gpt's marks are recorded there too.
+// train_gpt on meta (training_estimates.h: a fresh process, PyTorch's default cuBLAS workspaces unless
+// default_workspace is false, limit_bytes > 0 caps the allocator as set_per_process_memory_fraction does);
+// with marks, its figures at each of train_gpt's marks are recorded there too.
 TrainingPeak estimate_gpt_training(const GPTTraining& training, bool default_workspace = true, int64_t limit_bytes = 0,
                                    ScenarioRecorder* marks = nullptr);
-// The largest batch (>= 1) whose run fits under limit_bytes, 0 when even batch 1 does not: doubling, then
-// bisection (memory grows with the batch).
+// The largest batch (>= 1) whose run fits under limit_bytes, 0 when even batch 1 does not.
 int64_t max_gpt_batch(GPTTraining training, int64_t limit_bytes, bool default_workspace = true);
 
 // The golden programs: tiny (2 layers, 2 heads, 64 wide, vocabulary 512, block 64) at batch 4 x 64, and

@@ -1,13 +1,9 @@
 // shared/golden/gpt2/gpt2_scenarios.py's train(), statement by statement.
-#include <algorithm>
 #include <memory>
 
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/ops.h"
-#include "bytegrad/memory/memory_functions.h"
-#include "bytegrad/memory/out_of_memory.h"
-#include "programs/checks.h"
 #include "programs/gpt2_programs.h"
 
 namespace bytegrad::programs {
@@ -73,39 +69,14 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
 
 TrainingPeak estimate_gpt_training(const GPTTraining& t, bool default_workspace, int64_t limit_bytes,
                                    ScenarioRecorder* marks) {
-  GoldenConditions conditions(kMeta, default_workspace ? Workspaces::pytorch_default : Workspaces::none);
-  if (limit_bytes > 0) {
-    const double total = static_cast<double>(mem_get_info(kMeta).second);
-    set_per_process_memory_fraction(std::min(1.0, static_cast<double>(limit_bytes) / total), kMeta);
-  }
-  TrainingPeak peak;
-  try {
-    train_gpt(t, marks, kMeta);
-  } catch (const OutOfMemoryError& e) {
-    peak.out_of_memory = true;
-    peak.message = e.what();
-  }
-  peak.peak_allocated = max_memory_allocated(kMeta);
-  peak.peak_reserved = max_memory_reserved(kMeta);
-  return peak;
+  return estimate_on_meta([&](Device on) { train_gpt(t, marks, on); }, default_workspace, limit_bytes);
 }
 
 int64_t max_gpt_batch(GPTTraining t, int64_t limit_bytes, bool default_workspace) {
-  auto fits = [&](int64_t batch) {
+  return largest_fitting_batch([&](int64_t batch) {
     t.batch = batch;
     return !estimate_gpt_training(t, default_workspace, limit_bytes).out_of_memory;
-  };
-  if (!fits(1)) return 0;
-  int64_t good = 1, bad = 2;
-  while (fits(bad)) {
-    good = bad;
-    bad *= 2;
-  }
-  while (bad - good > 1) {
-    const int64_t mid = good + (bad - good) / 2;
-    (fits(mid) ? good : bad) = mid;
-  }
-  return good;
+  });
 }
 
 void g_gpt2_tiny_fp32(ScenarioRecorder& r) {
