@@ -1,6 +1,7 @@
 #include "programs/registry.h"
 
 #include "programs/extra_programs.h"
+#include "programs/gpt2_programs.h"
 #include "programs/seed_programs.h"
 
 namespace bytegrad::programs {
@@ -35,6 +36,14 @@ const std::vector<Program>& extra_programs() {
       {"x_layernorm_mlp", x_layernorm_mlp},
       {"x_mean_sum_reductions", x_mean_sum_reductions},
       {"x_seed_mlp_bias_adam_default", x_seed_mlp_bias_adam_default},
+  };
+  return programs;
+}
+
+const std::vector<Program>& gpt2_programs() {
+  static const std::vector<Program> programs = {
+      {"g_gpt2_tiny_fp32", g_gpt2_tiny_fp32, true},
+      {"g_gpt2_small_fp32", g_gpt2_small_fp32, true},
   };
   return programs;
 }

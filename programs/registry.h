@@ -12,7 +12,7 @@ namespace bytegrad::programs {
 struct Program {
   std::string name;                     // the scenario's name, a key of its golden file
   void (*run)(ScenarioRecorder&);
-  bool has_golden = false;              // shared/golden/scenarios/<name>.json exists for it
+  bool has_golden = false;              // shared/golden/[gpt2/]scenarios/<name>.json exists for it
   bool needs_simulated_device = false;  // reconfigures the device: sim or meta only
 };
 
@@ -20,5 +20,7 @@ struct Program {
 const std::vector<Program>& seed_programs();
 // In tools/probes/pytorch_extra_scenarios.py's order.
 const std::vector<Program>& extra_programs();
+// nanoGPT's GPT-2 training (gpt2_programs.h), held to shared/golden/gpt2/; the walkthrough runs them by name.
+const std::vector<Program>& gpt2_programs();
 
 }  // namespace bytegrad::programs

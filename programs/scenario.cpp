@@ -1,5 +1,6 @@
 #include "programs/scenario.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -77,10 +78,14 @@ std::vector<GoldenStep> read_golden_scenario(const std::string& path) {
 std::string golden_scenario_path(const std::string& name, bool default_workspace, bool expandable_segments) {
   if (default_workspace && expandable_segments)
     throw std::invalid_argument("no golden set has both PyTorch's default workspaces and expandable segments");
-  const char* folder = expandable_segments ? "/golden/scenarios-expandable/"
-                       : default_workspace ? "/golden/scenarios-default-workspace/"
-                                           : "/golden/scenarios/";
-  return std::string(BYTEGRAD_SHARED_DIR) + folder + name + ".json";
+  const char* folder = expandable_segments ? "scenarios-expandable/"
+                       : default_workspace ? "scenarios-default-workspace/"
+                                           : "scenarios/";
+  // The golden sets: the seed programs' (golden/) and nanoGPT's GPT-2 (golden/gpt2/), each with the same
+  // three folders; a name is found in the first set that has it.
+  const std::string seed_path = std::string(BYTEGRAD_SHARED_DIR) + "/golden/" + folder + name + ".json";
+  const std::string gpt2_path = std::string(BYTEGRAD_SHARED_DIR) + "/golden/gpt2/" + folder + name + ".json";
+  return !std::filesystem::exists(seed_path) && std::filesystem::exists(gpt2_path) ? gpt2_path : seed_path;
 }
 
 // ------------------------------------------------------------------------------------------ recorder

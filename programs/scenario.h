@@ -43,7 +43,7 @@ std::vector<std::string> step_differences(const GoldenStep& got, const GoldenSte
 // "param_bytes", "loops") are skipped. Throws std::runtime_error naming the file on unreadable input or a
 // step without a label or one of the eight figures.
 std::vector<GoldenStep> read_golden_scenario(const std::string& path);
-// shared/golden/scenarios/NAME.json, under the shared folder this build was configured with: the runs
+// shared/golden/scenarios/NAME.json (or shared/golden/gpt2/scenarios/NAME.json where only that exists), under the shared folder this build was configured with: the runs
 // with CUBLAS_WORKSPACE_CONFIG=:0:0; with default_workspace, scenarios-default-workspace/NAME.json (the
 // same programs with PyTorch's default cuBLAS workspaces); with expandable_segments,
 // scenarios-expandable/NAME.json (:0:0 and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; there is no

@@ -5,8 +5,9 @@
 //   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--expandable-segments]
 //                        [--json] [--list] [--memory-viz DIR]
 //
+// NAME is a seed program or a GPT-2 one (g_gpt2_tiny_fp32, g_gpt2_small_fp32: run by name, not by "all").
 // --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
-// "max_reserved", "segments", "blocks"}]} object per scenario, one per line. The seed documents' figures
+// "max_reserved", "segments", "blocks", "requested", "inactive_split", "ledger"}]} object per scenario, one per line. The seed documents' figures
 // are PyTorch's with CUBLAS_WORKSPACE_CONFIG=:0:0 (shared/golden/scenarios), so that is the default here.
 // --default-workspace runs with PyTorch's default cuBLAS workspaces instead (the variable unset) and
 // compares with shared/golden/scenarios-default-workspace: the forward thread's 32 MiB (+1 MiB cuBLASLt)
@@ -68,7 +69,9 @@ std::string json_line(const ScenarioRecorder& r) {
         .add("max_allocated", json::integer(s.max_allocated))
         .add("max_reserved", json::integer(s.max_reserved))
         .add("segments", json::integer(s.segments))
-        .add("blocks", json::integer(s.blocks));
+        .add("blocks", json::integer(s.blocks))
+        .add("requested", json::integer(s.requested))
+        .add("inactive_split", json::integer(s.inactive_split));
     json::Value ledger = json::object();  // allocated by category: the parts sum to "allocated"
     for (MemoryCategory c : kMemoryCategories)
       ledger.add(std::string(category_name(c)), json::integer(s.ledger[static_cast<size_t>(c)]));
@@ -182,15 +185,23 @@ int usage_error(const std::string& what) {
   return 2;
 }
 
+// "all" runs the seed programs; the GPT-2 programs run by name.
+std::vector<const Program*> named_programs() {
+  std::vector<const Program*> out;
+  for (const Program& e : seed_programs()) out.push_back(&e);
+  for (const Program& e : gpt2_programs()) out.push_back(&e);
+  return out;
+}
+
 std::string scenario_names() {
   std::string names = "all";
-  for (const Program& e : seed_programs()) names += ", " + e.name;
+  for (const Program* e : named_programs()) names += ", " + e->name;
   return names;
 }
 
 const Program* find_program(const std::string& name) {
-  for (const Program& e : seed_programs())
-    if (e.name == name) return &e;
+  for (const Program* e : named_programs())
+    if (e->name == name) return e;
   return nullptr;
 }
 
@@ -224,7 +235,7 @@ int run(int argc, char** argv) {
     } else if (arg == "--expandable-segments") {
       options.expandable_segments = true;
     } else if (arg == "--list") {
-      for (const Program& e : seed_programs()) std::cout << e.name << '\n';
+      for (const Program* e : named_programs()) std::cout << e->name << '\n';
       return 0;
     } else if (arg == "-h" || arg == "--help") {
       std::cout << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace]"
@@ -281,11 +292,15 @@ int run(int argc, char** argv) {
   int differing = 0;
   bool found = false;
   try {
-    for (const Program& e : seed_programs()) {
-      if (options.name != "all" && e.name != options.name) continue;
-      if (e.needs_simulated_device && options.device.type == DeviceType::cuda) continue;
+    if (named) {
       found = true;
-      differing += walk(e, options);
+      differing += walk(*named, options);
+    } else {
+      for (const Program& e : seed_programs()) {
+        if (e.needs_simulated_device && options.device.type == DeviceType::cuda) continue;
+        found = true;
+        differing += walk(e, options);
+      }
     }
   } catch (const std::exception& e) {
     std::cerr << "bytegrad-walkthrough: " << e.what() << '\n';

@@ -43,9 +43,12 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 }
 
 // PyTorch's can_accumulate_inplace: nothing else references `t` or its storage, and it is
-// non-overlapping and dense (a transposed gradient qualifies, an expanded one does not).
+// non-overlapping and dense (an expanded gradient is not). A view never qualifies: PyTorch's view keeps its
+// base alive, a second reference to the storage (GPT-2's tied weight: lm_head's gradient arrives as
+// TBackward0's transposed view, so the embedding's gradient is added out of place, a third vocab x C block).
 bool can_accumulate_in_place(const Tensor& t) {
-  return t.use_count() == 1 && t.storage().use_count() == 1 && ops_detail::is_non_overlapping_and_dense(t);
+  return !t.impl().is_view && t.use_count() == 1 && t.storage().use_count() == 1 &&
+         ops_detail::is_non_overlapping_and_dense(t);
 }
 
 // PyTorch's InputBuffer::accumulate (dense gradients, grad mode off): keeps the first gradient; adds a later

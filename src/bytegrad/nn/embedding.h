@@ -13,6 +13,9 @@ class Embedding : public Module {
   Embedding(int64_t num_embeddings, int64_t embedding_dim, TensorOptions options = {});
   Tensor forward(const Tensor& indices) override;
   const Tensor& weight() const { return weight_; }
+  // `embedding.weight = other.weight` (weight tying): registers that tensor as this module's "weight",
+  // replacing its own, so both modules share one parameter.
+  void set_weight(const Tensor& weight);
 
  private:
   Tensor weight_;

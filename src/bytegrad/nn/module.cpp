@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <unordered_set>
 
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/tensor/ops.h"
@@ -140,8 +141,14 @@ void Module::collect(const std::string& prefix, std::vector<std::pair<std::strin
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> all;
+  collect("", all, false);
+  // PyTorch's remove_duplicate: a parameter registered in two modules (weight tying) is listed once, under
+  // the first name met.
   std::vector<std::pair<std::string, Tensor>> out;
-  collect("", out, false);
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& entry : all)
+    if (seen.insert(&entry.second.impl()).second) out.push_back(std::move(entry));
   return out;
 }
 

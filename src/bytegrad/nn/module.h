@@ -50,7 +50,8 @@ class Module {
     return module;
   }
 
-  // Depth first, in registration order (this module's own first), as PyTorch lists them.
+  // Depth first, in registration order (this module's own first), as PyTorch lists them; a parameter
+  // registered in several modules (tied weights) once, under its first name.
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> buffers() const;

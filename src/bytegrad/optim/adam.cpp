@@ -14,51 +14,70 @@
 
 namespace bytegrad::optim {
 
+namespace {
+
+std::vector<Tensor> all_params(const std::vector<AdamParamGroup>& groups) {
+  std::vector<Tensor> out;
+  for (const AdamParamGroup& g : groups) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+}  // namespace
+
 Adam::Adam(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,
            bool amsgrad)
-    : Adam(std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}, false) {}
+    : Adam({AdamParamGroup{std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}}}, false) {}
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : Adam(std::move(params), options, false) {}
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam({AdamParamGroup{std::move(params), options}}, false) {}
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay)
-    : Optimizer(std::move(params)),
-      lr_(options.lr),
-      beta1_(options.betas.first),
-      beta2_(options.betas.second),
-      eps_(options.eps),
-      weight_decay_(options.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0.0)),
-      amsgrad_(options.amsgrad),
-      foreach_(options.foreach),
-      decoupled_weight_decay_(decoupled_weight_decay),
-      state_(params_.size()) {
+Adam::Adam(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), false) {}
+
+Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
+    : Optimizer(all_params(groups)), decoupled_weight_decay_(decoupled_weight_decay), state_(params_.size()) {
   const char* name = decoupled_weight_decay ? "AdamW" : "Adam";
-  if (lr_ < 0) throw std::invalid_argument(fmt::format("{}: invalid learning rate: {}", name, lr_));
-  if (eps_ < 0) throw std::invalid_argument(fmt::format("{}: invalid epsilon value: {}", name, eps_));
-  if (beta1_ < 0 || beta1_ >= 1)
-    throw std::invalid_argument(fmt::format("{}: invalid beta parameter at index 0: {}", name, beta1_));
-  if (beta2_ < 0 || beta2_ >= 1)
-    throw std::invalid_argument(fmt::format("{}: invalid beta parameter at index 1: {}", name, beta2_));
-  if (weight_decay_ < 0) throw std::invalid_argument(fmt::format("{}: invalid weight_decay value: {}", name, weight_decay_));
+  size_t begin = 0;
+  for (const AdamParamGroup& group : groups) {
+    const AdamOptions& o = group.options;
+    Group g{begin, begin + group.params.size(), o.lr, o.betas.first, o.betas.second, o.eps,
+            o.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0.0), o.amsgrad, o.foreach};
+    begin = g.end;
+    if (g.lr < 0) throw std::invalid_argument(fmt::format("{}: invalid learning rate: {}", name, g.lr));
+    if (g.eps < 0) throw std::invalid_argument(fmt::format("{}: invalid epsilon value: {}", name, g.eps));
+    if (g.beta1 < 0 || g.beta1 >= 1)
+      throw std::invalid_argument(fmt::format("{}: invalid beta parameter at index 0: {}", name, g.beta1));
+    if (g.beta2 < 0 || g.beta2 >= 1)
+      throw std::invalid_argument(fmt::format("{}: invalid beta parameter at index 1: {}", name, g.beta2));
+    if (g.weight_decay < 0)
+      throw std::invalid_argument(fmt::format("{}: invalid weight_decay value: {}", name, g.weight_decay));
+    groups_.push_back(g);
+  }
 }
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,
              bool amsgrad)
-    : Adam(std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}, true) {}
+    : Adam({AdamParamGroup{std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}}}, true) {}
 
-AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options) : Adam(std::move(params), options, true) {}
+AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam({AdamParamGroup{std::move(params), options}}, true) {}
+
+AdamW::AdamW(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), true) {}
 
 void Adam::step() {
   NoGradGuard no_grad;
   AllocationScope scope(decoupled_weight_decay_ ? "AdamW.step" : "Adam.step");
   PhaseScope phase(MemoryPhase::optimizer_step);
-  init_state();
-  if (foreach_) multi_tensor_step();
-  else single_tensor_step();
+  // Adam.step: per group, _init_group (state for that group's parameters) then the update.
+  for (const Group& g : groups_) {
+    init_state(g);
+    if (g.foreach) multi_tensor_step(g);
+    else single_tensor_step(g);
+  }
 }
 
 // _init_group: lazy state for every parameter with a gradient, in parameter order, before any update.
-void Adam::init_state() {
-  for (size_t i = 0; i < params_.size(); ++i) {
+void Adam::init_state(const Group& g) {
+  for (size_t i = g.begin; i < g.end; ++i) {
     const Tensor& param = params_[i];
     State& s = state_[i];
     if (!param.grad().defined() || s.exp_avg.defined()) continue;
@@ -66,41 +85,43 @@ void Adam::init_state() {
     CategoryScope state_category(MemoryCategory::optimizer_state);
     s.exp_avg = zeros_like(param);
     s.exp_avg_sq = zeros_like(param);
-    if (amsgrad_) s.max_exp_avg_sq = zeros_like(param);
+    if (g.amsgrad) s.max_exp_avg_sq = zeros_like(param);
   }
 }
 
-void Adam::single_tensor_step() {
+void Adam::single_tensor_step(const Group& g) {
+  const double lr = g.lr, beta1 = g.beta1, beta2 = g.beta2, eps = g.eps, weight_decay = g.weight_decay;
+  const bool amsgrad = g.amsgrad;
   // Python's loop locals: `grad` (a weight-decay temporary) and `denom` stay alive until reassigned in the
   // next parameter's turn, and are freed in that order (grad first) when the function returns.
   Tensor grad, denom;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = g.begin; i < g.end; ++i) {
     const Tensor& param = params_[i];
     grad = param.grad();
     if (!grad.defined()) continue;
     State& s = state_[i];
     s.step += 1;
-    if (weight_decay_ != 0) {
-      if (decoupled_weight_decay_) param.mul_(1.0 - lr_ * weight_decay_);
-      else grad = grad.add(param, weight_decay_);
+    if (weight_decay != 0) {
+      if (decoupled_weight_decay_) param.mul_(1.0 - lr * weight_decay);
+      else grad = grad.add(param, weight_decay);
     }
-    lerp_(s.exp_avg, grad, 1.0 - beta1_);
-    s.exp_avg_sq.mul_(beta2_);
-    addcmul_(s.exp_avg_sq, grad, grad, 1.0 - beta2_);
+    lerp_(s.exp_avg, grad, 1.0 - beta1);
+    s.exp_avg_sq.mul_(beta2);
+    addcmul_(s.exp_avg_sq, grad, grad, 1.0 - beta2);
 
     const double step = static_cast<double>(s.step);
-    const double bias_correction1 = 1.0 - std::pow(beta1_, step);
-    const double bias_correction2 = 1.0 - std::pow(beta2_, step);
-    const double step_size = lr_ / bias_correction1;
+    const double bias_correction1 = 1.0 - std::pow(beta1, step);
+    const double bias_correction2 = 1.0 - std::pow(beta2, step);
+    const double step_size = lr / bias_correction1;
     const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-    if (amsgrad_) maximum_(s.max_exp_avg_sq, s.exp_avg_sq);
+    if (amsgrad) maximum_(s.max_exp_avg_sq, s.exp_avg_sq);
     {
       // (v.sqrt() / bias_correction2_sqrt).add_(eps): the sqrt is freed once the quotient exists, then the
       // previous denom when the name is rebound.
-      Tensor root = sqrt(amsgrad_ ? s.max_exp_avg_sq : s.exp_avg_sq);
+      Tensor root = sqrt(amsgrad ? s.max_exp_avg_sq : s.exp_avg_sq);
       Tensor quotient = div(root, bias_correction2_sqrt);
       root = Tensor();
-      quotient.add_(eps_);
+      quotient.add_(eps);
       denom = std::move(quotient);
     }
     addcdiv_(param, s.exp_avg, denom, -step_size);
@@ -118,9 +139,11 @@ void drop_list(std::vector<Tensor>& list) {
 
 }  // namespace
 
-void Adam::multi_tensor_step() {
+void Adam::multi_tensor_step(const Group& g) {
+  const double lr = g.lr, beta1 = g.beta1, beta2 = g.beta2, eps = g.eps, weight_decay = g.weight_decay;
+  const bool amsgrad = g.amsgrad;
   std::vector<size_t> with_grad;
-  for (size_t i = 0; i < params_.size(); ++i)
+  for (size_t i = g.begin; i < g.end; ++i)
     if (params_[i].grad().defined()) with_grad.push_back(i);
   if (with_grad.empty()) return;
   std::vector<Tensor> grads;  // the .grad tensors, or their weight-decayed copies
@@ -128,33 +151,33 @@ void Adam::multi_tensor_step() {
     state_[i].step += 1;
     grads.push_back(params_[i].grad());
   }
-  if (weight_decay_ != 0) {
+  if (weight_decay != 0) {
     if (decoupled_weight_decay_) {
-      for (size_t i : with_grad) params_[i].mul_(1.0 - lr_ * weight_decay_);
+      for (size_t i : with_grad) params_[i].mul_(1.0 - lr * weight_decay);
     } else {
       std::vector<Tensor> decayed;  // torch._foreach_add(grads, params, alpha=wd): a new list
-      for (size_t k = 0; k < with_grad.size(); ++k) decayed.push_back(grads[k].add(params_[with_grad[k]], weight_decay_));
+      for (size_t k = 0; k < with_grad.size(); ++k) decayed.push_back(grads[k].add(params_[with_grad[k]], weight_decay));
       grads.swap(decayed);
       decayed.clear();  // the .grad references: nothing is freed
     }
   }
-  for (size_t k = 0; k < with_grad.size(); ++k) lerp_(state_[with_grad[k]].exp_avg, grads[k], 1.0 - beta1_);
-  for (size_t i : with_grad) state_[i].exp_avg_sq.mul_(beta2_);
+  for (size_t k = 0; k < with_grad.size(); ++k) lerp_(state_[with_grad[k]].exp_avg, grads[k], 1.0 - beta1);
+  for (size_t i : with_grad) state_[i].exp_avg_sq.mul_(beta2);
   for (size_t k = 0; k < with_grad.size(); ++k)
-    addcmul_(state_[with_grad[k]].exp_avg_sq, grads[k], grads[k], 1.0 - beta2_);
+    addcmul_(state_[with_grad[k]].exp_avg_sq, grads[k], grads[k], 1.0 - beta2);
   drop_list(grads);  // `del device_grads`: the weight-decay copies go here, last first
-  if (amsgrad_)
+  if (amsgrad)
     for (size_t i : with_grad) maximum_(state_[i].max_exp_avg_sq, state_[i].exp_avg_sq);
   std::vector<Tensor> denoms;  // torch._foreach_sqrt(exp_avg_sqs), then divided and shifted in place
-  for (size_t i : with_grad) denoms.push_back(sqrt(amsgrad_ ? state_[i].max_exp_avg_sq : state_[i].exp_avg_sq));
+  for (size_t i : with_grad) denoms.push_back(sqrt(amsgrad ? state_[i].max_exp_avg_sq : state_[i].exp_avg_sq));
   for (size_t k = 0; k < with_grad.size(); ++k) {
     const double step = static_cast<double>(state_[with_grad[k]].step);
-    denoms[k].div_(std::sqrt(1.0 - std::pow(beta2_, step)));
+    denoms[k].div_(std::sqrt(1.0 - std::pow(beta2, step)));
   }
-  for (Tensor& d : denoms) d.add_(eps_);
+  for (Tensor& d : denoms) d.add_(eps);
   for (size_t k = 0; k < with_grad.size(); ++k) {
     const size_t i = with_grad[k];
-    const double step_size = lr_ / (1.0 - std::pow(beta1_, static_cast<double>(state_[i].step)));
+    const double step_size = lr / (1.0 - std::pow(beta1, static_cast<double>(state_[i].step)));
     addcdiv_(params_[i], state_[i].exp_avg, denoms[k], -step_size);
   }
   drop_list(denoms);  // freed when the function returns, last parameter first

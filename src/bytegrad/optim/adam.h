@@ -9,8 +9,11 @@
 
 namespace bytegrad::optim {
 
-// torch.optim.Adam, _single_tensor_adam (capturable=False). State, created at a parameter's first step
-// for every parameter that has a gradient (all of it before any update, as _init_group): `step` (a CPU
+// torch.optim.Adam, _single_tensor_adam (capturable=False). Parameter groups step in order, each whole:
+// its state is created, its parameters updated and its temporaries dropped before the next group's turn
+// (Adam.step calls _init_group and then adam() per group; with foreach, the multi-tensor temporaries of
+// one group only are alive at once). State, created at a parameter's first step for every parameter of
+// the group that has a gradient (all of them before any update, as _init_group): `step` (a CPU
 // float32 scalar in PyTorch: no device memory; a host counter here), then exp_avg and exp_avg_sq
 // (zeros_like(param)), then max_exp_avg_sq if amsgrad. Per parameter and step:
 //  - weight_decay != 0 (Adam): grad = grad.add(param, alpha=wd), a param-sized temporary freed when the
@@ -28,6 +31,7 @@ namespace bytegrad::optim {
 //  - the moment updates in place; then sqrt of every exp_avg_sq (or max_exp_avg_sq): one temporary per
 //    parameter, divided and shifted by eps in place, used by addcdiv_, and dropped, last parameter first,
 //    when step returns. So the step's peak holds one whole parameter set more than before the step.
+// One group's options (or every parameter's, without groups).
 struct AdamOptions {
   double lr = 1e-3;
   std::pair<double, double> betas = {0.9, 0.999};
@@ -37,11 +41,15 @@ struct AdamOptions {
   bool foreach = false;  // PyTorch's multi-tensor path (its default on CUDA)
 };
 
+using AdamParamGroup = ParamGroup<AdamOptions>;
+
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
        double eps = 1e-8, double weight_decay = 0.0, bool amsgrad = false);
   Adam(std::vector<Tensor> params, const AdamOptions& options);
+  // torch.optim.Adam([{"params": ..., "weight_decay": ...}, ...]): one options set per group.
+  explicit Adam(std::vector<AdamParamGroup> groups);
   void step() override;
 
   struct State {
@@ -52,14 +60,20 @@ class Adam : public Optimizer {
   const State& state(size_t param_index) const { return state_.at(param_index); }
 
  protected:
-  Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay);
+  Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay);
 
  private:
-  void init_state();
-  void single_tensor_step();
-  void multi_tensor_step();
-  double lr_, beta1_, beta2_, eps_, weight_decay_;
-  bool amsgrad_, foreach_, decoupled_weight_decay_;
+  // A group's parameters are params_[begin, end), with its hyperparameters resolved.
+  struct Group {
+    size_t begin, end;
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad, foreach;
+  };
+  void init_state(const Group& g);
+  void single_tensor_step(const Group& g);
+  void multi_tensor_step(const Group& g);
+  bool decoupled_weight_decay_;
+  std::vector<Group> groups_;
   std::vector<State> state_;
 };
 
@@ -70,6 +84,7 @@ class AdamW : public Adam {
   AdamW(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
         double eps = 1e-8, double weight_decay = 1e-2, bool amsgrad = false);
   AdamW(std::vector<Tensor> params, const AdamOptions& options);
+  explicit AdamW(std::vector<AdamParamGroup> groups);
 };
 
 }  // namespace bytegrad::optim

@@ -14,6 +14,13 @@
 
 namespace bytegrad::optim {
 
+// One of PyTorch's param_groups: parameters with their own options (an optimizer's Options struct).
+template <typename Options>
+struct ParamGroup {
+  std::vector<Tensor> params;
+  Options options;
+};
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<Tensor> params);

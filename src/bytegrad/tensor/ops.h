@@ -192,6 +192,12 @@ Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double sc
 
 // weight[indices]: rows of a 2-d weight picked by int64/int32 indices of any shape.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Embedding's weight gradient (num_weights, D) from grad (indices.shape + [D]), with PyTorch's CUDA
+// allocations (embedding_dense_backward_cuda): up to 3072 indices one zeroed gradient; above, the
+// sort-based path: sorted and original-position index buffers, CUB sort, unique and scan temporaries,
+// segment bookkeeping and a (num_indices / 10 + min(num_indices, num_weights), D) per-segment buffer, all
+// freed on return (ops_nn.cpp lists them in order).
+Tensor embedding_dense_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights);
 
 // ---------------------------------------------------------------------------------- normalization
 // (ops_norm.cpp) PyTorch's native_layer_norm (its CUDA kernel's allocations): the input is normalized over

@@ -1,6 +1,7 @@
 // Neural-network ops: (log_)softmax and its gradient, dropout, embedding lookup.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -163,6 +164,91 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor out = without_recording([&] { return embedding_compute(weight, indices); });
   record_for_autograd({weight}, [&] { return make_record<OpId::embedding>({weight, indices}, {out}); });
   return out;
+}
+
+// --------------------------------------------------------------------------- embedding backward
+
+// PyTorch's embedding_dense_backward_cuda (Embedding.cu, EmbeddingBackwardKernel.cu) and the temporary
+// storage of the CUB calls it makes, measured on the H100 with PyTorch 2.11
+// (tests/data/pytorch_probes/gpt2/embedding.events, tools/probes/gpt2_memory_events.py).
+namespace {
+
+constexpr int64_t kEmbeddingSortThreshold = 3072;  // num_indices above it: the sort-based path
+constexpr int64_t kRowsPerPartialSegment = 10;     // NROWS_PER_THREAD
+
+int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// CUB's temporary storage: its parts, each aligned to 256 bytes, plus 255 bytes of slack to align the start
+// (AliasTemporaries). Fitted to the recorded sizes (N = 3073 ... 65536, int64 keys and values):
+// DeviceRadixSort::SortPairs (onesweep, 8 passes of 8 bits over 64-bit keys): the alternate keys and
+// values (N each), the pass histograms (8 x 256 x 8 bytes), a counter block and one 256-digit x 4-byte
+// lookback row per tile of 4608 items (the recorded sizes place the tile in [4370, 4681)). Measured with
+// int64 indices only: int32 indices (fewer passes, other tiles) would need their own recording.
+int64_t radix_sort_pairs_temp_bytes(int64_t n, int64_t key_bytes, int64_t value_bytes) {
+  const int64_t tiles = (n + 4607) / 4608;
+  return 255 + align256(n * key_bytes) + align256(n * value_bytes) + 8 * 256 * 8 + 256 + align256(tiles * 1024);
+}
+// DeviceScan::ExclusiveSum over int64 (tiles of 896 items; [786, 1024) fits the records) and
+// DeviceSelect::UniqueByKey (recorded constant up to 65536 items; tiles of 4096 assumed above): a 256-byte
+// part and the tile states, 16 bytes for each tile and 32 of padding.
+int64_t scan_temp_bytes(int64_t n, int64_t tile_items) {
+  const int64_t tiles = (n + tile_items - 1) / tile_items;
+  return 255 + 256 + align256((tiles + 32) * 16);
+}
+
+Tensor bytes_on(Device device, int64_t n) { return empty({n}, TensorOptions{ScalarType::uint8, device}); }
+
+}  // namespace
+
+Tensor embedding_dense_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights) {
+  AllocationScope scope("embedding_backward");
+  check_same_device("embedding_dense_backward", grad, indices);
+  const int64_t num_indices = indices.numel();
+  const int64_t dim = grad.size(-1);
+  Tensor flat_grad = grad.contiguous().view({num_indices, dim});
+  Tensor flat_indices = indices.reshape({-1});
+  const TensorOptions index_options{indices.dtype(), indices.device()};
+  const int64_t index_bytes = static_cast<int64_t>(element_size(indices.dtype()));
+  auto accumulate = [&](const Tensor& grad_weight) {
+    backend_for(grad_weight.device()).index_add(grad_weight.view_for_kernels(), 0,
+                                                flat_indices.contiguous().view_for_kernels(),
+                                                flat_grad.view_for_kernels());
+  };
+  if (num_indices <= kEmbeddingSortThreshold) {
+    // embedding_backward_feature_kernel straight into a zeroed gradient.
+    Tensor grad_weight = zeros({num_weights, dim}, TensorOptions{grad.dtype(), grad.device()});
+    accumulate(grad_weight);
+    return grad_weight;
+  }
+  // Sort the indices (with their positions), then sum each run of equal indices in partial segments of
+  // 10 rows into a per-partial-segment buffer and scatter those sums into the gradient.
+  Tensor sorted_indices = empty({num_indices}, index_options);
+  Tensor orig_indices = empty({num_indices}, index_options);
+  {
+    Tensor range = empty({num_indices}, index_options);  // arange(num_indices): the values sorted along
+    bytes_on(grad.device(), radix_sort_pairs_temp_bytes(num_indices, index_bytes, index_bytes));
+  }
+  Tensor grad_weight = zeros({num_weights, dim}, TensorOptions{grad.dtype(), grad.device()});
+  // embedding_backward_cuda_kernel's locals, freed in reverse order when it returns.
+  const int64_t max_segments = std::min(num_indices, num_weights);
+  const TensorOptions long_options{ScalarType::int64, grad.device()};
+  Tensor segment_offsets = empty({num_indices}, index_options);
+  Tensor num_of_segments = empty({}, long_options);
+  {
+    Tensor unique_keys = empty({num_indices}, index_options);  // unique_by_key's keys_out
+    bytes_on(grad.device(), scan_temp_bytes(num_indices, 4096));
+  }
+  Tensor partials_per_segment = empty({max_segments}, index_options);
+  Tensor partials_per_segment_offset = empty({max_segments}, index_options);
+  bytes_on(grad.device(), scan_temp_bytes(max_segments, 896));  // exclusive_sum
+  Tensor num_of_partial_segments = empty({}, long_options);
+  const int64_t max_partial_segments = num_indices / kRowsPerPartialSegment + max_segments;
+  Tensor partial_segment_offset = empty({max_partial_segments}, index_options);
+  // Summed in the accumulation type: float for the 16- and 32-bit floats, double for float64.
+  const ScalarType accumulation = grad.dtype() == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32;
+  Tensor grad_weight_per_segment = empty({max_partial_segments, dim}, TensorOptions{accumulation, grad.device()});
+  accumulate(grad_weight);
+  return grad_weight;
 }
 
 }  // namespace bytegrad

@@ -103,10 +103,15 @@ Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int6
   out->storage_offset = offset;
   out->dtype = dtype();
   out->version = impl().version;  // views share the version counter
+  out->is_view = true;
   return Tensor(std::move(out));
 }
 
-Tensor Tensor::alias() const { return as_strided(sizes(), strides(), storage_offset()); }
+Tensor Tensor::alias() const {
+  Tensor out = as_strided(sizes(), strides(), storage_offset());
+  out.impl().is_view = false;  // detach()'s kind: no base kept
+  return out;
+}
 
 namespace {
 
@@ -200,13 +205,16 @@ Tensor Tensor::reshape(const Shape& shape) const {
   Shape new_sizes = infer_shape(shape, numel(), "reshape");
   if (auto new_strides = view_strides(sizes(), strides(), new_sizes))
     return recorded<OpId::view>(*this, as_strided(new_sizes, *new_strides, storage_offset()));
-  return clone().view(new_sizes);  // PyTorch copies exactly when no view is possible
+  // PyTorch copies exactly when no view is possible (_unsafe_view of the copy: not a view)
+  Tensor copy = clone().view(new_sizes);
+  copy.impl().is_view = false;
+  return copy;
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   dim0 = wrap_dim(dim0, dim(), "transpose");
   dim1 = wrap_dim(dim1, dim(), "transpose");
-  if (dim() == 0) return alias();
+  if (dim() == 0) return as_strided(sizes(), strides(), storage_offset());
   Shape s = sizes(), st = strides();
   std::swap(s[dim0], s[dim1]);
   std::swap(st[dim0], st[dim1]);
@@ -215,7 +223,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 
 Tensor Tensor::t() const {
   if (dim() > 2) throw std::invalid_argument(fmt::format("t: expects a tensor with <= 2 dimensions, got {}", describe(*this)));
-  if (dim() < 2) return recorded<OpId::view>(*this, alias());
+  if (dim() < 2) return recorded<OpId::view>(*this, as_strided(sizes(), strides(), storage_offset()));
   Shape s = sizes(), st = strides();
   std::swap(s[0], s[1]);
   std::swap(st[0], st[1]);

@@ -53,6 +53,10 @@ struct TensorImpl {
   ScalarType dtype = ScalarType::float32;
   std::shared_ptr<VersionCounter> version = std::make_shared<VersionCounter>();
   std::shared_ptr<AutogradMeta> autograd;
+  // Made by a view op (view, transpose, expand, slice, ...). PyTorch's differentiable views keep their base
+  // tensor alive, so their storage is never referenced once only: the engine cannot add a later gradient
+  // into a buffered view in place (InputBuffer's can_accumulate_inplace). detach() and copies are not views.
+  bool is_view = false;
 };
 
 class Tensor {

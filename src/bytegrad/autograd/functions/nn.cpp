@@ -56,14 +56,9 @@ void index_select(const OpRecord& r, const op_args::Dim& args) {  // inputs: sel
   node->save("index", r.inputs.at(1));
 }
 
-void embedding(const OpRecord& r, const op_args::None&) {  // inputs: weight, indices. Dense: zeros + index_add
+void embedding(const OpRecord& r, const op_args::None&) {  // inputs: weight, indices. Dense gradient
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
-    Tensor indices = n.saved(0).reshape({-1});
-    Tensor grad_rows = g[0].reshape({indices.numel(), n.shapes.at(0).at(1)});
-    Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
-    backend_for(full.device()).index_add(full.view_for_kernels(), 0, indices.view_for_kernels(),
-                                         grad_rows.view_for_kernels());
-    return TensorList{full, Tensor()};
+    return TensorList{embedding_dense_backward(g[0], n.saved(0), n.shapes.at(0).at(0)), Tensor()};
   });
   node->shapes = {r.inputs.at(0).sizes()};
   node->save("indices", r.inputs.at(1));

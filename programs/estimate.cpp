@@ -1,0 +1,186 @@
+// bytegrad-estimate: how much device memory training takes, by running the real training step on meta (every
+// allocation PyTorch 2.11's caching allocator would make on an H100, no arithmetic).
+//
+//   bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B
+//                          [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
+//                          [--limit SIZE [--max-batch]] [--marks]
+//
+// nanoGPT's loop (shared/golden/gpt2/gpt2_scenarios.py): the model built and moved, the optimizer (AdamW with
+// nanoGPT's two groups by default, PyTorch's foreach path), two steps of forward, backward, step and
+// zero_grad(set_to_none=True). GPT-2 small's sizes by default (12 layers, 12 heads, 768 wide, vocabulary
+// 50257, block 1024), batch 4 x 256 tokens; PyTorch's default cuBLAS workspaces unless --no-workspace
+// (CUBLAS_WORKSPACE_CONFIG=:0:0). Prints `peak_allocated <bytes>` and `peak_reserved <bytes>`, each on its
+// own line. --limit SIZE (bytes, or with KiB/MiB/GiB/KB/MB/GB) caps the allocator as
+// torch.cuda.set_per_process_memory_fraction does, and adds `fits yes|no`; with --max-batch the last line is
+// `max_batch <N>`, the largest batch whose two steps fit (0 when none does). --marks first prints the
+// figures at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden
+// files' layout (shared/golden/README.md).
+//
+//   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
+//                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]
+//
+// An MLP classifier (seed001's kind of question): Linear layers of those sizes with ReLU between, built on the
+// device, randn inputs and randint labels, two steps of forward, cross_entropy, backward, optimizer step
+// (Adam by default; SGD with momentum 0.9) and zero_grad(set_to_none=True). The same lines are printed.
+// Exit status: 0, or 2 on a bad argument (one line naming it).
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#include "programs/gpt2_programs.h"
+
+using namespace bytegrad;
+using namespace bytegrad::programs;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B\n"
+    "                         [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
+    "                         [--limit SIZE [--max-batch]] [--marks]\n"
+    "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]\n"
+    "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]\n"
+    "                         [--marks]\n";
+
+int usage_error(const std::string& what) {
+  std::cerr << "bytegrad-estimate: " << what << '\n' << kUsage;
+  return 2;
+}
+
+int64_t positive_integer(const std::string& option, const std::string& text) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || value < 1) throw std::invalid_argument(option + " needs a positive integer, got '" + text + "'");
+  return value;
+}
+
+// "24GiB", "24 GB", "25769803776": bytes.
+int64_t byte_size(const std::string& text) {
+  size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || number <= 0) throw std::invalid_argument("--limit needs a size such as 24GiB, got '" + text + "'");
+  std::string unit = text.substr(used);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(unit.begin());
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "KB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else throw std::invalid_argument("--limit: unknown unit '" + unit + "' (B, KiB, MiB, GiB, KB, MB, GB)");
+  return static_cast<int64_t>(number * scale);
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) return usage_error("which model? (gpt2)");
+  const std::string model = argv[1];
+  if (model == "-h" || model == "--help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (model != "gpt2" && model != "mlp") return usage_error("unknown model '" + model + "': expected gpt2 or mlp");
+  const bool gpt = model == "gpt2";
+  GPTTraining t;  // GPT-2 small, batch 4 x 256, AdamW foreach
+  t.config = gpt2_small_config();
+  MLPTraining m;  // 784-1024-1024-10, batch 256, Adam foreach
+  bool default_workspace = true, max_batch = false, marks = false;
+  int64_t limit = 0;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    if (!gpt && (arg == "--n-layer" || arg == "--n-head" || arg == "--n-embd" || arg == "--vocab" ||
+                 arg == "--block" || arg == "--seq"))
+      return usage_error(arg + " is a gpt2 option");
+    if (gpt && (arg == "--sizes" || arg == "--inplace-relu")) return usage_error(arg + " is an mlp option");
+    if (arg == "--sizes") {
+      m.sizes.clear();
+      const std::string list = value();
+      size_t start = 0;
+      while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        m.sizes.push_back(positive_integer("--sizes", list.substr(start, comma - start)));
+        start = comma + 1;
+      }
+      if (m.sizes.size() < 2) return usage_error("--sizes needs at least two sizes (input, classes)");
+    } else if (arg == "--inplace-relu") m.inplace_relu = true;
+    else if (arg == "--n-layer") t.config.n_layer = positive_integer(arg, value());
+    else if (arg == "--n-head") t.config.n_head = positive_integer(arg, value());
+    else if (arg == "--n-embd") t.config.n_embd = positive_integer(arg, value());
+    else if (arg == "--vocab") t.config.vocab_size = positive_integer(arg, value());
+    else if (arg == "--block") t.config.block_size = positive_integer(arg, value());
+    else if (arg == "--seq") t.seq = positive_integer(arg, value());
+    else if (arg == "--batch") t.batch = m.batch = positive_integer(arg, value());
+    else if (arg == "--optimizer") {
+      const std::string o = value();
+      if (o == "adamw") t.optimizer = GPTOptimizer::adamw, m.optimizer = MLPOptimizer::adamw;
+      else if (o == "adam") t.optimizer = GPTOptimizer::adam, m.optimizer = MLPOptimizer::adam;
+      else if (o == "sgd") t.optimizer = GPTOptimizer::sgd, m.optimizer = MLPOptimizer::sgd;
+      else if (o == "none" && !gpt) m.optimizer = MLPOptimizer::none;
+      else return usage_error("--optimizer '" + o + "': expected adamw, adam or sgd" + (gpt ? "" : " or none"));
+    } else if (arg == "--foreach") {
+      const std::string f = value();
+      if (f != "on" && f != "off") return usage_error("--foreach '" + f + "': expected on or off");
+      t.foreach = m.foreach = f == "on";
+    } else if (arg == "--no-workspace") {
+      default_workspace = false;
+    } else if (arg == "--limit") {
+      limit = byte_size(value());
+    } else if (arg == "--max-batch") {
+      max_batch = true;
+    } else if (arg == "--marks") {
+      marks = true;
+    } else if (arg == "--checkpoint" || arg == "--amp" || arg == "--attention") {
+      return usage_error(arg + " is not supported yet");
+    } else {
+      return usage_error("unknown option '" + arg + "'");
+    }
+  }
+  if (gpt && t.seq > t.config.block_size)
+    return usage_error("--seq " + std::to_string(t.seq) + " is longer than the block size " +
+                       std::to_string(t.config.block_size));
+  if (gpt && t.config.n_embd % t.config.n_head != 0) return usage_error("--n-embd must be a multiple of --n-head");
+  if (max_batch && limit == 0) return usage_error("--max-batch needs --limit");
+
+  ScenarioRecorder recorder(model, kMeta);
+  ScenarioRecorder* record = marks ? &recorder : nullptr;
+  const TrainingPeak peak = gpt ? estimate_gpt_training(t, default_workspace, limit, record)
+                                : estimate_mlp_training(m, default_workspace, limit, record);
+  if (marks) std::cout << recorder.to_json();
+  std::cout << "peak_allocated " << peak.peak_allocated << '\n' << "peak_reserved " << peak.peak_reserved << '\n';
+  if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n';
+  if (max_batch)
+    std::cout << "max_batch "
+              << (gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace)) << '\n';
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    return usage_error(e.what());
+  } catch (const std::exception& e) {
+    std::cerr << "bytegrad-estimate: " << e.what() << '\n';
+  }
+  return 1;
+}

@@ -1,0 +1,50 @@
+// nanoGPT's GPT-2 training loop (shared/golden/gpt2/gpt2_scenarios.py's train()), written in bytegrad: the
+// model built on the CPU and moved to the device, AdamW with nanoGPT's two parameter groups, then steps of
+// forward, backward, optimizer step and zero_grad(set_to_none=True) with logits and loss dropped. The golden
+// programs (g_gpt2_*, held to shared/golden/gpt2/) and the estimator (bytegrad-estimate) run it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "bytegrad/nn/gpt.h"
+#include "programs/scenario.h"
+#include "programs/training_estimates.h"
+
+namespace bytegrad::programs {
+
+enum class GPTOptimizer { adamw, adam, sgd };
+
+struct GPTTraining {
+  nn::GPTConfig config;
+  int64_t batch = 4;
+  int64_t seq = 256;
+  GPTOptimizer optimizer = GPTOptimizer::adamw;
+  bool foreach = true;  // PyTorch's default on CUDA (foreach=None)
+  int steps = 2;
+};
+
+// nanoGPT's configure_optimizers groups with PyTorch's defaults for what it does not set: weight decay 0.1
+// on the parameters of 2+ dims, 0 on the rest; lr 6e-4, betas (0.9, 0.95). adam: torch.optim.Adam with the
+// same groups (L2 decay into the gradient); sgd: torch.optim.SGD(lr 6e-4, momentum 0.9) with the groups.
+// Runs on r's device and marks "model", "data", then s<i>_forward, s<i>_backward, s<i>_step,
+// s<i>_zero_grad for each step (r may be null: no marks).
+void train_gpt(const GPTTraining& training, ScenarioRecorder* r, Device on);
+
+// train_gpt on meta (training_estimates.h: a fresh process, PyTorch's default cuBLAS workspaces unless
+// default_workspace is false, limit_bytes > 0 caps the allocator as set_per_process_memory_fraction does);
+// with marks, its figures at each of train_gpt's marks are recorded there too.
+TrainingPeak estimate_gpt_training(const GPTTraining& training, bool default_workspace = true, int64_t limit_bytes = 0,
+                                   ScenarioRecorder* marks = nullptr);
+// The largest batch (>= 1) whose run fits under limit_bytes, 0 when even batch 1 does not.
+int64_t max_gpt_batch(GPTTraining training, int64_t limit_bytes, bool default_workspace = true);
+
+// The golden programs: tiny (2 layers, 2 heads, 64 wide, vocabulary 512, block 64) at batch 4 x 64, and
+// GPT-2 small (12, 12, 768, 50257, 1024) at batch 4 x 256, fp32, slow attention, AdamW foreach.
+void g_gpt2_tiny_fp32(ScenarioRecorder& r);
+void g_gpt2_small_fp32(ScenarioRecorder& r);
+
+nn::GPTConfig gpt2_tiny_config();
+nn::GPTConfig gpt2_small_config();
+
+}  // namespace bytegrad::programs

@@ -1,0 +1,90 @@
+// shared/golden/gpt2/gpt2_scenarios.py's train(), statement by statement.
+#include <memory>
+
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/optim/sgd.h"
+#include "bytegrad/tensor/ops.h"
+#include "programs/gpt2_programs.h"
+
+namespace bytegrad::programs {
+
+nn::GPTConfig gpt2_tiny_config() { return {.n_layer = 2, .n_head = 2, .n_embd = 64, .vocab_size = 512, .block_size = 64}; }
+
+nn::GPTConfig gpt2_small_config() {
+  return {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024};
+}
+
+namespace {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const nn::GPT& model, const GPTTraining& t) {
+  // make_optimizer: [p for p in model.parameters() if p.dim() >= 2], then the rest.
+  std::vector<Tensor> decay, no_decay;
+  for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  if (t.optimizer == GPTOptimizer::sgd) {
+    std::vector<Tensor> all = decay;
+    all.insert(all.end(), no_decay.begin(), no_decay.end());
+    return std::make_unique<optim::SGD>(all, optim::SGDOptions{.lr = 6e-4, .momentum = 0.9, .foreach = t.foreach});
+  }
+  const optim::AdamOptions base{.lr = 6e-4, .betas = {0.9, 0.95}, .foreach = t.foreach};
+  optim::AdamOptions with_decay = base, without_decay = base;
+  with_decay.weight_decay = 0.1;
+  without_decay.weight_decay = 0.0;
+  std::vector<optim::AdamParamGroup> groups = {{decay, with_decay}, {no_decay, without_decay}};
+  if (t.optimizer == GPTOptimizer::adam) return std::make_unique<optim::Adam>(std::move(groups));
+  return std::make_unique<optim::AdamW>(std::move(groups));
+}
+
+}  // namespace
+
+void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
+  auto mark = [&](const std::string& label) {
+    if (r) r->mark(label);
+  };
+  manual_seed(1337);
+  // nanoGPT builds the model on the CPU (PyTorch's default initialization) and moves it. On meta no value
+  // is ever read, so there it is built on a second meta device instead (no arithmetic: GPT-2 small's 124M
+  // random draws would take most of the run); the measured device sees the same .to() allocations.
+  const Device build_on = on.type == DeviceType::meta ? Device{DeviceType::meta, on.index + 1} : kCpu;
+  auto model = std::make_shared<nn::GPT>(t.config, TensorOptions{}.with_device(build_on));
+  model->to(on);
+  mark("model");
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model, t);
+  const TensorOptions int64_on{ScalarType::int64, on};
+  Tensor x = randint(0, t.config.vocab_size, {t.batch, t.seq}, int64_on);
+  Tensor y = randint(0, t.config.vocab_size, {t.batch, t.seq}, int64_on);
+  mark("data");
+  for (int i = 0; i < t.steps; ++i) {
+    const std::string s = "s" + std::to_string(i);
+    nn::GPT::Output out = model->forward(x, y);
+    mark(s + "_forward");
+    out.loss.backward();
+    mark(s + "_backward");
+    opt->step();
+    mark(s + "_step");
+    opt->zero_grad(/*set_to_none=*/true);
+    out = {};  // del logits, loss
+    mark(s + "_zero_grad");
+  }
+}
+
+TrainingPeak estimate_gpt_training(const GPTTraining& t, bool default_workspace, int64_t limit_bytes,
+                                   ScenarioRecorder* marks) {
+  return estimate_on_meta([&](Device on) { train_gpt(t, marks, on); }, default_workspace, limit_bytes);
+}
+
+int64_t max_gpt_batch(GPTTraining t, int64_t limit_bytes, bool default_workspace) {
+  return largest_fitting_batch([&](int64_t batch) {
+    t.batch = batch;
+    return !estimate_gpt_training(t, default_workspace, limit_bytes).out_of_memory;
+  });
+}
+
+void g_gpt2_tiny_fp32(ScenarioRecorder& r) {
+  train_gpt({.config = gpt2_tiny_config(), .batch = 4, .seq = 64}, &r, r.device());
+}
+
+void g_gpt2_small_fp32(ScenarioRecorder& r) {
+  train_gpt({.config = gpt2_small_config(), .batch = 4, .seq = 256}, &r, r.device());
+}
+
+}  // namespace bytegrad::programs

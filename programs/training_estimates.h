@@ -1,0 +1,50 @@
+// "Will it fit?": a training run's peak device memory, from running it on meta (every allocation PyTorch
+// 2.11's caching allocator makes on an H100, no arithmetic), and the largest batch under a limit.
+// bytegrad-estimate's library calls: GPT-2 (gpt2_programs.h) and an MLP (the seed001 kind of question).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bytegrad/core/device.h"
+#include "programs/scenario.h"
+
+namespace bytegrad::programs {
+
+struct TrainingPeak {
+  int64_t peak_allocated = 0;  // max_memory_allocated()
+  int64_t peak_reserved = 0;   // max_memory_reserved()
+  bool out_of_memory = false;  // the run failed under the limit (the peaks are those reached before)
+  std::string message;         // the out-of-memory error's text, when it failed
+};
+
+// Runs `run(kMeta)` as a fresh process: PyTorch's default cuBLAS workspaces unless default_workspace is
+// false (CUBLAS_WORKSPACE_CONFIG=:0:0); limit_bytes > 0 caps the allocator's reserved memory as
+// torch.cuda.set_per_process_memory_fraction(limit / total) does.
+TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes);
+
+// The largest batch (>= 1) for which fits(batch) holds, 0 when batch 1 does not: doubling, then bisection
+// (memory grows with the batch).
+int64_t largest_fitting_batch(const std::function<bool(int64_t)>& fits);
+
+// An MLP classifier's training (seed001's kind): Linear layers of `sizes` with ReLU between (in place or
+// not), built on the device; x = randn(batch, sizes[0]), y = randint(0, sizes.back(), (batch,)); `steps`
+// steps of forward, cross_entropy, backward, optimizer step (none: no optimizer) and
+// zero_grad(set_to_none=True), the output and loss dropped after each.
+enum class MLPOptimizer { none, sgd, adam, adamw };
+struct MLPTraining {
+  std::vector<int64_t> sizes = {784, 1024, 1024, 10};
+  int64_t batch = 256;
+  bool inplace_relu = false;
+  MLPOptimizer optimizer = MLPOptimizer::adam;
+  bool foreach = true;  // PyTorch's default on CUDA
+  int steps = 2;
+};
+void train_mlp(const MLPTraining& training, ScenarioRecorder* r, Device on);
+TrainingPeak estimate_mlp_training(const MLPTraining& training, bool default_workspace = true, int64_t limit_bytes = 0,
+                                   ScenarioRecorder* marks = nullptr);
+int64_t max_mlp_batch(MLPTraining training, int64_t limit_bytes, bool default_workspace = true);
+
+}  // namespace bytegrad::programs
