@@ -3,15 +3,18 @@
 //
 //   bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B
 //                          [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
-//                          [--limit SIZE [--max-batch]] [--marks]
+//                          [--limit SIZE [--max-batch]] [--marks] [--alloc-conf SETTING]
 //
 // nanoGPT's loop (shared/golden/gpt2/gpt2_scenarios.py): the model built and moved, the optimizer (AdamW with
 // nanoGPT's two groups by default, PyTorch's foreach path), two steps of forward, backward, step and
 // zero_grad(set_to_none=True). GPT-2 small's sizes by default (12 layers, 12 heads, 768 wide, vocabulary
 // 50257, block 1024), batch 4 x 256 tokens; PyTorch's default cuBLAS workspaces unless --no-workspace
 // (CUBLAS_WORKSPACE_CONFIG=:0:0). Prints `peak_allocated <bytes>` and `peak_reserved <bytes>`, each on its
-// own line. --limit SIZE (bytes, or with KiB/MiB/GiB/KB/MB/GB) caps the allocator as
-// torch.cuda.set_per_process_memory_fraction does, and adds `fits yes|no`; with --max-batch the last line is
+// own line, then the categories at the peak (memory_ledger.h's peak_report). --alloc-conf SETTING runs with
+// that allocator setting (BYTEGRAD_ALLOC_CONF's syntax, as PYTORCH_CUDA_ALLOC_CONF: "would
+// expandable_segments:True have fit?" is one flag). --limit SIZE (bytes, or with KiB/MiB/GiB/KB/MB/GB) caps the allocator as
+// torch.cuda.set_per_process_memory_fraction does, and adds `fits yes|no` (with the out-of-memory report when
+// not); with --max-batch the last line is
 // `max_batch <N>`, the largest batch whose two steps fit (0 when none does). --marks first prints the
 // figures at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden
 // files' layout (shared/golden/README.md).
@@ -26,10 +29,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <string>
 
+#include "bytegrad/memory/alloc_config.h"
+#include "bytegrad/memory/memory_ledger.h"
 #include "programs/gpt2_programs.h"
 
 using namespace bytegrad;
@@ -40,10 +46,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B\n"
     "                         [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
-    "                         [--limit SIZE [--max-batch]] [--marks]\n"
+    "                         [--limit SIZE [--max-batch]] [--marks] [--alloc-conf SETTING]\n"
     "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]\n"
     "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]\n"
-    "                         [--marks]\n";
+    "                         [--marks] [--alloc-conf SETTING]\n";
 
 int usage_error(const std::string& what) {
   std::cerr << "bytegrad-estimate: " << what << '\n' << kUsage;
@@ -147,6 +153,10 @@ int run(int argc, char** argv) {
       max_batch = true;
     } else if (arg == "--marks") {
       marks = true;
+    } else if (arg == "--alloc-conf") {
+      const std::string setting = value();
+      AllocatorConfig::parse(setting);  // a bad setting is named here (std::invalid_argument), before any run
+      setenv("BYTEGRAD_ALLOC_CONF", setting.c_str(), 1);
     } else if (arg == "--checkpoint" || arg == "--amp" || arg == "--attention") {
       return usage_error(arg + " is not supported yet");
     } else {
@@ -165,7 +175,8 @@ int run(int argc, char** argv) {
                                 : estimate_mlp_training(m, default_workspace, limit, record);
   if (marks) std::cout << recorder.to_json();
   std::cout << "peak_allocated " << peak.peak_allocated << '\n' << "peak_reserved " << peak.peak_reserved << '\n';
-  if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n';
+  std::cout << PeakReport{kMeta, peak.at_peak};
+  if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n' << peak.explanation;
   if (max_batch)
     std::cout << "max_batch "
               << (gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace)) << '\n';

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bytegrad/core/device.h"
+#include "bytegrad/memory/block_categories.h"
 #include "programs/scenario.h"
 
 namespace bytegrad::programs {
@@ -18,10 +19,13 @@ struct TrainingPeak {
   int64_t peak_reserved = 0;   // max_memory_reserved()
   bool out_of_memory = false;  // the run failed under the limit (the peaks are those reached before)
   std::string message;         // the out-of-memory error's text, when it failed
+  std::string explanation;     // OutOfMemoryError::report() as text, when it failed
+  PeakRecord at_peak;          // bytes per category, phase and largest blocks at max_memory_allocated
 };
 
 // Runs `run(kMeta)` as a fresh process: PyTorch's default cuBLAS workspaces unless default_workspace is
-// false (CUBLAS_WORKSPACE_CONFIG=:0:0); limit_bytes > 0 caps the allocator's reserved memory as
+// false (CUBLAS_WORKSPACE_CONFIG=:0:0); allocator settings from BYTEGRAD_ALLOC_CONF (as PyTorch reads
+// PYTORCH_CUDA_ALLOC_CONF: e.g. expandable_segments:True); limit_bytes > 0 caps the allocator's reserved memory as
 // torch.cuda.set_per_process_memory_fraction(limit / total) does.
 TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes);
 

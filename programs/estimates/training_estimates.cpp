@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/memory/memory_ledger.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/relu.h"
@@ -27,7 +28,9 @@ TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool defau
   } catch (const OutOfMemoryError& e) {
     peak.out_of_memory = true;
     peak.message = e.what();
+    if (e.has_report()) peak.explanation = e.report().str();
   }
+  peak.at_peak = peak_report(kMeta).record;
   peak.peak_allocated = max_memory_allocated(kMeta);
   peak.peak_reserved = max_memory_reserved(kMeta);
   return peak;
