@@ -58,7 +58,8 @@ tr.mark-row:hover, tr.selected { background: #eef4fb; }
 .note { color: var(--muted); font-size: 12px; }
 .scroll { max-height: 560px; overflow: auto; border: 1px solid var(--line); background: #fff; }
 .wide { overflow-x: auto; }
-td.change { white-space: normal; min-width: 180px; max-width: 320px; font-size: 12px; }
+td.change { white-space: normal; min-width: 160px; max-width: 250px; font-size: 12px; }
+#marks-table td, #marks-table th, #marks-category-table td, #marks-category-table th { padding: 3px 6px; }
 </style>
 </head>
 <body>
@@ -238,13 +239,28 @@ td.change { white-space: normal; min-width: 180px; max-width: 320px; font-size: 
   });
 
   // -------------------------------------------------------------------------------- the timeline
-  var W = 1180, H = 400, M = { left: 84, right: 16, top: 130, bottom: 34 };
-  var PW = W - M.left - M.right, PH = H - M.top - M.bottom;
+  var W = 1180, PH = 260, M = { left: 84, right: 16, top: 0, bottom: 34 };
+  var PW = W - M.left - M.right;
   var maxY = 1;
   for (var i = 0; i < N; i++) maxY = Math.max(maxY, allocatedAt[i], reservedAt[i]);
   D.marks.forEach(function (m) { maxY = Math.max(maxY, m.figures.reserved); });
   var span = Math.max(N, 1);
   function xOf(i) { return M.left + (i + 0.5) / span * PW; }
+  // The marks' labels above the plot: each in the lowest row where it does not run into an earlier label
+  // (widths estimated at 6.3 px a character of the 11 px font); the plot starts under the highest row.
+  var ROW = 14, MAXROWS = 12, rowEnd = [], rowsUsed = 1;
+  var labels = D.marks.map(function (m) {
+    if (m.event < 0) return null;
+    var x = xOf(m.event), width = m.label.length * 6.3 + 4;
+    var atEnd = x + 3 + width > W;  // near the right edge: the label ends at the line
+    var left = atEnd ? x - 3 - width : x + 3, row = 0;
+    while (row < MAXROWS - 1 && rowEnd[row] !== undefined && rowEnd[row] > left - 6) row++;
+    rowEnd[row] = left + width;
+    rowsUsed = Math.max(rowsUsed, row + 1);
+    return { x: x, row: row, atEnd: atEnd };
+  });
+  M.top = 14 + rowsUsed * ROW;
+  var H = M.top + PH + M.bottom;
   function yOf(v) { return M.top + PH - v / maxY * PH; }
   // A tick step: 1, 2 or 5 times a power of 1024 times a power of 10, aiming at about five ticks.
   function tickStep(max) {
@@ -309,17 +325,13 @@ td.change { white-space: normal; min-width: 180px; max-width: 320px; font-size: 
   var x0 = svg('text', { x: M.left, y: M.top + PH + 14, 'text-anchor': 'start' });
   x0.textContent = '0';
   plot.appendChild(x0);
-  // Marks: a line at the mark's event and its label above the plot, raised a level when it would run into
-  // the previous label.
-  var lastX = [-1e9, -1e9, -1e9], LEVEL = 15;
+  // Marks: a line at the mark's event, and its label (placed above).
   D.marks.forEach(function (m, k) {
-    if (m.event < 0) return;
-    var x = xOf(m.event), level = 0;
-    while (level < lastX.length - 1 && x - lastX[level] < 16) level++;
-    lastX[level] = x;
-    var ty = M.top - 6 - level * LEVEL;
-    plot.appendChild(svg('line', { x1: x, x2: x, y1: ty + 2, y2: M.top + PH, stroke: '#2b3a4a', 'stroke-width': '0.8', 'stroke-dasharray': '2 2' }));
-    var text = svg('text', { x: x, y: ty, transform: 'rotate(-35 ' + x + ' ' + ty + ')', 'class': 'mark-label' });
+    var at = labels[k];
+    if (!at) return;
+    var x = at.x, atEnd = at.atEnd, ty = M.top - 8 - at.row * ROW;
+    plot.appendChild(svg('line', { x1: x, x2: x, y1: ty - 9, y2: M.top + PH, stroke: '#2b3a4a', 'stroke-width': '0.8', 'stroke-dasharray': '2 2' }));
+    var text = svg('text', { x: atEnd ? x - 3 : x + 3, y: ty, 'text-anchor': atEnd ? 'end' : 'start', 'class': 'mark-label' });
     text.textContent = m.label;
     plot.appendChild(text);
   });
