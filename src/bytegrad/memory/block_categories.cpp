@@ -66,15 +66,14 @@ CategoryChange BlockCategories::remove_role(uintptr_t ptr, MemoryCategory role) 
   return recategorize(ptr, it->second);
 }
 
-std::vector<CategoryChange> BlockCategories::rebirth(MemoryCategory from, MemoryCategory to) {
-  std::vector<CategoryChange> changes;
+void BlockCategories::rebirth(MemoryCategory from, MemoryCategory to, std::vector<CategoryChange>* changes) {
   for (auto& [ptr, e] : entries_) {
     if (e.birth != from) continue;
     e.birth = to;
-    if (CategoryChange change = recategorize(ptr, e); change.bytes != 0) changes.push_back(change);
+    if (CategoryChange change = recategorize(ptr, e); change.bytes != 0 && changes) changes->push_back(change);
   }
-  std::sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
-  return changes;
+  if (changes)
+    std::sort(changes->begin(), changes->end(), [](const auto& a, const auto& b) { return a.address < b.address; });
 }
 
 MemoryCategory BlockCategories::category_of(uintptr_t ptr) const {

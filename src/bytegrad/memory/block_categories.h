@@ -49,8 +49,9 @@ class BlockCategories {
   CategoryChange add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner);
   CategoryChange remove_role(uintptr_t ptr, MemoryCategory role);
   // Blocks born `from` are from now on born `to` (backward has ended: its surviving gradients that did not
-  // become a .grad are no longer in flight). Returns the blocks whose category changed, in address order.
-  std::vector<CategoryChange> rebirth(MemoryCategory from, MemoryCategory to);
+  // become a .grad are no longer in flight). `changes`, when given, gets the blocks whose category changed,
+  // in address order (the allocator asks only while it records history).
+  void rebirth(MemoryCategory from, MemoryCategory to, std::vector<CategoryChange>* changes = nullptr);
 
   const CategoryBytes& totals() const { return totals_; }
   MemoryCategory category_of(uintptr_t ptr) const;  // `other` for an unknown pointer

@@ -674,8 +674,12 @@ void CachingAllocator::remove_block_role(const void* ptr, MemoryCategory role) {
 
 void CachingAllocator::rebirth_blocks(MemoryCategory from, MemoryCategory to) {
   std::lock_guard lock(mutex_);
-  const std::vector<CategoryChange> changes = categories_.rebirth(from, to);
-  if (changes.empty() || !history_.enabled()) return;
+  if (!history_.enabled()) {
+    categories_.rebirth(from, to);
+    return;
+  }
+  std::vector<CategoryChange> changes;
+  categories_.rebirth(from, to, &changes);
   // One entry per block, each with the totals just after its own change: undo them all, then redo one by one.
   CategoryBytes running = categories_.totals();
   for (const CategoryChange& c : changes) {
