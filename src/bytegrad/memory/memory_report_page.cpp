@@ -75,7 +75,7 @@ td.change { white-space: normal; min-width: 160px; max-width: 250px; font-size: 
   <h2>Timeline: allocated bytes by category, at every allocator event</h2>
   <p class="note">The stacked areas are the allocated bytes of each category after each event of the allocator's
   history (x: event index); the dashed line is the reserved bytes; the vertical lines are the marks; the red dot is
-  the peak. Click the timeline, drag the slider or click a mark's row to see the allocator at that event.</p>
+  the peak; red triangles under the axis are out-of-memory errors. Click the timeline, drag the slider or click a mark's row to see the allocator at that event.</p>
   <div id="timeline-box"></div>
   <div class="controls">
     <button type="button" id="prev-event">&#9664; event</button>
@@ -335,6 +335,16 @@ td.change { white-space: normal; min-width: 160px; max-width: 250px; font-size: 
     text.textContent = m.label;
     plot.appendChild(text);
   });
+  // Out-of-memory events: a red triangle under the axis.
+  for (var i = 0; i < N; i++) {
+    if (ev.action[i] !== A.oom) continue;
+    var ox = xOf(i), oy = M.top + PH;
+    var tri = svg('polygon', { points: ox + ',' + (oy + 1) + ' ' + (ox - 5) + ',' + (oy + 10) + ' ' + (ox + 5) + ',' + (oy + 10), fill: '#d62728' });
+    var tt = svg('title');
+    tt.textContent = 'out of memory at event ' + i + ': no room for a block of ' + ev.size[i] + ' B';
+    tri.appendChild(tt);
+    plot.appendChild(tri);
+  }
   if (D.peak.event >= 0) {
     var px = xOf(D.peak.event), py = yOf(allocatedAt[D.peak.event]);
     plot.appendChild(svg('circle', { cx: px, cy: py, r: 4.5, fill: '#d62728', stroke: '#fff', 'stroke-width': '1.5' }));
