@@ -58,7 +58,8 @@ tr.mark-row:hover, tr.selected { background: #eef4fb; }
 .note { color: var(--muted); font-size: 12px; }
 .scroll { max-height: 560px; overflow: auto; border: 1px solid var(--line); background: #fff; }
 .wide { overflow-x: auto; }
-td.change { white-space: normal; min-width: 160px; max-width: 250px; font-size: 12px; }
+.change { white-space: normal; width: 250px; font-size: 12px; color: var(--muted); }
+.mark-label { font-weight: 600; }
 #marks-table td, #marks-table th, #marks-category-table td, #marks-category-table th { padding: 3px 6px; }
 </style>
 </head>
@@ -530,18 +531,19 @@ td.change { white-space: normal; min-width: 160px; max-width: 250px; font-size: 
                    ['segments', false], ['blocks', false], ['requested', true], ['inactive_split', true]];
     var t = el('table', { id: 'marks-table' });
     var h = el('tr');
-    h.appendChild(el('th', { 'class': 'l' }, 'mark'));
+    h.appendChild(el('th', { 'class': 'l' }, 'mark (what changed since the previous one)'));
     h.appendChild(el('th', {}, 'event'));
     FIGURES.forEach(function (f) { h.appendChild(el('th', {}, f[0])); });
-    h.appendChild(el('th', { 'class': 'l' }, 'what changed since the previous mark'));
     t.appendChild(h);
     D.marks.forEach(function (m, k) {
       var tr = el('tr', { 'class': 'mark-row', 'data-mark': String(k), 'data-event': String(m.event) });
-      tr.appendChild(el('td', { 'class': 'l mark-label' }, m.label));
+      // The label, and under it what changed since the previous mark (the ops' blocks).
+      var name = el('td', { 'class': 'l' });
+      name.appendChild(el('span', { 'class': 'mark-label' }, m.label));
+      name.appendChild(el('div', { 'class': 'change' }, m.change));
+      tr.appendChild(name);
       tr.appendChild(el('td', { 'class': 'num' }, m.event >= 0 ? String(m.event) : '\u2014'));
       FIGURES.forEach(function (f) { tr.appendChild(figureCell(m.figures[f[0]], f[1], { 'data-figure': f[0] })); });
-      var change = el('td', { 'class': 'l change' }, m.change);
-      tr.appendChild(change);
       if (m.event >= 0) tr.addEventListener('click', function () { select(m.event); });
       t.appendChild(tr);
     });
