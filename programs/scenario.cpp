@@ -87,7 +87,7 @@ std::string golden_scenario_path(const std::string& name, bool default_workspace
 
 ScenarioRecorder::ScenarioRecorder(std::string name, Device device) : name_(std::move(name)), device_(device) {}
 
-void ScenarioRecorder::mark(const std::string& label, const std::string& message) {
+void ScenarioRecorder::mark(const std::string& label, const std::string& message, const std::string& explanation) {
   // The keys scenarios.py reads through torch.cuda.memory_allocated() etc. and memory_stats().
   const std::map<std::string, int64_t> stats = caching_allocator(device_).memory_stats();
   auto stat = [&](const char* key) { return stats.at(key); };
@@ -102,6 +102,7 @@ void ScenarioRecorder::mark(const std::string& label, const std::string& message
   s.requested = stat("requested_bytes.all.current");
   s.inactive_split = stat("inactive_split_bytes.all.current");
   s.message = message;
+  s.explanation = explanation;
   s.ledger = caching_allocator(device_).category_bytes();
   steps_.push_back(s);
   if (listener_) listener_(steps_.back());

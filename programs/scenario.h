@@ -24,6 +24,7 @@ struct GoldenStep {
   int64_t requested = 0;       // requested_bytes.all.current
   int64_t inactive_split = 0;  // inactive_split_bytes.all.current
   std::string message;         // an error text the step carries (scenarios.py's A_oom step), else ""
+  std::string explanation;     // bytegrad's own: what the error means (OutOfMemoryError::report()), else ""
   // bytegrad's own, not in the goldens: allocated bytes by category (memory_category.h) at the mark.
   CategoryBytes ledger{};
 };
@@ -58,7 +59,7 @@ class ScenarioRecorder {
 
   const std::string& name() const { return name_; }
   Device device() const { return device_; }
-  void mark(const std::string& label, const std::string& message = "");
+  void mark(const std::string& label, const std::string& message = "", const std::string& explanation = "");
   const std::vector<GoldenStep>& steps() const { return steps_; }
   // Called with every step as it is recorded (the walkthrough prints them as they happen).
   void on_mark(std::function<void(const GoldenStep&)> listener) { listener_ = std::move(listener); }

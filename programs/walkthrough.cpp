@@ -33,6 +33,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,10 @@ int walk(const Program& program, const Options& options) {
             !note.empty())
           std::cout << fmt::format("   {:<26} {}\n", "", note);
         if (!s.message.empty()) std::cout << "   error: " << s.message << '\n';
+        if (!s.explanation.empty()) {  // indented under the error, line by line
+          std::istringstream lines(s.explanation);
+          for (std::string line; std::getline(lines, line);) std::cout << "   | " << line << '\n';
+        }
         std::cout << std::flush;  // progress shows as it happens, also through a pipe
       }
       previous = s.allocated;

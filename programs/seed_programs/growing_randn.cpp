@@ -21,7 +21,7 @@ void run_seed003_code_a(ScenarioRecorder& r, const Shape& big) {
       r.mark("A_alloc" + std::to_string(i));
     }
   } catch (const OutOfMemoryError& e) {
-    r.mark("A_oom", e.what());
+    r.mark("A_oom", e.what(), e.has_report() ? e.report().str() : "");
   }
   keep.clear();
   caching_allocator(r.device()).empty_cache();

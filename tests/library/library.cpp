@@ -265,6 +265,12 @@ TEST_CASE("memory_ledger: parameters, gradients, optimizer state and activations
   ledger = memory_ledger(kSim);
   CHECK(ledger[MemoryCategory::gradient] == parameters);
   CHECK(ledger[MemoryCategory::activation] == 0);
+  // The largest blocks now: 0.weight and its gradient, 65536 B each; the gradient is named after it.
+  REQUIRE(ledger.largest.size() >= 2);
+  CHECK(ledger.largest[0].bytes == 65536);
+  CHECK(ledger.largest[1].bytes == 65536);
+  const bool grad_named = ledger.largest[0].owner == "0.weight.grad" || ledger.largest[1].owner == "0.weight.grad";
+  CHECK_MESSAGE(grad_named, ledger.str());
   const PeakReport peak = peak_report(kSim);
   CHECK(peak.record.allocated == max_memory_allocated(kSim));
   int64_t at_peak = 0;

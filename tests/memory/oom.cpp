@@ -334,3 +334,71 @@ TEST_CASE("memory fraction: the measured H100 examples (7.2, 8.2)") {
   }
   allocator->free(seven);
 }
+
+// OutOfMemoryError::report(): the failure taken apart. Two 100 MiB devices, one that fails for lack of
+// room and one that fails by fragmentation with more than enough free bytes in its cache.
+TEST_CASE("OOM report: no room, by category, with the largest live blocks") {
+  auto allocator = make_allocator({}, {100 * MiB, 0});
+  void* weights = nullptr;
+  {
+    CategoryScope state(MemoryCategory::optimizer_state);
+    weights = allocator->malloc(30 * MiB);  // 30 MiB >= 10 MiB: a segment of exactly 30 MiB
+  }
+  allocator->malloc(30 * MiB);
+  allocator->malloc(30 * MiB);  // 90 MiB reserved, 10 MiB of the card left
+  PhaseScope backward(MemoryPhase::backward);
+  const OutOfMemoryError e = expect_oom(*allocator, 20 * MiB);
+  REQUIRE(e.has_report());
+  const OutOfMemoryReport& r = e.report();
+  CHECK(r.requested_bytes == 20 * MiB);
+  CHECK(r.block_bytes == 20 * MiB);  // a multiple of 512 already
+  CHECK(r.pool == PoolKind::large);
+  CHECK(r.segment_bytes == 20 * MiB);
+  CHECK(r.device_free == 10 * MiB);  // 100 - 3 * 30
+  CHECK(r.room_for_segment() == 10 * MiB);
+  CHECK(r.allocated_bytes == 90 * MiB);
+  CHECK(r.reserved_bytes == 90 * MiB);
+  CHECK(r.cached_free_bytes == 0);
+  CHECK(r.cached_free_pieces == 0);
+  CHECK(r.categories[static_cast<size_t>(MemoryCategory::optimizer_state)] == static_cast<int64_t>(30 * MiB));
+  CHECK(r.categories[static_cast<size_t>(MemoryCategory::other)] == static_cast<int64_t>(60 * MiB));
+  CHECK(r.phase == MemoryPhase::backward);
+  CHECK_FALSE(r.fragmentation_caused());  // 0 cached + 10 MiB of room < 20 MiB
+  REQUIRE(r.largest_live.size() == 3);
+  for (const LedgerBlock& b : r.largest_live) CHECK(b.bytes == static_cast<int64_t>(30 * MiB));
+  CHECK(std::string(e.what()) == out_of_memory_message(r));  // what() stays PyTorch's text
+  const std::string text = r.str();
+  CHECK(text.find("during backward") != std::string::npos);
+  CHECK(text.find("not fragmentation") != std::string::npos);
+  CHECK(text.find("optimizer_state") != std::string::npos);
+  CHECK(text.find("(31457280 B)") != std::string::npos);  // a 30 MiB block, exact: 30 * 1048576
+  const OutOfMemoryError copy = e;  // exceptions are copied: the report goes with them
+  CHECK(&copy.report() == &r);
+  allocator->free(weights);
+}
+
+TEST_CASE("OOM report: fragmentation, 50 MiB cached in two 25 MiB pieces cannot serve 45 MiB") {
+  auto allocator = make_allocator({}, {100 * MiB, 0});
+  allocator->free(allocator->malloc(60 * MiB));  // one 60 MiB segment, cached whole
+  void* a = allocator->malloc(25 * MiB);         // [0, 25) of it; [25, 60) stays free
+  allocator->malloc(10 * MiB);                   // [25, 35): the split's remainder is > 1 MiB, so it splits
+  allocator->free(a);                            // free: [0, 25) and [35, 60), not adjacent
+  const OutOfMemoryError e = expect_oom(*allocator, 45 * MiB);  // the flush cannot release a split segment
+  const OutOfMemoryReport& r = e.report();
+  CHECK(r.allocated_bytes == 10 * MiB);
+  CHECK(r.reserved_bytes == 60 * MiB);
+  CHECK(r.cached_free_bytes == 50 * MiB);
+  CHECK(r.cached_free_pieces == 2);
+  CHECK(r.largest_free_piece == 25 * MiB);
+  CHECK(r.device_free == 40 * MiB);        // 100 - 60
+  CHECK(r.segment_bytes == 46 * MiB);      // 45 MiB rounded up to a 2 MiB multiple
+  CHECK(r.fragmentation_caused());          // 50 MiB cached + 40 MiB of room >= 45 MiB, no piece fits
+  CHECK(r.str().find("fragmentation made it fail") != std::string::npos);
+}
+
+TEST_CASE("OOM report: a request over 1 EB is refused before any attempt and has no report") {
+  auto allocator = make_allocator({}, k64MiB);
+  const OutOfMemoryError e = expect_oom(*allocator, kOneExaByte);
+  CHECK_FALSE(e.has_report());
+  CHECK_THROWS_AS(e.report(), std::logic_error);
+}

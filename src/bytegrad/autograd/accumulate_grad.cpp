@@ -34,16 +34,16 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   if (!meta.grad.defined()) {
     // Steal when no one else holds the incoming gradient and it already has the leaf's layout.
     if (!grad_mode_enabled() && new_grad.use_count() == 1 && obeys_layout_contract(new_grad, variable_)) {
-      set_grad_of(meta, new_grad.alias());
+      set_grad_of(meta, new_grad.alias(), variable_);
     } else {
       Tensor copy = empty_strided(variable_.sizes(), variable_.strides(), TensorOptions{variable_.dtype(), variable_.device()});
       copy.copy_(new_grad);
-      set_grad_of(meta, copy);
+      set_grad_of(meta, copy, variable_);
     }
   } else if (!grad_mode_enabled()) {
     meta.grad.add_(new_grad);  // in place; new_grad is freed when this returns
   } else {
-    set_grad_of(meta, meta.grad + new_grad);
+    set_grad_of(meta, meta.grad + new_grad, variable_);
   }
   return {};
 }

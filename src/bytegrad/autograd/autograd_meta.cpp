@@ -12,9 +12,11 @@ AutogradMeta& ensure_autograd_meta(const Tensor& t) {
   return *slot;
 }
 
-void set_grad_of(AutogradMeta& meta, Tensor grad) {
+void set_grad_of(AutogradMeta& meta, Tensor grad, const Tensor& variable) {
   meta.grad = std::move(grad);
-  meta.grad_role = MemoryRole(meta.grad, MemoryCategory::gradient);
+  // Named after the parameter it belongs to ("fc1.weight.grad"), when a module named that one.
+  const std::string owner = meta.grad.defined() ? memory_role_owner(variable) : std::string();
+  meta.grad_role = MemoryRole(meta.grad, MemoryCategory::gradient, owner.empty() ? owner : owner + ".grad");
 }
 
 bool requires_grad(const Tensor& t) {

@@ -27,8 +27,9 @@ struct AutogradMeta {
 AutogradMeta* autograd_meta(const Tensor& t);
 AutogradMeta& ensure_autograd_meta(const Tensor& t);
 
-// Makes `grad` the .grad (undefined: none), its block taking the `gradient` role from the previous one.
-void set_grad_of(AutogradMeta& meta, Tensor grad);
+// Makes `grad` the .grad of `variable` (whose metadata `meta` is; undefined grad: none), its block taking
+// the `gradient` role from the previous one.
+void set_grad_of(AutogradMeta& meta, Tensor grad, const Tensor& variable);
 
 bool requires_grad(const Tensor& t);  // a leaf that requires grad, or a tensor with history
 // Where a gradient for `t` should go: its grad_fn, or (for a leaf requiring grad) its AccumulateGrad.

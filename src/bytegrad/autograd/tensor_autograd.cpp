@@ -45,7 +45,7 @@ Tensor Tensor::grad() const {
 void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined() && grad.sizes() != sizes())
     throw std::invalid_argument("set_grad: gradient " + describe(grad) + " does not match " + describe(*this));
-  set_grad_of(ensure_autograd_meta(*this), grad);
+  set_grad_of(ensure_autograd_meta(*this), grad, *this);
 }
 
 bool Tensor::is_leaf() const {

@@ -76,6 +76,11 @@ void BlockCategories::rebirth(MemoryCategory from, MemoryCategory to, std::vecto
     std::sort(changes->begin(), changes->end(), [](const auto& a, const auto& b) { return a.address < b.address; });
 }
 
+std::string BlockCategories::role_owner(uintptr_t ptr) const {
+  auto it = entries_.find(ptr);
+  return it == entries_.end() ? std::string() : it->second.role_owner;
+}
+
 MemoryCategory BlockCategories::category_of(uintptr_t ptr) const {
   auto it = entries_.find(ptr);
   return it == entries_.end() ? MemoryCategory::other : it->second.current;
@@ -100,6 +105,11 @@ std::vector<LedgerBlock> BlockCategories::largest(size_t n) const {
 }
 
 void BlockCategories::on_new_peak(int64_t allocated) {
+  // Only a higher peak: a training loop reaches the same peak every step, and the record keeps the first.
+  if (allocated > peak_.allocated) record_peak(allocated);
+}
+
+void BlockCategories::record_peak(int64_t allocated) {
   peak_.allocated = allocated;
   peak_.bytes = totals_;
   peak_.phase = current_phase();
@@ -112,7 +122,7 @@ void BlockCategories::capture_pending_peak() {
   peak_.largest = largest(kPeakBlocks);
 }
 
-void BlockCategories::reset_peak(int64_t allocated) { on_new_peak(allocated); }
+void BlockCategories::reset_peak(int64_t allocated) { record_peak(allocated); }
 
 PeakRecord BlockCategories::peak() const {
   PeakRecord record = peak_;

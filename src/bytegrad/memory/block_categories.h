@@ -47,6 +47,8 @@ class BlockCategories {
   // modules); `owner`, when given, names the block while this role decides its category. Returns the
   // change of category this made, if any (change.bytes == 0 when none).
   CategoryChange add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner);
+  // The name the block's roles gave it ("fc1.weight"), or "" when no role named it.
+  std::string role_owner(uintptr_t ptr) const;
   CategoryChange remove_role(uintptr_t ptr, MemoryCategory role);
   // Blocks born `from` are from now on born `to` (backward has ended: its surviving gradients that did not
   // become a .grad are no longer in flight). `changes`, when given, gets the blocks whose category changed,
@@ -57,8 +59,8 @@ class BlockCategories {
   MemoryCategory category_of(uintptr_t ptr) const;  // `other` for an unknown pointer
   std::vector<LedgerBlock> largest(size_t n) const;
 
-  // allocated reached a new maximum: totals and phase now; the largest blocks once the peak ends (the next
-  // free or role change), since until then nothing has changed.
+  // allocated reached its maximum (again, or higher): if higher, totals and phase now; the largest blocks
+  // once the peak ends (the next free or role change), since until then nothing has changed.
   void on_new_peak(int64_t allocated);
   void reset_peak(int64_t allocated);  // reset_peak_stats: the current state is the new peak
   PeakRecord peak() const;
@@ -76,6 +78,7 @@ class BlockCategories {
   static MemoryCategory effective(const Entry& e);
   CategoryChange recategorize(uintptr_t ptr, Entry& e);
   void capture_pending_peak();
+  void record_peak(int64_t allocated);
   LedgerBlock ledger_block(uintptr_t ptr, const Entry& e) const;
 
   std::unordered_map<uintptr_t, Entry> entries_;

@@ -593,15 +593,26 @@ void CachingAllocator::throw_out_of_memory(const Request& request) {
   history_.record(TraceAction::oom, 0, request.size, request.stream, categories_.totals(), {}, info.free);
   ++stats_.num_ooms;
   OutOfMemoryReport report;
-  report.segment_bytes = request.segment_size;
   report.device_index = device_index_;
+  report.requested_bytes = request.requested;
+  report.block_bytes = request.size;
+  report.pool = request.pool->kind;
+  report.segment_bytes = request.segment_size;
   report.device_total = info.total;
   report.device_free = info.free;
   report.process_in_use = raw_->process_memory_in_use();
   if (fraction_set_) report.allowed_bytes = allowed_maximum_;
   report.allocated_bytes = static_cast<size_t>(stats_.allocated_bytes.all().current);
   report.reserved_bytes = static_cast<size_t>(stats_.reserved_bytes.all().current);
-  throw OutOfMemoryError(out_of_memory_message(report), request.requested, request.segment_size);
+  report.categories = categories_.totals();
+  report.phase = current_phase();
+  report.cached_free_bytes = report.reserved_bytes - report.allocated_bytes;
+  for (const Block* block : request.pool->free_blocks) {
+    ++report.cached_free_pieces;
+    report.largest_free_piece = std::max(report.largest_free_piece, block->size);
+  }
+  report.largest_live = categories_.largest(10);
+  throw OutOfMemoryError(std::move(report));
 }
 
 // ------------------------------------------------------------------------------------- limits and stats
@@ -696,6 +707,11 @@ void CachingAllocator::rebirth_blocks(MemoryCategory from, MemoryCategory to) {
 CategoryBytes CachingAllocator::category_bytes() const {
   std::lock_guard lock(mutex_);
   return categories_.totals();
+}
+
+std::string CachingAllocator::block_owner(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  return categories_.role_owner(reinterpret_cast<uintptr_t>(ptr));
 }
 
 std::vector<LedgerBlock> CachingAllocator::largest_blocks(size_t count) const {

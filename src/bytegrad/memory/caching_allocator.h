@@ -103,6 +103,7 @@ class CachingAllocator {
   void remove_block_role(const void* ptr, MemoryCategory role);
   void rebirth_blocks(MemoryCategory from, MemoryCategory to);  // BlockCategories::rebirth
   CategoryBytes category_bytes() const;
+  std::string block_owner(const void* ptr) const;  // BlockCategories::role_owner
   std::vector<LedgerBlock> largest_blocks(size_t count) const;
   PeakRecord peak_record() const;
 

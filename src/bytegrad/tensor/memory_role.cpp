@@ -14,6 +14,13 @@ MemoryRole::MemoryRole(const Tensor& tensor, MemoryCategory role, std::string_vi
   storage_ = storage;
 }
 
+std::string memory_role_owner(const Tensor& tensor) {
+  if (!tensor.defined()) return {};
+  const Storage& storage = tensor.storage();
+  if (!storage || !storage->allocator() || !storage->data()) return {};
+  return storage->allocator()->block_owner(storage->data());
+}
+
 MemoryRole::MemoryRole(MemoryRole&& other) noexcept
     : storage_(std::exchange(other.storage_, {})), role_(other.role_) {}
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "bytegrad/memory/memory_category.h"
@@ -29,5 +30,8 @@ class MemoryRole {
   std::weak_ptr<StorageImpl> storage_;
   MemoryCategory role_ = MemoryCategory::other;
 };
+
+// The name a role gave the tensor's block ("fc1.weight" for a registered parameter), or "" when none did.
+std::string memory_role_owner(const Tensor& tensor);
 
 }  // namespace bytegrad
