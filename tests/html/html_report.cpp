@@ -80,6 +80,7 @@ Browser browse(const std::string& url, const std::string& extra, const std::stri
   const std::string command =
       quote(chromium) + " --headless --no-sandbox --disable-gpu --no-first-run --no-default-browser-check" +
       " --disable-extensions --disable-background-networking --disable-component-update --disable-sync" +
+      " --disable-dev-shm-usage" +
       " --host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr --v=0 --user-data-dir=" + quote(profile.string()) +
       " " + extra + " " + quote(url) + " >" + quote(dom.string()) + " 2>" + quote(log.string());
   const int status = run(command);
