@@ -22,4 +22,15 @@ elif [ "${1:-}" = "--thread-sanitize" ]; then
   exec ctest --test-dir build-tsan --output-on-failure --no-tests=error -L '^threads$' "$@"
 fi
 tools/build.sh
+# What the tests need beyond the build: Debian's chromium (the `html` entry renders the HTML memory report
+# in it headless; fonts-dejavu-core so its screenshot has legible text). Installed when missing; without it
+# that entry is skipped with a message.
+if ! command -v chromium >/dev/null 2>&1 || ! dpkg -s fonts-dejavu-core >/dev/null 2>&1; then
+  echo "installing: chromium fonts-dejavu-core (for the html test)"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  { $sudo_cmd apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core; } ||
+    echo "could not install chromium: the html test will be skipped"
+fi
 ctest --test-dir "${BYTEGRAD_BUILD_DIR:-build}" --output-on-failure --no-tests=error "$@"

@@ -3,7 +3,7 @@
 // ops' blocks appeared or were freed, from the allocator's history).
 //
 //   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--expandable-segments]
-//                        [--json] [--list] [--memory-viz DIR]
+//                        [--json] [--list] [--memory-viz DIR] [--html DIR]
 //
 // NAME is a seed program or a GPT-2 one (g_gpt2_tiny_fp32, g_gpt2_small_fp32: run by name, not by "all").
 // --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
@@ -20,6 +20,9 @@
 // viewer (https://pytorch.org/memory_viz; memory/memory_viz.h). A scenario that reconfigures its device
 // (seed003_code_a_small_card) is recorded from its first mark on; blocks made before it show as allocated
 // before recording.
+// --html DIR writes DIR/<scenario>.html, bytegrad's memory report of each scenario (memory/memory_report.h:
+// the timeline stacked by category with the marks, the peak, the allocator's state at any event, the marks'
+// figures), and DIR/index.html linking them. Each page is one self-contained file that opens offline.
 //
 // Exit status: 0 when every mark equals PyTorch's; 1 when a mark differs or on an error (its message on
 // stderr); 2 on a bad argument (one line naming it and what is accepted); 77 for --device cuda without a GPU.
@@ -27,14 +30,17 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "bytegrad/core/json.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/memory_report.h"
 #include "bytegrad/memory/memory_viz.h"
 #include "programs/checks.h"
 #include "programs/mark_notes.h"
@@ -57,7 +63,17 @@ struct Options {
   bool default_workspace = false;  // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
   bool expandable_segments = false;  // BYTEGRAD_ALLOC_CONF has expandable_segments:True: scenarios-expandable
   std::string memory_viz_dir;      // where to write each scenario's memory_viz JSON ("" = none)
+  std::string html_dir;            // where to write each scenario's HTML report ("" = none)
 };
+
+// A line of the --html index: a scenario's page and what it found.
+struct ReportLink {
+  std::string name;
+  size_t marks = 0;
+  int64_t peak = 0;
+  std::string verdict;  // "all 14 marks equal PyTorch's", "2 of 14 marks differ from PyTorch", ""
+};
+std::vector<ReportLink> report_links;
 
 std::string json_line(const ScenarioRecorder& r) {
   json::Value steps = json::array();
@@ -108,7 +124,8 @@ int walk(const Program& program, const Options& options) {
   ScenarioRecorder r(program.name, options.device);
   int differing = 0;
   {
-    auto story = options.json ? nullptr : std::make_unique<MemoryStory>(options.device);
+    // The story reads the history for the text output and keeps the marks for --html.
+    auto story = options.json && options.html_dir.empty() ? nullptr : std::make_unique<MemoryStory>(options.device);
     // For --memory-viz: keep the device's current allocator recording (a reconfigured device has a new one).
     auto keep_recording = [&] {
       if (options.memory_viz_dir.empty()) return;
@@ -130,6 +147,7 @@ int walk(const Program& program, const Options& options) {
       const GoldenStep* want = it == golden.end() ? nullptr : &it->second;
       const bool same = want && step_differences(s, *want).empty();
       if (want && !same) ++differing;
+      const std::string change = story ? story->since_last_mark(s.label) : "";
       if (!options.json) {
         std::cout << fmt::format("{} {:<26} allocated {}  reserved {}  peak {}  segments {}  blocks {}\n",
                                  want ? (same ? "ok" : "!!") : "  ", s.label,
@@ -139,7 +157,7 @@ int walk(const Program& program, const Options& options) {
                                  figure(s.segments, want, &GoldenStep::segments), figure(s.blocks, want, &GoldenStep::blocks));
         const int64_t delta = s.allocated - previous;
         std::cout << fmt::format("   {:<26} {}{}: {}\n", "", delta > 0 ? "+" : "", human_bytes(delta),
-                                 story->since_last_mark());
+                                 change);
         std::string by_category;  // what each category did since the previous mark
         for (MemoryCategory c : kMemoryCategories) {
           const int64_t change = s.ledger[static_cast<size_t>(c)] - previous_ledger[static_cast<size_t>(c)];
@@ -163,6 +181,19 @@ int walk(const Program& program, const Options& options) {
       previous_ledger = s.ledger;
     });
     program.run(r);
+    if (!options.html_dir.empty()) {
+      ReportLink link{program.name, r.steps().size(), max_memory_allocated(options.device), ""};
+      if (has_golden)
+        link.verdict = differing ? fmt::format("{} of {} marks differ from PyTorch", differing, r.steps().size())
+                                 : fmt::format("all {} marks equal PyTorch's, every figure", r.steps().size());
+      MemoryReportOptions report;
+      report.title = fmt::format("{} on {}", program.name, options.device.str());
+      report.subtitle = "bytegrad memory report" + (link.verdict.empty() ? "" : ": " + link.verdict);
+      const std::string path = options.html_dir + "/" + program.name + ".html";
+      write_memory_report(path, *story, report);
+      report_links.push_back(link);
+      if (!options.json) std::cout << "   html: " << path << '\n';
+    }
     if (!options.memory_viz_dir.empty()) {
       const std::string path = options.memory_viz_dir + "/" + program.name + ".json";
       dump_memory_viz(path, caching_allocator(options.device));
@@ -206,7 +237,32 @@ const Program* find_program(const std::string& name) {
 }
 
 constexpr const char* kDevices = "sim, meta or cuda (each optionally :N)";
-constexpr const char* kOptions = "--device, --default-workspace, --expandable-segments, --json, --list, --memory-viz";
+constexpr const char* kOptions =
+    "--device, --default-workspace, --expandable-segments, --json, --list, --memory-viz, --html";
+
+// DIR/index.html: a link to each scenario's report.
+void write_report_index(const std::string& dir, const Device& device) {
+  std::string rows;
+  for (const ReportLink& l : report_links)
+    rows += fmt::format("<tr><td class=l><a href=\"{0}.html\">{0}</a></td><td>{1}</td><td>{2}<br><small>{3}</small></td>"
+                        "<td class=l>{4}</td></tr>\n",
+                        l.name, l.marks, l.peak, human_bytes(l.peak), l.verdict);
+  const std::string page = fmt::format(R"(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>bytegrad walkthrough on {0}</title>
+<style>body{{font:14px/1.45 system-ui,sans-serif;margin:20px 28px}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #d6dbe0;padding:3px 8px;text-align:right}} .l{{text-align:left}} small{{color:#5c6670}}</style>
+</head><body><h1>bytegrad walkthrough on {0}</h1>
+<p>One memory report per scenario: the timeline stacked by category with the marks, the peak, the allocator's state
+at any event, and every mark's figures.</p>
+<table><tr><th class=l>scenario</th><th>marks</th><th>max_allocated (bytes)</th><th class=l>against PyTorch 2.11</th></tr>
+{1}</table></body></html>
+)", device.str(), rows);
+  std::ofstream out(dir + "/index.html");
+  out << page;
+  if (!out.flush()) throw std::runtime_error("cannot write " + dir + "/index.html");
+}
 
 // The arguments, then the run; throws only what main's last-resort handler reports.
 int run(int argc, char** argv) {
@@ -230,6 +286,10 @@ int run(int argc, char** argv) {
       if (i + 1 >= argc) return usage_error("--memory-viz needs a directory");
       options.memory_viz_dir = argv[++i];
       if (options.memory_viz_dir.empty()) return usage_error("--memory-viz needs a directory, got ''");
+    } else if (arg == "--html") {
+      if (i + 1 >= argc) return usage_error("--html needs a directory");
+      options.html_dir = argv[++i];
+      if (options.html_dir.empty()) return usage_error("--html needs a directory, got ''");
     } else if (arg == "--default-workspace") {
       options.default_workspace = true;
     } else if (arg == "--expandable-segments") {
@@ -239,7 +299,7 @@ int run(int argc, char** argv) {
       return 0;
     } else if (arg == "-h" || arg == "--help") {
       std::cout << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace]"
-                   " [--expandable-segments] [--json] [--list] [--memory-viz DIR]\n";
+                   " [--expandable-segments] [--json] [--list] [--memory-viz DIR] [--html DIR]\n";
       return 0;
     } else if (arg.rfind("-", 0) == 0) {
       return usage_error("unknown option '" + arg + "': expected NAME or one of " + kOptions);
@@ -252,11 +312,12 @@ int run(int argc, char** argv) {
     return usage_error("unknown scenario '" + options.name + "': expected one of " + scenario_names());
   if (named && named->needs_simulated_device && options.device.type == DeviceType::cuda)
     return usage_error("scenario '" + options.name + "' reconfigures its device: run it with --device sim or meta");
-  if (!options.memory_viz_dir.empty()) {
+  for (const std::string& dir : {options.memory_viz_dir, options.html_dir}) {
+    if (dir.empty()) continue;
     std::error_code error;
-    std::filesystem::create_directories(options.memory_viz_dir, error);
+    std::filesystem::create_directories(dir, error);
     if (error) {
-      std::cerr << "bytegrad-walkthrough: cannot create " << options.memory_viz_dir << ": " << error.message() << '\n';
+      std::cerr << "bytegrad-walkthrough: cannot create " << dir << ": " << error.message() << '\n';
       return 1;
     }
   }
@@ -301,6 +362,10 @@ int run(int argc, char** argv) {
         found = true;
         differing += walk(e, options);
       }
+    }
+    if (!options.html_dir.empty()) {
+      write_report_index(options.html_dir, options.device);
+      if (!options.json) std::cout << "\nhtml reports: " << options.html_dir << "/index.html\n";
     }
   } catch (const std::exception& e) {
     std::cerr << "bytegrad-walkthrough: " << e.what() << '\n';

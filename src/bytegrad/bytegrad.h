@@ -12,6 +12,7 @@
 #include "bytegrad/memory/format_size.h"
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/memory/memory_ledger.h"
+#include "bytegrad/memory/memory_report.h"
 #include "bytegrad/memory/memory_story.h"
 #include "bytegrad/memory/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"

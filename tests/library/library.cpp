@@ -218,6 +218,29 @@ TEST_CASE("MemoryStory: what each mark added and freed, by op, in block bytes an
   CHECK(story.since_last_mark() == "no change");
 }
 
+TEST_CASE("MemoryStory keeps its marks; write_memory_report writes them into one self-contained page") {
+  FreshDevice fresh(kSim);
+  MemoryStory story(kSim);
+  Tensor a = ones({1024}, device(kSim));  // 4096 B
+  story.mark("ones");
+  Tensor b = relu(a);                     // 4096 B more
+  story.mark();                           // named "mark 2"
+  REQUIRE(story.marks().size() == 2);
+  CHECK(story.marks()[0].label == "ones");
+  CHECK(story.marks()[0].allocated == 4096);
+  CHECK(story.marks()[1].label == "mark 2");
+  CHECK(story.marks()[1].allocated == 8192);
+  CHECK(story.marks()[1].ledger[static_cast<size_t>(MemoryCategory::other)] == 8192);
+  CHECK(story.marks()[0].event < story.marks()[1].event);  // each mark's entry in the history, in order
+
+  const std::string page = memory_report_html(story, {.title = "two marks", .subtitle = ""});
+  CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(page.find("<title>two marks</title>") != std::string::npos);
+  CHECK(page.find("{\"label\": \"ones\", \"event\": " + std::to_string(story.marks()[0].event) +
+                  ", \"figures\": {\"allocated\": 4096,") != std::string::npos);
+  CHECK(page.find(" src=") == std::string::npos);  // nothing to fetch
+}
+
 TEST_CASE("memory_ledger: parameters, gradients, optimizer state and activations, with owners; the peak") {
   FreshDevice fresh(kSim);
   WorkspaceSetting off(":0:0");

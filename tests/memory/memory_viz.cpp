@@ -18,6 +18,7 @@
 
 #include "helpers.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/memory_category.h"
 #include "bytegrad/memory/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "tests/support/json.h"
@@ -39,13 +40,37 @@ uint64_t field(const Json& object, const std::string& key) {
   return v;
 }
 
-// No "category" anywhere (the viewer throws unless one of them is "unknown").
+// No "category" anywhere under `v` (segments and blocks have none in the format).
 void check_no_category(const Json& v) {
   for (const auto& [k, child] : v.members) {
     CHECK(k != "category");
     check_no_category(child);
   }
   for (const Json& child : v.items) check_no_category(child);
+}
+
+// Trace entries carry "category": alloc and free entries one of bytegrad's eight (memory_category.h), the
+// others "unknown". The viewer throws when categories exist but none is "unknown" (the format's item 5).
+void check_categories(const Json& doc) {
+  check_no_category(doc["segments"]);
+  std::set<std::string> names;
+  for (MemoryCategory c : kMemoryCategories) names.insert(std::string(category_name(c)));
+  size_t categorized = 0, unknown = 0;
+  for (const Json& trace : doc["device_traces"].items) {
+    for (const Json& e : trace.items) {
+      const std::string& action = e["action"].string();
+      const std::string& category = e["category"].string();
+      INFO(action << " " << category);
+      if (action == "alloc" || action == "free_requested" || action == "free_completed") {
+        CHECK(names.count(category) == 1);
+        ++categorized;
+      } else {
+        CHECK(category == "unknown");
+        ++unknown;
+      }
+    }
+  }
+  if (categorized > 0) CHECK(unknown > 0);
 }
 
 void check_frames(const Json& frames) {
@@ -81,7 +106,7 @@ Checked check_document(const Json& doc) {
   REQUIRE(doc["segments"].kind == Json::Kind::array);
   REQUIRE(doc["device_traces"].kind == Json::Kind::array);
   REQUIRE(doc["allocator_settings"].kind == Json::Kind::object);
-  check_no_category(doc);
+  check_categories(doc);
   const Json& traces = doc["device_traces"];
 
   std::map<int64_t, std::vector<const Json*>> segments_of;

@@ -16,12 +16,14 @@ MemoryCategory BlockCategories::effective(const Entry& e) {
   return MemoryCategory::other;
 }
 
-void BlockCategories::recategorize(Entry& e) {
+CategoryChange BlockCategories::recategorize(uintptr_t ptr, Entry& e) {
   const MemoryCategory now = effective(e);
-  if (now == e.current) return;
+  if (now == e.current) return {};
   totals_[index_of(e.current)] -= e.bytes;
   totals_[index_of(now)] += e.bytes;
+  CategoryChange change{ptr, e.bytes, e.current, now};
   e.current = now;
+  return change;
 }
 
 void BlockCategories::on_alloc(uintptr_t ptr, size_t bytes, std::string_view tag) {
@@ -33,17 +35,19 @@ void BlockCategories::on_alloc(uintptr_t ptr, size_t bytes, std::string_view tag
   totals_[index_of(e.current)] += e.bytes;
 }
 
-void BlockCategories::on_free(uintptr_t ptr) {
+MemoryCategory BlockCategories::on_free(uintptr_t ptr) {
   capture_pending_peak();
   auto it = entries_.find(ptr);
-  if (it == entries_.end()) return;
-  totals_[index_of(it->second.current)] -= it->second.bytes;
+  if (it == entries_.end()) return MemoryCategory::other;
+  const MemoryCategory category = it->second.current;
+  totals_[index_of(category)] -= it->second.bytes;
   entries_.erase(it);
+  return category;
 }
 
-void BlockCategories::add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner) {
+CategoryChange BlockCategories::add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner) {
   auto it = entries_.find(ptr);
-  if (it == entries_.end()) return;
+  if (it == entries_.end()) return {};
   capture_pending_peak();
   Entry& e = it->second;
   ++e.roles[index_of(role)];
@@ -51,23 +55,25 @@ void BlockCategories::add_role(uintptr_t ptr, MemoryCategory role, std::string_v
     e.role_owner = owner;
     e.role_owner_category = role;
   }
-  recategorize(e);
+  return recategorize(ptr, e);
 }
 
-void BlockCategories::remove_role(uintptr_t ptr, MemoryCategory role) {
+CategoryChange BlockCategories::remove_role(uintptr_t ptr, MemoryCategory role) {
   auto it = entries_.find(ptr);
-  if (it == entries_.end() || it->second.roles[index_of(role)] == 0) return;
+  if (it == entries_.end() || it->second.roles[index_of(role)] == 0) return {};
   capture_pending_peak();
   --it->second.roles[index_of(role)];
-  recategorize(it->second);
+  return recategorize(ptr, it->second);
 }
 
-void BlockCategories::rebirth(MemoryCategory from, MemoryCategory to) {
+void BlockCategories::rebirth(MemoryCategory from, MemoryCategory to, std::vector<CategoryChange>* changes) {
   for (auto& [ptr, e] : entries_) {
     if (e.birth != from) continue;
     e.birth = to;
-    recategorize(e);
+    if (CategoryChange change = recategorize(ptr, e); change.bytes != 0 && changes) changes->push_back(change);
   }
+  if (changes)
+    std::sort(changes->begin(), changes->end(), [](const auto& a, const auto& b) { return a.address < b.address; });
 }
 
 std::string BlockCategories::role_owner(uintptr_t ptr) const {

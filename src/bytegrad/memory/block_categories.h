@@ -28,21 +28,32 @@ struct PeakRecord {
   std::vector<LedgerBlock> largest;  // the largest live blocks at that moment
 };
 
+// A live block whose category changed (for the history's `category` entries).
+struct CategoryChange {
+  uintptr_t address = 0;
+  int64_t bytes = 0;
+  MemoryCategory from = MemoryCategory::other;
+  MemoryCategory to = MemoryCategory::other;
+};
+
 class BlockCategories {
  public:
   static constexpr size_t kPeakBlocks = 10;  // how many of the largest blocks a peak keeps
 
   void on_alloc(uintptr_t ptr, size_t bytes, std::string_view tag);
-  void on_free(uintptr_t ptr);
+  // Returns the category the block had (`other` for an unknown pointer).
+  MemoryCategory on_free(uintptr_t ptr);
   // A role's count goes up or down (a storage can be saved by several nodes, or be the parameter of two
-  // modules); `owner`, when given, names the block while this role decides its category.
-  void add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner);
+  // modules); `owner`, when given, names the block while this role decides its category. Returns the
+  // change of category this made, if any (change.bytes == 0 when none).
+  CategoryChange add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner);
   // The name the block's roles gave it ("fc1.weight"), or "" when no role named it.
   std::string role_owner(uintptr_t ptr) const;
-  void remove_role(uintptr_t ptr, MemoryCategory role);
+  CategoryChange remove_role(uintptr_t ptr, MemoryCategory role);
   // Blocks born `from` are from now on born `to` (backward has ended: its surviving gradients that did not
-  // become a .grad are no longer in flight).
-  void rebirth(MemoryCategory from, MemoryCategory to);
+  // become a .grad are no longer in flight). `changes`, when given, gets the blocks whose category changed,
+  // in address order (the allocator asks only while it records history).
+  void rebirth(MemoryCategory from, MemoryCategory to, std::vector<CategoryChange>* changes = nullptr);
 
   const CategoryBytes& totals() const { return totals_; }
   MemoryCategory category_of(uintptr_t ptr) const;  // `other` for an unknown pointer
@@ -65,7 +76,7 @@ class BlockCategories {
     MemoryCategory role_owner_category = MemoryCategory::other;
   };
   static MemoryCategory effective(const Entry& e);
-  void recategorize(Entry& e);
+  CategoryChange recategorize(uintptr_t ptr, Entry& e);
   void capture_pending_peak();
   void record_peak(int64_t allocated);
   LedgerBlock ledger_block(uintptr_t ptr, const Entry& e) const;

@@ -144,6 +144,10 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
   void* ptr = reinterpret_cast<void*>(block->ptr);
   raw_->mark_in_use(ptr, bytes, true);  // the requested bytes only: a write past them is a bug
   categories_.on_alloc(block->ptr, block->size, current_allocation_tag());
+  // Recorded once the block has its category, so the entry's totals include it.
+  if (history_.enabled())
+    history_.record(TraceAction::alloc, block->ptr, block->requested_size, block->stream, categories_.totals(),
+                    {block->size, categories_.category_of(block->ptr)});
   const Stat& allocated = stats_.allocated_bytes.by_type[kAggregate];
   if (allocated.current == allocated.peak) categories_.on_new_peak(allocated.current);
   return ptr;
@@ -195,7 +199,7 @@ bool CachingAllocator::allocate_segment(Request& request, bool is_retry) {
   stats_.reserved_bytes.increase(kind, static_cast<int64_t>(bytes));
   if (bytes >= config_.max_split_size) stats_.oversize_segments.increase(1);
   ++stats_.num_device_alloc;
-  history_.record(TraceAction::segment_alloc, block->ptr, bytes, request.stream);
+  history_.record(TraceAction::segment_alloc, block->ptr, bytes, request.stream, categories_.totals());
   request.block = block;
   return true;
 }
@@ -276,7 +280,7 @@ bool CachingAllocator::map_block(Block* to_map, size_t size) {
   total_reserved_ += bytes;
   stats_.reserved_bytes.increase(pool.kind, static_cast<int64_t>(bytes));
   ++stats_.num_device_alloc;
-  history_.record(TraceAction::segment_map, address, bytes, to_map->stream);
+  history_.record(TraceAction::segment_map, address, bytes, to_map->stream, categories_.totals());
   return true;
 }
 
@@ -340,7 +344,7 @@ void CachingAllocator::unmap_block(Block* block) {
   total_reserved_ -= bytes;
   stats_.reserved_bytes.decrease(pool.kind, static_cast<int64_t>(bytes));
   ++stats_.num_device_free;
-  history_.record(TraceAction::segment_unmap, address, bytes, block->stream);
+  history_.record(TraceAction::segment_unmap, address, bytes, block->stream, categories_.totals());
 }
 
 // A segment with no pages left mapped gives its addresses back (the next request reserves anew).
@@ -389,7 +393,6 @@ CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
   }
   block->allocated = true;
   block->requested_size = request.requested;
-  history_.record(TraceAction::alloc, block->ptr, request.requested, block->stream);
   active_blocks_.emplace(block->ptr, block);
   const auto size = static_cast<int64_t>(block->size);
   stats_.allocation.increase(kind, 1);
@@ -412,22 +415,24 @@ void CachingAllocator::free(void* ptr) {
                                 " was not allocated by this allocator (or was already freed)");
   Block* block = it->second;
   active_blocks_.erase(it);
-  categories_.on_free(block->ptr);
+  const MemoryCategory category = categories_.on_free(block->ptr);
   raw_->mark_in_use(ptr, block->size, false);
   block->allocated = false;
   const PoolKind kind = block->pool->kind;
   stats_.allocation.decrease(kind, 1);
   stats_.allocated_bytes.decrease(kind, static_cast<int64_t>(block->size));
-  history_.record(TraceAction::free_requested, block->ptr, block->requested_size, block->stream);
+  history_.record(TraceAction::free_requested, block->ptr, block->requested_size, block->stream, categories_.totals(),
+                  {block->size, category});
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   // One stream per block today, so no cross-stream events defer the real free.
+  history_.record(TraceAction::free_completed, block->ptr, block->requested_size, block->stream, categories_.totals(),
+                  {block->size, category});
   free_block(block);
 }
 
 // The block becomes free: merge with free neighbours, cache it, and settle the split statistics by their
 // net change.
 void CachingAllocator::free_block(Block* block) {
-  history_.record(TraceAction::free_completed, block->ptr, block->requested_size, block->stream);
   const size_t original_size = block->size;
   const size_t requested = block->requested_size;
   BlockPool& pool = *block->pool;
@@ -486,7 +491,7 @@ void CachingAllocator::release_segment(Block* block) {
   stats_.reserved_bytes.decrease(pool.kind, static_cast<int64_t>(block->size));
   if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
   ++stats_.num_device_free;
-  history_.record(TraceAction::segment_free, block->ptr, block->size, block->stream);
+  history_.record(TraceAction::segment_free, block->ptr, block->size, block->stream, categories_.totals());
   recycle_block(block);
 }
 
@@ -585,7 +590,7 @@ void CachingAllocator::empty_cache() {
 
 void CachingAllocator::throw_out_of_memory(const Request& request) {
   RawMemory::Info info = raw_->info();
-  history_.record(TraceAction::oom, 0, request.size, request.stream, info.free);
+  history_.record(TraceAction::oom, 0, request.size, request.stream, categories_.totals(), {}, info.free);
   ++stats_.num_ooms;
   OutOfMemoryReport report;
   report.device_index = device_index_;
@@ -659,19 +664,44 @@ void CachingAllocator::reset_peak_stats() {
   categories_.reset_peak(stats_.allocated_bytes.by_type[kAggregate].current);
 }
 
+// A `category` history entry; `totals` are the category bytes just after the change.
+void CachingAllocator::record_category_change(const CategoryChange& change, const CategoryBytes& totals) {
+  if (change.bytes == 0 || !history_.enabled()) return;
+  auto it = active_blocks_.find(change.address);
+  const Block* block = it == active_blocks_.end() ? nullptr : it->second;
+  history_.record(TraceAction::category, change.address, block ? block->requested_size : 0, block ? block->stream : 0,
+                  totals, {static_cast<size_t>(change.bytes), change.to, change.from});
+}
+
 void CachingAllocator::add_block_role(const void* ptr, MemoryCategory role, std::string_view owner) {
   std::lock_guard lock(mutex_);
-  categories_.add_role(reinterpret_cast<uintptr_t>(ptr), role, owner);
+  record_category_change(categories_.add_role(reinterpret_cast<uintptr_t>(ptr), role, owner), categories_.totals());
 }
 
 void CachingAllocator::remove_block_role(const void* ptr, MemoryCategory role) {
   std::lock_guard lock(mutex_);
-  categories_.remove_role(reinterpret_cast<uintptr_t>(ptr), role);
+  record_category_change(categories_.remove_role(reinterpret_cast<uintptr_t>(ptr), role), categories_.totals());
 }
 
 void CachingAllocator::rebirth_blocks(MemoryCategory from, MemoryCategory to) {
   std::lock_guard lock(mutex_);
-  categories_.rebirth(from, to);
+  if (!history_.enabled()) {
+    categories_.rebirth(from, to);
+    return;
+  }
+  std::vector<CategoryChange> changes;
+  categories_.rebirth(from, to, &changes);
+  // One entry per block, each with the totals just after its own change: undo them all, then redo one by one.
+  CategoryBytes running = categories_.totals();
+  for (const CategoryChange& c : changes) {
+    running[static_cast<size_t>(c.to)] -= c.bytes;
+    running[static_cast<size_t>(c.from)] += c.bytes;
+  }
+  for (const CategoryChange& c : changes) {
+    running[static_cast<size_t>(c.from)] -= c.bytes;
+    running[static_cast<size_t>(c.to)] += c.bytes;
+    record_category_change(c, running);
+  }
 }
 
 CategoryBytes CachingAllocator::category_bytes() const {
@@ -751,7 +781,8 @@ MemorySnapshot CachingAllocator::snapshot() {
     segment.is_expandable = head->segment != nullptr;
     for (const Block* block = head; block && block->mapped; block = block->next) {
       BlockInfo info{block->ptr, block->size, block->requested_size,
-                     block->allocated ? BlockState::active_allocated : BlockState::inactive};
+                     block->allocated ? BlockState::active_allocated : BlockState::inactive,
+                     block->allocated ? categories_.category_of(block->ptr) : MemoryCategory::other};
       segment.total_size += block->size;
       if (block->allocated) {
         segment.allocated_size += block->size;
@@ -763,7 +794,7 @@ MemorySnapshot CachingAllocator::snapshot() {
     total_active += segment.active_size;
     snap.segments.push_back(std::move(segment));
   }
-  history_.record(TraceAction::snapshot, 0, total_active, 0);
+  history_.record(TraceAction::snapshot, 0, total_active, 0, categories_.totals());
   snap.trace = history_.entries();
   return snap;
 }

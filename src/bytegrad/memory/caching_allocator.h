@@ -33,6 +33,7 @@ struct BlockInfo {
   size_t size = 0;
   size_t requested_size = 0;  // stale on free blocks, as in PyTorch
   BlockState state = BlockState::inactive;
+  MemoryCategory category = MemoryCategory::other;  // what a live block is for (memory_category.h)
 };
 
 struct SegmentInfo {
@@ -144,6 +145,7 @@ class CachingAllocator {
   void release_segment(Block* block);
   void collect_garbage();
   Block* take_found_block(Request& request);
+  void record_category_change(const CategoryChange& change, const CategoryBytes& totals);
   void free_block(Block* block);
   size_t merge_into(Block* dst, Block* src, BlockPool& pool);
   void insert_free(BlockPool& pool, Block* block);

@@ -17,6 +17,7 @@ std::string_view trace_action_name(TraceAction action) {
     case TraceAction::segment_unmap: return "segment_unmap";
     case TraceAction::oom: return "oom";
     case TraceAction::snapshot: return "snapshot";
+    case TraceAction::category: return "category";
   }
   return "unknown";
 }
@@ -28,12 +29,14 @@ void History::set_enabled(bool enabled, size_t max_entries) {
   next_ = 0;
 }
 
-void History::record(TraceAction action, uintptr_t address, size_t size, StreamId stream, size_t device_free) {
+void History::record(TraceAction action, uintptr_t address, size_t size, StreamId stream, const CategoryBytes& totals,
+                     TraceCategories categories, size_t device_free) {
   if (!enabled_) return;
   auto now = std::chrono::system_clock::now().time_since_epoch();
   TraceEntry entry{action, address, size, stream,
                    std::chrono::duration_cast<std::chrono::microseconds>(now).count(), device_free,
-                   current_allocation_tag()};
+                   current_allocation_tag(), categories.block_size, categories.category,
+                   categories.previous_category, totals};
   if (ring_.size() < max_entries_) {
     ring_.push_back(std::move(entry));
   } else {

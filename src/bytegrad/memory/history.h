@@ -1,5 +1,12 @@
 // The allocator's event history (PyTorch's _record_memory_history trace): a bounded ring of entries,
 // oldest first, recorded only while enabled.
+//
+// Each entry also carries what the block was for (memory_category.h) and the allocated bytes per category
+// right after the event, so that a timeline stacked by category is exact at every entry: the parts sum to
+// the allocated bytes replayed from the entries (block bytes: `block_size`, not the requested `size`).
+// A block's category can change while it lives (a module registers it as a parameter, a node saves it),
+// which no PyTorch action records: bytegrad logs it as a `category` entry of its own (the memory_viz
+// export leaves those out, so PyTorch's viewer sees PyTorch's actions only).
 #pragma once
 
 #include <cstddef>
@@ -8,6 +15,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "bytegrad/memory/memory_category.h"
 
 namespace bytegrad {
 
@@ -23,7 +32,8 @@ enum class TraceAction {
   segment_map,
   segment_unmap,
   oom,
-  snapshot
+  snapshot,
+  category  // bytegrad's own: a live block's category changed (address, block_size, previous_category -> category)
 };
 
 std::string_view trace_action_name(TraceAction action);
@@ -37,6 +47,19 @@ struct TraceEntry {
   int64_t time_us = 0;     // microseconds since the epoch
   size_t device_free = 0;  // oom only: free device memory after the cache flush
   std::string tag;         // the allocation context at the time (see allocation_context.h)
+  // alloc, free_requested, free_completed and category only (else 0 / `other`):
+  size_t block_size = 0;   // the block's bytes, as memory_allocated() counts them
+  MemoryCategory category = MemoryCategory::other;           // alloc: the birth category; free: the
+                                                             // category it had; category: the new one
+  MemoryCategory previous_category = MemoryCategory::other;  // category: the one it had before
+  CategoryBytes category_bytes{};  // every entry: allocated bytes per category just after the event
+};
+
+// What an entry says beyond PyTorch's fields (all defaulted for segment, oom and snapshot entries).
+struct TraceCategories {
+  size_t block_size = 0;
+  MemoryCategory category = MemoryCategory::other;
+  MemoryCategory previous_category = MemoryCategory::other;
 };
 
 class History {
@@ -44,7 +67,9 @@ class History {
   bool enabled() const { return enabled_; }
   // Starts recording, keeping at most `max_entries` (the oldest are overwritten); disabling clears.
   void set_enabled(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
-  void record(TraceAction action, uintptr_t address, size_t size, StreamId stream, size_t device_free = 0);
+  // `totals`: the allocated bytes per category after the event. Nothing is read or copied while disabled.
+  void record(TraceAction action, uintptr_t address, size_t size, StreamId stream, const CategoryBytes& totals,
+              TraceCategories categories = {}, size_t device_free = 0);
   std::vector<TraceEntry> entries() const;  // oldest first
 
  private:

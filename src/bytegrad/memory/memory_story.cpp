@@ -55,7 +55,7 @@ std::string MemoryChange::str() const {
   return text.empty() ? "no change" : text;
 }
 
-MemoryChange MemoryStory::mark() {
+MemoryChange MemoryStory::mark(const std::string& label) {
   CachingAllocator& allocator = caching_allocator(device_);
   MemoryChange change;
   // The device was reconfigured: a new allocator, a new history. The new allocator may sit at the old one's
@@ -66,6 +66,7 @@ MemoryChange MemoryStory::mark() {
     seen_ = 0;
     live_.clear();
     change.device_reconfigured = true;
+    for (StoryMark& m : marks_) m.event = -1;  // their history was the old allocator's
   }
   const std::vector<TraceEntry> trace = allocator.snapshot().trace;
   std::map<std::string, int64_t> added, removed;  // by tag: blocks made since the last mark / older ones freed
@@ -93,6 +94,23 @@ MemoryChange MemoryStory::mark() {
   }
   change.added = largest_first(added);
   change.freed = largest_first(removed);
+
+  StoryMark m;
+  m.label = label.empty() ? "mark " + std::to_string(marks_.size() + 1) : label;
+  m.event = static_cast<int64_t>(trace.size()) - 1;  // the snapshot() above logged the last entry
+  const std::map<std::string, int64_t> stats = allocator.memory_stats();
+  auto stat = [&](const char* key) { return stats.at(key); };
+  m.allocated = stat("allocated_bytes.all.current");
+  m.reserved = stat("reserved_bytes.all.current");
+  m.max_allocated = stat("allocated_bytes.all.peak");
+  m.max_reserved = stat("reserved_bytes.all.peak");
+  m.segments = stat("segment.all.current");
+  m.blocks = stat("allocation.all.current");
+  m.requested = stat("requested_bytes.all.current");
+  m.inactive_split = stat("inactive_split_bytes.all.current");
+  m.ledger = allocator.category_bytes();
+  m.change = change;
+  marks_.push_back(std::move(m));
   return change;
 }
 

@@ -12,6 +12,9 @@
 //
 // Bytes are block bytes (what the allocator handed out, rounded), so they add up to memory_allocated()'s
 // change. The bytegrad-walkthrough prints one story per mark.
+//
+// Each mark is also kept (marks()): its label, the allocator's figures and bytes per category at that
+// moment, and where it falls in the history, which is what write_memory_report (memory_report.h) draws.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "bytegrad/core/device.h"
+#include "bytegrad/memory/memory_category.h"
 
 namespace bytegrad {
 
@@ -46,6 +50,24 @@ struct TraceEntry;
 // unsplit block), or, once freed, the request rounded as the allocator rounds it.
 size_t traced_block_bytes(const CachingAllocator& allocator, const TraceEntry& entry);
 
+// One mark as the story kept it. The figures are memory_stats()'s, named as the golden files name them.
+struct StoryMark {
+  std::string label;
+  // The index, in the device allocator's history (snapshot().trace), of the `snapshot` entry this mark
+  // logged; -1 once that history is gone (the device got a new allocator after the mark).
+  int64_t event = -1;
+  int64_t allocated = 0;       // allocated_bytes.all.current
+  int64_t reserved = 0;        // reserved_bytes.all.current
+  int64_t max_allocated = 0;   // allocated_bytes.all.peak
+  int64_t max_reserved = 0;    // reserved_bytes.all.peak
+  int64_t segments = 0;        // segment.all.current
+  int64_t blocks = 0;          // allocation.all.current
+  int64_t requested = 0;       // requested_bytes.all.current
+  int64_t inactive_split = 0;  // inactive_split_bytes.all.current
+  CategoryBytes ledger{};      // allocated bytes by category (sums to `allocated`)
+  MemoryChange change;         // what changed since the previous mark
+};
+
 class MemoryStory {
  public:
   explicit MemoryStory(Device device);  // starts recording the device's allocator history
@@ -53,9 +75,13 @@ class MemoryStory {
   MemoryStory(const MemoryStory&) = delete;
   MemoryStory& operator=(const MemoryStory&) = delete;
 
-  // The change since the previous mark (or since construction), and the start of the next.
-  MemoryChange mark();
-  std::string since_last_mark() { return mark().str(); }
+  // The change since the previous mark (or since construction), and the start of the next. The mark is
+  // kept under `label` ("mark N" when empty).
+  MemoryChange mark(const std::string& label = {});
+  std::string since_last_mark(const std::string& label = {}) { return mark(label).str(); }
+
+  Device device() const { return device_; }
+  const std::vector<StoryMark>& marks() const { return marks_; }
 
  private:
   struct LiveBlock {
@@ -67,6 +93,7 @@ class MemoryStory {
   const void* allocator_ = nullptr;  // the allocator being read (a reconfigured device gets a new one)
   size_t seen_ = 0;                          // history entries already read
   std::map<uintptr_t, LiveBlock> live_;      // blocks allocated while recording
+  std::vector<StoryMark> marks_;
 };
 
 }  // namespace bytegrad

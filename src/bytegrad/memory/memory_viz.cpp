@@ -33,6 +33,9 @@ void write_frames(std::string& out, std::string_view tag) {
 }
 
 bool has_address(TraceAction action) { return action != TraceAction::oom && action != TraceAction::snapshot; }
+bool has_category(TraceAction action) {
+  return action == TraceAction::alloc || action == TraceAction::free_requested || action == TraceAction::free_completed;
+}
 
 // PyTorch's key for an entry of roundup_power2_divisions: the interval's lower bound in MiB.
 std::string roundup_key(size_t interval) { return std::to_string(uint64_t{1} << interval); }
@@ -88,9 +91,11 @@ void write_segments(std::string& out, const MemorySnapshot& snap, uint64_t shift
 
 void write_trace(std::string& out, const MemorySnapshot& snap, uint64_t shift) {
   out += '[';
-  for (size_t i = 0; i < snap.trace.size(); ++i) {
-    const TraceEntry& e = snap.trace[i];
-    fmt::format_to(Out(out), R"({}{{"action": "{}", )", i ? ",\n" : "\n", trace_action_name(e.action));
+  bool first = true;
+  for (const TraceEntry& e : snap.trace) {
+    if (e.action == TraceAction::category) continue;  // bytegrad's own action: not one the viewer knows
+    fmt::format_to(Out(out), R"({}{{"action": "{}", )", first ? "\n" : ",\n", trace_action_name(e.action));
+    first = false;
     if (e.action == TraceAction::oom) {
       fmt::format_to(Out(out), R"("device_free": {}, )", e.device_free);
     } else {
@@ -98,7 +103,11 @@ void write_trace(std::string& out, const MemorySnapshot& snap, uint64_t shift) {
     }
     fmt::format_to(Out(out), R"("size": {}, "stream": {}, "time_us": {}, "frames": )", e.size, e.stream, e.time_us);
     write_frames(out, e.tag);
-    out += R"(, "compile_context": "N/A"})";
+    // The viewer colours blocks by their alloc's category and draws a legend of every category it meets;
+    // entries about no block say "unknown", which the viewer needs once categories exist at all.
+    out += R"(, "category": ")";
+    out += has_category(e.action) ? category_name(e.category) : std::string_view("unknown");
+    out += R"(", "compile_context": "N/A"})";
   }
   out += ']';
 }

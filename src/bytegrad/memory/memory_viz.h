@@ -20,6 +20,14 @@
 //    stack {"filename": "bytegrad", "line": 0, "name": tag}. Live blocks get the tag of the alloc that made
 //    them when the history still holds it, else [] (the viewer then says the block predates recording).
 //    Entries recorded with no tag get [].
+//  - Categories: alloc, free_requested and free_completed entries carry "category", the block's category
+//    (memory_category.h: "parameter", "buffer", "gradient", "optimizer_state", "workspace", "activation",
+//    "autograd_temporary", "other"): at an alloc the one it was born with, at a free the one it had then.
+//    The viewer colours each allocation by its alloc's category and draws a legend. Entries about no block
+//    (segment_*, snapshot, oom) say "unknown": the viewer adds "unknown" to its legend through a misspelt
+//    property that throws unless some entry already has it (shared/reference/memory-viz-format.md, item 5).
+//    bytegrad's own `category` entries (a live block's category changed) are left out: the viewer knows
+//    PyTorch's actions only.
 //
 // Addresses are written as JSON numbers, which the viewer reads as doubles: exact below 2^53. cuda, sim
 // (host mmap) and meta (from 2^44 up) addresses stay far below that (user space is 2^47 on x86-64), but a

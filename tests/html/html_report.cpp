@@ -1,0 +1,265 @@
+// The HTML memory report in a real browser: bytegrad-walkthrough --html writes seed001_mlp_estimate's report on
+// meta; headless Chromium (Debian's `chromium`) loads it from file:// with the network unreachable, and
+//  - no script error and no console message (an error, or a fetch the page's Content-Security-Policy
+//    refused) appears, the page says it rendered (<body data-rendered="yes">, set by its script last);
+//  - the marks table holds every mark of the golden file (shared/golden/scenarios/seed001_mlp_estimate.json,
+//    read here) with each of its eight figures as the exact integer, byte figures with their human unit
+//    (bytegrad's human_bytes) beside them; the legend names the eight categories;
+//  - opened at each mark (report.html#mark=K), the allocator state the page replays in JavaScript has the
+//    golden's reserved, allocated, segments and blocks;
+//  - a screenshot is kept: build/tests/html/seed001_mlp_estimate.png.
+// Without a chromium on PATH (or BYTEGRAD_CHROMIUM), it exits 77: ctest reports it skipped, saying why.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bytegrad/memory/memory_category.h"
+#include "bytegrad/memory/memory_functions.h"
+#include "programs/scenario.h"
+
+using namespace bytegrad;
+using namespace bytegrad::programs;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kScenario = "seed001_mlp_estimate";
+std::string chromium;  // the browser found by main
+const fs::path out_dir = BYTEGRAD_HTML_TEST_DIR;
+
+std::string find_chromium() {
+  if (const char* chosen = std::getenv("BYTEGRAD_CHROMIUM"); chosen && *chosen) return chosen;
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  std::string dir;
+  while (std::getline(dirs, dir, ':'))
+    for (const char* name : {"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"})
+      if (!dir.empty() && access((fs::path(dir) / name).c_str(), X_OK) == 0) return (fs::path(dir) / name).string();
+  return "";
+}
+
+std::string read(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int run(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+struct Browser {
+  std::string dom;
+  std::string log;
+};
+
+// Headless Chromium, offline (every host name resolves to nothing), with a profile of its own.
+Browser browse(const std::string& url, const std::string& extra, const std::string& name) {
+  const fs::path profile = out_dir / ("profile-" + name);
+  fs::remove_all(profile);
+  const fs::path dom = out_dir / (name + ".dom.html"), log = out_dir / (name + ".log");
+  const std::string command =
+      quote(chromium) + " --headless --no-sandbox --disable-gpu --no-first-run --no-default-browser-check" +
+      " --disable-extensions --disable-background-networking --disable-component-update --disable-sync" +
+      " --disable-dev-shm-usage" +
+      " --host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr --v=0 --user-data-dir=" + quote(profile.string()) +
+      " " + extra + " " + quote(url) + " >" + quote(dom.string()) + " 2>" + quote(log.string());
+  const int status = run(command);
+  Browser b{read(dom), read(log)};
+  fs::remove_all(profile);
+  INFO("chromium exited " << status << "; its log:\n" << b.log);
+  CHECK(status == 0);
+  return b;
+}
+
+// Console messages (script errors, refused fetches, console.* calls) in Chromium's log.
+std::vector<std::string> console_lines(const std::string& log) {
+  std::vector<std::string> found;
+  std::stringstream lines(log);
+  std::string line;
+  while (std::getline(lines, line))
+    if (line.find("CONSOLE") != std::string::npos || line.find("Uncaught") != std::string::npos ||
+        line.find("Refused to") != std::string::npos)
+      found.push_back(line);
+  return found;
+}
+
+// The text of an element's children, tags removed.
+std::string strip_tags(const std::string& html) {
+  std::string text;
+  bool in_tag = false;
+  for (char c : html) {
+    if (c == '<') in_tag = true;
+    else if (c == '>') in_tag = false;
+    else if (!in_tag) text += c;
+  }
+  return text;
+}
+
+// The markup from the element whose opening tag holds `marker` to the matching close of `tag`
+// (no nesting of the same tag inside: true of the rows, cells and lists read here).
+std::string element(const std::string& html, const std::string& marker, const std::string& tag, size_t from = 0) {
+  const size_t at = html.find(marker, from);
+  if (at == std::string::npos) return "";
+  const size_t open = html.rfind("<" + tag, at);
+  const size_t close = html.find("</" + tag + ">", at);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return html.substr(open, close + tag.size() + 3 - open);
+}
+
+// "7.11 MiB" from human_bytes's "7.11 MiB (7455232 B)"; "512 B" as it is.
+std::string human_unit(int64_t bytes) {
+  const std::string h = human_bytes(bytes);
+  const size_t paren = h.find(" (");
+  return paren == std::string::npos ? h : h.substr(0, paren);
+}
+
+struct Report {
+  fs::path page;
+  std::vector<GoldenStep> golden;
+};
+
+const Report& report() {
+  static const Report r = [] {
+    Report made;
+    const fs::path dir = out_dir / "walkthrough";
+    fs::remove_all(dir);
+    const int status = run(quote(BYTEGRAD_WALKTHROUGH) + " " + kScenario + " --device meta --html " + quote(dir.string()) +
+                           " >" + quote((out_dir / "walkthrough.txt").string()) + " 2>&1");
+    INFO(read(out_dir / "walkthrough.txt"));
+    REQUIRE(status == 0);  // every mark equal to PyTorch's
+    made.page = dir / (kScenario + ".html");
+    REQUIRE(fs::exists(made.page));
+    REQUIRE(fs::exists(dir / "index.html"));
+    made.golden = read_golden_scenario(golden_scenario_path(kScenario));
+    REQUIRE(!made.golden.empty());
+    return made;
+  }();
+  return r;
+}
+
+std::string file_url(const fs::path& path) { return "file://" + fs::absolute(path).string(); }
+
+}  // namespace
+
+TEST_CASE("html: the report is one self-contained file, and the index links it") {
+  const Report& r = report();
+  const std::string page = read(r.page);
+  // Nothing to fetch: no src= or href= attribute, no url(...) in styles, no http(s) address but the SVG
+  // namespace's name (an identifier, never fetched).
+  CHECK(page.find(" src=") == std::string::npos);
+  CHECK(page.find(" href=") == std::string::npos);
+  CHECK(page.find("url(") == std::string::npos);
+  CHECK(page.find("https://") == std::string::npos);
+  const std::string svg_namespace = "http://www.w3.org/2000/svg";
+  for (size_t at = page.find("http://"); at != std::string::npos; at = page.find("http://", at + 1))
+    CHECK(page.compare(at, svg_namespace.size(), svg_namespace) == 0);
+  CHECK(read(r.page.parent_path() / "index.html").find("href=\"" + kScenario + ".html\"") != std::string::npos);
+}
+
+TEST_CASE("html: Chromium renders the report offline without errors; the marks' figures and the categories") {
+  const Report& r = report();
+  const Browser b = browse(file_url(r.page), "--dump-dom", "report");
+  INFO("chromium log:\n" << b.log);
+  CHECK(console_lines(b.log).empty());
+  CHECK(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  CHECK(b.dom.find("data-errors=") == std::string::npos);
+
+  // The legend: the eight categories, in precedence order.
+  std::string names;
+  for (MemoryCategory c : kMemoryCategories) names += std::string(category_name(c));
+  CHECK(strip_tags(element(b.dom, "id=\"legend\"", "ul")) == names);
+
+  // The marks table: row K is golden step K, each figure its exact integer, with its human unit for bytes.
+  const size_t table = b.dom.find("id=\"marks-table\"");
+  REQUIRE(table != std::string::npos);
+  for (size_t k = 0; k < r.golden.size(); ++k) {
+    const GoldenStep& want = r.golden[k];
+    CAPTURE(want.label);
+    const std::string row = element(b.dom, "data-mark=\"" + std::to_string(k) + "\"", "tr", table);
+    REQUIRE(!row.empty());
+    CHECK(strip_tags(element(row, "mark-label", "span")) == want.label);
+    for (const StepField& f : golden_step_fields()) {
+      CAPTURE(f.name);
+      const std::string cell = element(row, std::string("data-figure=\"") + f.name + "\"", "td");
+      REQUIRE(!cell.empty());
+      const int64_t value = want.*f.member;
+      const bool is_bytes = std::string(f.name) != "segments" && std::string(f.name) != "blocks";
+      // The integer first, then (bytes only) the human unit in its own <span class="h">.
+      const size_t unit = cell.find("<span class=\"h\">");
+      CHECK(strip_tags(cell.substr(0, unit)) == std::to_string(value));
+      CHECK(strip_tags(unit == std::string::npos ? "" : cell.substr(unit)) == (is_bytes ? human_unit(value) : ""));
+    }
+  }
+  // The categories by mark: every row sums to the mark's allocated bytes.
+  const size_t by_category = b.dom.find("id=\"marks-category-table\"");
+  REQUIRE(by_category != std::string::npos);
+  for (size_t k = 0; k < r.golden.size(); ++k) {
+    const std::string row = element(b.dom, "data-mark=\"" + std::to_string(k) + "\"", "tr", by_category);
+    const std::string cell = element(row, "data-figure=\"sum\"", "td");
+    CHECK(strip_tags(cell.substr(0, cell.find("<span"))) == std::to_string(r.golden[k].allocated));
+  }
+}
+
+TEST_CASE("html: at each mark, the state the page replays has the golden's reserved, allocated, segments, blocks") {
+  const Report& r = report();
+  for (size_t k = 0; k < r.golden.size(); ++k) {
+    const GoldenStep& want = r.golden[k];
+    CAPTURE(want.label);
+    const Browser b = browse(file_url(r.page) + "#mark=" + std::to_string(k), "--dump-dom", "mark" + std::to_string(k));
+    CHECK(console_lines(b.log).empty());
+    REQUIRE(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
+    auto shown = [&](const std::string& id) { return strip_tags(element(b.dom, "id=\"" + id + "\"", "span")); };
+    CHECK(shown("state-reserved") == std::to_string(want.reserved));
+    CHECK(shown("state-allocated") == std::to_string(want.allocated));
+    CHECK(shown("state-segments") == std::to_string(want.segments));
+    CHECK(shown("state-blocks") == std::to_string(want.blocks));
+    CHECK(strip_tags(element(b.dom, "id=\"state-event\"", "div")).find("mark " + want.label) != std::string::npos);
+  }
+}
+
+TEST_CASE("html: a screenshot of the report, kept with the test output") {
+  const Report& r = report();
+  const fs::path png = out_dir / (kScenario + ".png");
+  fs::remove(png);
+  const Browser b = browse(file_url(r.page), "--hide-scrollbars --window-size=1280,2400 --screenshot=" + quote(png.string()),
+                           "screenshot");
+  CHECK(console_lines(b.log).empty());
+  REQUIRE(fs::exists(png));
+  const std::string bytes = read(png);
+  CHECK(bytes.size() > 10000);  // a drawn page, not an empty one
+  CHECK(bytes.substr(1, 3) == "PNG");
+  MESSAGE("screenshot: " << png.string());
+}
+
+int main(int argc, char** argv) {
+  chromium = find_chromium();
+  if (chromium.empty()) {
+    std::cout << "html: no chromium found (PATH has no chromium, chromium-browser or google-chrome, and "
+                 "BYTEGRAD_CHROMIUM is unset): skipping the browser test. Install Debian's `chromium`.\n";
+    return 77;
+  }
+  fs::create_directories(out_dir);
+  std::cout << "html: " << chromium << ", output in " << out_dir.string() << '\n';
+  doctest::Context context(argc, argv);
+  return context.run();
+}
