@@ -28,7 +28,8 @@ for step in "$@"; do
         >"$out/sanitizer.log" 2>&1 || status=1
       tail -5 "$out/sanitizer.log" ;;
     bench)
-      { ./build/bench/bench_training; ./build/bench/bench_attention; python3 bench/pytorch_training_steps.py; } \
+      { ./build/bench/bench_training; ./build/bench/bench_attention; python3 bench/pytorch_training_steps.py;
+        ./build/bench/bench_gpt2; python3 bench/pytorch_gpt2_step.py; } \
         >"$out/bench.log" 2>&1 || status=1
       cat "$out/bench.log" ;;
     *) echo "unknown step $step"; exit 2 ;;

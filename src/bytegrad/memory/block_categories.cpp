@@ -16,91 +16,92 @@ MemoryCategory BlockCategories::effective(const Entry& e) {
   return MemoryCategory::other;
 }
 
-CategoryChange BlockCategories::recategorize(uintptr_t ptr, Entry& e) {
+CategoryChange BlockCategories::recategorize(Entry& e) {
   const MemoryCategory now = effective(e);
   if (now == e.current) return {};
   totals_[index_of(e.current)] -= e.bytes;
   totals_[index_of(now)] += e.bytes;
-  CategoryChange change{ptr, e.bytes, e.current, now};
+  CategoryChange change{e.ptr, e.bytes, e.current, now};
   e.current = now;
   return change;
 }
 
-void BlockCategories::on_alloc(uintptr_t ptr, size_t bytes, std::string_view tag) {
-  Entry& e = entries_[ptr];
-  e = Entry{};
+void BlockCategories::on_alloc(Entry& e, uintptr_t ptr, size_t bytes, const std::string& tag) {
+  e.ptr = ptr;
   e.bytes = static_cast<int64_t>(bytes);
   e.birth = e.current = current_birth_category();
-  e.birth_owner = tag;
+  e.role_owner_category = MemoryCategory::other;
+  e.roles = {};
+  e.birth_owner = &tag;
+  e.role_owner.clear();
+  e.prev = nullptr;
+  e.next = live_;
+  if (live_) live_->prev = &e;
+  live_ = &e;
   totals_[index_of(e.current)] += e.bytes;
 }
 
-MemoryCategory BlockCategories::on_free(uintptr_t ptr) {
+MemoryCategory BlockCategories::on_free(Entry& e) {
   capture_pending_peak();
-  auto it = entries_.find(ptr);
-  if (it == entries_.end()) return MemoryCategory::other;
-  const MemoryCategory category = it->second.current;
-  totals_[index_of(category)] -= it->second.bytes;
-  entries_.erase(it);
-  return category;
+  totals_[index_of(e.current)] -= e.bytes;
+  if (e.prev) e.prev->next = e.next;
+  else live_ = e.next;
+  if (e.next) e.next->prev = e.prev;
+  e.prev = e.next = nullptr;
+  return e.current;
 }
 
-CategoryChange BlockCategories::add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner) {
-  auto it = entries_.find(ptr);
-  if (it == entries_.end()) return {};
+CategoryChange BlockCategories::add_role(Entry* e, MemoryCategory role, std::string_view owner) {
+  if (!e) return {};
   capture_pending_peak();
-  Entry& e = it->second;
-  ++e.roles[index_of(role)];
-  if (!owner.empty()) {
-    e.role_owner = owner;
-    e.role_owner_category = role;
+  // The name comes from the highest-precedence role that gives one: a parameter saved by a node stays
+  // "fc1.weight", not "saved by AddmmBackward0".
+  const bool name_held = !e->role_owner.empty() && e->roles[index_of(e->role_owner_category)] > 0;
+  ++e->roles[index_of(role)];
+  if (!owner.empty() && (!name_held || index_of(role) <= index_of(e->role_owner_category))) {
+    e->role_owner = owner;
+    e->role_owner_category = role;
   }
-  return recategorize(ptr, e);
+  return recategorize(*e);
 }
 
-CategoryChange BlockCategories::remove_role(uintptr_t ptr, MemoryCategory role) {
-  auto it = entries_.find(ptr);
-  if (it == entries_.end() || it->second.roles[index_of(role)] == 0) return {};
+CategoryChange BlockCategories::remove_role(Entry* e, MemoryCategory role) {
+  if (!e || e->roles[index_of(role)] == 0) return {};
   capture_pending_peak();
-  --it->second.roles[index_of(role)];
-  return recategorize(ptr, it->second);
+  --e->roles[index_of(role)];
+  return recategorize(*e);
 }
 
 void BlockCategories::rebirth(MemoryCategory from, MemoryCategory to, std::vector<CategoryChange>* changes) {
-  for (auto& [ptr, e] : entries_) {
-    if (e.birth != from) continue;
-    e.birth = to;
-    if (CategoryChange change = recategorize(ptr, e); change.bytes != 0 && changes) changes->push_back(change);
+  for (Entry* e = live_; e; e = e->next) {
+    if (e->birth != from) continue;
+    e->birth = to;
+    if (CategoryChange change = recategorize(*e); change.bytes != 0 && changes) changes->push_back(change);
   }
   if (changes)
     std::sort(changes->begin(), changes->end(), [](const auto& a, const auto& b) { return a.address < b.address; });
 }
 
-std::string BlockCategories::role_owner(uintptr_t ptr) const {
-  auto it = entries_.find(ptr);
-  return it == entries_.end() ? std::string() : it->second.role_owner;
+std::string BlockCategories::module_owner(const Entry& e) {
+  const bool by_module = e.role_owner_category == MemoryCategory::parameter || e.role_owner_category == MemoryCategory::buffer;
+  return by_module && e.roles[index_of(e.role_owner_category)] > 0 ? e.role_owner : std::string();
 }
 
-MemoryCategory BlockCategories::category_of(uintptr_t ptr) const {
-  auto it = entries_.find(ptr);
-  return it == entries_.end() ? MemoryCategory::other : it->second.current;
-}
-
-LedgerBlock BlockCategories::ledger_block(uintptr_t ptr, const Entry& e) const {
+LedgerBlock BlockCategories::ledger_block(const Entry& e) {
   const bool role_named = !e.role_owner.empty() && e.role_owner_category == e.current;
-  return {ptr, e.bytes, e.current, role_named ? e.role_owner : (e.birth_owner.empty() ? "untagged" : e.birth_owner)};
+  const bool tagged = e.birth_owner && !e.birth_owner->empty();
+  return {e.ptr, e.bytes, e.current, role_named ? e.role_owner : (tagged ? *e.birth_owner : std::string("untagged"))};
 }
 
 std::vector<LedgerBlock> BlockCategories::largest(size_t n) const {
-  std::vector<std::pair<int64_t, uintptr_t>> order;
-  order.reserve(entries_.size());
-  for (const auto& [ptr, e] : entries_) order.emplace_back(e.bytes, ptr);
+  std::vector<const Entry*> order;
+  for (const Entry* e = live_; e; e = e->next) order.push_back(e);
   const size_t count = std::min(n, order.size());
-  // Largest first, ties by address so the report does not depend on hashing order.
+  // Largest first, ties by address so the report does not depend on the list's order.
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(),
-                    [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+                    [](const Entry* a, const Entry* b) { return a->bytes != b->bytes ? a->bytes > b->bytes : a->ptr < b->ptr; });
   std::vector<LedgerBlock> blocks;
-  for (size_t i = 0; i < count; ++i) blocks.push_back(ledger_block(order[i].second, entries_.at(order[i].second)));
+  for (size_t i = 0; i < count; ++i) blocks.push_back(ledger_block(*order[i]));
   return blocks;
 }
 

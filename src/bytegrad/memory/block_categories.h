@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <array>
 #include <vector>
 
 #include "bytegrad/memory/memory_category.h"
@@ -36,27 +36,47 @@ struct CategoryChange {
   MemoryCategory to = MemoryCategory::other;
 };
 
+// What the book keeps per live block. It lives inside the allocator's own block record, so keeping the
+// book costs no allocation of its own; live entries are linked in a list for the reports.
+struct BlockCategoryEntry {
+  uintptr_t ptr = 0;
+  int64_t bytes = 0;
+  MemoryCategory birth = MemoryCategory::other;
+  MemoryCategory current = MemoryCategory::other;
+  MemoryCategory role_owner_category = MemoryCategory::other;
+  std::array<uint16_t, kMemoryCategoryCount> roles{};
+  const std::string* birth_owner = nullptr;  // the allocation tag (interned: allocation_context.h)
+  std::string role_owner;                    // the name a role gave it ("fc1.weight"), "" when none
+  BlockCategoryEntry* prev = nullptr;        // the live list
+  BlockCategoryEntry* next = nullptr;
+};
+
 class BlockCategories {
  public:
+  using Entry = BlockCategoryEntry;
   static constexpr size_t kPeakBlocks = 10;  // how many of the largest blocks a peak keeps
 
-  void on_alloc(uintptr_t ptr, size_t bytes, std::string_view tag);
-  // Returns the category the block had (`other` for an unknown pointer).
-  MemoryCategory on_free(uintptr_t ptr);
+  BlockCategories() = default;
+  BlockCategories(const BlockCategories&) = delete;
+  BlockCategories& operator=(const BlockCategories&) = delete;
+
+  // The block at `ptr` (whose record holds `e`) became live / is freed; on_free returns its category.
+  void on_alloc(Entry& e, uintptr_t ptr, size_t bytes, const std::string& tag);
+  MemoryCategory on_free(Entry& e);
   // A role's count goes up or down (a storage can be saved by several nodes, or be the parameter of two
   // modules); `owner`, when given, names the block while this role decides its category. Returns the
-  // change of category this made, if any (change.bytes == 0 when none).
-  CategoryChange add_role(uintptr_t ptr, MemoryCategory role, std::string_view owner);
-  // The name the block's roles gave it ("fc1.weight"), or "" when no role named it.
-  std::string role_owner(uintptr_t ptr) const;
-  CategoryChange remove_role(uintptr_t ptr, MemoryCategory role);
+  // change of category this made, if any (change.bytes == 0 when none). A null entry (no live block
+  // there) changes nothing.
+  CategoryChange add_role(Entry* e, MemoryCategory role, std::string_view owner);
+  CategoryChange remove_role(Entry* e, MemoryCategory role);
   // Blocks born `from` are from now on born `to` (backward has ended: its surviving gradients that did not
   // become a .grad are no longer in flight). `changes`, when given, gets the blocks whose category changed,
   // in address order (the allocator asks only while it records history).
   void rebirth(MemoryCategory from, MemoryCategory to, std::vector<CategoryChange>* changes = nullptr);
 
   const CategoryBytes& totals() const { return totals_; }
-  MemoryCategory category_of(uintptr_t ptr) const;  // `other` for an unknown pointer
+  // The name a module gave the block as its parameter or buffer ("fc1.weight"), or "" when none did.
+  static std::string module_owner(const Entry& e);
   std::vector<LedgerBlock> largest(size_t n) const;
 
   // allocated reached its maximum (again, or higher): if higher, totals and phase now; the largest blocks
@@ -66,22 +86,13 @@ class BlockCategories {
   PeakRecord peak() const;
 
  private:
-  struct Entry {
-    int64_t bytes = 0;
-    MemoryCategory birth = MemoryCategory::other;
-    MemoryCategory current = MemoryCategory::other;
-    std::array<uint16_t, kMemoryCategoryCount> roles{};
-    std::string birth_owner;
-    std::string role_owner;
-    MemoryCategory role_owner_category = MemoryCategory::other;
-  };
   static MemoryCategory effective(const Entry& e);
-  CategoryChange recategorize(uintptr_t ptr, Entry& e);
+  CategoryChange recategorize(Entry& e);
   void capture_pending_peak();
   void record_peak(int64_t allocated);
-  LedgerBlock ledger_block(uintptr_t ptr, const Entry& e) const;
+  static LedgerBlock ledger_block(const Entry& e);
 
-  std::unordered_map<uintptr_t, Entry> entries_;
+  Entry* live_ = nullptr;  // head of the live list
   CategoryBytes totals_{};
   PeakRecord peak_;
   bool peak_blocks_pending_ = false;

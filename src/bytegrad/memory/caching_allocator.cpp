@@ -25,6 +25,7 @@ struct CachingAllocator::Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   uint64_t gc_count_base = 0;  // the pool's search count when this block was last cached
+  BlockCategoryEntry category;  // while allocated: what the block is for (block_categories.h)
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
@@ -105,7 +106,11 @@ CachingAllocator::Block* CachingAllocator::new_block() {
   if (spare_blocks_.empty()) return new Block();
   Block* block = spare_blocks_.back();
   spare_blocks_.pop_back();
+  // Fresh placement fields; the category entry is reset when the block is next allocated (on_alloc), and
+  // keeping it spares its string's allocation.
+  BlockCategoryEntry category = std::move(block->category);
   *block = Block();
+  block->category = std::move(category);
   return block;
 }
 
@@ -143,11 +148,11 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
   Block* block = take_found_block(request);
   void* ptr = reinterpret_cast<void*>(block->ptr);
   raw_->mark_in_use(ptr, bytes, true);  // the requested bytes only: a write past them is a bug
-  categories_.on_alloc(block->ptr, block->size, current_allocation_tag());
+  categories_.on_alloc(block->category, block->ptr, block->size, current_allocation_tag());
   // Recorded once the block has its category, so the entry's totals include it.
   if (history_.enabled())
     history_.record(TraceAction::alloc, block->ptr, block->requested_size, block->stream, categories_.totals(),
-                    {block->size, categories_.category_of(block->ptr)});
+                    {block->size, block->category.current});
   const Stat& allocated = stats_.allocated_bytes.by_type[kAggregate];
   if (allocated.current == allocated.peak) categories_.on_new_peak(allocated.current);
   return ptr;
@@ -415,7 +420,7 @@ void CachingAllocator::free(void* ptr) {
                                 " was not allocated by this allocator (or was already freed)");
   Block* block = it->second;
   active_blocks_.erase(it);
-  const MemoryCategory category = categories_.on_free(block->ptr);
+  const MemoryCategory category = categories_.on_free(block->category);
   raw_->mark_in_use(ptr, block->size, false);
   block->allocated = false;
   const PoolKind kind = block->pool->kind;
@@ -673,14 +678,19 @@ void CachingAllocator::record_category_change(const CategoryChange& change, cons
                   totals, {static_cast<size_t>(change.bytes), change.to, change.from});
 }
 
+BlockCategoryEntry* CachingAllocator::category_entry(const void* ptr) {
+  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  return it == active_blocks_.end() ? nullptr : &it->second->category;
+}
+
 void CachingAllocator::add_block_role(const void* ptr, MemoryCategory role, std::string_view owner) {
   std::lock_guard lock(mutex_);
-  record_category_change(categories_.add_role(reinterpret_cast<uintptr_t>(ptr), role, owner), categories_.totals());
+  record_category_change(categories_.add_role(category_entry(ptr), role, owner), categories_.totals());
 }
 
 void CachingAllocator::remove_block_role(const void* ptr, MemoryCategory role) {
   std::lock_guard lock(mutex_);
-  record_category_change(categories_.remove_role(reinterpret_cast<uintptr_t>(ptr), role), categories_.totals());
+  record_category_change(categories_.remove_role(category_entry(ptr), role), categories_.totals());
 }
 
 void CachingAllocator::rebirth_blocks(MemoryCategory from, MemoryCategory to) {
@@ -711,7 +721,8 @@ CategoryBytes CachingAllocator::category_bytes() const {
 
 std::string CachingAllocator::block_owner(const void* ptr) const {
   std::lock_guard lock(mutex_);
-  return categories_.role_owner(reinterpret_cast<uintptr_t>(ptr));
+  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  return it == active_blocks_.end() ? std::string() : BlockCategories::module_owner(it->second->category);
 }
 
 std::vector<LedgerBlock> CachingAllocator::largest_blocks(size_t count) const {
@@ -782,7 +793,7 @@ MemorySnapshot CachingAllocator::snapshot() {
     for (const Block* block = head; block && block->mapped; block = block->next) {
       BlockInfo info{block->ptr, block->size, block->requested_size,
                      block->allocated ? BlockState::active_allocated : BlockState::inactive,
-                     block->allocated ? categories_.category_of(block->ptr) : MemoryCategory::other};
+                     block->allocated ? block->category.current : MemoryCategory::other};
       segment.total_size += block->size;
       if (block->allocated) {
         segment.allocated_size += block->size;

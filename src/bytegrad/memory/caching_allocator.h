@@ -103,7 +103,7 @@ class CachingAllocator {
   void remove_block_role(const void* ptr, MemoryCategory role);
   void rebirth_blocks(MemoryCategory from, MemoryCategory to);  // BlockCategories::rebirth
   CategoryBytes category_bytes() const;
-  std::string block_owner(const void* ptr) const;  // BlockCategories::role_owner
+  std::string block_owner(const void* ptr) const;  // BlockCategories::module_owner
   std::vector<LedgerBlock> largest_blocks(size_t count) const;
   PeakRecord peak_record() const;
 
@@ -150,6 +150,7 @@ class CachingAllocator {
   size_t merge_into(Block* dst, Block* src, BlockPool& pool);
   void insert_free(BlockPool& pool, Block* block);
   [[noreturn]] void throw_out_of_memory(const Request& request);
+  BlockCategoryEntry* category_entry(const void* ptr);  // the live block's, or null
   Block* new_block();
   void recycle_block(Block* block);
 

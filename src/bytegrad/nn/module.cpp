@@ -159,9 +159,17 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
 }
 
 std::vector<Tensor> Module::parameters() const {
+  // named_parameters' order and duplicates rule, without building the names (zero_grad calls this every step).
   std::vector<Tensor> out;
-  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  std::unordered_set<const TensorImpl*> seen;
+  collect_tensors(out, seen);
   return out;
+}
+
+void Module::collect_tensors(std::vector<Tensor>& out, std::unordered_set<const TensorImpl*>& seen) const {
+  for (const auto& [name, t] : parameters_)
+    if (seen.insert(&t.impl()).second) out.push_back(t);
+  for (const auto& [name, child] : children_) child->collect_tensors(out, seen);
 }
 
 std::vector<Tensor> Module::buffers() const {

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,7 @@ class Module {
   void add_child(std::string name, std::shared_ptr<Module> child);
   void check_new_name(const std::string& name, const char* kind) const;
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out, bool buffers) const;
+  void collect_tensors(std::vector<Tensor>& out, std::unordered_set<const TensorImpl*>& seen) const;
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

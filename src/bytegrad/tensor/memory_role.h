@@ -31,7 +31,7 @@ class MemoryRole {
   MemoryCategory role_ = MemoryCategory::other;
 };
 
-// The name a role gave the tensor's block ("fc1.weight" for a registered parameter), or "" when none did.
+// The name a module gave the tensor's block as its parameter or buffer ("fc1.weight"), or "" when none did.
 std::string memory_role_owner(const Tensor& tensor);
 
 }  // namespace bytegrad

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""bench_gpt2's baseline: PyTorch's eager GPT-2 small fp32 training step (shared/golden/gpt2/gpt2_scenarios.py's
+model and optimizer), timed as bench_gpt2 times its own: median of synchronized steps after 3 warm-up steps."""
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "golden", "gpt2"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "golden"))
+import gpt2_scenarios as g  # noqa: E402
+
+
+def median_ms(B, T, steps):
+    torch.manual_seed(1337)
+    model = g.GPT(g.SMALL).to("cuda")
+    opt = g.make_optimizer(model, foreach=None)
+    x = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
+    y = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
+
+    def step():
+        logits, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+print(f"PyTorch {torch.__version__} eager GPT-2 small fp32 step (AdamW foreach; median of {steps} synchronized steps)")
+for B, T in ((4, 256), (8, 1024)):
+    torch.cuda.reset_peak_memory_stats()
+    ms = median_ms(B, T, steps)
+    print(f"{B}x{T:<6} {ms:12.2f} ms {torch.cuda.max_memory_allocated():16d}")
