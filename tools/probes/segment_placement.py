@@ -1,0 +1,172 @@
+"""Replays the segment_alloc / segment_free events of PyTorch's recorded traces (with addresses) through a
+Python model of where the CUDA driver places cudaMalloc'ed segments (memory/virtual_address_space.h), and
+reports per trace whether the ORDER of live segments by address (what best fit's ties depend on) is the
+recorded one at every segment event.
+
+  python3 tools/probes/segment_placement.py [--rule lowest|lifo] [-v]
+
+Traces: tests/data/pytorch_probes/gpt2/*.events (lines `<action> <size> <address> <frame>`; embedding.events
+has no addresses and is skipped) and tests/data/pytorch_probes/{t0,td}/*.events.json (marks of
+[action, size, address] events).
+"""
+import argparse, glob, json, os
+
+MiB = 1 << 20
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "..", "tests", "data", "pytorch_probes")
+
+
+# The mark in which each extra program runs its first matrix product (cuBLAS loads there).
+FIRST_PRODUCT_MARK = {"x_mlp_sgd_momentum_mse": "loss0", "x_tiny_transformer_adamw": "block0"}
+
+
+def load(path):
+    """([(action, size, address)] of the segment events, index of the first one after cuBLAS loaded), or
+    None when the trace has no addresses. cuBLAS loads at the first matrix product: in the gpt2 traces the
+    first event from linear.py; in the extra programs' the start of FIRST_PRODUCT_MARK's mark."""
+    out, loaded = [], None
+    if path.endswith(".json"):
+        name = os.path.basename(path).split(".")[0]
+        for mark in json.load(open(path)):
+            if mark["label"] == FIRST_PRODUCT_MARK[name]:
+                loaded = len(out)
+            for e in mark["events"]:
+                if e[0].startswith("segment_"):
+                    out.append((e[0], e[1], e[2]))
+    else:
+        for line in open(path):
+            p = line.split()
+            if not p or p[0] == "#":
+                continue
+            if loaded is None and len(p) > 3 and p[3].startswith("linear.py"):
+                loaded = len(out)
+            if not p[0].startswith("segment_"):
+                continue
+            if len(p) < 3 or not p[2].startswith("0x"):
+                return None
+            out.append((p[0], int(p[1]), int(p[2], 16)))
+    return out, loaded
+
+
+class Space:
+    """The model: regions rounded up to 32 MiB reserved top-down; an allocation takes a free gap inside the
+    regions when one fits (which one: `rule`), else a new region below all earlier ones, whose rest becomes
+    a gap. A fresh process has gaps of 2 MiB at T and 24 MiB at T + 74 MiB; the first region ends at
+    T - 414 MiB."""
+
+    def __init__(self, rule, load_rule, T=1 << 44):
+        self.rule = rule
+        self.load_rule = load_rule
+        self.gaps = []  # [address, size, stamp]: stamp = when the gap was made (LIFO order)
+        self.clock = 0
+        self._gap(T + 74 * MiB, 24 * MiB)
+        self._gap(T, 2 * MiB)  # the newer: a fresh process's first 2 MiB segment lands at T
+        self.bottom = T - 414 * MiB
+
+    def _gap(self, address, size, stamp=None):
+        self.clock += 1
+        self.gaps.append([address, size, self.clock if stamp is None else stamp])
+
+    def allocate(self, size):
+        fits = [g for g in self.gaps if g[1] >= size]
+        if fits:
+            if self.rule == "lowest":
+                g = min(fits, key=lambda g: g[0])
+            else:  # lifo: the most recently made gap
+                g = max(fits, key=lambda g: (g[2], -g[0]))
+            address = g[0]
+            g[0] += size
+            g[1] -= size
+            if g[1] == 0:
+                self.gaps.remove(g)
+            return address
+        region = -(-size // (32 * MiB)) * 32 * MiB
+        self.bottom -= region
+        if region > size:
+            self._gap(self.bottom + size, region - size)
+        return self.bottom
+
+    def library_loaded(self):
+        """cuBLAS loads: the driver's own allocations for it take free gaps."""
+        if self.load_rule == "none":
+            return
+        if self.load_rule.startswith("take"):  # take<N>: the N most recently made gaps, whole
+            n = int(self.load_rule[4:])
+            for g in sorted(self.gaps, key=lambda g: -g[2])[:n]:
+                self.gaps.remove(g)
+
+    def release(self, address, size):
+        # merge with neighbours; the merged gap counts as new
+        lo, hi = address, address + size
+        for g in list(self.gaps):
+            if g[0] + g[1] == lo:
+                lo = g[0]; self.gaps.remove(g)
+            elif g[0] == hi:
+                hi = g[0] + g[1]; self.gaps.remove(g)
+        self._gap(lo, hi - lo)
+
+
+def check(events, loaded, rule, load_rule):
+    """(number of segment events, events where the live order differs, first such event's index, detail,
+    pairs of live same-pool segments in the wrong order summed over events, pairs in all)."""
+    space = Space(rule, load_rule)
+    live = {}  # recorded address -> model address
+    sizes = {}
+    bad, first, detail = 0, None, ""
+    inverted = pairs = inverted_after = pairs_after = 0
+    made = {}  # recorded address -> index of its segment_alloc
+    for i, (action, size, address) in enumerate(events):
+        if i == loaded:
+            space.library_loaded()
+        if action == "segment_alloc":
+            live[address] = space.allocate(size)
+            made[address] = i
+            sizes[address] = size
+        else:
+            space.release(live.pop(address), size)
+            sizes.pop(address)
+        # Only segments of one pool share blocks (2 MiB segments are the small pool's, the rest the large
+        # pool's), so only the order within a pool can decide a tie.
+        pool = [a for a in live if (sizes[a] == 2 * MiB) == (size == 2 * MiB)]
+        want = sorted(pool, key=lambda a: a)
+        got = sorted(pool, key=lambda a: live[a])
+        rank = {a: k for k, a in enumerate(got)}
+        for x in range(len(want)):
+            for y in range(x + 1, len(want)):
+                wrong = rank[want[x]] > rank[want[y]]
+                pairs += 1
+                inverted += wrong
+                if loaded is not None and min(made[want[x]], made[want[y]]) >= loaded:
+                    pairs_after += 1
+                    inverted_after += wrong
+        if want != got:
+            bad += 1
+            if first is None:
+                first = i
+                new = address
+                rank_want, rank_got = want.index(new) if new in live else -1, got.index(new) if new in live else -1
+                detail = (f"segment #{i} ({size // MiB} MiB) is {rank_want}th from the bottom in PyTorch, "
+                          f"{rank_got}th in the model")
+    return len(events), bad, first, detail, inverted, pairs, inverted_after, pairs_after
+
+
+def traces():
+    paths = sorted(glob.glob(os.path.join(DATA, "gpt2", "*.events")))
+    paths += sorted(glob.glob(os.path.join(DATA, "t0", "*.events.json")))
+    paths += sorted(glob.glob(os.path.join(DATA, "td", "*.events.json")))
+    for p in paths:
+        loaded = load(p)
+        if loaded is not None:
+            yield (os.path.relpath(p, DATA),) + loaded
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rule", default="lifo", choices=["lowest", "lifo"])
+    ap.add_argument("--load", default="take2", help="none | takeN")
+    args = ap.parse_args()
+    for name, ev, loaded in traces():
+        n, bad, first, detail, inverted, pairs, inverted_after, pairs_after = check(ev, loaded, args.rule, args.load)
+        status = "order matches at every event" if bad == 0 else f"differs at {bad}/{n} events, first #{first}: {detail}"
+        print(f"{name:45s} {n:4d} segment events, cuBLAS from #{loaded}; pairs inverted {inverted}/{pairs}, "
+              f"both made after cuBLAS loaded {inverted_after}/{pairs_after}; {status}")
