@@ -1,13 +1,45 @@
 """Replays the segment_alloc / segment_free events of PyTorch's recorded traces (with addresses) through a
 Python model of where the CUDA driver places cudaMalloc'ed segments (memory/virtual_address_space.h), and
 reports per trace whether the ORDER of live segments by address (what best fit's ties depend on) is the
-recorded one at every segment event.
+recorded one at every segment event, and how many pairs of live segments are in the wrong order (summed
+over events; also only among segments made after cuBLAS loaded). Only segments of one pool share blocks, so
+order is compared within a pool (2 MiB segments are the small pool's, the rest the large pool's).
 
-  python3 tools/probes/segment_placement.py [--rule lowest|lifo] [-v]
+  python3 tools/probes/segment_placement.py [--rule lowest|lifo|bestfit] [--load none|takeN|takeN+holeH]
+
+--rule: which free gap inside the reserved regions a segment takes: the lowest-addressed (what
+virtual_address_space.cpp does today), the most recently made (lifo), or the smallest (bestfit, ties newest).
+--load: what loading cuBLAS does at the first matrix product: nothing, takeN (the driver's allocations for
+the library take the N most recently made gaps), +holeH (and a new 32 MiB region below all, its lowest
+H MiB left free).
 
 Traces: tests/data/pytorch_probes/gpt2/*.events (lines `<action> <size> <address> <frame>`; embedding.events
 has no addresses and is skipped) and tests/data/pytorch_probes/{t0,td}/*.events.json (marks of
 [action, size, address] events).
+
+Findings (session "vas", 2026-11-23; the C++ model was left as it was):
+ - lowest and lifo pick the same gap whenever regions only go down (as in the model), so they score alike
+   here; lifo is what the driver does: in gpt2/small*.events the forward's 12 MiB segments took 18 leftover
+   gaps of the model's 20 MiB regions in exactly the reverse of the order the gaps were made, across
+   addresses that were not in order.
+ - take2 explains the small-pool order in gpt2/tiny and t0/x_tiny_transformer_adamw completely (all pairs),
+   and in tiny_default_workspace and td/x_tiny_transformer_adamw all but the 32 MiB workspace segments
+   (never freed, so they never hold a tie); in gpt2/small* exactly the leftovers of the two newest 20 MiB
+   regions were never used again after the first product. In the C++ (tried: LIFO + take2, triggered at
+   the first product's workspace or before its output) it makes x_mlp_sgd_momentum_mse with default
+   workspaces exact at every mark (a known exception today) but breaks x_tiny_transformer_adamw with
+   default workspaces (exact today): there the driver's placement had already changed at the first
+   layer_norm of block0, before any matrix product; the trigger looks like the first compute kernel
+   (randint/embedding), not cuBLAS, which the C++ cannot see yet (copies do not count: GPT-2 small's
+   .to(device) phase is before it).
+ - Not explained by any rule tried: t0/td x_mlp's post-load 2 MiB segments descend (T-606 then T-610;
+   T-670, T-708, T-704); the cuBLASLt workspace's 2 MiB segment in gpt2/small_default_workspace sits in a
+   hole 164 MiB below every region (take2 puts it in the newest 12 MiB gap, which shifts the 12 MiB
+   segments by one: the segment made after the 20 MiB one lands below it from segment #58 on, the
+   tie the default-workspace GPT-2 test excepts; +hole8..12 fixes that trace but breaks the tiny ones);
+   and the 20 MiB regions of GPT-2 small's model copy come out of order, differently in two runs of the
+   same program (gpt2/small.events vs small_default_workspace.events, before cuBLAS loads): no
+   deterministic rule can match both.
 """
 import argparse, glob, json, os
 
@@ -72,6 +104,8 @@ class Space:
         if fits:
             if self.rule == "lowest":
                 g = min(fits, key=lambda g: g[0])
+            elif self.rule == "bestfit":  # the smallest gap that fits, the newest of equal ones
+                g = min(fits, key=lambda g: (g[1], -g[2]))
             else:  # lifo: the most recently made gap
                 g = max(fits, key=lambda g: (g[2], -g[0]))
             address = g[0]
@@ -90,10 +124,14 @@ class Space:
         """cuBLAS loads: the driver's own allocations for it take free gaps."""
         if self.load_rule == "none":
             return
-        if self.load_rule.startswith("take"):  # take<N>: the N most recently made gaps, whole
-            n = int(self.load_rule[4:])
+        rule, _, hole = self.load_rule.partition("+hole")
+        if rule.startswith("take"):  # take<N>: the N most recently made gaps, whole
+            n = int(rule[4:])
             for g in sorted(self.gaps, key=lambda g: -g[2])[:n]:
                 self.gaps.remove(g)
+        if hole:  # +hole<H>: and a new 32 MiB region below all, its lowest H MiB left free
+            self.bottom -= 32 * MiB
+            self._gap(self.bottom, int(hole) * MiB)
 
     def release(self, address, size):
         # merge with neighbours; the merged gap counts as new
@@ -162,7 +200,7 @@ def traces():
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rule", default="lifo", choices=["lowest", "lifo"])
+    ap.add_argument("--rule", default="lifo", choices=["lowest", "lifo", "bestfit"])
     ap.add_argument("--load", default="take2", help="none | takeN")
     args = ap.parse_args()
     for name, ev, loaded in traces():

@@ -708,11 +708,6 @@ RawMemory::Info CachingAllocator::mem_get_info() {
   return raw_->info();
 }
 
-void CachingAllocator::library_loaded() {
-  std::lock_guard lock(mutex_);
-  raw_->library_loaded();
-}
-
 size_t CachingAllocator::block_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
   auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));

@@ -89,8 +89,6 @@ class CachingAllocator {
   bool history_enabled() const;  // whether record_history(true) is in effect
 
   RawMemory::Info mem_get_info();
-  // Tells the device memory that cuBLAS was loaded (RawMemory::library_loaded); idempotent there.
-  void library_loaded();
   const AllocatorConfig& config() const { return config_; }
   int device_index() const { return device_index_; }
 

@@ -38,10 +38,6 @@ class RawMemory {
   // in a sanitizer build a write past a tensor into its neighbour or into cached memory is reported. A
   // no-op elsewhere.
   virtual void mark_in_use(void* /*ptr*/, size_t /*bytes*/, bool /*in_use*/) {}
-  // The process loaded cuBLAS (the first matrix product on the device): the driver's own allocations for
-  // it change where later segments go. Simulated devices model that (virtual_address_space.h); a real
-  // device has nothing to do.
-  virtual void library_loaded() {}
   virtual Info info() = 0;
   // All memory this process holds on the device, driver context included (NVML's per-process figure),
   // when known.

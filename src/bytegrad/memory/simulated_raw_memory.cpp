@@ -115,7 +115,6 @@ class PlacedRawMemory : public SimulatedRawMemory {
   // (where the driver puts cuMemAddressReserve's ranges was not measured).
   uintptr_t reserve_addresses(size_t bytes) final { return addresses_.allocate(bytes); }
   void release_addresses(uintptr_t address, size_t bytes) final { addresses_.release(address, bytes); }
-  void library_loaded() final { addresses_.library_loaded(); }
   bool map_at(uintptr_t address, size_t bytes) final { return commit(reinterpret_cast<void*>(address), bytes); }
   void unmap_at(uintptr_t address, size_t bytes) final { decommit(reinterpret_cast<void*>(address), bytes); }
   virtual bool commit(void*, size_t) { return true; }

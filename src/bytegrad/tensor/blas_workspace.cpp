@@ -168,9 +168,6 @@ BlasWorkspace owned_workspace(Device device, size_t bytes, Choose choose) {
 }  // namespace
 
 BlasWorkspace blas_workspace(Device device) {
-  // The first product loads cuBLAS, before its workspace is allocated (with or without one): where the
-  // driver puts later segments changes (memory/virtual_address_space.h).
-  if (device.type != DeviceType::cpu) caching_allocator(device).library_loaded();
   return owned_workspace(device, blas_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublas; });
 }
 
