@@ -29,9 +29,12 @@ Findings (session "vas", 2026-11-23; the C++ model was left as it was):
    the first product's workspace or before its output) it makes x_mlp_sgd_momentum_mse with default
    workspaces exact at every mark (a known exception today) but breaks x_tiny_transformer_adamw with
    default workspaces (exact today): there the driver's placement had already changed at the first
-   layer_norm of block0, before any matrix product; the trigger looks like the first compute kernel
-   (randint/embedding), not cuBLAS, which the C++ cannot see yet (copies do not count: GPT-2 small's
-   .to(device) phase is before it).
+   layer_norm of block0, before any matrix product, so the trigger is not cuBLAS alone. It is not the
+   random fills of the data either: in GPT-2 small the two gaps taken are those of the newest 20 MiB
+   regions, the newest made by the embedding's output after torch.randint ran (loading before that
+   segment scores worse: 6677 vs 5567 and 6401 vs 5329 pairs inverted among later segments). What fits
+   every trace: the first kernel that is neither a copy nor a random fill (the embedding in the GPT-2 and
+   tiny-transformer programs, the first addmm in x_mlp), which is where to hook library_loaded() next.
  - Not explained by any rule tried: t0/td x_mlp's post-load 2 MiB segments descend (T-606 then T-610;
    T-670, T-708, T-704); the cuBLASLt workspace's 2 MiB segment in gpt2/small_default_workspace sits in a
    hole 164 MiB below every region (take2 puts it in the newest 12 MiB gap, which shifts the 12 MiB
