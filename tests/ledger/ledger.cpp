@@ -59,26 +59,26 @@ TEST_CASE("ledger: seed001's categories as arithmetic") {
   const int64_t hidden = 256 * 1024 * 4;         // one ReLU output
   const int64_t logits = 256 * 10 * 4;
 
-  const GoldenStep& model = step(steps, "model");
+  const GoldenStep model = step(steps, "model");
   CHECK(at(model.ledger, MemoryCategory::parameter) == parameters);
   CHECK(at(model.ledger, MemoryCategory::other) == 0);
 
   // Each ReLU saves its output, which the next Linear saves too: two activations. The Linears' outputs
   // before the ReLUs are freed; the first Linear's input x is a leaf (other); the logits are the user's.
-  const GoldenStep& forward = step(steps, "forward");
+  const GoldenStep forward = step(steps, "forward");
   CHECK(at(forward.ledger, MemoryCategory::activation) == 2 * hidden);
   CHECK(at(forward.ledger, MemoryCategory::other) == data + logits);
   CHECK(at(forward.ledger, MemoryCategory::gradient) == 0);
 
   // Backward released the activations and left one gradient per parameter; the loss (a 512-byte block)
   // and the logits stay, held by the program.
-  const GoldenStep& backward = step(steps, "backward");
+  const GoldenStep backward = step(steps, "backward");
   CHECK(at(backward.ledger, MemoryCategory::gradient) == parameters);
   CHECK(at(backward.ledger, MemoryCategory::activation) == 0);
   CHECK(at(backward.ledger, MemoryCategory::autograd_temporary) == 0);
   CHECK(at(backward.ledger, MemoryCategory::other) == data + logits + 512);
 
-  const GoldenStep& zero_grad = step(steps, "zero_grad_none");
+  const GoldenStep zero_grad = step(steps, "zero_grad_none");
   CHECK(at(zero_grad.ledger, MemoryCategory::gradient) == 0);
   CHECK(at(zero_grad.ledger, MemoryCategory::parameter) == parameters);
 }
