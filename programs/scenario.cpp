@@ -94,18 +94,9 @@ ScenarioRecorder::ScenarioRecorder(std::string name, Device device) : name_(std:
 
 void ScenarioRecorder::mark(const std::string& label, const std::string& message, const std::string& explanation) {
   // The keys scenarios.py reads through torch.cuda.memory_allocated() etc. and memory_stats().
-  const std::map<std::string, int64_t> stats = caching_allocator(device_).memory_stats();
-  auto stat = [&](const char* key) { return stats.at(key); };
   GoldenStep s;
+  static_cast<MemoryFigures&>(s) = memory_figures(caching_allocator(device_));
   s.label = label;
-  s.allocated = stat("allocated_bytes.all.current");
-  s.reserved = stat("reserved_bytes.all.current");
-  s.max_allocated = stat("allocated_bytes.all.peak");
-  s.max_reserved = stat("reserved_bytes.all.peak");
-  s.segments = stat("segment.all.current");
-  s.blocks = stat("allocation.all.current");
-  s.requested = stat("requested_bytes.all.current");
-  s.inactive_split = stat("inactive_split_bytes.all.current");
   s.message = message;
   s.explanation = explanation;
   s.ledger = caching_allocator(device_).category_bytes();

@@ -8,21 +8,14 @@
 #include <vector>
 
 #include "bytegrad/memory/memory_category.h"
+#include "bytegrad/memory/memory_story.h"
 #include "bytegrad/core/device.h"
 
 namespace bytegrad::programs {
 
 // One mark: the fields of a step in shared/golden/scenarios/*.json (see shared/golden/README.md).
-struct GoldenStep {
+struct GoldenStep : MemoryFigures {
   std::string label;
-  int64_t allocated = 0;       // allocated_bytes.all.current
-  int64_t reserved = 0;        // reserved_bytes.all.current
-  int64_t max_allocated = 0;   // allocated_bytes.all.peak
-  int64_t max_reserved = 0;    // reserved_bytes.all.peak
-  int64_t segments = 0;        // segment.all.current
-  int64_t blocks = 0;          // allocation.all.current
-  int64_t requested = 0;       // requested_bytes.all.current
-  int64_t inactive_split = 0;  // inactive_split_bytes.all.current
   std::string message;         // an error text the step carries (scenarios.py's A_oom step), else ""
   std::string explanation;     // bytegrad's own: what the error means (OutOfMemoryError::report()), else ""
   // bytegrad's own, not in the goldens: allocated bytes by category (memory_category.h) at the mark.

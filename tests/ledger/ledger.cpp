@@ -2,8 +2,8 @@
 // workspace settings, the categories sum to allocated; at chosen marks of seed001 each category equals
 // the arithmetic beside it. Run on meta: the categories follow the tensors, not their values. Its own
 // process: running every program on meta here changed the segment placement a later program in the same
-// process saw (x_mlp_sgd_momentum_mse with default workspaces, by one 2 MiB segment) - state that
-// outlives fresh_process_state, still to find.
+// process saw (x_mlp_sgd_momentum_mse with default workspaces, by one 2 MiB segment): a program whose
+// figures already depend on segment placement (tests/programs/check_programs.cpp).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 

@@ -11,6 +11,19 @@
 
 namespace bytegrad {
 
+MemoryFigures memory_figures(const CachingAllocator& allocator) {
+  const std::map<std::string, int64_t> stats = allocator.memory_stats();
+  auto stat = [&](const char* key) { return stats.at(key); };
+  return {.allocated = stat("allocated_bytes.all.current"),
+          .reserved = stat("reserved_bytes.all.current"),
+          .max_allocated = stat("allocated_bytes.all.peak"),
+          .max_reserved = stat("reserved_bytes.all.peak"),
+          .segments = stat("segment.all.current"),
+          .blocks = stat("allocation.all.current"),
+          .requested = stat("requested_bytes.all.current"),
+          .inactive_split = stat("inactive_split_bytes.all.current")};
+}
+
 MemoryStory::MemoryStory(Device device) : device_(device) {
   CachingAllocator& allocator = caching_allocator(device);
   allocator.record_history(true);
@@ -96,18 +109,9 @@ MemoryChange MemoryStory::mark(const std::string& label) {
   change.freed = largest_first(removed);
 
   StoryMark m;
+  static_cast<MemoryFigures&>(m) = memory_figures(allocator);
   m.label = label.empty() ? "mark " + std::to_string(marks_.size() + 1) : label;
   m.event = static_cast<int64_t>(trace.size()) - 1;  // the snapshot() above logged the last entry
-  const std::map<std::string, int64_t> stats = allocator.memory_stats();
-  auto stat = [&](const char* key) { return stats.at(key); };
-  m.allocated = stat("allocated_bytes.all.current");
-  m.reserved = stat("reserved_bytes.all.current");
-  m.max_allocated = stat("allocated_bytes.all.peak");
-  m.max_reserved = stat("reserved_bytes.all.peak");
-  m.segments = stat("segment.all.current");
-  m.blocks = stat("allocation.all.current");
-  m.requested = stat("requested_bytes.all.current");
-  m.inactive_split = stat("inactive_split_bytes.all.current");
   m.ledger = allocator.category_bytes();
   m.change = change;
   marks_.push_back(std::move(m));

@@ -50,12 +50,8 @@ struct TraceEntry;
 // unsplit block), or, once freed, the request rounded as the allocator rounds it.
 size_t traced_block_bytes(const CachingAllocator& allocator, const TraceEntry& entry);
 
-// One mark as the story kept it. The figures are memory_stats()'s, named as the golden files name them.
-struct StoryMark {
-  std::string label;
-  // The index, in the device allocator's history (snapshot().trace), of the `snapshot` entry this mark
-  // logged; -1 once that history is gone (the device got a new allocator after the mark).
-  int64_t event = -1;
+// The eight figures a mark records: memory_stats()'s, named as the golden files name them.
+struct MemoryFigures {
   int64_t allocated = 0;       // allocated_bytes.all.current
   int64_t reserved = 0;        // reserved_bytes.all.current
   int64_t max_allocated = 0;   // allocated_bytes.all.peak
@@ -64,6 +60,15 @@ struct StoryMark {
   int64_t blocks = 0;          // allocation.all.current
   int64_t requested = 0;       // requested_bytes.all.current
   int64_t inactive_split = 0;  // inactive_split_bytes.all.current
+};
+MemoryFigures memory_figures(const CachingAllocator& allocator);
+
+// One mark as the story kept it.
+struct StoryMark : MemoryFigures {
+  std::string label;
+  // The index, in the device allocator's history (snapshot().trace), of the `snapshot` entry this mark
+  // logged; -1 once that history is gone (the device got a new allocator after the mark).
+  int64_t event = -1;
   CategoryBytes ledger{};      // allocated bytes by category (sums to `allocated`)
   MemoryChange change;         // what changed since the previous mark
 };
