@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "bytegrad/nn/gpt.h"
@@ -22,6 +23,8 @@ struct GPTTraining {
   GPTOptimizer optimizer = GPTOptimizer::adamw;
   bool foreach = true;  // PyTorch's default on CUDA (foreach=None)
   int steps = 2;
+  // The forward inside torch.autocast(device_type="cuda", dtype=amp) when set (bfloat16 in the goldens).
+  std::optional<ScalarType> amp;
 };
 
 // nanoGPT's configure_optimizers groups with PyTorch's defaults for what it does not set: weight decay 0.1
@@ -43,6 +46,9 @@ int64_t max_gpt_batch(GPTTraining training, int64_t limit_bytes, bool default_wo
 // GPT-2 small (12, 12, 768, 50257, 1024) at batch 4 x 256, fp32, slow attention, AdamW foreach.
 void g_gpt2_tiny_fp32(ScenarioRecorder& r);
 void g_gpt2_small_fp32(ScenarioRecorder& r);
+// The same with the forward under bfloat16 autocast.
+void g_gpt2_tiny_bf16(ScenarioRecorder& r);
+void g_gpt2_small_bf16(ScenarioRecorder& r);
 
 nn::GPTConfig gpt2_tiny_config();
 nn::GPTConfig gpt2_small_config();

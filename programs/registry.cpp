@@ -44,6 +44,8 @@ const std::vector<Program>& gpt2_programs() {
   static const std::vector<Program> programs = {
       {"g_gpt2_tiny_fp32", g_gpt2_tiny_fp32, true},
       {"g_gpt2_small_fp32", g_gpt2_small_fp32, true},
+      {"g_gpt2_tiny_bf16", g_gpt2_tiny_bf16, true},
+      {"g_gpt2_small_bf16", g_gpt2_small_bf16, true},
   };
   return programs;
 }

@@ -3,6 +3,7 @@
 
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "programs/gpt2_programs.h"
 
@@ -55,7 +56,12 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
   mark("data");
   for (int i = 0; i < t.steps; ++i) {
     const std::string s = "s" + std::to_string(i);
-    nn::GPT::Output out = model->forward(x, y);
+    nn::GPT::Output out;
+    {
+      std::optional<AutocastGuard> autocast;  // with torch.autocast(device_type="cuda", dtype=...):
+      if (t.amp) autocast.emplace(on.type, *t.amp);
+      out = model->forward(x, y);
+    }  // leaving the region frees the cached weight casts that no node saved
     mark(s + "_forward");
     out.loss.backward();
     mark(s + "_backward");
@@ -85,6 +91,14 @@ void g_gpt2_tiny_fp32(ScenarioRecorder& r) {
 
 void g_gpt2_small_fp32(ScenarioRecorder& r) {
   train_gpt({.config = gpt2_small_config(), .batch = 4, .seq = 256}, &r, r.device());
+}
+
+void g_gpt2_tiny_bf16(ScenarioRecorder& r) {
+  train_gpt({.config = gpt2_tiny_config(), .batch = 4, .seq = 64, .amp = ScalarType::bfloat16}, &r, r.device());
+}
+
+void g_gpt2_small_bf16(ScenarioRecorder& r) {
+  train_gpt({.config = gpt2_small_config(), .batch = 4, .seq = 256, .amp = ScalarType::bfloat16}, &r, r.device());
 }
 
 }  // namespace bytegrad::programs

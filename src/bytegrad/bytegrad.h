@@ -16,6 +16,7 @@
 #include "bytegrad/memory/memory_story.h"
 #include "bytegrad/memory/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/tensor.h"

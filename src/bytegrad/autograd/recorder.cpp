@@ -43,6 +43,7 @@ class GraphRecorder final : public AutogradHook {
   }
 
   bool requires_grad(const Tensor& t) const override { return bytegrad::requires_grad(t); }
+  bool is_leaf(const Tensor& t) const override { return t.is_leaf(); }
 
   std::string grad_fn_name(const Tensor& t) const override {
     const AutogradMeta* meta = autograd_meta(t);

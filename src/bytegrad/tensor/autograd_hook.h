@@ -45,6 +45,8 @@ class AutogradHook {
   virtual bool needs_graph(const std::vector<Tensor>& inputs) const = 0;
   // tensor.requires_grad(), whatever the grad mode.
   virtual bool requires_grad(const Tensor& t) const = 0;
+  // tensor.is_leaf(): no node made it.
+  virtual bool is_leaf(const Tensor& t) const = 0;
   virtual void record(OpRecord record) = 0;
   // Called by an in-place op (inputs[0] is the tensor it modifies) before it writes anything: throws when
   // autograd would refuse to record it (a leaf that requires grad, a view of one, a row without a formula

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -87,6 +88,9 @@ const Tensor& inplace_unary_compute(const char* name, UnaryOp op, const Tensor& 
 // such as comparisons, have no gradient).
 template <UnaryOp op>
 Tensor unary_op(const Tensor& x) {
+  if constexpr (autocast::runs_in_float32(op)) {
+    BYTEGRAD_AUTOCAST(fp32, unary_op<op>, x);
+  }
   constexpr OpId id = op_id(op);
   const std::string name(op_name(id));
   Tensor out = without_recording([&] { return unary_compute(name.c_str(), op, x); });
@@ -163,9 +167,18 @@ Tensor mul(const Tensor& a, double b) { return scalar_op<OpId::mul_scalar>("mul"
 Tensor div(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::div>(a, b); }
 Tensor div(const Tensor& a, double b) { return scalar_op<OpId::div_scalar>("div", a, b); }
 Tensor div(double a, const Tensor& b) { return scalar_op<OpId::rdiv_scalar>("div", b, a); }
-Tensor pow(const Tensor& base, const Tensor& exponent) { return binary_op<BinaryOp::pow>(base, exponent); }
-Tensor pow(const Tensor& base, double exponent) { return scalar_op<OpId::pow_scalar>("pow", base, exponent); }
-Tensor pow(double base, const Tensor& exponent) { return scalar_op<OpId::rpow_scalar>("pow", exponent, base); }
+Tensor pow(const Tensor& base, const Tensor& exponent) {
+  BYTEGRAD_AUTOCAST(fp32, pow, base, exponent);
+  return binary_op<BinaryOp::pow>(base, exponent);
+}
+Tensor pow(const Tensor& base, double exponent) {
+  BYTEGRAD_AUTOCAST(fp32, pow, base, exponent);
+  return scalar_op<OpId::pow_scalar>("pow", base, exponent);
+}
+Tensor pow(double base, const Tensor& exponent) {
+  BYTEGRAD_AUTOCAST(fp32, pow, base, exponent);
+  return scalar_op<OpId::rpow_scalar>("pow", exponent, base);
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::maximum>(a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::minimum>(a, b); }
 

@@ -12,6 +12,7 @@
 
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
 
@@ -78,6 +79,7 @@ NllResult nll_loss_compute(const Tensor& log_probs, const Tensor& target, Reduct
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  BYTEGRAD_AUTOCAST(fp32, nll_loss, log_probs, target, reduction, ignore_index);
   NllResult r = without_recording([&] { return nll_loss_compute(log_probs, target, reduction, ignore_index); });
   record_for_autograd({log_probs}, [&] {
     return make_record<OpId::nll_loss>({log_probs, target, r.total_weight}, {r.output}, {reduction, ignore_index});
@@ -191,6 +193,7 @@ void warn_mse_sizes_differ(const Tensor& input, const Tensor& target) {
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  BYTEGRAD_AUTOCAST(fp32, mse_loss, input, target, reduction);
   check_defined("mse_loss", input);
   check_defined("mse_loss", target);
   if (input.sizes() != target.sizes()) {

@@ -17,6 +17,7 @@
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/blas_plan.h"
 #include "bytegrad/tensor/blas_workspace.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
 
@@ -265,31 +266,37 @@ Tensor addmm_impl(const Tensor& bias, const Tensor& a, const Tensor& b, double b
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  BYTEGRAD_AUTOCAST(lower_precision_fp, mm, a, b);
   AllocationScope scope("mm");
   return mm_impl(a, b);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  BYTEGRAD_AUTOCAST(lower_precision_fp, bmm, a, b);
   AllocationScope scope("bmm");
   return bmm_impl(a, b);
 }
 
 Tensor mv(const Tensor& m, const Tensor& v) {
+  BYTEGRAD_AUTOCAST(lower_precision_fp, mv, m, v);
   AllocationScope scope("mv");
   return mv_impl(m, v);
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
+  BYTEGRAD_AUTOCAST(promote, dot, a, b);
   AllocationScope scope("dot");
   return dot_impl(a, b);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  BYTEGRAD_AUTOCAST(lower_precision_fp, matmul, a, b);
   AllocationScope scope("matmul");
   return matmul_impl(a, b);
 }
 
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  BYTEGRAD_AUTOCAST(lower_precision_fp, addmm, bias, a, b, beta, alpha);
   AllocationScope scope("addmm");
   return addmm_impl(bias, a, b, beta, alpha);
 }
@@ -298,6 +305,7 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
 // contiguous input) is flattened to rows, fed to addmm and viewed back; otherwise matmul(x, w.t()) and
 // the bias added in place.
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+  BYTEGRAD_AUTOCAST(lower_precision_fp, linear, x, weight, bias);
   AllocationScope scope("linear");
   check_same_device("linear", x, weight);
   if (weight.dim() != 2)

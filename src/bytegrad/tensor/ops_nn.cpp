@@ -7,6 +7,7 @@
 
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
 
@@ -43,8 +44,15 @@ Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_recorded<OpId::softmax>(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_recorded<OpId::log_softmax>(x, dim, true); }
+// Under autocast, PyTorch's softmax(x, dim, dtype=float32): the input cast, then the op.
+Tensor softmax(const Tensor& x, int64_t dim) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, softmax, x, dim);
+  return softmax_recorded<OpId::softmax>(x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, log_softmax, x, dim);
+  return softmax_recorded<OpId::log_softmax>(x, dim, true);
+}
 
 Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log) {
   const char* name = log ? "log_softmax_backward" : "softmax_backward";

@@ -9,6 +9,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
 
@@ -98,6 +99,7 @@ LayerNormResult layer_norm_compute(const Tensor& input, const Shape& normalized_
 
 LayerNormResult native_layer_norm(const Tensor& input, const Shape& normalized_shape,
                                   const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps) {
+  BYTEGRAD_AUTOCAST(fp32, native_layer_norm, input, normalized_shape, weight, bias, eps);
   const Tensor w = value_or_undefined(weight), b = value_or_undefined(bias);
   LayerNormResult result = without_recording([&] { return layer_norm_compute(input, normalized_shape, w, b, eps); });
   record_for_autograd({input, w, b}, [&] {
@@ -109,6 +111,7 @@ LayerNormResult native_layer_norm(const Tensor& input, const Shape& normalized_s
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
                   const std::optional<Tensor>& bias, double eps) {
+  BYTEGRAD_AUTOCAST(fp32, layer_norm, input, normalized_shape, weight, bias, eps);
   return native_layer_norm(input, normalized_shape, weight, bias, eps).output;
 }
 

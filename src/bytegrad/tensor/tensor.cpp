@@ -11,6 +11,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/ops_support.h"
 
 namespace bytegrad {
 
@@ -452,10 +453,12 @@ Tensor Tensor::to(Device target) const {
 
 Tensor Tensor::to(ScalarType target) const {
   if (target == dtype()) return *this;
+  // PyTorch's _to_copy keeps the layout of a dense tensor (preserve_format) and makes others contiguous.
   Tensor out;
   {
     AllocationScope scope("to");
-    out = empty(sizes(), TensorOptions{target, device()});
+    out = ops_detail::is_non_overlapping_and_dense(*this) ? empty_strided(sizes(), strides(), TensorOptions{target, device()})
+                                                          : empty(sizes(), TensorOptions{target, device()});
   }
   backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
   return recorded<OpId::to_dtype>(*this, out);
