@@ -4,7 +4,12 @@
 //   bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B
 //                          [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
 //                          [--limit SIZE [--max-batch]] [--marks] [--alloc-conf SETTING]
+//                          [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]
 //
+// --amp runs each forward inside torch.autocast(device_type="cuda", dtype=...) (tensor/autocast.h), as
+// nanoGPT's train.py does; --attention sdpa calls scaled_dot_product_attention (nanoGPT's flash branch, no
+// causal-mask buffer) instead of the explicit softmax(q @ k^T) path; --checkpoint runs each block under
+// activation checkpointing (torch.utils.checkpoint, use_reentrant=False).
 // nanoGPT's loop (shared/golden/gpt2/gpt2_scenarios.py): the model built and moved, the optimizer (AdamW with
 // nanoGPT's two groups by default, PyTorch's foreach path), two steps of forward, backward, step and
 // zero_grad(set_to_none=True). GPT-2 small's sizes by default (12 layers, 12 heads, 768 wide, vocabulary
@@ -17,7 +22,8 @@
 // not); with --max-batch the last line is
 // `max_batch <N>`, the largest batch whose two steps fit (0 when none does). --marks first prints the
 // figures at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden
-// files' layout (shared/golden/README.md).
+// files' layout (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a snapshot
+// PyTorch's memory_viz viewer opens (memory/memory_viz.h).
 //
 //   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
 //                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]
@@ -36,6 +42,7 @@
 
 #include "bytegrad/memory/alloc_config.h"
 #include "bytegrad/memory/memory_ledger.h"
+#include "bytegrad/memory/memory_viz.h"
 #include "programs/gpt2_programs.h"
 
 using namespace bytegrad;
@@ -47,9 +54,10 @@ constexpr const char* kUsage =
     "usage: bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B\n"
     "                         [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
     "                         [--limit SIZE [--max-batch]] [--marks] [--alloc-conf SETTING]\n"
+    "                         [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]\n"
     "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]\n"
     "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]\n"
-    "                         [--marks] [--alloc-conf SETTING]\n";
+    "                         [--marks] [--alloc-conf SETTING] [--memory-viz FILE]\n";
 
 int usage_error(const std::string& what) {
   std::cerr << "bytegrad-estimate: " << what << '\n' << kUsage;
@@ -105,6 +113,7 @@ int run(int argc, char** argv) {
   t.config = gpt2_small_config();
   MLPTraining m;  // 784-1024-1024-10, batch 256, Adam foreach
   bool default_workspace = true, max_batch = false, marks = false;
+  std::string memory_viz;
   int64_t limit = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -153,12 +162,29 @@ int run(int argc, char** argv) {
       max_batch = true;
     } else if (arg == "--marks") {
       marks = true;
+    } else if (arg == "--memory-viz") {
+      memory_viz = value();
     } else if (arg == "--alloc-conf") {
       const std::string setting = value();
       AllocatorConfig::parse(setting);  // a bad setting is named here (std::invalid_argument), before any run
       setenv("BYTEGRAD_ALLOC_CONF", setting.c_str(), 1);
-    } else if (arg == "--checkpoint" || arg == "--amp" || arg == "--attention") {
-      return usage_error(arg + " is not supported yet");
+    } else if (arg == "--amp" && gpt) {
+      const std::string a = value();
+      if (a == "bf16") t.amp = ScalarType::bfloat16;
+      else if (a == "fp16") t.amp = ScalarType::float16;
+      else if (a == "off") t.amp.reset();
+      else return usage_error("--amp '" + a + "': expected bf16, fp16 or off");
+    } else if (arg == "--attention" && gpt) {
+      const std::string a = value();
+      if (a == "slow") t.config.attention = nn::AttentionKind::slow;
+      else if (a == "sdpa") t.config.attention = nn::AttentionKind::sdpa;
+      else return usage_error("--attention '" + a + "': expected slow or sdpa");
+    } else if (arg == "--amp" || arg == "--attention") {
+      return usage_error(arg + " is a gpt2 option");
+    } else if (arg == "--checkpoint" && gpt) {
+      t.config.checkpoint_blocks = true;
+    } else if (arg == "--checkpoint") {
+      return usage_error(arg + " is a gpt2 option");
     } else {
       return usage_error("unknown option '" + arg + "'");
     }
@@ -171,8 +197,20 @@ int run(int argc, char** argv) {
 
   ScenarioRecorder recorder(model, kMeta);
   ScenarioRecorder* record = marks ? &recorder : nullptr;
-  const TrainingPeak peak = gpt ? estimate_gpt_training(t, default_workspace, limit, record)
-                                : estimate_mlp_training(m, default_workspace, limit, record);
+  // The run itself (one estimate_on_meta), recording the allocator's history for --memory-viz.
+  const TrainingPeak peak = estimate_on_meta(
+      [&](Device on) {
+        if (!memory_viz.empty()) caching_allocator(on).record_history(true);
+        struct WriteSnapshot {  // also when the run ends out of memory
+          const std::string& path;
+          Device on;
+          ~WriteSnapshot() {
+            if (!path.empty()) dump_memory_viz(path, caching_allocator(on));
+          }
+        } write_snapshot{memory_viz, on};
+        gpt ? train_gpt(t, record, on) : train_mlp(m, record, on);
+      },
+      default_workspace, limit);
   if (marks) std::cout << recorder.to_json();
   std::cout << "peak_allocated " << peak.peak_allocated << '\n' << "peak_reserved " << peak.peak_reserved << '\n';
   std::cout << PeakReport{kMeta, peak.at_peak};

@@ -54,23 +54,22 @@ namespace {
 
 struct HeldOutCase {
   const char* name;
-  nn::GPTConfig config;
-  int64_t batch, seq;
-  bool foreach;
+  GPTTraining training;
   bool placement_exact_with_default_workspaces;  // see below
 };
 
-void check_held_out(const HeldOutCase& c, Workspaces workspaces) {
+// dir: under tests/data/pytorch_probes/gpt2/ (heldout: tools/probes/gpt2_heldout.py; heldout_amp:
+// tools/probes/gpt2_heldout_amp.py, which also keeps each run's op-tagged events beside it).
+void check_held_out(const std::string& dir, const HeldOutCase& c, Workspaces workspaces) {
   CAPTURE(c.name);
   const bool default_workspace = workspaces == Workspaces::pytorch_default;
   CAPTURE(default_workspace);
-  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/gpt2/heldout/" +
+  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/gpt2/" + dir + "/" +
                            (default_workspace ? "xd/" : "x0/") + c.name + ".json";
   ScenarioRecorder r(c.name, kMeta);
-  const GPTTraining t{.config = c.config, .batch = c.batch, .seq = c.seq, .foreach = c.foreach};
-  const TrainingPeak peak = estimate_gpt_training(t, default_workspace, 0, &r);
+  const TrainingPeak peak = estimate_gpt_training(c.training, default_workspace, 0, &r);
   CHECK_FALSE(peak.out_of_memory);
-  // With default workspaces, two cases land blocks in other segments than PyTorch's (best fit's ties
+  // With default workspaces, some cases land blocks in other segments than PyTorch's (best fit's ties
   // between equal free blocks, decided by the driver's segment addresses: see the default-workspace test
   // above); their allocation sequences are the same.
   const std::vector<std::string> placement = {"allocated", "reserved", "max_allocated", "max_reserved",
@@ -80,17 +79,43 @@ void check_held_out(const HeldOutCase& c, Workspaces workspaces) {
                                                                               : std::vector<std::string>{});
 }
 
+const nn::GPTConfig kMid{.n_layer = 4, .n_head = 4, .n_embd = 256, .vocab_size = 8000, .block_size = 512};
+
+nn::GPTConfig checkpointed(nn::GPTConfig config) {
+  config.checkpoint_blocks = true;
+  return config;
+}
+
 }  // namespace
 
 TEST_CASE("GPT-2 beyond the goldens: single-tensor AdamW, 4096 tokens (sort-based embedding backward), other sizes") {
-  const nn::GPTConfig mid{.n_layer = 4, .n_head = 4, .n_embd = 256, .vocab_size = 8000, .block_size = 512};
   const HeldOutCase cases[] = {
-      {"tiny_single", gpt2_tiny_config(), 4, 64, false, true},
-      {"small_single", gpt2_small_config(), 4, 256, false, false},
-      {"small_4x1024", gpt2_small_config(), 4, 1024, true, true},
-      {"mid_8x512", mid, 8, 512, true, false},
-      {"mid_single_8x512", mid, 8, 512, false, true},
+      {"tiny_single", {.config = gpt2_tiny_config(), .batch = 4, .seq = 64, .foreach = false}, true},
+      {"small_single", {.config = gpt2_small_config(), .batch = 4, .seq = 256, .foreach = false}, false},
+      {"small_4x1024", {.config = gpt2_small_config(), .batch = 4, .seq = 1024}, true},
+      {"mid_8x512", {.config = kMid, .batch = 8, .seq = 512}, false},
+      {"mid_single_8x512", {.config = kMid, .batch = 8, .seq = 512, .foreach = false}, true},
   };
   for (const HeldOutCase& c : cases)
-    for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out(c, w);
+    for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout", c, w);
+}
+
+TEST_CASE("GPT-2 with every block checkpointed (use_reentrant=False), fp32: tiny as PyTorch at every mark") {
+  const HeldOutCase tiny{"tiny_fp32_checkpoint", {.config = checkpointed(gpt2_tiny_config()), .batch = 4, .seq = 64}, true};
+  for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout_amp", tiny, w);
+}
+
+// GPT-2 small checkpointed: the forward is PyTorch's event for event; backward is not yet. Two differences
+// remain (tools/probes/compare_gpt2_events.py against heldout_amp/x0/small_fp32_checkpoint.events.gz):
+// PyTorch's early stop ends a block's recomputation when c_proj's addmm saves its inputs, before its output
+// exists, where bytegrad (which records an op after computing it) allocates that 3 MiB output and frees it;
+// and PyTorch sums the residual's two gradients out of place where bytegrad adds in place.
+TEST_CASE("GPT-2 small with every block checkpointed: the forward as PyTorch") {
+  ScenarioRecorder r("small_fp32_checkpoint", kMeta);
+  const GPTTraining t{.config = checkpointed(gpt2_small_config()), .batch = 4, .seq = 256};
+  CHECK_FALSE(estimate_gpt_training(t, false, 0, &r).out_of_memory);
+  const std::vector<GoldenStep> want = read_golden_scenario(std::string(BYTEGRAD_TEST_DATA_DIR) +
+                                                            "/pytorch_probes/gpt2/heldout_amp/x0/small_fp32_checkpoint.json");
+  REQUIRE(r.steps().size() == want.size());
+  check_marks({r.steps().begin(), r.steps().begin() + 3}, {want.begin(), want.begin() + 3});
 }

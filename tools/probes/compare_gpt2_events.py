@@ -6,18 +6,23 @@
 skip: PyTorch events to drop first (a later run's .events file starts with the earlier runs' events of the
 same process: small.events with tiny's 816).
 """
-import difflib, json, sys
+import difflib, gzip, json, sys
 
 KEEP = ("alloc", "free_completed", "segment_alloc", "segment_free")
 
 
 def pytorch_events(path):
-    events, mark = [], "start"
-    for line in open(path):
+    events, mark, op = [], "start", "-"
+    for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
         if line.startswith("# mark"):
             mark = line.split()[2]
             continue
-        action, size, rest = line.split(" ", 2)
+        if line.startswith("# op"):  # gpt2_op_events.py's files: the aten op that made the events below
+            op = line.split()[2]
+            continue
+        if line.startswith("#"):
+            continue
+        action, size, rest = (line.split(" ", 2) + [op])[:3]
         if rest.startswith("0x"):  # files recorded with addresses
             rest = rest.split(" ", 1)[1] if " " in rest else "-"
         if action in KEEP:

@@ -1,9 +1,11 @@
 #include "bytegrad/autograd/checkpoint.h"
 
+#include <optional>
 #include <stdexcept>
 
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/autograd/saved_tensor_hooks.h"
+#include "bytegrad/tensor/autocast.h"
 
 namespace bytegrad {
 
@@ -13,7 +15,11 @@ namespace {
 class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared_from_this<CheckpointFrame> {
  public:
   CheckpointFrame(CheckpointedFunction function, std::vector<Tensor> inputs)
-      : function_(std::move(function)), inputs_(std::move(inputs)) {}
+      : function_(std::move(function)),
+        inputs_(std::move(inputs)),
+        autocast_(is_autocast_enabled()),
+        autocast_dtype_(autocast_dtype()),
+        autocast_cache_(is_autocast_cache_enabled()) {}
 
   // Forward: remember only the slot number.
   std::shared_ptr<void> pack(const Tensor&) override {
@@ -37,12 +43,17 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
     size_t index;
   };
 
-  // During recomputation, saved tensors are stored in their slots instead.
+  // Thrown when the recomputation has every tensor the forward saved (PyTorch's early stop).
+  struct RecomputedEnough {};
+
+  // During recomputation, saved tensors are stored in their slots instead; once all `wanted` are back the
+  // rest of the function is not run (torch.utils.checkpoint's early stop, on by default).
   class Recorder final : public SavedTensorHooks {
    public:
-    explicit Recorder(std::vector<Tensor>& into) : into_(into) {}
+    Recorder(std::vector<Tensor>& into, size_t wanted) : into_(into), wanted_(wanted) {}
     std::shared_ptr<void> pack(const Tensor& t) override {
       into_.push_back(t.alias());
+      if (into_.size() == wanted_) throw RecomputedEnough{};
       return nullptr;
     }
     Tensor unpack(const std::shared_ptr<void>&) override {
@@ -51,13 +62,21 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
 
    private:
     std::vector<Tensor>& into_;
+    size_t wanted_;
   };
 
+  // As PyTorch's: the recomputation runs in an autocast region of the forward's settings when the forward ran
+  // in one (a region of its own, so its weight casts are made afresh and their cache cleared when it ends).
   void recompute() {
     recomputed_ = true;
     EnableGradGuard grad;
-    SavedTensorHooksScope scope(std::make_shared<Recorder>(recomputed_tensors_));
-    function_(inputs_);  // outputs (and the recomputed graph) are dropped
+    std::optional<AutocastGuard> autocast;
+    if (autocast_) autocast.emplace(DeviceType::cuda, autocast_dtype_, true, autocast_cache_);
+    SavedTensorHooksScope scope(std::make_shared<Recorder>(recomputed_tensors_, slots_));
+    try {
+      function_(inputs_);  // outputs (and the recomputed graph) are dropped
+    } catch (const RecomputedEnough&) {
+    }
   }
 
   CheckpointedFunction function_;
@@ -65,6 +84,9 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
   size_t slots_ = 0;
   bool recomputed_ = false;
   std::vector<Tensor> recomputed_tensors_;
+  bool autocast_;
+  ScalarType autocast_dtype_;
+  bool autocast_cache_;
 };
 
 }  // namespace

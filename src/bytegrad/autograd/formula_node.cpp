@@ -20,6 +20,22 @@ size_t FormulaNode::save(const std::string& operand, const Tensor& t) {
   return saved_.size() - 1;
 }
 
+// Tensors kept by saved-tensor hooks (checkpointing) come back as PyTorch's generated nodes take them: all
+// unpacked when apply begins, in the order they were saved, and dropped when it returns, last first (its
+// locals); the hooks hold nothing after handing one over, so that is when a recomputed tensor is freed.
+// Saved tensors the node keeps itself are released later, by release_variables.
+TensorList FormulaNode::apply(TensorList&& grads) {
+  bool any_packed = false;
+  for (const SavedVariable& s : saved_) any_packed = any_packed || s.packed();
+  if (!any_packed) return backward_(*this, grads);
+  unpacked_.assign(saved_.size(), Tensor());
+  for (size_t i = 0; i < saved_.size(); ++i)
+    if (saved_[i].packed()) unpacked_[i] = unpack(saved_[i]);
+  TensorList out = backward_(*this, grads);
+  while (!unpacked_.empty()) unpacked_.pop_back();
+  return out;
+}
+
 Tensor FormulaNode::saved(std::string_view operand) const {
   for (size_t i = 0; i < saved_names_.size(); ++i)
     if (saved_names_[i] == operand) return saved(i);

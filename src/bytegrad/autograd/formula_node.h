@@ -18,7 +18,7 @@ class FormulaNode final : public Node {
   FormulaNode(std::string name, Backward backward) : name_(std::move(name)), backward_(std::move(backward)) {}
 
   std::string name() const override { return name_; }
-  TensorList apply(TensorList&& grads) override { return backward_(*this, grads); }
+  TensorList apply(TensorList&& grads) override;
   void release_variables() override {
     for (SavedVariable& s : saved_) s.reset();
   }
@@ -26,7 +26,9 @@ class FormulaNode final : public Node {
 
   // Saves `t` under `operand` (e.g. "mat1"); returns its index for saved().
   size_t save(const std::string& operand, const Tensor& t);
-  Tensor saved(size_t index) const { return unpack(saved_.at(index)); }
+  Tensor saved(size_t index) const {
+    return index < unpacked_.size() && unpacked_[index].defined() ? unpacked_[index] : unpack(saved_.at(index));
+  }
   // The tensor saved under `operand` (which must have been saved).
   Tensor saved(std::string_view operand) const;
   // Whether forward input i needs a gradient (PyTorch's task_should_compute_output).
@@ -40,6 +42,8 @@ class FormulaNode final : public Node {
   Backward backward_;
   std::vector<std::string> saved_names_;
   std::vector<SavedVariable> saved_;
+  // During apply: the tensors saved-tensor hooks gave back (see apply).
+  std::vector<Tensor> unpacked_;
 };
 
 // Creates the node the op table names for `record`'s op: edges to every tensor input (null edges where no

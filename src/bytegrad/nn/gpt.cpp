@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "bytegrad/autograd/checkpoint.h"
 #include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::nn {
@@ -43,13 +44,25 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor k = qkv[1].view({B, T, n_head_, hs}).transpose(1, 2);
   Tensor q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);
   Tensor v = qkv[2].view({B, T, n_head_, hs}).transpose(1, 2);
-  // Each rebinding of att frees the previous scores once the new ones exist, as Python's does.
+  // Each rebinding of att frees the previous scores once the new ones exist, as Python's does; the mask is
+  // a temporary of its own statement, so it goes before the scores it replaced (Python frees call
+  // arguments when the call returns, before the assignment).
   Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  att = masked_fill(att, eq(bias_.slice(2, 0, T).slice(3, 0, T), 0.0), -std::numeric_limits<double>::infinity());
+  Tensor masked =
+      masked_fill(att, eq(bias_.slice(2, 0, T).slice(3, 0, T), 0.0), -std::numeric_limits<double>::infinity());
+  att = std::move(masked);
   att = softmax(att, -1);
   Tensor y = matmul(att, v);
   y = y.transpose(1, 2).contiguous().view({B, T, C});
-  return (*c_proj_)(y);
+  Tensor out = (*c_proj_)(y);
+  // Python clears a frame's locals in the order its source names them: q, k, v (c_attn's output goes with
+  // the last view), then y (nanoGPT names y in its flash branch, before att), then att. Only what no node
+  // saved is freed here (all of it under checkpointing).
+  qkv.clear();
+  q = k = v = Tensor();
+  y = Tensor();
+  att = Tensor();
+  return out;
 }
 
 // ------------------------------------------------------------------------------------------- MLP
@@ -60,7 +73,12 @@ MLP::MLP(const GPTConfig& config, TensorOptions options) {
   c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * config.n_embd, config.n_embd, true, options));
 }
 
-Tensor MLP::forward(const Tensor& x) { return (*c_proj_)((*gelu_)((*c_fc_)(x))); }
+// c_fc's output is released when gelu returns and gelu's when c_proj returns, as Python releases call
+// arguments (one C++ full expression would keep both until its end and free them in the other order).
+Tensor MLP::forward(const Tensor& x) {
+  Tensor h = (*gelu_)((*c_fc_)(x));
+  return (*c_proj_)(h);
+}
 
 // ----------------------------------------------------------------------------------------- Block
 
@@ -71,9 +89,18 @@ Block::Block(const GPTConfig& config, TensorOptions options) {
   mlp_ = register_module("mlp", std::make_shared<MLP>(config, options));
 }
 
+// Python's `x = x + f(g(x))`: g's output goes when f returns, f's when the add has its result, then the old
+// x when the name is rebound.
 Tensor Block::forward(const Tensor& input) {
-  Tensor x = input + (*attn_)((*ln_1_)(input));
-  x = x + (*mlp_)((*ln_2_)(x));
+  Tensor x;
+  {
+    Tensor a = (*attn_)((*ln_1_)(input));
+    x = input + a;
+  }
+  Tensor m = (*mlp_)((*ln_2_)(x));
+  Tensor sum = x + m;
+  m = Tensor();
+  x = std::move(sum);
   return x;
 }
 
@@ -101,7 +128,10 @@ GPT::Output GPT::forward(const Tensor& idx, const Tensor& targets) {
   Tensor tok_emb = (*wte_)(idx);  // (B, T, C)
   Tensor pos_emb = (*wpe_)(pos);  // (T, C)
   Tensor x = tok_emb + pos_emb;
-  for (const auto& block : *h_) x = (*block)(x);
+  for (const auto& block : *h_) {
+    if (config_.checkpoint_blocks) x = checkpoint([block](const Tensor& in) { return (*block)(in); }, x);
+    else x = (*block)(x);
+  }
   x = (*ln_f_)(x);
   Output out;
   out.logits = (*lm_head_)(x);

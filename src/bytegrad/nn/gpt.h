@@ -28,6 +28,10 @@ struct GPTConfig {
   int64_t vocab_size = 50257;
   int64_t block_size = 1024;
   AttentionKind attention = AttentionKind::slow;
+  // Each block under activation checkpointing (autograd/checkpoint.h; PyTorch's
+  // `x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)` in the block loop): a block keeps
+  // only its input until backward recomputes it.
+  bool checkpoint_blocks = false;
 };
 
 // x (B, T, C) -> (B, T, C). c_attn's output (B, T, 3C) is split into q, k, v views that stay alive until
