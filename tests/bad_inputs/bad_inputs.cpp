@@ -162,7 +162,11 @@ const std::vector<Row>& rows() {
       {"flatten with start after end", E::invalid_argument, "", [](Fixture& f) { f.a.flatten(1, 0); }},
       // ------------------------------------------------------------------------------------- ops
       {"add of unbroadcastable shapes", E::invalid_argument, "broadcast", [](Fixture& f) { f.a + f.b; }},
-      {"add of two dtypes", E::invalid_argument, "dtype mismatch", [](Fixture& f) { f.a.add(f.a.to(ScalarType::float64)); }},
+      {"mm of two dtypes", E::invalid_argument, "dtype mismatch", [](Fixture& f) { mm(f.a, f.b.to(ScalarType::float64)); }},
+      {"in-place add of floats into integers", E::invalid_argument, "can't be cast",
+       [](Fixture& f) { f.ints.add_(f.ints.to(ScalarType::float32)); }},
+      {"div of two integer dtypes", E::invalid_argument, "floating-point",
+       [](Fixture& f) { f.ints / f.ints.to(ScalarType::int32); }},
       {"add across devices", E::invalid_argument, "same device", [](Fixture& f) { f.a + f.c; }},
       {"div of integers", E::invalid_argument, "floating-point", [](Fixture& f) { f.ints / f.ints; }},
       {"exp of integers", E::invalid_argument, "floating-point", [](Fixture& f) { exp(f.ints); }},

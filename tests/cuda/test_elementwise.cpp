@@ -1,5 +1,6 @@
 // fill, arange, copy, unary, binary, binary_scalar, where, masked_fill on cuda against cpu, on contiguous,
 // transposed, sliced and expanded (broadcast) operands.
+#include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bytegrad::testing {
@@ -173,6 +174,66 @@ TEST_CASE("binary ops match cpu with broadcast and transposed operands") {
       gpu().binary(op, a.gpu_view(), a.gpu_view(), b.gpu_view(), 2.0);
       check_close(a, 0, 0, "int64 binary");
     }
+  }
+}
+
+TEST_CASE("binary ops on operands of two dtypes match cpu (the mixed-dtype path)") {
+  require_gpu();
+  const std::vector<BinaryOp> arithmetic = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div,
+                                            BinaryOp::maximum, BinaryOp::minimum};
+  const std::vector<BinaryOp> to_bool = {BinaryOp::eq, BinaryOp::lt, BinaryOp::ge, BinaryOp::logical_and};
+  struct Types {
+    ScalarType a, b, common;
+  };
+  for (const Types t : {Types{ScalarType::float32, ScalarType::bfloat16, ScalarType::float32},
+                        Types{ScalarType::bfloat16, ScalarType::float32, ScalarType::float32},
+                        Types{ScalarType::float16, ScalarType::bfloat16, ScalarType::float32},
+                        Types{ScalarType::float32, ScalarType::float64, ScalarType::float64},
+                        Types{ScalarType::int64, ScalarType::float16, ScalarType::float16},
+                        Types{ScalarType::int32, ScalarType::int64, ScalarType::int64},
+                        // a 0-d float32 with bfloat16 is computed in bfloat16 (result_type's zero-dim rule)
+                        Types{ScalarType::bfloat16, ScalarType::float32, ScalarType::bfloat16}}) {
+    const std::string what = std::string(scalar_type_name(t.a)) + " with " + std::string(scalar_type_name(t.b)) +
+                             " in " + std::string(scalar_type_name(t.common));
+    CAPTURE(what);
+    const bool integral = !is_floating_point(t.a) || !is_floating_point(t.b);
+    Pair a = from_values(exact_values(24 * 17, true, false), {24, 17}, t.a);
+    Pair b_row = integral ? from_values(exact_values(17, true, false), {17}, t.b) : random_pair({17}, t.b);
+    Pair b = b_row.map([](const Tensor& x) { return x.unsqueeze(0).expand({24, 17}); });
+    for (BinaryOp op : arithmetic) {
+      if (op == BinaryOp::div && !is_floating_point(t.common)) continue;
+      Pair out = empty_pair({24, 17}, t.common);
+      cpu().binary(op, out.cpu_view(), a.cpu_view(), b.cpu_view(), 0.5, t.common);
+      gpu().binary(op, out.gpu_view(), a.gpu_view(), b.gpu_view(), 0.5, t.common);
+      check_close(out, -1, 1e-6, what + " binary op " + std::to_string(static_cast<int>(op)));
+    }
+    for (BinaryOp op : to_bool) {
+      Pair at = a.map(transposed), bt = b.map(transposed);
+      Pair out = empty_pair({17, 24}, ScalarType::bool_);
+      cpu().binary(op, out.cpu_view(), at.cpu_view(), bt.cpu_view(), 1.0, t.common);
+      gpu().binary(op, out.gpu_view(), at.gpu_view(), bt.gpu_view(), 1.0, t.common);
+      check_close(out, 0, 0, what + " comparison " + std::to_string(static_cast<int>(op)));
+    }
+  }
+  SUBCASE("in place: a bfloat16 target with a float32 operand (out aliases a, narrower than common)") {
+    Pair a = random_pair({24, 17}, ScalarType::bfloat16);
+    Pair b = random_pair({17, 24}, ScalarType::float32).map(transposed);
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::mul, BinaryOp::sub}) {
+      cpu().binary(op, a.cpu_view(), a.cpu_view(), b.cpu_view(), 2.0, ScalarType::float32);
+      gpu().binary(op, a.gpu_view(), a.gpu_view(), b.gpu_view(), 2.0, ScalarType::float32);
+      check_close(a, 0, 0, "in-place bfloat16 op float32");
+    }
+  }
+  SUBCASE("through the ops: float32 + bfloat16 allocates only the float32 output") {
+    Pair x = random_pair({64, 64}, ScalarType::float32);
+    Pair y = random_pair({64, 64}, ScalarType::bfloat16);
+    const int64_t before = caching_allocator(x.gpu.device()).memory_allocated();
+    caching_allocator(x.gpu.device()).reset_peak_stats();
+    Tensor gz = x.gpu + y.gpu;
+    CHECK(gz.dtype() == ScalarType::float32);
+    CHECK(caching_allocator(x.gpu.device()).memory_allocated() - before == 64 * 64 * 4);
+    CHECK(caching_allocator(x.gpu.device()).max_memory_allocated() - before == 64 * 64 * 4);
+    check_close(gz, x.cpu + y.cpu, 0, 0, "float32 + bfloat16");
   }
 }
 

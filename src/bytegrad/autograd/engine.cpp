@@ -2,7 +2,8 @@
 //  - dependencies are counted over every edge reachable from the root;
 //  - ready nodes run highest sequence number first (later-created first; AccumulateGrad at once);
 //  - a node's incoming gradients stay alive until its outputs were checked against the next nodes'
-//    expected shapes (summing broadcast gradients down, a new allocation), then are dropped;
+//    expected shapes and dtypes (PyTorch's validate_outputs, output by output: a broadcast gradient is
+//    summed down, then one of another dtype is converted, each a new allocation), then are dropped;
 //  - then its saved tensors are released (unless retain_graph), then its outputs are handed on,
 //    accumulating into the next node's buffer when several paths meet.
 #include "bytegrad/memory/device_allocators.h"
@@ -124,6 +125,11 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
         if (!edge.valid() || !outputs[i].defined()) continue;
         const GradientMetadata& expected = edge.function->input_metadata.at(edge.input_nr);
         if (outputs[i].sizes() != expected.sizes) outputs[i] = sum_to(outputs[i], expected.sizes);
+        // validate_outputs: `if (grad.scalar_type() != metadata.scalar_type()) grad = grad.to(...)`, e.g.
+        // AddBackward0 of float32 + bfloat16 hands its float32 gradient to the bfloat16 side converted (one
+        // bfloat16 block); the unconverted one is released here unless something else holds it.
+        if (outputs[i].dtype() != expected.dtype)
+          outputs[i] = ops_detail::to_dtype_preserving_strides(outputs[i], expected.dtype);
       }
     }  // the incoming gradients are dropped here
     if (!retain_graph) node.release_variables();
@@ -175,6 +181,9 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& r
     if (grad.sizes() != root.sizes())
       throw std::invalid_argument(fmt::format("backward: gradient shape {} does not match the root's {}",
                                               shape_str(grad.sizes()), describe(root)));
+    // validate_outputs on the root edge: a gradient of another dtype is converted (and held until backward
+    // returns, as PyTorch's engine holds its converted inputs).
+    if (grad.dtype() != root.dtype()) grad = ops_detail::to_dtype_preserving_strides(grad, root.dtype());
   } else {
     if (root.numel() != 1)
       throw std::runtime_error("grad can be implicitly created only for scalar outputs (got " + describe(root) + ")");

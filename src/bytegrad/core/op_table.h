@@ -11,7 +11,8 @@
 //
 // Columns
 //   dtypes: any       — every dtype; the result has the operands' dtype
-//           floating  — floating dtypes only (PyTorch would promote integers; bytegrad refuses)
+//           floating  — floating dtypes only (PyTorch would promote integers; bytegrad refuses); for two
+//                       tensor operands, checked on their result type (int32 / float32 is allowed)
 //           not_bool  — every dtype but bool
 //           to_bool   — every dtype; the result is bool (comparisons, logical ops)
 //   args:   the op_args:: struct the op records (None: nothing)

@@ -47,7 +47,7 @@ inline std::string_view scalar_type_name(ScalarType type) {
 
 // The type of a binary op's result: floating beats integral, wider beats narrower (float16 with bfloat16
 // gives float32).
-inline ScalarType promote_types(ScalarType a, ScalarType b) {
+inline constexpr ScalarType promote_types(ScalarType a, ScalarType b) {
   if (a == b) return a;
   // Rank within a category: bool < uint8 < int32 < int64 < (float16 | bfloat16) < float32 < float64.
   auto rank = [](ScalarType t) {
@@ -67,6 +67,53 @@ inline ScalarType promote_types(ScalarType a, ScalarType b) {
     return ScalarType::float32;
   return rank(a) >= rank(b) ? a : b;
 }
+
+inline constexpr bool is_integral(ScalarType type, bool include_bool) {
+  return type == ScalarType::int64 || type == ScalarType::int32 || type == ScalarType::uint8 ||
+         (include_bool && type == ScalarType::bool_);
+}
+
+// PyTorch's canCast: whether an op's result of type `from` may be written into a tensor of type `to` (an
+// in-place op's target, an out= argument). Floating into integral is refused, and anything but bool into
+// bool (bool is its own category); everything else, narrowing included (float32 into bfloat16), is allowed.
+inline constexpr bool can_cast(ScalarType from, ScalarType to) {
+  if (is_floating_point(from) && is_integral(to, /*include_bool=*/false)) return false;
+  if (from != ScalarType::bool_ && to == ScalarType::bool_) return false;
+  return true;
+}
+
+// PyTorch's result_type over tensor operands (at::native::ResultTypeState, without wrapped numbers:
+// bytegrad's Python-number scalars never take part): operands with dimensions and zero-dim operands are
+// promoted separately, then combined by category (bool < integral < floating): a zero-dim operand only
+// decides the type when it is of a higher category than every operand with dimensions. So float32 of
+// shape [] with bfloat16 of shape [4] gives bfloat16, int64 of shape [] with int32 of shape [4] gives int32,
+// but float64 of shape [] with int32 of shape [4] gives float64.
+class ResultTypeState {
+ public:
+  // Adds one operand: its dtype and whether it has dimensions (dim() > 0).
+  constexpr void add(ScalarType dtype, bool has_dimensions) {
+    Slot& slot = has_dimensions ? dimensioned_ : zero_dim_;
+    slot.type = slot.defined ? promote_types(slot.type, dtype) : dtype;
+    slot.defined = true;
+  }
+  // The result type (float32 when nothing was added).
+  constexpr ScalarType result() const {
+    if (!dimensioned_.defined) return zero_dim_.defined ? zero_dim_.type : ScalarType::float32;
+    if (!zero_dim_.defined) return dimensioned_.type;
+    // c10's combine_categories(higher = dimensioned, lower = zero-dim).
+    const ScalarType higher = dimensioned_.type, lower = zero_dim_.type;
+    if (is_floating_point(higher)) return higher;
+    if (higher == ScalarType::bool_ || is_floating_point(lower)) return promote_types(higher, lower);
+    return higher;
+  }
+
+ private:
+  struct Slot {
+    ScalarType type = ScalarType::float32;
+    bool defined = false;
+  };
+  Slot dimensioned_, zero_dim_;
+};
 
 
 }  // namespace bytegrad

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "bytegrad/core/device.h"
@@ -47,11 +48,16 @@ class KernelBackend {
 
   // out[i] = op(in[i]); in has out's sizes (strides may be 0 for broadcast) and dtype.
   virtual void unary(UnaryOp op, const StridedView& out, const StridedView& in) = 0;
-  // out[i] = op(a[i], b[i]); a and b share one dtype and are already broadcast to out's sizes (stride 0
-  // where broadcast). out has that dtype, or bool for comparisons and logical ops. out may alias a or b
-  // exactly (in-place ops).
+  // out[i] = op(a[i], b[i]); a and b are already broadcast to out's sizes (stride 0 where broadcast). out
+  // may alias a or b exactly (in-place ops).
+  // Types, as PyTorch's TensorIterator on CUDA: each operand is read in its own dtype and converted to
+  // `common` (PyTorch's common dtype; when not given, promote_types(a.dtype, b.dtype)), the op is computed
+  // in common's math type (float for the 16-bit floats), and the result is written in out's dtype: bool
+  // for comparisons and logical ops, otherwise any dtype (common itself, or an in-place target's dtype).
+  // Nothing is allocated for the conversions. When a, b and out share one dtype (or out is bool) and common
+  // is that dtype, the same-dtype kernels run unchanged; the mixed case is a separate path.
   virtual void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b,
-                      double alpha = 1.0) = 0;
+                      double alpha = 1.0, std::optional<ScalarType> common = std::nullopt) = 0;
   // out[i] = op(a[i], scalar), or op(scalar, a[i]) when scalar_first (rsub, rdiv, rpow).
   virtual void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
                              bool scalar_first = false) = 0;

@@ -13,7 +13,8 @@ class MetaBackend final : public KernelBackend {
   void copy_from_host(const StridedView&, const void*) override {}
   void copy_to_host(void*, const StridedView&) override {}
   void unary(UnaryOp, const StridedView&, const StridedView&) override {}
-  void binary(BinaryOp, const StridedView&, const StridedView&, const StridedView&, double) override {}
+  void binary(BinaryOp, const StridedView&, const StridedView&, const StridedView&, double,
+              std::optional<ScalarType>) override {}
   void binary_scalar(BinaryOp, const StridedView&, const StridedView&, double, bool) override {}
   void where(const StridedView&, const StridedView&, const StridedView&, const StridedView&) override {}
   void masked_fill(const StridedView&, const StridedView&, double) override {}

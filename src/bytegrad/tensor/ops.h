@@ -5,11 +5,20 @@
 // Views allocate nothing; in-place ops (trailing underscore) allocate nothing and bump the version
 // counter. Python-number scalars never become device tensors.
 //
-// Types: bytegrad does not promote. Tensor operands of one op must share a dtype and a device, else
-// std::invalid_argument names the op and both operands. Comparisons and logical ops return bool. A scalar
-// adopts the tensor's dtype: int_tensor + 0.5 stays int64 and adds 0 (PyTorch would return float32);
-// comparisons with a scalar are exact (done in double). Float-only ops (div, exp, log, sqrt, sigmoid,
-// tanh, gelu, mean, softmax) reject integer tensors instead of returning float as PyTorch does.
+// Types: the binary pointwise ops on two tensors (add, sub, mul, div, pow, maximum, minimum, the
+// comparisons, logical_and/or, the activation gradients) and where promote as PyTorch does: the result
+// type is result_type(a, b) (promote_types, float16 with bfloat16 giving float32; a 0-d operand decides it
+// only when of a higher category, bool < integral < floating, than every operand with dimensions: a 0-d
+// float32 with a bfloat16 tensor gives bfloat16). The kernel reads each operand in its own dtype and
+// computes in the result type's math type, so promotion allocates nothing beyond the output (where, as
+// PyTorch's, first converts an operand of another dtype with .to()). Comparisons compare in the result
+// type and return bool. In-place forms (add_, sub_, mul_, div_) write self's dtype and refuse, before
+// writing, a result type that cannot be cast to it (floating into integral, non-bool into bool). Every
+// other op still requires its tensor operands to share a dtype (std::invalid_argument names the op and
+// both operands); all operands must share a device. A scalar adopts the tensor's dtype: int_tensor + 0.5
+// stays int64 and adds 0 (PyTorch would return float32); comparisons with a scalar are exact (done in
+// double). Float-only ops (div, exp, log, sqrt, sigmoid, tanh, gelu, mean, softmax) reject integer tensors
+// (for div: a result type that is not floating) instead of returning float as PyTorch does.
 #pragma once
 
 #include <array>
@@ -66,7 +75,10 @@ Tensor ge(const Tensor& a, double b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 
-// cond ? a : b, all three broadcast together; cond is bool.
+// torch.result_type(a, b): the dtype a binary op on a and b computes in and returns (comparisons: bool).
+ScalarType result_type(const Tensor& a, const Tensor& b);
+
+// cond ? a : b, all three broadcast together; cond is bool; the result has result_type(a, b).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // A copy of x (broadcast with mask, contiguous) with value where mask is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);

@@ -1,5 +1,9 @@
 // Elementwise ops: one output laid out as PyTorch's TensorIterator lays it out (ops_support.h), or none
 // for the in-place forms. Scalars are passed to the kernel as numbers, never as device tensors.
+// Tensor operands of two dtypes are promoted as PyTorch's TensorIterator on CUDA promotes them: the result
+// type is result_type(a, b), and the kernel reads each operand in its own dtype (no converted copies; the
+// output is still the only allocation). where is the exception, as in PyTorch: its operands are converted
+// with .to() first.
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -34,11 +38,11 @@ Tensor unary_compute(const char* name, UnaryOp op, const Tensor& x) {
 Tensor binary_compute(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha) {
   AllocationScope scope(name);
   check_same_device(name, a, b);
-  check_same_dtype(name, a, b);
-  check_dtype_rule(name, dtype_rule(op), a);
+  const ScalarType common = result_type(a, b);
+  check_dtype_rule(name, dtype_rule(op), a, b, common);
   const Shape shape = broadcast_shapes(name, a, b);
-  Tensor out = empty_elementwise_output(shape, result_dtype(dtype_rule(op), a.dtype()), a.device(), {&a, &b});
-  backend_of(a).binary(op, kv(out), kv(a.expand(shape)), kv(b.expand(shape)), alpha);
+  Tensor out = empty_elementwise_output(shape, result_dtype(dtype_rule(op), common), a.device(), {&a, &b});
+  backend_of(a).binary(op, kv(out), kv(a.expand(shape)), kv(b.expand(shape)), alpha, common);
   return out;
 }
 
@@ -52,15 +56,19 @@ Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar)
   return out;
 }
 
+// The result is computed in result_type(self, other) and written in self's dtype, which must be a type
+// that result can be cast to (PyTorch's canCast): float32.add_(bfloat16) and bfloat16.add_(float32) are
+// allowed, int64.add_(float32) is not; the check comes before anything is written.
 const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor& self, const Tensor& other, double alpha) {
   check_same_device(name, self, other);
-  check_same_dtype(name, self, other);
+  const ScalarType common = result_type(self, other);
   check_writable(name, self);
-  check_dtype_rule(name, dtype_rule(op), self);
+  check_dtype_rule(name, dtype_rule(op), self, other, common);
+  check_can_cast_to_self(name, common, self, other);
   if (broadcast_shapes(name, self, other) != self.sizes())
     throw std::invalid_argument(fmt::format("{}: {} cannot be broadcast to the shape of the in-place target {}", name,
                                             describe(other), describe(self)));
-  backend_of(self).binary(op, kv(self), kv(self), kv(other.expand(self.sizes())), alpha);
+  backend_of(self).binary(op, kv(self), kv(self), kv(other.expand(self.sizes())), alpha, common);
   self.bump_version();
   return self;
 }
@@ -182,6 +190,15 @@ Tensor pow(double base, const Tensor& exponent) {
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::maximum>(a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::minimum>(a, b); }
 
+ScalarType result_type(const Tensor& a, const Tensor& b) {
+  check_defined("result_type", a);
+  check_defined("result_type", b);
+  ResultTypeState state;
+  state.add(a.dtype(), a.dim() > 0);
+  state.add(b.dtype(), b.dim() > 0);
+  return state.result();
+}
+
 // ------------------------------------------------------------------------------------ comparisons
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::eq>(a, b); }
@@ -201,17 +218,23 @@ Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp:
 
 // ----------------------------------------------------------------------------- where, masked_fill
 
+// Operands of two dtypes: PyTorch's where_self_out converts each operand not of result_type(a, b) with
+// .to() (a copy at the operand's own shape, strides preserved when dense: a first, then b), then allocates
+// the output; the copies are freed when it returns (b's first).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   AllocationScope scope("where");
   check_same_device("where", cond, a);
   check_same_device("where", a, b);
-  check_same_dtype("where", a, b);
   if (cond.dtype() != ScalarType::bool_)
     throw std::invalid_argument(fmt::format("where: the condition {} must be bool", describe(cond)));
   const Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond, a), b.sizes());
-  Tensor out = empty_elementwise_output(shape, a.dtype(), a.device(), {&cond, &a, &b});
+  const ScalarType common = result_type(a, b);
+  Tensor out;
   without_recording([&] {
-    backend_of(a).where(kv(out), kv(cond.expand(shape)), kv(a.expand(shape)), kv(b.expand(shape)));
+    const Tensor a_common = to_dtype_preserving_strides(a, common);
+    const Tensor b_common = to_dtype_preserving_strides(b, common);
+    out = empty_elementwise_output(shape, common, a.device(), {&cond, &a_common, &b_common});
+    backend_of(a).where(kv(out), kv(cond.expand(shape)), kv(a_common.expand(shape)), kv(b_common.expand(shape)));
     return 0;
   });
   record_for_autograd({cond, a, b}, [&] { return make_record<OpId::where>({cond, a, b}, {out}); });

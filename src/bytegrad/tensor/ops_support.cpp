@@ -32,14 +32,14 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype())
     throw std::invalid_argument(fmt::format(
-        "{}: dtype mismatch between {} and {} (bytegrad does not promote types; convert one with .to(dtype))", op,
-        describe(a), describe(b)));
+        "{}: dtype mismatch between {} and {} ({} takes operands of one dtype; convert one with .to(dtype))", op,
+        describe(a), describe(b), op));
 }
 
 void check_floating(const char* op, const Tensor& t) {
   if (!is_floating_point(t.dtype()))
     throw std::invalid_argument(fmt::format(
-        "{}: {} is not a floating-point tensor (bytegrad does not promote; convert with .to(float32))", op,
+        "{}: {} is not a floating-point tensor (bytegrad does not promote integers to float; convert with .to(float32))", op,
         describe(t)));
 }
 
@@ -47,6 +47,36 @@ void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t) {
   if (rule == DtypeRule::floating) check_floating(name, t);
   if (rule == DtypeRule::not_bool && t.dtype() == ScalarType::bool_)
     throw std::invalid_argument(fmt::format("{}: {} is a bool tensor, which {} does not take", name, describe(t), name));
+}
+
+void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& a, const Tensor& b, ScalarType common) {
+  if (a.dtype() == b.dtype()) return check_dtype_rule(name, rule, a);
+  if (rule == DtypeRule::floating && !is_floating_point(common))
+    throw std::invalid_argument(fmt::format(
+        "{}: {} and {} promote to {}, which is not a floating-point type (bytegrad does not promote integers to "
+        "float; convert with .to(float32))", name, describe(a), describe(b), scalar_type_name(common)));
+  if (rule == DtypeRule::not_bool && common == ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("{}: {} and {} promote to bool, which {} does not take", name, describe(a),
+                                            describe(b), name));
+}
+
+void check_can_cast_to_self(const char* name, ScalarType common, const Tensor& self, const Tensor& other) {
+  if (!can_cast(common, self.dtype()))
+    throw std::invalid_argument(fmt::format(
+        "{}: result type {} (of {} and {}) can't be cast to the desired output type {} of the in-place target",
+        name, scalar_type_name(common), describe(self), describe(other), scalar_type_name(self.dtype())));
+}
+
+Tensor to_dtype_preserving_strides(const Tensor& t, ScalarType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out;
+  {
+    AllocationScope scope("to");
+    const TensorOptions options{dtype, t.device()};
+    out = is_non_overlapping_and_dense(t) ? empty_strided(t.sizes(), t.strides(), options) : empty(t.sizes(), options);
+  }
+  backend_of(t).copy(kv(out), kv(t));
+  return out;
 }
 
 void check_writable(const char* op, const Tensor& t) {

@@ -21,6 +21,19 @@ void check_floating(const char* op, const Tensor& t);
 // The op table's dtype rule for an operand (core/op_table.h); `name` is the op as the user called it.
 void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t);
 inline void check_dtype_rule(const char* name, OpId op, const Tensor& t) { check_dtype_rule(name, op_info(op).dtypes, t); }
+// The rule for a two-operand op, checked on the type it computes in: `common`, the operands' result type.
+// Operands of one dtype are checked (and named in the message) as above; operands of two dtypes are named
+// with the type they promote to.
+void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& a, const Tensor& b, ScalarType common);
+// An in-place (or out=) op's result of type `common` may be written into `self` (PyTorch's canCast: no
+// floating into integral, nothing but bool into bool); else std::invalid_argument naming the op, both
+// operands and both types. Called before anything is written.
+void check_can_cast_to_self(const char* name, ScalarType common, const Tensor& self, const Tensor& other);
+
+// PyTorch's Tensor.to(dtype) (_to_copy with memory_format=preserve) without autograd: a new tensor of
+// `dtype` with t's strides when t is non-overlapping and dense, else contiguous, holding t's values
+// converted. One allocation of numel * element_size(dtype), tagged "to". t itself when it has that dtype.
+Tensor to_dtype_preserving_strides(const Tensor& t, ScalarType dtype);
 // An in-place op may not write through a view in which several elements share one address.
 void check_writable(const char* op, const Tensor& t);
 

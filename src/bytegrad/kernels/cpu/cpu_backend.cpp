@@ -16,9 +16,9 @@ class CpuBackend final : public KernelBackend {
   void copy_to_host(void* host, const StridedView& src) override { cpu::copy_to_host(host, src); }
 
   void unary(UnaryOp op, const StridedView& out, const StridedView& in) override { cpu::unary(op, out, in); }
-  void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b,
-              double alpha) override {
-    cpu::binary(op, out, a, b, alpha);
+  void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
+              std::optional<ScalarType> common) override {
+    cpu::binary(op, out, a, b, alpha, common.value_or(promote_types(a.dtype, b.dtype)));
   }
   void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
                      bool scalar_first) override {

@@ -43,6 +43,61 @@ void binary_loop(const StridedView& out, const StridedView& a, const StridedView
   });
 }
 
+// One element of a runtime dtype, converted to C (the mixed-dtype path: one switch per element, no scratch).
+template <typename C>
+inline C load_as(const char* p, ScalarType dtype) {
+  switch (dtype) {
+    case ScalarType::float32: return convert<C>(*reinterpret_cast<const float*>(p));
+    case ScalarType::float64: return convert<C>(*reinterpret_cast<const double*>(p));
+    case ScalarType::float16: return convert<C>(*reinterpret_cast<const Eigen::half*>(p));
+    case ScalarType::bfloat16: return convert<C>(*reinterpret_cast<const Eigen::bfloat16*>(p));
+    case ScalarType::int64: return convert<C>(*reinterpret_cast<const int64_t*>(p));
+    case ScalarType::int32: return convert<C>(*reinterpret_cast<const int32_t*>(p));
+    case ScalarType::uint8: return convert<C>(*reinterpret_cast<const uint8_t*>(p));
+    case ScalarType::bool_: return convert<C>(*reinterpret_cast<const bool*>(p));
+  }
+  throw std::logic_error("cpu backend: unknown dtype");
+}
+
+// A C value stored into an element of a runtime dtype.
+template <typename C>
+inline void store_as(char* p, ScalarType dtype, C value) {
+  switch (dtype) {
+    case ScalarType::float32: *reinterpret_cast<float*>(p) = convert<float>(value); return;
+    case ScalarType::float64: *reinterpret_cast<double*>(p) = convert<double>(value); return;
+    case ScalarType::float16: *reinterpret_cast<Eigen::half*>(p) = convert<Eigen::half>(value); return;
+    case ScalarType::bfloat16: *reinterpret_cast<Eigen::bfloat16*>(p) = convert<Eigen::bfloat16>(value); return;
+    case ScalarType::int64: *reinterpret_cast<int64_t*>(p) = convert<int64_t>(value); return;
+    case ScalarType::int32: *reinterpret_cast<int32_t*>(p) = convert<int32_t>(value); return;
+    case ScalarType::uint8: *reinterpret_cast<uint8_t*>(p) = convert<uint8_t>(value); return;
+    case ScalarType::bool_: *reinterpret_cast<bool*>(p) = convert<bool>(value); return;
+  }
+  throw std::logic_error("cpu backend: unknown dtype");
+}
+
+// The mixed-dtype binary loop (PyTorch's TensorIterator with a common dtype C on CUDA): each operand is
+// read in its own dtype and converted to C, the op runs in opmath_t<C>, and the result is stored as bool
+// (comparisons, logical ops) or converted to C and then to out's dtype. Element by element, so out may
+// alias an operand exactly (in-place ops).
+template <typename C, typename F>
+void mixed_binary_loop(const StridedView& out, const StridedView& a, const StridedView& b, bool bool_output, F f) {
+  using M = opmath_t<C>;
+  const ScalarType out_type = out.dtype, a_type = a.dtype, b_type = b.dtype;
+  const int64_t out_size = static_cast<int64_t>(element_size(out_type));
+  const int64_t a_size = static_cast<int64_t>(element_size(a_type));
+  const int64_t b_size = static_cast<int64_t>(element_size(b_type));
+  for_each_row<3>({&out, &a, &b}, [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const M x = convert<M>(load_as<C>(p[1] + i * s[1] * a_size, a_type));
+      const M y = convert<M>(load_as<C>(p[2] + i * s[2] * b_size, b_type));
+      const M r = f(x, y);
+      char* o = p[0] + i * s[0] * out_size;
+      if (bool_output) *reinterpret_cast<bool*>(o) = convert<bool>(r);
+      else store_as<C>(o, out_type, convert<C>(r));
+    }
+  });
+}
+
 // Calls apply(functor) with the functor for `op` fixed at compile time (the switch is the op table's
 // rows), so each loop inlines its op's math from kernels/pointwise_math.h.
 template <typename M, typename Apply>
@@ -97,8 +152,21 @@ void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
   });
 }
 
-void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) {
-  if (a.dtype != b.dtype) throw std::invalid_argument("cpu binary: operand dtypes differ");
+void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
+            ScalarType common) {
+  const bool bool_output = has_bool_output(op);
+  if (bool_output && out.dtype != ScalarType::bool_)
+    throw std::invalid_argument("cpu binary: comparisons and logical ops write bool");
+  const bool same_dtype = a.dtype == b.dtype && common == a.dtype && (bool_output || out.dtype == a.dtype);
+  if (!same_dtype) {  // mixed dtypes: converted element by element (no scratch memory)
+    dispatch_dtype(common, [&](auto tag) {
+      using C = typename decltype(tag)::type;
+      using M = opmath_t<C>;
+      with_binary_functor<M>(op, bool_output ? M(1) : convert<M>(alpha),
+                             [&](auto f) { mixed_binary_loop<C>(out, a, b, bool_output, f); });
+    });
+    return;
+  }
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;

@@ -219,7 +219,13 @@ void copy_from_host(const StridedView& dst, const void* host);
 void copy_to_host(void* host, const StridedView& src);
 
 void unary(UnaryOp op, const StridedView& out, const StridedView& in);
-void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha);
+// a and b in any dtypes (each converted to `common`, PyTorch's common dtype, before the op); out in common's
+// dtype, bool for comparisons, or (in place) any dtype common can be cast to.
+void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
+            ScalarType common);
+inline void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) {
+  binary(op, out, a, b, alpha, promote_types(a.dtype, b.dtype));
+}
 void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first);
 void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
 void masked_fill(const StridedView& out, const StridedView& mask, double value);

@@ -66,9 +66,10 @@ class CudaBackend final : public KernelBackend {
     CudaDeviceGuard guard(out.device);
     cuda::unary(op, out, in);
   }
-  void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) override {
+  void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
+              std::optional<ScalarType> common) override {
     CudaDeviceGuard guard(out.device);
-    cuda::binary(op, out, a, b, alpha);
+    cuda::binary(op, out, a, b, alpha, common.value_or(promote_types(a.dtype, b.dtype)));
   }
   void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
                      bool scalar_first) override {

@@ -205,6 +205,51 @@ void map2(const StridedView& out, const StridedView& a, const StridedView& b, Fn
   }
 }
 
+// ---- the mixed-dtype binary path: operands and output of any dtypes, through runtime dtype switches
+
+// One element of a runtime dtype, converted to C (as c10::convert inside TensorIterator's dynamic casting).
+template <typename C>
+__device__ __forceinline__ C load_as(const void* base, ScalarType dtype, int64_t offset) {
+  switch (dtype) {
+    case ScalarType::float32: return convert<C>(static_cast<const float*>(base)[offset]);
+    case ScalarType::float64: return convert<C>(static_cast<const double*>(base)[offset]);
+    case ScalarType::float16: return convert<C>(static_cast<const __half*>(base)[offset]);
+    case ScalarType::bfloat16: return convert<C>(static_cast<const __nv_bfloat16*>(base)[offset]);
+    case ScalarType::int64: return convert<C>(static_cast<const int64_t*>(base)[offset]);
+    case ScalarType::int32: return convert<C>(static_cast<const int32_t*>(base)[offset]);
+    case ScalarType::uint8: return convert<C>(static_cast<const uint8_t*>(base)[offset]);
+    case ScalarType::bool_: return convert<C>(static_cast<const bool*>(base)[offset]);
+  }
+  return convert<C>(0);
+}
+
+// out[i] = op(a[i], b[i]) with a and b read in their own dtypes and converted to the common dtype C, the op
+// computed in opmath_t<C>, and the result written as bool (comparisons, logical ops) or as C converted to
+// out's dtype (an in-place target may be narrower than C: bfloat16 += float32). PyTorch's CUDA
+// TensorIterator does the same with no temporaries; each element is read before it is written, so out may
+// alias a or b exactly.
+template <typename C>
+struct MixedBinaryFunctor {
+  void* out;
+  const void* a;
+  const void* b;
+  ScalarType out_type, a_type, b_type;
+  BinaryOp op;
+  bool bool_output;
+  opmath_t<C> alpha;
+  StridedIndexer<3> idx;
+  __device__ void operator()(int64_t i) const {
+    using Acc = opmath_t<C>;
+    int64_t o[3];
+    idx.offsets(i, o);
+    const Acc x = convert<Acc>(load_as<C>(a, a_type, o[1]));
+    const Acc y = convert<Acc>(load_as<C>(b, b_type, o[2]));
+    const Acc r = pointwise::binary<Acc>(op, x, y, alpha);
+    if (bool_output) static_cast<bool*>(out)[o[0]] = convert<bool>(r);
+    else store_as<C>(out, out_type, o[0], convert<C>(r));
+  }
+};
+
 template <typename T>
 struct WhereFunctor {
   T* out;
@@ -303,10 +348,25 @@ void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
   });
 }
 
-void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) {
+void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
+            ScalarType common) {
   require_same_sizes(out, a, "binary");
   require_same_sizes(out, b, "binary");
-  if (a.dtype != b.dtype) throw std::invalid_argument("cuda backend: binary: operands have different dtypes");
+  const bool bool_output = has_bool_output(op);
+  if (bool_output && out.dtype != ScalarType::bool_)
+    throw std::invalid_argument("cuda backend: binary: comparisons and logical ops write bool");
+  const bool same_dtype = a.dtype == b.dtype && common == a.dtype && (bool_output || out.dtype == a.dtype);
+  if (!same_dtype) {  // mixed dtypes: a separate kernel, each load and the store through a dtype switch
+    dispatch_dtype(common, [&](auto tag) {
+      using C = typename decltype(tag)::type;
+      for_each_index(out.numel(),
+                     MixedBinaryFunctor<C>{out.data, a.data, b.data, out.dtype, a.dtype, b.dtype, op, bool_output,
+                                           from_double<opmath_t<C>>(bool_output ? 1.0 : alpha),
+                                           make_indexer<3>(out.sizes, {out.strides, a.strides, b.strides})},
+                     "binary kernel (mixed dtypes)");
+    });
+    return;
+  }
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_output<T>(out, a.dtype, "binary", [&](auto out_tag) {

@@ -44,7 +44,9 @@ void fill(const StridedView& out, double value);
 void arange(const StridedView& out, double start, double step);
 void copy(const StridedView& dst, const StridedView& src);
 void unary(UnaryOp op, const StridedView& out, const StridedView& in);
-void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha);
+// a and b in any dtypes, each converted to `common` before the op (backend.h); out in any dtype.
+void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
+            ScalarType common);
 void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first);
 void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
 void masked_fill(const StridedView& out, const StridedView& mask, double value);
