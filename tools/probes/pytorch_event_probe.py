@@ -2,8 +2,9 @@
 """Records, in real PyTorch on a CUDA GPU, the caching-allocator events each small case makes.
 
 Usage: python3 pytorch_event_probe.py OUT.jsonl [GROUP...]   (groups: reduce, layernorm, ops, optim,
-op_table; the first four are tests/data/pytorch_probes/events.jsonl, op_table is op_table_events.jsonl:
-ops added with the op table, docs/adding-an-op.md)
+op_table, promotion; the first four are tests/data/pytorch_probes/events.jsonl, op_table is
+op_table_events.jsonl: ops added with the op table, docs/adding-an-op.md; promotion: operands of two dtypes,
+not yet recorded)
 One JSON object per line: {"group", "case", "events": [["alloc"|"free", requested_bytes], ...],
 "output_bytes"} for the events made by the case's `run` step only (inputs are built before recording
 starts). Used to derive and check the rules bytegrad follows for PyTorch's kernel-internal allocations
@@ -231,6 +232,50 @@ def op_table_cases():
         CASES.append(("op_table", name, fn))
 
 
+# ------------------------------------------------------------------ type promotion
+def promotion_cases():
+    """Operands of two dtypes (bytegrad's tests/tensor/promotion.cpp and tests/autograd/promotion.cpp hold
+    the same sequences as arithmetic): binary ops allocate only their output; where converts an operand of
+    another dtype with .to() first; backward converts each gradient to its input's dtype after sum_to."""
+    f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
+
+    def z(*shape, dt=f32):
+        return torch.zeros(*shape, device=DEV, dtype=dt)
+
+    def fwd(make_inputs, op):
+        def fn():
+            inputs = make_inputs()
+            ev, y = events_of(lambda: op(*inputs))
+            return {"forward": ev, "dtype": str(y.dtype)}, None
+        return fn
+
+    C = []
+    C.append(("add f32 + bf16 [4,64,64]", fwd(lambda: (z(4, 64, 64), z(4, 64, 64, dt=bf16)), lambda a, b: a + b)))
+    C.append(("add f16 + bf16 [4,64,64]", fwd(lambda: (z(4, 64, 64, dt=f16), z(4, 64, 64, dt=bf16)), lambda a, b: a + b)))
+    C.append(("add bf16 [4,64,64] + f32 0-d", fwd(lambda: (z(4, 64, 64, dt=bf16), z(())), lambda a, b: a + b)))
+    C.append(("lt f32 < bf16 [4,64,64]", fwd(lambda: (z(4, 64, 64), z(4, 64, 64, dt=bf16)), lambda a, b: a < b)))
+    C.append(("add_ bf16 += f32 [4,64,64]", fwd(lambda: (z(4, 64, 64, dt=bf16), z(4, 64, 64)), lambda a, b: a.add_(b))))
+    C.append(("where f32, bf16 [64,64]", fwd(lambda: (z(64, 64, dt=torch.bool), z(64, 64), z(64, 64, dt=bf16)),
+                                             lambda c, a, b: torch.where(c, a, b))))
+    C.append(("where f16 [64], bf16 [64,64]", fwd(lambda: (z(64, 64, dt=torch.bool), z(64, dt=f16), z(64, 64, dt=bf16)),
+                                                  lambda c, a, b: torch.where(c, a, b))))
+
+    def bwd(x_grad, y_shape):
+        def fn():
+            x = torch.zeros(64, 64, device=DEV, requires_grad=x_grad)
+            y = torch.zeros(*y_shape, device=DEV, dtype=bf16, requires_grad=True)
+            w = z(64, 64)
+            loss = ((x + y) * w).sum()
+            ev, _ = events_of(lambda: loss.backward())
+            return {"backward": ev, "y_grad_dtype": str(y.grad.dtype)}, None
+        return fn
+    C.append(("backward sum((x f32 + y bf16) * w) [64,64] both grad", bwd(True, (64, 64))))
+    C.append(("backward sum((x f32 + y bf16) * w) [64,64] y grad only", bwd(False, (64, 64))))
+    C.append(("backward sum((x f32 [64,64] + bias bf16 [64]) * w)", bwd(True, (64,))))
+    for name, fn in C:
+        CASES.append(("promotion", name, fn))
+
+
 # ------------------------------------------------------------------ optimizers
 def optim_cases():
     shapes = [[(1024, 256), (1024,), (1, 1024), (1,)], [(4096, 4096)], [(10,), (3, 3)]]
@@ -267,6 +312,7 @@ def main():
     layernorm_cases()
     ops_cases()
     op_table_cases()
+    promotion_cases()
     optim_cases()
     with open(out_path, "w") as f:
         f.write(json.dumps({"device": props.name, "multi_processor_count": props.multi_processor_count,
