@@ -17,8 +17,9 @@
 //     runs: PyTorch's softmax(x, dim, dtype=float))
 //   promote (the widest floating operand's dtype): dot
 // Every other op runs in its operands' dtypes (gelu, masked_fill, add, ... ; mixed dtypes promote), and
-// composite ops that are not listed (cross_entropy) reach the listed ops they are made of (log_softmax,
-// nll_loss), as in PyTorch. sum, prod and norm, which PyTorch runs in float32, are not wrapped yet.
+// composite ops that are not listed reach the listed ops they are made of, as in PyTorch: cross_entropy's
+// log_softmax is given the logits' dtype explicitly (so it runs in bfloat16), and its nll_loss casts the
+// log-probabilities to float32. sum, prod and norm, which PyTorch runs in float32, are not wrapped yet.
 //
 // Operands are cast from the last to the first (the order in which GCC evaluates the arguments of
 // PyTorch's wrapper, measured: linear casts its bias, then its weight, then its input).

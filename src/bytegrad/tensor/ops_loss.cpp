@@ -118,7 +118,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   check_defined("cross_entropy", logits);
   if (logits.dim() < 1 || logits.dim() > 2)
     throw std::invalid_argument(fmt::format("cross_entropy: logits {} should be 1-d (C) or 2-d (N, C)", describe(logits)));
-  return nll_loss(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, reduction, ignore_index);
+  // PyTorch's cross_entropy_loss calls log_softmax with dtype = the logits' dtype, which autocast leaves alone
+  // (fp32_set_opt_dtype only fills in a missing dtype): under autocast the log-probabilities stay in the
+  // logits' dtype and nll_loss (float32 policy) casts them.
+  Tensor log_probs;
+  {
+    autocast::InnerCall explicit_dtype;
+    log_probs = log_softmax(logits, logits.dim() == 1 ? 0 : 1);
+  }
+  return nll_loss(log_probs, target, reduction, ignore_index);
 }
 
 // ------------------------------------------------------------------------------------------- mse
