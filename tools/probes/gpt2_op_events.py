@@ -7,7 +7,10 @@ building and checking autocast's and SDPA's memory rules event by event.
 
 Writes OUTDIR/<scenario>.events: `<action> <size>` lines, `# op <aten op>` before the events an op made
 (events between ops are frees of Python references), and `# mark <label> allocated=.. reserved=.. peak=..`.
-Which event belongs to which op comes from the allocator's cumulative counters (allocations, frees,
+Caution: the TorchDispatchMode that names the ops gives every tensor it sees a Python object holding a
+reference, so the autograd engine's last-reference tests (InputBuffer's in-place gradient sums) answer
+differently: backward's events here are not the plain program's (its marks come from the goldens, or from
+gpt2_heldout_amp.py's separate run). Which event belongs to which op comes from the allocator's cumulative counters (allocations, frees,
 segment mallocs and frees), read before each op, so one snapshot at the end gives the whole trace.
 """
 import os, sys
