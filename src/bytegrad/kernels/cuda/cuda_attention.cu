@@ -113,7 +113,7 @@ struct ForwardParams {
 
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardParams<T, Acc> p) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int64_t D = p.n.D, Dv = p.n.Dv;
   const int ldk = static_cast<int>(D) + 1, ldv = static_cast<int>(Dv) + 1;
@@ -198,7 +198,7 @@ struct BackwardParams {
 // One key row j per warp; query rows stream through shared memory in tiles of 32 (lane t: row t0 + t).
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(BackwardParams<T, Acc> p) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int64_t D = p.n.D, Dv = p.n.Dv;
   const int ldq = static_cast<int>(D) + 1, ldo = static_cast<int>(Dv) + 1;
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
 // One query row i per warp; keys and values stream through shared memory as in the forward.
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(BackwardParams<T, Acc> p) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int64_t D = p.n.D, Dv = p.n.Dv;
   const int ldk = static_cast<int>(D) + 1, ldv = static_cast<int>(Dv) + 1;
