@@ -174,6 +174,15 @@ inline const std::map<OpId, OpSample>& op_samples() {
     });
     row(OpId::native_layer_norm, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), r({4}, d), r({4}, d)}; },
         [](auto& v) { return layer_norm(v[0], {4}, v[1], v[2]); }, 3);
+    // scaled_dot_product_attention's fused backends, called as ops (float64 would take the math path through
+    // scaled_dot_product_attention): causal with Sq < Sk (top-left aligned) and Dv != D; a scale given.
+    auto attention_inputs = [](Device d) {
+      return std::vector<Tensor>{r({2, 2, 3, 4}, d), r({2, 2, 5, 4}, d), r({2, 2, 5, 3}, d)};
+    };
+    row(OpId::scaled_dot_product_cudnn_attention, attention_inputs,
+        [](auto& v) { return scaled_dot_product_cudnn_attention(v[0], v[1], v[2], true, true).output; }, 3);
+    row(OpId::scaled_dot_product_efficient_attention, attention_inputs,
+        [](auto& v) { return scaled_dot_product_efficient_attention(v[0], v[1], v[2], true, false, 0.7).output; }, 3);
     row(OpId::triu, one({3, 4}), [](auto& v) { return triu(v[0], 1); });
     row(OpId::tril, one({3, 4}), [](auto& v) { return tril(v[0], -1); });
     // ---- losses

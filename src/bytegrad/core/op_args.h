@@ -79,6 +79,12 @@ struct LayerNorm {
   Shape normalized_shape;
   double eps = 1e-5;
 };
+// scaled_dot_product_attention's fused backends: the causal flag and the softmax scale (resolved: the
+// caller's scale, or 1 / sqrt(head dim)).
+struct Attention {
+  bool is_causal = false;
+  double scale = 1.0;
+};
 
 }  // namespace op_args
 
@@ -87,6 +93,6 @@ using OpArgs = std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_a
                             op_args::Variance, op_args::Transpose, op_args::Permutation, op_args::Select,
                             op_args::Slice, op_args::Split, op_args::SourceDevice, op_args::Addmm,
                             op_args::Diagonal, op_args::Dropout, op_args::LossReduction, op_args::NllLoss,
-                            op_args::LayerNorm>;
+                            op_args::LayerNorm, op_args::Attention>;
 
 }  // namespace bytegrad

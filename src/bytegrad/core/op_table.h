@@ -136,6 +136,11 @@
   X(native_layer_norm, layer_norm, floating, LayerNorm, grad, NativeLayerNormBackward0) \
   X(triu, triangle, any, Diagonal, grad, TriuBackward0)                            \
   X(tril, triangle, any, Diagonal, grad, TrilBackward0)                            \
+  /* scaled_dot_product_attention's fused backends (tensor/ops_attention.cpp) */   \
+  X(scaled_dot_product_cudnn_attention, sdpa, floating, Attention, grad,           \
+    ScaledDotProductCudnnAttentionBackward0)                                       \
+  X(scaled_dot_product_efficient_attention, sdpa, floating, Attention, grad,       \
+    ScaledDotProductEfficientAttentionBackward0)                                   \
   /* losses (tensor/ops_loss.cpp) */                                               \
   X(nll_loss, nll_loss, floating, NllLoss, grad, NllLossBackward0)                 \
   X(mse_loss, binary, floating, LossReduction, grad, MseLossBackward0)             \

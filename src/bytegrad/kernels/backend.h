@@ -134,6 +134,25 @@ class KernelBackend {
   virtual void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output,
                                  const StridedView& target, const StridedView& total_weight, Reduction reduction,
                                  int64_t ignore_index) = 0;
+
+  // Scaled dot-product attention as the fused backends compute it (tensor/ops_attention.cpp): for every
+  // (b, h) and query row i, the scores s_ij = scale * q_i . k_j over the keys the row may see (causal: j <= i,
+  // aligned top-left as PyTorch's is_causal), a softmax over them, out_i = sum_j softmax_ij v_j and
+  // lse_i = log(sum_j exp(s_ij)). q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv), out (B, H, Sq, Dv):
+  // one floating dtype, any strides with the last dimension contiguous (stride 1); lse (B, H, Sq), any
+  // strides, float32 (float64 for float64 inputs). Softmax and sums in float32 or wider (the 16-bit floats
+  // accumulate in float32). lse may be nullptr (not wanted: no gradient will be computed). No scratch memory:
+  // the op layer allocates PyTorch's blocks.
+  virtual void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q,
+                                 const StridedView& k, const StridedView& v, double scale, bool is_causal) = 0;
+  // Its gradient, the probabilities recomputed from the saved lse: given dout (out's sizes, last dimension
+  // contiguous) and the forward's q, k, v, out and lse, writes dq, dk, dv (the inputs' sizes and dtype, any
+  // strides with the last dimension contiguous). delta_i = dout_i . out_i; ds_ij = p_ij (dout_i . v_j -
+  // delta_i); dq_i = scale sum_j ds_ij k_j, dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i.
+  virtual void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv,
+                                  const StridedView& dout, const StridedView& q, const StridedView& k,
+                                  const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
+                                  bool is_causal) = 0;
 };
 
 // cpu and sim share the CPU backend; meta's backend computes nothing; cuda's uses the GPU.

@@ -39,6 +39,11 @@ class MetaBackend final : public KernelBackend {
                 int64_t) override {}
   void nll_loss_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction,
                          int64_t) override {}
+  void attention_forward(const StridedView&, const StridedView*, const StridedView&, const StridedView&,
+                         const StridedView&, double, bool) override {}
+  void attention_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&,
+                          const StridedView&, const StridedView&, const StridedView&, const StridedView&,
+                          const StridedView&, double, bool) override {}
 };
 
 }  // namespace

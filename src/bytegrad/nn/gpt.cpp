@@ -20,8 +20,6 @@ void check_config(const GPTConfig& c) {
                                             c.block_size));
   if (c.n_embd % c.n_head != 0)
     throw std::invalid_argument(fmt::format("GPT: n_embd {} is not a multiple of n_head {}", c.n_embd, c.n_head));
-  if (c.attention != AttentionKind::slow)
-    throw std::invalid_argument("GPT: only the slow attention path is implemented");
 }
 
 }  // namespace
@@ -29,9 +27,10 @@ void check_config(const GPTConfig& c) {
 // ------------------------------------------------------------------------------------- attention
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, TensorOptions options)
-    : n_head_(config.n_head), n_embd_(config.n_embd) {
+    : n_head_(config.n_head), n_embd_(config.n_embd), sdpa_(config.attention == AttentionKind::sdpa) {
   c_attn_ = register_module("c_attn", std::make_shared<Linear>(config.n_embd, 3 * config.n_embd, true, options));
   c_proj_ = register_module("c_proj", std::make_shared<Linear>(config.n_embd, config.n_embd, true, options));
+  if (sdpa_) return;  // nanoGPT's flash branch registers no mask
   // torch.tril(torch.ones(block, block)).view(1, 1, block, block): a view of tril's result (ones is freed).
   const int64_t block = config.block_size;
   bias_ = register_buffer("bias", tril(ones({block, block}, options)).view({1, 1, block, block}));
@@ -44,15 +43,21 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor k = qkv[1].view({B, T, n_head_, hs}).transpose(1, 2);
   Tensor q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);
   Tensor v = qkv[2].view({B, T, n_head_, hs}).transpose(1, 2);
-  // Each rebinding of att frees the previous scores once the new ones exist, as Python's does; the mask is
-  // a temporary of its own statement, so it goes before the scores it replaced (Python frees call
-  // arguments when the call returns, before the assignment).
-  Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  Tensor masked =
-      masked_fill(att, eq(bias_.slice(2, 0, T).slice(3, 0, T), 0.0), -std::numeric_limits<double>::infinity());
-  att = std::move(masked);
-  att = softmax(att, -1);
-  Tensor y = matmul(att, v);
+  Tensor att, y;  // both named as in nanoGPT's source; released below in Python's order
+  if (sdpa_) {
+    // F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=True)
+    y = scaled_dot_product_attention(q, k, v, /*is_causal=*/true);
+  } else {
+    // Each rebinding of att frees the previous scores once the new ones exist, as Python's does; the mask
+    // is a temporary of its own statement, so it goes before the scores it replaced (Python frees call
+    // arguments when the call returns, before the assignment).
+    att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
+    Tensor masked =
+        masked_fill(att, eq(bias_.slice(2, 0, T).slice(3, 0, T), 0.0), -std::numeric_limits<double>::infinity());
+    att = std::move(masked);
+    att = softmax(att, -1);
+    y = matmul(att, v);
+  }
   y = y.transpose(1, 2).contiguous().view({B, T, C});
   Tensor out = (*c_proj_)(y);
   // Python clears a frame's locals in the order its source names them: q, k, v (c_attn's output goes with

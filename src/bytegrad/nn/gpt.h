@@ -18,7 +18,10 @@
 namespace bytegrad::nn {
 
 // How attention is computed. slow: nanoGPT's explicit path (q @ k^T, masked_fill against the registered
-// `bias` buffer, softmax, @ v). sdpa (scaled_dot_product_attention, no `bias` buffer) is reserved for later.
+// `bias` buffer, softmax, @ v). sdpa: nanoGPT's flash branch, scaled_dot_product_attention(q, k, v,
+// is_causal=true) with the backend PyTorch 2.11 picks on an H100 (cuDNN for bfloat16/float16,
+// memory-efficient for float32: tensor/ops.h), and no `bias` buffer (GPT-2 small's "model" mark is then
+// 498558976 bytes instead of 552298496: shared/golden/gpt2/scenarios/g_gpt2_small_bf16_sdpa.json).
 enum class AttentionKind { slow, sdpa };
 
 struct GPTConfig {
@@ -37,7 +40,8 @@ struct GPTConfig {
 // x (B, T, C) -> (B, T, C). c_attn's output (B, T, 3C) is split into q, k, v views that stay alive until
 // forward returns (after c_proj has run); the (1, 1, block, block) `bias` buffer is tril(ones), a
 // float32 block of block_size^2 * 4 bytes, and `bias[:, :, :T, :T] == 0` is a bool (1, 1, T, T) that
-// MaskedFillBackward0 keeps until backward.
+// MaskedFillBackward0 keeps until backward. With AttentionKind::sdpa there is no buffer: the fused
+// attention's node keeps q, k, v (so c_attn's output), its output and its logsumexp until backward.
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GPTConfig& config, TensorOptions options = {});
@@ -45,8 +49,9 @@ class CausalSelfAttention : public Module {
 
  private:
   int64_t n_head_, n_embd_;
+  bool sdpa_;
   std::shared_ptr<Linear> c_attn_, c_proj_;
-  Tensor bias_;
+  Tensor bias_;  // undefined with AttentionKind::sdpa
 };
 
 // c_proj(gelu(c_fc(x))), 4x wide.

@@ -23,6 +23,7 @@
 
 #include <array>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "bytegrad/tensor/tensor.h"
@@ -241,6 +242,68 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
 // F.layer_norm: native_layer_norm's output (mean and rstd live only as long as the graph needs them).
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                   const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+
+// ------------------------------------------------------------------------- scaled dot-product attention
+// (ops_attention.cpp) F.scaled_dot_product_attention(query, key, value, is_causal=..., scale=...) without a
+// mask or dropout: query (B, H, Sq, D), key (B, H, Sk, D), value (B, H, Sk, Dv), one floating dtype; the
+// result is (B, H, Sq, Dv). is_causal masks key j for query i where j > i (top-left aligned); scale defaults
+// to 1 / sqrt(D). The computation and its memory are those of the backend PyTorch 2.11 picks on an H100
+// (select_sdpa_backend), on every device:
+//  - cuDNN (float16/bfloat16, the common head dims): forward allocates the philox seed and offset (8 bytes
+//    each), the output in query's dimension order (GPT-2's transposed views give a (B, Sq, H, Dv) layout, so
+//    y.transpose(1, 2) is contiguous), the float32 logsumexp (B, H, Sq) when a gradient will be computed, and
+//    a 256-byte workspace freed at once. Recorded as ScaledDotProductCudnnAttentionBackward0, which keeps q, k,
+//    v, the output, the logsumexp, seed and offset, and releases them in PyTorch's order (inputs, then outputs,
+//    each sorted by name: key, query, value, logsumexp, output, philox_offset, philox_seed). Backward
+//    allocates dq, dk, dv (each in its input's layout) and a workspace of 4*B*H*Sq*D + 4*B*H*Sq + 256 bytes,
+//    freed before it returns.
+//  - memory-efficient (float32): forward allocates the output (laid out (B, Sq, H, Dv)) and the float32
+//    logsumexp padded to (B, H, ceil(Sq / 32) * 32); ScaledDotProductEfficientAttentionBackward0. Backward
+//    allocates dq, dk, dv ((B, S, H, D) laid out), the delta rows (grad_out * out, its sum, the transposed
+//    copy; the first two freed), the kernel's workspace, then frees delta and the workspace.
+//  - math (float64, head dims the fused kernels refuse, non-contiguous last dims): the explicit matmul /
+//    softmax composition (scaled_dot_product_attention_math), recorded op by op.
+// On cpu and sim the fused paths compute with a reference (softmax in double); on cuda with bytegrad's own
+// tiled kernels (cuda_attention.cu); meta computes nothing. Where PyTorch would use its flash backend (16-bit
+// floats the cuDNN path refuses, e.g. head dims above 128) bytegrad has no recording and throws.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
+enum class SdpaBackend { cudnn_attention, flash_attention, efficient_attention, math };
+std::string_view sdpa_backend_name(SdpaBackend backend);
+// The backend PyTorch 2.11 runs for these inputs on an H100 (sdp_utils.cpp's select_sdp_backend; the rule and
+// its evidence are written beside the definition).
+SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal = false);
+
+// The fused backends as ops of their own (aten::_scaled_dot_product_cudnn_attention and
+// _scaled_dot_product_efficient_attention), with their allocations as above. They check shapes and a
+// contiguous last dimension, not PyTorch's selection rule: cuDNN's also takes float32 and float64, the
+// efficient one float32 and float64 (float64 beyond PyTorch, for tests; its logsumexp is then float64).
+// logsumexp is undefined (efficient: (B, H, 0)) unless compute_log_sumexp; philox_seed and philox_offset are
+// cuDNN's 8-byte int64 zeros (undefined for the efficient backend: PyTorch keeps them on the host).
+struct AttentionResult {
+  Tensor output, logsumexp, philox_seed, philox_offset;
+};
+AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   bool compute_log_sumexp, bool is_causal = false,
+                                                   std::optional<double> scale = std::nullopt);
+AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       bool compute_log_sumexp, bool is_causal = false,
+                                                       std::optional<double> scale = std::nullopt);
+// Their gradients (the probabilities recomputed from the saved logsumexp); scale as resolved by the forward.
+struct AttentionGrads {
+  Tensor grad_query, grad_key, grad_value;
+};
+AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value, const Tensor& out,
+                                                           const Tensor& logsumexp, bool is_causal, double scale);
+AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                               const Tensor& key, const Tensor& value,
+                                                               const Tensor& out, const Tensor& logsumexp,
+                                                               bool is_causal, double scale);
+// PyTorch's math fallback (_scaled_dot_product_attention_math) in values; its memory is bytegrad's ops'.
+Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
+                                         bool is_causal = false, std::optional<double> scale = std::nullopt);
 
 // ------------------------------------------------------------------------------- triangular parts
 // (ops_triangle.cpp) torch.triu / torch.tril over the last two dims (x at

@@ -1,9 +1,9 @@
 // The cuda KernelBackend: every method makes the tensor's GPU current and hands its views and op to the
 // kernel launchers (cuda_kernels.h), which run on the default stream. Kernels live in cuda_elementwise.cu,
-// cuda_reduce.cu, cuda_softmax.cu, cuda_index.cu, cuda_ternary.cu, cuda_loss.cu, cuda_layer_norm.cu and
-// cuda_triangle.cu; matrix products in cuda_gemm.cpp; host transfers in cuda_host_transfer.cpp. Nothing
-// here allocates device memory (gemm's copies and workspace come from the op layer); no method
-// synchronises beyond what cudaMemcpy does.
+// cuda_reduce.cu, cuda_softmax.cu, cuda_index.cu, cuda_ternary.cu, cuda_loss.cu, cuda_layer_norm.cu,
+// cuda_triangle.cu and cuda_attention.cu; matrix products in cuda_gemm.cpp; host transfers in
+// cuda_host_transfer.cpp. Nothing here allocates device memory (gemm's copies and workspace come from the op
+// layer); no method synchronises beyond what cudaMemcpy does.
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
@@ -155,6 +155,17 @@ class CudaBackend final : public KernelBackend {
                          const StridedView& total_weight, Reduction reduction, int64_t ignore_index) override {
     CudaDeviceGuard guard(grad_input.device);
     cuda::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
+  }
+  void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
+                         const StridedView& v, double scale, bool is_causal) override {
+    CudaDeviceGuard guard(out.device);
+    cuda::attention_forward(out, lse, q, k, v, scale, is_causal);
+  }
+  void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
+                          const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
+                          const StridedView& lse, double scale, bool is_causal) override {
+    CudaDeviceGuard guard(dq.device);
+    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal);
   }
 };
 

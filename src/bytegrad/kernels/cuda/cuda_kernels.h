@@ -89,4 +89,11 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                        const StridedView& total_weight, Reduction reduction, int64_t ignore_index);
 
+// ---- cuda_attention.cu (tiled, online softmax; see backend.h's attention_forward / attention_backward)
+void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
+                       const StridedView& v, double scale, bool is_causal);
+void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
+                        const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
+                        const StridedView& lse, double scale, bool is_causal);
+
 }  // namespace bytegrad::cuda

@@ -1,0 +1,56 @@
+// Derivatives of scaled_dot_product_attention's fused backends, as derivatives.yaml states them:
+//   _scaled_dot_product_cudnn_attention: query, key, value: _scaled_dot_product_cudnn_attention_backward(grad,
+//     query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, ...)
+//   _scaled_dot_product_efficient_attention: query, key, value, attn_bias:
+//     _scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp,
+//     philox_seed, philox_offset, ...)
+// The node saves the three inputs (views of their base: no new memory), the output, the logsumexp and the
+// philox seed and offset, so the output, logsumexp (and cuDNN's two 8-byte blocks) stay allocated until
+// backward. PyTorch's generated node releases its saved inputs, then its saved outputs, each set sorted by
+// name (gen_autograd_functions.py), which is the order the blocks are freed in after backward:
+// key, query, value (the split base freed with the last of them), logsumexp, output, philox_offset,
+// philox_seed (g_gpt2_small_bf16_sdpa.events: after the workspace and the incoming gradient, 4718592 qkv,
+// 49152 logsumexp, 1572864 output, 8, 8). Backward computes all three gradients whenever any is needed.
+#include "bytegrad/autograd/functions/formulas.h"
+#include "bytegrad/tensor/ops.h"
+
+namespace bytegrad::formulas {
+
+namespace {
+
+enum Inputs : size_t { kQuery, kKey, kValue, kLogsumexp, kPhiloxSeed, kPhiloxOffset };
+
+template <typename Backward>
+void attention_node(const OpRecord& r, const op_args::Attention& a, Backward backward) {
+  auto node = make_node(r, [a, backward](const FormulaNode& n, TensorList& g) {
+    TensorList out(6);
+    if (!g[0].defined() || !(n.needs_grad(kQuery) || n.needs_grad(kKey) || n.needs_grad(kValue))) return out;
+    AttentionGrads grads = backward(g[0], n.saved("query"), n.saved("key"), n.saved("value"), n.saved("output"),
+                                    n.saved("logsumexp"), a.is_causal, a.scale);
+    out[kQuery] = std::move(grads.grad_query);
+    out[kKey] = std::move(grads.grad_key);
+    out[kValue] = std::move(grads.grad_value);
+    return out;
+  });
+  node->save("key", r.inputs.at(kKey));
+  node->save("query", r.inputs.at(kQuery));
+  node->save("value", r.inputs.at(kValue));
+  node->save("logsumexp", r.inputs.at(kLogsumexp));
+  node->save("output", r.outputs.at(0));
+  node->save("philox_offset", r.inputs.at(kPhiloxOffset));
+  node->save("philox_seed", r.inputs.at(kPhiloxSeed));
+}
+
+}  // namespace
+
+// inputs: query, key, value, logsumexp, philox_seed, philox_offset (the last three without edges)
+void scaled_dot_product_cudnn_attention(const OpRecord& r, const op_args::Attention& a) {
+  attention_node(r, a, scaled_dot_product_cudnn_attention_backward);
+}
+
+// inputs as cuDNN's; the philox seed and offset are undefined (PyTorch's live on the host without dropout)
+void scaled_dot_product_efficient_attention(const OpRecord& r, const op_args::Attention& a) {
+  attention_node(r, a, scaled_dot_product_efficient_attention_backward);
+}
+
+}  // namespace bytegrad::formulas

@@ -1,0 +1,145 @@
+// Scaled dot-product attention on the CPU (cpu and sim): the straightforward reference of what the fused
+// backends compute (backend.h's attention_forward / attention_backward). Per (b, h) and query row: the
+// scores against every key the row may see, a numerically stable softmax (the row's maximum subtracted),
+// the weighted sum of values, and the row's logsumexp. Backward recomputes the probabilities from the saved
+// logsumexp (as the fused kernels do) instead of keeping them. Everything is accumulated in double and
+// written once in the tensors' dtypes. Host scratch only (a row of scores; dk, dv accumulators per (b, h)).
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "bytegrad/kernels/cpu/cpu_kernels.h"
+
+namespace bytegrad::cpu {
+
+namespace {
+
+// Element (b, h, i, d) of a 4-d view of T (d's stride honoured, though the op layer gives 1).
+template <typename T>
+struct Rows {
+  const StridedView& v;
+  T* at(int64_t b, int64_t h, int64_t i) const {
+    return static_cast<T*>(v.data) + b * v.strides[0] + h * v.strides[1] + i * v.strides[2];
+  }
+  int64_t step() const { return v.strides[3]; }
+};
+
+// lse element (b, h, i) of a 3-d view (float32 or float64).
+inline char* lse_at(const StridedView& lse, int64_t b, int64_t h, int64_t i) {
+  return static_cast<char*>(lse.data) +
+         (b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]) * static_cast<int64_t>(element_size(lse.dtype));
+}
+
+// The number of keys query row i may see.
+inline int64_t visible_keys(int64_t i, int64_t keys, bool is_causal) {
+  return is_causal ? std::min(i + 1, keys) : keys;
+}
+
+template <typename T>
+double dot(const T* a, int64_t a_step, const T* b, int64_t b_step, int64_t n) {
+  double s = 0;
+  for (int64_t d = 0; d < n; ++d) s += convert<double>(a[d * a_step]) * convert<double>(b[d * b_step]);
+  return s;
+}
+
+void check_rank(const StridedView& v, size_t rank, const char* what) {
+  if (v.sizes.size() != rank)
+    throw std::invalid_argument(std::string("cpu backend: attention: ") + what + " must have " +
+                                std::to_string(rank) + " dimensions");
+}
+
+}  // namespace
+
+void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
+                       const StridedView& v, double scale, bool is_causal) {
+  for (const StridedView* t : {&out, &q, &k, &v}) check_rank(*t, 4, "q, k, v and out");
+  if (lse) check_rank(*lse, 3, "logsumexp");
+  const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
+  const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
+  dispatch_dtype(q.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_float_like_v<T>) {
+      const Rows<T> Q{q}, K{k}, V{v}, O{out};
+      std::vector<double> p(static_cast<size_t>(Sk)), acc(static_cast<size_t>(Dv));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < Sq; ++i) {
+            const int64_t n = visible_keys(i, Sk, is_causal);
+            const T* qi = Q.at(b, h, i);
+            double m = -std::numeric_limits<double>::infinity();
+            for (int64_t j = 0; j < n; ++j) {
+              p[j] = scale * dot(qi, Q.step(), K.at(b, h, j), K.step(), D);
+              m = std::max(m, p[j]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < n; ++j) sum += std::exp(p[j] - m);
+            const double row_lse = n > 0 ? m + std::log(sum) : -std::numeric_limits<double>::infinity();
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int64_t j = 0; j < n; ++j) {
+              const double w = std::exp(p[j] - row_lse);
+              const T* vj = V.at(b, h, j);
+              for (int64_t d = 0; d < Dv; ++d) acc[d] += w * convert<double>(vj[d * V.step()]);
+            }
+            T* oi = O.at(b, h, i);
+            for (int64_t d = 0; d < Dv; ++d) oi[d * O.step()] = convert<T>(acc[d]);
+            if (lse) store_from_double(lse_at(*lse, b, h, i), lse->dtype, row_lse);
+          }
+    } else {
+      throw std::invalid_argument("cpu backend: attention needs a floating dtype");
+    }
+  });
+}
+
+void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
+                        const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
+                        const StridedView& lse, double scale, bool is_causal) {
+  for (const StridedView* t : {&dq, &dk, &dv, &dout, &q, &k, &v, &out}) check_rank(*t, 4, "every operand but lse");
+  check_rank(lse, 3, "logsumexp");
+  const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
+  const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
+  dispatch_dtype(q.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_float_like_v<T>) {
+      const Rows<T> Q{q}, K{k}, V{v}, O{out}, dO{dout}, dQ{dq}, dK{dk}, dV{dv};
+      std::vector<double> dk_acc(static_cast<size_t>(Sk * D)), dv_acc(static_cast<size_t>(Sk * Dv));
+      std::vector<double> dq_acc(static_cast<size_t>(D));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+          std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
+          std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
+          for (int64_t i = 0; i < Sq; ++i) {
+            const int64_t n = visible_keys(i, Sk, is_causal);
+            const T* qi = Q.at(b, h, i);
+            const T* doi = dO.at(b, h, i);
+            const double row_lse = load_as_double(lse_at(lse, b, h, i), lse.dtype);
+            const double delta = dot(doi, dO.step(), O.at(b, h, i), O.step(), Dv);
+            std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+            for (int64_t j = 0; j < n; ++j) {
+              const T* kj = K.at(b, h, j);
+              const T* vj = V.at(b, h, j);
+              const double p = std::exp(scale * dot(qi, Q.step(), kj, K.step(), D) - row_lse);
+              const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
+              const double ds = p * (dp - delta);
+              for (int64_t d = 0; d < Dv; ++d) dv_acc[j * Dv + d] += p * convert<double>(doi[d * dO.step()]);
+              for (int64_t d = 0; d < D; ++d) {
+                dq_acc[d] += scale * ds * convert<double>(kj[d * K.step()]);
+                dk_acc[j * D + d] += scale * ds * convert<double>(qi[d * Q.step()]);
+              }
+            }
+            T* dqi = dQ.at(b, h, i);
+            for (int64_t d = 0; d < D; ++d) dqi[d * dQ.step()] = convert<T>(dq_acc[d]);
+          }
+          for (int64_t j = 0; j < Sk; ++j) {
+            T* dkj = dK.at(b, h, j);
+            T* dvj = dV.at(b, h, j);
+            for (int64_t d = 0; d < D; ++d) dkj[d * dK.step()] = convert<T>(dk_acc[j * D + d]);
+            for (int64_t d = 0; d < Dv; ++d) dvj[d * dV.step()] = convert<T>(dv_acc[j * Dv + d]);
+          }
+        }
+    } else {
+      throw std::invalid_argument("cpu backend: attention_backward needs a floating dtype");
+    }
+  });
+}
+
+}  // namespace bytegrad::cpu

@@ -1,0 +1,488 @@
+// Scaled dot-product attention on the GPU, flash-attention style (no attention library): the scores are
+// never materialised; keys and values stream through shared memory in tiles of 32 rows and each query row
+// keeps an online softmax (running maximum m, running sum l, the output accumulator rescaled by
+// exp(m_old - m_new) as each tile arrives). q, k, v, out and the gradients are read and written through their
+// strides (the fused backends' requirement: last dimension contiguous), so GPT-2's transposed views of the
+// split c_attn output are used in place. Accumulation in float for float32 and the 16-bit floats, double for
+// float64.
+//
+// Layout of the work (kept simple rather than fast):
+//  - forward: a block of kWarps warps holds kWarps consecutive query rows of one (b, h), one row per warp.
+//    Per key tile, lane t scores key t0 + t against its warp's row (a full dot product over D), the warp
+//    reduces the tile's maximum and sum with shuffles, and each lane accumulates its share of the output
+//    dimensions (d = lane, lane + 32, ...) from the value tile with the probabilities broadcast by shuffle.
+//  - backward, two kernels and no atomics: dk/dv with one key row per warp streaming query-row tiles (the
+//    probabilities recomputed from the saved logsumexp, delta_i = dout_i . out_i computed per tile), then
+//    dq with one query row per warp streaming key tiles, as the forward. The scores are computed twice; no
+//    device scratch is needed, so the only device memory is what the op layer allocates (PyTorch's blocks).
+// Head dimensions up to 256 (a lane holds up to 8 output dimensions).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+
+namespace bytegrad::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarps = 8;  // rows (query rows, or key rows for dk/dv) per block, one per warp
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kTile = 32;  // keys (or queries) per shared-memory tile: one per lane
+constexpr int kMaxHeadDim = 256;
+constexpr int kPerLane = kMaxHeadDim / kWarp;
+
+template <typename Acc>
+__device__ __forceinline__ Acc warp_max(Acc v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc warp_sum(Acc v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc exp_of(Acc x) {
+  if constexpr (std::is_same_v<Acc, double>) return exp(x);
+  else return expf(x);
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc log_of(Acc x) {
+  if constexpr (std::is_same_v<Acc, double>) return log(x);
+  else return logf(x);
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc minus_infinity() {
+  return static_cast<Acc>(-INFINITY);
+}
+
+// A (B, H, S, D) operand: element (b, h, s, d) at data[b * sb + h * sh + s * ss + d].
+template <typename T>
+struct Rows {
+  T* data;
+  int64_t sb, sh, ss;
+  __device__ __forceinline__ T* at(int64_t b, int64_t h, int64_t s) const { return data + b * sb + h * sh + s * ss; }
+};
+
+template <typename T>
+Rows<T> rows_of(const StridedView& v) {
+  return {static_cast<T*>(v.data), v.strides[0], v.strides[1], v.strides[2]};
+}
+
+struct Shape4 {
+  int64_t B, H, Sq, Sk, D, Dv;
+};
+
+// The keys query row i may see (causal: top-left aligned, j <= i).
+__device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t keys, bool causal) {
+  return causal ? min(i + 1, keys) : keys;
+}
+
+// Copies rows [t0, t0 + kTile) of a (b, h) slice into a kTile x ld shared tile (zeros past the end).
+template <typename T, typename Acc>
+__device__ __forceinline__ void load_tile(Acc* tile, int ld, const Rows<const T>& src, int64_t b, int64_t h, int64_t t0,
+                                          int64_t rows, int64_t cols) {
+  for (int64_t idx = threadIdx.x; idx < kTile * cols; idx += blockDim.x) {
+    const int64_t r = idx / cols, d = idx % cols;
+    const int64_t s = t0 + r;
+    tile[r * ld + d] = s < rows ? convert<Acc>(src.at(b, h, s)[d]) : Acc(0);
+  }
+}
+
+// ------------------------------------------------------------------------------------------- forward
+
+template <typename T, typename Acc>
+struct ForwardParams {
+  Rows<T> out;
+  Rows<Acc> lse;  // (B, H, Sq) through sb, sh, ss; data nullptr when not wanted
+  Rows<const T> q, k, v;
+  Shape4 n;
+  Acc scale;
+  bool causal;
+};
+
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardParams<T, Acc> p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* smem = reinterpret_cast<Acc*>(smem_raw);
+  const int64_t D = p.n.D, Dv = p.n.Dv;
+  const int ldk = static_cast<int>(D) + 1, ldv = static_cast<int>(Dv) + 1;
+  Acc* k_tile = smem;
+  Acc* v_tile = k_tile + kTile * ldk;
+  Acc* q_rows = v_tile + kTile * ldv;
+
+  const int64_t row_tiles = (p.n.Sq + kWarps - 1) / kWarps;
+  const int64_t bh = blockIdx.x / row_tiles, tile = blockIdx.x % row_tiles;
+  const int64_t b = bh / p.n.H, h = bh % p.n.H;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t i = tile * kWarps + warp;
+  const bool row_valid = i < p.n.Sq;
+
+  Acc* qs = q_rows + warp * D;
+  if (row_valid)
+    for (int64_t d = lane; d < D; d += kWarp) qs[d] = convert<Acc>(p.q.at(b, h, i)[d]);
+
+  const int64_t last_row = min(p.n.Sq - 1, tile * kWarps + kWarps - 1);
+  const int64_t block_keys = visible_keys(last_row, p.n.Sk, p.causal);
+  const int64_t row_keys = row_valid ? visible_keys(i, p.n.Sk, p.causal) : 0;
+
+  Acc m = minus_infinity<Acc>(), l = 0;
+  Acc acc[kPerLane];
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) acc[c] = 0;
+
+  for (int64_t t0 = 0; t0 < block_keys; t0 += kTile) {
+    __syncthreads();  // the previous tile has been used (and the q rows are written)
+    load_tile<T, Acc>(k_tile, ldk, p.k, b, h, t0, p.n.Sk, D);
+    load_tile<T, Acc>(v_tile, ldv, p.v, b, h, t0, p.n.Sk, Dv);
+    __syncthreads();
+    if (!row_valid || t0 >= row_keys) continue;  // uniform across the warp
+    const bool visible = t0 + lane < row_keys;
+    Acc s = minus_infinity<Acc>();
+    if (visible) {
+      Acc dot = 0;
+      const Acc* kr = k_tile + lane * ldk;
+      for (int64_t d = 0; d < D; ++d) dot += qs[d] * kr[d];
+      s = dot * p.scale;
+    }
+    const Acc m_new = max(m, warp_max(s));  // finite: key t0 is visible to this row
+    const Acc prob = visible ? exp_of(s - m_new) : Acc(0);
+    const Acc correction = exp_of(m - m_new);  // 0 on the first tile (m = -inf)
+    l = l * correction + warp_sum(prob);
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) acc[c] *= correction;
+    for (int jj = 0; jj < kTile; ++jj) {
+      const Acc pj = __shfl_sync(0xffffffffu, prob, jj);
+      const Acc* vr = v_tile + jj * ldv;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) {
+        const int64_t d = lane + c * kWarp;
+        if (d < Dv) acc[c] += pj * vr[d];
+      }
+    }
+    m = m_new;
+  }
+  if (!row_valid) return;
+  const bool any = l > 0;
+  T* o = p.out.at(b, h, i);
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int64_t d = lane + c * kWarp;
+    if (d < Dv) o[d] = convert<T>(any ? acc[c] / l : Acc(0));
+  }
+  if (lane == 0 && p.lse.data) *p.lse.at(b, h, i) = any ? m + log_of(l) : minus_infinity<Acc>();
+}
+
+// ---------------------------------------------------------------------------------- backward: dk, dv
+
+template <typename T, typename Acc>
+struct BackwardParams {
+  Rows<T> dq, dk, dv;
+  Rows<const T> dout, q, k, v, out;
+  Rows<const Acc> lse;
+  Shape4 n;
+  Acc scale;
+  bool causal;
+};
+
+// One key row j per warp; query rows stream through shared memory in tiles of 32 (lane t: row t0 + t).
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(BackwardParams<T, Acc> p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* smem = reinterpret_cast<Acc*>(smem_raw);
+  const int64_t D = p.n.D, Dv = p.n.Dv;
+  const int ldq = static_cast<int>(D) + 1, ldo = static_cast<int>(Dv) + 1;
+  Acc* q_tile = smem;                     // kTile x ldq
+  Acc* do_tile = q_tile + kTile * ldq;    // kTile x ldo
+  Acc* lse_tile = do_tile + kTile * ldo;  // kTile
+  Acc* delta_tile = lse_tile + kTile;     // kTile
+  Acc* k_rows = delta_tile + kTile;       // kWarps x D
+  Acc* v_rows = k_rows + kWarps * D;      // kWarps x Dv
+
+  const int64_t key_tiles = (p.n.Sk + kWarps - 1) / kWarps;
+  const int64_t bh = blockIdx.x / key_tiles, tile = blockIdx.x % key_tiles;
+  const int64_t b = bh / p.n.H, h = bh % p.n.H;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t first_key = tile * kWarps;
+  const int64_t j = first_key + warp;
+  const bool key_valid = j < p.n.Sk;
+
+  Acc* ks = k_rows + warp * D;
+  Acc* vs = v_rows + warp * Dv;
+  if (key_valid) {
+    for (int64_t d = lane; d < D; d += kWarp) ks[d] = convert<Acc>(p.k.at(b, h, j)[d]);
+    for (int64_t d = lane; d < Dv; d += kWarp) vs[d] = convert<Acc>(p.v.at(b, h, j)[d]);
+  }
+  Acc dk_acc[kPerLane], dv_acc[kPerLane];
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) dk_acc[c] = dv_acc[c] = 0;
+
+  // Causal: rows before the block's first key see none of its keys.
+  const int64_t first_row = p.causal ? min(first_key, p.n.Sq) : 0;
+  for (int64_t t0 = first_row; t0 < p.n.Sq; t0 += kTile) {
+    __syncthreads();
+    load_tile<T, Acc>(q_tile, ldq, p.q, b, h, t0, p.n.Sq, D);
+    load_tile<T, Acc>(do_tile, ldo, p.dout, b, h, t0, p.n.Sq, Dv);
+    if (threadIdx.x < kTile) {
+      const int64_t i = t0 + threadIdx.x;
+      Acc delta = 0, row_lse = 0;
+      if (i < p.n.Sq) {
+        const T* o = p.out.at(b, h, i);
+        const T* g = p.dout.at(b, h, i);
+        for (int64_t d = 0; d < Dv; ++d) delta += convert<Acc>(g[d]) * convert<Acc>(o[d]);
+        row_lse = *p.lse.at(b, h, i);
+      }
+      delta_tile[threadIdx.x] = delta;
+      lse_tile[threadIdx.x] = row_lse;
+    }
+    __syncthreads();
+    if (!key_valid) continue;
+    const int64_t i = t0 + lane;
+    const bool visible = i < p.n.Sq && (!p.causal || j <= i);
+    Acc prob = 0, ds = 0;
+    if (visible) {
+      Acc s = 0, dp = 0;
+      const Acc* qr = q_tile + lane * ldq;
+      const Acc* gr = do_tile + lane * ldo;
+      for (int64_t d = 0; d < D; ++d) s += qr[d] * ks[d];
+      for (int64_t d = 0; d < Dv; ++d) dp += gr[d] * vs[d];
+      prob = exp_of(s * p.scale - lse_tile[lane]);
+      ds = prob * (dp - delta_tile[lane]);
+    }
+    for (int ii = 0; ii < kTile; ++ii) {
+      const Acc pi = __shfl_sync(0xffffffffu, prob, ii);
+      const Acc dsi = __shfl_sync(0xffffffffu, ds, ii);
+      const Acc* qr = q_tile + ii * ldq;
+      const Acc* gr = do_tile + ii * ldo;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) {
+        const int64_t d = lane + c * kWarp;
+        if (d < Dv) dv_acc[c] += pi * gr[d];
+        if (d < D) dk_acc[c] += dsi * qr[d];
+      }
+    }
+  }
+  if (!key_valid) return;
+  T* dkr = p.dk.at(b, h, j);
+  T* dvr = p.dv.at(b, h, j);
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int64_t d = lane + c * kWarp;
+    if (d < D) dkr[d] = convert<T>(dk_acc[c] * p.scale);
+    if (d < Dv) dvr[d] = convert<T>(dv_acc[c]);
+  }
+}
+
+// ------------------------------------------------------------------------------------- backward: dq
+
+// One query row i per warp; keys and values stream through shared memory as in the forward.
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(BackwardParams<T, Acc> p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* smem = reinterpret_cast<Acc*>(smem_raw);
+  const int64_t D = p.n.D, Dv = p.n.Dv;
+  const int ldk = static_cast<int>(D) + 1, ldv = static_cast<int>(Dv) + 1;
+  Acc* k_tile = smem;
+  Acc* v_tile = k_tile + kTile * ldk;
+  Acc* q_rows = v_tile + kTile * ldv;  // kWarps x D
+  Acc* do_rows = q_rows + kWarps * D;  // kWarps x Dv
+
+  const int64_t row_tiles = (p.n.Sq + kWarps - 1) / kWarps;
+  const int64_t bh = blockIdx.x / row_tiles, tile = blockIdx.x % row_tiles;
+  const int64_t b = bh / p.n.H, h = bh % p.n.H;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t i = tile * kWarps + warp;
+  const bool row_valid = i < p.n.Sq;
+
+  Acc* qs = q_rows + warp * D;
+  Acc* gs = do_rows + warp * Dv;
+  Acc delta = 0, row_lse = 0;
+  if (row_valid) {
+    for (int64_t d = lane; d < D; d += kWarp) qs[d] = convert<Acc>(p.q.at(b, h, i)[d]);
+    Acc partial = 0;
+    for (int64_t d = lane; d < Dv; d += kWarp) {
+      const Acc g = convert<Acc>(p.dout.at(b, h, i)[d]);
+      gs[d] = g;
+      partial += g * convert<Acc>(p.out.at(b, h, i)[d]);
+    }
+    delta = warp_sum(partial);
+    row_lse = *p.lse.at(b, h, i);
+  }
+  const int64_t last_row = min(p.n.Sq - 1, tile * kWarps + kWarps - 1);
+  const int64_t block_keys = visible_keys(last_row, p.n.Sk, p.causal);
+  const int64_t row_keys = row_valid ? visible_keys(i, p.n.Sk, p.causal) : 0;
+
+  Acc dq_acc[kPerLane];
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) dq_acc[c] = 0;
+
+  for (int64_t t0 = 0; t0 < block_keys; t0 += kTile) {
+    __syncthreads();
+    load_tile<T, Acc>(k_tile, ldk, p.k, b, h, t0, p.n.Sk, D);
+    load_tile<T, Acc>(v_tile, ldv, p.v, b, h, t0, p.n.Sk, Dv);
+    __syncthreads();
+    if (!row_valid || t0 >= row_keys) continue;
+    const bool visible = t0 + lane < row_keys;
+    Acc ds = 0;
+    if (visible) {
+      Acc s = 0, dp = 0;
+      const Acc* kr = k_tile + lane * ldk;
+      const Acc* vr = v_tile + lane * ldv;
+      for (int64_t d = 0; d < D; ++d) s += qs[d] * kr[d];
+      for (int64_t d = 0; d < Dv; ++d) dp += gs[d] * vr[d];
+      const Acc prob = exp_of(s * p.scale - row_lse);
+      ds = prob * (dp - delta);
+    }
+    for (int jj = 0; jj < kTile; ++jj) {
+      const Acc dsj = __shfl_sync(0xffffffffu, ds, jj);
+      const Acc* kr = k_tile + jj * ldk;
+#pragma unroll
+      for (int c = 0; c < kPerLane; ++c) {
+        const int64_t d = lane + c * kWarp;
+        if (d < D) dq_acc[c] += dsj * kr[d];
+      }
+    }
+  }
+  if (!row_valid) return;
+  T* dqr = p.dq.at(b, h, i);
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int64_t d = lane + c * kWarp;
+    if (d < D) dqr[d] = convert<T>(dq_acc[c] * p.scale);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ launching
+
+void check_operand(const StridedView& v, size_t rank, const char* what) {
+  if (v.sizes.size() != rank)
+    throw std::invalid_argument(std::string("cuda backend: attention: ") + what + " has " +
+                                std::to_string(v.sizes.size()) + " dimensions, expected " + std::to_string(rank));
+  if (rank == 4 && v.sizes[3] > 1 && v.strides[3] != 1)
+    throw std::invalid_argument(std::string("cuda backend: attention: ") + what +
+                                "'s last dimension must be contiguous (stride 1)");
+}
+
+Shape4 shape_of(const StridedView& q, const StridedView& k, const StridedView& v) {
+  const Shape4 n{q.sizes[0], q.sizes[1], q.sizes[2], k.sizes[2], q.sizes[3], v.sizes[3]};
+  if (n.D > kMaxHeadDim || n.Dv > kMaxHeadDim)
+    throw std::invalid_argument("cuda backend: attention supports head dimensions up to " +
+                                std::to_string(kMaxHeadDim) + ", got " + std::to_string(std::max(n.D, n.Dv)));
+  return n;
+}
+
+unsigned blocks_for(const Shape4& n, int64_t rows) {
+  const int64_t blocks = n.B * n.H * ((rows + kWarps - 1) / kWarps);
+  if (blocks > INT_MAX) throw std::invalid_argument("cuda backend: attention: too many (batch, head, row) blocks");
+  return static_cast<unsigned>(blocks);
+}
+
+// Opts the kernel in to `bytes` of dynamic shared memory (beyond the default 48 KiB where needed).
+template <typename Kernel>
+void set_shared_memory(Kernel kernel, size_t bytes, const char* name) {
+  int device = 0, limit = 0;
+  BYTEGRAD_CUDA_CHECK(cudaGetDevice(&device));
+  BYTEGRAD_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<size_t>(limit))
+    throw std::invalid_argument(std::string("cuda backend: ") + name + " needs " + std::to_string(bytes) +
+                                " bytes of shared memory, the device allows " + std::to_string(limit));
+  BYTEGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+template <typename T>
+using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+void check_lse_dtype(const StridedView& lse, ScalarType input) {
+  const ScalarType want = input == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32;
+  if (lse.dtype != want)
+    throw std::invalid_argument("cuda backend: attention: logsumexp must be " + std::string(scalar_type_name(want)));
+}
+
+}  // namespace
+
+void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
+                       const StridedView& v, double scale, bool is_causal) {
+  check_operand(out, 4, "out");
+  check_operand(q, 4, "q");
+  check_operand(k, 4, "k");
+  check_operand(v, 4, "v");
+  if (lse) {
+    check_operand(*lse, 3, "logsumexp");
+    check_lse_dtype(*lse, q.dtype);
+  }
+  const Shape4 n = shape_of(q, k, v);
+  if (out.numel() == 0) return;
+  dispatch_floating(q.dtype, "attention_forward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_of<T>;
+    const Rows<Acc> lse_rows = lse ? Rows<Acc>{static_cast<Acc*>(lse->data), lse->strides[0], lse->strides[1],
+                                              lse->strides[2]}
+                                   : Rows<Acc>{nullptr, 0, 0, 0};
+    ForwardParams<T, Acc> p{rows_of<T>(out),
+                            lse_rows,
+                            rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
+                            static_cast<Acc>(scale), is_causal};
+    const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D);
+    set_shared_memory(attention_forward_kernel<T, Acc>, smem, "attention_forward");
+    attention_forward_kernel<T, Acc><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
+    BYTEGRAD_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+  });
+}
+
+void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
+                        const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
+                        const StridedView& lse, double scale, bool is_causal) {
+  check_operand(dq, 4, "dq");
+  check_operand(dk, 4, "dk");
+  check_operand(dv, 4, "dv");
+  check_operand(dout, 4, "dout");
+  check_operand(q, 4, "q");
+  check_operand(k, 4, "k");
+  check_operand(v, 4, "v");
+  check_operand(out, 4, "out");
+  check_operand(lse, 3, "logsumexp");
+  check_lse_dtype(lse, q.dtype);
+  const Shape4 n = shape_of(q, k, v);
+  if (dq.numel() == 0 && dk.numel() == 0 && dv.numel() == 0) return;
+  dispatch_floating(q.dtype, "attention_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Acc = acc_of<T>;
+    BackwardParams<T, Acc> p{rows_of<T>(dq),
+                             rows_of<T>(dk),
+                             rows_of<T>(dv),
+                             rows_of<const T>(dout),
+                             rows_of<const T>(q),
+                             rows_of<const T>(k),
+                             rows_of<const T>(v),
+                             rows_of<const T>(out),
+                             {static_cast<const Acc*>(lse.data), lse.strides[0], lse.strides[1], lse.strides[2]},
+                             n,
+                             static_cast<Acc>(scale),
+                             is_causal};
+    if (n.Sk > 0) {
+      const size_t smem =
+          sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + 2 * kTile + kWarps * n.D + kWarps * n.Dv);
+      set_shared_memory(attention_backward_dkdv_kernel<T, Acc>, smem, "attention_backward (dk, dv)");
+      attention_backward_dkdv_kernel<T, Acc><<<blocks_for(n, n.Sk), kThreads, smem>>>(p);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
+    }
+    if (n.Sq > 0) {
+      const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D + kWarps * n.Dv);
+      set_shared_memory(attention_backward_dq_kernel<T, Acc>, smem, "attention_backward (dq)");
+      attention_backward_dq_kernel<T, Acc><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
+    }
+  });
+}
+
+}  // namespace bytegrad::cuda

@@ -1,0 +1,425 @@
+// scaled_dot_product_attention with PyTorch 2.11's memory on an H100: which backend PyTorch picks for the
+// inputs (select_sdpa_backend), and for each fused backend exactly the blocks its forward and backward
+// allocate, in PyTorch's order, on every device (cuda computes with cuda_attention.cu, cpu and sim with the
+// reference in cpu_attention.cpp, meta computes nothing).
+//
+// The evidence: tests/data/pytorch_probes/gpt2_ops/ws0/sdpa.events (tools/probes/gpt2_op_events.py, PyTorch
+// 2.11 on the H100: one causal call forward and backward per case, q/k/v the transposed views of a split
+// (B, T, 3C) tensor as nanoGPT's) and g_gpt2_small_bf16_sdpa.events (the GPT-2 training program); the code
+// paths are aten/src/ATen/native/transformers/cuda/{attention.cu, attention_backward.cu, sdp_utils.cpp} and
+// aten/src/ATen/native/cudnn/MHA.cpp. tests/tensor/attention.cpp replays every recorded case event by event.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/autocast.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/ops_support.h"
+
+namespace bytegrad {
+
+using namespace ops_detail;
+
+namespace {
+
+// ------------------------------------------------------------------------------------------- checks
+
+struct Dims {
+  int64_t B, H, Sq, Sk, D, Dv;
+};
+
+bool last_dim_contiguous(const Tensor& t) { return t.size(-1) == 1 || t.stride(-1) == 1; }
+
+// What every path needs: three defined 4-d (B, H, S, D) tensors of one floating dtype on one device, with
+// equal batch and head counts (no grouped-query attention), q and k of one head dimension, k and v of one
+// sequence length.
+Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  for (const Tensor* t : {&q, &k, &v}) check_defined(op, *t);
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
+  check_same_dtype(op, q, k);
+  check_same_dtype(op, q, v);
+  check_floating(op, q);
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"query", &q}, {"key", &k}, {"value", &v}})
+    if (t->dim() != 4)
+      throw std::invalid_argument(fmt::format("{}: expected {} of 4 dimensions (batch, heads, sequence, head dim), "
+                                              "got {}", op, name, describe(*t)));
+  const Dims n{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  if (k.size(0) != n.B || v.size(0) != n.B || k.size(1) != n.H || v.size(1) != n.H)
+    throw std::invalid_argument(fmt::format("{}: query {}, key {} and value {} must share batch size and number of "
+                                            "heads (grouped-query attention is not supported)",
+                                            op, describe(q), describe(k), describe(v)));
+  if (k.size(3) != n.D)
+    throw std::invalid_argument(fmt::format("{}: query {} and key {} must share the head dimension", op,
+                                            describe(q), describe(k)));
+  if (v.size(2) != n.Sk)
+    throw std::invalid_argument(fmt::format("{}: key {} and value {} must share the sequence length", op,
+                                            describe(k), describe(v)));
+  return n;
+}
+
+// The fused kernels read the last dimension contiguously (PyTorch's CHECK_NOSPARSE_LASTCONTIGUOUS).
+void check_fused_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  for (const Tensor* t : {&q, &k, &v})
+    if (!last_dim_contiguous(*t))
+      throw std::invalid_argument(fmt::format("{}: {} must have a contiguous last dimension (stride 1)", op,
+                                              describe(*t)));
+}
+
+double resolve_scale(const Tensor& q, std::optional<double> scale) {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+}
+
+// Whether autograd will record an op on these inputs (grad mode on and one of them requires grad): PyTorch's
+// should_compute_logsumexp, which decides whether the forward keeps its logsumexp at all.
+bool needs_graph(const std::vector<Tensor>& inputs) {
+  AutogradHook* hook = autograd_hook();
+  return hook && !autograd_recording_paused() && hook->needs_graph(inputs);
+}
+
+// The logsumexp's dtype: float32, as PyTorch's; float64 for float64 inputs (which PyTorch's fused kernels
+// refuse; bytegrad computes them for tests and gradchecks).
+ScalarType lse_dtype(ScalarType input) { return input == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32; }
+
+// at::empty_like(t) (preserve_format): t's strides when t is dense, else a dense layout keeping t's dimension
+// order (infer_dense_strides; TensorIterator's rule for one operand gives the same order).
+Tensor empty_preserving_layout(const Tensor& t) {
+  return empty_strided(t.sizes(), elementwise_output_strides(t.sizes(), {&t}), TensorOptions{t.dtype(), t.device()});
+}
+
+// A transient workspace of `bytes` (allocated and freed where the caller's scope ends), as the kernels'
+// at::empty({bytes}, kByte) / allocator->allocate(bytes).
+Tensor workspace_block(int64_t bytes, Device device) {
+  if (bytes <= 0) return Tensor();
+  return empty({bytes}, TensorOptions{ScalarType::uint8, device});
+}
+
+StridedView lse_rows(const Tensor& lse, int64_t rows) { return kv(lse.slice(2, 0, rows)); }
+
+// ----------------------------------------------------------------------------------- cuDNN backend
+
+// PyTorch 2.11's cuDNN SDPA on the H100 (attention.cu _scaled_dot_product_cudnn_attention_cuda, MHA.cpp
+// run_cudnn_SDP_fprop), as recorded in every bf16/fp16 case of sdpa.events:
+//   alloc 8, alloc 8        philox seed and offset: at::zeros({1}, kLong) each, even without dropout
+//   alloc B*H*Sq*Dv*e       the output, alloc_with_matching_layout(q): q's dimension order, so GPT-2's
+//                           transposed q gives a (B, T, H, D)-ordered output whose transpose(1, 2) is
+//                           contiguous (the training program's .contiguous() copies nothing)
+//   alloc B*H*Sq*4          the logsumexp (float32), only when a gradient will be computed
+//   alloc 256, free 256     cuDNN's workspace (mha_graph->get_workspace_size(): 256 in every recorded case)
+constexpr int64_t kCudnnForwardWorkspace = 256;
+
+AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool compute_log_sumexp,
+                              bool is_causal, double scale) {
+  const char* op = "scaled_dot_product_cudnn_attention";
+  AllocationScope scope(op);
+  const Dims n = check_attention_inputs(op, q, k, v);
+  check_fused_inputs(op, q, k, v);
+  const TensorOptions int64_on{ScalarType::int64, q.device()};
+  AttentionResult r;
+  r.philox_seed = empty({1}, int64_on);
+  backend_of(q).fill(kv(r.philox_seed), 0.0);
+  r.philox_offset = empty({1}, int64_on);
+  backend_of(q).fill(kv(r.philox_offset), 0.0);
+  // alloc_with_matching_layout(q, o, {B, H, Sq, Dv}): empty_like(q) when the shapes agree; otherwise the same
+  // fill order (q's dimensions sorted by stride) over the output's shape.
+  {
+    const Shape out_shape{n.B, n.H, n.Sq, n.Dv};
+    Shape order{0, 1, 2, 3};
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q.stride(a) < q.stride(b); });
+    Shape strides(4);
+    int64_t running = 1;
+    for (int64_t d : order) {
+      strides[d] = running;
+      running *= out_shape[d];
+    }
+    r.output = q.sizes() == out_shape ? empty_preserving_layout(q)
+                                      : empty_strided(out_shape, strides, TensorOptions{q.dtype(), q.device()});
+  }
+  if (compute_log_sumexp) r.logsumexp = empty({n.B, n.H, n.Sq}, TensorOptions{lse_dtype(q.dtype()), q.device()});
+  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return r;  // MHA.cpp returns before the graph
+  const Tensor workspace = workspace_block(kCudnnForwardWorkspace, q.device());
+  const StridedView lse = r.logsumexp.defined() ? kv(r.logsumexp) : StridedView{};
+  backend_of(q).attention_forward(kv(r.output), r.logsumexp.defined() ? &lse : nullptr, kv(q), kv(k), kv(v), scale,
+                                  is_causal);
+  return r;
+}
+
+// _cudnn_attention_backward (attention_backward.cu) and run_cudnn_SDP_bprop (MHA.cpp):
+//   dq, dk, dv = empty_like(q, k, v)      each in its input's layout (preserve_format)
+//   a copy of grad_out in the output's dimension order, only when grad_out's last stride is not 1
+//   alloc W, free W                       cuDNN's workspace, then the grad_out copy freed
+// W = 4*B*H*Sq*D + 4*B*H*Sq + 256 matches all six recorded bf16/fp16 cases (sdpa.events: 4x12x256x64 3195136,
+// 2x2x64x32 34048, 8x12x1024x64 25559296, 1x4x100x64 104256, 2x16x512x128 8454400, 2x4x300x64 fp16 624256),
+// which reads as a float32 dQ accumulator, a float32 per-row sum (dO . O) and 256 bytes. Not recorded (so
+// uncertain): Dv != D, Sq != Sk, non-causal calls, head dims above 128.
+int64_t cudnn_backward_workspace_bytes(const Dims& n) {
+  return 4 * n.B * n.H * n.Sq * n.D + 4 * n.B * n.H * n.Sq + 256;
+}
+
+AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& logsumexp, bool is_causal, double scale) {
+  const char* op = "scaled_dot_product_cudnn_attention_backward";
+  AllocationScope scope(op);
+  const Dims n = check_attention_inputs(op, q, k, v);
+  check_fused_inputs(op, q, k, v);
+  AttentionGrads g;
+  g.grad_query = empty_preserving_layout(q);
+  g.grad_key = empty_preserving_layout(k);
+  g.grad_value = empty_preserving_layout(v);
+  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0 || out.numel() == 0 || grad_out.numel() == 0) return g;
+  if (!logsumexp.defined())
+    throw std::invalid_argument(fmt::format("{}: the forward kept no logsumexp (compute_log_sumexp was false)", op));
+  // permute_to_matching_layout(o, dO): dO.permute(o's dims outermost first).contiguous().permute(back).
+  Tensor dout = grad_out;
+  if (!last_dim_contiguous(grad_out)) {
+    Shape outer_to_inner{0, 1, 2, 3};
+    std::stable_sort(outer_to_inner.begin(), outer_to_inner.end(),
+                     [&](int64_t a, int64_t b) { return out.stride(a) > out.stride(b); });
+    Shape inverse(4);
+    for (int64_t d = 0; d < 4; ++d) inverse[outer_to_inner[d]] = d;
+    dout = grad_out.permute(outer_to_inner).contiguous().permute(inverse);
+  }
+  const Tensor workspace = workspace_block(cudnn_backward_workspace_bytes(n), q.device());
+  backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(dout), kv(q), kv(k), kv(v),
+                                   kv(out), kv(logsumexp), scale, is_causal);
+  return g;  // the workspace is freed, then the grad_out copy
+}
+
+// ---------------------------------------------------------------------------- memory-efficient backend
+
+// _scaled_dot_product_efficient_attention_cuda -> _efficient_attention_forward (attention.cu), as recorded
+// in every float32 case of sdpa.events:
+//   alloc B*Sq*H*Dv*e     the output, at::empty({B, Sq, H, Dv}) returned transposed: (B, H, Sq, Dv) laid out
+//                         (B, Sq, H, Dv) whatever q's layout
+//   alloc B*H*ceil(Sq/32)*32*4   the logsumexp, its rows padded to a multiple of kAlignLSE = 32 (3x5x77x48:
+//                         5760 = 15 * 96 * 4), only when a gradient will be computed
+// Without dropout the philox seed and offset are empty CPU tensors: no device memory.
+AttentionResult efficient_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool compute_log_sumexp,
+                                  bool is_causal, double scale) {
+  const char* op = "scaled_dot_product_efficient_attention";
+  AllocationScope scope(op);
+  const Dims n = check_attention_inputs(op, q, k, v);
+  check_fused_inputs(op, q, k, v);
+  if (q.dtype() != ScalarType::float32 && q.dtype() != ScalarType::float64)
+    throw std::invalid_argument(fmt::format("{}: bytegrad models the memory-efficient backend for float32 (and "
+                                            "computes float64 beyond PyTorch), got {}; PyTorch 2.11 on an H100 runs "
+                                            "16-bit floats through cuDNN",
+                                            op, scalar_type_name(q.dtype())));
+  AttentionResult r;
+  r.output = empty({n.B, n.Sq, n.H, n.Dv}, TensorOptions{q.dtype(), q.device()}).transpose(1, 2);
+  const int64_t padded = compute_log_sumexp ? (n.Sq + 31) / 32 * 32 : 0;
+  r.logsumexp = empty({n.B, n.H, padded}, TensorOptions{lse_dtype(q.dtype()), q.device()});
+  if (r.output.numel() == 0) return r;
+  const StridedView lse = compute_log_sumexp ? lse_rows(r.logsumexp, n.Sq) : StridedView{};
+  backend_of(q).attention_forward(kv(r.output), compute_log_sumexp ? &lse : nullptr, kv(q), kv(k), kv(v), scale,
+                                  is_causal);
+  return r;
+}
+
+// The backward kernel's workspace (kernel_backward.h, workspace_size()): with float32, dK and dV need no
+// accumulator (their output type is the accumulator's) and dQ's is GradQTempStorage per (query block,
+// head-dim block): a lock, a counter, 2 ints of padding and kBlockSizeI * kBlockSizeJ floats. So
+//   W = B * H * align4(ceil(Sq / BI) * ceil(D / BJ) * (BI * BJ + 4)) * 4 bytes,
+// with (BI, BJ) the first of dispatch_cutlassB_f32_sm80's kernels whose kMaxK >= max(D, Dv): 64x64 for
+// head dims up to 64 (recorded: 4x12x256x64 3148800, 2x2x64x32 65600, 3x5x77x48 492000), 128x64 above
+// (128x64_k128 and 128x64_k65536 are listed before their 64x64 twins; not recorded, assumed to fit the
+// H100's shared memory).
+int64_t efficient_backward_workspace_bytes(const Dims& n) {
+  const int64_t max_k = std::max(n.D, n.Dv);
+  const int64_t bi = max_k <= 64 ? 64 : 128, bj = 64;
+  const int64_t per_head = (n.Sq + bi - 1) / bi * ((n.D + bj - 1) / bj) * (bi * bj + 4);
+  return n.B * n.H * ((per_head + 3) / 4 * 4) * 4;
+}
+
+// _scaled_dot_product_efficient_attention_backward_cuda -> _efficient_attention_backward
+// (attention_backward.cu), as recorded:
+//   a contiguous copy of grad_out.transpose(1, 2), only when that view is not contiguous
+//   grad_q, grad_k, grad_v   at::empty of the (B, S, H, D) views each: (B, S, H, D) laid out, returned transposed
+//   delta (the float32 kernels do not compute it themselves):
+//     (grad_out * out) alloc B*Sq*H*Dv*4, .sum(-1) alloc B*Sq*H*4, .transpose(-2, -1).contiguous() alloc
+//     B*H*Sq*4, then the sum and the product freed
+//   the workspace (above), then delta freed (the kernel lambda's local), the workspace freed and the
+//   grad_out copy freed (the function's locals).
+AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& logsumexp, bool is_causal, double scale) {
+  const char* op = "scaled_dot_product_efficient_attention_backward";
+  AllocationScope scope(op);
+  const Dims n = check_attention_inputs(op, q, k, v);
+  check_fused_inputs(op, q, k, v);
+  if (!logsumexp.defined() || logsumexp.size(2) < n.Sq)
+    throw std::invalid_argument(fmt::format("{}: the forward kept no logsumexp (compute_log_sumexp was false)", op));
+  const Tensor grad_out_t = grad_out.transpose(1, 2).contiguous();  // (B, Sq, H, Dv)
+  const Tensor out_t = out.transpose(1, 2);
+  const TensorOptions like_q{q.dtype(), q.device()};
+  AttentionGrads g;
+  g.grad_query = empty({n.B, n.Sq, n.H, n.D}, like_q).transpose(1, 2);
+  g.grad_key = empty({n.B, n.Sk, n.H, n.D}, like_q).transpose(1, 2);
+  g.grad_value = empty({n.B, n.Sk, n.H, n.Dv}, like_q).transpose(1, 2);
+  if (n.B * n.H * n.Sq * n.Sk == 0) {
+    // PyTorch zeroes the gradients of empty problems (grad_k, grad_v, grad_q).
+    for (const Tensor* t : {&g.grad_key, &g.grad_value, &g.grad_query}) backend_of(q).fill(kv(*t), 0.0);
+    return g;
+  }
+  Tensor workspace;
+  {
+    Tensor delta;
+    {
+      // (grad_out.to(kFloat) * out.to(kFloat)).sum(-1).transpose(-2, -1).contiguous(): the casts are no-ops for
+      // float32 (float64 is kept as it is: PyTorch's kernels never see it).
+      const Tensor product = mul(grad_out_t, out_t);
+      const Tensor row_sums = sum(product, {3});
+      delta = row_sums.transpose(1, 2).contiguous();
+    }
+    workspace = workspace_block(efficient_backward_workspace_bytes(n), q.device());
+    backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(grad_out_t.transpose(1, 2)),
+                                     kv(q), kv(k), kv(v), kv(out), lse_rows(logsumexp, n.Sq), scale, is_causal);
+  }  // delta freed
+  workspace = Tensor();
+  return g;  // then the grad_out copy, when one was made
+}
+
+// ------------------------------------------------------------------------------------- the selection
+
+bool is_half(ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; }
+
+}  // namespace
+
+std::string_view sdpa_backend_name(SdpaBackend backend) {
+  switch (backend) {
+    case SdpaBackend::cudnn_attention: return "cudnn_attention";
+    case SdpaBackend::flash_attention: return "flash_attention";
+    case SdpaBackend::efficient_attention: return "efficient_attention";
+    case SdpaBackend::math: return "math";
+  }
+  return "?";
+}
+
+// PyTorch 2.11's select_sdp_backend (sdp_utils.cpp) on an H100 (sm90) with cuDNN newer than 9.15, where
+// priority_order puts cuDNN first: cuDNN, flash, memory-efficient, math, each taken when its constraints
+// hold. Only the constraints that bytegrad's inputs can fail are checked (no mask, no dropout, dense
+// tensors, equal heads):
+//   cuDNN      float16/bfloat16; last dims contiguous (size-1 ignored); Sq, Sk > 0; B, H <= 65535; D and Dv
+//              multiples of 8, at most 128 (or D = 192 with Dv = 128); Sk != 1. The recordings (sdpa.events)
+//              show it for every bf16 case and the fp16 one (2x4x300x64).
+//   flash      float16/bfloat16; D == Dv <= 256; causal only with Sq == Sk; last dims contiguous; Sq, Sk > 0.
+//   efficient  float16/float32/bfloat16; D and Dv multiples of 8 (16-bit) or 4 (float32); storage offsets
+//              multiples of that alignment; last dims contiguous (size 1 included); Sq, Sk > 0. Recorded for
+//              every float32 case (4x12x256x64, 2x2x64x32, 3x5x77x48).
+//   math       everything else (float64, odd head dims, non-contiguous last dims, empty sequences).
+// The head-dim limit of 128 assumes the recording's cuDNN is older than 9.22 (newer ones allow 256 on sm90).
+// The same rule holds on every device, so cpu, sim and meta allocate what the H100 would.
+SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal) {
+  const Dims n = check_attention_inputs("scaled_dot_product_attention", query, key, value);
+  const ScalarType dtype = query.dtype();
+  const bool last_dims_unit = query.stride(-1) == 1 && key.stride(-1) == 1 && value.stride(-1) == 1;
+  const bool last_dims_ok = last_dims_unit || n.D == 1;  // ignore_singleton_dim (cuDNN, flash)
+  const bool nonempty = n.Sq > 0 && n.Sk > 0;
+  if (is_half(dtype) && last_dims_ok && nonempty && n.B <= 65535 && n.H <= 65535 && n.D % 8 == 0 &&
+      n.Dv % 8 == 0 && ((n.D <= 128 && n.Dv <= 128) || (n.D == 192 && n.Dv == 128)) && n.Sk != 1)
+    return SdpaBackend::cudnn_attention;
+  if (is_half(dtype) && last_dims_ok && nonempty && n.D == n.Dv && n.D <= 256 && (!is_causal || n.Sq == n.Sk))
+    return SdpaBackend::flash_attention;
+  const int64_t alignment = is_half(dtype) ? 8 : 4;
+  const bool efficient_dtype = is_half(dtype) || dtype == ScalarType::float32;
+  const bool offsets_aligned = query.storage_offset() % alignment == 0 && key.storage_offset() % alignment == 0 &&
+                               value.storage_offset() % alignment == 0;
+  if (efficient_dtype && last_dims_unit && nonempty && n.D > 0 && n.D % alignment == 0 && n.Dv > 0 &&
+      n.Dv % alignment == 0 && offsets_aligned)
+    return SdpaBackend::efficient_attention;
+  return SdpaBackend::math;
+}
+
+AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   bool compute_log_sumexp, bool is_causal, std::optional<double> scale) {
+  const std::vector<Tensor> inputs{query, key, value};
+  const bool record = needs_graph(inputs);
+  if (record && !compute_log_sumexp)
+    throw std::invalid_argument("scaled_dot_product_cudnn_attention: a gradient needs compute_log_sumexp = true");
+  const double s = resolve_scale(query, scale);
+  AttentionResult r = without_recording([&] { return cudnn_forward(query, key, value, compute_log_sumexp, is_causal, s); });
+  record_for_autograd(inputs, [&] {
+    return make_record<OpId::scaled_dot_product_cudnn_attention>(
+        {query, key, value, r.logsumexp, r.philox_seed, r.philox_offset}, {r.output}, {is_causal, s});
+  });
+  return r;
+}
+
+AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       bool compute_log_sumexp, bool is_causal,
+                                                       std::optional<double> scale) {
+  const std::vector<Tensor> inputs{query, key, value};
+  const bool record = needs_graph(inputs);
+  if (record && !compute_log_sumexp)
+    throw std::invalid_argument("scaled_dot_product_efficient_attention: a gradient needs compute_log_sumexp = true");
+  const double s = resolve_scale(query, scale);
+  AttentionResult r =
+      without_recording([&] { return efficient_forward(query, key, value, compute_log_sumexp, is_causal, s); });
+  record_for_autograd(inputs, [&] {
+    return make_record<OpId::scaled_dot_product_efficient_attention>(
+        {query, key, value, r.logsumexp, r.philox_seed, r.philox_offset}, {r.output}, {is_causal, s});
+  });
+  return r;
+}
+
+AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value, const Tensor& out,
+                                                           const Tensor& logsumexp, bool is_causal, double scale) {
+  return without_recording([&] { return cudnn_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale); });
+}
+
+AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                               const Tensor& key, const Tensor& value,
+                                                               const Tensor& out, const Tensor& logsumexp,
+                                                               bool is_causal, double scale) {
+  return without_recording(
+      [&] { return efficient_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale); });
+}
+
+// PyTorch's _scaled_dot_product_attention_math, in values: q and k^T each scaled by sqrt(scale), the causal
+// mask as an additive (L, S) float mask (tril(ones) converted: 0 where kept, -inf where masked) added in
+// place, softmax, @ v. Its memory is that of bytegrad's ops (no PyTorch recording holds it): PyTorch's
+// _safe_softmax adds a few temporaries (the -inf comparison, the all-masked rows, a where) that a plain
+// softmax does not, and its SafeSoftmaxBackward0 saves the where's result instead of softmax's.
+Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
+                                         std::optional<double> scale) {
+  const Dims n = check_attention_inputs("scaled_dot_product_attention_math", query, key, value);
+  const double factor = std::sqrt(resolve_scale(query, scale));
+  const Tensor q = query * factor;
+  Tensor mask;
+  if (is_causal) {
+    const Tensor keep = tril(ones({n.Sq, n.Sk}, TensorOptions{ScalarType::bool_, query.device()}));
+    mask = masked_fill(zeros({n.Sq, n.Sk}, TensorOptions{query.dtype(), query.device()}), logical_not(keep),
+                       -std::numeric_limits<double>::infinity());
+  }
+  Tensor attn = matmul(q, key.transpose(-2, -1) * factor);
+  if (mask.defined()) attn += mask;
+  attn = softmax(attn, -1);
+  return matmul(attn, value);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
+                                    std::optional<double> scale) {
+  BYTEGRAD_AUTOCAST(lower_precision_fp, scaled_dot_product_attention, query, key, value, is_causal, scale);
+  const SdpaBackend backend = select_sdpa_backend(query, key, value, is_causal);
+  const bool compute_log_sumexp = needs_graph({query, key, value});
+  switch (backend) {
+    case SdpaBackend::cudnn_attention:
+      return scaled_dot_product_cudnn_attention(query, key, value, compute_log_sumexp, is_causal, scale).output;
+    case SdpaBackend::efficient_attention:
+      if (query.dtype() != ScalarType::float32) break;
+      return scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale).output;
+    case SdpaBackend::math: return scaled_dot_product_attention_math(query, key, value, is_causal, scale);
+    case SdpaBackend::flash_attention: break;
+  }
+  throw std::invalid_argument(fmt::format(
+      "scaled_dot_product_attention: PyTorch 2.11 on an H100 would run {} with its {} backend, whose memory bytegrad "
+      "has not recorded (query {}, key {}, value {})",
+      scalar_type_name(query.dtype()), sdpa_backend_name(backend), describe(query), describe(key), describe(value)));
+}
+
+}  // namespace bytegrad

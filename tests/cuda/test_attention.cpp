@@ -1,0 +1,173 @@
+// scaled_dot_product_attention's cuda kernels (kernels/cuda/cuda_attention.cu) against the cpu reference and
+// the math composition: forward output and logsumexp, and dq, dk, dv, through both fused backends, in
+// float32, float64, float16 and bfloat16, causal and not, Sq != Sk, Dv != D, head dims up to 256, on
+// GPT-2's strided views (the transposed split of a (B, T, 3C) tensor) and on contiguous tensors. Then the
+// device memory: the cuda run of a recorded case makes the same allocations and frees as sim.
+#include <optional>
+
+#include "bytegrad/tensor/ops.h"
+#include "tests/cuda/gpu_test_helpers.h"
+#include "tests/support/allocation_probe.h"
+
+namespace bytegrad::testing {
+namespace {
+
+struct Shape6 {
+  int64_t B, H, Sq, Sk, D, Dv;
+};
+
+// q, k, v on both devices: GPT-2's layout (views of one (B, T, 3 * H * D) tensor) when `packed` (then
+// Sq == Sk and D == Dv), else contiguous (B, H, S, D) tensors.
+struct Inputs {
+  Pair q, k, v, grad;
+};
+
+Inputs make_inputs(const Shape6& s, ScalarType dtype, bool packed) {
+  Inputs in;
+  if (packed) {
+    const Pair qkv = random_pair({s.B, s.Sq, 3 * s.H * s.D}, dtype);
+    auto part = [&](int i) {
+      return qkv.map([&](const Tensor& t) {
+        return t.slice(2, i * s.H * s.D, (i + 1) * s.H * s.D).view({s.B, s.Sq, s.H, s.D}).transpose(1, 2);
+      });
+    };
+    in.q = part(0);
+    in.k = part(1);
+    in.v = part(2);
+  } else {
+    in.q = random_pair({s.B, s.H, s.Sq, s.D}, dtype);
+    in.k = random_pair({s.B, s.H, s.Sk, s.D}, dtype);
+    in.v = random_pair({s.B, s.H, s.Sk, s.Dv}, dtype);
+  }
+  in.grad = random_pair({s.B, s.H, s.Sq, s.Dv}, dtype);
+  return in;
+}
+
+double tolerance(ScalarType dtype) {
+  switch (dtype) {
+    case ScalarType::float64: return 1e-10;
+    case ScalarType::float32: return 2e-4;
+    case ScalarType::float16: return 5e-3;
+    default: return 3e-2;  // bfloat16
+  }
+}
+
+void compare(const Shape6& s, ScalarType dtype, bool packed, bool causal, bool efficient, std::optional<double> scale) {
+  CAPTURE(s.B);
+  CAPTURE(s.H);
+  CAPTURE(s.Sq);
+  CAPTURE(s.Sk);
+  CAPTURE(s.D);
+  CAPTURE(s.Dv);
+  CAPTURE(scalar_type_name(dtype));
+  CAPTURE(packed);
+  CAPTURE(causal);
+  CAPTURE(efficient);
+  const Inputs in = make_inputs(s, dtype, packed);
+  auto forward = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return efficient ? scaled_dot_product_efficient_attention(q, k, v, true, causal, scale)
+                     : scaled_dot_product_cudnn_attention(q, k, v, true, causal, scale);
+  };
+  const AttentionResult rc = forward(in.q.cpu, in.k.cpu, in.v.cpu);
+  const AttentionResult rg = forward(in.q.gpu, in.k.gpu, in.v.gpu);
+  const double tol = tolerance(dtype);
+  check_close(rg.output.to(kCpu), rc.output, tol, tol * std::max(1.0, max_abs(rc.output)), "output");
+  const Tensor lse_c = rc.logsumexp.slice(2, 0, s.Sq), lse_g = rg.logsumexp.slice(2, 0, s.Sq).to(kCpu);
+  check_close(lse_g, lse_c, dtype == ScalarType::float64 ? 1e-10 : 1e-4, 1e-4, "logsumexp");
+  const double sc = scale.value_or(1.0 / std::sqrt(static_cast<double>(s.D)));
+  auto backward = [&](const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionResult& r) {
+    return efficient ? scaled_dot_product_efficient_attention_backward(g, q, k, v, r.output, r.logsumexp, causal, sc)
+                     : scaled_dot_product_cudnn_attention_backward(g, q, k, v, r.output, r.logsumexp, causal, sc);
+  };
+  const AttentionGrads gc = backward(in.grad.cpu, in.q.cpu, in.k.cpu, in.v.cpu, rc);
+  const AttentionGrads gg = backward(in.grad.gpu, in.q.gpu, in.k.gpu, in.v.gpu, rg);
+  const double gtol = dtype == ScalarType::bfloat16 ? 6e-2 : dtype == ScalarType::float16 ? 1e-2 : tol;
+  check_close(gg.grad_query.to(kCpu), gc.grad_query, gtol, gtol * std::max(1.0, max_abs(gc.grad_query)), "dq");
+  check_close(gg.grad_key.to(kCpu), gc.grad_key, gtol, gtol * std::max(1.0, max_abs(gc.grad_key)), "dk");
+  check_close(gg.grad_value.to(kCpu), gc.grad_value, gtol, gtol * std::max(1.0, max_abs(gc.grad_value)), "dv");
+}
+
+}  // namespace
+
+TEST_CASE("attention forward and backward: cuda matches the cpu reference") {
+  require_gpu();
+  manual_seed(71);
+  const std::vector<Shape6> packed_shapes = {{2, 2, 64, 64, 32, 32}, {1, 4, 100, 100, 64, 64},
+                                             {3, 5, 77, 77, 48, 48}, {1, 2, 37, 37, 128, 128}};
+  for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16, ScalarType::float32, ScalarType::float64})
+    for (const Shape6& s : packed_shapes)
+      for (bool causal : {true, false}) compare(s, dtype, true, causal, false, std::nullopt);
+  for (const Shape6& s : packed_shapes) compare(s, ScalarType::float32, true, true, true, std::nullopt);
+  // contiguous inputs, Sq != Sk (both ways), Dv != D, odd sizes, a given scale, head dims up to 256
+  const std::vector<Shape6> other_shapes = {{2, 3, 5, 9, 8, 16},    {1, 2, 33, 7, 16, 8},  {2, 1, 1, 1, 8, 8},
+                                            {1, 1, 70, 130, 24, 40}, {1, 2, 50, 50, 256, 256}};
+  for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16})
+    for (const Shape6& s : other_shapes)
+      for (bool causal : {true, false}) compare(s, dtype, false, causal, false, 0.37);
+}
+
+TEST_CASE("scaled_dot_product_attention on cuda matches the math composition, values and gradients") {
+  require_gpu();
+  manual_seed(73);
+  for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float32}) {
+    CAPTURE(scalar_type_name(dtype));
+    const int64_t B = 2, H = 4, T = 96, D = 32;
+    const Tensor qkv_host = randn({B, T, 3 * H * D}, TensorOptions{}.with_device(kCpu)).to(dtype);
+    Tensor qkv = qkv_host.to(kCuda);
+    qkv.requires_grad_(true);
+    std::vector<Tensor> parts = qkv.split(H * D, 2);
+    const Tensor q = parts[0].view({B, T, H, D}).transpose(1, 2), k = parts[1].view({B, T, H, D}).transpose(1, 2),
+                 v = parts[2].view({B, T, H, D}).transpose(1, 2);
+    const Tensor y = scaled_dot_product_attention(q, k, v, true);
+    CHECK(y.grad_fn_name() == (dtype == ScalarType::bfloat16 ? "ScaledDotProductCudnnAttentionBackward0"
+                                                               : "ScaledDotProductEfficientAttentionBackward0"));
+    const Tensor w = randn(y.sizes(), TensorOptions{}.with_device(kCpu)).to(dtype);
+    sum((y * w.to(kCuda)).to(ScalarType::float32)).backward();
+
+    // The reference: the math path in float64 on the host.
+    Tensor ref = qkv_host.to(ScalarType::float64);
+    ref.requires_grad_(true);
+    std::vector<Tensor> rp = ref.split(H * D, 2);
+    const Tensor rq = rp[0].view({B, T, H, D}).transpose(1, 2), rk = rp[1].view({B, T, H, D}).transpose(1, 2),
+                 rv = rp[2].view({B, T, H, D}).transpose(1, 2);
+    const Tensor ry = scaled_dot_product_attention_math(rq, rk, rv, true);
+    sum(ry * w.to(ScalarType::float64)).backward();
+    const double tol = dtype == ScalarType::bfloat16 ? 3e-2 : 1e-4;
+    check_close(y.to(kCpu).to(ScalarType::float64), ry.detach(), tol, tol * std::max(1.0, max_abs(ry)), "output");
+    check_close(qkv.grad().to(kCpu).to(ScalarType::float64), ref.grad(), 2 * tol,
+                2 * tol * std::max(1.0, max_abs(ref.grad())), "qkv grad");
+  }
+}
+
+TEST_CASE("attention's device memory on cuda is sim's, event for event") {
+  require_gpu();
+  for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float32}) {
+    CAPTURE(scalar_type_name(dtype));
+    AllocationEvents per_device[2];
+    int index = 0;
+    for (Device device : {kSim, kCuda}) {
+      fresh(device);
+      manual_seed(3);
+      Tensor qkv = randn({4, 256, 3 * 768}, TensorOptions{dtype, device});
+      qkv.requires_grad_(true);
+      per_device[index++] = allocation_events(device, [&] {
+        std::vector<Tensor> parts = qkv.split(768, 2);
+        Tensor q = parts[0].view({4, 256, 12, 64}).transpose(1, 2), k = parts[1].view({4, 256, 12, 64}).transpose(1, 2),
+               v = parts[2].view({4, 256, 12, 64}).transpose(1, 2);
+        parts.clear();
+        Tensor y = scaled_dot_product_attention(q, k, v, true);
+        {
+          Tensor ones = empty_strided(y.sizes(), y.strides(), TensorOptions{dtype, device});
+          ones.fill_(1.0);
+          y.backward(ones);
+        }
+        q = k = v = y = Tensor();
+        qkv = Tensor();
+      });
+    }
+    CHECK(per_device[0] == per_device[1]);
+    CHECK(per_device[0].size() > 10);
+  }
+}
+
+}  // namespace bytegrad::testing
