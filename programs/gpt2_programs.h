@@ -49,6 +49,8 @@ void g_gpt2_small_fp32(ScenarioRecorder& r);
 // The same with the forward under bfloat16 autocast.
 void g_gpt2_tiny_bf16(ScenarioRecorder& r);
 void g_gpt2_small_bf16(ScenarioRecorder& r);
+// GPT-2 small under bfloat16 autocast with scaled_dot_product_attention (nanoGPT's flash branch).
+void g_gpt2_small_bf16_sdpa(ScenarioRecorder& r);
 
 nn::GPTConfig gpt2_tiny_config();
 nn::GPTConfig gpt2_small_config();

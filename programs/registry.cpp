@@ -46,6 +46,7 @@ const std::vector<Program>& gpt2_programs() {
       {"g_gpt2_small_fp32", g_gpt2_small_fp32, true},
       {"g_gpt2_tiny_bf16", g_gpt2_tiny_bf16, true},
       {"g_gpt2_small_bf16", g_gpt2_small_bf16, true},
+      {"g_gpt2_small_bf16_sdpa", g_gpt2_small_bf16_sdpa, true},
   };
   return programs;
 }

@@ -97,6 +97,12 @@ void g_gpt2_tiny_bf16(ScenarioRecorder& r) {
   train_gpt({.config = gpt2_tiny_config(), .batch = 4, .seq = 64, .amp = ScalarType::bfloat16}, &r, r.device());
 }
 
+void g_gpt2_small_bf16_sdpa(ScenarioRecorder& r) {
+  nn::GPTConfig config = gpt2_small_config();
+  config.attention = nn::AttentionKind::sdpa;
+  train_gpt({.config = config, .batch = 4, .seq = 256, .amp = ScalarType::bfloat16}, &r, r.device());
+}
+
 void g_gpt2_small_bf16(ScenarioRecorder& r) {
   train_gpt({.config = gpt2_small_config(), .batch = 4, .seq = 256, .amp = ScalarType::bfloat16}, &r, r.device());
 }
