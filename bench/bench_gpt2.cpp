@@ -2,19 +2,22 @@
 // with the loss, backward, AdamW (foreach, nanoGPT's two groups), zero_grad(set_to_none=True); median of
 // synchronized steps after warm-up, at 4 x 256 and 8 x 1024 tokens. bench/pytorch_gpt2_step.py times
 // PyTorch's eager step the same way, for the same table.
-//   bench_gpt2 [DEVICE [STEPS]]
+//   bench_gpt2 [DEVICE [STEPS [fp32|bf16|bf16_sdpa]]]   (bf16: the forward under bf16 autocast; _sdpa: with
+//   scaled_dot_product_attention), as pytorch_gpt2_step.py's same argument
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/nn/gpt.h"
 #include "bytegrad/optim/adam.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/tensor.h"
 #include "bench/device_sync.h"
 
@@ -22,9 +25,10 @@ using namespace bytegrad;
 
 namespace {
 
-double median_step_ms(Device d, int64_t batch, int64_t seq, int steps) {
+double median_step_ms(Device d, int64_t batch, int64_t seq, int steps, const std::string& mode) {
   manual_seed(1337);
   nn::GPTConfig config;  // GPT-2 small
+  if (mode == "bf16_sdpa") config.attention = nn::AttentionKind::sdpa;
   auto model = std::make_shared<nn::GPT>(config);
   model->to(d);
   std::vector<Tensor> decay, no_decay;
@@ -37,7 +41,12 @@ double median_step_ms(Device d, int64_t batch, int64_t seq, int steps) {
   const Tensor x = randint(0, config.vocab_size, {batch, seq}, int64_on);
   const Tensor y = randint(0, config.vocab_size, {batch, seq}, int64_on);
   auto step = [&] {
-    nn::GPT::Output out = model->forward(x, y);
+    nn::GPT::Output out;
+    {
+      std::optional<AutocastGuard> autocast;
+      if (mode != "fp32") autocast.emplace(d.type, ScalarType::bfloat16);
+      out = model->forward(x, y);
+    }
     out.loss.backward();
     opt.step();
     opt.zero_grad(true);
@@ -59,11 +68,17 @@ double median_step_ms(Device d, int64_t batch, int64_t seq, int steps) {
 int main(int argc, char** argv) {
   const Device d = argc > 1 ? Device::parse(argv[1]) : default_device();
   const int steps = argc > 2 ? std::stoi(argv[2]) : 20;
-  fmt::print("GPT-2 small fp32 training step on {} (AdamW foreach; median of {} synchronized steps)\n", d.str(), steps);
+  const std::string mode = argc > 3 ? argv[3] : "fp32";
+  if (mode != "fp32" && mode != "bf16" && mode != "bf16_sdpa") {
+    fmt::print(stderr, "bench_gpt2: mode '{}': expected fp32, bf16 or bf16_sdpa\n", mode);
+    return 2;
+  }
+  fmt::print("GPT-2 small {} training step on {} (AdamW foreach; median of {} synchronized steps)\n", mode, d.str(),
+             steps);
   fmt::print("{:>10} {:>12} {:>16}\n", "tokens", "ms/step", "peak allocated");
   for (auto [batch, seq] : {std::pair<int64_t, int64_t>{4, 256}, {8, 1024}}) {
     reset_peak_memory_stats(d);
-    const double ms = median_step_ms(d, batch, seq, steps);
+    const double ms = median_step_ms(d, batch, seq, steps, mode);
     fmt::print("{:>10} {:>12.2f} {:>16}\n", fmt::format("{}x{}", batch, seq), ms, max_memory_allocated(d));
     std::fflush(stdout);
   }

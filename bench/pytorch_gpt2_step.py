@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench_gpt2's baseline: PyTorch's eager GPT-2 small fp32 training step (shared/golden/gpt2/gpt2_scenarios.py's
-model and optimizer), timed as bench_gpt2 times its own: median of synchronized steps after 3 warm-up steps."""
+model and optimizer), timed as bench_gpt2 times its own: median of synchronized steps after 3 warm-up steps.
+  pytorch_gpt2_step.py [STEPS [fp32|bf16|bf16_sdpa]]   (bf16: the forward under bf16 autocast; _sdpa: with SDPA)"""
 import os
 import statistics
 import sys
@@ -13,15 +14,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpt2_scenarios as g  # noqa: E402
 
 
-def median_ms(B, T, steps):
+def median_ms(B, T, steps, amp=False, sdpa=False):
     torch.manual_seed(1337)
-    model = g.GPT(g.SMALL).to("cuda")
+    model = g.GPT(g.SMALL, sdpa).to("cuda")
     opt = g.make_optimizer(model, foreach=None)
     x = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
     y = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
 
     def step():
-        logits, loss = model(x, y)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=amp):
+            logits, loss = model(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -38,8 +40,9 @@ def median_ms(B, T, steps):
 
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-print(f"PyTorch {torch.__version__} eager GPT-2 small fp32 step (AdamW foreach; median of {steps} synchronized steps)")
+mode = sys.argv[2] if len(sys.argv) > 2 else "fp32"  # fp32 | bf16 (autocast) | bf16_sdpa (autocast + SDPA)
+print(f"PyTorch {torch.__version__} eager GPT-2 small {mode} step (AdamW foreach; median of {steps} synchronized steps)")
 for B, T in ((4, 256), (8, 1024)):
     torch.cuda.reset_peak_memory_stats()
-    ms = median_ms(B, T, steps)
+    ms = median_ms(B, T, steps, amp=mode != "fp32", sdpa=mode == "bf16_sdpa")
     print(f"{B}x{T:<6} {ms:12.2f} ms {torch.cuda.max_memory_allocated():16d}")
