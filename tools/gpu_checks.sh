@@ -29,7 +29,8 @@ for step in "$@"; do
       tail -5 "$out/sanitizer.log" ;;
     bench)
       { ./build/bench/bench_training; ./build/bench/bench_attention; python3 bench/pytorch_training_steps.py;
-        ./build/bench/bench_gpt2; python3 bench/pytorch_gpt2_step.py; } \
+        for mode in fp32 bf16 bf16_sdpa; do ./build/bench/bench_gpt2 cuda 20 $mode; python3 bench/pytorch_gpt2_step.py 20 $mode; done
+        ./build/bench/bench_sdpa; python3 bench/pytorch_sdpa.py; } \
         >"$out/bench.log" 2>&1 || status=1
       cat "$out/bench.log" ;;
     *) echo "unknown step $step"; exit 2 ;;
