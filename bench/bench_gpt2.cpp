@@ -4,6 +4,9 @@
 // PyTorch's eager step the same way, for the same table.
 //   bench_gpt2 [DEVICE [STEPS [fp32|bf16|bf16_sdpa]]]   (bf16: the forward under bf16 autocast; _sdpa: with
 //   scaled_dot_product_attention), as pytorch_gpt2_step.py's same argument
+// With BYTEGRAD_PROFILE_KERNELS=1 it also prints, per size, where the timed steps' GPU time went
+// (kernels/kernel_profile.h: per backend call and per autograd node; bench/pytorch_gpt2_profile.py prints
+// PyTorch's side). The profiler's events slow the steps a little: take timings from a run without it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bytegrad/kernels/kernel_profile.h"
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/nn/gpt.h"
 #include "bytegrad/optim/adam.h"
@@ -53,12 +57,15 @@ double median_step_ms(Device d, int64_t batch, int64_t seq, int steps, const std
     bench::synchronize(d);
   };
   for (int i = 0; i < 3; ++i) step();
+  if (kernel_profiling_enabled()) kernel_profile_reset();
   std::vector<double> times;
   for (int i = 0; i < steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     step();
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
+  if (kernel_profiling_enabled())
+    fmt::print("{} x {} tokens:\n{}\n", batch, seq, kernel_profile_report(steps));
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }

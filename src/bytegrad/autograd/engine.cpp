@@ -7,6 +7,7 @@
 //  - then its saved tensors are released (unless retain_graph), then its outputs are handed on,
 //    accumulating into the next node's buffer when several paths meet.
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/kernels/kernel_profile.h"
 #include "bytegrad/memory/memory_category.h"
 #include "bytegrad/autograd/engine.h"
 
@@ -117,7 +118,9 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
     TensorList outputs;
     {
       TensorList inputs = std::move(task.inputs);
-      AllocationScope scope(node.name());
+      const std::string node_name = node.name();
+      AllocationScope scope(node_name);
+      KernelProfileLabel profile_label(node_name);  // BYTEGRAD_PROFILE_KERNELS: the node's kernel time
       outputs = node.apply(std::move(inputs));
       if (outputs.size() < node.next_edges.size()) outputs.resize(node.next_edges.size());
       for (size_t i = 0; i < node.next_edges.size(); ++i) {

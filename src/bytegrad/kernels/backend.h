@@ -34,6 +34,15 @@ class KernelBackend {
  public:
   virtual ~KernelBackend() = default;
 
+  // Foreach batches (PyTorch's _foreach_* ops, one launch over many tensors): between begin_foreach() and
+  // the matching end_foreach() on a thread, a backend may hold back unary, binary_scalar and ternary calls
+  // on contiguous operands and run them, in call order, as multi-tensor launches at end_foreach() or
+  // before its next call of another kind. The caller keeps every operand alive and unread by the host until
+  // end_foreach() (a loop of independent per-tensor updates, as the optimizers' foreach steps are). cpu,
+  // sim and meta run each call at once. Nests; ForeachBatch is the scope.
+  virtual void begin_foreach() {}
+  virtual void end_foreach() {}
+
   // out[i] = value
   virtual void fill(const StridedView& out, double value) = 0;
   // out[i] = start + i * step over out's elements in row-major order
@@ -157,5 +166,17 @@ class KernelBackend {
 
 // cpu and sim share the CPU backend; meta's backend computes nothing; cuda's uses the GPU.
 KernelBackend& backend_for(Device device);
+
+// A foreach batch on `device`'s backend for the scope's lifetime (KernelBackend::begin_foreach).
+class ForeachBatch {
+ public:
+  explicit ForeachBatch(Device device) : backend_(backend_for(device)) { backend_.begin_foreach(); }
+  ~ForeachBatch() noexcept(false) { backend_.end_foreach(); }  // launches what was held back
+  ForeachBatch(const ForeachBatch&) = delete;
+  ForeachBatch& operator=(const ForeachBatch&) = delete;
+
+ private:
+  KernelBackend& backend_;
+};
 
 }  // namespace bytegrad

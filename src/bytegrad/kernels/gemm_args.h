@@ -36,6 +36,12 @@ struct GemmArgs {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   BlasHandleOwner handle_owner = BlasHandleOwner::calling_thread;
+  // The bias epilogue (addmm's cuBLASLt path, PyTorch's gemm_and_bias): when set, C = alpha * op(A) op(B) +
+  // bias, bias holding m values of the dtype, bias[i] added to row i of every column; beta is then 0 and
+  // batches 1. lt_workspace is the cuBLASLt workspace the op layer obtained for it (cuda).
+  const void* bias = nullptr;
+  void* lt_workspace = nullptr;
+  size_t lt_workspace_bytes = 0;
 };
 
 }  // namespace bytegrad

@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/kernels/kernel_profile.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/memory_category.h"
 #include "bytegrad/optim/adam.h"
@@ -67,6 +69,7 @@ void Adam::step() {
   NoGradGuard no_grad;
   AllocationScope scope(decoupled_weight_decay_ ? "AdamW.step" : "Adam.step");
   PhaseScope phase(MemoryPhase::optimizer_step);
+  KernelProfileLabel profile_label(decoupled_weight_decay_ ? "AdamW.step" : "Adam.step");
   // Adam.step: per group, _init_group (state for that group's parameters) then the update.
   for (const Group& g : groups_) {
     init_state(g);
@@ -146,6 +149,10 @@ void Adam::multi_tensor_step(const Group& g) {
   for (size_t i = g.begin; i < g.end; ++i)
     if (params_[i].grad().defined()) with_grad.push_back(i);
   if (with_grad.empty()) return;
+  // Each torch._foreach_* call below is one loop over the tensors inside a ForeachBatch: the backend may
+  // run the loop's per-tensor updates as multi-tensor launches (on cuda, as PyTorch's multi_tensor_apply).
+  // No loop frees memory, so what a batch holds back stays valid until it runs.
+  const Device device = params_[with_grad.front()].device();
   std::vector<Tensor> grads;  // the .grad tensors, or their weight-decayed copies
   for (size_t i : with_grad) {
     state_[i].step += 1;
@@ -153,6 +160,7 @@ void Adam::multi_tensor_step(const Group& g) {
   }
   if (weight_decay != 0) {
     if (decoupled_weight_decay_) {
+      ForeachBatch batch(device);
       for (size_t i : with_grad) params_[i].mul_(1.0 - lr * weight_decay);
     } else {
       std::vector<Tensor> decayed;  // torch._foreach_add(grads, params, alpha=wd): a new list
@@ -161,24 +169,45 @@ void Adam::multi_tensor_step(const Group& g) {
       decayed.clear();  // the .grad references: nothing is freed
     }
   }
-  for (size_t k = 0; k < with_grad.size(); ++k) lerp_(state_[with_grad[k]].exp_avg, grads[k], 1.0 - beta1);
-  for (size_t i : with_grad) state_[i].exp_avg_sq.mul_(beta2);
-  for (size_t k = 0; k < with_grad.size(); ++k)
-    addcmul_(state_[with_grad[k]].exp_avg_sq, grads[k], grads[k], 1.0 - beta2);
+  {
+    ForeachBatch batch(device);
+    for (size_t k = 0; k < with_grad.size(); ++k) lerp_(state_[with_grad[k]].exp_avg, grads[k], 1.0 - beta1);
+  }
+  {
+    ForeachBatch batch(device);
+    for (size_t i : with_grad) state_[i].exp_avg_sq.mul_(beta2);
+  }
+  {
+    ForeachBatch batch(device);
+    for (size_t k = 0; k < with_grad.size(); ++k)
+      addcmul_(state_[with_grad[k]].exp_avg_sq, grads[k], grads[k], 1.0 - beta2);
+  }
   drop_list(grads);  // `del device_grads`: the weight-decay copies go here, last first
   if (amsgrad)
     for (size_t i : with_grad) maximum_(state_[i].max_exp_avg_sq, state_[i].exp_avg_sq);
   std::vector<Tensor> denoms;  // torch._foreach_sqrt(exp_avg_sqs), then divided and shifted in place
-  for (size_t i : with_grad) denoms.push_back(sqrt(amsgrad ? state_[i].max_exp_avg_sq : state_[i].exp_avg_sq));
-  for (size_t k = 0; k < with_grad.size(); ++k) {
-    const double step = static_cast<double>(state_[with_grad[k]].step);
-    denoms[k].div_(std::sqrt(1.0 - std::pow(beta2, step)));
+  {
+    ForeachBatch batch(device);
+    for (size_t i : with_grad) denoms.push_back(sqrt(amsgrad ? state_[i].max_exp_avg_sq : state_[i].exp_avg_sq));
   }
-  for (Tensor& d : denoms) d.add_(eps);
-  for (size_t k = 0; k < with_grad.size(); ++k) {
-    const size_t i = with_grad[k];
-    const double step_size = lr / (1.0 - std::pow(beta1, static_cast<double>(state_[i].step)));
-    addcdiv_(params_[i], state_[i].exp_avg, denoms[k], -step_size);
+  {
+    ForeachBatch batch(device);
+    for (size_t k = 0; k < with_grad.size(); ++k) {
+      const double step = static_cast<double>(state_[with_grad[k]].step);
+      denoms[k].div_(std::sqrt(1.0 - std::pow(beta2, step)));
+    }
+  }
+  {
+    ForeachBatch batch(device);
+    for (Tensor& d : denoms) d.add_(eps);
+  }
+  {
+    ForeachBatch batch(device);
+    for (size_t k = 0; k < with_grad.size(); ++k) {
+      const size_t i = with_grad[k];
+      const double step_size = lr / (1.0 - std::pow(beta1, static_cast<double>(state_[i].step)));
+      addcdiv_(params_[i], state_[i].exp_avg, denoms[k], -step_size);
+    }
   }
   drop_list(denoms);  // freed when the function returns, last parameter first
 }

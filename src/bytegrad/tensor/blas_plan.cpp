@@ -103,6 +103,7 @@ GemmPlan GemmPlan::matrix(const Tensor& out, const Tensor& mat1, const Tensor& m
   g.ldc = result.tensor.strides()[transpose_result ? 0 : 1];
   plan.finish_args(alpha, beta);
   plan.result_is_copy_ = result.tensor.impl_ptr() != out.impl_ptr();
+  plan.result_transposed_ = transpose_result;
   plan.free_result_after_copy_ = true;  // cublasCommonArgs frees its result copy first
   plan.result_ = std::move(result.tensor);
   plan.first_ = std::move(mata.tensor);
@@ -165,6 +166,19 @@ void GemmPlan::attach_workspace() {
   args_.workspace = workspace.data;
   args_.workspace_bytes = workspace.bytes;
   args_.handle_owner = current_blas_handle_owner();
+}
+
+bool GemmPlan::fuse_bias(const Tensor& bias, void* lt_workspace, size_t lt_workspace_bytes) {
+  if (result_is_copy_ || !result_transposed_ || args_.batches != 1 || args_.beta != 1.0) return false;
+  if (bias.dim() != 1 || bias.numel() != args_.m || !bias.is_contiguous() || bias.dtype() != args_.dtype ||
+      bias.device() != args_.device)
+    return false;
+  bias_ = bias;
+  args_.bias = bias.data_ptr();
+  args_.beta = 0.0;
+  args_.lt_workspace = lt_workspace;
+  args_.lt_workspace_bytes = lt_workspace_bytes;
+  return true;
 }
 
 void GemmPlan::run() {

@@ -33,6 +33,11 @@ class GemmPlan {
 
   // Names this thread's BLAS workspace for the device in the description, allocating it on first use.
   void attach_workspace();
+  // addmm's fused bias (PyTorch's cuBLASLt gemm_and_bias): when the result is computed in place as the
+  // transposed (row-major) output, so that cuBLAS's m runs along the bias, the backend adds `bias` in the
+  // product's epilogue (beta becomes 0) with the cuBLASLt workspace `lt`; returns false, changing nothing,
+  // otherwise (the caller then copies the bias into the output first, as the unfused path does).
+  bool fuse_bias(const Tensor& bias, void* lt_workspace, size_t lt_workspace_bytes);
   // The backend computes; a result copy is then copied into the output.
   void run();
 
@@ -44,6 +49,8 @@ class GemmPlan {
   GemmArgs args_;
   bool result_is_copy_ = false;
   bool free_result_after_copy_ = false;
+  bool result_transposed_ = false;  // matrix rule: cuBLAS computes the row-major result as C^T
+  Tensor bias_;                     // fuse_bias's operand, kept until the plan is done
   // Destroyed in reverse: the operands (B's copy, then A's), then the result copy.
   Tensor out_;
   Tensor result_;  // what cuBLAS writes: out_, or a copy of it

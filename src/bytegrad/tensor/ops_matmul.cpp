@@ -250,8 +250,10 @@ Tensor addmm_compute(const Tensor& bias, const Tensor& a, const Tensor& b, doubl
   GemmPlan plan = GemmPlan::matrix(out, a, b, alpha, beta == 0.0 ? 0.0 : beta);
   plan.attach_workspace();
   if (lt) {
-    blas_lt_workspace(out.device());
-    backend_of(out).copy(kv(out), kv(bias_expanded));  // the epilogue adds the bias: out = alpha * a @ b + bias
+    // The epilogue adds the bias: out = alpha * a @ b + bias (where the plan cannot take it, the bias is
+    // copied into the output and added with beta 1, which computes the same).
+    const BlasWorkspace lt_workspace = blas_lt_workspace(out.device());
+    if (!plan.fuse_bias(bias, lt_workspace.data, lt_workspace.bytes)) backend_of(out).copy(kv(out), kv(bias_expanded));
   }
   plan.run();
   return out;

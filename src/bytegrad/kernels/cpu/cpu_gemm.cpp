@@ -8,6 +8,8 @@
 // nothing).
 #include <Eigen/Dense>
 
+#include <cstring>
+
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
 
 namespace bytegrad::cpu {
@@ -92,7 +94,19 @@ void gemm_integer(T* d, int64_t ldd, const MatrixRef<T>& p, const MatrixRef<T>& 
 
 }  // namespace
 
-void gemm(const GemmArgs& g) {
+void gemm(const GemmArgs& args) {
+  // The bias epilogue as the unfused path computes it: C holds the bias in every column, then
+  // C = alpha * op(A) op(B) + 1 * C.
+  GemmArgs g = args;
+  if (args.bias) {
+    g.beta = 1.0;
+    g.bias = nullptr;
+    const size_t size = element_size(g.dtype);
+    for (int64_t t = 0; t < g.batches; ++t)
+      for (int64_t j = 0; j < g.n; ++j)
+        std::memcpy(static_cast<char*>(g.c) + (t * g.stride_c + j * g.ldc) * static_cast<int64_t>(size), args.bias,
+                    static_cast<size_t>(g.m) * size);
+  }
   dispatch_dtype(g.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, bool>) {

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/cuda/cuda_profile.h"
 #include "bytegrad/kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
@@ -173,6 +175,42 @@ bool vector_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * N) == 0;
 }
 
+// Strided operands whose innermost (merged) dimension is contiguous in both, N elements at a time: work
+// item `chunk` covers elements [chunk * N, chunk * N + N) of one innermost row (its length is a multiple
+// of N), so one index computation serves N elements and every access is a 16-byte vector.
+template <int N, typename Out, typename In, typename Fn>
+struct InnerVectorMap1 {
+  Out* out;
+  const In* in;
+  Fn fn;
+  StridedIndexer<2> idx;
+  __device__ void operator()(int64_t chunk) const {
+    int64_t o[2];
+    idx.offsets(chunk * N, o);
+    const Vec<In, N> x = *reinterpret_cast<const Vec<In, N>*>(in + o[1]);
+    Vec<Out, N> y;
+#pragma unroll
+    for (int k = 0; k < N; ++k) y.v[k] = fn(x.v[k]);
+    *reinterpret_cast<Vec<Out, N>*>(out + o[0]) = y;
+  }
+};
+
+// Whether InnerVectorMap1 applies: the innermost merged dimension has unit stride in every operand and a
+// length divisible by N, every other stride is a multiple of N, and every base is N-element aligned (so
+// each chunk starts on a vector boundary).
+template <int N, int K>
+bool inner_vectorizable(const StridedIndexer<K>& idx, const std::array<const void*, K>& bases,
+                        const std::array<size_t, K>& element_sizes) {
+  if (idx.ndim < 2 || idx.sizes[idx.ndim - 1] % N != 0) return false;
+  for (int k = 0; k < K; ++k) {
+    if (idx.strides[k][idx.ndim - 1] != 1) return false;
+    if (reinterpret_cast<uintptr_t>(bases[k]) % (element_sizes[k] * N) != 0) return false;
+    for (int d = 0; d < idx.ndim - 1; ++d)
+      if (idx.strides[k][d] % N != 0) return false;
+  }
+  return true;
+}
+
 // out = fn(in) elementwise; vectorised when both views are contiguous and aligned.
 template <typename Out, typename In, typename Fn>
 void map1(const StridedView& out, const StridedView& in, Fn fn, const char* name) {
@@ -181,6 +219,8 @@ void map1(const StridedView& out, const StridedView& in, Fn fn, const char* name
   constexpr int N = kVecElements<Out, In>;
   if (idx.linear && vector_aligned<Out, N>(out.data) && vector_aligned<In, N>(in.data)) {
     for_each_index((n + N - 1) / N, VectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, n}, name);
+  } else if (N > 1 && inner_vectorizable<N, 2>(idx, {out.data, in.data}, {sizeof(Out), sizeof(In)})) {
+    for_each_index(n / N, InnerVectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx}, name);
   } else {
     for_each_index(n, StridedMap1<Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx}, name);
   }
@@ -264,6 +304,26 @@ struct WhereFunctor {
   }
 };
 
+// out contiguous, N elements at a time within one innermost row (a multiple of N long); the mask read
+// byte by byte at its own stride.
+template <typename T, int N>
+struct MaskedFillVectorFunctor {
+  T* out;
+  const uint8_t* mask;
+  T value;
+  int64_t mask_inner_stride;
+  StridedIndexer<2> idx;
+  __device__ void operator()(int64_t chunk) const {
+    int64_t o[2];
+    idx.offsets(chunk * N, o);
+    Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(out + o[0]);
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (mask[o[1] + k * mask_inner_stride]) v.v[k] = value;
+    *reinterpret_cast<Vec<T, N>*>(out + o[0]) = v;
+  }
+};
+
 template <typename T>
 struct MaskedFillFunctor {
   T* out;
@@ -297,9 +357,35 @@ void dispatch_output(const StridedView& out, ScalarType input_dtype, const char*
 
 // ------------------------------------------------------------------------------------------ launchers
 
+// fill of a contiguous, 16-byte-aligned view: one vector store per 16 bytes (the tail element by element).
+template <typename T, int N>
+struct FillVectorFunctor {
+  T* out;
+  T value;
+  int64_t n;
+  __device__ void operator()(int64_t chunk) const {
+    const int64_t first = chunk * N;
+    if (first + N <= n) {
+      Vec<T, N> v;
+#pragma unroll
+      for (int k = 0; k < N; ++k) v.v[k] = value;
+      *reinterpret_cast<Vec<T, N>*>(out + first) = v;
+    } else {
+      for (int64_t i = first; i < n; ++i) out[i] = value;
+    }
+  }
+};
+
 void fill(const StridedView& out, double value) {
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    constexpr int N = static_cast<int>(16 / sizeof(T));
+    if (out.is_contiguous() && vector_aligned<T, N>(out.data)) {
+      const int64_t n = out.numel();
+      for_each_index((n + N - 1) / N, FillVectorFunctor<T, N>{static_cast<T*>(out.data), from_double<T>(value), n},
+                     "fill kernel");
+      return;
+    }
     for_each_index(out.numel(), FillFunctor<T>{static_cast<T*>(out.data), from_double<T>(value), make_indexer<1>(out.sizes, {out.strides})},
                    "fill kernel");
   });
@@ -410,11 +496,261 @@ void masked_fill(const StridedView& out, const StridedView& mask, double value) 
   require_mask_dtype(mask, "masked_fill");
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    constexpr int N = static_cast<int>(16 / sizeof(T));
+    const auto idx = make_indexer<2>(out.sizes, {out.strides, mask.strides});
+    const int64_t n = out.numel();
+    const int64_t inner = idx.ndim > 0 ? idx.sizes[idx.ndim - 1] : 1;
+    if (n > 0 && out.is_contiguous() && vector_aligned<T, N>(out.data) && idx.ndim > 0 && inner % N == 0) {
+      for_each_index(n / N,
+                     MaskedFillVectorFunctor<T, N>{static_cast<T*>(out.data), static_cast<const uint8_t*>(mask.data),
+                                                   from_double<T>(value), idx.strides[1][idx.ndim - 1], idx},
+                     "masked_fill kernel");
+      return;
+    }
     for_each_index(out.numel(),
                    MaskedFillFunctor<T>{static_cast<T*>(out.data), static_cast<const uint8_t*>(mask.data),
                                         from_double<T>(value), make_indexer<2>(out.sizes, {out.strides, mask.strides})},
                    "masked_fill kernel");
   });
+}
+
+// ------------------------------------------------------------------------------ multi-tensor launches
+
+namespace {
+
+enum class ForeachKind : uint8_t { unary, binary_scalar, ternary };
+
+struct ForeachCall {
+  ForeachKind kind;
+  int op;  // the UnaryOp / BinaryOp / TernaryOp
+  ScalarType dtype;
+  int device;
+  bool scalar_first;
+  void* out;
+  const void* in[3];  // unary / binary_scalar: in[0]; ternary: self, a, b
+  int64_t numel;
+  double scalar;
+};
+
+struct ForeachQueue {
+  int depth = 0;
+  std::vector<ForeachCall> calls;
+};
+
+ForeachQueue& foreach_queue() {
+  thread_local ForeachQueue queue;
+  return queue;
+}
+
+constexpr int kForeachChunk = 8192;  // elements per block
+
+// Kernel parameters: up to kForeachTensors tensors and the first block of each (a prefix sum).
+struct ForeachTable {
+  int count;
+  int block_start[kForeachTensors + 1];
+  int64_t numel[kForeachTensors];
+  void* out[kForeachTensors];
+  const void* in[3][kForeachTensors];
+  double scalar[kForeachTensors];
+};
+
+template <typename T>
+__device__ __forceinline__ T foreach_element(ForeachKind kind, int op, bool scalar_first, T x, T y, T z, double scalar) {
+  using Acc = opmath_t<T>;
+  switch (kind) {
+    case ForeachKind::unary: return UnaryFn<T, T>{static_cast<UnaryOp>(op)}(x);
+    case ForeachKind::binary_scalar:
+      return BinaryScalarFn<T, T>{static_cast<BinaryOp>(op), from_double<Acc>(scalar), scalar, scalar_first}(x);
+    default:
+      return convert<T>(ternary_value<Acc>(static_cast<TernaryOp>(op), convert<Acc>(x), convert<Acc>(y),
+                                           convert<Acc>(z), static_cast<Acc>(scalar)));
+  }
+}
+
+template <typename T, ForeachKind kKind>
+__global__ void __launch_bounds__(kBlockThreads) foreach_kernel(ForeachTable table, int op, bool scalar_first) {
+  constexpr int N = static_cast<int>(16 / sizeof(T));
+  // The tensor this block works on: the last whose first block is at or before ours.
+  int lo = 0, hi = table.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.block_start[mid] <= static_cast<int>(blockIdx.x)) lo = mid;
+    else hi = mid - 1;
+  }
+  const int t = lo;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_start[t]) * kForeachChunk;
+  const int64_t end = begin + kForeachChunk < table.numel[t] ? begin + kForeachChunk : table.numel[t];
+  T* out = static_cast<T*>(table.out[t]);
+  const T* x = static_cast<const T*>(table.in[0][t]);
+  const T* y = kKind == ForeachKind::ternary ? static_cast<const T*>(table.in[1][t]) : x;
+  const T* z = kKind == ForeachKind::ternary ? static_cast<const T*>(table.in[2][t]) : x;
+  const double scalar = table.scalar[t];
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  int64_t i = begin + static_cast<int64_t>(threadIdx.x) * N;
+  if (aligned(out) && aligned(x) && aligned(y) && aligned(z)) {
+    for (; i + N <= end; i += static_cast<int64_t>(blockDim.x) * N) {
+      const Vec<T, N> xv = *reinterpret_cast<const Vec<T, N>*>(x + i);
+      Vec<T, N> yv = xv, zv = xv;
+      if constexpr (kKind == ForeachKind::ternary) {
+        yv = *reinterpret_cast<const Vec<T, N>*>(y + i);
+        zv = *reinterpret_cast<const Vec<T, N>*>(z + i);
+      }
+      Vec<T, N> r;
+#pragma unroll
+      for (int k = 0; k < N; ++k) r.v[k] = foreach_element<T>(kKind, op, scalar_first, xv.v[k], yv.v[k], zv.v[k], scalar);
+      *reinterpret_cast<Vec<T, N>*>(out + i) = r;
+    }
+    // The chunk's last partial vector (only at the tensor's end), element by element.
+    if (i < end)
+      for (int64_t j = i; j < end && j < i + N; ++j)
+        out[j] = foreach_element<T>(kKind, op, scalar_first, x[j], y[j], z[j], scalar);
+  } else {
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x)
+      out[j] = foreach_element<T>(kKind, op, scalar_first, x[j], y[j], z[j], scalar);
+  }
+}
+
+const char* foreach_key_kind(ForeachKind kind) {
+  switch (kind) {
+    case ForeachKind::unary: return "foreach unary";
+    case ForeachKind::binary_scalar: return "foreach binary_scalar";
+    default: return "foreach ternary";
+  }
+}
+
+std::string_view foreach_op_name(ForeachKind kind, int op) {
+  switch (kind) {
+    case ForeachKind::unary: return op_name(op_id(static_cast<UnaryOp>(op)));
+    case ForeachKind::binary_scalar: return op_name(op_id(static_cast<BinaryOp>(op)));
+    default: {
+      switch (static_cast<TernaryOp>(op)) {
+        case TernaryOp::lerp: return "lerp";
+        case TernaryOp::addcmul: return "addcmul";
+        case TernaryOp::addcdiv: return "addcdiv";
+      }
+      return "?";
+    }
+  }
+}
+
+bool same_launch(const ForeachCall& a, const ForeachCall& b) {
+  return a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.device == b.device &&
+         a.scalar_first == b.scalar_first;
+}
+
+// Launches calls[first, last) (one kind, op, dtype and device) in tables of up to kForeachTensors.
+void launch_foreach(const std::vector<ForeachCall>& calls, size_t first, size_t last) {
+  const ForeachCall& head = calls[first];
+  int previous_device = 0;
+  BYTEGRAD_CUDA_CHECK(cudaGetDevice(&previous_device));
+  if (previous_device != head.device) BYTEGRAD_CUDA_CHECK(cudaSetDevice(head.device));
+  CudaCallTimer timer(foreach_key_kind(head.kind), foreach_op_name(head.kind, head.op), head.dtype);
+  for (size_t begin = first; begin < last;) {
+    ForeachTable table{};
+    int blocks = 0;
+    size_t k = begin;
+    for (; k < last && table.count < kForeachTensors; ++k) {
+      const ForeachCall& c = calls[k];
+      const int64_t chunks = (c.numel + kForeachChunk - 1) / kForeachChunk;
+      if (table.count > 0 && blocks + chunks > (int64_t{1} << 30)) break;
+      const int t = table.count++;
+      table.block_start[t] = blocks;
+      table.numel[t] = c.numel;
+      table.out[t] = c.out;
+      for (int j = 0; j < 3; ++j) table.in[j][t] = c.in[j];
+      table.scalar[t] = c.scalar;
+      blocks += static_cast<int>(chunks);
+    }
+    table.block_start[table.count] = blocks;
+    begin = k;
+    if (blocks == 0) continue;
+    dispatch_floating(head.dtype, "foreach", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      switch (head.kind) {
+        case ForeachKind::unary:
+          foreach_kernel<T, ForeachKind::unary><<<blocks, kBlockThreads>>>(table, head.op, head.scalar_first);
+          break;
+        case ForeachKind::binary_scalar:
+          foreach_kernel<T, ForeachKind::binary_scalar><<<blocks, kBlockThreads>>>(table, head.op, head.scalar_first);
+          break;
+        case ForeachKind::ternary:
+          foreach_kernel<T, ForeachKind::ternary><<<blocks, kBlockThreads>>>(table, head.op, head.scalar_first);
+          break;
+      }
+      BYTEGRAD_CUDA_CHECK_LAUNCH("foreach_kernel");
+    });
+  }
+  if (previous_device != head.device) BYTEGRAD_CUDA_CHECK(cudaSetDevice(previous_device));
+}
+
+bool foreach_dtype(ScalarType dtype) {
+  return dtype == ScalarType::float32 || dtype == ScalarType::float64 || dtype == ScalarType::float16 ||
+         dtype == ScalarType::bfloat16;
+}
+
+// A call may be queued when a batch is open, every view is contiguous with the output's sizes and dtype
+// (a floating one), and the output either is an input exactly or overlaps none (the op layer's fresh
+// outputs and in-place updates).
+bool queueable(const StridedView& out, std::initializer_list<const StridedView*> inputs) {
+  if (foreach_queue().depth == 0 || !foreach_dtype(out.dtype) || !out.is_contiguous() || out.numel() == 0) return false;
+  for (const StridedView* v : inputs)
+    if (v->dtype != out.dtype || v->sizes != out.sizes || !v->is_contiguous()) return false;
+  return true;
+}
+
+void enqueue(ForeachCall call) {
+  ForeachQueue& q = foreach_queue();
+  BYTEGRAD_CUDA_CHECK(cudaGetDevice(&call.device));
+  q.calls.push_back(call);
+}
+
+}  // namespace
+
+void foreach_begin() { ++foreach_queue().depth; }
+
+void foreach_end() {
+  ForeachQueue& q = foreach_queue();
+  if (q.depth > 0 && --q.depth == 0) foreach_flush();
+}
+
+bool foreach_pending() { return !foreach_queue().calls.empty(); }
+
+void foreach_flush() {
+  ForeachQueue& q = foreach_queue();
+  if (q.calls.empty()) return;
+  std::vector<ForeachCall> calls;
+  calls.swap(q.calls);  // a launch error leaves an empty queue behind
+  for (size_t first = 0; first < calls.size();) {
+    size_t last = first + 1;
+    while (last < calls.size() && same_launch(calls[first], calls[last])) ++last;
+    launch_foreach(calls, first, last);
+    first = last;
+  }
+}
+
+bool foreach_enqueue_unary(UnaryOp op, const StridedView& out, const StridedView& in) {
+  if (!queueable(out, {&in})) return false;
+  if (dtype_rule(op) == DtypeRule::to_bool) return false;
+  enqueue({ForeachKind::unary, static_cast<int>(op), out.dtype, 0, false, out.data, {in.data, nullptr, nullptr},
+           out.numel(), 0.0});
+  return true;
+}
+
+bool foreach_enqueue_binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
+                                   bool scalar_first) {
+  if (!queueable(out, {&a})) return false;
+  if (has_bool_output(op)) return false;
+  enqueue({ForeachKind::binary_scalar, static_cast<int>(op), out.dtype, 0, scalar_first, out.data,
+           {a.data, nullptr, nullptr}, out.numel(), scalar});
+  return true;
+}
+
+bool foreach_enqueue_ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
+                             const StridedView& b, double value) {
+  if (!queueable(out, {&self, &a, &b})) return false;
+  enqueue({ForeachKind::ternary, static_cast<int>(op), out.dtype, 0, false, out.data, {self.data, a.data, b.data},
+           out.numel(), value});
+  return true;
 }
 
 }  // namespace bytegrad::cuda

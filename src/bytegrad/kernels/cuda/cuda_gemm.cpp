@@ -9,19 +9,30 @@
 //
 // Math: float32 with cublasSgemm under CUBLAS_DEFAULT_MATH (no TF32, as PyTorch's default), float64 with
 // cublasDgemm, float16/bfloat16 with cublasGemmEx and fp32 accumulation (CUBLAS_COMPUTE_32F).
+//
+// The bias epilogue (GemmArgs::bias: addmm with a bias PyTorch fuses, its gemm_and_bias) runs through
+// cuBLASLt with CUBLASLT_EPILOGUE_BIAS, compute type CUBLAS_COMPUTE_32F (64F for float64), the op layer's
+// cuBLASLt workspace, and the operands' pointer alignments in the preference, as PyTorch does; the
+// descriptors and the heuristic's algorithm are kept per shape and alignment. Should cuBLASLt offer no
+// algorithm, the bias is copied into every column of C and the product added with beta 1 (the unfused
+// path's arithmetic), with no memory of its own.
 #include "bytegrad/kernels/cuda/cuda_gemm.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <library_types.h>
 
 #include <climits>
+#include <cstdint>
+#include <tuple>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "bytegrad/kernels/cuda/cuda_check.h"
+#include "bytegrad/kernels/cuda/cuda_kernels.h"
 
 namespace bytegrad::cuda {
 
@@ -57,9 +68,149 @@ cudaDataType_t cuda_data_type(ScalarType dtype) {
   }
 }
 
+// ----------------------------------------------------------------------------- cuBLASLt bias epilogue
+
+cublasLtHandle_t lt_handle(int device) {
+  thread_local std::map<int, cublasLtHandle_t> handles;  // never destroyed, as the cuBLAS handles
+  cublasLtHandle_t& handle = handles[device];
+  if (!handle) BYTEGRAD_CUBLAS_CHECK(cublasLtCreate(&handle));
+  return handle;
+}
+
+// The largest power of two (at most 256) dividing the address, as PyTorch's _getAlignment.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 1;
+  while (alignment < 256 && address % (alignment * 2) == 0) alignment *= 2;
+  return alignment;
+}
+
+struct LtKey {
+  int device;
+  ScalarType dtype;
+  bool transa, transb;
+  int64_t m, n, k, lda, ldb, ldc;
+  size_t workspace_bytes;
+  uint32_t align_a, align_b, align_c, align_bias;
+  auto tie() const {
+    return std::tie(device, dtype, transa, transb, m, n, k, lda, ldb, ldc, workspace_bytes, align_a, align_b, align_c,
+                    align_bias);
+  }
+  bool operator<(const LtKey& other) const { return tie() < other.tie(); }
+};
+
+struct LtPlan {
+  bool usable = false;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// Builds the descriptors and asks the heuristic for one algorithm; `usable` false when there is none.
+LtPlan make_lt_plan(cublasLtHandle_t handle, const LtKey& key) {
+  LtPlan plan;
+  const cudaDataType_t type = cuda_data_type(key.dtype);
+  const cublasComputeType_t compute = key.dtype == ScalarType::float64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t scale = key.dtype == ScalarType::float64 ? CUDA_R_64F : CUDA_R_32F;
+  if (cublasLtMatmulDescCreate(&plan.desc, compute, scale) != CUBLAS_STATUS_SUCCESS) return plan;
+  const cublasOperation_t opa = key.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = key.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  bool ok = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)) ==
+                CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)) ==
+                CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)) ==
+                CUBLAS_STATUS_SUCCESS;
+  ok = ok &&
+       cublasLtMatrixLayoutCreate(&plan.a, type, key.transa ? key.k : key.m, key.transa ? key.m : key.k, key.lda) ==
+           CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&plan.b, type, key.transb ? key.n : key.k, key.transb ? key.k : key.n, key.ldb) ==
+           CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&plan.c, type, key.m, key.n, key.ldc) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) return plan;
+  cublasLtMatmulPreference_t preference = nullptr;
+  if (cublasLtMatmulPreferenceCreate(&preference) != CUBLAS_STATUS_SUCCESS) return plan;
+  const uint64_t workspace = key.workspace_bytes;
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                       sizeof(workspace));
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a,
+                                       sizeof(key.align_a));
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b,
+                                       sizeof(key.align_b));
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c,
+                                       sizeof(key.align_c));
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c,
+                                       sizeof(key.align_c));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                                               preference, 1, &result, &returned);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || returned == 0) return plan;
+  plan.algo = result.algo;
+  plan.usable = true;
+  return plan;
+}
+
+// C = alpha * op(A) op(B) + bias through cuBLASLt; false (nothing run) when cuBLASLt has no algorithm.
+bool lt_gemm_with_bias(const GemmArgs& g) {
+  if (g.batches != 1) return false;
+  int device = 0;
+  BYTEGRAD_CUDA_CHECK(cudaGetDevice(&device));
+  const LtKey key{device,
+                  g.dtype,
+                  g.transa,
+                  g.transb,
+                  g.m,
+                  g.n,
+                  g.k,
+                  g.lda,
+                  g.ldb,
+                  g.ldc,
+                  g.lt_workspace ? g.lt_workspace_bytes : 0,
+                  alignment_of(g.a),
+                  alignment_of(g.b),
+                  alignment_of(g.c),
+                  alignment_of(g.bias)};
+  cublasLtHandle_t handle = lt_handle(device);
+  thread_local std::map<LtKey, LtPlan> plans;  // descriptors kept for the life of the thread
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_lt_plan(handle, key)).first;
+  LtPlan& plan = it->second;
+  if (!plan.usable) return false;
+  const void* bias = g.bias;
+  if (cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) !=
+      CUBLAS_STATUS_SUCCESS)
+    return false;
+  const double a64 = g.alpha, b64 = 0.0;
+  const float a32 = static_cast<float>(g.alpha), b32 = 0.0f;
+  const bool wide = g.dtype == ScalarType::float64;
+  const cublasStatus_t status =
+      cublasLtMatmul(handle, plan.desc, wide ? static_cast<const void*>(&a64) : &a32, g.a, plan.a, g.b, plan.b,
+                     wide ? static_cast<const void*>(&b64) : &b32, g.c, plan.c, g.c, plan.c, &plan.algo,
+                     g.lt_workspace, key.workspace_bytes, 0);
+  if (status == CUBLAS_STATUS_SUCCESS) return true;
+  plan.usable = false;  // not again for this shape
+  return false;
+}
+
 }  // namespace
 
-void gemm(const GemmArgs& g) {
+void gemm(const GemmArgs& args) {
+  if (args.bias) {
+    if (lt_gemm_with_bias(args)) return;
+    // The unfused arithmetic: every column of C (m x n, column-major) starts as the bias, then beta 1.
+    StridedView c_view{args.c, args.dtype, {args.n, args.m}, {args.ldc, 1}, args.device};
+    StridedView bias_view{const_cast<void*>(args.bias), args.dtype, {args.n, args.m}, {0, 1}, args.device};
+    copy(c_view, bias_view);
+    GemmArgs unfused = args;
+    unfused.bias = nullptr;
+    unfused.beta = 1.0;
+    gemm(unfused);
+    return;
+  }
+  const GemmArgs& g = args;
   const cudaDataType_t type = cuda_data_type(g.dtype);
   const int m = as_int(g.m, "m"), n = as_int(g.n, "n"), k = as_int(g.k, "k");
   const int lda = as_int(g.lda, "lda"), ldb = as_int(g.ldb, "ldb"), ldc = as_int(g.ldc, "ldc");

@@ -123,14 +123,35 @@ __host__ __device__ inline To from_double(double v) {
 
 // ----------------------------------------------------------------------------------------- indexing
 
+// Division by a fixed divisor d in [1, 2^31) of a dividend n in [0, 2^31) as a multiply-high, an add and
+// a shift (PyTorch's IntDivider, after Granlund and Montgomery): shift = ceil(log2 d), magic = floor(2^32 *
+// (2^shift - d) / d) + 1, n / d = (umulhi(n, magic) + n) >> shift. The sum fits 32 bits because n < 2^31.
+struct FastDivider {
+  uint32_t divisor = 1;
+  uint32_t magic = 0;
+  uint32_t shift = 0;
+
+  FastDivider() = default;
+  explicit FastDivider(uint32_t d) : divisor(d) {
+    while (shift < 32 && (uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
+};
+
 // Element offsets of N operands walking one shape in row-major order. Passed to kernels by value (a few
-// hundred bytes of kernel parameters); built on the host with dimensions merged by coalesce_dims.
+// hundred bytes of kernel parameters); built on the host with dimensions merged by coalesce_dims. When
+// the shape has fewer than 2^31 elements (`narrow`), coordinates come from FastDivider's 32-bit
+// multiply-shift instead of 64-bit division (which costs dozens of instructions per dimension); offsets
+// stay 64-bit either way.
 template <int N>
 struct StridedIndexer {
   bool linear = false;  // every operand contiguous: offset == linear index, no division needed
+  bool narrow = false;  // numel < 2^31: 32-bit coordinates through dividers[]
   int ndim = 0;
   int64_t sizes[kMaxDims] = {};
   int64_t strides[N][kMaxDims] = {};
+  FastDivider dividers[kMaxDims] = {};
 
   __device__ __forceinline__ void offsets(int64_t linear_index, int64_t (&out)[N]) const {
     if (linear) {
@@ -140,6 +161,17 @@ struct StridedIndexer {
     }
 #pragma unroll
     for (int k = 0; k < N; ++k) out[k] = 0;
+    if (narrow) {
+      uint32_t rest = static_cast<uint32_t>(linear_index);
+      for (int d = ndim - 1; d >= 0; --d) {
+        const uint32_t next = dividers[d].div(rest);
+        const int64_t coord = static_cast<int64_t>(rest - next * dividers[d].divisor);
+        rest = next;
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] += coord * strides[k][d];
+      }
+      return;
+    }
     int64_t rest = linear_index;
     for (int d = ndim - 1; d >= 0; --d) {
       const int64_t size = sizes[d];
@@ -168,8 +200,12 @@ StridedIndexer<N> make_indexer(std::vector<int64_t> sizes, const std::array<std:
     indexer.linear = true;
     for (int k = 0; k < N; ++k) indexer.linear = indexer.linear && strides[k][0] == 1;
   }
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  indexer.narrow = numel < (int64_t{1} << 31);
   for (int d = 0; d < indexer.ndim; ++d) {
     indexer.sizes[d] = sizes[d];
+    if (indexer.narrow && sizes[d] > 0) indexer.dividers[d] = FastDivider(static_cast<uint32_t>(sizes[d]));
     for (int k = 0; k < N; ++k) indexer.strides[k][d] = strides[k][d];
   }
   return indexer;
@@ -178,6 +214,18 @@ StridedIndexer<N> make_indexer(std::vector<int64_t> sizes, const std::array<std:
 inline void require_same_sizes(const StridedView& a, const StridedView& b, const char* op) {
   if (a.sizes != b.sizes)
     throw std::invalid_argument(std::string("cuda backend: ") + op + ": operand sizes differ from the output's");
+}
+
+// The optimizers' three-operand update (TernaryOp) of one element in opmath: lerp in PyTorch's two-sided
+// form (exact at both ends), addcmul, addcdiv. Shared by the strided kernel and the multi-tensor one.
+template <typename Acc>
+__device__ __forceinline__ Acc ternary_value(TernaryOp op, Acc x, Acc y, Acc z, Acc value) {
+  switch (op) {
+    case TernaryOp::lerp:
+      return (value < Acc(0.5) && value > Acc(-0.5)) ? x + value * (y - x) : y - (y - x) * (Acc(1) - value);
+    case TernaryOp::addcmul: return x + value * y * z;
+    default: return x + value * (y / z);
+  }
 }
 
 // ------------------------------------------------------------------------------------------ launching

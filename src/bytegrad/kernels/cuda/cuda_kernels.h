@@ -51,6 +51,24 @@ void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, do
 void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
 void masked_fill(const StridedView& out, const StridedView& mask, double value);
 
+// ---- cuda_elementwise.cu: multi-tensor launches (KernelBackend::begin_foreach / end_foreach)
+// Between foreach_begin() and foreach_end() on a thread, unary, binary_scalar and ternary calls whose
+// operands are contiguous, of one floating dtype and of the output's dtype are queued instead of launched;
+// foreach_flush() (at foreach_end(), and before any other call of the backend) launches the queue in
+// order, consecutive calls of the same op and dtype together: one launch for up to kForeachTensors tensors,
+// each with its own scalar, as PyTorch's multi_tensor_apply. Nothing is allocated.
+inline constexpr int kForeachTensors = 48;
+void foreach_begin();
+void foreach_end();
+bool foreach_pending();
+void foreach_flush();
+// Queue the call (true) when a batch is open and the call qualifies; false: run it now.
+bool foreach_enqueue_unary(UnaryOp op, const StridedView& out, const StridedView& in);
+bool foreach_enqueue_binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
+                                   bool scalar_first);
+bool foreach_enqueue_ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
+                             const StridedView& b, double value);
+
 // ---- cuda_reduce.cu
 void reduce(ReduceOp op, const StridedView& out, const StridedView& in);
 // out = sum((x - mean)^2) / max(0, n - correction) over the reduced dims (sqrt when take_sqrt); floats only.

@@ -146,6 +146,72 @@ Combine combine_for(ReduceOp op) {
   throw std::invalid_argument("cuda backend: unknown reduction");
 }
 
+// Sums (and means) over leading dimensions of a contiguous input into contiguous outputs, the shape of a
+// bias gradient (grad.sum(0) over (rows, columns)): a block of 8 columns x 128 lanes per 8 adjacent
+// outputs, each lane summing every 128th row (four loads in flight; a warp reads 4 rows x 32 bytes, whole
+// sectors), then the 128 lanes' sums added in lane order. Deterministic: no atomics.
+constexpr int kColumnTile = 8;
+constexpr int kColumnLanes = 128;
+
+template <typename T>
+__global__ void __launch_bounds__(kColumnTile * kColumnLanes)
+    reduce_columns_kernel(const T* in, void* values, ScalarType values_dtype, int64_t rows, int64_t columns, bool mean,
+                          reduce_acc_t<T> mean_factor) {
+  using Acc = reduce_acc_t<T>;
+  __shared__ Acc partial[kColumnLanes][kColumnTile + 1];
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  Acc acc = 0;
+  if (column < columns) {
+    const T* p = in + column;
+    int64_t r = threadIdx.y;
+    constexpr int64_t step = kColumnLanes;
+    for (; r + 3 * step < rows; r += 4 * step) {
+      const Acc a0 = convert<Acc>(p[r * columns]);
+      const Acc a1 = convert<Acc>(p[(r + step) * columns]);
+      const Acc a2 = convert<Acc>(p[(r + 2 * step) * columns]);
+      const Acc a3 = convert<Acc>(p[(r + 3 * step) * columns]);
+      acc += a0;
+      acc += a1;
+      acc += a2;
+      acc += a3;
+    }
+    for (; r < rows; r += step) acc += convert<Acc>(p[r * columns]);
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < columns) {
+    Acc total = partial[0][threadIdx.x];
+#pragma unroll
+    for (int k = 1; k < kColumnLanes; ++k) total += partial[k][threadIdx.x];
+    store_as(values, values_dtype, column, mean ? total * mean_factor : total);
+  }
+}
+
+// The column path applies to sum/mean of a contiguous input over a leading run of dimensions, written to
+// a contiguous output; `rows` and `columns` are the reduced and kept element counts.
+bool column_reduction(ReduceOp op, const StridedView& in, const std::vector<bool>& reduced, const StridedView* values,
+                      const StridedView* indices, int64_t& rows, int64_t& columns) {
+  if ((op != ReduceOp::sum && op != ReduceOp::mean) || indices || !values) return false;
+  if (!in.is_contiguous() || !values->is_contiguous()) return false;
+  rows = 1;
+  columns = 1;
+  bool in_kept = false;
+  for (size_t d = 0; d < in.sizes.size(); ++d) {
+    if (in.sizes[d] == 1) continue;
+    if (reduced[d]) {
+      if (in_kept) return false;  // a reduced dimension after a kept one
+      rows *= in.sizes[d];
+    } else {
+      in_kept = true;
+      columns *= in.sizes[d];
+    }
+  }
+  // Up to 16 rows the thread-per-output kernel (one thread per column, coalesced across threads) is the
+  // better fit: a 128-lane block would leave most lanes idle (GPT-2's position-embedding gradient, 8 rows
+  // of 786432 columns at 8 x 1024 tokens, took 0.48 ms a step here against 0.03 ms there on the H100).
+  return columns >= 32 && rows > 16;
+}
+
 unsigned next_power_of_two(int64_t n) {
   unsigned p = 1;
   while (p < n && p < kBlockThreads) p *= 2;
@@ -167,6 +233,20 @@ void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& 
   for (int64_t s : out_sizes) num_outputs *= s;
   if (num_outputs == 0) return;
 
+  int64_t column_rows = 0, columns = 0;
+  if (column_reduction(op, in, reduced, values, indices, column_rows, columns)) {
+    dispatch_dtype(in.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using Acc = reduce_acc_t<T>;
+      const Acc factor = static_cast<Acc>(static_cast<Acc>(num_outputs) / static_cast<Acc>(num_outputs * reduce_size));
+      const dim3 block(kColumnTile, kColumnLanes);
+      const unsigned blocks = static_cast<unsigned>((columns + kColumnTile - 1) / kColumnTile);
+      reduce_columns_kernel<T><<<blocks, block>>>(static_cast<const T*>(in.data), values->data, values->dtype,
+                                                  column_rows, columns, op == ReduceOp::mean, factor);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_columns_kernel");
+    });
+    return;
+  }
   const std::vector<int64_t>& value_strides = values ? values->strides : in.strides;
   const std::vector<int64_t>& index_strides = indices ? indices->strides : in.strides;
   dispatch_dtype(in.dtype, [&](auto tag) {

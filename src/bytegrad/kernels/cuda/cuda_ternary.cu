@@ -26,15 +26,7 @@ struct TernaryFunctor {
     int64_t o[4];
     idx.offsets(i, o);
     const Acc x = convert<Acc>(self[o[1]]), y = convert<Acc>(a[o[2]]), z = convert<Acc>(b[o[3]]);
-    Acc r;
-    switch (op) {
-      case TernaryOp::lerp:
-        r = (value < Acc(0.5) && value > Acc(-0.5)) ? x + value * (y - x) : y - (y - x) * (Acc(1) - value);
-        break;
-      case TernaryOp::addcmul: r = x + value * y * z; break;
-      default: r = x + value * (y / z); break;
-    }
-    out[o[0]] = convert<T>(r);
+    out[o[0]] = convert<T>(ternary_value<Acc>(op, x, y, z, value));
   }
 };
 
