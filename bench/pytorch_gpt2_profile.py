@@ -10,9 +10,8 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "golden", "gpt2"))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "golden"))
-import gpt2_scenarios as g  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_gpt2_step import gpt2_step  # noqa: E402
 
 
 def device_us(e, self_time):
@@ -31,19 +30,7 @@ def table(title, rows, steps, total_us, top):
 
 
 def profile_size(B, T, steps):
-    torch.manual_seed(1337)
-    model = g.GPT(g.SMALL).to("cuda")
-    opt = g.make_optimizer(model, foreach=None)
-    x = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
-    y = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
-
-    def step():
-        logits, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-
+    step = gpt2_step(B, T)
     for _ in range(3):
         step()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -14,7 +14,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpt2_scenarios as g  # noqa: E402
 
 
-def median_ms(B, T, steps, amp=False, sdpa=False):
+def gpt2_step(B, T, amp=False, sdpa=False):
+    """One synchronized training step of GPT-2 small at B x T tokens (bench/pytorch_gpt2_profile.py uses it too)."""
     torch.manual_seed(1337)
     model = g.GPT(g.SMALL, sdpa).to("cuda")
     opt = g.make_optimizer(model, foreach=None)
@@ -29,6 +30,11 @@ def median_ms(B, T, steps, amp=False, sdpa=False):
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
 
+    return step
+
+
+def median_ms(B, T, steps, amp=False, sdpa=False):
+    step = gpt2_step(B, T, amp, sdpa)
     for _ in range(3):
         step()
     times = []
@@ -39,10 +45,16 @@ def median_ms(B, T, steps, amp=False, sdpa=False):
     return statistics.median(times)
 
 
-steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-mode = sys.argv[2] if len(sys.argv) > 2 else "fp32"  # fp32 | bf16 (autocast) | bf16_sdpa (autocast + SDPA)
-print(f"PyTorch {torch.__version__} eager GPT-2 small {mode} step (AdamW foreach; median of {steps} synchronized steps)")
-for B, T in ((4, 256), (8, 1024)):
-    torch.cuda.reset_peak_memory_stats()
-    ms = median_ms(B, T, steps, amp=mode != "fp32", sdpa=mode == "bf16_sdpa")
-    print(f"{B}x{T:<6} {ms:12.2f} ms {torch.cuda.max_memory_allocated():16d}")
+def main():
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    mode = sys.argv[2] if len(sys.argv) > 2 else "fp32"  # fp32 | bf16 (autocast) | bf16_sdpa (autocast + SDPA)
+    print(f"PyTorch {torch.__version__} eager GPT-2 small {mode} step (AdamW foreach; median of {steps} synchronized "
+          f"steps)")
+    for B, T in ((4, 256), (8, 1024)):
+        torch.cuda.reset_peak_memory_stats()
+        ms = median_ms(B, T, steps, amp=mode != "fp32", sdpa=mode == "bf16_sdpa")
+        print(f"{B}x{T:<6} {ms:12.2f} ms {torch.cuda.max_memory_allocated():16d}")
+
+
+if __name__ == "__main__":
+    main()
