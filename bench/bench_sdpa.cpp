@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   struct Shape {
     int64_t B, H, T, D;
   };
-  for (const Shape s : {Shape{4, 12, 256, 64}, Shape{8, 12, 1024, 64}}) {
+  for (const Shape s : {Shape{4, 12, 256, 64}, Shape{8, 12, 1024, 64}, Shape{4, 8, 1024, 128}}) {
     for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float32}) {
       // q, k, v as nanoGPT makes them: views of one (B, T, 3C) projection.
       const Tensor qkv = randn({s.B, s.T, 3 * s.H * s.D}, TensorOptions{ScalarType::float32, d}).to(dtype).requires_grad_();

@@ -99,9 +99,12 @@ TEST_CASE("attention forward and backward: cuda matches the cpu reference") {
       for (bool causal : {true, false}) compare(s, dtype, true, causal, false, std::nullopt);
   for (const Shape6& s : packed_shapes) compare(s, ScalarType::float32, true, true, true, std::nullopt);
   // contiguous inputs, Sq != Sk (both ways), Dv != D, odd sizes, a given scale, head dims up to 256
-  const std::vector<Shape6> other_shapes = {{2, 3, 5, 9, 8, 16},    {1, 2, 33, 7, 16, 8},  {2, 1, 1, 1, 8, 8},
-                                            {1, 1, 70, 130, 24, 40}, {1, 2, 50, 50, 256, 256}};
-  for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16})
+  // (the 16-bit ones with D == Dv <= 128 run on the tensor-core kernels: Sq != Sk across 64-row tiles, and
+  // D = 20, whose rows are not 16-byte aligned, through their element-wise loads)
+  const std::vector<Shape6> other_shapes = {{2, 3, 5, 9, 8, 16},       {1, 2, 33, 7, 16, 8},   {2, 1, 1, 1, 8, 8},
+                                            {1, 1, 70, 130, 24, 40},   {1, 2, 50, 50, 256, 256}, {1, 2, 33, 100, 64, 64},
+                                            {2, 3, 130, 70, 32, 32},   {1, 2, 45, 45, 20, 20}, {1, 1, 200, 200, 128, 128}};
+  for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16, ScalarType::float16})
     for (const Shape6& s : other_shapes)
       for (bool causal : {true, false}) compare(s, dtype, false, causal, false, 0.37);
 }

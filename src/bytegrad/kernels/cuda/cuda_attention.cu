@@ -6,6 +6,9 @@
 // split c_attn output are used in place. Accumulation in float for float32 and the 16-bit floats, double for
 // float64.
 //
+// float16 and bfloat16 with head dimensions up to 128 go to the tensor-core kernels of cuda_attention_mma.cu;
+// this file's kernels serve float32, float64 and larger heads.
+//
 // Layout of the work (kept simple rather than fast):
 //  - forward: a block of kWarps warps holds kWarps consecutive query rows of one (b, h), one row per warp.
 //    Per key tile, lane t scores key t0 + t against its warp's row (a full dot product over D), the warp
@@ -422,6 +425,8 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
   }
   const Shape4 n = shape_of(q, k, v);
   if (out.numel() == 0) return;
+  if (attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
+    return attention_forward_tensor_cores(out, lse, q, k, v, scale, is_causal);
   dispatch_floating(q.dtype, "attention_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_of<T>;
@@ -454,6 +459,8 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   check_lse_dtype(lse, q.dtype);
   const Shape4 n = shape_of(q, k, v);
   if (dq.numel() == 0 && dk.numel() == 0 && dv.numel() == 0) return;
+  if (attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
+    return attention_backward_tensor_cores(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal);
   dispatch_floating(q.dtype, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_of<T>;

@@ -114,4 +114,13 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
                         const StridedView& lse, double scale, bool is_causal);
 
+// ---- cuda_attention_mma.cu (tensor cores; attention_forward/backward call these where eligible)
+bool attention_uses_tensor_cores(ScalarType dtype, int64_t D, int64_t Dv);
+void attention_forward_tensor_cores(const StridedView& out, const StridedView* lse, const StridedView& q,
+                                    const StridedView& k, const StridedView& v, double scale, bool is_causal);
+void attention_backward_tensor_cores(const StridedView& dq, const StridedView& dk, const StridedView& dv,
+                                     const StridedView& dout, const StridedView& q, const StridedView& k,
+                                     const StridedView& v, const StridedView& out, const StridedView& lse,
+                                     double scale, bool is_causal);
+
 }  // namespace bytegrad::cuda
