@@ -1,23 +1,27 @@
 // Scaled dot-product attention on tensor cores, for float16 and bfloat16 with head dimensions up to 128 (the
-// cases PyTorch hands to cuDNN or its flash backend on an H100): FlashAttention-2's scheme written with
-// nvcuda::wmma 16x16x16 products accumulating in float. cuda_attention.cu sends other cases (float32,
-// float64, larger heads) to its SIMT kernel; both compute what backend.h's attention_forward and
-// attention_backward describe, and neither needs device scratch memory (the op layer allocates PyTorch's
-// blocks, so memory is the same whichever kernel runs).
+// cases PyTorch hands to cuDNN or its flash backend on an H100): FlashAttention-2's scheme on mma.sync
+// m16n8k16 products accumulating in float, with the scores, probabilities and accumulators in registers.
+// cuda_attention.cu sends other cases (float32, float64, larger heads) to its SIMT kernel; both compute what
+// backend.h's attention_forward and attention_backward describe, and neither needs device scratch memory
+// (the op layer allocates PyTorch's blocks, so memory is the same whichever kernel runs).
 //
 // Layout of the work: a block of 4 warps owns 64 rows of one (b, h) (query rows in the forward and in dq,
-// key rows in dk/dv), 16 rows per warp; the other operand streams through shared memory in tiles of 64 rows.
-// Operands are staged in shared memory as T with rows padded by 8 elements (16 bytes) against bank conflicts;
-// head dimensions below the kernel's kD are zero-padded, which adds nothing to any product.
-//  - forward: S = Q K^T per warp into shared float, an online softmax over the tile (two lanes per row),
-//    P in T, the float output accumulator in shared memory rescaled by exp(m_old - m_new) and then
-//    O += P V; at the end O / l and lse = m + log l.
+// key rows in dk/dv), 16 rows per warp; the other operand streams through shared memory in tiles of 64 rows,
+// the next tile copied (cp.async) while the current one is used. Shared rows are padded by 8 elements
+// (16 bytes), which keeps ldmatrix free of bank conflicts; head dimensions below the kernel's kD are
+// zero-padded, which adds nothing to any product.
+//  - forward: per tile S = Q K^T (16 x 64 per warp), an online softmax on the registers (running maximum and
+//    sum per row, the output accumulators rescaled by exp(m_old - m_new)), then O += P V with P reused as the
+//    next product's A operand; at the end O / l and lse = m + log l.
 //  - backward, two kernels and no atomics: dk/dv per key block streaming query tiles (S^T = K Q^T and
-//    dP^T = V dO^T, P^T from the saved lse, dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q, the
-//    accumulators in registers), then dq per query block streaming key tiles (dQ += dS K). delta_i =
-//    dout_i . out_i is computed where needed. P and dS go through T for the products, as FlashAttention does.
+//    dP^T = V dO^T, P^T from the saved lse, dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q), then dq
+//    per query block streaming key tiles (dQ += dS K). delta_i = dout_i . out_i is computed where needed.
+//    P and dS go through T for the products, as FlashAttention does.
+//
+// Fragments (PTX ISA, mma.m16n8k16 with .row.col): lane = 4 g + t. A (16 x 16) holds rows g and g + 8,
+// columns 2t, 2t + 1 and 2t + 8, 2t + 9; B (16 x 8) holds rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g;
+// C (16 x 8) holds rows g and g + 8, columns 2t and 2t + 1. So two C tiles side by side are one A operand.
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <climits>
 #include <cmath>
@@ -29,15 +33,12 @@ namespace bytegrad::cuda {
 
 namespace {
 
-using namespace nvcuda;
-
 constexpr int kRows = 64;        // rows a block owns
 constexpr int kTileRows = 64;    // rows of the streamed operand per tile
-constexpr int kWarpRows = 16;    // rows per warp (one wmma fragment high)
+constexpr int kWarpRows = 16;    // rows per warp (one mma tile high)
 constexpr int kWarps = kRows / kWarpRows;
 constexpr int kThreads = kWarps * 32;
-constexpr int kScoreLd = kTileRows + 4;   // float score rows (a multiple of 4, as wmma needs for float)
-constexpr int kProbLd = kTileRows + 8;    // T probability rows (a multiple of 8 for 16-bit elements)
+[[maybe_unused]] constexpr int kTileCols = kTileRows / 8;  // 8-wide C tiles across a tile of the streamed operand
 constexpr float kLog2e = 1.4426950408889634f;
 [[maybe_unused]] constexpr float kLn2 = 0.6931471805599453f;
 
@@ -45,9 +46,11 @@ template <int kD>
 __host__ __device__ constexpr int operand_ld() {
   return kD + 8;
 }
-template <int kD>
-__host__ __device__ constexpr int accumulator_ld() {
-  return kD + 4;
+
+// Bytes of one staged operand tile (64 rows of kD, padded); a multiple of 128, so buffers stay aligned.
+template <typename T, int kD>
+__host__ __device__ constexpr size_t operand_bytes() {
+  return sizeof(T) * kTileRows * operand_ld<kD>();
 }
 
 // A (B, H, S, D) operand: element (b, h, s, d) at data[b * sb + h * sh + s * ss + d].
@@ -68,21 +71,119 @@ struct Shape {
   int D;
 };
 
-// Copies rows [s0, s0 + kTileRows) of a (b, h) slice into a shared tile of kTileRows x kD (ld = kD + 8),
-// zeros past the slice's rows and past D. `vectorised`: every row starts 16-byte aligned and D % 8 == 0, so
-// 8 elements move at a time.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of 16-bit elements; lanes 8m..8m+7 give the row addresses of matrix m.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+// c += a b on one m16n8k16 tile.
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as a pair of T, the first in the low half (the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// A 16 x 64 block of C tiles (c[j]: columns 8j..8j+7) as the A operands of four 16-wide k-steps.
+template <typename T>
+__device__ __forceinline__ void as_a_operand(uint32_t (&a)[kTileCols / 2][4], const float (&c)[kTileCols][4]) {
+#pragma unroll
+  for (int k = 0; k < kTileCols / 2; ++k) {
+    a[k][0] = pack<T>(c[2 * k][0], c[2 * k][1]);
+    a[k][1] = pack<T>(c[2 * k][2], c[2 * k][3]);
+    a[k][2] = pack<T>(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[k][3] = pack<T>(c[2 * k + 1][2], c[2 * k + 1][3]);
+  }
+}
+
+// s = (16 rows of `a`) (64 rows of `b`)^T over kD: a warp's scores of its rows against a staged tile.
 template <typename T, int kD>
-__device__ __forceinline__ void load_rows(T* tile, const Rows<const T>& src, int64_t b, int64_t h, int64_t s0,
-                                          int64_t rows, int D, bool vectorised) {
+__device__ __forceinline__ void products_with_rows(float (&s)[kTileCols][4], const T* a, const T* b) {
+  constexpr int ld = operand_ld<kD>();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kTileCols; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) {
+    uint32_t fa[4];
+    ldmatrix_x4(fa, a + (lane % 16) * ld + k * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int j = 0; j < kTileCols; j += 2) {
+      uint32_t fb[4];  // b0, b1 of tile j, then of tile j + 1
+      ldmatrix_x4(fb, b + (8 * j + lane % 8 + (lane / 16) * 8) * ld + k * 16 + ((lane / 8) % 2) * 8);
+      mma<T>(s[j], fa, fb[0], fb[1]);
+      mma<T>(s[j + 1], fa, fb[2], fb[3]);
+    }
+  }
+}
+
+// acc += p (16 x 64, as A operands) times the staged tile `rows` (64 x kD).
+template <typename T, int kD>
+__device__ __forceinline__ void accumulate(float (&acc)[kD / 8][4], const uint32_t (&p)[kTileCols / 2][4],
+                                           const T* rows) {
+  constexpr int ld = operand_ld<kD>();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int k = 0; k < kTileCols / 2; ++k) {
+#pragma unroll
+    for (int n = 0; n < kD / 8; n += 2) {
+      uint32_t fb[4];  // b0, b1 of column tile n, then of n + 1
+      ldmatrix_x4_trans(fb, rows + (16 * k + lane % 8 + ((lane / 8) % 2) * 8) * ld + 8 * n + (lane / 16) * 8);
+      mma<T>(acc[n], p[k], fb[0], fb[1]);
+      mma<T>(acc[n + 1], p[k], fb[2], fb[3]);
+    }
+  }
+}
+
+// Stages rows [s0, s0 + kTileRows) of a (b, h) slice into a shared tile (ld kD + 8), zeros past the slice's
+// rows and past D. `vectorised` (every row 16-byte aligned, D % 8 == 0): asynchronous 16-byte copies, to be
+// waited for with wait_copies; otherwise plain element stores.
+template <typename T, int kD>
+__device__ __forceinline__ void stage_rows(T* tile, const Rows<const T>& src, int64_t b, int64_t h, int64_t s0,
+                                           int64_t rows, int D, bool vectorised) {
   constexpr int ld = operand_ld<kD>();
   if (vectorised) {
     constexpr int chunks = kD / 8;
     for (int idx = threadIdx.x; idx < kTileRows * chunks; idx += kThreads) {
       const int r = idx / chunks, c = (idx % chunks) * 8;
       const int64_t s = s0 + r;
-      uint4 value = make_uint4(0, 0, 0, 0);
-      if (s < rows && c < D) value = *reinterpret_cast<const uint4*>(src.at(b, h, s) + c);
-      *reinterpret_cast<uint4*>(tile + r * ld + c) = value;
+      const bool inside = s < rows && c < D;
+      const T* from = inside ? src.at(b, h, s) + c : src.data;  // not read when outside: zero-filled
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(tile + r * ld + c)),
+                   "l"(from), "r"(inside ? 16 : 0));
     }
   } else {
     for (int idx = threadIdx.x; idx < kTileRows * kD; idx += kThreads) {
@@ -92,77 +193,35 @@ __device__ __forceinline__ void load_rows(T* tile, const Rows<const T>& src, int
     }
   }
 }
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `pending` committed groups are still in flight (0 or 1).
+__device__ __forceinline__ void wait_copies(int pending) {
+  if (pending == 0) asm volatile("cp.async.wait_group 0;\n" ::);
+  else asm volatile("cp.async.wait_group 1;\n" ::);
+}
 
-// Writes the block's kRows x D float results (ld accumulator_ld) to rows [r0, r0 + kRows) of dst, times
-// `factor`, skipping rows past `rows`. One warp per row at a time, lanes along d (coalesced).
+// Writes a warp's 16 x D results (C tiles acc[n], columns 8n..8n+7) times `factor` to rows r0.. of dst.
 template <typename T, int kD>
-__device__ __forceinline__ void store_rows(const Rows<T>& dst, const float* acc, int64_t b, int64_t h, int64_t r0,
-                                           int64_t rows, int D, float factor) {
-  constexpr int ld = accumulator_ld<kD>();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < kRows; r += kWarps) {
-    const int64_t s = r0 + r;
-    if (s >= rows) break;
+__device__ __forceinline__ void store_warp_rows(const Rows<T>& dst, const float (&acc)[kD / 8][4], int64_t b,
+                                                int64_t h, int64_t r0, int64_t rows, int D, float factor0,
+                                                float factor1) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t s = r0 + g + 8 * half;
+    if (s >= rows) continue;
     T* out = dst.at(b, h, s);
-    for (int d = lane; d < D; d += 32) out[d] = convert<T>(acc[r * ld + d] * factor);
-  }
-}
-
-// Bytes of dynamic shared memory, each buffer a multiple of 128 bytes so that every buffer, and every
-// fragment's first element, is 32-byte aligned as wmma requires.
-template <typename T, int kD>
-__host__ __device__ constexpr size_t operand_bytes() {
-  return sizeof(T) * kTileRows * operand_ld<kD>();
-}
-__host__ __device__ constexpr size_t score_bytes() { return sizeof(float) * kRows * kScoreLd; }
-template <typename T>
-__host__ __device__ constexpr size_t prob_bytes() {
-  return sizeof(T) * kRows * kProbLd;
-}
-template <int kD>
-__host__ __device__ constexpr size_t accumulator_bytes() {
-  return sizeof(float) * kRows * accumulator_ld<kD>();
-}
-__host__ __device__ constexpr size_t row_stat_bytes() { return sizeof(float) * kRows; }
-
-// (16 x 64) = (16 x kD rows of a) (kD x 64, the transpose of 64 rows of b): a warp's scores against a tile,
-// stored row-major into `out` (ld kScoreLd).
-template <typename T, int kD>
-__device__ __forceinline__ void warp_products_with_rows(float* out, const T* a, const T* b) {
-  constexpr int ld = operand_ld<kD>();
+    const float factor = half ? factor1 : factor0;
 #pragma unroll
-  for (int n = 0; n < kTileRows / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-      wmma::load_matrix_sync(fa, a + k * 16, ld);
-      wmma::load_matrix_sync(fb, b + n * 16 * ld + k * 16, ld);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(out + n * 16, acc, kScoreLd, wmma::mem_row_major);
-  }
-}
-
-// acc[n] += (16 x 64 of p, ld kProbLd) (64 x kD of rows, ld operand_ld): a warp's product with a tile's rows.
-template <typename T, int kD>
-__device__ __forceinline__ void warp_accumulate(
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> (&acc)[kD / 16], const T* p, const T* rows) {
-  constexpr int ld = operand_ld<kD>();
-#pragma unroll
-  for (int k = 0; k < kTileRows / 16; ++k) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-    wmma::load_matrix_sync(fa, p + k * 16, kProbLd);
-#pragma unroll
-    for (int n = 0; n < kD / 16; ++n) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-      wmma::load_matrix_sync(fb, rows + k * 16 * ld + n * 16, ld);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    for (int n = 0; n < kD / 8; ++n) {
+      const int d = 8 * n + 2 * t;
+      if (d < D) out[d] = convert<T>(acc[n][2 * half] * factor);
+      if (d + 1 < D) out[d + 1] = convert<T>(acc[n][2 * half + 1] * factor);
     }
   }
 }
+
+#endif  // __CUDA_ARCH__ >= 800
 
 // ------------------------------------------------------------------------------------------- forward
 
@@ -180,87 +239,99 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr size_t ob = operand_bytes<T, kD>();
+  constexpr int ld = operand_ld<kD>();
   T* q_s = reinterpret_cast<T*>(smem);
-  T* k_s = reinterpret_cast<T*>(smem + operand_bytes<T, kD>());
-  T* v_s = reinterpret_cast<T*>(smem + 2 * operand_bytes<T, kD>());
-  float* s_s = reinterpret_cast<float*>(smem + 3 * operand_bytes<T, kD>());
-  T* p_s = reinterpret_cast<T*>(smem + 3 * operand_bytes<T, kD>() + score_bytes());
-  float* o_s = reinterpret_cast<float*>(smem + 3 * operand_bytes<T, kD>() + score_bytes() + prob_bytes<T>());
-  float* l_s = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(o_s) + accumulator_bytes<kD>());
-  constexpr int ld = operand_ld<kD>(), old = accumulator_ld<kD>();
+  T* k_s[2] = {reinterpret_cast<T*>(smem + ob), reinterpret_cast<T*>(smem + 2 * ob)};
+  T* v_s[2] = {reinterpret_cast<T*>(smem + 3 * ob), reinterpret_cast<T*>(smem + 4 * ob)};
 
   const int64_t row_blocks = (p.n.Sq + kRows - 1) / kRows;
   const int64_t bh = blockIdx.x / row_blocks, q0 = (blockIdx.x % row_blocks) * kRows;
   const int64_t b = bh / p.n.H, h = bh % p.n.H;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = lane / 2, half = lane % 2;  // this lane's row of the warp's 16, and its half of a tile row
-  const int row = warp * kWarpRows + r;     // in the block
-  const int64_t i = q0 + row;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t warp_row0 = q0 + warp * kWarpRows;
+  const int64_t row[2] = {warp_row0 + g, warp_row0 + g + 8};  // this thread's two rows
+  int64_t visible_end[2];  // keys j < visible_end[r] are visible to row r
+#pragma unroll
+  for (int r = 0; r < 2; ++r) visible_end[r] = p.causal ? min(p.n.Sk, row[r] + 1) : p.n.Sk;
 
-  load_rows<T, kD>(q_s, p.q, b, h, q0, p.n.Sq, p.n.D, p.vectorised);
-  for (int idx = threadIdx.x; idx < kRows * old; idx += kThreads) o_s[idx] = 0.0f;
+  const int64_t keys = p.causal ? min(p.n.Sk, min(p.n.Sq, q0 + kRows)) : p.n.Sk;
+  const int tiles = static_cast<int>((keys + kTileRows - 1) / kTileRows);
+  stage_rows<T, kD>(q_s, p.q, b, h, q0, p.n.Sq, p.n.D, p.vectorised);
+  if (tiles > 0) {
+    stage_rows<T, kD>(k_s[0], p.k, b, h, 0, p.n.Sk, p.n.D, p.vectorised);
+    stage_rows<T, kD>(v_s[0], p.v, b, h, 0, p.n.Sk, p.n.D, p.vectorised);
+  }
+  commit_copies();
 
-  const int64_t last_row = min(p.n.Sq, q0 + kRows) - 1;
-  const int64_t keys = p.causal ? min(p.n.Sk, last_row + 1) : p.n.Sk;
-  const int64_t warp_last_row = q0 + warp * kWarpRows + kWarpRows - 1;
-  float m = -INFINITY, l = 0.0f;  // base-2 running maximum and sum of this lane's row (both lanes agree)
-  float* s_w = s_s + warp * kWarpRows * kScoreLd;
-  T* p_w = p_s + warp * kWarpRows * kProbLd;
-  float* o_w = o_s + warp * kWarpRows * old;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // base 2; l is this thread's part of the row sum
+  float o[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-  for (int64_t t0 = 0; t0 < keys; t0 += kTileRows) {
-    __syncthreads();  // the previous tile has been used
-    load_rows<T, kD>(k_s, p.k, b, h, t0, p.n.Sk, p.n.D, p.vectorised);
-    load_rows<T, kD>(v_s, p.v, b, h, t0, p.n.Sk, p.n.D, p.vectorised);
-    __syncthreads();
-    if (p.causal && t0 > warp_last_row) continue;  // no row of this warp sees this tile (warp-uniform)
-    warp_products_with_rows<T, kD>(s_w, q_s + warp * kWarpRows * ld, k_s);
-    __syncwarp();
-    // Online softmax over the lane's 32 columns; the row's two lanes combine by shuffle.
-    const float* s_row = s_w + r * kScoreLd + half * 32;
-    const int64_t j0 = t0 + half * 32;
-    const int64_t visible_end = p.causal ? min(p.n.Sk, i + 1) : p.n.Sk;  // keys j < visible_end
-    float tile_max = -INFINITY;
-#pragma unroll 8
-    for (int c = 0; c < 32; ++c)
-      if (j0 + c < visible_end) tile_max = fmaxf(tile_max, s_row[c] * p.scale_log2);
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet keeps p = 0
-    float sum = 0.0f;
-    T* p_row = p_w + r * kProbLd + half * 32;
-#pragma unroll 8
-    for (int c = 0; c < 32; ++c) {
-      const float prob = j0 + c < visible_end ? exp2f(s_row[c] * p.scale_log2 - m_use) : 0.0f;
-      sum += prob;
-      p_row[c] = convert<T>(prob);
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % 2;
+    const int64_t t0 = static_cast<int64_t>(tile) * kTileRows;
+    wait_copies(0);
+    __syncthreads();  // this tile is staged, and every warp is done with the other stage
+    if (tile + 1 < tiles) {
+      stage_rows<T, kD>((stage ? k_s[0] : k_s[1]), p.k, b, h, t0 + kTileRows, p.n.Sk, p.n.D, p.vectorised);
+      stage_rows<T, kD>((stage ? v_s[0] : v_s[1]), p.v, b, h, t0 + kTileRows, p.n.Sk, p.n.D, p.vectorised);
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    const float correction = exp2f(m - m_use);  // 0 while m is -inf
-    l = l * correction + sum;
-    m = m_new;
-    float* o_row = o_w + r * old;
-    for (int d = half; d < kD; d += 2) o_row[d] *= correction;
-    __syncwarp();
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kD / 16];
+    commit_copies();
+    if (p.causal && t0 > warp_row0 + kWarpRows - 1) continue;  // no row of this warp sees the tile
+    float s[kTileCols][4];
+    products_with_rows<T, kD>(s, q_s + warp * kWarpRows * ld, (stage ? k_s[1] : k_s[0]));
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < kD / 16; ++n) wmma::load_matrix_sync(acc[n], o_w + n * 16, old, wmma::mem_row_major);
-    warp_accumulate<T, kD>(acc, p_w, v_s);
+    for (int j = 0; j < kTileCols; ++j)
 #pragma unroll
-    for (int n = 0; n < kD / 16; ++n) wmma::store_matrix_sync(o_w + n * 16, acc[n], old, wmma::mem_row_major);
-    __syncwarp();
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        const int64_t key = t0 + 8 * j + 2 * t + e % 2;
+        s[j][e] = key < visible_end[r] ? s[j][e] * p.scale_log2 : -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], s[j][e]);
+      }
+    float correction[2], m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the row's four threads (t = 0..3) agree on its maximum
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet keeps p = 0
+      correction[r] = exp2f(m[r] - m_use[r]);         // 0 while m is -inf
+      m[r] = m_new;
+      l[r] *= correction[r];
+    }
+#pragma unroll
+    for (int j = 0; j < kTileCols; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - m_use[e / 2]);
+        l[e / 2] += s[j][e];
+      }
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+    }
+    uint32_t pa[kTileCols / 2][4];
+    as_a_operand<T>(pa, s);
+    accumulate<T, kD>(o, pa, (stage ? v_s[1] : v_s[0]));
   }
-  if (half == 0) l_s[row] = l;
-  if (half == 0 && p.lse.data && i < p.n.Sq)
-    *p.lse.at(b, h, i) = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
-  __syncthreads();
-  const int64_t rows_end = min(static_cast<int64_t>(kRows), p.n.Sq - q0);
-  for (int rr = warp; rr < rows_end; rr += kWarps) {
-    const float lr = l_s[rr];
-    const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
-    T* out = p.out.at(b, h, q0 + rr);
-    for (int d = lane; d < p.n.D; d += 32) out[d] = convert<T>(o_s[rr * old + d] * inv);
+  wait_copies(0);
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    if (t == 0 && p.lse.data && row[r] < p.n.Sq)
+      *p.lse.at(b, h, row[r]) = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
   }
+  store_warp_rows<T, kD>(p.out, o, b, h, warp_row0, p.n.Sq, p.n.D, inv[0], inv[1]);
 #endif
 }
 
@@ -276,13 +347,15 @@ struct BackwardParams {
   bool causal, vectorised;
 };
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // delta_i = dout_i . out_i and lse_i (base 2) for rows [r0, r0 + kRows): two threads per row, dout from the
-// shared tile `do_s`, out from global memory.
+// staged tile `do_s`, out from global memory.
 template <typename T, int kD>
 __device__ __forceinline__ void row_stats(float* delta_s, float* lse2_s, const T* do_s, const BackwardParams<T>& p,
                                           int64_t b, int64_t h, int64_t r0) {
   constexpr int ld = operand_ld<kD>();
-  const int r = threadIdx.x / 2, half = threadIdx.x % 2;  // kThreads == 2 * kRows
+  static_assert(kThreads == 2 * kRows, "two threads per row");
+  const int r = threadIdx.x / 2, half = threadIdx.x % 2;
   const int64_t i = r0 + r;
   float delta = 0.0f;
   if (i < p.n.Sq) {
@@ -295,6 +368,7 @@ __device__ __forceinline__ void row_stats(float* delta_s, float* lse2_s, const T
     lse2_s[r] = i < p.n.Sq ? *p.lse.at(b, h, i) * kLog2e : 0.0f;
   }
 }
+#endif
 
 // One key block per thread block; query tiles stream through shared memory.
 template <typename T, int kD>
@@ -302,81 +376,72 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr size_t ob = operand_bytes<T, kD>();
+  constexpr int ld = operand_ld<kD>();
   T* k_s = reinterpret_cast<T*>(smem);
   T* v_s = reinterpret_cast<T*>(smem + ob);
-  T* q_s = reinterpret_cast<T*>(smem + 2 * ob);
-  T* do_s = reinterpret_cast<T*>(smem + 3 * ob);
-  float* st_s = reinterpret_cast<float*>(smem + 4 * ob);                  // S^T, per warp 16 keys x 64 queries
-  float* dpt_s = reinterpret_cast<float*>(smem + 4 * ob + score_bytes());  // dP^T
-  T* pt_s = reinterpret_cast<T*>(smem + 4 * ob + 2 * score_bytes());
-  T* dst_s = reinterpret_cast<T*>(smem + 4 * ob + 2 * score_bytes() + prob_bytes<T>());
-  float* delta_s = reinterpret_cast<float*>(smem + 4 * ob + 2 * score_bytes() + 2 * prob_bytes<T>());
-  float* lse2_s = delta_s + kRows;
-  constexpr int ld = operand_ld<kD>();
+  T* q_s[2] = {reinterpret_cast<T*>(smem + 2 * ob), reinterpret_cast<T*>(smem + 3 * ob)};
+  T* do_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
+  float* delta_s[2] = {reinterpret_cast<float*>(smem + 6 * ob), reinterpret_cast<float*>(smem + 6 * ob) + kRows};
+  float* lse2_s[2] = {delta_s[1] + kRows, delta_s[1] + 2 * kRows};
 
   const int64_t key_blocks = (p.n.Sk + kRows - 1) / kRows;
   const int64_t bh = blockIdx.x / key_blocks, k0 = (blockIdx.x % key_blocks) * kRows;
   const int64_t b = bh / p.n.H, h = bh % p.n.H;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = lane / 2, half = lane % 2;
-  const int64_t j = k0 + warp * kWarpRows + r;  // this lane's key
-
-  load_rows<T, kD>(k_s, p.k, b, h, k0, p.n.Sk, p.n.D, p.vectorised);
-  load_rows<T, kD>(v_s, p.v, b, h, k0, p.n.Sk, p.n.D, p.vectorised);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk_acc[kD / 16], dv_acc[kD / 16];
-#pragma unroll
-  for (int n = 0; n < kD / 16; ++n) {
-    wmma::fill_fragment(dk_acc[n], 0.0f);
-    wmma::fill_fragment(dv_acc[n], 0.0f);
-  }
-  float* st_w = st_s + warp * kWarpRows * kScoreLd;
-  float* dpt_w = dpt_s + warp * kWarpRows * kScoreLd;
-  T* pt_w = pt_s + warp * kWarpRows * kProbLd;
-  T* dst_w = dst_s + warp * kWarpRows * kProbLd;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t warp_key0 = k0 + warp * kWarpRows;
+  const int64_t key[2] = {warp_key0 + g, warp_key0 + g + 8};
 
   // Causal: query rows before k0 see none of the block's keys.
   const int64_t first_row = p.causal ? (min(k0, p.n.Sq) / kTileRows) * kTileRows : 0;
-  for (int64_t t0 = first_row; t0 < p.n.Sq; t0 += kTileRows) {
-    __syncthreads();
-    load_rows<T, kD>(q_s, p.q, b, h, t0, p.n.Sq, p.n.D, p.vectorised);
-    load_rows<T, kD>(do_s, p.dout, b, h, t0, p.n.Sq, p.n.D, p.vectorised);
-    __syncthreads();
-    row_stats<T, kD>(delta_s, lse2_s, do_s, p, b, h, t0);
-    warp_products_with_rows<T, kD>(st_w, k_s + warp * kWarpRows * ld, q_s);
-    warp_products_with_rows<T, kD>(dpt_w, v_s + warp * kWarpRows * ld, do_s);
-    __syncthreads();  // delta and lse of the tile are written
-    const float* s_row = st_w + r * kScoreLd + half * 32;
-    const float* dp_row = dpt_w + r * kScoreLd + half * 32;
-    T* p_row = pt_w + r * kProbLd + half * 32;
-    T* ds_row = dst_w + r * kProbLd + half * 32;
-#pragma unroll 8
-    for (int c = 0; c < 32; ++c) {
-      const int qi = half * 32 + c;
-      const int64_t i = t0 + qi;
-      const bool visible = i < p.n.Sq && j < p.n.Sk && (!p.causal || j <= i);
-      const float prob = visible ? exp2f(s_row[c] * p.scale_log2 - lse2_s[qi]) : 0.0f;
-      p_row[c] = convert<T>(prob);
-      ds_row[c] = convert<T>(prob * (dp_row[c] - delta_s[qi]));
-    }
-    __syncwarp();
-    warp_accumulate<T, kD>(dv_acc, pt_w, do_s);
-    warp_accumulate<T, kD>(dk_acc, dst_w, q_s);
+  const int tiles = static_cast<int>((p.n.Sq - first_row + kTileRows - 1) / kTileRows);
+  stage_rows<T, kD>(k_s, p.k, b, h, k0, p.n.Sk, p.n.D, p.vectorised);
+  stage_rows<T, kD>(v_s, p.v, b, h, k0, p.n.Sk, p.n.D, p.vectorised);
+  if (tiles > 0) {
+    stage_rows<T, kD>(q_s[0], p.q, b, h, first_row, p.n.Sq, p.n.D, p.vectorised);
+    stage_rows<T, kD>(do_s[0], p.dout, b, h, first_row, p.n.Sq, p.n.D, p.vectorised);
   }
-  __syncthreads();  // every tile is used: the shared memory holds the results now
-  float* acc_s = reinterpret_cast<float*>(smem);
-  constexpr int old = accumulator_ld<kD>();
-  static_assert(accumulator_bytes<kD>() <= 2 * operand_bytes<T, kD>(), "the results fit where k and v were");
+  commit_copies();
+  float dk[kD / 8][4], dv[kD / 8][4];
 #pragma unroll
-  for (int n = 0; n < kD / 16; ++n)
-    wmma::store_matrix_sync(acc_s + warp * kWarpRows * old + n * 16, dk_acc[n], old, wmma::mem_row_major);
-  __syncthreads();
-  store_rows<T, kD>(p.dk, acc_s, b, h, k0, p.n.Sk, p.n.D, p.scale);
-  __syncthreads();
+  for (int n = 0; n < kD / 8; ++n)
 #pragma unroll
-  for (int n = 0; n < kD / 16; ++n)
-    wmma::store_matrix_sync(acc_s + warp * kWarpRows * old + n * 16, dv_acc[n], old, wmma::mem_row_major);
-  __syncthreads();
-  store_rows<T, kD>(p.dv, acc_s, b, h, k0, p.n.Sk, p.n.D, 1.0f);
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % 2;
+    const int64_t t0 = first_row + static_cast<int64_t>(tile) * kTileRows;
+    wait_copies(0);
+    __syncthreads();  // this tile is staged, and every warp is done with the other stage
+    if (tile + 1 < tiles) {
+      stage_rows<T, kD>((stage ? q_s[0] : q_s[1]), p.q, b, h, t0 + kTileRows, p.n.Sq, p.n.D, p.vectorised);
+      stage_rows<T, kD>((stage ? do_s[0] : do_s[1]), p.dout, b, h, t0 + kTileRows, p.n.Sq, p.n.D, p.vectorised);
+    }
+    commit_copies();
+    row_stats<T, kD>((stage ? delta_s[1] : delta_s[0]), (stage ? lse2_s[1] : lse2_s[0]), (stage ? do_s[1] : do_s[0]), p, b, h, t0);
+    __syncthreads();  // the tile's delta and lse are written
+    float s[kTileCols][4], dp[kTileCols][4];  // S^T and dP^T: this warp's keys x the tile's queries
+    products_with_rows<T, kD>(s, k_s + warp * kWarpRows * ld, (stage ? q_s[1] : q_s[0]));
+    products_with_rows<T, kD>(dp, v_s + warp * kWarpRows * ld, (stage ? do_s[1] : do_s[0]));
+#pragma unroll
+    for (int j = 0; j < kTileCols; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = 8 * j + 2 * t + e % 2;
+        const int64_t i = t0 + qi, kj = key[e / 2];
+        const bool visible = i < p.n.Sq && kj < p.n.Sk && (!p.causal || kj <= i);
+        const float prob = visible ? exp2f(s[j][e] * p.scale_log2 - (stage ? lse2_s[1] : lse2_s[0])[qi]) : 0.0f;
+        s[j][e] = prob;
+        dp[j][e] = prob * (dp[j][e] - (stage ? delta_s[1] : delta_s[0])[qi]);
+      }
+    uint32_t pa[kTileCols / 2][4], dsa[kTileCols / 2][4];
+    as_a_operand<T>(pa, s);
+    as_a_operand<T>(dsa, dp);
+    accumulate<T, kD>(dv, pa, (stage ? do_s[1] : do_s[0]));
+    accumulate<T, kD>(dk, dsa, (stage ? q_s[1] : q_s[0]));
+  }
+  wait_copies(0);
+  store_warp_rows<T, kD>(p.dk, dk, b, h, warp_key0, p.n.Sk, p.n.D, p.scale, p.scale);
+  store_warp_rows<T, kD>(p.dv, dv, b, h, warp_key0, p.n.Sk, p.n.D, 1.0f, 1.0f);
 #endif
 }
 
@@ -386,73 +451,73 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(BackwardPar
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr size_t ob = operand_bytes<T, kD>();
+  constexpr int ld = operand_ld<kD>();
   T* q_s = reinterpret_cast<T*>(smem);
   T* do_s = reinterpret_cast<T*>(smem + ob);
-  T* k_s = reinterpret_cast<T*>(smem + 2 * ob);
-  T* v_s = reinterpret_cast<T*>(smem + 3 * ob);
-  float* s_s = reinterpret_cast<float*>(smem + 4 * ob);
-  float* dp_s = reinterpret_cast<float*>(smem + 4 * ob + score_bytes());
-  T* ds_s = reinterpret_cast<T*>(smem + 4 * ob + 2 * score_bytes());
-  float* delta_s = reinterpret_cast<float*>(smem + 4 * ob + 2 * score_bytes() + prob_bytes<T>());
+  T* k_s[2] = {reinterpret_cast<T*>(smem + 2 * ob), reinterpret_cast<T*>(smem + 3 * ob)};
+  T* v_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
+  float* delta_s = reinterpret_cast<float*>(smem + 6 * ob);
   float* lse2_s = delta_s + kRows;
-  constexpr int ld = operand_ld<kD>();
 
   const int64_t row_blocks = (p.n.Sq + kRows - 1) / kRows;
   const int64_t bh = blockIdx.x / row_blocks, q0 = (blockIdx.x % row_blocks) * kRows;
   const int64_t b = bh / p.n.H, h = bh % p.n.H;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = lane / 2, half = lane % 2;
-  const int row = warp * kWarpRows + r;
-  const int64_t i = q0 + row;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t warp_row0 = q0 + warp * kWarpRows;
+  const int64_t row[2] = {warp_row0 + g, warp_row0 + g + 8};
+  int64_t visible_end[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) visible_end[r] = row[r] >= p.n.Sq ? 0 : p.causal ? min(p.n.Sk, row[r] + 1) : p.n.Sk;
 
-  load_rows<T, kD>(q_s, p.q, b, h, q0, p.n.Sq, p.n.D, p.vectorised);
-  load_rows<T, kD>(do_s, p.dout, b, h, q0, p.n.Sq, p.n.D, p.vectorised);
+  const int64_t keys = p.causal ? min(p.n.Sk, min(p.n.Sq, q0 + kRows)) : p.n.Sk;
+  const int tiles = static_cast<int>((keys + kTileRows - 1) / kTileRows);
+  stage_rows<T, kD>(q_s, p.q, b, h, q0, p.n.Sq, p.n.D, p.vectorised);
+  stage_rows<T, kD>(do_s, p.dout, b, h, q0, p.n.Sq, p.n.D, p.vectorised);
+  commit_copies();
+  if (tiles > 0) {
+    stage_rows<T, kD>(k_s[0], p.k, b, h, 0, p.n.Sk, p.n.D, p.vectorised);
+    stage_rows<T, kD>(v_s[0], p.v, b, h, 0, p.n.Sk, p.n.D, p.vectorised);
+  }
+  commit_copies();
+  wait_copies(1);  // q and dout
   __syncthreads();
   row_stats<T, kD>(delta_s, lse2_s, do_s, p, b, h, q0);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq_acc[kD / 16];
+  __syncthreads();
+  const int local0 = warp * kWarpRows + g;
+  const float lse2[2] = {lse2_s[local0], lse2_s[local0 + 8]}, delta[2] = {delta_s[local0], delta_s[local0 + 8]};
+  float dq[kD / 8][4];
 #pragma unroll
-  for (int n = 0; n < kD / 16; ++n) wmma::fill_fragment(dq_acc[n], 0.0f);
-  float* s_w = s_s + warp * kWarpRows * kScoreLd;
-  float* dp_w = dp_s + warp * kWarpRows * kScoreLd;
-  T* ds_w = ds_s + warp * kWarpRows * kProbLd;
+  for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-  const int64_t last_row = min(p.n.Sq, q0 + kRows) - 1;
-  const int64_t keys = p.causal ? min(p.n.Sk, last_row + 1) : p.n.Sk;
-  const int64_t warp_last_row = q0 + warp * kWarpRows + kWarpRows - 1;
-  const int64_t visible_end = p.causal ? min(p.n.Sk, i + 1) : p.n.Sk;
-  for (int64_t t0 = 0; t0 < keys; t0 += kTileRows) {
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % 2;
+    const int64_t t0 = static_cast<int64_t>(tile) * kTileRows;
+    wait_copies(0);
     __syncthreads();
-    load_rows<T, kD>(k_s, p.k, b, h, t0, p.n.Sk, p.n.D, p.vectorised);
-    load_rows<T, kD>(v_s, p.v, b, h, t0, p.n.Sk, p.n.D, p.vectorised);
-    __syncthreads();
-    if (p.causal && t0 > warp_last_row) continue;
-    warp_products_with_rows<T, kD>(s_w, q_s + warp * kWarpRows * ld, k_s);
-    warp_products_with_rows<T, kD>(dp_w, do_s + warp * kWarpRows * ld, v_s);
-    __syncwarp();
-    const float* s_row = s_w + r * kScoreLd + half * 32;
-    const float* dp_row = dp_w + r * kScoreLd + half * 32;
-    T* ds_row = ds_w + r * kProbLd + half * 32;
-    const int64_t j0 = t0 + half * 32;
-    const float lse2 = lse2_s[row], delta = delta_s[row];
-    const bool row_valid = i < p.n.Sq;
-#pragma unroll 8
-    for (int c = 0; c < 32; ++c) {
-      const bool visible = row_valid && j0 + c < visible_end;
-      const float prob = visible ? exp2f(s_row[c] * p.scale_log2 - lse2) : 0.0f;
-      ds_row[c] = convert<T>(prob * (dp_row[c] - delta));
+    if (tile + 1 < tiles) {
+      stage_rows<T, kD>((stage ? k_s[0] : k_s[1]), p.k, b, h, t0 + kTileRows, p.n.Sk, p.n.D, p.vectorised);
+      stage_rows<T, kD>((stage ? v_s[0] : v_s[1]), p.v, b, h, t0 + kTileRows, p.n.Sk, p.n.D, p.vectorised);
     }
-    __syncwarp();
-    warp_accumulate<T, kD>(dq_acc, ds_w, k_s);
-  }
-  __syncthreads();
-  float* acc_s = reinterpret_cast<float*>(smem);
-  constexpr int old = accumulator_ld<kD>();
-  static_assert(accumulator_bytes<kD>() <= 2 * operand_bytes<T, kD>(), "the results fit where q and dout were");
+    commit_copies();
+    if (p.causal && t0 > warp_row0 + kWarpRows - 1) continue;
+    float s[kTileCols][4], dp[kTileCols][4];
+    products_with_rows<T, kD>(s, q_s + warp * kWarpRows * ld, (stage ? k_s[1] : k_s[0]));
+    products_with_rows<T, kD>(dp, do_s + warp * kWarpRows * ld, (stage ? v_s[1] : v_s[0]));
 #pragma unroll
-  for (int n = 0; n < kD / 16; ++n)
-    wmma::store_matrix_sync(acc_s + warp * kWarpRows * old + n * 16, dq_acc[n], old, wmma::mem_row_major);
-  __syncthreads();
-  store_rows<T, kD>(p.dq, acc_s, b, h, q0, p.n.Sq, p.n.D, p.scale);
+    for (int j = 0; j < kTileCols; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        const int64_t kj = t0 + 8 * j + 2 * t + e % 2;
+        const float prob = kj < visible_end[r] ? exp2f(s[j][e] * p.scale_log2 - lse2[r]) : 0.0f;
+        dp[j][e] = prob * (dp[j][e] - delta[r]);
+      }
+    uint32_t dsa[kTileCols / 2][4];
+    as_a_operand<T>(dsa, dp);
+    accumulate<T, kD>(dq, dsa, (stage ? k_s[1] : k_s[0]));
+  }
+  wait_copies(0);
+  store_warp_rows<T, kD>(p.dq, dq, b, h, warp_row0, p.n.Sq, p.n.D, p.scale, p.scale);
 #endif
 }
 
@@ -510,8 +575,7 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
                            : Rows<float>{nullptr, 0, 0, 0},
                        rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
                        static_cast<float>(scale) * kLog2e, is_causal, vectorised};
-    const size_t smem = 3 * operand_bytes<T, kD>() + score_bytes() + prob_bytes<T>() + accumulator_bytes<kD>() +
-                        row_stat_bytes();
+    const size_t smem = 5 * operand_bytes<T, kD>();  // q, and k and v in two stages
     launch(flash_forward_kernel<T, kD>, n.B * n.H * ((n.Sq + kRows - 1) / kRows), smem, "flash_forward_kernel", p);
   });
 }
@@ -540,7 +604,8 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
                         static_cast<float>(scale) * kLog2e,
                         is_causal,
                         vectorised};
-    const size_t smem = 4 * operand_bytes<T, kD>() + 2 * score_bytes() + 2 * prob_bytes<T>() + 2 * row_stat_bytes();
+    // two resident operands and two staged ones in two stages, then delta and lse (two stages for dk/dv)
+    const size_t smem = 6 * operand_bytes<T, kD>() + 4 * sizeof(float) * kRows;
     if (n.Sk > 0)
       launch(flash_backward_dkdv_kernel<T, kD>, n.B * n.H * ((n.Sk + kRows - 1) / kRows), smem,
              "flash_backward_dkdv_kernel", p);
