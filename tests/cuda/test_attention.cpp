@@ -4,6 +4,7 @@
 // GPT-2's strided views (the transposed split of a (B, T, 3C) tensor) and on contiguous tensors. Then the
 // device memory: the cuda run of a recorded case makes the same allocations and frees as sim.
 #include <optional>
+#include <tuple>
 
 #include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
@@ -107,6 +108,34 @@ TEST_CASE("attention forward and backward: cuda matches the cpu reference") {
   for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16, ScalarType::float16})
     for (const Shape6& s : other_shapes)
       for (bool causal : {true, false}) compare(s, dtype, false, causal, false, 0.37);
+}
+
+// With the cuDNN backend's workspace the tensor-core backward accumulates dq atomically in it (one pass over
+// the scores); without scratch it runs dq as a second kernel. Both against the cpu reference.
+TEST_CASE("attention backward on tensor cores without scratch: the two-kernel path") {
+  require_gpu();
+  manual_seed(73);
+  for (const Shape6& s : {Shape6{2, 3, 100, 100, 64, 64}, Shape6{1, 2, 70, 130, 32, 32}}) {
+    for (bool causal : {true, false}) {
+      CAPTURE(s.Sq);
+      CAPTURE(causal);
+      const Inputs in = make_inputs(s, ScalarType::bfloat16, false);
+      const AttentionResult rc = scaled_dot_product_cudnn_attention(in.q.cpu, in.k.cpu, in.v.cpu, true, causal);
+      const AttentionResult rg = scaled_dot_product_cudnn_attention(in.q.gpu, in.k.gpu, in.v.gpu, true, causal);
+      const double sc = 1.0 / std::sqrt(static_cast<double>(s.D));
+      const AttentionGrads gc = scaled_dot_product_cudnn_attention_backward(in.grad.cpu, in.q.cpu, in.k.cpu, in.v.cpu,
+                                                                            rc.output, rc.logsumexp, causal, sc);
+      const Tensor dq = empty_like(in.q.gpu), dk = empty_like(in.k.gpu), dv = empty_like(in.v.gpu);
+      gpu().attention_backward(dq.view_for_kernels(), dk.view_for_kernels(), dv.view_for_kernels(),
+                               in.grad.gpu.view_for_kernels(), in.q.gpu.view_for_kernels(),
+                               in.k.gpu.view_for_kernels(), in.v.gpu.view_for_kernels(),
+                               rg.output.view_for_kernels(), rg.logsumexp.view_for_kernels(), sc, causal,
+                               DeviceScratch{});
+      for (auto [got, want, what] : {std::tuple{dq, gc.grad_query, "dq"}, std::tuple{dk, gc.grad_key, "dk"},
+                                     std::tuple{dv, gc.grad_value, "dv"}})
+        check_close(got.to(kCpu), want, 6e-2, 6e-2 * std::max(1.0, max_abs(want)), what);
+    }
+  }
 }
 
 TEST_CASE("scaled_dot_product_attention on cuda matches the math composition, values and gradients") {

@@ -30,6 +30,12 @@ enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, var, std 
 // lerp: self + value * (a - self) (b unused); addcmul: self + value * a * b; addcdiv: self + value * a / b.
 enum class TernaryOp { lerp, addcmul, addcdiv };
 
+// Device memory a caller lends a kernel for one call (nullptr on meta, or when there is none).
+struct DeviceScratch {
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
 class KernelBackend {
  public:
   virtual ~KernelBackend() = default;
@@ -158,10 +164,12 @@ class KernelBackend {
   // contiguous) and the forward's q, k, v, out and lse, writes dq, dk, dv (the inputs' sizes and dtype, any
   // strides with the last dimension contiguous). delta_i = dout_i . out_i; ds_ij = p_ij (dout_i . v_j -
   // delta_i); dq_i = scale sum_j ds_ij k_j, dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i.
+  // `scratch`: the workspace the op layer allocated as PyTorch's backend does (cuDNN's holds a float dQ
+  // accumulator and the per-row delta), which the kernel may use for the call's duration; empty when none.
   virtual void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv,
                                   const StridedView& dout, const StridedView& q, const StridedView& k,
                                   const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
-                                  bool is_causal) = 0;
+                                  bool is_causal, DeviceScratch scratch) = 0;
 };
 
 // cpu and sim share the CPU backend; meta's backend computes nothing; cuda's uses the GPU.

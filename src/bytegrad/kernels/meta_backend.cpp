@@ -43,7 +43,7 @@ class MetaBackend final : public KernelBackend {
                          const StridedView&, double, bool) override {}
   void attention_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&,
                           const StridedView&, const StridedView&, const StridedView&, const StridedView&,
-                          const StridedView&, double, bool) override {}
+                          const StridedView&, double, bool, DeviceScratch) override {}
 };
 
 }  // namespace

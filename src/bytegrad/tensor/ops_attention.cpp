@@ -101,6 +101,11 @@ Tensor workspace_block(int64_t bytes, Device device) {
 
 StridedView lse_rows(const Tensor& lse, int64_t rows) { return kv(lse.slice(2, 0, rows)); }
 
+DeviceScratch scratch_of(const Tensor& workspace) {
+  if (!workspace.defined()) return {};
+  return {kv(workspace).data, workspace.numel()};
+}
+
 // ----------------------------------------------------------------------------------- cuDNN backend
 
 // PyTorch 2.11's cuDNN SDPA on the H100 (attention.cu _scaled_dot_product_cudnn_attention_cuda, MHA.cpp
@@ -186,7 +191,7 @@ AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Ten
   }
   const Tensor workspace = workspace_block(cudnn_backward_workspace_bytes(n), q.device());
   backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(dout), kv(q), kv(k), kv(v),
-                                   kv(out), kv(logsumexp), scale, is_causal);
+                                   kv(out), kv(logsumexp), scale, is_causal, scratch_of(workspace));
   return g;  // the workspace is freed, then the grad_out copy
 }
 
@@ -277,7 +282,8 @@ AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const
     }
     workspace = workspace_block(efficient_backward_workspace_bytes(n), q.device());
     backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(grad_out_t.transpose(1, 2)),
-                                     kv(q), kv(k), kv(v), kv(out), lse_rows(logsumexp, n.Sq), scale, is_causal);
+                                     kv(q), kv(k), kv(v), kv(out), lse_rows(logsumexp, n.Sq), scale, is_causal,
+                                     scratch_of(workspace));
   }  // delta freed
   workspace = Tensor();
   return g;  // then the grad_out copy, when one was made

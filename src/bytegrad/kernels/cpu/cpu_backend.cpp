@@ -94,7 +94,7 @@ class CpuBackend final : public KernelBackend {
   }
   void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                           const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                          const StridedView& lse, double scale, bool is_causal) override {
+                          const StridedView& lse, double scale, bool is_causal, DeviceScratch) override {
     cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal);
   }
 };

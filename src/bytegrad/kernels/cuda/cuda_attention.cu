@@ -446,7 +446,7 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
 
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                        const StridedView& lse, double scale, bool is_causal) {
+                        const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch) {
   check_operand(dq, 4, "dq");
   check_operand(dk, 4, "dk");
   check_operand(dv, 4, "dv");
@@ -460,7 +460,7 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   const Shape4 n = shape_of(q, k, v);
   if (dq.numel() == 0 && dk.numel() == 0 && dv.numel() == 0) return;
   if (attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
-    return attention_backward_tensor_cores(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal);
+    return attention_backward_tensor_cores(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch);
   dispatch_floating(q.dtype, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_of<T>;

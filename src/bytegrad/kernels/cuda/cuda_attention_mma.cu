@@ -38,7 +38,8 @@ constexpr int kTileRows = 64;    // rows of the streamed operand per tile
 constexpr int kWarpRows = 16;    // rows per warp (one mma tile high)
 constexpr int kWarps = kRows / kWarpRows;
 constexpr int kThreads = kWarps * 32;
-[[maybe_unused]] constexpr int kTileCols = kTileRows / 8;  // 8-wide C tiles across a tile of the streamed operand
+[[maybe_unused]] constexpr int kTileCols = kTileRows / 8;
+[[maybe_unused]] constexpr int kProbLd = kTileRows + 8;  // 16-bit rows of dS^T in shared memory  // 8-wide C tiles across a tile of the streamed operand
 constexpr float kLog2e = 1.4426950408889634f;
 [[maybe_unused]] constexpr float kLn2 = 0.6931471805599453f;
 
@@ -345,6 +346,10 @@ struct BackwardParams {
   Shape n;
   float scale, scale_log2;
   bool causal, vectorised;
+  // With scratch: dq accumulated in float (atomically, by the dk/dv kernel) and delta computed beforehand,
+  // both (B, H, Sq[, D]) contiguous; nullptr without.
+  float* dq_acc;
+  float* delta;
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -357,6 +362,13 @@ __device__ __forceinline__ void row_stats(float* delta_s, float* lse2_s, const T
   static_assert(kThreads == 2 * kRows, "two threads per row");
   const int r = threadIdx.x / 2, half = threadIdx.x % 2;
   const int64_t i = r0 + r;
+  if (p.delta) {  // computed by flash_backward_prepare_kernel
+    if (half == 0) {
+      delta_s[r] = i < p.n.Sq ? p.delta[(b * p.n.H + h) * p.n.Sq + i] : 0.0f;
+      lse2_s[r] = i < p.n.Sq ? *p.lse.at(b, h, i) * kLog2e : 0.0f;
+    }
+    return;
+  }
   float delta = 0.0f;
   if (i < p.n.Sq) {
     const T* o = p.out.at(b, h, i);
@@ -370,8 +382,43 @@ __device__ __forceinline__ void row_stats(float* delta_s, float* lse2_s, const T
 }
 #endif
 
-// One key block per thread block; query tiles stream through shared memory.
-template <typename T, int kD>
+// With scratch, before the dk/dv kernel: delta_i = dout_i . out_i into p.delta and zeros into p.dq_acc, a
+// warp per row.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_backward_prepare_kernel(BackwardParams<T> p) {
+  const int64_t rows = p.n.B * p.n.H * p.n.Sq;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int64_t b = row / (p.n.H * p.n.Sq), h = row / p.n.Sq % p.n.H, i = row % p.n.Sq;
+  const T* o = p.out.at(b, h, i);
+  const T* g = p.dout.at(b, h, i);
+  float delta = 0.0f;
+  for (int d = lane; d < p.n.D; d += 32) {
+    delta += convert<float>(o[d]) * convert<float>(g[d]);
+    p.dq_acc[row * p.n.D + d] = 0.0f;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xffffffffu, delta, offset);
+  if (lane == 0) p.delta[row] = delta;
+}
+
+// With scratch, after the dk/dv kernel: dq = scale * the float accumulator.
+template <typename T>
+__global__ void flash_backward_dq_convert_kernel(BackwardParams<T> p) {
+  const int64_t total = p.n.B * p.n.H * p.n.Sq * p.n.D;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = idx % p.n.D, row = idx / p.n.D;
+    const int64_t b = row / (p.n.H * p.n.Sq), h = row / p.n.Sq % p.n.H, i = row % p.n.Sq;
+    p.dq.at(b, h, i)[d] = convert<T>(p.dq_acc[idx] * p.scale);
+  }
+}
+
+// One key block per thread block; query tiles stream through shared memory. kAccumulateDq (with scratch):
+// also dQ += dS K for the tile's queries over the block's keys, added atomically to p.dq_acc, so dq needs
+// no second pass over the scores.
+template <typename T, int kD, bool kAccumulateDq>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
@@ -383,6 +430,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
   T* do_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
   float* delta_s[2] = {reinterpret_cast<float*>(smem + 6 * ob), reinterpret_cast<float*>(smem + 6 * ob) + kRows};
   float* lse2_s[2] = {delta_s[1] + kRows, delta_s[1] + 2 * kRows};
+  T* ds_s = reinterpret_cast<T*>(lse2_s[1] + kRows);  // kAccumulateDq: dS^T, the block's keys x the tile's queries
 
   const int64_t key_blocks = (p.n.Sk + kRows - 1) / kRows;
   const int64_t bh = blockIdx.x / key_blocks, k0 = (blockIdx.x % key_blocks) * kRows;
@@ -438,6 +486,38 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
     as_a_operand<T>(dsa, dp);
     accumulate<T, kD>(dv, pa, (stage ? do_s[1] : do_s[0]));
     accumulate<T, kD>(dk, dsa, (stage ? q_s[1] : q_s[0]));
+    if constexpr (kAccumulateDq) {
+      // dS^T to shared memory, then each warp takes 16 of the tile's queries: dQ rows += dS (16 x 64 keys) K,
+      // the A operand read transposed out of dS^T.
+#pragma unroll
+      for (int j = 0; j < kTileCols; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<uint32_t*>(ds_s + (warp * kWarpRows + g + 8 * r) * kProbLd + 8 * j + 2 * t) =
+              pack<T>(dp[j][2 * r], dp[j][2 * r + 1]);
+      __syncthreads();
+      uint32_t dsq[kTileCols / 2][4];
+#pragma unroll
+      for (int k = 0; k < kTileCols / 2; ++k)
+        ldmatrix_x4_trans(dsq[k], ds_s + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows +
+                                      ((lane / 8) % 2) * 8);
+      float dq[kD / 8][4];
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+      accumulate<T, kD>(dq, dsq, k_s);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = t0 + warp * kWarpRows + g + 8 * r;
+        if (i >= p.n.Sq) continue;
+        float* row = p.dq_acc + ((b * p.n.H + h) * p.n.Sq + i) * p.n.D;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+          const int d = 8 * n + 2 * t;
+          if (d < p.n.D) atomicAdd(row + d, dq[n][2 * r]);
+          if (d + 1 < p.n.D) atomicAdd(row + d + 1, dq[n][2 * r + 1]);
+        }
+      }
+    }
   }
   wait_copies(0);
   store_warp_rows<T, kD>(p.dk, dk, b, h, warp_key0, p.n.Sk, p.n.D, p.scale, p.scale);
@@ -583,8 +663,13 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
 void attention_backward_tensor_cores(const StridedView& dq, const StridedView& dk, const StridedView& dv,
                                      const StridedView& dout, const StridedView& q, const StridedView& k,
                                      const StridedView& v, const StridedView& out, const StridedView& lse,
-                                     double scale, bool is_causal) {
+                                     double scale, bool is_causal, DeviceScratch scratch) {
   const Shape n{q.sizes[0], q.sizes[1], q.sizes[2], k.sizes[2], static_cast<int>(q.sizes[3])};
+  // cuDNN's backward workspace (4 B H Sq D + 4 B H Sq + 256 bytes) holds exactly a float dQ accumulator and
+  // the per-row delta, as ours needs.
+  const int64_t accumulator_floats = n.B * n.H * n.Sq * n.D, delta_floats = n.B * n.H * n.Sq;
+  const bool with_scratch = scratch.data != nullptr && reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0 &&
+                            scratch.bytes >= 4 * (accumulator_floats + delta_floats);
   const bool vectorised =
       n.D % 8 == 0 && rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
   dispatch_tensor_core(q.dtype, n.D, [&](auto tag, auto head) {
@@ -603,12 +688,24 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
                         static_cast<float>(scale),
                         static_cast<float>(scale) * kLog2e,
                         is_causal,
-                        vectorised};
+                        vectorised,
+                        with_scratch ? static_cast<float*>(scratch.data) : nullptr,
+                        with_scratch ? static_cast<float*>(scratch.data) + accumulator_floats : nullptr};
     // two resident operands and two staged ones in two stages, then delta and lse (two stages for dk/dv)
     const size_t smem = 6 * operand_bytes<T, kD>() + 4 * sizeof(float) * kRows;
-    if (n.Sk > 0)
-      launch(flash_backward_dkdv_kernel<T, kD>, n.B * n.H * ((n.Sk + kRows - 1) / kRows), smem,
-             "flash_backward_dkdv_kernel", p);
+    const int64_t key_blocks = n.B * n.H * ((n.Sk + kRows - 1) / kRows);
+    if (with_scratch) {
+      launch(flash_backward_prepare_kernel<T>, (n.B * n.H * n.Sq + kWarps - 1) / kWarps, 0,
+             "flash_backward_prepare_kernel", p);
+      if (n.Sk > 0)
+        launch(flash_backward_dkdv_kernel<T, kD, true>, key_blocks, smem + sizeof(T) * kRows * kProbLd,
+               "flash_backward_dkdv_kernel", p);
+      const int64_t total = accumulator_floats;
+      launch(flash_backward_dq_convert_kernel<T>, std::min<int64_t>((total + kThreads - 1) / kThreads, 65536), 0,
+             "flash_backward_dq_convert_kernel", p);
+      return;
+    }
+    if (n.Sk > 0) launch(flash_backward_dkdv_kernel<T, kD, false>, key_blocks, smem, "flash_backward_dkdv_kernel", p);
     if (n.Sq > 0)
       launch(flash_backward_dq_kernel<T, kD>, n.B * n.H * ((n.Sq + kRows - 1) / kRows), smem,
              "flash_backward_dq_kernel", p);

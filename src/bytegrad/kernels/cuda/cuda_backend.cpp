@@ -280,11 +280,11 @@ class CudaBackend final : public KernelBackend {
   }
   void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                           const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                          const StridedView& lse, double scale, bool is_causal) override {
+                          const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch) override {
     CudaDeviceGuard guard(dq.device);
     flush_foreach();
     CudaCallTimer timer("attention_backward", is_causal ? "causal" : "", q.dtype);
-    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal);
+    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch);
   }
 };
 

@@ -112,7 +112,7 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
                        const StridedView& v, double scale, bool is_causal);
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                        const StridedView& lse, double scale, bool is_causal);
+                        const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch);
 
 // ---- cuda_attention_mma.cu (tensor cores; attention_forward/backward call these where eligible)
 bool attention_uses_tensor_cores(ScalarType dtype, int64_t D, int64_t Dv);
@@ -121,6 +121,6 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
 void attention_backward_tensor_cores(const StridedView& dq, const StridedView& dk, const StridedView& dv,
                                      const StridedView& dout, const StridedView& q, const StridedView& k,
                                      const StridedView& v, const StridedView& out, const StridedView& lse,
-                                     double scale, bool is_causal);
+                                     double scale, bool is_causal, DeviceScratch scratch);
 
 }  // namespace bytegrad::cuda
