@@ -68,10 +68,14 @@ std::vector<GoldenStep> read_golden_scenario(const std::string& path) {
   } catch (const json::Error& e) {
     fail(path, e.what());
   }
+  return golden_steps(document, path);
+}
+
+std::vector<GoldenStep> golden_steps(const json::Value& document, const std::string& where) {
   const json::Value* steps = document.find("steps");
-  if (!steps || steps->kind != json::Value::Kind::array) fail(path, "no \"steps\" array");
+  if (!steps || steps->kind != json::Value::Kind::array) fail(where, "no \"steps\" array");
   std::vector<GoldenStep> out;
-  for (const json::Value& step : steps->items) out.push_back(read_step(step, path));
+  for (const json::Value& step : steps->items) out.push_back(read_step(step, where));
   return out;
 }
 

@@ -11,6 +11,10 @@
 #include "bytegrad/memory/memory_story.h"
 #include "bytegrad/core/device.h"
 
+namespace bytegrad::json {
+struct Value;
+}
+
 namespace bytegrad::programs {
 
 // One mark: the fields of a step in shared/golden/scenarios/*.json (see shared/golden/README.md).
@@ -36,6 +40,9 @@ std::vector<std::string> step_differences(const GoldenStep& got, const GoldenSte
 // "param_bytes", "loops") are skipped. Throws std::runtime_error naming the file on unreadable input or a
 // step without a label or one of the eight figures.
 std::vector<GoldenStep> read_golden_scenario(const std::string& path);
+// The same from a parsed document (any JSON object with a "steps" array: a probe file, or one of its
+// parts); `where` names it in errors.
+std::vector<GoldenStep> golden_steps(const json::Value& document, const std::string& where);
 // shared/golden/scenarios/NAME.json (or shared/golden/gpt2/scenarios/NAME.json where only that exists), under the shared folder this build was configured with: the runs
 // with CUBLAS_WORKSPACE_CONFIG=:0:0; with default_workspace, scenarios-default-workspace/NAME.json (the
 // same programs with PyTorch's default cuBLAS workspaces); with expandable_segments,

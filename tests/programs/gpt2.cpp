@@ -4,6 +4,7 @@
 // seconds).
 #include "programs/gpt2_programs.h"
 #include "programs/registry.h"
+#include "tests/programs/gpt2_probes.h"
 #include "tests/support/scenario_checks.h"
 
 using namespace bytegrad;
@@ -68,8 +69,7 @@ TEST_CASE("g_gpt2_small_fp32 with the default cuBLAS workspaces: as PyTorch up t
 namespace {
 
 struct HeldOutCase {
-  const char* name;
-  GPTTraining training;
+  const char* name;  // its training: gpt2_probes.h's held_out_training
   bool placement_exact_with_default_workspaces;  // see below
   bool placement_exact_without_workspaces = true;
   // Where placement is not exact: allocated and the peaks still are (only where blocks sit differs).
@@ -83,11 +83,9 @@ void check_held_out(const std::string& dir, const HeldOutCase& c, Workspaces wor
   CAPTURE(case_name);
   const bool default_workspace = workspaces == Workspaces::pytorch_default;
   CAPTURE(default_workspace);
-  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/gpt2/" + dir + "/" +
-                           (default_workspace ? "xd/" : "x0/") + c.name + ".json";
-  ScenarioRecorder r(c.name, kMeta);
-  const TrainingPeak peak = estimate_gpt_training(c.training, default_workspace, 0, &r);
-  CHECK_FALSE(peak.out_of_memory);
+  const GPTProbe probe = read_gpt_probe(gpt_probe_path(dir, c.name, default_workspace));
+  const GPTMarks got = run_gpt_marks(probe.training, default_workspace);
+  CHECK_FALSE(got.out_of_memory);
   // With default workspaces, some cases land blocks in other segments than PyTorch's (best fit's ties
   // between equal free blocks, decided by the driver's segment addresses: see the default-workspace test
   // above); their allocation sequences are the same.
@@ -95,66 +93,45 @@ void check_held_out(const std::string& dir, const HeldOutCase& c, Workspaces wor
       c.sizes_exact ? std::vector<std::string>{"reserved", "max_reserved", "segments", "inactive_split"}
                     : std::vector<std::string>{"allocated", "reserved", "max_allocated", "max_reserved", "segments",
                                                "inactive_split"};
-  check_marks(r.steps(), read_golden_scenario(path),
+  check_marks(got.steps, probe.steps,
               (default_workspace ? c.placement_exact_with_default_workspaces : c.placement_exact_without_workspaces)
                   ? std::vector<std::string>{}
                   : placement);
-}
-
-const nn::GPTConfig kMid{.n_layer = 4, .n_head = 4, .n_embd = 256, .vocab_size = 8000, .block_size = 512};
-
-nn::GPTConfig checkpointed(nn::GPTConfig config) {
-  config.checkpoint_blocks = true;
-  return config;
 }
 
 }  // namespace
 
 TEST_CASE("GPT-2 beyond the goldens: single-tensor AdamW, 4096 tokens (sort-based embedding backward), other sizes") {
   const HeldOutCase cases[] = {
-      {"tiny_single", {.config = gpt2_tiny_config(), .batch = 4, .seq = 64, .foreach = false}, true},
-      {"small_single", {.config = gpt2_small_config(), .batch = 4, .seq = 256, .foreach = false}, false},
-      {"small_4x1024", {.config = gpt2_small_config(), .batch = 4, .seq = 1024}, true},
-      {"mid_8x512", {.config = kMid, .batch = 8, .seq = 512}, false},
-      {"mid_single_8x512", {.config = kMid, .batch = 8, .seq = 512, .foreach = false}, true},
+      {"tiny_single", true}, {"small_single", false}, {"small_4x1024", true}, {"mid_8x512", false},
+      {"mid_single_8x512", true},
   };
   for (const HeldOutCase& c : cases)
     for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout", c, w);
 }
 
 TEST_CASE("GPT-2 under bfloat16 autocast beyond the goldens: single-tensor AdamW, another size, checkpointed blocks") {
-  const HeldOutCase cases[] = {
-      {"tiny_bf16_single",
-       {.config = gpt2_tiny_config(), .batch = 4, .seq = 64, .foreach = false, .amp = ScalarType::bfloat16}, true},
-      {"mid_bf16_8x512", {.config = kMid, .batch = 8, .seq = 512, .amp = ScalarType::bfloat16}, true},
-      {"tiny_bf16_checkpoint",
-       {.config = checkpointed(gpt2_tiny_config()), .batch = 4, .seq = 64, .amp = ScalarType::bfloat16}, true},
-  };
+  const HeldOutCase cases[] = {{"tiny_bf16_single", true}, {"mid_bf16_8x512", true}, {"tiny_bf16_checkpoint", true}};
   for (const HeldOutCase& c : cases)
     for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout_amp", c, w);
 }
 
-nn::GPTConfig with_sdpa(nn::GPTConfig config) {
-  config.attention = nn::AttentionKind::sdpa;
-  return config;
-}
-
 TEST_CASE("GPT-2 with scaled_dot_product_attention beyond the goldens: bf16 (cuDNN) and fp32 (memory-efficient)") {
   const HeldOutCase cases[] = {
-      {"tiny_bf16_sdpa", {.config = with_sdpa(gpt2_tiny_config()), .batch = 4, .seq = 64, .amp = ScalarType::bfloat16}, true},
-      {"tiny_fp32_sdpa", {.config = with_sdpa(gpt2_tiny_config()), .batch = 4, .seq = 64}, true},
+      {"tiny_bf16_sdpa", true},
+      {"tiny_fp32_sdpa", true},
       // These two: allocated and the peaks at every mark, but from the first backward a block lands in
       // another segment than PyTorch's (inactive_split, and once a 2 MiB small segment more in PyTorch).
-      {"mid_bf16_sdpa_8x512", {.config = with_sdpa(kMid), .batch = 8, .seq = 512, .amp = ScalarType::bfloat16}, false, false, true},
-      {"mid_fp32_sdpa_8x512", {.config = with_sdpa(kMid), .batch = 8, .seq = 512}, false, false, true},
+      {"mid_bf16_sdpa_8x512", false, false, true},
+      {"mid_fp32_sdpa_8x512", false, false, true},
   };
   for (const HeldOutCase& c : cases)
     for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout_amp", c, w);
 }
 
 TEST_CASE("GPT-2 with every block checkpointed (use_reentrant=False), fp32: tiny as PyTorch at every mark") {
-  const HeldOutCase tiny{"tiny_fp32_checkpoint", {.config = checkpointed(gpt2_tiny_config()), .batch = 4, .seq = 64}, true};
-  for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout_amp", tiny, w);
+  for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default})
+    check_held_out("heldout_amp", {"tiny_fp32_checkpoint", true}, w);
 }
 
 // GPT-2 small checkpointed: the forward is PyTorch's event for event; backward is not yet (s0_backward's
@@ -164,11 +141,9 @@ TEST_CASE("GPT-2 with every block checkpointed (use_reentrant=False), fp32: tiny
 // block's recomputation when c_proj's addmm saves its inputs, before its output exists, where bytegrad (which
 // records an op after computing it) allocates that 3 MiB output and frees it.
 TEST_CASE("GPT-2 small with every block checkpointed: the forward as PyTorch") {
-  ScenarioRecorder r("small_fp32_checkpoint", kMeta);
-  const GPTTraining t{.config = checkpointed(gpt2_small_config()), .batch = 4, .seq = 256};
-  CHECK_FALSE(estimate_gpt_training(t, false, 0, &r).out_of_memory);
-  const std::vector<GoldenStep> want = read_golden_scenario(std::string(BYTEGRAD_TEST_DATA_DIR) +
-                                                            "/pytorch_probes/gpt2/heldout_amp/x0/small_fp32_checkpoint.json");
-  REQUIRE(r.steps().size() == want.size());
-  check_marks({r.steps().begin(), r.steps().begin() + 3}, {want.begin(), want.begin() + 3});
+  const GPTProbe probe = read_gpt_probe(gpt_probe_path("heldout_amp", "small_fp32_checkpoint", false));
+  const GPTMarks got = run_gpt_marks(probe.training, false);
+  CHECK_FALSE(got.out_of_memory);
+  REQUIRE(got.steps.size() == probe.steps.size());
+  check_marks({got.steps.begin(), got.steps.begin() + 3}, {probe.steps.begin(), probe.steps.begin() + 3});
 }
