@@ -13,8 +13,9 @@
 // everything it calls inside:
 //   lower precision (the region's dtype): linear, matmul, mm, bmm, mv, addmm, scaled_dot_product_attention
 //   float32: exp, expm1, log, pow, layer_norm, native_layer_norm, nll_loss, mse_loss
-//   float32 unless given a dtype (fp32_set_opt_dtype): softmax, log_softmax (the input is cast, then the op
-//     runs: PyTorch's softmax(x, dim, dtype=float))
+//   float32 unless given a dtype (fp32_set_opt_dtype): softmax, log_softmax (PyTorch's softmax(x, dim,
+//     dtype=float): the input converted, then the op; a float16 softmax reads float16 and writes float32
+//     itself, with no converted copy: half_to_float)
 //   promote (the widest floating operand's dtype): dot
 // Every other op runs in its operands' dtypes (gelu, masked_fill, add, ... ; mixed dtypes promote), and
 // composite ops that are not listed reach the listed ops they are made of, as in PyTorch: cross_entropy's

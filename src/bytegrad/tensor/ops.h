@@ -185,10 +185,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
 Tensor outer(const Tensor& a, const Tensor& b);
 
 // ----------------------------------------------------------------------------------------- nn ops
-Tensor softmax(const Tensor& x, int64_t dim);
-Tensor log_softmax(const Tensor& x, int64_t dim);
-// The gradient of (log_)softmax given its output (PyTorch's _softmax_backward_data).
-Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log = false);
+// With a dtype the input is converted first (x.to(dtype)), except where PyTorch's CUDA softmax reads float16
+// and writes float32 itself (half_to_float: no converted copy; its gradient comes back in float16). Under
+// autocast a missing dtype is float32 for eligible inputs (fp32_set_opt_dtype).
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
+// The gradient of (log_)softmax given its output (PyTorch's _softmax_backward_data); input_dtype (the
+// forward input's, when it differs from the output's: half_to_float) is the gradient's dtype.
+Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log = false,
+                        std::optional<ScalarType> input_dtype = std::nullopt);
 
 struct DropoutResult {
   Tensor output;

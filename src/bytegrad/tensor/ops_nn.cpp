@@ -18,15 +18,22 @@ using namespace ops_detail;
 namespace {
 
 // PyTorch's CUDA softmax (host_softmax) allocates the contiguous output, then reads a contiguous input:
-// a non-contiguous input is first copied to a temporary (freed when the op returns).
-Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
+// a non-contiguous input is first copied to a temporary (freed when the op returns). half_to_float: a
+// float16 input, a float32 output (the kernels take one dtype, so the input is converted into the output's
+// own memory and the softmax runs there in place: no block PyTorch does not have).
+Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool half_to_float) {
   AllocationScope scope(name);
   check_defined(name, x);
   check_dtype_rule(name, OpId::softmax, x);
   dim = wrap_dim(dim, x.dim(), name);
-  Tensor out = empty(x.sizes(), TensorOptions{x.dtype(), x.device()});
+  Tensor out = empty(x.sizes(), TensorOptions{half_to_float ? ScalarType::float32 : x.dtype(), x.device()});
   const Tensor input = x.contiguous();
-  backend_of(x).softmax(kv(out), kv(input), dim, log);
+  if (half_to_float) {
+    backend_of(x).copy(kv(out), kv(input));
+    backend_of(x).softmax(kv(out), kv(out), dim, log);
+  } else {
+    backend_of(x).softmax(kv(out), kv(input), dim, log);
+  }
   return out;
 }
 
@@ -35,26 +42,42 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log) {
 namespace {
 
 template <OpId op>
-Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log) {
+Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log, bool half_to_float) {
   const char* name = op_name(op).data();
-  Tensor out = without_recording([&] { return softmax_op(name, x, dim, log); });
+  Tensor out = without_recording([&] { return softmax_op(name, x, dim, log, half_to_float); });
   record_for_autograd({x}, [&] { return make_record<op>({x}, {out}, {wrap_dim(dim, x.dim(), name)}); });
   return out;
 }
 
+// PyTorch's softmax(x, dim, dtype) (SoftMax.cpp): on CUDA a float16 input asked for float32 goes to
+// _softmax(x, dim, half_to_float=true); otherwise x.toType(dtype) (no copy when it already is), then the op.
+// Under autocast (fp32_set_opt_dtype) an eligible input with no dtype gets float32. log_softmax has the same
+// half_to_float path in PyTorch; here it converts (not yet modelled: its backward would need a kernel that
+// writes float16 from float32 operands without a block to compute in).
+template <OpId op>
+Tensor softmax_with_dtype(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype, bool log) {
+  if (autocast::active()) {
+    autocast::InnerCall inner;
+    if (!dtype && autocast::is_eligible(x)) dtype = ScalarType::float32;
+    return softmax_with_dtype<op>(x, dim, dtype, log);
+  }
+  const bool half_to_float = !log && dtype == ScalarType::float32 && x.defined() &&
+                             x.dtype() == ScalarType::float16 && x.device().type != DeviceType::cpu;
+  if (half_to_float) return softmax_recorded<op>(x, dim, log, true);
+  return softmax_recorded<op>(dtype ? x.to(*dtype) : x, dim, log, false);
+}
+
 }  // namespace
 
-// Under autocast, PyTorch's softmax(x, dim, dtype=float32): the input cast, then the op.
-Tensor softmax(const Tensor& x, int64_t dim) {
-  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, softmax, x, dim);
-  return softmax_recorded<OpId::softmax>(x, dim, false);
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
+  return softmax_with_dtype<OpId::softmax>(x, dim, dtype, false);
 }
-Tensor log_softmax(const Tensor& x, int64_t dim) {
-  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, log_softmax, x, dim);
-  return softmax_recorded<OpId::log_softmax>(x, dim, true);
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
+  return softmax_with_dtype<OpId::log_softmax>(x, dim, dtype, true);
 }
 
-Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log) {
+Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log,
+                        std::optional<ScalarType> input_dtype) {
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
   AllocationScope scope(name);
   check_same_device(name, grad_output, output);
@@ -63,7 +86,12 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
     throw std::invalid_argument(fmt::format("{}: the gradient {} and the output {} differ in shape", name,
                                             describe(grad_output), describe(output)));
   dim = wrap_dim(dim, output.dim(), name);
-  Tensor grad_input = empty(output.sizes(), TensorOptions{output.dtype(), output.device()});
+  const ScalarType grad_dtype = input_dtype.value_or(output.dtype());
+  const bool half_to_float = grad_dtype != output.dtype();
+  if (half_to_float && (grad_dtype != ScalarType::float16 || output.dtype() != ScalarType::float32))
+    throw std::invalid_argument(fmt::format("{}: a {} gradient for a {} output: only float16 from float32 (half_to_float)",
+                                            name, scalar_type_name(grad_dtype), scalar_type_name(output.dtype())));
+  Tensor grad_input = empty(output.sizes(), TensorOptions{grad_dtype, output.device()});
   // PyTorch's softmax_backward_cuda_out first computes tmp = grad * output into a new tensor (an elementwise
   // result, freed on return) and hands tmp to its kernel; ours fuses that product, so the block is only
   // allocated, where and as long as PyTorch's is (events.jsonl "softmax [64,10]": alloc, alloc, free).
@@ -74,6 +102,15 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   // As the forward: contiguous operands (copies only when they are not).
   const Tensor grad = grad_output.contiguous();
   const Tensor out = output.contiguous();
+  if (half_to_float) {
+    // The kernels take one dtype: the float32 gradient is computed in PyTorch's float32 product block, then
+    // converted into grad_input.
+    if (log)
+      throw std::invalid_argument(fmt::format("{}: a float16 gradient from a float32 log_softmax is not supported", name));
+    backend_of(output).softmax_backward(kv(product_block), kv(grad), kv(out), dim, log);
+    backend_of(output).copy(kv(grad_input), kv(product_block));
+    return grad_input;
+  }
   backend_of(output).softmax_backward(kv(grad_input), kv(grad), kv(out), dim, log);
   return grad_input;
 }

@@ -7,8 +7,10 @@
 namespace bytegrad::formulas {
 
 void softmax(const OpRecord& r, const op_args::Dim& args) {
-  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
-    return TensorList{softmax_backward(g[0], n.saved(0), dim, false)};
+  // _softmax_backward_data(grad, result, dim, self.scalar_type()): a float16 input read as float32
+  // (half_to_float) gets its gradient in float16 straight from the kernel.
+  auto node = make_node(r, [dim = args.dim, input_dtype = r.inputs.at(0).dtype()](const FormulaNode& n, TensorList& g) {
+    return TensorList{softmax_backward(g[0], n.saved(0), dim, false, input_dtype)};
   });
   node->save("result", r.outputs.at(0));
 }
