@@ -7,6 +7,7 @@
 //   BYTEGRAD_GPT2_SWEEP=DIR build/tests/test_programs -tc='GPT-2 probe sweep*'
 //
 // BYTEGRAD_GPT2_SWEEP_ALL=1 lists every differing mark of a case, not only the first.
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <optional>
@@ -165,4 +166,50 @@ TEST_CASE("GPT-2 probe sweep against PyTorch (a report; runs when BYTEGRAD_GPT2_
     std::cout << std::setw(static_cast<int>(width)) << "" << "      (" << config << ")\n";
   }
   std::cout << exact << " of " << compared << " exact at every mark\n";
+}
+
+// The sweep recorded on the H100 (tools/probes/gpt2_sweep.py, tests/data/pytorch_probes/gpt2/sweep: 23 GPT-2
+// configurations, both workspace settings, and max-batch searches): what bytegrad must keep.
+//  - Every case: the bytes requested and the number of blocks at every mark are PyTorch's, and the
+//    max-batch answers are PyTorch's.
+//  - The cases listed below (all figures at every mark): exact. The others differ only in which free
+//    block or segment a request landed in (best fit's ties between equal blocks follow the addresses the
+//    CUDA driver hands out, which a simulated device cannot know after cuBLAS has loaded), which moves
+//    allocated (a block kept whole instead of split), reserved, segments and inactive_split.
+TEST_CASE("GPT-2 sweep recorded in PyTorch: requests at every mark, max-batch answers, and the exact cases") {
+  const std::filesystem::path dir = sweep_directory("sweep");
+  const std::vector<std::string> exact_cases = {
+      "xd/char_bf16_sdpa_64x256", "x0/medium_2x256", "xd/medium_2x256", "x0/mid_adam_single_8x512",
+      "x0/mid_ckpt_4x300", "xd/mid_ckpt_4x300", "xd/mid_fp16_sdpa_6x320", "x0/mid_sgd_bf16_8x512",
+      "xd/mid_sgd_bf16_8x512", "x0/mid_sgd_single_8x512", "x0/small_1x1024", "xd/small_1x1024", "x0/small_8x1024",
+      "xd/small_8x1024", "x0/small_adam_4x256", "x0/small_fp16_4x256", "xd/small_fp16_4x256", "x0/small_vpad_8x128",
+      "xd/small_vpad_8x128", "x0/small_vpad_bf16_sdpa_4x512", "xd/small_vpad_bf16_sdpa_4x512",
+      "x0/tiny_adam_bf16_sdpa_1x37", "xd/tiny_adam_bf16_sdpa_1x37", "xd/tiny_fp16_4x64", "x0/w512_h4_bf16_12x200",
+      "xd/w512_h4_bf16_12x200", "x0/w512_vpad_8x256", "xd/w512_vpad_8x256"};
+  const std::vector<std::string> request_fields_only = {"allocated", "max_allocated", "reserved", "max_reserved",
+                                                        "segments", "inactive_split"};
+  int cases = 0;
+  for (const char* sub : {"x0", "xd"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir / sub)) {
+      if (entry.path().extension() != ".json") continue;
+      const GPTProbe p = read_gpt_probe(entry.path().string());
+      const std::string key = std::string(sub) + "/" + p.name;
+      CAPTURE(key);
+      ++cases;
+      if (p.max_batch_case) {
+        REQUIRE(p.max_batch.has_value());
+        CHECK(max_gpt_batch(p.training, p.limit, p.default_workspace) == *p.max_batch);
+        continue;
+      }
+      REQUIRE(p.error.empty());
+      const GPTMarks got = run_gpt_marks(p.training, p.default_workspace, p.limit);
+      const std::optional<std::string> requests = first_mark_difference(got.steps, p.steps, request_fields_only);
+      CHECK_MESSAGE(!requests, *requests);
+      if (std::find(exact_cases.begin(), exact_cases.end(), key) != exact_cases.end()) {
+        const std::optional<std::string> any = first_mark_difference(got.steps, p.steps);
+        CHECK_MESSAGE(!any, *any);
+      }
+    }
+  }
+  CHECK(cases == 45);  // 23 configurations x 2 settings, less the max-batch search the recording cut short
 }
