@@ -5,6 +5,11 @@ foreach and single-tensor paths, activation checkpointing) and three max-batch q
 PyTorch for comparison with bytegrad's estimator (programs::estimate_gpt_training, bytegrad-estimate).
 
   python3 tools/probes/gpt2_sweep.py OUTDIR [--only x0|xd] [CASE...]
+  python3 tools/probes/gpt2_sweep.py --events OUTDIR CASE...   allocator events of plain cases
+
+--events writes OUTDIR/{x0,xd}/CASE.events (gpt2_memory_events.py's format: the memory history without an
+op recorder, so backward is not perturbed; `# mark` lines between phases) for
+compare_gpt2_events.py against bytegrad-estimate --memory-viz of the same case.
 
 Writes OUTDIR/x0/CASE.json (CUBLAS_WORKSPACE_CONFIG=:0:0) and OUTDIR/xd/CASE.json (PyTorch's default
 workspaces) in gpt2_heldout_amp.py's layout ({"case", "workspace", "steps"}: the marks of
@@ -142,6 +147,17 @@ def child(name, batch, out_path):
 
     out = dict(batch=batch, fits=None, error=None)
     r = Rec(name)
+    events_path = os.environ.get("GPT2_SWEEP_EVENTS")
+    if events_path:
+        sys.path.insert(0, HERE)
+        from gpt2_memory_events import Events
+        events = Events()
+        rec_mark = r.mark
+
+        def mark(label):
+            events.mark(label)
+            rec_mark(label)
+        r.mark = mark
     t0 = time.time()
     try:
         torch.cuda.init()
@@ -158,6 +174,10 @@ def child(name, batch, out_path):
     except Exception:
         out["error"] = traceback.format_exc()[-2000:]
     out["seconds"] = round(time.time() - t0, 2)
+    if events_path:
+        events.flush()
+        with open(events_path, "w") as f:
+            f.write("\n".join(events.lines) + "\n")
     out["steps"] = r.steps
     out["torch"] = torch.__version__
     try:
@@ -269,6 +289,15 @@ def max_batch_case(name, ws, sub_dir):
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
+        return 0
+    if argv[0] == "--events":
+        outdir, names = argv[1], argv[2:]
+        for name in names:
+            for sub, ws in WORKSPACES:
+                os.makedirs(os.path.join(outdir, sub), exist_ok=True)
+                os.environ["GPT2_SWEEP_EVENTS"] = os.path.abspath(os.path.join(outdir, sub, name + ".events"))
+                out = run_child(name, CASES[name]["batch"], ws, os.path.join(outdir, sub))
+                print(sub, name, out.get("error") or "ok", flush=True)
         return 0
     outdir, rest = argv[0], argv[1:]
     only = None
