@@ -128,11 +128,15 @@ const Tensor& operator/=(const Tensor& a, double b);
 
 // ------------------------------------------------------------------------------------ reductions
 // All elements: a 0-d result (one 512-byte block). Integer and bool sums are int64, as in PyTorch.
-Tensor sum(const Tensor& x);
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
+// sum and prod take PyTorch's dtype argument: the result's dtype, the input first copied to it (after the
+// output, freed on return) except for a float16/bfloat16 input summed into float32 on a GPU-like device,
+// which the kernel reads as it is. Under autocast an unset dtype becomes float32 for an eligible input
+// (tensor/autocast.h). Note: sum(x, {}) is ambiguous (dims or dtype?); write sum(x, Shape{}) for dim=[].
+Tensor sum(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
-Tensor prod(const Tensor& x);
+Tensor prod(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 // torch.amax/amin: the largest/smallest value over `dims` (empty: every dimension), no indices.
@@ -150,13 +154,15 @@ struct ValuesIndices {
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 
-// torch.linalg.vector_norm(x, 2, dims, keepdim) (Tensor.norm()): the 2-norm over every element, or over
-// `dims` (empty: every dimension). Floating dtypes only; the result has x's dtype. As PyTorch: when every
-// reduced dimension has size 1 (or x is 0-d) it is abs(x) written into the output; otherwise a reduction
-// with float accumulation (double for float64), whose CUDA scratch is sum's. Gradient: grad * (x / norm),
-// 0 where norm == 0 (saves self and result).
-Tensor norm(const Tensor& x);
-Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false);
+// torch.linalg.vector_norm(x, 2, dims, keepdim, dtype=dtype) (Tensor.norm()): the 2-norm over every
+// element, or over `dims` (empty: every dimension). Floating dtypes only; the result has `dtype` (a floating
+// dtype x converts to without narrowing), by default x's. As PyTorch: when every reduced dimension has size
+// 1 (or x is 0-d) it is abs(x.to(dtype)) written into the output; otherwise a reduction with float
+// accumulation (double for float64), whose CUDA scratch is sum's, reading x as it is for a float16/bfloat16 x
+// into float32 and a copy in `dtype` for other conversions. Under autocast an unset dtype becomes float32
+// for an eligible x. Gradient: grad * (x / norm), 0 where norm == 0 (saves self and result).
+Tensor norm(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
+Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 // Tensor.var() / Tensor.std(): sum((x - mean)^2) / (n - correction) (its square root for std) over every
 // element or over `dims` (empty: every dimension, as dim=None); correction 1 (unbiased) by default, 0 for
 // the population variance (var(x, {}, false, 0.0) over everything); n <= correction gives inf/NaN as
@@ -185,8 +191,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
 Tensor outer(const Tensor& a, const Tensor& b);
 
 // ----------------------------------------------------------------------------------------- nn ops
-Tensor softmax(const Tensor& x, int64_t dim);
-Tensor log_softmax(const Tensor& x, int64_t dim);
+// With a dtype, as PyTorch's softmax(x, dim, dtype): x.to(dtype) (autograd-visible; a copy when the dtype
+// differs), then the op in that dtype. Under autocast an unset dtype becomes float32 for an eligible x.
+// (PyTorch's CUDA kernel reads a float16 x into a float32 result without the copy, half_to_float; bytegrad
+// copies for float16 too.)
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
 // The gradient of (log_)softmax given its output (PyTorch's _softmax_backward_data).
 Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log = false);
 

@@ -44,14 +44,22 @@ Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log) {
 
 }  // namespace
 
-// Under autocast, PyTorch's softmax(x, dim, dtype=float32): the input cast, then the op.
-Tensor softmax(const Tensor& x, int64_t dim) {
-  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, softmax, x, dim);
-  return softmax_recorded<OpId::softmax>(x, dim, false);
+// PyTorch's softmax.int / log_softmax.int (composite): with a dtype, converted = input.toType(dtype) (an
+// autograd-visible copy, ToCopyBackward0, when the dtype differs), then _softmax / _log_softmax on it. (On
+// CUDA a float16 input with dtype=float32 goes to _softmax(input, dim, half_to_float=true) instead, which
+// reads the float16 input without the copy; bytegrad's kernels have no half_to_float path, so it copies.)
+// Under autocast (fp32_set_opt_dtype) an unset dtype becomes float32 for an eligible input: a bfloat16
+// input is copied to float32 (PyTorch's trace: _to_copy, then _softmax); an explicit dtype is kept, as
+// cross_entropy's.
+Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, softmax, x, dim, dtype);
+  const Tensor converted = dtype ? x.to(*dtype) : x;
+  return softmax_recorded<OpId::softmax>(converted, dim, false);
 }
-Tensor log_softmax(const Tensor& x, int64_t dim) {
-  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, log_softmax, x, dim);
-  return softmax_recorded<OpId::log_softmax>(x, dim, true);
+Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, log_softmax, x, dim, dtype);
+  const Tensor converted = dtype ? x.to(*dtype) : x;
+  return softmax_recorded<OpId::log_softmax>(converted, dim, true);
 }
 
 Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log) {
@@ -78,8 +86,10 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   return grad_input;
 }
 
-Tensor Tensor::softmax(int64_t dim) const { return bytegrad::softmax(*this, dim); }
-Tensor Tensor::log_softmax(int64_t dim) const { return bytegrad::log_softmax(*this, dim); }
+Tensor Tensor::softmax(int64_t dim, std::optional<ScalarType> dtype) const { return bytegrad::softmax(*this, dim, dtype); }
+Tensor Tensor::log_softmax(int64_t dim, std::optional<ScalarType> dtype) const {
+  return bytegrad::log_softmax(*this, dim, dtype);
+}
 
 // ---------------------------------------------------------------------------------------- dropout
 
