@@ -64,7 +64,7 @@ TEST_CASE("leaving the outermost region frees the cached casts no graph saved; a
   nn::Linear fc(64, 32, true, f32(d));
   const Tensor x = randn({8, 64}, f32(d));
   Tensor y;
-  Probe probe(d);
+  MemoryProbe probe(d);
   {
     AutocastGuard outer(d.type, ScalarType::bfloat16);
     {
@@ -80,10 +80,10 @@ TEST_CASE("leaving the outermost region frees the cached casts no graph saved; a
     CHECK(autocast_cache_size() == 2);  // the inner region's exit does not clear the cache
     // Live: bias cast block(32 * 2) = 512, weight cast 32 * 64 * 2 = 4096, input cast 8 * 64 * 2 = 1024,
     // output 8 * 32 * 2 = 512.
-    CHECK(probe.bytes() == 512 + 4096 + 1024 + 512);
+    CHECK(probe.allocated_delta_is(512 + 4096 + 1024 + 512));
   }
   // x needs no grad, so addmm's node saved only mat1 (the input's cast); the weight and bias casts go.
-  CHECK(probe.bytes() == 1024 + 512);
+  CHECK(probe.allocated_delta_is(1024 + 512));
   CHECK(y.dtype() == ScalarType::bfloat16);
 }
 
@@ -95,7 +95,7 @@ TEST_CASE("gradients reach float32 parameters through the casts; saved bf16 cast
     nn::Linear fc(16, 8, true, f32(d));
     const Tensor x = randn({4, 16}, f32(d)).requires_grad_();
     Tensor loss;
-    Probe probe(d);
+    MemoryProbe probe(d);
     {
       AutocastGuard autocast(d.type, ScalarType::bfloat16);
       loss = fc.forward(x).sum();
@@ -105,7 +105,7 @@ TEST_CASE("gradients reach float32 parameters through the casts; saved bf16 cast
     // cache, and the product's output with its last reference (SumBackward0 keeps only the shape). sum runs
     // with dtype=float32 (fp32_set_opt_dtype), reading the bfloat16 product as it is: the loss is float32,
     // still one 512-byte block.
-    CHECK(probe.bytes() == 512 + 512 + 512);
+    CHECK(probe.allocated_delta_is(512 + 512 + 512));
     CHECK(loss.dtype() == ScalarType::float32);
     loss.backward();
     CHECK(fc.weight().grad().dtype() == ScalarType::float32);
