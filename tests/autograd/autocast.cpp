@@ -10,6 +10,7 @@
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/testing/memory_probe.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/scoped_env.h"
 
@@ -63,7 +64,7 @@ TEST_CASE("leaving the outermost region frees the cached casts no graph saved; a
   nn::Linear fc(64, 32, true, f32(d));
   const Tensor x = randn({8, 64}, f32(d));
   Tensor y;
-  Probe probe(d);
+  MemoryProbe probe(d);
   {
     AutocastGuard outer(d.type, ScalarType::bfloat16);
     {
@@ -79,10 +80,10 @@ TEST_CASE("leaving the outermost region frees the cached casts no graph saved; a
     CHECK(autocast_cache_size() == 2);  // the inner region's exit does not clear the cache
     // Live: bias cast block(32 * 2) = 512, weight cast 32 * 64 * 2 = 4096, input cast 8 * 64 * 2 = 1024,
     // output 8 * 32 * 2 = 512.
-    CHECK(probe.bytes() == 512 + 4096 + 1024 + 512);
+    CHECK(probe.allocated_delta_is(512 + 4096 + 1024 + 512));
   }
   // x needs no grad, so addmm's node saved only mat1 (the input's cast); the weight and bias casts go.
-  CHECK(probe.bytes() == 1024 + 512);
+  CHECK(probe.allocated_delta_is(1024 + 512));
   CHECK(y.dtype() == ScalarType::bfloat16);
 }
 
@@ -94,17 +95,18 @@ TEST_CASE("gradients reach float32 parameters through the casts; saved bf16 cast
     nn::Linear fc(16, 8, true, f32(d));
     const Tensor x = randn({4, 16}, f32(d)).requires_grad_();
     Tensor loss;
-    Probe probe(d);
+    MemoryProbe probe(d);
     {
       AutocastGuard autocast(d.type, ScalarType::bfloat16);
       loss = fc.forward(x).sum();
     }
     // Live after the region: the input's cast (saved as mat1, 4 * 16 * 2 = 128 -> a 512-byte block), the
     // weight's cast (mat2, 8 * 16 * 2 = 256 -> 512) and the 0-d loss (512). The bias cast went with the
-    // cache, and the product's output with its last reference (SumBackward0 keeps only the shape). sum is not
-    // wrapped, so the loss is bfloat16.
-    CHECK(probe.bytes() == 512 + 512 + 512);
-    CHECK(loss.dtype() == ScalarType::bfloat16);
+    // cache, and the product's output with its last reference (SumBackward0 keeps only the shape). sum runs
+    // with dtype=float32 (fp32_set_opt_dtype), reading the bfloat16 product as it is: the loss is float32,
+    // still one 512-byte block.
+    CHECK(probe.allocated_delta_is(512 + 512 + 512));
+    CHECK(loss.dtype() == ScalarType::float32);
     loss.backward();
     CHECK(fc.weight().grad().dtype() == ScalarType::float32);
     CHECK(fc.bias().grad().dtype() == ScalarType::float32);
@@ -128,6 +130,23 @@ TEST_CASE("the policy: float32 ops cast up, lower-precision ops cast down, other
   CHECK(gelu(a).dtype() == ScalarType::float32);
   CHECK(dot(a.flatten(), a.flatten()).dtype() == ScalarType::float32);  // promote: the widest operand
   CHECK(dot(h.flatten(), h.flatten()).dtype() == ScalarType::bfloat16);
+  // fp32_set_opt_dtype: float32 when no dtype is given (free functions and members, with and without dims),
+  // the given dtype otherwise; inputs autocast does not cast (integers, float64) keep their own rules.
+  CHECK(sum(h).dtype() == ScalarType::float32);
+  CHECK(sum(h, {1}).dtype() == ScalarType::float32);
+  CHECK(h.sum().dtype() == ScalarType::float32);
+  CHECK(h.sum({0}, true).dtype() == ScalarType::float32);
+  CHECK(prod(h).dtype() == ScalarType::float32);
+  CHECK(norm(h).dtype() == ScalarType::float32);
+  CHECK(h.norm({1}).dtype() == ScalarType::float32);
+  CHECK(sum(a).dtype() == ScalarType::float32);
+  CHECK(sum(h, ScalarType::bfloat16).dtype() == ScalarType::bfloat16);
+  CHECK(sum(h, {1}, false, ScalarType::float64).dtype() == ScalarType::float64);
+  CHECK(norm(h, ScalarType::bfloat16).dtype() == ScalarType::bfloat16);
+  CHECK(softmax(h, -1, ScalarType::bfloat16).dtype() == ScalarType::bfloat16);
+  CHECK(sum(zeros({4}, TensorOptions{ScalarType::int32, d})).dtype() == ScalarType::int64);
+  CHECK(sum(randn({4}, TensorOptions{ScalarType::float64, d})).dtype() == ScalarType::float64);
+  CHECK(mean(h).dtype() == ScalarType::bfloat16);  // not listed
   const Tensor target = zeros({4}, TensorOptions{ScalarType::int64, d});
   CHECK(cross_entropy(h, target).dtype() == ScalarType::float32);  // log_softmax and nll_loss run in float32
 }
@@ -142,6 +161,168 @@ TEST_CASE("softmax of a bfloat16 input: a float32 cast, the float32 output, the 
   // 4 * 2 * 64 * 64 * 4 = 131072 for the cast and for the output (PyTorch's trace: _to_copy alloc 131072,
   // _softmax alloc 131072; without a graph the cast goes at once).
   CHECK(events == AllocationEvents{{"alloc", 131072}, {"alloc", 131072}, {"free", 131072}});
+}
+
+// PyTorch's softmax(x, dim, dtype=float32) sends a float16 CUDA input to _softmax(x, dim, half_to_float=true):
+// no converted copy, and the gradient comes back in float16 (_softmax_backward_data(grad, result, dim, Half):
+// the float16 grad_input, then grad * output in float32, freed). Found recorded in the GPT-2 sweep
+// (small_fp16_4x256: bytegrad's extra copy moved later blocks).
+TEST_CASE("softmax of a float16 input under float16 autocast: read as float16, written as float32, no copy") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  const Device d = kSim;
+  const Tensor att = randn({4, 2, 64, 64}, f32(d)).to(ScalarType::float16).requires_grad_();
+  Tensor p;
+  AllocationEvents forward;
+  {
+    AutocastGuard autocast(d.type, ScalarType::float16);
+    forward = allocation_events(d, [&] { p = softmax(att, -1); });
+  }
+  // 4 * 2 * 64 * 64 * 4 = 131072: the float32 output only.
+  CHECK(forward == AllocationEvents{{"alloc", 131072}});
+  CHECK(p.dtype() == ScalarType::float32);
+  // Values as the float32 softmax of the same numbers.
+  const Tensor reference = softmax(att.detach().to(ScalarType::float32), -1);
+  CHECK((p.detach() - reference).abs().max().item() < 1e-6);
+  const Tensor grad = randn({4, 2, 64, 64}, f32(d));
+  const AllocationEvents backward = allocation_events(d, [&] { p.backward(grad); });
+  // grad_input in float16 (4 * 2 * 64 * 64 * 2 = 65536), then the float32 product (131072), freed; the
+  // gradient is stolen into .grad (no copy to float16 afterwards).
+  CHECK(backward == AllocationEvents{{"alloc", 65536}, {"alloc", 131072}, {"free", 131072}});
+  CHECK(att.grad().dtype() == ScalarType::float16);
+  // The same gradient as through a float32 softmax (float16's rounding apart).
+  const Tensor x32 = att.detach().to(ScalarType::float32).requires_grad_();
+  softmax(x32, -1).backward(grad);
+  CHECK((att.grad().to(ScalarType::float32) - x32.grad()).abs().max().item() < 2e-3);
+}
+
+TEST_CASE("sum of a bfloat16 (1024, 1024) under autocast: one float32 output, no copy of the input") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  for (Device d : {kSim, kMeta}) {
+    CAPTURE(d.str());
+    const Tensor x = randn({1024, 1024}, f32(d)).to(ScalarType::bfloat16);
+    // PyTorch's sum(x, dtype=float32), which autocast's fp32_set_opt_dtype wrapper calls: the 0-d float32
+    // output (4 bytes: a 512-byte block), then the kernel reads the bfloat16 input as it is
+    // (make_reduction_from_out_ty's gpu_lowp_to_f32; sum_functor<BFloat16, float, float> converts in
+    // registers), so there is no 1024 * 1024 * 4 = 4194304-byte float32 copy of it, which an fp32-policy cast
+    // would make. 1048576 inputs into one output are split across 128 blocks of 512 threads: a staging
+    // buffer of 128 float accumulators (512 bytes) and one 4-byte semaphore, freed (semaphore first) before
+    // the op returns. That launch is the recorded float32 sum's of as many elements (events.jsonl "sum
+    // [1048576] dims=None f32": alloc 4, 512, 4, free 4, 512): the accumulator is float in both, and 2-byte
+    // inputs change only the width of vector loads (8 instead of 4), which leaves a 512-thread block.
+    const AllocationEvents expected{{"alloc", 4}, {"alloc", 512}, {"alloc", 4}, {"free", 4}, {"free", 512}};
+    Tensor s, explicit_dtype;
+    AllocationEvents inside;
+    {
+      AutocastGuard autocast(d.type, ScalarType::bfloat16);
+      MemoryProbe probe(d);
+      inside = allocation_events(d, [&] { s = sum(x); });
+      CHECK(probe.allocated_delta_is(512));             // the output's block, nothing else stays
+      CHECK(probe.peak_allocated_delta_is(512 * 3));    // output, staging buffer, semaphore
+    }
+    CHECK(s.dtype() == ScalarType::float32);
+    CHECK(s.dim() == 0);
+    CHECK(inside == expected);
+    // The same call outside autocast with the dtype given allocates the same; without it, a bfloat16 sum.
+    CHECK(allocation_events(d, [&] { explicit_dtype = sum(x, ScalarType::float32); }) == expected);
+    CHECK(explicit_dtype.dtype() == ScalarType::float32);
+    CHECK(sum(x).dtype() == ScalarType::bfloat16);
+    if (d == kSim) CHECK(s.item() == doctest::Approx(explicit_dtype.item()));
+  }
+}
+
+TEST_CASE("a float32 sum's gradient reaches its bfloat16 leaf as bfloat16 (the engine's conversion)") {
+  for (Device d : {kSim, kMeta}) {
+    CAPTURE(d.str());
+    const Tensor x = randn({1024, 1024}, f32(d)).to(ScalarType::bfloat16).requires_grad_();
+    Tensor loss;
+    {
+      AutocastGuard autocast(d.type, ScalarType::bfloat16);
+      loss = sum(x);
+    }
+    CHECK(loss.dtype() == ScalarType::float32);
+    MemoryProbe probe(d);
+    loss.backward();
+    REQUIRE(x.grad().defined());
+    CHECK(x.grad().dtype() == ScalarType::bfloat16);
+    // The root gradient (a 0-d float32 one: a 512-byte block) is expanded by SumBackward0 (a view); the
+    // engine converts it to the input's bfloat16 (validate_outputs' grad.to(bfloat16) of the expanded view: a
+    // contiguous 1024 * 1024 * 2 = 2097152 bytes), which AccumulateGrad keeps as x.grad. The root's block
+    // goes when backward returns.
+    CHECK(probe.allocated_delta_is(2097152));
+    CHECK(probe.peak_allocated_delta_is(512 + 2097152));
+  }
+}
+
+TEST_CASE("prod and norm of a bfloat16 input under autocast: float32 outputs, no copies") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  for (Device d : {kSim, kMeta}) {
+    CAPTURE(d.str());
+    const Tensor x = (randn({64, 64}, f32(d)) * 0.01 + 1.0).to(ScalarType::bfloat16);
+    const Tensor column = randn({64, 1}, f32(d)).to(ScalarType::bfloat16);
+    AutocastGuard autocast(d.type, ScalarType::bfloat16);
+    Tensor p, whole, rows, ones;
+    // prod(x, dtype=float32): the 0-d output (4 bytes) and nothing else (make_reduction_from_out_ty, as sum;
+    // 4096 inputs need no split across blocks: the recorded float32 prod of 65536 had none).
+    CHECK(allocation_events(d, [&] { p = prod(x); }) == AllocationEvents{{"alloc", 4}});
+    // linalg_vector_norm(x, 2, dtype=float32): the output in float32, then make_reduction reads the bfloat16
+    // input as it is (gpu_lowp_to_f32). Whole: 4 bytes; over dim 1: 64 * 4 = 256 bytes. No split either.
+    CHECK(allocation_events(d, [&] { whole = norm(x); }) == AllocationEvents{{"alloc", 4}});
+    CHECK(allocation_events(d, [&] { rows = x.norm({1}); }) == AllocationEvents{{"alloc", 256}});
+    // Reducing only size-1 dims is abs(x.to(dtype)) written into the output (linalg_vector_norm_out): the
+    // float32 output (64 * 4 = 256), then x.to(float32) (another 256 bytes), freed on return.
+    CHECK(allocation_events(d, [&] { ones = norm(column, {1}); }) ==
+          AllocationEvents{{"alloc", 256}, {"alloc", 256}, {"free", 256}});
+    for (const Tensor* t : {&p, &whole, &rows, &ones}) CHECK(t->dtype() == ScalarType::float32);
+    CHECK(rows.sizes() == Shape{64});
+    CHECK(ones.sizes() == Shape{64});
+  }
+}
+
+TEST_CASE("fp32_set_opt_dtype keeps a given dtype: a conversion other than to float32 copies the input") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  const Device d = kSim;
+  const Tensor h = randn({4, 8}, f32(d)).to(ScalarType::bfloat16);
+  AutocastGuard autocast(d.type, ScalarType::bfloat16);
+  Tensor kept, wide_sum, wide_norm, counted;
+  // sum(h, dtype=bfloat16) runs as given: one 2-byte output.
+  CHECK(allocation_events(d, [&] { kept = sum(h, ScalarType::bfloat16); }) == AllocationEvents{{"alloc", 2}});
+  // sum(h, dtype=float64): gpu_lowp_to_f32 does not apply, so make_reduction_from_out_ty reduces
+  // h.to(float64): the 8-byte output, then the 4 * 8 * 8 = 256-byte copy, freed on return. norm the same.
+  const AllocationEvents to_float64{{"alloc", 8}, {"alloc", 256}, {"free", 256}};
+  CHECK(allocation_events(d, [&] { wide_sum = sum(h, ScalarType::float64); }) == to_float64);
+  CHECK(allocation_events(d, [&] { wide_norm = norm(h, ScalarType::float64); }) == to_float64);
+  // An integer sum is not autocast's: int64 with its int64 copy as always (4 * 8 = 32 elements: 8 + 256).
+  const Tensor counts = zeros({4, 8}, TensorOptions{ScalarType::int32, d});
+  CHECK(allocation_events(d, [&] { counted = sum(counts); }) == to_float64);
+  CHECK(kept.dtype() == ScalarType::bfloat16);
+  CHECK(wide_sum.dtype() == ScalarType::float64);
+  CHECK(wide_norm.dtype() == ScalarType::float64);
+  CHECK(counted.dtype() == ScalarType::int64);
+  CHECK(wide_sum.item() == doctest::Approx(sum(h.to(ScalarType::float64)).item()));
+  // linalg.vector_norm refuses a narrowing dtype, and a non-floating one.
+  const Tensor a = randn({4, 8}, f32(d));
+  CHECK_THROWS_WITH_AS(norm(a, ScalarType::bfloat16), doctest::Contains("without narrowing"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(norm(a, ScalarType::int64), doctest::Contains("floating point"), std::invalid_argument);
+}
+
+TEST_CASE("norm's gradient under autocast: a float32 norm of a bfloat16 leaf, a bfloat16 gradient") {
+  const Device d = kSim;
+  manual_seed(0);
+  const Tensor x = randn({8, 16}, f32(d)).to(ScalarType::bfloat16).requires_grad_();
+  Tensor loss;
+  {
+    AutocastGuard autocast(d.type, ScalarType::bfloat16);
+    const Tensor rows = norm(x, {1});
+    CHECK(rows.dtype() == ScalarType::float32);
+    loss = sum(rows);
+  }
+  loss.backward();
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().dtype() == ScalarType::bfloat16);
+  // d/dx sum_i |x_i| = x / |x_i| row by row, in bfloat16.
+  NoGradGuard no_grad;
+  const Tensor expected = x.to(ScalarType::float32) / norm(x.to(ScalarType::float32), {1}, true);
+  CHECK(max(abs(x.grad().to(ScalarType::float32) - expected)).item() < 1e-2);
 }
 
 TEST_CASE("only float32 leaves that require grad and are not views are cached") {

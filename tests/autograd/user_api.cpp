@@ -16,6 +16,7 @@
 #include "bytegrad/nn/module_list.h"
 #include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/testing/memory_probe.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/devices.h"
 #include "tests/support/error_text.h"
@@ -46,12 +47,12 @@ class Net : public nn::Module {
 TEST_CASE("TensorOptions::requires_grad makes the factory's tensor a leaf that requires grad") {
   fresh_sim();
   {
-    Probe p;
+    MemoryProbe p(kSim);
     Tensor w = randn({2, 3}, {.device = kSim, .requires_grad = true});
     CHECK(w.requires_grad());
     CHECK(w.is_leaf());
     CHECK(w.grad_fn_name() == "");
-    CHECK(p.bytes() == 512);  // 2*3*4 = 24 -> one 512-byte block, nothing else
+    CHECK(p.allocated_delta_is(512));  // 2*3*4 = 24 -> one 512-byte block, nothing else
     Tensor b = zeros({3}, device(kSim).with_requires_grad());
     CHECK(b.requires_grad());
     for (const Tensor& t : {ones({2}, TensorOptions{}.with_device(kSim).with_requires_grad()),
@@ -68,12 +69,12 @@ TEST_CASE("TensorOptions::requires_grad makes the factory's tensor a leaf that r
   }
   // Only floating point tensors can require grad (torch: "Only Tensors of floating point ... can require
   // gradients"), refused before anything is allocated.
-  Probe p;
+  MemoryProbe p(kSim);
   CHECK(contains(error_of([] { zeros({4}, {.dtype = ScalarType::int64, .device = kSim, .requires_grad = true}); }),
                  "floating point"));
   CHECK(contains(error_of([] { randint(0, 5, {4}, {.device = kSim, .requires_grad = true}); }), "floating point"));
-  CHECK(p.bytes() == 0);
-  CHECK(p.peak() == 0);
+  CHECK(p.allocated_delta_is(0));
+  CHECK(p.peak_allocated_delta_is(0));
 }
 
 TEST_CASE("printing shows requires_grad=True on leaves and grad_fn=<...> on results, as PyTorch's repr") {
@@ -154,9 +155,9 @@ TEST_CASE("saved_tensors names each node's module, charges blocks once per stora
 
   // What only the graph holds is what dropping it frees: relu's output (1024) and the loss itself (4 bytes
   // -> 512); fc1's and fc2's outputs were freed during the forward pass.
-  Probe p;
+  MemoryProbe p(kSim);
   loss = Tensor();
-  CHECK(p.bytes() == -(1024 + 512));
+  CHECK(p.allocated_delta_is(-(1024 + 512)));
 }
 
 TEST_CASE("module names follow the model's path; a multi-input forward names itself with module_scope()") {

@@ -84,6 +84,37 @@ TEST_CASE("reduce over every combination of dimensions, all ops, float32 and flo
   }
 }
 
+TEST_CASE("float16 and bfloat16 inputs reduced into float32 outputs (sum, prod and norm under autocast)") {
+  require_gpu();
+  // Autocast's fp32_set_opt_dtype runs these with dtype=float32 and the kernel reads the 16-bit input as it
+  // is (gpu_lowp_to_f32): both backends read the same 16-bit values, cuda accumulating in float, cpu in
+  // double, and write float32.
+  for (ScalarType dtype : {ScalarType::float16, ScalarType::bfloat16}) {
+    Pair base = random_pair({7, 5, 300}, dtype);
+    Pair in = base.map([](const Tensor& t) { return t.permute({1, 2, 0}); });  // (5, 300, 7)
+    for (int mask = 1; mask < 8; ++mask) {
+      const std::vector<bool> reduced = {(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::norm}) {
+        if (op == ReduceOp::prod && reduced[1]) continue;
+        Pair out = empty_pair(kept_shape(in.cpu.sizes(), reduced), ScalarType::float32);
+        cpu().reduce(op, out.cpu_view(), in.cpu_view());
+        gpu().reduce(op, out.gpu_view(), in.gpu_view());
+        check_close(out, 1e-4, 1e-4 * std::max(1.0, max_abs(out.cpu)),
+                    "16-bit into float32: op " + std::to_string(static_cast<int>(op)) + " mask " +
+                        std::to_string(mask));
+      }
+    }
+    // A whole (1024, 1024) sum and norm: one output from a million inputs (the block-per-output kernel).
+    Pair big = random_pair({1024, 1024}, dtype);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::norm}) {
+      Pair out = empty_pair({1, 1}, ScalarType::float32);
+      cpu().reduce(op, out.cpu_view(), big.cpu_view());
+      gpu().reduce(op, out.gpu_view(), big.gpu_view());
+      check_close(out, 1e-4, 1e-4 * std::max(1.0, max_abs(out.cpu)), "16-bit (1024, 1024) into float32");
+    }
+  }
+}
+
 TEST_CASE("argmax, argmin and max(dim) take the first of equal values and propagate NaN") {
   require_gpu();
   const double nan = std::nan("");

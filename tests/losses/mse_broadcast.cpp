@@ -10,6 +10,7 @@
 
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/testing/memory_probe.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/devices.h"
 #include "tests/support/error_text.h"
@@ -89,21 +90,21 @@ TEST_CASE("broadcast mse_loss memory: the broadcast shape's loss, and ExpandBack
     const Tensor input = randn({64, 1}, {.device = kSim, .requires_grad = true});
     const Tensor target = randn({64}, device(kSim));
     const int64_t broadcast = 64 * 64 * 4;
-    Probe p;
+    MemoryProbe p(kSim);
     Tensor loss;
     stderr_of([&] { loss = mse_loss(input, target); });
     // The expands are views; then mse_loss as for equal shapes: the 0-d result holding a broadcast-sized
     // block, and a broadcast-sized squared-difference temporary freed on return.
-    CHECK(p.bytes() == broadcast);
-    CHECK(p.peak() == 2 * broadcast);
+    CHECK(p.allocated_delta_is(broadcast));
+    CHECK(p.peak_allocated_delta_is(2 * broadcast));
     CHECK(loss.grad_fn_name() == "MseLossBackward0");
     caching_allocator(kSim).reset_peak_stats();
     loss.backward();
     // root gradient (4 bytes -> 512); MseLossBackward0's gradient for the expanded input, broadcast-sized
     // (16384); ExpandBackward0 sums it over dim 1 to (64, 1): 256 bytes -> 512, which input.grad keeps; the
     // broadcast-sized gradient is freed once ExpandBackward0 ran.
-    CHECK(p.peak() - broadcast == 512 + broadcast + 512);
-    CHECK(p.bytes() == broadcast + 512);
+    CHECK(p.peak_allocated_delta() - broadcast == 512 + broadcast + 512);
+    CHECK(p.allocated_delta_is(broadcast + 512));
     CHECK(input.grad().sizes() == Shape{64, 1});
 
     // Event for event the same as expanding by hand (which is what PyTorch's broadcast_tensors does).

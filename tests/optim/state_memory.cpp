@@ -7,6 +7,7 @@
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/testing/memory_probe.h"
 #include "tests/support/allocation_probe.h"
 #include "tests/support/devices.h"
 
@@ -47,17 +48,17 @@ TEST_CASE("SGD with momentum: one param-sized buffer per parameter at the first 
     SGD sgd(ps.list(), 0.1, 0.9);
     CHECK(!sgd.momentum_buffer(0).defined());
     {
-      Probe p;
+      MemoryProbe p(kSim);
       sgd.step();
-      CHECK(p.bytes() == kP1 + kP2);  // buf = clone(grad) for each
-      CHECK(p.peak() == kP1 + kP2);   // no temporaries
+      CHECK(p.allocated_delta_is(kP1 + kP2));       // buf = clone(grad) for each
+      CHECK(p.peak_allocated_delta_is(kP1 + kP2));  // no temporaries
     }
     ps.regrad();
     {
-      Probe p;
+      MemoryProbe p(kSim);
       sgd.step();
-      CHECK(p.bytes() == 0);
-      CHECK(p.peak() == 0);  // buf.mul_().add_(), param.add_(): in place
+      CHECK(p.allocated_delta_is(0));
+      CHECK(p.peak_allocated_delta_is(0));  // buf.mul_().add_(), param.add_(): in place
     }
   }
   CHECK(allocated() == 0);
@@ -69,29 +70,29 @@ TEST_CASE("SGD weight decay: a param-sized temporary per parameter, freed as the
     Params ps;
     SGD sgd(ps.list(), 0.1, 0.9, 0.0, 1e-2);
     {
-      Probe p;
+      MemoryProbe p(kSim);
       sgd.step();
-      CHECK(p.bytes() == kP1 + kP2);
+      CHECK(p.allocated_delta_is(kP1 + kP2));
       // p1: decay temp (512) then buf (512), `grad = buf` frees the temp; p2: buf1 + temp (8704) + buf (8704).
-      CHECK(p.peak() == kP1 + kP2 + kP2);
+      CHECK(p.peak_allocated_delta_is(kP1 + kP2 + kP2));
     }
     ps.regrad();
     {
-      Probe p;
+      MemoryProbe p(kSim);
       sgd.step();
-      CHECK(p.bytes() == 0);
-      CHECK(p.peak() == kP2);  // one decay temporary at a time
+      CHECK(p.allocated_delta_is(0));
+      CHECK(p.peak_allocated_delta_is(kP2));  // one decay temporary at a time
     }
   }
   {
     Params ps;
     SGD nesterov(ps.list(), 0.1, 0.9, 0.0, 1e-2, true);
-    Probe p;
+    MemoryProbe p(kSim);
     nesterov.step();
     // p1: temp, buf, nesterov grad (the temp freed); p2's turn frees p1's nesterov grad: buf1 + temp2 +
     // buf2 + nesterov2.
-    CHECK(p.peak() == kP1 + 3 * kP2);
-    CHECK(p.bytes() == kP1 + kP2);
+    CHECK(p.peak_allocated_delta_is(kP1 + 3 * kP2));
+    CHECK(p.allocated_delta_is(kP1 + kP2));
   }
   CHECK(allocated() == 0);
 }
@@ -103,21 +104,21 @@ TEST_CASE("Adam: exp_avg and exp_avg_sq per parameter; denom temporaries as _sin
     Adam adam(ps.list(), 1e-3);
     const int64_t state = 2 * (kP1 + kP2);  // 18432
     {
-      Probe p;
+      MemoryProbe p(kSim);
       adam.step();
-      CHECK(p.bytes() == state);
-      CHECK(p.blocks() == 4);
+      CHECK(p.allocated_delta_is(state));
+      CHECK(p.blocks_delta() == 4);
       // p1: sqrt (512) + quotient (512); the sqrt is freed, denom1 (512) lives on. p2: denom1 + sqrt (8704)
       // + quotient (8704).
-      CHECK(p.peak() == state + kP1 + 2 * kP2);
+      CHECK(p.peak_allocated_delta_is(state + kP1 + 2 * kP2));
     }
     CHECK(adam.state(0).step == 1);
     ps.regrad();
     {
-      Probe p;
+      MemoryProbe p(kSim);
       adam.step();
-      CHECK(p.bytes() == 0);
-      CHECK(p.peak() == kP1 + 2 * kP2);
+      CHECK(p.allocated_delta_is(0));
+      CHECK(p.peak_allocated_delta_is(kP1 + 2 * kP2));
     }
   }
   CHECK(allocated() == 0);
@@ -129,28 +130,28 @@ TEST_CASE("Adam with L2 weight decay adds a grad temporary; AdamW decays in plac
   {
     Params ps;
     Adam adam(ps.list(), 1e-3, {0.9, 0.999}, 1e-8, 1e-2);
-    Probe p;
+    MemoryProbe p(kSim);
     adam.step();
-    CHECK(p.bytes() == state);
+    CHECK(p.allocated_delta_is(state));
     // p1 leaves its decay grad (512) and denom (512); p2's turn frees the grad first, then: denom1 +
     // grad2 + sqrt2 + quotient2.
-    CHECK(p.peak() == state + kP1 + 3 * kP2);
+    CHECK(p.peak_allocated_delta_is(state + kP1 + 3 * kP2));
   }
   {
     Params ps;
     AdamW adamw(ps.list(), 1e-3, {0.9, 0.999}, 1e-8, 1e-2);
-    Probe p;
+    MemoryProbe p(kSim);
     adamw.step();
-    CHECK(p.bytes() == state);
-    CHECK(p.peak() == state + kP1 + 2 * kP2);  // param.mul_ in place: as Adam without decay
+    CHECK(p.allocated_delta_is(state));
+    CHECK(p.peak_allocated_delta_is(state + kP1 + 2 * kP2));  // param.mul_ in place: as Adam without decay
   }
   {
     Params ps;
     Adam amsgrad(ps.list(), 1e-3, {0.9, 0.999}, 1e-8, 0.0, true);
-    Probe p;
+    MemoryProbe p(kSim);
     amsgrad.step();
-    CHECK(p.bytes() == 3 * (kP1 + kP2));  // max_exp_avg_sq too
-    CHECK(p.peak() == 3 * (kP1 + kP2) + kP1 + 2 * kP2);
+    CHECK(p.allocated_delta_is(3 * (kP1 + kP2)));  // max_exp_avg_sq too
+    CHECK(p.peak_allocated_delta_is(3 * (kP1 + kP2) + kP1 + 2 * kP2));
   }
   CHECK(allocated() == 0);
 }
@@ -162,14 +163,14 @@ TEST_CASE("zero_grad(set_to_none) frees gradients; parameters without a gradient
     Adam adam(ps.list());
     ps.p2.set_grad(Tensor());
     {
-      Probe p;
+      MemoryProbe p(kSim);
       adam.step();
-      CHECK(p.bytes() == 2 * kP1);  // only p1 has a gradient
+      CHECK(p.allocated_delta_is(2 * kP1));  // only p1 has a gradient
       CHECK(!adam.state(1).exp_avg.defined());
     }
-    Probe p;
+    MemoryProbe p(kSim);
     adam.zero_grad();
-    CHECK(p.bytes() == -kP1);  // p1's gradient
+    CHECK(p.allocated_delta_is(-kP1));  // p1's gradient
     CHECK(!ps.p1.grad().defined());
     ps.regrad();
     adam.zero_grad(false);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "helpers.h"
+#include "bytegrad/testing/memory_probe.h"
 #include "tests/support/allocation_probe.h"
 
 using namespace bytegrad;
@@ -210,17 +211,17 @@ TEST_CASE("mixed dtypes allocate only the output: one block of numel * element_s
       const int64_t bf16_out = 4 * 64 * 64 * 2;  // 32768
       const int64_t bool_out = 4 * 64 * 64 * 1;  // 16384
       // (peak == bytes: nothing transient, no converted copy of either operand)
-      { Probe p(d); Tensor c = a + b; CHECK(c.dtype() == f32); CHECK(p.bytes() == f32_out); CHECK(p.peak() == f32_out); CHECK(p.blocks() == 1); }
-      { Probe p(d); Tensor c = b * a; CHECK(p.bytes() == f32_out); CHECK(p.peak() == f32_out); CHECK(p.blocks() == 1); }
-      { Probe p(d); Tensor c = b / a; CHECK(p.bytes() == f32_out); CHECK(p.peak() == f32_out); }
-      { Probe p(d); Tensor c = h + b; CHECK(c.dtype() == f32); CHECK(p.bytes() == f32_out); CHECK(p.peak() == f32_out); }
-      { Probe p(d); Tensor c = a + row; CHECK(p.bytes() == f32_out); CHECK(p.peak() == f32_out); }  // broadcast
+      { MemoryProbe p(d); Tensor c = a + b; CHECK(c.dtype() == f32); CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); CHECK(p.blocks_delta() == 1); }
+      { MemoryProbe p(d); Tensor c = b * a; CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); CHECK(p.blocks_delta() == 1); }
+      { MemoryProbe p(d); Tensor c = b / a; CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); }
+      { MemoryProbe p(d); Tensor c = h + b; CHECK(c.dtype() == f32); CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); }
+      { MemoryProbe p(d); Tensor c = a + row; CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); }  // broadcast
       // the 0-d float32 with bfloat16: a bfloat16 result
-      { Probe p(d); Tensor c = b + s; CHECK(c.dtype() == bf16); CHECK(p.bytes() == bf16_out); CHECK(p.peak() == bf16_out); }
-      { Probe p(d); Tensor c = a < b; CHECK(p.bytes() == bool_out); CHECK(p.peak() == bool_out); CHECK(p.blocks() == 1); }
-      { Probe p(d); Tensor c = eq(b, h); CHECK(p.bytes() == bool_out); CHECK(p.peak() == bool_out); }
+      { MemoryProbe p(d); Tensor c = b + s; CHECK(c.dtype() == bf16); CHECK(p.allocated_delta_is(bf16_out)); CHECK(p.peak_allocated_delta_is(bf16_out)); }
+      { MemoryProbe p(d); Tensor c = a < b; CHECK(p.allocated_delta_is(bool_out)); CHECK(p.peak_allocated_delta_is(bool_out)); CHECK(p.blocks_delta() == 1); }
+      { MemoryProbe p(d); Tensor c = eq(b, h); CHECK(p.allocated_delta_is(bool_out)); CHECK(p.peak_allocated_delta_is(bool_out)); }
       // In place, either way round: nothing.
-      { Probe p(d); b.add_(a); a.mul_(b); b.sub_(s); CHECK(p.bytes() == 0); CHECK(p.peak() == 0); }
+      { MemoryProbe p(d); b.add_(a); a.mul_(b); b.sub_(s); CHECK(p.allocated_delta_is(0)); CHECK(p.peak_allocated_delta_is(0)); }
     }
     CHECK(allocated(d) == 0);
   }

@@ -7,20 +7,38 @@
 //   }                                                                    // the cache is cleared here
 //   loss.backward();
 //
-// Inside a region each op listed below runs as PyTorch's autocast wrapper runs it: its floating operands
-// on a GPU-like device (float64 excepted) are cast first, with the autograd-visible to(dtype) (a
-// ToCopyBackward0 node; the cast's output is a new allocation), then the op runs with autocast off for
-// everything it calls inside:
+// The policy is PyTorch's CUDA one as its source states it: aten/src/ATen/autocast_mode.h's op lists
+// (AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32, AT_FORALL_FP32_SET_OPT_DTYPE, AT_FORALL_PROMOTE,
+// AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE) and its WrapFunction_ policies, registered for CUDA by
+// autocast_mode.cpp's TORCH_LIBRARY_IMPL(aten, Autocast, m). Read on pytorch/pytorch's main branch (header at
+// d70fe7f, .cpp at 008ec6b: the lists in the header, std::optional arguments, the MPS policy beside CUDA's),
+// taken as 2.11's; the recorded 2.11 traces in tests/data agree where they reach (softmax, linear). Of
+// the listed ops, bytegrad has those below; the others (cumsum, cumprod, logsumexp, rsqrt, log2, softplus,
+// the other losses, ...) it does not implement. Inside a region each op listed below runs as PyTorch's
+// autocast wrapper runs it, with autocast off for everything it calls inside:
 //   lower precision (the region's dtype): linear, matmul, mm, bmm, mv, addmm, scaled_dot_product_attention
 //   float32: exp, expm1, log, pow, layer_norm, native_layer_norm, nll_loss, mse_loss
-//   float32 unless given a dtype (fp32_set_opt_dtype): softmax, log_softmax (PyTorch's softmax(x, dim,
-//     dtype=float): the input converted, then the op; a float16 softmax reads float16 and writes float32
-//     itself, with no converted copy: half_to_float)
+//     Each floating operand on a GPU-like device (float64 excepted) is cast first, with the autograd-visible
+//     to(dtype) (a ToCopyBackward0 node; the cast's output is a new allocation).
+//   float32 unless given a dtype (fp32_set_opt_dtype): sum (whole and over dims), prod, norm (Tensor.norm and
+//     torch.norm reach linalg_vector_norm from Python, which is in this list; aten::norm's overloads, in
+//     fp32_append_dtype, are C++-only), softmax, log_softmax
+//     Nothing is cast: when the first operand is eligible (a GPU-like floating tensor, not float64) and the
+//     op's dtype argument is unset, the op runs with dtype=float32; otherwise it runs unchanged. What that
+//     allocates is the op's business, as in PyTorch: a sum, prod or norm of a float16/bfloat16 input reads
+//     the input as it is and accumulates and writes float32 (make_reduction_from_out_ty's gpu_lowp_to_f32:
+//     one float32 output, no copy of the input); softmax and log_softmax with a dtype first convert their
+//     input (PyTorch's softmax(x, dim, dtype): input.toType(dtype), a copy with its own node), except that a
+//     float16 softmax on a GPU-like device reads float16 and writes float32 itself (half_to_float, no copy,
+//     its gradient straight in float16); log_softmax's half_to_float path bytegrad does not
+//     model: under float16 autocast its log_softmax makes one copy more than PyTorch's).
 //   promote (the widest floating operand's dtype): dot
-// Every other op runs in its operands' dtypes (gelu, masked_fill, add, ... ; mixed dtypes promote), and
-// composite ops that are not listed reach the listed ops they are made of, as in PyTorch: cross_entropy's
-// log_softmax is given the logits' dtype explicitly (so it runs in bfloat16), and its nll_loss casts the
-// log-probabilities to float32. sum, prod and norm, which PyTorch runs in float32, are not wrapped yet.
+// Every other op runs in its operands' dtypes (gelu, masked_fill, add, mean, var, ... ; mixed dtypes
+// promote), and composite ops that are not listed reach the listed ops they are made of, as in PyTorch:
+// cross_entropy gives log_softmax the logits' dtype explicitly (so it runs in bfloat16 and is left alone), and
+// its nll_loss casts the log-probabilities to float32. Gradients need nothing of autocast: the engine
+// converts each gradient to its input's dtype (validate_outputs), e.g. a float32 sum's gradient of a
+// bfloat16 input becomes a bfloat16 copy of the expanded gradient.
 //
 // Operands are cast from the last to the first (the order in which GCC evaluates the arguments of
 // PyTorch's wrapper, measured: linear casts its bias, then its weight, then its input).
@@ -33,6 +51,7 @@
 
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "bytegrad/core/device.h"
@@ -122,17 +141,42 @@ Tuple cast_last_to_first(ScalarType to, const Tuple& in, std::index_sequence<I..
 }
 }  // namespace detail
 
-// Runs op(operands...) under `policy`: the operands cast (last first), then op inside an InnerCall.
-// fp32_set_opt_dtype is the caller's business (the op takes a dtype); here it casts as fp32 does.
-template <typename Op, typename... Operands>
-auto run(CastPolicy policy, Op&& op, const Operands&... operands) {
-  ScalarType to = autocast_dtype();
-  if (policy == CastPolicy::fp32 || policy == CastPolicy::fp32_set_opt_dtype) to = ScalarType::float32;
-  if (policy == CastPolicy::promote) ((to = widen(to, operands)), ...);
-  using Tuple = std::tuple<std::decay_t<Operands>...>;
-  Tuple cast = detail::cast_last_to_first(to, Tuple(operands...), std::index_sequence_for<Operands...>{});
-  InnerCall inner;
-  return std::apply(std::forward<Op>(op), cast);
+// fp32_set_opt_dtype's treatment of one operand (PyTorch's set_opt_dtype): an unset dtype argument becomes
+// float32; everything else passes through.
+template <typename T>
+T set_opt_dtype(const T& value) {
+  return value;
+}
+inline std::optional<ScalarType> set_opt_dtype(const std::optional<ScalarType>& dtype) {
+  return dtype ? dtype : std::optional<ScalarType>(ScalarType::float32);
+}
+
+// PyTorch's firstarg_is_eligible: whether the first operand (a tensor) is one autocast would cast.
+template <typename First, typename... Rest>
+bool first_is_eligible(const First& first, const Rest&...) {
+  return is_eligible(first);
+}
+
+// Runs op(operands...) under `policy`, inside an InnerCall: lower_precision_fp, fp32 and promote cast the
+// operands (last first); fp32_set_opt_dtype casts nothing and fills in the op's unset dtype argument (a
+// std::optional<ScalarType> operand, which the op must have) with float32 when the first operand is eligible.
+template <CastPolicy policy, typename Op, typename... Operands>
+auto run(Op&& op, const Operands&... operands) {
+  if constexpr (policy == CastPolicy::fp32_set_opt_dtype) {
+    static_assert((std::is_same_v<Operands, std::optional<ScalarType>> || ...),
+                  "an fp32_set_opt_dtype op takes its dtype as a std::optional<ScalarType> operand");
+    InnerCall inner;
+    if (first_is_eligible(operands...)) return op(set_opt_dtype(operands)...);
+    return op(operands...);
+  } else {
+    ScalarType to = autocast_dtype();
+    if constexpr (policy == CastPolicy::fp32) to = ScalarType::float32;
+    if constexpr (policy == CastPolicy::promote) ((to = widen(to, operands)), ...);
+    using Tuple = std::tuple<std::decay_t<Operands>...>;
+    Tuple cast = detail::cast_last_to_first(to, Tuple(operands...), std::index_sequence_for<Operands...>{});
+    InnerCall inner;
+    return std::apply(std::forward<Op>(op), cast);
+  }
 }
 
 // The op table's unary rows that PyTorch's CUDA policy runs in float32.
@@ -143,8 +187,7 @@ constexpr bool runs_in_float32(UnaryOp op) { return op == UnaryOp::exp || op == 
 
 // First line of a wrapped public op: when autocast applies, returns `op(operands...)` run under `policy`
 // (autocast::CastPolicy's name); otherwise falls through to the op's own body.
-#define BYTEGRAD_AUTOCAST(policy, op, ...)                                                              \
-  if (::bytegrad::autocast::active())                                                                   \
-  return ::bytegrad::autocast::run(                                                                     \
-      ::bytegrad::autocast::CastPolicy::policy, [](const auto&... operands) { return op(operands...); }, \
-      __VA_ARGS__)
+#define BYTEGRAD_AUTOCAST(policy, op, ...)                                        \
+  if (::bytegrad::autocast::active())                                             \
+  return ::bytegrad::autocast::run<::bytegrad::autocast::CastPolicy::policy>(     \
+      [](const auto&... operands) { return op(operands...); }, __VA_ARGS__)

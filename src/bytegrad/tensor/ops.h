@@ -128,11 +128,15 @@ const Tensor& operator/=(const Tensor& a, double b);
 
 // ------------------------------------------------------------------------------------ reductions
 // All elements: a 0-d result (one 512-byte block). Integer and bool sums are int64, as in PyTorch.
-Tensor sum(const Tensor& x);
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
+// sum and prod take PyTorch's dtype argument: the result's dtype, the input first copied to it (after the
+// output, freed on return) except for a float16/bfloat16 input summed into float32 on a GPU-like device,
+// which the kernel reads as it is. Under autocast an unset dtype becomes float32 for an eligible input
+// (tensor/autocast.h). Note: sum(x, {}) is ambiguous (dims or dtype?); write sum(x, Shape{}) for dim=[].
+Tensor sum(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
-Tensor prod(const Tensor& x);
+Tensor prod(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 // torch.amax/amin: the largest/smallest value over `dims` (empty: every dimension), no indices.
@@ -150,13 +154,15 @@ struct ValuesIndices {
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 
-// torch.linalg.vector_norm(x, 2, dims, keepdim) (Tensor.norm()): the 2-norm over every element, or over
-// `dims` (empty: every dimension). Floating dtypes only; the result has x's dtype. As PyTorch: when every
-// reduced dimension has size 1 (or x is 0-d) it is abs(x) written into the output; otherwise a reduction
-// with float accumulation (double for float64), whose CUDA scratch is sum's. Gradient: grad * (x / norm),
-// 0 where norm == 0 (saves self and result).
-Tensor norm(const Tensor& x);
-Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false);
+// torch.linalg.vector_norm(x, 2, dims, keepdim, dtype=dtype) (Tensor.norm()): the 2-norm over every
+// element, or over `dims` (empty: every dimension). Floating dtypes only; the result has `dtype` (a floating
+// dtype x converts to without narrowing), by default x's. As PyTorch: when every reduced dimension has size
+// 1 (or x is 0-d) it is abs(x.to(dtype)) written into the output; otherwise a reduction with float
+// accumulation (double for float64), whose CUDA scratch is sum's, reading x as it is for a float16/bfloat16 x
+// into float32 and a copy in `dtype` for other conversions. Under autocast an unset dtype becomes float32
+// for an eligible x. Gradient: grad * (x / norm), 0 where norm == 0 (saves self and result).
+Tensor norm(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
+Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 // Tensor.var() / Tensor.std(): sum((x - mean)^2) / (n - correction) (its square root for std) over every
 // element or over `dims` (empty: every dimension, as dim=None); correction 1 (unbiased) by default, 0 for
 // the population variance (var(x, {}, false, 0.0) over everything); n <= correction gives inf/NaN as
@@ -185,9 +191,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
 Tensor outer(const Tensor& a, const Tensor& b);
 
 // ----------------------------------------------------------------------------------------- nn ops
-// With a dtype the input is converted first (x.to(dtype)), except where PyTorch's CUDA softmax reads float16
-// and writes float32 itself (half_to_float: no converted copy; its gradient comes back in float16). Under
-// autocast a missing dtype is float32 for eligible inputs (fp32_set_opt_dtype).
+// With a dtype, as PyTorch's softmax(x, dim, dtype): x.to(dtype) (autograd-visible; a copy when the dtype
+// differs), then the op in that dtype, except where PyTorch's CUDA softmax reads float16 and writes float32
+// itself (half_to_float: no converted copy; its gradient comes back in float16; log_softmax has the same
+// path in PyTorch, not modelled here: it copies). Under autocast an unset dtype becomes float32 for an
+// eligible x.
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
 // The gradient of (log_)softmax given its output (PyTorch's _softmax_backward_data); input_dtype (the

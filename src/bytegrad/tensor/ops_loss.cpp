@@ -119,13 +119,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   if (logits.dim() < 1 || logits.dim() > 2)
     throw std::invalid_argument(fmt::format("cross_entropy: logits {} should be 1-d (C) or 2-d (N, C)", describe(logits)));
   // PyTorch's cross_entropy_loss calls log_softmax with dtype = the logits' dtype, which autocast leaves alone
-  // (fp32_set_opt_dtype only fills in a missing dtype): under autocast the log-probabilities stay in the
-  // logits' dtype and nll_loss (float32 policy) casts them.
-  Tensor log_probs;
-  {
-    autocast::InnerCall explicit_dtype;
-    log_probs = log_softmax(logits, logits.dim() == 1 ? 0 : 1);
-  }
+  // (fp32_set_opt_dtype only fills in a missing dtype) and which converts nothing: under autocast the
+  // log-probabilities stay in the logits' dtype and nll_loss (float32 policy) casts them.
+  const Tensor log_probs = log_softmax(logits, logits.dim() == 1 ? 0 : 1, logits.dtype());
   return nll_loss(log_probs, target, reduction, ignore_index);
 }
 

@@ -37,10 +37,6 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 template <OpId op>
 Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log, bool half_to_float) {
   const char* name = op_name(op).data();
@@ -49,31 +45,27 @@ Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log, bool half_to_flo
   return out;
 }
 
-// PyTorch's softmax(x, dim, dtype) (SoftMax.cpp): on CUDA a float16 input asked for float32 goes to
-// _softmax(x, dim, half_to_float=true); otherwise x.toType(dtype) (no copy when it already is), then the op.
-// Under autocast (fp32_set_opt_dtype) an eligible input with no dtype gets float32. log_softmax has the same
-// half_to_float path in PyTorch; here it converts (not yet modelled: its backward would need a kernel that
-// writes float16 from float32 operands without a block to compute in).
-template <OpId op>
-Tensor softmax_with_dtype(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype, bool log) {
-  if (autocast::active()) {
-    autocast::InnerCall inner;
-    if (!dtype && autocast::is_eligible(x)) dtype = ScalarType::float32;
-    return softmax_with_dtype<op>(x, dim, dtype, log);
-  }
-  const bool half_to_float = !log && dtype == ScalarType::float32 && x.defined() &&
-                             x.dtype() == ScalarType::float16 && x.device().type != DeviceType::cpu;
-  if (half_to_float) return softmax_recorded<op>(x, dim, log, true);
-  return softmax_recorded<op>(dtype ? x.to(*dtype) : x, dim, log, false);
-}
-
 }  // namespace
 
+// PyTorch's softmax.int / log_softmax.int (composite): with a dtype, converted = input.toType(dtype) (an
+// autograd-visible copy, ToCopyBackward0, when the dtype differs), then _softmax / _log_softmax on it. On
+// CUDA a float16 input with dtype=float32 goes to _softmax(input, dim, half_to_float=true) instead, which
+// reads the float16 input without the copy (modelled for softmax; log_softmax's backward would need a
+// kernel writing float16 from float32 operands with no block to compute in, so it copies). Under autocast
+// (fp32_set_opt_dtype) an unset dtype becomes float32 for an eligible input: a bfloat16 input is copied to
+// float32 (PyTorch's trace: _to_copy, then _softmax); an explicit dtype is kept, as cross_entropy's.
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
-  return softmax_with_dtype<OpId::softmax>(x, dim, dtype, false);
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, softmax, x, dim, dtype);
+  const bool half_to_float = dtype == ScalarType::float32 && x.defined() && x.dtype() == ScalarType::float16 &&
+                             x.device().type != DeviceType::cpu;
+  if (half_to_float) return softmax_recorded<OpId::softmax>(x, dim, false, true);
+  const Tensor converted = dtype ? x.to(*dtype) : x;
+  return softmax_recorded<OpId::softmax>(converted, dim, false, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
-  return softmax_with_dtype<OpId::log_softmax>(x, dim, dtype, true);
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, log_softmax, x, dim, dtype);
+  const Tensor converted = dtype ? x.to(*dtype) : x;
+  return softmax_recorded<OpId::log_softmax>(converted, dim, true, false);
 }
 
 Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log,
@@ -115,8 +107,10 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   return grad_input;
 }
 
-Tensor Tensor::softmax(int64_t dim) const { return bytegrad::softmax(*this, dim); }
-Tensor Tensor::log_softmax(int64_t dim) const { return bytegrad::log_softmax(*this, dim); }
+Tensor Tensor::softmax(int64_t dim, std::optional<ScalarType> dtype) const { return bytegrad::softmax(*this, dim, dtype); }
+Tensor Tensor::log_softmax(int64_t dim, std::optional<ScalarType> dtype) const {
+  return bytegrad::log_softmax(*this, dim, dtype);
+}
 
 // ---------------------------------------------------------------------------------------- dropout
 

@@ -1,7 +1,12 @@
 // Reductions: one contiguous output (a 0-d 512-byte block for whole-tensor reductions); max/min over a
 // dimension allocate values then indices. After the outputs come the allocations PyTorch's CUDA reduction
-// makes (run_reduction in ops_support.h): an int64 copy of an integer sum's input, and the kernel's staging
-// buffer and semaphores when it splits a reduction across thread blocks (kernels/reduce_scratch.h).
+// makes (run_reduction in ops_support.h): a copy of a sum's, prod's or norm's input in the output's dtype
+// when they differ (an integer sum's int64 copy; none for a float16/bfloat16 input reduced into float32),
+// and the kernel's staging buffer and semaphores when it splits a reduction across thread blocks
+// (kernels/reduce_scratch.h).
+//
+// sum, prod and norm are in PyTorch's autocast fp32_set_opt_dtype list (tensor/autocast.h): under autocast
+// they run with dtype=float32 when given no dtype.
 // Whole-tensor max/min reduce self.contiguous() and whole-tensor argmax/argmin self.reshape(-1), as
 // PyTorch's do: a copy (freed on return) when the input is not already laid out that way.
 #include <fmt/format.h>
@@ -11,6 +16,7 @@
 #include <type_traits>
 
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -49,8 +55,10 @@ ReductionShapes reduction_shapes(const char* op, const Tensor& x, const Shape& d
 // self.reshape(-1)); a copy, if one is needed, is made after the output, as there.
 enum class WholeInput { as_is, contiguous, flattened };
 
+// `dtype` (sum and prod only): the output's dtype, as PyTorch's dtype argument (infer_dtype_from_optional:
+// the given dtype, else int64 for integer and bool inputs, else the input's).
 Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim,
-                 WholeInput whole = WholeInput::as_is) {
+                 WholeInput whole = WholeInput::as_is, std::optional<ScalarType> dtype = std::nullopt) {
   AllocationScope scope(name);
   check_defined(name, x);
   const bool extreme = op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax || op == ReduceOp::argmin;
@@ -60,6 +68,7 @@ Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& di
   ScalarType out_dtype = x.dtype();
   if ((op == ReduceOp::sum || op == ReduceOp::prod) && !is_floating_point(x.dtype())) out_dtype = ScalarType::int64;
   if (op == ReduceOp::argmax || op == ReduceOp::argmin) out_dtype = ScalarType::int64;
+  if (dtype) out_dtype = *dtype;
   const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
   Tensor out = empty(shapes.result, TensorOptions{out_dtype, x.device()});
   if (whole == WholeInput::as_is || x.device().type == DeviceType::cpu) {
@@ -100,9 +109,9 @@ namespace {
 // the one with dims.
 template <OpId op, OpId dims_op>
 Tensor reduce_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool keepdim, bool whole,
-                       WholeInput input = WholeInput::as_is) {
+                       WholeInput input = WholeInput::as_is, std::optional<ScalarType> dtype = std::nullopt) {
   const char* name = op_name(op).data();
-  Tensor out = without_recording([&] { return reduce_op(name, kernel, x, dims, keepdim, input); });
+  Tensor out = without_recording([&] { return reduce_op(name, kernel, x, dims, keepdim, input, dtype); });
   if (!is_floating_point(out.dtype())) return out;
   record_for_autograd({x}, [&] {
     if constexpr (std::is_same_v<ArgsOf<dims_op>, op_args::None>) {
@@ -125,15 +134,27 @@ Tensor reduce_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool
 
 }  // namespace
 
-Tensor sum(const Tensor& x) { return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, {}, false, true); }
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, dims, keepdim, false);  // no dims: all of them, as sum(x, dim=[])
+// Under autocast: PyTorch's sum / sum.dim_IntList with dtype=float32 filled in (fp32_set_opt_dtype). A
+// float16/bfloat16 input is read as it is (no cast) into a float32 output; SumBackward0/1 then hand back a
+// float32 gradient that the engine converts to the input's dtype.
+Tensor sum(const Tensor& x, std::optional<ScalarType> dtype) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, sum, x, dtype);
+  return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, {}, false, true, WholeInput::as_is, dtype);
+}
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, sum, x, dims, keepdim, dtype);
+  // no dims: all of them, as sum(x, dim=[])
+  return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, dims, keepdim, false, WholeInput::as_is, dtype);
 }
 Tensor mean(const Tensor& x) { return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, {}, false, true); }
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, dims, keepdim, false);
 }
-Tensor prod(const Tensor& x) { return reduce_recorded<OpId::prod, OpId::prod>(ReduceOp::prod, x, {}, false, true); }
+// Under autocast: PyTorch's prod with dtype=float32 filled in (fp32_set_opt_dtype), as sum.
+Tensor prod(const Tensor& x, std::optional<ScalarType> dtype) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, prod, x, dtype);
+  return reduce_recorded<OpId::prod, OpId::prod>(ReduceOp::prod, x, {}, false, true, WholeInput::as_is, dtype);
+}
 Tensor max(const Tensor& x) {
   return reduce_recorded<OpId::max, OpId::max>(ReduceOp::max, x, {}, false, true, WholeInput::contiguous);
 }
@@ -171,22 +192,35 @@ std::vector<int64_t> wrapped_dims(const char* name, const Tensor& x, const Shape
   return out;
 }
 
-// PyTorch's linalg_vector_norm_out (ord 2): when every reduced dimension has size 1 (or x is 0-d) the result
-// is abs(x) written into the output; otherwise a reduction (NormTwoOps) through run_reduction.
-Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim) {
+// PyTorch's linalg_vector_norm (ord 2). The meta function allocates the output in `dtype` (default: x's),
+// after check_linalg_norm_dtype's checks. Then, when every reduced dimension has size 1 (or x is 0-d), the
+// result is abs(self_) written into the output, self_ being x.to(dtype) (a copy after the output, freed on
+// return, when dtype is given and differs from x's); otherwise a reduction (NormTwoOps) through
+// run_reduction, whose make_reduction reads x as it is when a float16/bfloat16 x is reduced into float32 on
+// the GPU, and a copy in the output's dtype otherwise (run_reduction makes it).
+Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
   const char* name = "norm";
   AllocationScope scope(name);
   check_defined(name, x);
   if (!is_floating_point(x.dtype()))
     throw std::invalid_argument(fmt::format(
         "norm: linalg.vector_norm expects a floating-point tensor, got {} (convert with .to(float32))", describe(x)));
+  if (dtype && !is_floating_point(*dtype))
+    throw std::invalid_argument(fmt::format("norm: linalg.vector_norm: dtype should be floating point, but got {}",
+                                            scalar_type_name(*dtype)));
+  if (dtype && promote_types(x.dtype(), *dtype) != *dtype)
+    throw std::invalid_argument(fmt::format(
+        "norm: linalg.vector_norm: the dtype of the input ({}) should be convertible without narrowing to the "
+        "specified dtype ({})",
+        scalar_type_name(x.dtype()), scalar_type_name(*dtype)));
   const ReductionShapes shapes = reduction_shapes(name, x, dims, keepdim);
-  Tensor out = empty(shapes.result, TensorOptions{x.dtype(), x.device()});
+  Tensor out = empty(shapes.result, TensorOptions{dtype.value_or(x.dtype()), x.device()});
   bool over_size_one = true;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (shapes.kernel[d] == 1 && x.sizes()[d] != 1) over_size_one = false;
   if (over_size_one && x.numel() > 0) {
-    backend_of(x).unary(UnaryOp::abs, kv(out.view(x.sizes())), kv(x));
+    const Tensor self = dtype ? to_dtype_preserving_strides(x, *dtype) : x;
+    backend_of(x).unary(UnaryOp::abs, kv(out.view(x.sizes())), kv(self));
   } else {
     run_reduction(ReduceOp::norm, out.view(shapes.kernel), x);
   }
@@ -209,9 +243,9 @@ Tensor var_impl(const char* name, ReduceOp op, const Tensor& x, const Shape& dim
 
 // Recorded as norm (dims wrapped; none for dim=None) and var/std (with correction); the nodes save self
 // (and result for norm and std), as derivatives.yaml.
-Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whole) {
+Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whole, std::optional<ScalarType> dtype) {
   Shape wrapped = whole ? Shape{} : wrapped_dims("norm", x, dims);
-  Tensor out = without_recording([&] { return norm_impl(x, dims, keepdim); });
+  Tensor out = without_recording([&] { return norm_impl(x, dims, keepdim, dtype); });
   record_for_autograd({x}, [&] { return make_record<OpId::norm>({x}, {out}, {std::move(wrapped), keepdim}); });
   return out;
 }
@@ -229,8 +263,16 @@ Tensor var_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool ke
 
 }  // namespace
 
-Tensor norm(const Tensor& x) { return norm_recorded(x, {}, false, true); }
-Tensor norm(const Tensor& x, const Shape& dims, bool keepdim) { return norm_recorded(x, dims, keepdim, dims.empty()); }
+// Under autocast: PyTorch's linalg_vector_norm with dtype=float32 filled in (fp32_set_opt_dtype), which is
+// where Tensor.norm() and torch.norm() go for the 2-norm.
+Tensor norm(const Tensor& x, std::optional<ScalarType> dtype) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, norm, x, dtype);
+  return norm_recorded(x, {}, false, true, dtype);
+}
+Tensor norm(const Tensor& x, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, norm, x, dims, keepdim, dtype);
+  return norm_recorded(x, dims, keepdim, dims.empty(), dtype);
+}
 Tensor var(const Tensor& x) { return var_recorded<OpId::var>(ReduceOp::var, x, {}, false, true, 1.0); }
 Tensor var(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
   return var_recorded<OpId::var>(ReduceOp::var, x, dims, keepdim, dims.empty(), correction);
@@ -240,8 +282,10 @@ Tensor std(const Tensor& x, const Shape& dims, bool keepdim, double correction) 
   return var_recorded<OpId::std>(ReduceOp::std, x, dims, keepdim, dims.empty(), correction);
 }
 
-Tensor Tensor::norm() const { return bytegrad::norm(*this); }
-Tensor Tensor::norm(const Shape& dims, bool keepdim) const { return bytegrad::norm(*this, dims, keepdim); }
+Tensor Tensor::norm(std::optional<ScalarType> dtype) const { return bytegrad::norm(*this, dtype); }
+Tensor Tensor::norm(const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) const {
+  return bytegrad::norm(*this, dims, keepdim, dtype);
+}
 Tensor Tensor::var() const { return bytegrad::var(*this); }
 Tensor Tensor::var(const Shape& dims, bool keepdim, double correction) const {
   return bytegrad::var(*this, dims, keepdim, correction);
@@ -251,8 +295,10 @@ Tensor Tensor::std(const Shape& dims, bool keepdim, double correction) const {
   return bytegrad::std(*this, dims, keepdim, correction);
 }
 
-Tensor Tensor::sum() const { return bytegrad::sum(*this); }
-Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return bytegrad::sum(*this, dims, keepdim); }
+Tensor Tensor::sum(std::optional<ScalarType> dtype) const { return bytegrad::sum(*this, dtype); }
+Tensor Tensor::sum(const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) const {
+  return bytegrad::sum(*this, dims, keepdim, dtype);
+}
 Tensor Tensor::mean() const { return bytegrad::mean(*this); }
 Tensor Tensor::mean(const Shape& dims, bool keepdim) const { return bytegrad::mean(*this, dims, keepdim); }
 Tensor Tensor::max() const { return bytegrad::max(*this); }

@@ -221,14 +221,29 @@ ReduceKernelTraits kernel_traits(ReduceOp op, ScalarType in, bool with_indices) 
   return traits;
 }
 
-// make_reduction_from_out_ty: an integer or bool sum/prod reduces an int64 copy of its input (`.to(int64)`,
-// laid out like the input), allocated after the output and freed when the op returns. Measured for sum
-// (8000 bytes for 1000 int32 elements); prod takes the same path in PyTorch's source.
+// make_reduction_from_out_ty (sum, prod) and make_reduction (linalg_vector_norm): the kernel reads
+// self.to(in_dtype), in_dtype being the output's dtype except for a float16/bfloat16 input reduced into
+// float32 on the GPU (gpu_lowp_to_f32), which the kernel reads as it is (sum_functor<BFloat16, float, float>:
+// the cast happens in registers). So an integer or bool sum/prod reduces an int64 copy of its input, and
+// sum(x, dtype=...) / norm(x, dtype=...) a copy in that dtype unless it is gpu_lowp_to_f32 (autocast's
+// float32 sums of bfloat16 inputs copy nothing). The copy is Tensor.to's (x's strides when x is
+// non-overlapping and dense, else contiguous), allocated after the output and freed when the op returns.
+// Measured for sum (8000 bytes for 1000 int32 elements); prod and norm take the same path in PyTorch's
+// source. On cpu the kernel converts as it reads, except into an integral output from a floating input,
+// which needs the per-element conversion the copy makes.
 Tensor reduction_input(ReduceOp op, const Tensor& in, const Tensor& out) {
-  if (in.device().type == DeviceType::cpu) return in;
-  if (op != ReduceOp::sum && op != ReduceOp::prod) return in;
-  if (is_floating_point(in.dtype()) || in.dtype() == out.dtype()) return in;
-  Tensor cast = empty_elementwise_output(in.sizes(), out.dtype(), in.device(), {&in});
+  if (op != ReduceOp::sum && op != ReduceOp::prod && op != ReduceOp::norm) return in;
+  if (in.dtype() == out.dtype()) return in;
+  if (in.device().type == DeviceType::cpu) {
+    if (!is_floating_point(in.dtype()) || is_floating_point(out.dtype())) return in;
+  } else {
+    const bool gpu_lowp_to_f32 = (in.dtype() == ScalarType::float16 || in.dtype() == ScalarType::bfloat16) &&
+                                 out.dtype() == ScalarType::float32;
+    if (gpu_lowp_to_f32) return in;
+  }
+  const TensorOptions options{out.dtype(), in.device()};
+  Tensor cast = is_non_overlapping_and_dense(in) ? empty_strided(in.sizes(), in.strides(), options)
+                                                 : empty(in.sizes(), options);
   backend_of(in).copy(kv(cast), kv(in));
   return cast;
 }

@@ -59,9 +59,10 @@ Tensor empty_elementwise_output(const Shape& sizes, ScalarType dtype, Device dev
 // A TensorIterator reduction (sum, mean, prod, max, min, amax, argmax, ...) as PyTorch's CUDA kernel runs
 // it, on every device: `out` (and `indices`) have `in`'s rank with size 1 at each reduced dimension, and
 // are already allocated, as PyTorch's outputs are. On cuda, sim and meta this then makes the allocations
-// PyTorch's kernel makes (kernels/reduce_scratch.h): for an integer or bool sum/prod, the int64 copy of the
-// input that make_reduction_from_out_ty casts to; when the launch splits outputs across blocks, a staging
-// buffer and a semaphore block (tagged "scratch"). They are freed, semaphores first, before this returns.
+// PyTorch's kernel makes (kernels/reduce_scratch.h): for a sum, prod or norm whose output dtype differs from
+// the input's, the copy of the input that make_reduction(_from_out_ty) casts to (an integer or bool sum's
+// int64 copy; none for a float16/bfloat16 input reduced into float32); when the launch splits outputs across
+// blocks, a staging buffer and a semaphore block (tagged "scratch"). They are freed, semaphores first, before this returns.
 // `dim` >= 0 selects reduce_with_indices (max/min along dim). var/std use `correction` (the divisor is
 // n - correction) and run through the backend's reduce_variance.
 void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in, double correction = 1.0);

@@ -175,12 +175,12 @@ class Tensor {
   const Tensor& masked_fill_(const Tensor& mask, double value) const;
   const Tensor& fill_(double value) const;
   const Tensor& zero_() const;
-  Tensor sum() const;
-  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;  // dtype: as sum's (ops.h)
+  Tensor sum(const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) const;
   Tensor mean() const;
   Tensor mean(const Shape& dims, bool keepdim = false) const;
-  Tensor norm() const;  // the 2-norm (ops.h)
-  Tensor norm(const Shape& dims, bool keepdim = false) const;
+  Tensor norm(std::optional<ScalarType> dtype = std::nullopt) const;  // the 2-norm (ops.h)
+  Tensor norm(const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) const;
   Tensor var() const;  // unbiased; var({}, false, 0.0) for the population variance
   Tensor var(const Shape& dims, bool keepdim = false, double correction = 1.0) const;
   Tensor std() const;
@@ -189,8 +189,8 @@ class Tensor {
   Tensor min() const;
   Tensor argmax() const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
-  Tensor softmax(int64_t dim) const;
-  Tensor log_softmax(int64_t dim) const;
+  Tensor softmax(int64_t dim, std::optional<ScalarType> dtype = std::nullopt) const;
+  Tensor log_softmax(int64_t dim, std::optional<ScalarType> dtype = std::nullopt) const;
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;
   Tensor bmm(const Tensor& other) const;
