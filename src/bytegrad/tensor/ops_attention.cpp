@@ -408,6 +408,21 @@ Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
   return matmul(attn, value);
 }
 
+// The output of a fused backend's result; the rest released in PyTorch's order. PyTorch's std::tuple of
+// (output, logsumexp, ..., philox_seed, philox_offset) is destroyed first element first (libstdc++), so where
+// no graph keeps them (checkpointing's recomputed forward, a graph that saved nothing) the logsumexp goes
+// before the seed and the offset; a struct's members would go last first (recorded: mid_ckpt_bf16_sdpa_8x512
+// in tests/data/pytorch_probes/gpt2/sweep).
+namespace {
+Tensor output_of(AttentionResult&& r) {
+  Tensor output = std::move(r.output);
+  r.logsumexp = Tensor();
+  r.philox_seed = Tensor();
+  r.philox_offset = Tensor();
+  return output;
+}
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
                                     std::optional<double> scale) {
   BYTEGRAD_AUTOCAST(lower_precision_fp, scaled_dot_product_attention, query, key, value, is_causal, scale);
@@ -415,10 +430,11 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   const bool compute_log_sumexp = needs_graph({query, key, value});
   switch (backend) {
     case SdpaBackend::cudnn_attention:
-      return scaled_dot_product_cudnn_attention(query, key, value, compute_log_sumexp, is_causal, scale).output;
+      return output_of(scaled_dot_product_cudnn_attention(query, key, value, compute_log_sumexp, is_causal, scale));
     case SdpaBackend::efficient_attention:
       if (query.dtype() != ScalarType::float32) break;
-      return scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale).output;
+      return output_of(
+          scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale));
     case SdpaBackend::math: return scaled_dot_product_attention_math(query, key, value, is_causal, scale);
     case SdpaBackend::flash_attention: break;
   }
