@@ -3,10 +3,12 @@
 
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "bytegrad/autograd/checkpoint.h"
 #include "bytegrad/autograd/engine.h"
 #include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/autograd/saved_tensor_hooks.h"
 #include "bytegrad/nn/checkpoint_sequential.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/relu.h"
@@ -65,13 +67,58 @@ TEST_CASE("a checkpointed segment keeps none of its inner activations until back
     CHECK(plain - checkpointed == 32 * 128 * 4);
     caching_allocator(kSim).record_history(true);
     sum(ckpt_out).backward();
-    // The recomputation re-ran the segment's two Linears (allocations tagged "linear" during backward),
-    // each output 32*128*4 bytes.
+    // The recomputation re-ran the segment's first Linear (an allocation tagged "linear" during backward,
+    // 32*128*4 bytes) and its ReLU; it stopped (PyTorch's early stop) when the second Linear's addmm saved
+    // its inputs, the last of the tensors the forward saved, before that addmm allocated its output: as
+    // PyTorch's autograd, bytegrad saves an op's inputs before its kernel runs.
     int64_t recomputed = 0;
     for (const TraceEntry& e : caching_allocator(kSim).snapshot().trace)
       if (e.action == TraceAction::alloc && e.size == 32 * 128 * 4 && e.tag == "linear") ++recomputed;
     caching_allocator(kSim).record_history(false);
-    CHECK(recomputed == 2);
+    CHECK(recomputed == 1);
+  }
+  unsetenv("CUBLAS_WORKSPACE_CONFIG");
+}
+
+namespace {
+
+// Records memory_allocated() at every pack: what the op had allocated when each saved tensor was saved.
+class PackLog final : public SavedTensorHooks {
+ public:
+  std::vector<int64_t> allocated_at_pack;
+  std::shared_ptr<void> pack(const Tensor& t) override {
+    allocated_at_pack.push_back(allocated());
+    return std::make_shared<Tensor>(t);
+  }
+  Tensor unpack(const std::shared_ptr<void>& packed) override { return *static_cast<const Tensor*>(packed.get()); }
+};
+
+}  // namespace
+
+// PyTorch's generated autograd code saves an op's inputs before its kernel runs and its outputs after; so
+// does bytegrad (tensor/autograd_hook.h's OpRecording), which is what lets a checkpoint's early stop end a
+// recomputation before the output of the op that saves the last tensor is allocated.
+TEST_CASE("saved-tensor hooks see an op's saved inputs before its output exists, its saved outputs after") {
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", 1);
+  fresh_sim();
+  {
+    Tensor a = randn({64, 32}, device(kSim)).requires_grad_(true);
+    Tensor b = randn({32, 16}, device(kSim)).requires_grad_(true);
+    Tensor bias = randn({16}, device(kSim)).requires_grad_(true);
+    auto log = std::make_shared<PackLog>();
+    const int64_t before = allocated();
+    Tensor out, e;
+    {
+      SavedTensorHooksScope scope(log);
+      out = addmm(bias, a, b);  // saves mat1 and mat2 (inputs): both before the 64x16 output
+      e = exp(out);             // saves its result (an output): after it
+    }
+    REQUIRE(log->allocated_at_pack.size() == 3);
+    CHECK(log->allocated_at_pack[0] == before);
+    CHECK(log->allocated_at_pack[1] == before);
+    CHECK(log->allocated_at_pack[2] == before + 2 * 64 * 16 * 4);
+    sum(e).backward();  // the hooks give the tensors back
+    CHECK(a.grad().defined());
   }
   unsetenv("CUBLAS_WORKSPACE_CONFIG");
 }

@@ -6,6 +6,15 @@ autograd engine's "last reference" tests (InputBuffer's in-place accumulation) a
 
   python3 gpt2_heldout_amp.py OUTDIR [CASE...]     writes OUTDIR/{x0,xd}/CASE.json and CASE.events
       (x0: CUBLAS_WORKSPACE_CONFIG=:0:0, xd: PyTorch's default workspaces)
+  python3 gpt2_heldout_amp.py OUTDIR --requests [CASE...]    writes OUTDIR/{x0,xd}/CASE.requests.json
+
+CASE.requests.json: the allocator's events of a third run, recorded by the allocator's own history
+(torch.cuda.memory._record_memory_history: no dispatch mode, so backward's events are the plain program's),
+between every two marks, as [{label, figures, events: [[action, size(, address for segments)], ...]}]:
+`alloc` and `free_completed` with requested sizes, `segment_alloc`/`segment_free` with their addresses. The
+figures are that run's own marks: where two free blocks of one size tie, best fit takes the one at the lower
+address, and the CUDA driver's segment addresses differ from run to run, so a run's placement figures
+(allocated, reserved, inactive_split, ...) may differ from CASE.json's while its requests are the same.
 
 checkpoint cases run each Block under torch.utils.checkpoint(use_reentrant=False), as
 `x = checkpoint(block, x, use_reentrant=False)` in nanoGPT's block loop would.
@@ -40,7 +49,25 @@ if len(sys.argv) > 3 and sys.argv[1] == "-":  # one case in this process: - CASE
         plain = g.Block.forward
         g.Block.forward = lambda self, x: torch.utils.checkpoint.checkpoint(plain, self, x, use_reentrant=False)
     marks = Rec(name)  # the golden files' figures at each mark, from a run without the op recorder
-    if len(sys.argv) > 4 and sys.argv[4] == "events":
+    if len(sys.argv) > 4 and sys.argv[4] == "requests":
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=10**7)
+        seen, out = [0], []
+
+        class Q:
+            notes = {}
+
+            def mark(self, label):
+                marks.mark(label)
+                trace = torch.cuda.memory._snapshot()["device_traces"][0]
+                events = [[e["action"], e["size"]] + ([e["addr"]] if e["action"].startswith("segment") else [])
+                          for e in trace[seen[0]:]
+                          if e["action"] in ("alloc", "free_completed", "segment_alloc", "segment_free")]
+                seen[0] = len(trace)
+                out.append(dict(label=label, figures=marks.steps[-1], events=events))
+
+        g.train(Q(), g.Cfg(L, H, C, V, BL), B, T, fe, amp, sdpa=sdpa)
+        json.dump(out, open(os.path.join(outdir, name + ".requests.json"), "w"), separators=(",", ":"))
+    elif len(sys.argv) > 4 and sys.argv[4] == "events":
         rec = Recorder()
 
         class R:
@@ -58,11 +85,12 @@ if len(sys.argv) > 3 and sys.argv[1] == "-":  # one case in this process: - CASE
                   open(os.path.join(outdir, name + ".json"), "w"), indent=1)
 else:
     outdir = sys.argv[1]
-    names = sys.argv[2:] or list(CASES)
+    requests = len(sys.argv) > 2 and sys.argv[2] == "--requests"
+    names = sys.argv[2 + requests:] or list(CASES)
     for sub, env in (("x0", {"CUBLAS_WORKSPACE_CONFIG": ":0:0"}), ("xd", {})):
         os.makedirs(os.path.join(outdir, sub), exist_ok=True)
         for name in names:
-            for what in ("marks", "events"):
+            for what in (("requests",) if requests else ("marks", "events")):
                 p = subprocess.run([sys.executable, __file__, "-", name, os.path.join(outdir, sub), what],
                                    capture_output=True, text=True, env=dict(os.environ, **env))
                 print(sub, name, what, "rc", p.returncode, p.stderr[-600:] if p.returncode else "", flush=True)

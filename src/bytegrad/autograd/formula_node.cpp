@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "bytegrad/autograd/autograd_meta.h"
@@ -18,6 +19,20 @@ size_t FormulaNode::save(const std::string& operand, const Tensor& t) {
   saved_names_.push_back(operand);
   saved_.emplace_back(t, name_);
   return saved_.size() - 1;
+}
+
+size_t FormulaNode::save_output(const std::string& operand, size_t output) {
+  saved_names_.push_back(operand);
+  saved_.emplace_back();  // filled by finish
+  output_saves_.emplace_back(saved_.size() - 1, output);
+  return saved_.size() - 1;
+}
+
+void FormulaNode::finish(const std::shared_ptr<FormulaNode>& self, const std::vector<Tensor>& outputs) {
+  const size_t with_history = std::min(outputs.size(), differentiable_outputs_);
+  for (size_t i = 0; i < with_history; ++i) set_history(outputs[i], self, static_cast<uint32_t>(i));
+  for (const auto& [slot, output] : output_saves_) saved_[slot] = SavedVariable(outputs.at(output), name_);
+  output_saves_.clear();
 }
 
 // Tensors kept by saved-tensor hooks (checkpointing) come back as PyTorch's generated nodes take them: all
@@ -42,10 +57,11 @@ Tensor FormulaNode::saved(std::string_view operand) const {
   throw std::logic_error(fmt::format("{}: nothing was saved as '{}'", name_, operand));
 }
 
-std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward) {
+std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward,
+                                       size_t differentiable_outputs) {
   auto node = std::make_shared<FormulaNode>(std::string(op_info(record.op).node), std::move(backward));
+  node->differentiable_outputs_ = differentiable_outputs;
   for (const Tensor& input : record.inputs) node->next_edges.push_back(input.defined() ? gradient_edge(input) : Edge{});
-  for (size_t i = 0; i < record.outputs.size(); ++i) set_history(record.outputs[i], node, static_cast<uint32_t>(i));
   return node;
 }
 

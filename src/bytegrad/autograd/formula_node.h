@@ -3,7 +3,9 @@
 // derivatives.yaml entry for the op, since that decides what stays allocated and what backward allocates.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,8 +26,18 @@ class FormulaNode final : public Node {
   }
   std::vector<std::pair<std::string, const SavedVariable*>> saved_variables() const override;
 
-  // Saves `t` under `operand` (e.g. "mat1"); returns its index for saved().
+  // Saves `t` (an input of the op) under `operand` (e.g. "mat1") now: before the op's kernel runs, as
+  // PyTorch saves inputs; returns its index for saved().
   size_t save(const std::string& operand, const Tensor& t);
+  // Saves the op's output `output` (an index into OpRecord::outputs) under `operand` ("result") when the op
+  // finishes, after its kernel ran, as PyTorch saves outputs; its index for saved() is taken now, so the
+  // node keeps (and releases) its saved tensors in the order the formula names them.
+  size_t save_output(const std::string& operand, size_t output);
+  // Once the kernel ran: outputs [0, differentiable outputs) become the node's outputs (their grad_fn is
+  // this node), then the outputs named by save_output are saved, in the order they were named.
+  void finish(const std::shared_ptr<FormulaNode>& self, const std::vector<Tensor>& outputs);
+  // Whether the formula saved an input (save, as opposed to save_output).
+  bool saves_inputs() const { return saved_.size() > output_saves_.size(); }
   Tensor saved(size_t index) const {
     return index < unpacked_.size() && unpacked_[index].defined() ? unpacked_[index] : unpack(saved_.at(index));
   }
@@ -38,16 +50,23 @@ class FormulaNode final : public Node {
   std::vector<Shape> shapes;
 
  private:
+  friend std::shared_ptr<FormulaNode> make_node(const OpRecord&, Backward, size_t);
+
   std::string name_;
   Backward backward_;
+  size_t differentiable_outputs_ = SIZE_MAX;
   std::vector<std::string> saved_names_;
   std::vector<SavedVariable> saved_;
+  std::vector<std::pair<size_t, size_t>> output_saves_;  // (index in saved_, output), saved by finish
   // During apply: the tensors saved-tensor hooks gave back (see apply).
   std::vector<Tensor> unpacked_;
 };
 
-// Creates the node the op table names for `record`'s op: edges to every tensor input (null edges where no
-// gradient is needed), and makes each output the node's output i.
-std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward);
+// Creates the node the op table names for `record`'s op, with edges to every tensor input (null edges where
+// no gradient is needed). Its outputs are given to it when the op finishes (FormulaNode::finish): the first
+// `differentiable_outputs` of them (all by default; native_layer_norm's mean and rstd, a dropout's mask, an
+// attention's logsumexp get no history).
+std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward,
+                                       size_t differentiable_outputs = SIZE_MAX);
 
 }  // namespace bytegrad

@@ -1,8 +1,9 @@
 // The autograd hook: when grad mode is on and an op's operand requires grad, build the op's node.
 #include <fmt/format.h>
 
-#include <stdexcept>
 #include <array>
+#include <memory>
+#include <stdexcept>
 
 #include "bytegrad/autograd/autograd_meta.h"
 #include "bytegrad/autograd/functions/formulas.h"
@@ -14,10 +15,10 @@ namespace {
 
 // The op table's formula column as a dispatch table: a `grad` row calls its formula with its typed
 // arguments; a `no_grad` row has none.
-using Formula = void (*)(const OpRecord&);
+using Formula = std::shared_ptr<FormulaNode> (*)(const OpRecord&);
 
 #define BYTEGRAD_DISPATCH_grad(op) \
-  [](const OpRecord& r) { formulas::op(r, r.args_of<OpId::op>()); },
+  [](const OpRecord& r) { return formulas::op(r, r.args_of<OpId::op>()); },
 #define BYTEGRAD_DISPATCH_no_grad(op) nullptr,
 #define BYTEGRAD_DISPATCH_UNARY(op, dtypes, grad, node) BYTEGRAD_DISPATCH_##grad(op)
 #define BYTEGRAD_DISPATCH_BINARY(op, dtypes, args, grad, node) BYTEGRAD_DISPATCH_##grad(op)
@@ -50,12 +51,20 @@ class GraphRecorder final : public AutogradHook {
     return meta && meta->grad_fn ? meta->grad_fn->name() : "";
   }
 
+  std::unique_ptr<OpInProgress> begin(OpRecord record) override {
+    std::shared_ptr<FormulaNode> node = make(record);
+    return std::make_unique<NodeInProgress>(std::move(node), std::move(record));
+  }
+
   void record(OpRecord record) override {
-    if (record.in_place) check_in_place(record.op, record.inputs);  // in-place ops also checked before writing
-    const Formula formula = kFormulas[static_cast<size_t>(record.op)];
-    if (!formula) throw no_formula(record.op, record.in_place);
-    formula(record);
-    if (!record.in_place && op_info(record.op).kernel == "none") remember_view_base(record);
+    std::vector<Tensor> outputs = std::move(record.outputs);
+    std::shared_ptr<FormulaNode> node = make(record);
+    // An out-of-place op that saves an input must save it before its output exists (begin_recording).
+    if (!record.in_place && node->saves_inputs())
+      throw std::logic_error(fmt::format("autograd: {} saves an input, so it must be recorded with "
+                                         "begin_recording before it computes (tensor/autograd_hook.h)",
+                                         op_name(record.op)));
+    NodeInProgress(std::move(node), std::move(record)).finish(outputs);
   }
 
   void check_in_place(OpId op, const std::vector<Tensor>& inputs) const override {
@@ -81,18 +90,42 @@ class GraphRecorder final : public AutogradHook {
   }
 
  private:
+  // The op's node, its inputs saved (a formula sees the record's inputs only: outputs are saved at finish).
+  std::shared_ptr<FormulaNode> make(OpRecord& record) const {
+    if (record.in_place) check_in_place(record.op, record.inputs);  // in-place ops also checked before writing
+    const Formula formula = kFormulas[static_cast<size_t>(record.op)];
+    if (!formula) throw no_formula(record.op, record.in_place);
+    record.outputs.clear();
+    return formula(record);
+  }
+
   static std::logic_error no_formula(OpId op, bool in_place) {
     return std::logic_error(fmt::format("autograd: {}{} is not differentiable in bytegrad (marked no_grad in "
                                         "core/op_table.h); call it under a NoGradGuard or on detached tensors",
                                         op_name(op), in_place ? "_" : ""));
   }
 
+  // Between begin and finish: the node, and the record (its inputs) for a view's base.
+  class NodeInProgress final : public OpInProgress {
+   public:
+    NodeInProgress(std::shared_ptr<FormulaNode> node, OpRecord record)
+        : node_(std::move(node)), record_(std::move(record)) {}
+    void finish(const std::vector<Tensor>& outputs) override {
+      node_->finish(node_, outputs);
+      if (!record_.in_place && op_info(record_.op).kernel == "none") remember_view_base(record_.inputs, outputs);
+    }
+
+   private:
+    std::shared_ptr<FormulaNode> node_;
+    OpRecord record_;
+  };
+
   // A view op's outputs remember the tensor they view (its own base when it is itself a view).
-  static void remember_view_base(const OpRecord& record) {
-    const Tensor& input = record.inputs.at(0);
+  static void remember_view_base(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+    const Tensor& input = inputs.at(0);
     const Tensor input_base = view_base(input);
     const std::shared_ptr<TensorImpl>& base = input_base.defined() ? input_base.impl_ptr() : input.impl_ptr();
-    for (const Tensor& out : record.outputs) ensure_autograd_meta(out).view_base = base;
+    for (const Tensor& out : outputs) ensure_autograd_meta(out).view_base = base;
   }
 };
 

@@ -1,7 +1,7 @@
 // The op table: every op bytegrad records for autograd (and every pointwise kernel) is one row here, keyed
 // by OpId. From it come the kernels' op enums (UnaryOp, BinaryOp), the dtype checks, the op names in
 // records and messages, each op's typed arguments (core/op_args.h), and the link to its derivative:
-//   grad    — autograd/functions/ defines `void formulas::<op>(const OpRecord&, const ArgsOf<OpId::<op>>&)`
+//   grad    — autograd/functions/ defines `formulas::<op>(const OpRecord&, const ArgsOf<OpId::<op>>&)`
 //             building the node named in the row; without that definition the build fails (the
 //             dispatch table in autograd/recorder.cpp names every `grad` row's formula).
 //   no_grad — bytegrad has no derivative: using the op where a graph is needed is an error naming this

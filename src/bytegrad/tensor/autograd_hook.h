@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bytegrad/core/op_table.h"
@@ -12,13 +14,15 @@
 
 namespace bytegrad {
 
-// What an op did, in the terms its derivative needs: its row in the op table, its tensors and its typed
+// What an op does, in the terms its derivative needs: its row in the op table, its tensors and its typed
 // arguments. Build one with make_record<OpId::x>(...), which checks the arguments' type at compile time.
 struct OpRecord {
   OpId op;
   bool in_place = false;        // add_, sqrt_, masked_fill_, ...: outputs[0] is the modified tensor
   std::vector<Tensor> inputs;   // tensor operands in signature order (undefined where optional and absent)
-  std::vector<Tensor> outputs;  // results (for in-place ops: the modified tensor)
+  // Every result of the kernel, in PyTorch's order (result0, result1, ...: native_layer_norm's output, mean,
+  // rstd); for in-place ops the modified tensor. Empty while the op is begun (see OpRecording).
+  std::vector<Tensor> outputs;
   OpArgs args;                  // ArgsOf<op>
 
   template <OpId id>
@@ -38,6 +42,14 @@ OpRecord make_in_place_record(std::vector<Tensor> inputs, ArgsOf<id> args = {}) 
   return OpRecord{id, true, std::move(inputs), {std::move(self)}, std::move(args)};
 }
 
+// An op's graph node between the two steps of its recording (see OpRecording): made, its inputs saved;
+// finish() gives the outputs their history and saves the outputs the node keeps.
+class OpInProgress {
+ public:
+  virtual ~OpInProgress() = default;
+  virtual void finish(const std::vector<Tensor>& outputs) = 0;
+};
+
 class AutogradHook {
  public:
   virtual ~AutogradHook() = default;
@@ -47,6 +59,10 @@ class AutogradHook {
   virtual bool requires_grad(const Tensor& t) const = 0;
   // tensor.is_leaf(): no node made it.
   virtual bool is_leaf(const Tensor& t) const = 0;
+  // Before the op's kernel runs (record.outputs empty): makes its node and saves the inputs it keeps.
+  virtual std::unique_ptr<OpInProgress> begin(OpRecord record) = 0;
+  // Both steps at once, after the kernel ran (record.outputs set): for ops that allocate nothing (views)
+  // or save no inputs, and for in-place ops (which allocate no output, and save self only as modified).
   virtual void record(OpRecord record) = 0;
   // Called by an in-place op (inputs[0] is the tensor it modifies) before it writes anything: throws when
   // autograd would refuse to record it (a leaf that requires grad, a view of one, a row without a formula
@@ -88,8 +104,52 @@ auto without_recording(Compute&& compute) {
   return compute();
 }
 
-// Records the op when autograd wants it; `make` builds the record only then, so ops without
-// gradients pay one branch.
+// An op records itself in PyTorch's two steps (its generated VariableType code), around its computation:
+//
+//   OpRecording recording = begin_recording<OpId::addmm>({bias, a, b}, {beta, alpha});
+//   Tensor out = without_recording([&] { return addmm_compute(bias, a, b, beta, alpha); });
+//   recording.finish({out});
+//
+// begin, before the kernel runs and allocates anything: the node is made and the inputs it keeps are saved
+// (handed to saved-tensor hooks, if any, now); finish, after: the outputs get their history and the outputs
+// the node keeps are saved. The order is what memory sees: an activation checkpoint's recomputation stops as
+// soon as the last tensor the forward saved is saved again (PyTorch's early stop), so when that is an input
+// (c_proj's addmm saving mat1 and mat2), the op's output is never allocated. Nothing happens when autograd is
+// not linked, grad mode is off, no input requires grad, or the op runs inside another op's computation; a
+// recording not finished (the kernel threw) is dropped with its node.
+class OpRecording {
+ public:
+  OpRecording() = default;
+  explicit OpRecording(std::unique_ptr<OpInProgress> node) : node_(std::move(node)) {}
+  void finish(const std::vector<Tensor>& outputs) {
+    if (!node_) return;
+    std::unique_ptr<OpInProgress> node = std::move(node_);
+    node->finish(outputs);
+  }
+
+ private:
+  std::unique_ptr<OpInProgress> node_;
+};
+
+template <OpId id>
+OpRecording begin_recording(std::vector<Tensor> inputs, ArgsOf<id> args = {}) {
+  AutogradHook* hook = autograd_hook();
+  if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
+  return OpRecording(hook->begin(OpRecord{id, false, std::move(inputs), {}, std::move(args)}));
+}
+// The arguments made only when the op is recorded (wrapped dims: an invalid one is then reported by the
+// computation's own checks, in their order, when nothing is recorded).
+template <OpId id, typename MakeArgs>
+  requires std::is_invocable_r_v<ArgsOf<id>, MakeArgs>
+OpRecording begin_recording(std::vector<Tensor> inputs, MakeArgs&& make_args) {
+  AutogradHook* hook = autograd_hook();
+  if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
+  return OpRecording(hook->begin(OpRecord{id, false, std::move(inputs), {}, make_args()}));
+}
+
+// Both steps at once, after the op computed (AutogradHook::record): for views, ops whose node saves no
+// input, and in-place ops. `make` builds the record only when autograd wants it, so ops without gradients
+// pay one branch.
 template <typename MakeRecord>
 void record_for_autograd(const std::vector<Tensor>& inputs, MakeRecord&& make) {
   AutogradHook* hook = autograd_hook();

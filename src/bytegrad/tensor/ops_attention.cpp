@@ -347,11 +347,9 @@ AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Te
   if (record && !compute_log_sumexp)
     throw std::invalid_argument("scaled_dot_product_cudnn_attention: a gradient needs compute_log_sumexp = true");
   const double s = resolve_scale(query, scale);
+  OpRecording recording = begin_recording<OpId::scaled_dot_product_cudnn_attention>(inputs, {is_causal, s});
   AttentionResult r = without_recording([&] { return cudnn_forward(query, key, value, compute_log_sumexp, is_causal, s); });
-  record_for_autograd(inputs, [&] {
-    return make_record<OpId::scaled_dot_product_cudnn_attention>(
-        {query, key, value, r.logsumexp, r.philox_seed, r.philox_offset}, {r.output}, {is_causal, s});
-  });
+  recording.finish({r.output, r.logsumexp, r.philox_seed, r.philox_offset});
   return r;
 }
 
@@ -363,12 +361,10 @@ AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, cons
   if (record && !compute_log_sumexp)
     throw std::invalid_argument("scaled_dot_product_efficient_attention: a gradient needs compute_log_sumexp = true");
   const double s = resolve_scale(query, scale);
+  OpRecording recording = begin_recording<OpId::scaled_dot_product_efficient_attention>(inputs, {is_causal, s});
   AttentionResult r =
       without_recording([&] { return efficient_forward(query, key, value, compute_log_sumexp, is_causal, s); });
-  record_for_autograd(inputs, [&] {
-    return make_record<OpId::scaled_dot_product_efficient_attention>(
-        {query, key, value, r.logsumexp, r.philox_seed, r.philox_offset}, {r.output}, {is_causal, s});
-  });
+  recording.finish({r.output, r.logsumexp, r.philox_seed, r.philox_offset});
   return r;
 }
 

@@ -92,8 +92,16 @@ const Tensor& inplace_unary_compute(const char* name, UnaryOp op, const Tensor& 
   return self;
 }
 
-// Each op computes without recording its internal broadcast views, then records itself (bool results,
-// such as comparisons, have no gradient).
+// Each op records itself around its computation (OpRecording: mul and div save their operands before the
+// output exists); the computation's internal broadcast views are not recorded. Bool results (comparisons,
+// logical ops: the table's to_bool rows) have no gradient; any other result of an operand that requires
+// grad is floating, as only floating tensors require grad.
+template <OpId id>
+OpRecording begin_pointwise_recording(std::vector<Tensor> inputs, ArgsOf<id> args = {}) {
+  if constexpr (op_info(id).dtypes == DtypeRule::to_bool) return {};
+  else return begin_recording<id>(std::move(inputs), std::move(args));
+}
+
 template <UnaryOp op>
 Tensor unary_op(const Tensor& x) {
   if constexpr (autocast::runs_in_float32(op)) {
@@ -101,8 +109,9 @@ Tensor unary_op(const Tensor& x) {
   }
   constexpr OpId id = op_id(op);
   const std::string name(op_name(id));
+  OpRecording recording = begin_pointwise_recording<id>({x});
   Tensor out = without_recording([&] { return unary_compute(name.c_str(), op, x); });
-  if (out.dtype() != ScalarType::bool_) record_for_autograd({x}, [&] { return make_record<id>({x}, {out}); });
+  recording.finish({out});
   return out;
 }
 
@@ -111,16 +120,18 @@ Tensor binary_op(const Tensor& a, const Tensor& b, ArgsOf<op_id(op)> args = {}) 
   constexpr OpId id = op_id(op);
   double alpha = 1.0;
   if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
+  OpRecording recording = begin_pointwise_recording<id>({a, b}, args);
   Tensor out = without_recording([&] { return binary_compute(op_name(id).data(), op, a, b, alpha); });
-  if (out.dtype() != ScalarType::bool_) record_for_autograd({a, b}, [&] { return make_record<id>({a, b}, {out}, args); });
+  recording.finish({out});
   return out;
 }
 
 // `name` is the user's op ("sub" for x - 2 and 2 - x); the record is the table's scalar row.
 template <OpId id>
 Tensor scalar_op(const char* name, const Tensor& a, double scalar) {
+  OpRecording recording = begin_pointwise_recording<id>({a}, {scalar});
   Tensor out = without_recording([&] { return scalar_compute(name, id, a, scalar); });
-  if (out.dtype() != ScalarType::bool_) record_for_autograd({a}, [&] { return make_record<id>({a}, {out}, {scalar}); });
+  recording.finish({out});
   return out;
 }
 
@@ -229,6 +240,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     throw std::invalid_argument(fmt::format("where: the condition {} must be bool", describe(cond)));
   const Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond, a), b.sizes());
   const ScalarType common = result_type(a, b);
+  OpRecording recording = begin_recording<OpId::where>({cond, a, b});
   Tensor out;
   without_recording([&] {
     const Tensor a_common = to_dtype_preserving_strides(a, common);
@@ -237,7 +249,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     backend_of(a).where(kv(out), kv(cond.expand(shape)), kv(a_common.expand(shape)), kv(b_common.expand(shape)));
     return 0;
   });
-  record_for_autograd({cond, a, b}, [&] { return make_record<OpId::where>({cond, a, b}, {out}); });
+  recording.finish({out});
   return out;
 }
 
@@ -248,13 +260,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
     throw std::invalid_argument(fmt::format("masked_fill: the mask {} must be bool", describe(mask)));
   // PyTorch: result = expand(x).clone(contiguous), then masked_fill_ on it.
   const Shape shape = broadcast_shapes("masked_fill", x, mask);
+  OpRecording recording = begin_recording<OpId::masked_fill>({x, mask}, {value});
   Tensor out = empty(shape, TensorOptions{x.dtype(), x.device()});
   without_recording([&] {
     backend_of(x).copy(kv(out), kv(x.expand(shape)));
     backend_of(x).masked_fill(kv(out), kv(mask.expand(shape)), value);
     return 0;
   });
-  record_for_autograd({x, mask}, [&] { return make_record<OpId::masked_fill>({x, mask}, {out}, {value}); });
+  recording.finish({out});
   return out;
 }
 

@@ -37,10 +37,10 @@ Tensor ops_detail::index_select_impl(const Tensor& x, int64_t dim, const Tensor&
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   AllocationScope scope("index_select");
+  OpRecording recording = begin_recording<OpId::index_select>(
+      {x, index}, [&] { return op_args::Dim{wrap_dim(dim, x.dim(), "index_select")}; });
   Tensor out = without_recording([&] { return index_select_impl(x, dim, index); });
-  record_for_autograd({x}, [&] {
-    return make_record<OpId::index_select>({x, index}, {out}, {wrap_dim(dim, x.dim(), "index_select")});
-  });
+  recording.finish({out});
   return out;
 }
 

@@ -80,10 +80,9 @@ NllResult nll_loss_compute(const Tensor& log_probs, const Tensor& target, Reduct
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
   BYTEGRAD_AUTOCAST(fp32, nll_loss, log_probs, target, reduction, ignore_index);
+  OpRecording recording = begin_recording<OpId::nll_loss>({log_probs, target}, {reduction, ignore_index});
   NllResult r = without_recording([&] { return nll_loss_compute(log_probs, target, reduction, ignore_index); });
-  record_for_autograd({log_probs}, [&] {
-    return make_record<OpId::nll_loss>({log_probs, target, r.total_weight}, {r.output}, {reduction, ignore_index});
-  });
+  recording.finish({r.output, r.total_weight});
   return r.output;
 }
 
@@ -210,10 +209,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     const Tensor expanded_target = target.sizes() == shape ? target : target.expand(shape);
     return mse_loss(expanded_input, expanded_target, reduction);
   }
+  OpRecording recording = begin_recording<OpId::mse_loss>({input, target}, {reduction});
   Tensor out = without_recording([&] { return mse_loss_compute(input, target, reduction); });
-  record_for_autograd({input, target}, [&] {
-    return make_record<OpId::mse_loss>({input, target}, {out}, {reduction});
-  });
+  recording.finish({out});
   return out;
 }
 

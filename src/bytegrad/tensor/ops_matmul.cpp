@@ -115,28 +115,33 @@ Tensor mv_compute(const Tensor& m, const Tensor& v) {
   return out;
 }
 
-// The primitives record themselves (their internal copies and views are not part of the graph).
+// The primitives record themselves around their computation (OpRecording: the operands they save are saved
+// before the output is allocated); their internal copies and views are not part of the graph.
 Tensor mm_impl(const Tensor& a, const Tensor& b) {
+  OpRecording recording = begin_recording<OpId::mm>({a, b});
   Tensor out = without_recording([&] { return mm_compute(a, b); });
-  record_for_autograd({a, b}, [&] { return make_record<OpId::mm>({a, b}, {out}); });
+  recording.finish({out});
   return out;
 }
 
 Tensor bmm_impl(const Tensor& a, const Tensor& b) {
+  OpRecording recording = begin_recording<OpId::bmm>({a, b});
   Tensor out = without_recording([&] { return bmm_compute(a, b); });
-  record_for_autograd({a, b}, [&] { return make_record<OpId::bmm>({a, b}, {out}); });
+  recording.finish({out});
   return out;
 }
 
 Tensor dot_impl(const Tensor& a, const Tensor& b) {
+  OpRecording recording = begin_recording<OpId::dot>({a, b});
   Tensor out = without_recording([&] { return dot_compute(a, b); });
-  record_for_autograd({a, b}, [&] { return make_record<OpId::dot>({a, b}, {out}); });
+  recording.finish({out});
   return out;
 }
 
 Tensor mv_impl(const Tensor& m, const Tensor& v) {
+  OpRecording recording = begin_recording<OpId::mv>({m, v});
   Tensor out = without_recording([&] { return mv_compute(m, v); });
-  record_for_autograd({m, v}, [&] { return make_record<OpId::mv>({m, v}, {out}); });
+  recording.finish({out});
   return out;
 }
 
@@ -260,8 +265,9 @@ Tensor addmm_compute(const Tensor& bias, const Tensor& a, const Tensor& b, doubl
 }
 
 Tensor addmm_impl(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  OpRecording recording = begin_recording<OpId::addmm>({bias, a, b}, {beta, alpha});
   Tensor out = without_recording([&] { return addmm_compute(bias, a, b, beta, alpha); });
-  record_for_autograd({bias, a, b}, [&] { return make_record<OpId::addmm>({bias, a, b}, {out}, {beta, alpha}); });
+  recording.finish({out});
   return out;
 }
 

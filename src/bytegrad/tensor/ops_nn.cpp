@@ -40,8 +40,9 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool
 template <OpId op>
 Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log, bool half_to_float) {
   const char* name = op_name(op).data();
+  OpRecording recording = begin_recording<op>({x}, [&] { return op_args::Dim{wrap_dim(dim, x.dim(), name)}; });
   Tensor out = without_recording([&] { return softmax_op(name, x, dim, log, half_to_float); });
-  record_for_autograd({x}, [&] { return make_record<op>({x}, {out}, {wrap_dim(dim, x.dim(), name)}); });
+  recording.finish({out});
   return out;
 }
 
@@ -150,11 +151,12 @@ DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
 
 }  // namespace
 
-// Recorded as native_dropout (saving the mask) when a mask was drawn; p == 1 records as a product.
+// Recorded as native_dropout (saving the mask, an output: after computing) when a mask was drawn; p == 1
+// records as a product.
 DropoutResult dropout_with_mask(const Tensor& x, double p, bool train) {
   DropoutResult result = without_recording([&] { return dropout_compute(x, p, train); });
   if (result.mask.defined())
-    record_for_autograd({x}, [&] { return make_record<OpId::dropout>({x, result.mask}, {result.output}, {p}); });
+    record_for_autograd({x}, [&] { return make_record<OpId::dropout>({x}, {result.output, result.mask}, {p}); });
   else if (result.output.impl_ptr() != x.impl_ptr())
     record_for_autograd({x}, [&] { return make_record<OpId::mul_scalar>({x}, {result.output}, {0.0}); });
   return result;
@@ -200,8 +202,9 @@ Tensor embedding_compute(const Tensor& weight, const Tensor& indices) {
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  OpRecording recording = begin_recording<OpId::embedding>({weight, indices});
   Tensor out = without_recording([&] { return embedding_compute(weight, indices); });
-  record_for_autograd({weight}, [&] { return make_record<OpId::embedding>({weight, indices}, {out}); });
+  recording.finish({out});
   return out;
 }
 

@@ -101,11 +101,9 @@ LayerNormResult native_layer_norm(const Tensor& input, const Shape& normalized_s
                                   const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps) {
   BYTEGRAD_AUTOCAST(fp32, native_layer_norm, input, normalized_shape, weight, bias, eps);
   const Tensor w = value_or_undefined(weight), b = value_or_undefined(bias);
+  OpRecording recording = begin_recording<OpId::native_layer_norm>({input, w, b}, {normalized_shape, eps});
   LayerNormResult result = without_recording([&] { return layer_norm_compute(input, normalized_shape, w, b, eps); });
-  record_for_autograd({input, w, b}, [&] {
-    return make_record<OpId::native_layer_norm>({input, w, b, result.mean, result.rstd}, {result.output},
-                                                {normalized_shape, eps});
-  });
+  recording.finish({result.output, result.mean, result.rstd});
   return result;
 }
 

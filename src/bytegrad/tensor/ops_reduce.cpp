@@ -242,11 +242,12 @@ Tensor var_impl(const char* name, ReduceOp op, const Tensor& x, const Shape& dim
 }
 
 // Recorded as norm (dims wrapped; none for dim=None) and var/std (with correction); the nodes save self
-// (and result for norm and std), as derivatives.yaml.
+// (before computing) and result for norm and std (after), as derivatives.yaml.
 Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whole, std::optional<ScalarType> dtype) {
   Shape wrapped = whole ? Shape{} : wrapped_dims("norm", x, dims);
+  OpRecording recording = begin_recording<OpId::norm>({x}, {std::move(wrapped), keepdim});
   Tensor out = without_recording([&] { return norm_impl(x, dims, keepdim, dtype); });
-  record_for_autograd({x}, [&] { return make_record<OpId::norm>({x}, {out}, {std::move(wrapped), keepdim}); });
+  recording.finish({out});
   return out;
 }
 
@@ -254,10 +255,9 @@ template <OpId op>
 Tensor var_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool keepdim, bool whole, double correction) {
   const char* name = op_name(op).data();
   Shape wrapped = whole ? Shape{} : wrapped_dims(name, x, dims);
+  OpRecording recording = begin_recording<op>({x}, {std::move(wrapped), keepdim, whole, correction});
   Tensor out = without_recording([&] { return var_impl(name, kernel, x, dims, keepdim, correction); });
-  record_for_autograd({x}, [&] {
-    return make_record<op>({x}, {out}, {std::move(wrapped), keepdim, whole, correction});
-  });
+  recording.finish({out});
   return out;
 }
 

@@ -116,7 +116,8 @@ Tensor Tensor::alias() const {
 
 namespace {
 
-// Reports a view (or copy) op to autograd; returns the output for tail calls.
+// Reports a view (or copy) op to autograd once it is made (none saves an input: record_for_autograd);
+// returns the output for tail calls.
 template <OpId op>
 Tensor recorded(const Tensor& input, Tensor output, ArgsOf<op> args = {}) {
   record_for_autograd({input}, [&] { return make_record<op>({input}, {output}, std::move(args)); });

@@ -18,39 +18,47 @@ namespace bytegrad::formulas {
 
 namespace {
 
-enum Inputs : size_t { kQuery, kKey, kValue, kLogsumexp, kPhiloxSeed, kPhiloxOffset };
+enum Inputs : size_t { kQuery, kKey, kValue };
+enum Outputs : size_t { kOutput, kLogsumexp, kPhiloxSeed, kPhiloxOffset };
 
+// The three inputs are saved before the kernel runs, the output, logsumexp and philox seed and offset after
+// (each set in the order the node releases them).
 template <typename Backward>
-void attention_node(const OpRecord& r, const op_args::Attention& a, Backward backward) {
-  auto node = make_node(r, [a, backward](const FormulaNode& n, TensorList& g) {
-    TensorList out(6);
-    if (!g[0].defined() || !(n.needs_grad(kQuery) || n.needs_grad(kKey) || n.needs_grad(kValue))) return out;
-    AttentionGrads grads = backward(g[0], n.saved("query"), n.saved("key"), n.saved("value"), n.saved("output"),
-                                    n.saved("logsumexp"), a.is_causal, a.scale);
-    out[kQuery] = std::move(grads.grad_query);
-    out[kKey] = std::move(grads.grad_key);
-    out[kValue] = std::move(grads.grad_value);
-    return out;
-  });
+std::shared_ptr<FormulaNode> attention_node(const OpRecord& r, const op_args::Attention& a, Backward backward) {
+  auto node = make_node(
+      r,
+      [a, backward](const FormulaNode& n, TensorList& g) {
+        TensorList out(3);
+        if (!g[0].defined() || !(n.needs_grad(kQuery) || n.needs_grad(kKey) || n.needs_grad(kValue))) return out;
+        AttentionGrads grads = backward(g[0], n.saved("query"), n.saved("key"), n.saved("value"), n.saved("output"),
+                                        n.saved("logsumexp"), a.is_causal, a.scale);
+        out[kQuery] = std::move(grads.grad_query);
+        out[kKey] = std::move(grads.grad_key);
+        out[kValue] = std::move(grads.grad_value);
+        return out;
+      },
+      /*differentiable_outputs=*/1);
   node->save("key", r.inputs.at(kKey));
   node->save("query", r.inputs.at(kQuery));
   node->save("value", r.inputs.at(kValue));
-  node->save("logsumexp", r.inputs.at(kLogsumexp));
-  node->save("output", r.outputs.at(0));
-  node->save("philox_offset", r.inputs.at(kPhiloxOffset));
-  node->save("philox_seed", r.inputs.at(kPhiloxSeed));
+  node->save_output("logsumexp", kLogsumexp);
+  node->save_output("output", kOutput);
+  node->save_output("philox_offset", kPhiloxOffset);
+  node->save_output("philox_seed", kPhiloxSeed);
+  return node;
 }
 
 }  // namespace
 
-// inputs: query, key, value, logsumexp, philox_seed, philox_offset (the last three without edges)
-void scaled_dot_product_cudnn_attention(const OpRecord& r, const op_args::Attention& a) {
-  attention_node(r, a, scaled_dot_product_cudnn_attention_backward);
+// inputs: query, key, value; outputs: output, logsumexp, philox_seed, philox_offset (only the first
+// differentiable)
+std::shared_ptr<FormulaNode> scaled_dot_product_cudnn_attention(const OpRecord& r, const op_args::Attention& a) {
+  return attention_node(r, a, scaled_dot_product_cudnn_attention_backward);
 }
 
-// inputs as cuDNN's; the philox seed and offset are undefined (PyTorch's live on the host without dropout)
-void scaled_dot_product_efficient_attention(const OpRecord& r, const op_args::Attention& a) {
-  attention_node(r, a, scaled_dot_product_efficient_attention_backward);
+// as cuDNN's; the philox seed and offset are undefined (PyTorch's live on the host without dropout)
+std::shared_ptr<FormulaNode> scaled_dot_product_efficient_attention(const OpRecord& r, const op_args::Attention& a) {
+  return attention_node(r, a, scaled_dot_product_efficient_attention_backward);
 }
 
 }  // namespace bytegrad::formulas

@@ -1,16 +1,18 @@
 // The derivatives: for every `grad` row of the op table (core/op_table.h) one function
-//   void formulas::<op>(const OpRecord& record, const ArgsOf<OpId::<op>>& args)
-// that builds the op's node (make_node) and saves what its backward needs, as PyTorch's derivatives.yaml
-// states it (what a node saves decides what stays allocated until backward). The declarations come from
-// the table; the definitions live by family in autograd/functions/*.cpp, and a `grad` row without one fails
-// the link naming formulas::<op>.
+//   std::shared_ptr<FormulaNode> formulas::<op>(const OpRecord& record, const ArgsOf<OpId::<op>>& args)
+// that builds the op's node (make_node) and says what its backward needs, as PyTorch's derivatives.yaml
+// states it (what a node saves decides what stays allocated until backward), and returns the node. It runs
+// before the op's kernel (OpRecording, tensor/autograd_hook.h), with the record's inputs only: inputs are
+// saved at once (node->save), outputs when the op finishes (node->save_output), as PyTorch's generated code
+// saves them. The declarations come from the table; the definitions live by family in
+// autograd/functions/*.cpp, and a `grad` row without one fails the link naming formulas::<op>.
 #pragma once
 
 #include "bytegrad/autograd/formula_node.h"
 
 namespace bytegrad::formulas {
 
-#define BYTEGRAD_FORMULA_grad(op) void op(const OpRecord&, const ArgsOf<OpId::op>&);
+#define BYTEGRAD_FORMULA_grad(op) std::shared_ptr<FormulaNode> op(const OpRecord&, const ArgsOf<OpId::op>&);
 #define BYTEGRAD_FORMULA_no_grad(op)
 #define BYTEGRAD_FORMULA_UNARY(op, dtypes, grad, node) BYTEGRAD_FORMULA_##grad(op)
 #define BYTEGRAD_FORMULA_BINARY(op, dtypes, args, grad, node) BYTEGRAD_FORMULA_##grad(op)

@@ -41,7 +41,7 @@ std::shared_ptr<FormulaNode> save_for_product(const std::shared_ptr<FormulaNode>
 
 }  // namespace
 
-void mm(const OpRecord& r, const op_args::None&) {  // inputs: self (mat1), mat2
+std::shared_ptr<FormulaNode> mm(const OpRecord& r, const op_args::None&) {  // inputs: self (mat1), mat2
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     // mat2's gradient first, then self's: PyTorch 2.11's MmBackward0 computes them in that order (measured
     // on the H100, events.jsonl "linear nobias" rows: the weight's gradient is allocated before the
@@ -52,11 +52,12 @@ void mm(const OpRecord& r, const op_args::None&) {  // inputs: self (mat1), mat2
     return out;
   });
   save_for_product(node, r.inputs.at(0), r.inputs.at(1), 0, 1);
+  return node;
 }
 
 // inputs: self (the added term), mat1, mat2. The self gradient is grad itself (summed down to the bias
 // by the engine), then mat1's, then mat2's, in PyTorch's order.
-void addmm(const OpRecord& r, const op_args::Addmm& args) {
+std::shared_ptr<FormulaNode> addmm(const OpRecord& r, const op_args::Addmm& args) {
   auto node = make_node(r, [beta = args.beta, alpha = args.alpha](const FormulaNode& n, TensorList& g) {
     TensorList out(3);
     if (n.needs_grad(0)) out[0] = maybe_multiply(g[0], beta);
@@ -65,9 +66,10 @@ void addmm(const OpRecord& r, const op_args::Addmm& args) {
     return out;
   });
   save_for_product(node, r.inputs.at(1), r.inputs.at(2), 1, 2);
+  return node;
 }
 
-void bmm(const OpRecord& r, const op_args::None&) {  // self @ mat2, batched
+std::shared_ptr<FormulaNode> bmm(const OpRecord& r, const op_args::None&) {  // self @ mat2, batched
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     // mat2's gradient first, as MmBackward0 (measured: attention's attn @ v backward allocates v's
     // gradient, then attn's; tests/data/pytorch_probes/t0 traces of x_tiny_transformer_adamw).
@@ -77,11 +79,12 @@ void bmm(const OpRecord& r, const op_args::None&) {  // self @ mat2, batched
     return out;
   });
   save_for_product(node, r.inputs.at(0), r.inputs.at(1), 0, 1);
+  return node;
 }
 
 // derivatives.yaml's dot: self: grad * tensor, tensor: grad * self (each saved only when the other
 // operand needs a gradient), computed in input order.
-void dot(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> dot(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
     if (n.needs_grad(0)) out[0] = g[0] * n.saved("tensor");
@@ -90,10 +93,11 @@ void dot(const OpRecord& r, const op_args::None&) {
   });
   if (node->needs_grad(1)) node->save("self", r.inputs.at(0));
   if (node->needs_grad(0)) node->save("tensor", r.inputs.at(1));
+  return node;
 }
 
 // derivatives.yaml's mv: self: grad.ger(vec) (outer: one matrix-sized product), vec: self.t().mv(grad).
-void mv(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> mv(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
     if (n.needs_grad(0)) out[0] = outer(g[0], n.saved("vec"));
@@ -102,6 +106,7 @@ void mv(const OpRecord& r, const op_args::None&) {
   });
   if (node->needs_grad(1)) node->save("self", r.inputs.at(0));
   if (node->needs_grad(0)) node->save("vec", r.inputs.at(1));
+  return node;
 }
 
 }  // namespace bytegrad::formulas

@@ -7,19 +7,20 @@
 
 namespace bytegrad::formulas {
 
-// inputs: log_probs, target, total_weight (never requires grad)
-void nll_loss(const OpRecord& r, const op_args::NllLoss& args) {
+// inputs: log_probs, target; outputs: output, total_weight (not differentiable, saved after the kernel)
+std::shared_ptr<FormulaNode> nll_loss(const OpRecord& r, const op_args::NllLoss& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     return TensorList{nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(2), args.reduction, args.ignore_index),
-                      Tensor(), Tensor()};
-  });
+                      Tensor()};
+  }, /*differentiable_outputs=*/1);
   node->save("self", r.inputs.at(0));
   node->save("target", r.inputs.at(1));
-  node->save("total_weight", r.inputs.at(2));
+  node->save_output("total_weight", 1);
+  return node;
 }
 
 // inputs: self, target
-void mse_loss(const OpRecord& r, const op_args::LossReduction& args) {
+std::shared_ptr<FormulaNode> mse_loss(const OpRecord& r, const op_args::LossReduction& args) {
   auto node = make_node(r, [reduction = args.reduction](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
     if (n.needs_grad(0)) out[0] = mse_loss_backward(g[0], n.saved(0), n.saved(1), reduction);
@@ -28,6 +29,7 @@ void mse_loss(const OpRecord& r, const op_args::LossReduction& args) {
   });
   node->save("self", r.inputs.at(0));
   node->save("target", r.inputs.at(1));
+  return node;
 }
 
 }  // namespace bytegrad::formulas

@@ -6,30 +6,33 @@
 
 namespace bytegrad::formulas {
 
-void softmax(const OpRecord& r, const op_args::Dim& args) {
+std::shared_ptr<FormulaNode> softmax(const OpRecord& r, const op_args::Dim& args) {
   // _softmax_backward_data(grad, result, dim, self.scalar_type()): a float16 input read as float32
   // (half_to_float) gets its gradient in float16 straight from the kernel.
   auto node = make_node(r, [dim = args.dim, input_dtype = r.inputs.at(0).dtype()](const FormulaNode& n, TensorList& g) {
     return TensorList{softmax_backward(g[0], n.saved(0), dim, false, input_dtype)};
   });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
-void log_softmax(const OpRecord& r, const op_args::Dim& args) {
+std::shared_ptr<FormulaNode> log_softmax(const OpRecord& r, const op_args::Dim& args) {
   auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     return TensorList{softmax_backward(g[0], n.saved(0), dim, true)};
   });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
-void masked_fill(const OpRecord& r, const op_args::Scalar&) {  // inputs: self, mask
+std::shared_ptr<FormulaNode> masked_fill(const OpRecord& r, const op_args::Scalar&) {  // inputs: self, mask
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{masked_fill(g[0], n.saved(0), 0.0), Tensor()};
   });
   node->save("mask", r.inputs.at(1));
+  return node;
 }
 
-void where(const OpRecord& r, const op_args::None&) {  // inputs: condition, self, other
+std::shared_ptr<FormulaNode> where(const OpRecord& r, const op_args::None&) {  // inputs: condition, self, other
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     Tensor cond = n.saved(0);
     TensorList out(3);
@@ -38,16 +41,21 @@ void where(const OpRecord& r, const op_args::None&) {  // inputs: condition, sel
     return out;
   });
   node->save("condition", r.inputs.at(0));
+  return node;
 }
 
-void dropout(const OpRecord& r, const op_args::Dropout& args) {  // inputs: self, mask (bool). grad * mask / (1 - p)
+// native_dropout: input self; outputs: output, mask (bool, not differentiable, saved after the kernel).
+// grad * mask / (1 - p)
+std::shared_ptr<FormulaNode> dropout(const OpRecord& r, const op_args::Dropout& args) {
   auto node = make_node(r, [p = args.p](const FormulaNode& n, TensorList& g) {
-    return TensorList{native_dropout_backward(g[0], n.saved(0), 1.0 / (1.0 - p)), Tensor()};
-  });
-  node->save("mask", r.inputs.at(1));
+    return TensorList{native_dropout_backward(g[0], n.saved(0), 1.0 / (1.0 - p))};
+  }, /*differentiable_outputs=*/1);
+  node->save_output("mask", 1);
+  return node;
 }
 
-void index_select(const OpRecord& r, const op_args::Dim& args) {  // inputs: self, index. zeros, then index_add
+// inputs: self, index. zeros, then index_add
+std::shared_ptr<FormulaNode> index_select(const OpRecord& r, const op_args::Dim& args) {
   auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
     backend_for(full.device()).index_add(full.view_for_kernels(), dim, n.saved(0).view_for_kernels(),
@@ -56,22 +64,31 @@ void index_select(const OpRecord& r, const op_args::Dim& args) {  // inputs: sel
   });
   node->shapes = {r.inputs.at(0).sizes()};
   node->save("index", r.inputs.at(1));
+  return node;
 }
 
-void embedding(const OpRecord& r, const op_args::None&) {  // inputs: weight, indices. Dense gradient
+// inputs: weight, indices. Dense gradient
+std::shared_ptr<FormulaNode> embedding(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{embedding_dense_backward(g[0], n.saved(0), n.shapes.at(0).at(0)), Tensor()};
   });
   node->shapes = {r.inputs.at(0).sizes()};
   node->save("indices", r.inputs.at(1));
+  return node;
 }
 
-void triu(const OpRecord& r, const op_args::Diagonal& args) {  // grad.triu(diagonal): saves nothing
-  make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) { return TensorList{bytegrad::triu(g[0], d)}; });
+// grad.triu(diagonal): saves nothing
+std::shared_ptr<FormulaNode> triu(const OpRecord& r, const op_args::Diagonal& args) {
+  return make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) {
+    return TensorList{bytegrad::triu(g[0], d)};
+  });
 }
 
-void tril(const OpRecord& r, const op_args::Diagonal& args) {  // grad.tril(diagonal): saves nothing
-  make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) { return TensorList{bytegrad::tril(g[0], d)}; });
+// grad.tril(diagonal): saves nothing
+std::shared_ptr<FormulaNode> tril(const OpRecord& r, const op_args::Diagonal& args) {
+  return make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) {
+    return TensorList{bytegrad::tril(g[0], d)};
+  });
 }
 
 }  // namespace bytegrad::formulas

@@ -15,10 +15,11 @@ std::optional<Tensor> optional_of(const Tensor& t) { return t.defined() ? std::o
 
 }  // namespace
 
-// inputs: input, weight, bias (undefined where absent), mean, rstd (no edges)
-void native_layer_norm(const OpRecord& r, const op_args::LayerNorm& args) {
+// inputs: input, weight, bias (undefined where absent); outputs: output, mean, rstd (only the output
+// differentiable). The inputs are saved before the kernel runs, mean and rstd (result1, result2) after.
+std::shared_ptr<FormulaNode> native_layer_norm(const OpRecord& r, const op_args::LayerNorm& args) {
   auto node = make_node(r, [shape = args.normalized_shape](const FormulaNode& n, TensorList& g) {
-    TensorList out(5);
+    TensorList out(3);
     if (!g[0].defined()) return out;
     const std::array<bool, 3> mask = {n.needs_grad(0), n.needs_grad(1), n.needs_grad(2)};
     LayerNormGrads grads = native_layer_norm_backward(g[0], n.saved(0), shape, n.saved(3), n.saved(4),
@@ -27,12 +28,13 @@ void native_layer_norm(const OpRecord& r, const op_args::LayerNorm& args) {
     out[1] = std::move(grads.grad_weight);
     out[2] = std::move(grads.grad_bias);
     return out;
-  });
+  }, /*differentiable_outputs=*/1);
   node->save("input", r.inputs.at(0));
   node->save("weight", r.inputs.at(1));
   node->save("bias", r.inputs.at(2));
-  node->save("result1", r.inputs.at(3));
-  node->save("result2", r.inputs.at(4));
+  node->save_output("result1", 1);
+  node->save_output("result2", 2);
+  return node;
 }
 
 }  // namespace bytegrad::formulas

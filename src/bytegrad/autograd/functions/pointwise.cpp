@@ -12,31 +12,32 @@ Tensor maybe_multiply(const Tensor& grad, double alpha) { return alpha == 1.0 ? 
 
 }  // namespace
 
-void add(const OpRecord& r, const op_args::Alpha& args) {  // a + alpha * b: saves nothing
-  make_node(r, [alpha = args.alpha](const FormulaNode& n, TensorList& g) {
+std::shared_ptr<FormulaNode> add(const OpRecord& r, const op_args::Alpha& args) {  // a + alpha * b: saves nothing
+  return make_node(r, [alpha = args.alpha](const FormulaNode& n, TensorList& g) {
     return TensorList{n.needs_grad(0) ? g[0] : Tensor(), n.needs_grad(1) ? maybe_multiply(g[0], alpha) : Tensor()};
   });
 }
 
-void add_scalar(const OpRecord& r, const op_args::Scalar&) {
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+std::shared_ptr<FormulaNode> add_scalar(const OpRecord& r, const op_args::Scalar&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
 }
 
-void sub(const OpRecord& r, const op_args::Alpha& args) {  // a - alpha * b
-  make_node(r, [alpha = args.alpha](const FormulaNode& n, TensorList& g) {
+std::shared_ptr<FormulaNode> sub(const OpRecord& r, const op_args::Alpha& args) {  // a - alpha * b
+  return make_node(r, [alpha = args.alpha](const FormulaNode& n, TensorList& g) {
     return TensorList{n.needs_grad(0) ? g[0] : Tensor(), n.needs_grad(1) ? maybe_multiply(-g[0], alpha) : Tensor()};
   });
 }
 
-void sub_scalar(const OpRecord& r, const op_args::Scalar&) {
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+std::shared_ptr<FormulaNode> sub_scalar(const OpRecord& r, const op_args::Scalar&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
 }
 
-void rsub_scalar(const OpRecord& r, const op_args::Scalar&) {  // s - b
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
+std::shared_ptr<FormulaNode> rsub_scalar(const OpRecord& r, const op_args::Scalar&) {  // s - b
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
 }
 
-void mul(const OpRecord& r, const op_args::None&) {  // saves each operand for the other's gradient
+// saves each operand for the other's gradient
+std::shared_ptr<FormulaNode> mul(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
     if (n.needs_grad(0)) out[0] = g[0] * n.saved("other");
@@ -45,13 +46,14 @@ void mul(const OpRecord& r, const op_args::None&) {  // saves each operand for t
   });
   if (node->needs_grad(1)) node->save("self", r.inputs[0]);
   if (node->needs_grad(0)) node->save("other", r.inputs[1]);
+  return node;
 }
 
-void mul_scalar(const OpRecord& r, const op_args::Scalar& args) {
-  make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] * s}; });
+std::shared_ptr<FormulaNode> mul_scalar(const OpRecord& r, const op_args::Scalar& args) {
+  return make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] * s}; });
 }
 
-void div(const OpRecord& r, const op_args::None&) {  // self / other
+std::shared_ptr<FormulaNode> div(const OpRecord& r, const op_args::None&) {  // self / other
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
     Tensor other = n.saved("other");
@@ -61,84 +63,95 @@ void div(const OpRecord& r, const op_args::None&) {  // self / other
   });
   if (node->needs_grad(1)) node->save("self", r.inputs[0]);
   node->save("other", r.inputs[1]);
+  return node;
 }
 
-void div_scalar(const OpRecord& r, const op_args::Scalar& args) {
-  make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] / s}; });
+std::shared_ptr<FormulaNode> div_scalar(const OpRecord& r, const op_args::Scalar& args) {
+  return make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] / s}; });
 }
 
-void neg(const OpRecord& r, const op_args::None&) {
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
+std::shared_ptr<FormulaNode> neg(const OpRecord& r, const op_args::None&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
 }
 
 // Activations save their result (or input for gelu) and use a fused backward kernel: one allocation.
-void relu(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> relu(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{relu_backward(g[0], n.saved(0))};
   });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
-void sigmoid(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> sigmoid(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{sigmoid_backward(g[0], n.saved(0))};
   });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
-void tanh(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> tanh(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{tanh_backward(g[0], n.saved(0))};
   });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
-void gelu(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> gelu(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{gelu_backward(g[0], n.saved(0))};
   });
   node->save("self", r.inputs.at(0));
+  return node;
 }
 
-void exp(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> exp(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * n.saved(0)}; });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
 // grad * (result + 1): a result-sized temporary, then the gradient (derivatives.yaml's expm1).
-void expm1(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> expm1(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * (n.saved(0) + 1.0)}; });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
-void log(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> log(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] / n.saved(0)}; });
   node->save("self", r.inputs.at(0));
+  return node;
 }
 
-void sqrt(const OpRecord& r, const op_args::None&) {  // grad / (2 * result)
+std::shared_ptr<FormulaNode> sqrt(const OpRecord& r, const op_args::None&) {  // grad / (2 * result)
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0] / (n.saved(0) * 2.0)};
   });
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
-void pow_scalar(const OpRecord& r, const op_args::Scalar& args) {  // grad * (exponent * self.pow(exponent - 1))
+// grad * (exponent * self.pow(exponent - 1))
+std::shared_ptr<FormulaNode> pow_scalar(const OpRecord& r, const op_args::Scalar& args) {
   auto node = make_node(r, [e = args.value](const FormulaNode& n, TensorList& g) {
     if (e == 0.0) return TensorList{zeros_like(g[0])};
     return TensorList{g[0] * (pow(n.saved(0), e - 1.0) * e)};
   });
   node->save("self", r.inputs.at(0));
+  return node;
 }
 
 // fill_ and zero_ (derivatives.yaml fill_.Scalar and zero_: self: zeros_like(grad)): nothing saved; backward
 // allocates one zeroed gradient, as PyTorch's.
-void fill(const OpRecord& r, const op_args::Scalar&) {
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
+std::shared_ptr<FormulaNode> fill(const OpRecord& r, const op_args::Scalar&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
 }
 
-void zero(const OpRecord& r, const op_args::None&) {
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
+std::shared_ptr<FormulaNode> zero(const OpRecord& r, const op_args::None&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{zeros_like(g[0])}; });
 }
 
 }  // namespace bytegrad::formulas

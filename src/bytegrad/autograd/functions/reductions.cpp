@@ -23,34 +23,38 @@ Tensor expand_back(const Tensor& grad, const Shape& input_sizes, Shape dims, boo
 
 }  // namespace
 
-void sum(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> sum(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].expand(n.shapes.at(0))};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
-void sum_dims(const OpRecord& r, const op_args::Dims& args) {
+std::shared_ptr<FormulaNode> sum_dims(const OpRecord& r, const op_args::Dims& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     return TensorList{expand_back(g[0], n.shapes.at(0), args.dims, args.keepdim)};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
-void mean(const OpRecord& r, const op_args::None&) {
+std::shared_ptr<FormulaNode> mean(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].expand(n.shapes.at(0)) / static_cast<double>(shape_numel(n.shapes.at(0)))};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
-void mean_dims(const OpRecord& r, const op_args::Dims& args) {
+std::shared_ptr<FormulaNode> mean_dims(const OpRecord& r, const op_args::Dims& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     int64_t count = 1;
     for (int64_t d : args.dims) count *= n.shapes.at(0)[d];
     return TensorList{expand_back(g[0], n.shapes.at(0), args.dims, args.keepdim) / static_cast<double>(count)};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
 namespace {
@@ -81,7 +85,7 @@ Tensor var_backward(Tensor grad, const Tensor& self, const op_args::Variance& ar
 
 // linalg_vector_norm (ord 2): grad * (self / norm), 0 where norm == 0 (args.dims empty: every
 // dimension). Saves self and result.
-void norm(const OpRecord& r, const op_args::Dims& args) {
+std::shared_ptr<FormulaNode> norm(const OpRecord& r, const op_args::Dims& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     const Tensor self = n.saved(0);
     Tensor result = n.saved(1);
@@ -93,26 +97,29 @@ void norm(const OpRecord& r, const op_args::Dims& args) {
     return TensorList{grad * (self / result).masked_fill_(result == 0.0, 0.0)};
   });
   node->save("self", r.inputs.at(0));
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
 // var.correction: saves self.
-void var(const OpRecord& r, const op_args::Variance& args) {
+std::shared_ptr<FormulaNode> var(const OpRecord& r, const op_args::Variance& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     return TensorList{var_backward(g[0], n.saved(0), args)};
   });
   node->save("self", r.inputs.at(0));
+  return node;
 }
 
 // std.correction: var_backward of grad / (2 * result) (0 where result == 0). Saves self and result.
-void std(const OpRecord& r, const op_args::Variance& args) {
+std::shared_ptr<FormulaNode> std(const OpRecord& r, const op_args::Variance& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     const Tensor result = n.saved(1);
     Tensor grad_var = (g[0] / (result * 2.0)).masked_fill_(result == 0.0, 0.0);
     return TensorList{var_backward(grad_var, n.saved(0), args)};
   });
   node->save("self", r.inputs.at(0));
-  node->save("result", r.outputs.at(0));
+  node->save_output("result", 0);
+  return node;
 }
 
 }  // namespace bytegrad::formulas

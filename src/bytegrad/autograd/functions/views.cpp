@@ -5,65 +5,73 @@
 
 namespace bytegrad::formulas {
 
-void view(const OpRecord& r, const op_args::None&) {  // also reshape when it returned a view
+std::shared_ptr<FormulaNode> view(const OpRecord& r, const op_args::None&) {  // also reshape when it returned a view
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].reshape(n.shapes.at(0))};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
-void t(const OpRecord& r, const op_args::None&) {
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0].t()}; });
+std::shared_ptr<FormulaNode> t(const OpRecord& r, const op_args::None&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0].t()}; });
 }
 
-void transpose(const OpRecord& r, const op_args::Transpose& args) {
-  make_node(r, [args](const FormulaNode&, TensorList& g) { return TensorList{g[0].transpose(args.dim0, args.dim1)}; });
+std::shared_ptr<FormulaNode> transpose(const OpRecord& r, const op_args::Transpose& args) {
+  return make_node(r, [args](const FormulaNode&, TensorList& g) {
+    return TensorList{g[0].transpose(args.dim0, args.dim1)};
+  });
 }
 
-void permute(const OpRecord& r, const op_args::Permutation& args) {  // the order is wrapped
-  make_node(r, [order = args.order](const FormulaNode&, TensorList& g) {
+std::shared_ptr<FormulaNode> permute(const OpRecord& r, const op_args::Permutation& args) {  // the order is wrapped
+  return make_node(r, [order = args.order](const FormulaNode&, TensorList& g) {
     Shape inverse(order.size());
     for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
     return TensorList{g[0].permute(inverse)};
   });
 }
 
-void expand(const OpRecord& r, const op_args::None&) {  // the engine sums the gradient down to the input's shape
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+// the engine sums the gradient down to the input's shape
+std::shared_ptr<FormulaNode> expand(const OpRecord& r, const op_args::None&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
 }
 
-void unsqueeze(const OpRecord& r, const op_args::Dim& args) {
-  make_node(r, [dim = args.dim](const FormulaNode&, TensorList& g) { return TensorList{g[0].squeeze(dim)}; });
+std::shared_ptr<FormulaNode> unsqueeze(const OpRecord& r, const op_args::Dim& args) {
+  return make_node(r, [dim = args.dim](const FormulaNode&, TensorList& g) { return TensorList{g[0].squeeze(dim)}; });
 }
 
-void squeeze(const OpRecord& r, const op_args::None&) {  // back to the input's sizes (only size-1 dims return)
+// back to the input's sizes (only size-1 dims return)
+std::shared_ptr<FormulaNode> squeeze(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].view(n.shapes.at(0))};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
 // A full-size zero gradient with the incoming one copied into the selected part: one allocation.
-void select(const OpRecord& r, const op_args::Select& args) {
+std::shared_ptr<FormulaNode> select(const OpRecord& r, const op_args::Select& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
     full.select(args.dim, args.index).copy_(g[0]);
     return TensorList{full};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
-void slice(const OpRecord& r, const op_args::Slice& args) {
+std::shared_ptr<FormulaNode> slice(const OpRecord& r, const op_args::Slice& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
     full.slice(args.dim, args.start, args.end, args.step).copy_(g[0]);
     return TensorList{full};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
 // unbind's outputs' gradients are stacked into one tensor (missing ones as zeros).
-void unbind(const OpRecord& r, const op_args::Dim& args) {
+std::shared_ptr<FormulaNode> unbind(const OpRecord& r, const op_args::Dim& args) {
   auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     Shape part_sizes = n.shapes.at(0);
     part_sizes.erase(part_sizes.begin() + dim);
@@ -75,11 +83,12 @@ void unbind(const OpRecord& r, const op_args::Dim& args) {
     return TensorList{stack(g, dim)};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
 // split's outputs' gradients are concatenated into one tensor; a part without a gradient contributes
 // zeros of its size, allocated first (PyTorch's split_with_sizes_backward).
-void split(const OpRecord& r, const op_args::Split& args) {
+std::shared_ptr<FormulaNode> split(const OpRecord& r, const op_args::Split& args) {
   auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
     const int64_t split_size = args.split_size, dim = args.dim;
     const Shape& full = n.shapes.at(0);
@@ -95,10 +104,12 @@ void split(const OpRecord& r, const op_args::Split& args) {
     return TensorList{cat(g, dim)};
   });
   node->shapes = {r.inputs.at(0).sizes()};
+  return node;
 }
 
-void stack(const OpRecord& r, const op_args::Dim& args) {  // each input's gradient is a view of the incoming one
-  make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+// each input's gradient is a view of the incoming one
+std::shared_ptr<FormulaNode> stack(const OpRecord& r, const op_args::Dim& args) {
+  return make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     TensorList parts = g[0].unbind(dim);
     TensorList out(n.next_edges.size());
     for (size_t i = 0; i < out.size(); ++i)
@@ -107,7 +118,8 @@ void stack(const OpRecord& r, const op_args::Dim& args) {  // each input's gradi
   });
 }
 
-void cat(const OpRecord& r, const op_args::Dim& args) {  // each input's gradient is a narrow view
+// each input's gradient is a narrow view
+std::shared_ptr<FormulaNode> cat(const OpRecord& r, const op_args::Dim& args) {
   auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     TensorList out(n.next_edges.size());
     int64_t offset = 0;
@@ -119,18 +131,21 @@ void cat(const OpRecord& r, const op_args::Dim& args) {  // each input's gradien
     return out;
   });
   for (const Tensor& input : r.inputs) node->shapes.push_back(input.sizes());
+  return node;
 }
 
-void clone(const OpRecord& r, const op_args::None&) {
-  make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
+std::shared_ptr<FormulaNode> clone(const OpRecord& r, const op_args::None&) {
+  return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
 }
 
-void to_device(const OpRecord& r, const op_args::SourceDevice& args) {
-  make_node(r, [source = args.device](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
+std::shared_ptr<FormulaNode> to_device(const OpRecord& r, const op_args::SourceDevice& args) {
+  return make_node(r, [source = args.device](const FormulaNode&, TensorList& g) {
+    return TensorList{g[0].to(source)};
+  });
 }
 
-void to_dtype(const OpRecord& r, const op_args::None&) {
-  make_node(r, [source = r.inputs.at(0).dtype()](const FormulaNode&, TensorList& g) {
+std::shared_ptr<FormulaNode> to_dtype(const OpRecord& r, const op_args::None&) {
+  return make_node(r, [source = r.inputs.at(0).dtype()](const FormulaNode&, TensorList& g) {
     return TensorList{g[0].to(source)};
   });
 }
