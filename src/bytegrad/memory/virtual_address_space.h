@@ -6,7 +6,10 @@
 // reserved below all earlier ones, the allocation takes its start and the rest stays free for later
 // (smaller) allocations. A fresh process starts with two free gaps the driver left at the top: 2 MiB at
 // T and 24 MiB at T + 74 MiB, and the first region ends at T - 414 MiB (fitted to 12 recorded runs; the
-// second gap was seen to hold at least 24 and less than 30 MiB).
+// second gap was seen to hold at least 24 and less than 30 MiB). The driver takes regions from the
+// process's address map, so host mappings made meanwhile move them: PyTorch's CPU thread pool makes glibc
+// arenas 128 MiB apart whose holes later regions fill, in an order that depends on thread timing
+// (tools/probes/driver_placement_probe.py). That part is not modelled.
 #pragma once
 
 #include <cstddef>
