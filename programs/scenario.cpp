@@ -57,18 +57,20 @@ GoldenStep read_step(const json::Value& object, const std::string& path) {
 
 }  // namespace
 
-std::vector<GoldenStep> read_golden_scenario(const std::string& path) {
+json::Value read_json_file(const std::string& path, const std::string& what) {
   std::ifstream in(path);
-  if (!in) fail(path, "cannot open");
+  if (!in) throw std::runtime_error(what + " " + path + ": cannot open");
   std::stringstream text;
   text << in.rdbuf();
-  json::Value document;
   try {
-    document = json::parse(text.str());
+    return json::parse(text.str());
   } catch (const json::Error& e) {
-    fail(path, e.what());
+    throw std::runtime_error(what + " " + path + ": " + e.what());
   }
-  return golden_steps(document, path);
+}
+
+std::vector<GoldenStep> read_golden_scenario(const std::string& path) {
+  return golden_steps(read_json_file(path, "golden scenario"), path);
 }
 
 std::vector<GoldenStep> golden_steps(const json::Value& document, const std::string& where) {

@@ -36,6 +36,11 @@ const std::vector<StepField>& golden_step_fields();
 // "field: got X, want Y" for every figure that differs; empty when the steps agree.
 std::vector<std::string> step_differences(const GoldenStep& got, const GoldenStep& want);
 
+// The JSON document in the file at `path`. Throws std::runtime_error "<what> <path>: cannot open" when the
+// file cannot be read, "<what> <path>: <the parser's message>" when it is not JSON (`what` names the kind of
+// file: "golden scenario", "GPT-2 probe").
+json::Value read_json_file(const std::string& path, const std::string& what);
+
 // The "steps" of a golden scenario file, in order. Other members and unknown step fields (notes,
 // "param_bytes", "loops") are skipped. Throws std::runtime_error naming the file on unreadable input or a
 // step without a label or one of the eight figures.

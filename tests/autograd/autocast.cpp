@@ -195,6 +195,45 @@ TEST_CASE("softmax of a float16 input under float16 autocast: read as float16, w
   CHECK((att.grad().to(ScalarType::float32) - x32.grad()).abs().max().item() < 2e-3);
 }
 
+// log_softmax's half_to_float path, as softmax's (its events against PyTorch's recording are in
+// tests/programs/log_softmax_half.cpp): here the values and the gradient against the float32 path.
+TEST_CASE("log_softmax of a float16 input with dtype=float32: float32 values, a float16 gradient, as the float32 path") {
+  const Device d = kSim;
+  for (const int64_t dim : {int64_t{-1}, int64_t{0}}) {
+    CAPTURE(dim);
+    const Tensor x = (randn({64, 1000}, f32(d)) * 4.0).to(ScalarType::float16).requires_grad_();
+    Tensor y;
+    const AllocationEvents forward = allocation_events(d, [&] { y = log_softmax(x, dim, ScalarType::float32); });
+    CHECK(forward == AllocationEvents{{"alloc", 256000}});  // 64 * 1000 * 4: the output only, no copy of x
+    CHECK(y.dtype() == ScalarType::float32);
+    const Tensor x32 = x.detach().to(ScalarType::float32).requires_grad_();
+    const Tensor reference = log_softmax(x32, dim);
+    CHECK((y.detach() - reference.detach()).abs().max().item() < 1e-5);
+    const Tensor grad = randn({64, 1000}, f32(d));
+    const AllocationEvents backward = allocation_events(d, [&] { y.backward(grad); });
+    CHECK(backward == AllocationEvents{{"alloc", 128000}});  // grad_input in float16, nothing else
+    CHECK(x.grad().dtype() == ScalarType::float16);
+    reference.backward(grad);
+    // The float32 gradient rounded once to float16: within float16's half-ulp of it.
+    const Tensor expected = x32.grad();
+    const Tensor difference = (x.grad().to(ScalarType::float32) - expected).abs();
+    CHECK((difference - expected.abs() * (1.001 / 2048) - 1e-7).max().item() <= 0.0);
+    CHECK(expected.abs().max().item() > 1.0);  // a gradient with something in it
+  }
+  // Under float16 autocast log_softmax takes the same path (fp32_set_opt_dtype); bfloat16 does not.
+  const Tensor h = randn({8, 16}, f32(d)).to(ScalarType::float16);
+  {
+    AutocastGuard autocast(d.type, ScalarType::float16);
+    Tensor y;
+    CHECK(allocation_events(d, [&] { y = log_softmax(h, -1); }) == AllocationEvents{{"alloc", 512}});
+    CHECK(y.dtype() == ScalarType::float32);
+  }
+  const Tensor b = randn({8, 16}, f32(d)).to(ScalarType::bfloat16);
+  Tensor yb;
+  CHECK(allocation_events(d, [&] { yb = log_softmax(b, -1, ScalarType::float32); }) ==
+        AllocationEvents{{"alloc", 512}, {"alloc", 512}, {"free", 512}});
+}
+
 TEST_CASE("sum of a bfloat16 (1024, 1024) under autocast: one float32 output, no copy of the input") {
   ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
   for (Device d : {kSim, kMeta}) {

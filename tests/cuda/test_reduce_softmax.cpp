@@ -189,5 +189,30 @@ TEST_CASE("softmax and log_softmax forward and backward along every dimension") 
   }
 }
 
+TEST_CASE("softmax_backward writing a float16 gradient from float32 operands (log_softmax's half_to_float)") {
+  require_gpu();
+  // Transposed (the general kernel), contiguous rows of 1000 (a warp's registers) and of 3000 (shared memory).
+  const std::vector<std::pair<Shape, bool>> cases = {{{6, 33, 1500}, true}, {{64, 1000}, false}, {{8, 3000}, false}};
+  for (const auto& [shape, transpose] : cases) {
+    Pair x = random_pair(shape, ScalarType::float32, 3.0);
+    if (transpose) x = x.map([](const Tensor& t) { return t.transpose(0, 1); });
+    for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
+      for (bool log : {false, true}) {
+        const std::string what = std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim) +
+                                 " of " + std::to_string(shape.size()) + "-d";
+        Pair y = empty_pair(x.cpu.sizes(), ScalarType::float32);
+        cpu().softmax(y.cpu_view(), x.cpu_view(), dim, log);
+        Pair output = on_both(y.cpu);
+        Pair grad_out = random_pair(x.cpu.sizes(), ScalarType::float32);
+        Pair grad_in = empty_pair(x.cpu.sizes(), ScalarType::float16);
+        cpu().softmax_backward(grad_in.cpu_view(), grad_out.cpu_view(), output.cpu_view(), dim, log);
+        gpu().softmax_backward(grad_in.gpu_view(), grad_out.gpu_view(), output.gpu_view(), dim, log);
+        const double rtol = default_rtol(ScalarType::float16) * 2;
+        check_close(grad_in, rtol, rtol * std::max(1.0, max_abs(grad_in.cpu)), what);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace bytegrad::testing

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <stdexcept>
+
+#include "programs/scenario.h"
 
 using namespace bytegrad::programs;
 
@@ -117,16 +117,7 @@ std::string gpt_probe_path(const std::string& dir, const std::string& name, bool
 }
 
 GPTProbe read_gpt_probe(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path, "cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  json::Value document;
-  try {
-    document = json::parse(text.str());
-  } catch (const json::Error& e) {
-    fail(path, e.what());
-  }
+  const json::Value document = read_json_file(path, "GPT-2 probe");
   GPTProbe p;
   const std::filesystem::path file(path);
   p.name = file.stem().string();

@@ -95,7 +95,8 @@ class KernelBackend {
 
   // Softmax (or log-softmax) along dim; out has in's sizes.
   virtual void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) = 0;
-  // grad_in = gradient of (log_)softmax given grad_out and the forward's output.
+  // grad_in = gradient of (log_)softmax given grad_out and the forward's output. The three share one dtype,
+  // except that a float16 grad_in from float32 operands (log_softmax's half_to_float gradient) is accepted.
   virtual void softmax_backward(const StridedView& grad_in, const StridedView& grad_out,
                                 const StridedView& output, int64_t dim, bool log) = 0;
 

@@ -29,9 +29,8 @@
 //     the input as it is and accumulates and writes float32 (make_reduction_from_out_ty's gpu_lowp_to_f32:
 //     one float32 output, no copy of the input); softmax and log_softmax with a dtype first convert their
 //     input (PyTorch's softmax(x, dim, dtype): input.toType(dtype), a copy with its own node), except that a
-//     float16 softmax on a GPU-like device reads float16 and writes float32 itself (half_to_float, no copy,
-//     its gradient straight in float16); log_softmax's half_to_float path bytegrad does not
-//     model: under float16 autocast its log_softmax makes one copy more than PyTorch's).
+//     float16 softmax or log_softmax on a GPU-like device reads float16 and writes float32 itself
+//     (half_to_float, no copy, its gradient straight in float16; bfloat16 is copied).
 //   promote (the widest floating operand's dtype): dot
 // Every other op runs in its operands' dtypes (gelu, masked_fill, add, mean, var, ... ; mixed dtypes
 // promote), and composite ops that are not listed reach the listed ops they are made of, as in PyTorch:

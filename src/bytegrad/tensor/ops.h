@@ -192,9 +192,9 @@ Tensor outer(const Tensor& a, const Tensor& b);
 
 // ----------------------------------------------------------------------------------------- nn ops
 // With a dtype, as PyTorch's softmax(x, dim, dtype): x.to(dtype) (autograd-visible; a copy when the dtype
-// differs), then the op in that dtype, except where PyTorch's CUDA softmax reads float16 and writes float32
-// itself (half_to_float: no converted copy; its gradient comes back in float16; log_softmax has the same
-// path in PyTorch, not modelled here: it copies). Under autocast an unset dtype becomes float32 for an
+// differs), then the op in that dtype, except where PyTorch's CUDA softmax and log_softmax read float16
+// and write float32 themselves (half_to_float, a float16 x with dtype float32 on a GPU-like device: no
+// converted copy; the gradient comes back in float16). Under autocast an unset dtype becomes float32 for an
 // eligible x.
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype = std::nullopt);

@@ -50,21 +50,28 @@ Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log, bool half_to_flo
 
 // PyTorch's softmax.int / log_softmax.int (composite): with a dtype, converted = input.toType(dtype) (an
 // autograd-visible copy, ToCopyBackward0, when the dtype differs), then _softmax / _log_softmax on it. On
-// CUDA a float16 input with dtype=float32 goes to _softmax(input, dim, half_to_float=true) instead, which
-// reads the float16 input without the copy (modelled for softmax; log_softmax's backward would need a
-// kernel writing float16 from float32 operands with no block to compute in, so it copies). Under autocast
-// (fp32_set_opt_dtype) an unset dtype becomes float32 for an eligible input: a bfloat16 input is copied to
-// float32 (PyTorch's trace: _to_copy, then _softmax); an explicit dtype is kept, as cross_entropy's.
+// CUDA a float16 input with dtype=float32 goes to _softmax / _log_softmax(input, dim, half_to_float=true)
+// instead, which reads the float16 input without the copy and writes the float32 output; its gradient comes
+// back in float16 (bfloat16 has no such path: it is copied). Under autocast (fp32_set_opt_dtype) an unset
+// dtype becomes float32 for an eligible input, so float16 autocast reaches half_to_float and bfloat16
+// autocast the copy (PyTorch's trace: _to_copy, then _softmax); an explicit dtype is kept, as
+// cross_entropy's.
+namespace {
+bool takes_half_to_float(const Tensor& x, std::optional<ScalarType> dtype) {
+  return dtype == ScalarType::float32 && x.defined() && x.dtype() == ScalarType::float16 &&
+         x.device().type != DeviceType::cpu;
+}
+}  // namespace
+
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
   BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, softmax, x, dim, dtype);
-  const bool half_to_float = dtype == ScalarType::float32 && x.defined() && x.dtype() == ScalarType::float16 &&
-                             x.device().type != DeviceType::cpu;
-  if (half_to_float) return softmax_recorded<OpId::softmax>(x, dim, false, true);
+  if (takes_half_to_float(x, dtype)) return softmax_recorded<OpId::softmax>(x, dim, false, true);
   const Tensor converted = dtype ? x.to(*dtype) : x;
   return softmax_recorded<OpId::softmax>(converted, dim, false, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
   BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, log_softmax, x, dim, dtype);
+  if (takes_half_to_float(x, dtype)) return softmax_recorded<OpId::log_softmax>(x, dim, true, true);
   const Tensor converted = dtype ? x.to(*dtype) : x;
   return softmax_recorded<OpId::log_softmax>(converted, dim, true, false);
 }
@@ -88,22 +95,20 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   // PyTorch's softmax_backward_cuda_out first computes tmp = grad * output into a new tensor (an elementwise
   // result, freed on return) and hands tmp to its kernel; ours fuses that product, so the block is only
   // allocated, where and as long as PyTorch's is (events.jsonl "softmax [64,10]": alloc, alloc, free).
-  // log_softmax's backward has no such temporary.
+  // log_softmax_backward_cuda_out has no such temporary: grad_input is its only block, half_to_float or not.
   Tensor product_block;
   if (!log)
     product_block = empty_elementwise_output(output.sizes(), output.dtype(), output.device(), {&grad_output, &output});
   // As the forward: contiguous operands (copies only when they are not).
   const Tensor grad = grad_output.contiguous();
   const Tensor out = output.contiguous();
-  if (half_to_float) {
-    // The kernels take one dtype: the float32 gradient is computed in PyTorch's float32 product block, then
-    // converted into grad_input.
-    if (log)
-      throw std::invalid_argument(fmt::format("{}: a float16 gradient from a float32 log_softmax is not supported", name));
+  if (half_to_float && !log) {
+    // The gradient is computed in PyTorch's float32 product block, then converted into grad_input.
     backend_of(output).softmax_backward(kv(product_block), kv(grad), kv(out), dim, log);
     backend_of(output).copy(kv(grad_input), kv(product_block));
     return grad_input;
   }
+  // log_softmax's half_to_float gradient: the kernel reads the float32 operands and writes float16 itself.
   backend_of(output).softmax_backward(kv(grad_input), kv(grad), kv(out), dim, log);
   return grad_input;
 }

@@ -17,8 +17,10 @@ std::shared_ptr<FormulaNode> softmax(const OpRecord& r, const op_args::Dim& args
 }
 
 std::shared_ptr<FormulaNode> log_softmax(const OpRecord& r, const op_args::Dim& args) {
-  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
-    return TensorList{softmax_backward(g[0], n.saved(0), dim, true)};
+  // _log_softmax_backward_data(grad, result, dim, self.scalar_type()): as softmax's, half_to_float's gradient
+  // is float16, written by the kernel from the float32 operands (no temporary).
+  auto node = make_node(r, [dim = args.dim, input_dtype = r.inputs.at(0).dtype()](const FormulaNode& n, TensorList& g) {
+    return TensorList{softmax_backward(g[0], n.saved(0), dim, true, input_dtype)};
   });
   node->save_output("result", 0);
   return node;

@@ -1,6 +1,7 @@
 // Softmax and log-softmax along one dimension, forward and backward. Each slice along `dim` is processed
 // in double (max-subtracted, so large inputs do not overflow).
 #include <cmath>
+#include <stdexcept>
 
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
 
@@ -57,32 +58,53 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
   });
 }
 
+namespace {
+
+// Gi: grad_in's element type; T: grad_out's and output's.
+template <typename Gi, typename T>
+void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
+                            int64_t dim, bool log) {
+  const int64_t length = grad_in.sizes[static_cast<size_t>(dim)];
+  for_each_slice<3>({&grad_in, &grad_out, &output}, dim, [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s) {
+    Gi* gi = reinterpret_cast<Gi*>(p[0]);
+    const T* g = reinterpret_cast<const T*>(p[1]);
+    const T* y = reinterpret_cast<const T*>(p[2]);
+    double total = 0;
+    if (log) {
+      // d/dx log_softmax: g - exp(y) * sum(g)
+      for (int64_t i = 0; i < length; ++i) total += convert<double>(g[i * s[1]]);
+      for (int64_t i = 0; i < length; ++i)
+        gi[i * s[0]] = convert<Gi>(convert<double>(g[i * s[1]]) - std::exp(convert<double>(y[i * s[2]])) * total);
+    } else {
+      // d/dx softmax: y * (g - sum(g * y))
+      for (int64_t i = 0; i < length; ++i) total += convert<double>(g[i * s[1]]) * convert<double>(y[i * s[2]]);
+      for (int64_t i = 0; i < length; ++i)
+        gi[i * s[0]] = convert<Gi>(convert<double>(y[i * s[2]]) * (convert<double>(g[i * s[1]]) - total));
+    }
+  });
+}
+
+}  // namespace
+
 void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                       int64_t dim, bool log) {
   if (grad_in.sizes.empty()) {  // a 0-d (log-)softmax is constant: zero gradient
     store_from_double(grad_in.data, grad_in.dtype, 0.0);
     return;
   }
-  const int64_t length = grad_in.sizes[static_cast<size_t>(dim)];
+  if (grad_out.dtype != output.dtype)
+    throw std::invalid_argument("cpu backend: softmax_backward: grad_out and output differ in dtype");
+  if (grad_in.dtype != grad_out.dtype) {
+    // half_to_float: a float16 gradient from float32 operands (log_softmax's, written by the kernel itself).
+    if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
+      throw std::invalid_argument("cpu backend: softmax_backward: a gradient in another dtype than its operands' "
+                                  "must be float16 from float32");
+    softmax_backward_typed<Eigen::half, float>(grad_in, grad_out, output, dim, log);
+    return;
+  }
   dispatch_dtype(grad_in.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    for_each_slice<3>({&grad_in, &grad_out, &output}, dim, [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s) {
-      T* gi = reinterpret_cast<T*>(p[0]);
-      const T* g = reinterpret_cast<const T*>(p[1]);
-      const T* y = reinterpret_cast<const T*>(p[2]);
-      double total = 0;
-      if (log) {
-        // d/dx log_softmax: g - exp(y) * sum(g)
-        for (int64_t i = 0; i < length; ++i) total += convert<double>(g[i * s[1]]);
-        for (int64_t i = 0; i < length; ++i)
-          gi[i * s[0]] = convert<T>(convert<double>(g[i * s[1]]) - std::exp(convert<double>(y[i * s[2]])) * total);
-      } else {
-        // d/dx softmax: y * (g - sum(g * y))
-        for (int64_t i = 0; i < length; ++i) total += convert<double>(g[i * s[1]]) * convert<double>(y[i * s[2]]);
-        for (int64_t i = 0; i < length; ++i)
-          gi[i * s[0]] = convert<T>(convert<double>(y[i * s[2]]) * (convert<double>(g[i * s[1]]) - total));
-      }
-    });
+    softmax_backward_typed<T, T>(grad_in, grad_out, output, dim, log);
   });
 }
 

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <string>
 
+#include "bytegrad/kernels/cuda/cuda_attention_rows.cuh"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 
 namespace bytegrad::cuda {
@@ -67,19 +68,6 @@ __device__ __forceinline__ Acc log_of(Acc x) {
 template <typename Acc>
 __device__ __forceinline__ Acc minus_infinity() {
   return static_cast<Acc>(-INFINITY);
-}
-
-// A (B, H, S, D) operand: element (b, h, s, d) at data[b * sb + h * sh + s * ss + d].
-template <typename T>
-struct Rows {
-  T* data;
-  int64_t sb, sh, ss;
-  __device__ __forceinline__ T* at(int64_t b, int64_t h, int64_t s) const { return data + b * sb + h * sh + s * ss; }
-};
-
-template <typename T>
-Rows<T> rows_of(const StridedView& v) {
-  return {static_cast<T*>(v.data), v.strides[0], v.strides[1], v.strides[2]};
 }
 
 struct Shape4 {

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <string>
 
+#include "bytegrad/kernels/cuda/cuda_attention_rows.cuh"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 
 namespace bytegrad::cuda {
@@ -52,19 +53,6 @@ __host__ __device__ constexpr int operand_ld() {
 template <typename T, int kD>
 __host__ __device__ constexpr size_t operand_bytes() {
   return sizeof(T) * kTileRows * operand_ld<kD>();
-}
-
-// A (B, H, S, D) operand: element (b, h, s, d) at data[b * sb + h * sh + s * ss + d].
-template <typename T>
-struct Rows {
-  T* data;
-  int64_t sb, sh, ss;
-  __device__ __forceinline__ T* at(int64_t b, int64_t h, int64_t s) const { return data + b * sb + h * sh + s * ss; }
-};
-
-template <typename T>
-Rows<T> rows_of(const StridedView& v) {
-  return {static_cast<T*>(v.data), v.strides[0], v.strides[1], v.strides[2]};
 }
 
 struct Shape {

@@ -101,9 +101,10 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_forward_kernel(T* out, 
   }
 }
 
-// layout operands: 0 = grad_in, 1 = grad_out, 2 = output
-template <typename T, int kThreadsPerRow>
-__global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(T* grad_in, const T* grad_out, const T* output,
+// layout operands: 0 = grad_in, 1 = grad_out, 2 = output. Gi: grad_in's element type (T's, or float16 from
+// float32 operands: log_softmax's half_to_float gradient).
+template <typename T, int kThreadsPerRow, typename Gi = T>
+__global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(Gi* grad_in, const T* grad_out, const T* output,
                                                                          RowLayout<T, 3> layout, bool log) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(T* grad
   for (; row < layout.num_rows; row += row_step) {
     int64_t base[3];
     layout.rows.offsets(row, base);
-    T* gi = grad_in + base[0];
+    Gi* gi = grad_in + base[0];
     const T* go = grad_out + base[1];
     const T* y = output + base[2];
     const int64_t s_gi = layout.dim_stride[0], s_go = layout.dim_stride[1], s_y = layout.dim_stride[2];
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(T* grad
     for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow) {
       const Acc g = convert<Acc>(go[j * s_go]);
       const Acc out_value = convert<Acc>(y[j * s_y]);
-      gi[j * s_gi] = convert<T>(log ? g - pointwise::m_exp(out_value) * sum : out_value * (g - sum));
+      gi[j * s_gi] = convert<Gi>(log ? g - pointwise::m_exp(out_value) * sum : out_value * (g - sum));
     }
   }
 }
@@ -234,9 +235,9 @@ __global__ void __launch_bounds__(kForwardWarpThreads)
   }
 }
 
-template <typename T, int kPerLane>
+template <typename T, int kPerLane, typename Gi = T>
 __global__ void __launch_bounds__(kBlockThreads)
-    softmax_backward_warp_kernel(T* grad_in, const T* grad_out, const T* output, int64_t num_rows, int dim, bool log) {
+    softmax_backward_warp_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int dim, bool log) {
   using Acc = opmath_t<T>;
   const int lane = threadIdx.x % kWarp;
   constexpr int kRowsPerBlock = kBlockThreads / kWarp;
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int64_t row = first_row; row < num_rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const T* go = grad_out + row * dim;
     const T* y = output + row * dim;
-    T* gi = grad_in + row * dim;
+    Gi* gi = grad_in + row * dim;
     Acc g[kPerLane], o[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
-      if (j < dim) gi[j] = convert<T>(log ? g[i] - pointwise::m_exp(o[i]) * sum : o[i] * (g[i] - sum));
+      if (j < dim) gi[j] = convert<Gi>(log ? g[i] - pointwise::m_exp(o[i]) * sum : o[i] * (g[i] - sum));
     }
   }
 }
@@ -311,9 +312,9 @@ __global__ void __launch_bounds__(kLongRowThreads)
 }
 
 // grad_out cached (and the output too for softmax, which reads it twice).
-template <typename T>
+template <typename T, typename Gi = T>
 __global__ void __launch_bounds__(kLongRowThreads)
-    softmax_backward_smem_kernel(T* grad_in, const T* grad_out, const T* output, int64_t num_rows, int64_t dim,
+    softmax_backward_smem_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int64_t dim,
                                  bool log) {
   using Acc = opmath_t<T>;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(kLongRowThreads)
   for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
     const T* go = grad_out + row * dim;
     const T* y = output + row * dim;
-    T* gi = grad_in + row * dim;
+    Gi* gi = grad_in + row * dim;
     Acc sum = 0;
     for (int64_t j = threadIdx.x; j < dim; j += kLongRowThreads) {
       const T g = go[j];
@@ -339,7 +340,7 @@ __global__ void __launch_bounds__(kLongRowThreads)
     for (int64_t j = threadIdx.x; j < dim; j += kLongRowThreads) {
       const Acc g = convert<Acc>(g_cache[j]);
       const Acc out_value = convert<Acc>(log ? y[j] : y_cache[j]);
-      gi[j] = convert<T>(log ? g - pointwise::m_exp(out_value) * sum : out_value * (g - sum));
+      gi[j] = convert<Gi>(log ? g - pointwise::m_exp(out_value) * sum : out_value * (g - sum));
     }
     __syncthreads();
   }
@@ -414,7 +415,7 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
   return true;
 }
 
-template <typename T>
+template <typename T, typename Gi = T>
 bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                            int64_t dim, bool log) {
   if (!rows_are_contiguous(grad_in, dim) || !rows_are_contiguous(grad_out, dim) || !rows_are_contiguous(output, dim))
@@ -425,8 +426,8 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   if (num_rows == 0 || dim_size == 0) return true;
   if (dim_size <= 1024) {
     dispatch_per_lane(dim_size, [&](auto per_lane) {
-      softmax_backward_warp_kernel<T, decltype(per_lane)::value><<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads>>>(
-          static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+      softmax_backward_warp_kernel<T, decltype(per_lane)::value, Gi><<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads>>>(
+          static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
           num_rows, static_cast<int>(dim_size), log);
       BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_warp_kernel");
     });
@@ -434,9 +435,9 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   }
   const size_t bytes = static_cast<size_t>(dim_size) * sizeof(T) * (log ? 1 : 2);
   if (bytes + 1024 > max_shared_bytes()) return false;  // + the reductions' static shared memory
-  allow_shared_bytes(softmax_backward_smem_kernel<T>, bytes);
-  softmax_backward_smem_kernel<T><<<long_row_blocks(num_rows), kLongRowThreads, bytes>>>(
-      static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data), num_rows,
+  allow_shared_bytes(softmax_backward_smem_kernel<T, Gi>, bytes);
+  softmax_backward_smem_kernel<T, Gi><<<long_row_blocks(num_rows), kLongRowThreads, bytes>>>(
+      static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data), num_rows,
       dim_size, log);
   BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_smem_kernel");
   return true;
@@ -458,19 +459,38 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
   });
 }
 
+namespace {
+
+// Gi: grad_in's element type; T: grad_out's and output's.
+template <typename T, typename Gi>
+void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
+                            int64_t dim, bool log) {
+  if (softmax_backward_fast<T, Gi>(grad_in, grad_out, output, dim, log)) return;
+  const auto layout = make_row_layout<T, 3>({&grad_in, &grad_out, &output}, dim, "softmax_backward");
+  launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
+    softmax_backward_kernel<T, decltype(threads_per_row)::value, Gi><<<blocks, kBlockThreads>>>(
+        static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+        layout, log);
+    BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
+  });
+}
+
+}  // namespace
+
 void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim, bool log) {
-  if (grad_out.dtype != grad_in.dtype || output.dtype != grad_in.dtype)
-    throw std::invalid_argument("cuda backend: softmax_backward: operands must share one dtype");
+  if (output.dtype != grad_out.dtype)
+    throw std::invalid_argument("cuda backend: softmax_backward: grad_out and output differ in dtype");
+  if (grad_in.dtype != grad_out.dtype) {
+    // half_to_float: a float16 gradient from float32 operands (log_softmax's, written by the kernel itself).
+    if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
+      throw std::invalid_argument("cuda backend: softmax_backward: a gradient in another dtype than its operands' "
+                                  "must be float16 from float32");
+    softmax_backward_typed<float, __half>(grad_in, grad_out, output, dim, log);
+    return;
+  }
   dispatch_floating(grad_in.dtype, "softmax_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (softmax_backward_fast<T>(grad_in, grad_out, output, dim, log)) return;
-    const auto layout = make_row_layout<T, 3>({&grad_in, &grad_out, &output}, dim, "softmax_backward");
-    launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
-      softmax_backward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
-          static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
-          layout, log);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
-    });
+    softmax_backward_typed<T, T>(grad_in, grad_out, output, dim, log);
   });
 }
 
