@@ -154,6 +154,7 @@ inline const std::map<OpId, OpSample>& op_samples() {
     });
     row(OpId::cat, two({2, 4}, {3, 4}), [](auto& v) { return cat({v[0], v[1]}, 0); }, 2);
     row(OpId::stack, two({3, 4}, {3, 4}), [](auto& v) { return stack({v[0], v[1]}, 1); }, 2);
+    row(OpId::constant_pad_nd, one({2, 3, 5}), [](auto& v) { return constant_pad_nd(v[0], {1, 2, -1, 0}, 0.5); });
     // ---- indexing and nn
     row(OpId::index_select, [](Device d) { return std::vector<Tensor>{r({4, 3}, d), indices({2, 0, 2}, d)}; },
         [](auto& v) { return v[0].index_select(0, v[1]); });
@@ -183,6 +184,9 @@ inline const std::map<OpId, OpSample>& op_samples() {
         [](auto& v) { return scaled_dot_product_cudnn_attention(v[0], v[1], v[2], true, true).output; }, 3);
     row(OpId::scaled_dot_product_efficient_attention, attention_inputs,
         [](auto& v) { return scaled_dot_product_efficient_attention(v[0], v[1], v[2], true, false, 0.7).output; }, 3);
+    row(OpId::scaled_dot_product_flash_attention,
+        [](Device d) { return std::vector<Tensor>{r({2, 2, 3, 8}, d), r({2, 2, 5, 8}, d), r({2, 2, 5, 8}, d)}; },
+        [](auto& v) { return scaled_dot_product_flash_attention(v[0], v[1], v[2], false, 0.6).output; }, 3);
     row(OpId::triu, one({3, 4}), [](auto& v) { return triu(v[0], 1); });
     row(OpId::tril, one({3, 4}), [](auto& v) { return tril(v[0], -1); });
     // ---- losses

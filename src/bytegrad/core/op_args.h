@@ -79,6 +79,12 @@ struct LayerNorm {
   Shape normalized_shape;
   double eps = 1e-5;
 };
+// constant_pad_nd: PyTorch's pad list (the last dimension's (before, after) first, then the one before it,
+// ...; negative entries crop) and the fill value.
+struct Pad {
+  Shape pad;
+  double value = 0.0;
+};
 // scaled_dot_product_attention's fused backends: the causal flag and the softmax scale (resolved: the
 // caller's scale, or 1 / sqrt(head dim)).
 struct Attention {
@@ -93,6 +99,6 @@ using OpArgs = std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_a
                             op_args::Variance, op_args::Transpose, op_args::Permutation, op_args::Select,
                             op_args::Slice, op_args::Split, op_args::SourceDevice, op_args::Addmm,
                             op_args::Diagonal, op_args::Dropout, op_args::LossReduction, op_args::NllLoss,
-                            op_args::LayerNorm, op_args::Attention>;
+                            op_args::LayerNorm, op_args::Pad, op_args::Attention>;
 
 }  // namespace bytegrad

@@ -124,6 +124,7 @@
   X(copy, copy, any, None, no_grad, -)                                             \
   X(cat, copy, any, Dim, grad, CatBackward0)                                       \
   X(stack, copy, any, Dim, grad, StackBackward0)                                   \
+  X(constant_pad_nd, copy, any, Pad, grad, ConstantPadNdBackward0)                 \
   /* indexing and nn (tensor/ops_index.cpp, ops_nn.cpp, ops_norm.cpp, ...) */      \
   X(index_select, index_select, any, Dim, grad, IndexSelectBackward0)              \
   X(gather, gather, any, Dim, no_grad, -)                                          \
@@ -141,6 +142,8 @@
     ScaledDotProductCudnnAttentionBackward0)                                       \
   X(scaled_dot_product_efficient_attention, sdpa, floating, Attention, grad,       \
     ScaledDotProductEfficientAttentionBackward0)                                   \
+  X(scaled_dot_product_flash_attention, sdpa, floating, Attention, grad,           \
+    ScaledDotProductFlashAttentionBackward0)                                       \
   /* losses (tensor/ops_loss.cpp) */                                               \
   X(nll_loss, nll_loss, floating, NllLoss, grad, NllLossBackward0)                 \
   X(mse_loss, binary, floating, LossReduction, grad, MseLossBackward0)             \

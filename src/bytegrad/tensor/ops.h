@@ -262,23 +262,28 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std:
 // result is (B, H, Sq, Dv). is_causal masks key j for query i where j > i (top-left aligned); scale defaults
 // to 1 / sqrt(D). The computation and its memory are those of the backend PyTorch 2.11 picks on an H100
 // (select_sdpa_backend), on every device:
-//  - cuDNN (float16/bfloat16, the common head dims): forward allocates the philox seed and offset (8 bytes
+//  - cuDNN (float16/bfloat16, head dims multiples of 8 up to 256, Sk > 1): forward allocates the philox seed and offset (8 bytes
 //    each), the output in query's dimension order (GPT-2's transposed views give a (B, Sq, H, Dv) layout, so
 //    y.transpose(1, 2) is contiguous), the float32 logsumexp (B, H, Sq) when a gradient will be computed, and
 //    a 256-byte workspace freed at once. Recorded as ScaledDotProductCudnnAttentionBackward0, which keeps q, k,
 //    v, the output, the logsumexp, seed and offset, and releases them in PyTorch's order (inputs, then outputs,
 //    each sorted by name: key, query, value, logsumexp, output, philox_offset, philox_seed). Backward
 //    allocates dq, dk, dv (each in its input's layout) and a workspace of 4*B*H*Sq*D + 4*B*H*Sq + 256 bytes,
-//    freed before it returns.
+//    freed before it returns (recorded up to D = 256, Sq != Sk, causal or not; not for D != Dv).
 //  - memory-efficient (float32): forward allocates the output (laid out (B, Sq, H, Dv)) and the float32
 //    logsumexp padded to (B, H, ceil(Sq / 32) * 32); ScaledDotProductEfficientAttentionBackward0. Backward
 //    allocates dq, dk, dv ((B, S, H, D) laid out), the delta rows (grad_out * out, its sum, the transposed
 //    copy; the first two freed), the kernel's workspace, then frees delta and the workspace.
+//  - flash (float16/bfloat16 where cuDNN refuses: head dims not a multiple of 8, or a key length of 1; D == Dv
+//    <= 256, causal only with Sq == Sk): q, k and v padded to a head dim that is a multiple of 8
+//    (constant_pad_nd, ConstantPadNdBackward0, whose backward copies the unpadded part), then
+//    scaled_dot_product_flash_attention on the padded tensors and the output sliced back to D
+//    (SliceBackward0). The flash op always keeps its logsumexp, gradient or not; its node
+//    (ScaledDotProductFlashAttentionBackward0) keeps the padded q, k, v.
 //  - math (float64, head dims the fused kernels refuse, non-contiguous last dims): the explicit matmul /
 //    softmax composition (scaled_dot_product_attention_math), recorded op by op.
 // On cpu and sim the fused paths compute with a reference (softmax in double); on cuda with bytegrad's own
-// tiled kernels (cuda_attention.cu); meta computes nothing. Where PyTorch would use its flash backend (16-bit
-// floats the cuDNN path refuses, e.g. head dims above 128) bytegrad has no recording and throws.
+// tiled kernels (cuda_attention.cu); meta computes nothing.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 
@@ -303,6 +308,18 @@ AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Te
 AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                        bool compute_log_sumexp, bool is_causal = false,
                                                        std::optional<double> scale = std::nullopt);
+// aten::_scaled_dot_product_flash_attention on an H100 (FlashAttention-2 as PyTorch 2.11 builds it): query,
+// key and value of one head dim D == Dv, a multiple of 8 (scaled_dot_product_attention pads them), at most
+// 256. Forward allocates the output (empty_like of query.transpose(1, 2): query's layout when that view is
+// dense, else (B, Sq, H, D)), the float32 logsumexp (B, H, Sq) always, and, where the kernel splits the keys
+// (flash_num_splits), float32 partial sums (splits, B, H, Sq) and (splits, B, H, Sq, Dr) freed before it
+// returns; philox_seed is the 16-byte rng_state and philox_offset an 8-byte placeholder (int64 here: uint64
+// in PyTorch). Beyond PyTorch it also takes float32 and float64 (tests).
+AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   bool is_causal = false, std::optional<double> scale = std::nullopt);
+// How many key blocks mha_fwd splits a flash forward into on the H100 (132 SMs, no dropout): 1 (no partial
+// sums) unless the (batch, head, 64-row query block) tiles fill less than 80% of 2 x 132 slots.
+int64_t flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim);
 // Their gradients (the probabilities recomputed from the saved logsumexp); scale as resolved by the forward.
 struct AttentionGrads {
   Tensor grad_query, grad_key, grad_value;
@@ -314,6 +331,13 @@ AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& gra
                                                                const Tensor& key, const Tensor& value,
                                                                const Tensor& out, const Tensor& logsumexp,
                                                                bool is_causal, double scale);
+// _scaled_dot_product_flash_attention_backward: contiguous copies of grad_out.transpose(1, 2) and
+// out.transpose(1, 2) where those views are not contiguous, dq, dk, dv (empty_like of the transposed inputs),
+// the float32 softmax_d (B, H, round128(Sq)) and dq accumulator (B, round128(Sq), H, Dr), then frees the
+// accumulator, softmax_d and the two copies. Dr: D rounded to 32 (D <= 128) or 64.
+AttentionGrads scaled_dot_product_flash_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value, const Tensor& out,
+                                                           const Tensor& logsumexp, bool is_causal, double scale);
 // PyTorch's math fallback (_scaled_dot_product_attention_math) in values; its memory is bytegrad's ops'.
 Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
                                          bool is_causal = false, std::optional<double> scale = std::nullopt);
@@ -329,6 +353,11 @@ Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// torch.nn.functional.pad(x, pad, value=value) in constant mode (aten::constant_pad_nd): pad lists (before,
+// after) pairs from the last dimension backwards; negative entries crop. When every entry is <= 0 the result
+// is a clone of the cropped view (in its dimension order); otherwise a new contiguous tensor filled with
+// `value` and the input copied in. ConstantPadNdBackward0 crops the gradient the same way (one allocation).
+Tensor constant_pad_nd(const Tensor& x, const Shape& pad, double value = 0.0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
 // ------------------------------------------------------------------------------------------ losses

@@ -5,9 +5,14 @@
 //
 // The evidence: tests/data/pytorch_probes/gpt2_ops/ws0/sdpa.events (tools/probes/gpt2_op_events.py, PyTorch
 // 2.11 on the H100: one causal call forward and backward per case, q/k/v the transposed views of a split
-// (B, T, 3C) tensor as nanoGPT's) and g_gpt2_small_bf16_sdpa.events (the GPT-2 training program); the code
-// paths are aten/src/ATen/native/transformers/cuda/{attention.cu, attention_backward.cu, sdp_utils.cpp} and
-// aten/src/ATen/native/cudnn/MHA.cpp. tests/tensor/attention.cpp replays every recorded case event by event.
+// (B, T, 3C) tensor as nanoGPT's) and g_gpt2_small_bf16_sdpa.events (the GPT-2 training program); for the
+// flash backend (and cuDNN at head dims above 128, Sq != Sk, non-causal, contiguous q/k/v)
+// tests/data/pytorch_probes/sdpa_flash/{flash,flash_splits}.events (tools/probes/sdpa_flash_probe.py: split
+// views and contiguous leaves, causal or not, Sk == 1, no-grad forwards, key-split forwards) with
+// torch._fused_sdp_choice grids beside them. The code paths are aten/src/ATen/native/transformers/{attention.cpp
+// (the composite: flash's pad_last_dim<8> and the output slice), cuda/attention.cu, cuda/attention_backward.cu,
+// cuda/flash_attn/flash_api.cpp (mha_fwd / mha_bwd), sdp_utils.cpp} and aten/src/ATen/native/cudnn/MHA.cpp.
+// tests/nn/sdpa.cpp and tests/nn/sdpa_flash.cpp replay every recorded case event by event.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -160,8 +165,9 @@ AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 //   alloc W, free W                       cuDNN's workspace, then the grad_out copy freed
 // W = 4*B*H*Sq*D + 4*B*H*Sq + 256 matches all six recorded bf16/fp16 cases (sdpa.events: 4x12x256x64 3195136,
 // 2x2x64x32 34048, 8x12x1024x64 25559296, 1x4x100x64 104256, 2x16x512x128 8454400, 2x4x300x64 fp16 624256),
-// which reads as a float32 dQ accumulator, a float32 per-row sum (dO . O) and 256 bytes. Not recorded (so
-// uncertain): Dv != D, Sq != Sk, non-causal calls, head dims above 128.
+// which reads as a float32 dQ accumulator, a float32 per-row sum (dO . O) and 256 bytes; it also matches the
+// cuDNN calls of sdpa_flash/flash.events (D 160 and 256, Sq 37 with Sk 90, non-causal, contiguous q/k/v:
+// 165120, 152400, ...). Not recorded (so uncertain): Dv != D.
 int64_t cudnn_backward_workspace_bytes(const Dims& n) {
   return 4 * n.B * n.H * n.Sq * n.D + 4 * n.B * n.H * n.Sq + 256;
 }
@@ -289,11 +295,153 @@ AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const
   return g;  // then the grad_out copy, when one was made
 }
 
+// ----------------------------------------------------------------------------------------- flash backend
+
+// PyTorch 2.11's flash backend on the H100 (attention.cu _scaled_dot_product_flash_attention_cuda ->
+// _flash_attention_forward -> flash_api.cpp mha_fwd), as recorded in tests/data/pytorch_probes/sdpa_flash
+// (tools/probes/sdpa_flash_probe.py; every flash case's events, forward and backward):
+//   alloc B*Sq*H*D*e        the output: empty_like(q.transpose(1, 2)), so q's layout when that view is dense
+//                           (a padded or contiguous q gives a (B, H, Sq, D)-laid-out output), (B, Sq, H, D)
+//                           otherwise (nanoGPT's unpadded split views)
+//   alloc B*H*Sq*4          softmax_lse (float32), gradient or not
+//   alloc s*B*H*Sq*4, s*B*H*Sq*Dr*4   softmax_lse_accum and out_accum when the keys are split (s > 1 splits:
+//                           flash_num_splits), freed in that order after the kernel
+//   alloc 16, alloc 8       rng_state ({2} uint64) and the unused ({} uint64) that stand for seed and offset
+// Dr = D rounded up to 32 (D <= 128) or 64 (flash's head_size_rounded).
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// at::empty_like(t) exactly: t's own strides (size-1 dimensions' included) when t is non-overlapping and
+// dense, else the dense layout in t's dimension order. (Recorded: a contiguous (1, 1, 512, D) query gives an
+// output of strides (512 D, 512 D, D, 1), not (512 D, D, D, 1).)
+Tensor empty_like_exact(const Tensor& t) {
+  if (is_non_overlapping_and_dense(t)) return empty_strided(t.sizes(), t.strides(), TensorOptions{t.dtype(), t.device()});
+  return empty_preserving_layout(t);
+}
+int64_t flash_head_dim_rounded(int64_t D) { return round_up(D, D <= 128 ? 32 : 64); }
+
+// The one-flash-call shape checks (mha_fwd / mha_bwd): equal head dims, a multiple of 8 (the caller pads),
+// at most 256, 16-bit floats in PyTorch (bytegrad also computes float32 and float64, for tests).
+Dims check_flash_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const Dims n = check_attention_inputs(op, q, k, v);
+  check_fused_inputs(op, q, k, v);
+  if (n.D != n.Dv)
+    throw std::invalid_argument(fmt::format("{}: query {} and value {} must share the head dimension (flash "
+                                            "attention takes D == Dv)", op, describe(q), describe(v)));
+  if (n.D % 8 != 0 || n.D > 256)
+    throw std::invalid_argument(fmt::format("{}: the head dimension {} must be a multiple of 8 and at most 256 "
+                                            "(scaled_dot_product_attention pads it to a multiple of 8)", op, n.D));
+  return n;
+}
+
+AttentionResult flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double scale) {
+  const char* op = "scaled_dot_product_flash_attention";
+  AllocationScope scope(op);
+  const Dims n = check_flash_inputs(op, q, k, v);
+  const TensorOptions int64_on{ScalarType::int64, q.device()};
+  AttentionResult r;
+  r.output = empty_like_exact(q.transpose(1, 2)).transpose(1, 2);
+  r.logsumexp = empty({n.B, n.H, n.Sq}, TensorOptions{lse_dtype(q.dtype()), q.device()});
+  const int64_t splits = n.B > 0 ? flash_num_splits(n.B, n.H, n.Sq, n.Sk, n.D) : 1;
+  Tensor lse_accum, out_accum;
+  if (splits > 1) {
+    const TensorOptions f32{ScalarType::float32, q.device()};
+    lse_accum = empty({splits, n.B, n.H, n.Sq}, f32);
+    out_accum = empty({splits, n.B, n.H, n.Sq, flash_head_dim_rounded(n.D)}, f32);
+  }
+  r.philox_seed = empty({2}, int64_on);   // rng_state
+  r.philox_offset = empty({}, int64_on);  // _unused
+  if (n.B > 0 && n.Sq > 0) {
+    if (n.Sk == 0) {  // mha_fwd: an empty key set gives zeros and an infinite logsumexp
+      backend_of(q).fill(kv(r.output), 0.0);
+      backend_of(q).fill(kv(r.logsumexp), std::numeric_limits<double>::infinity());
+    } else {
+      const StridedView lse = kv(r.logsumexp);
+      backend_of(q).attention_forward(kv(r.output), &lse, kv(q), kv(k), kv(v), scale, is_causal);
+    }
+  }
+  lse_accum = Tensor();
+  out_accum = Tensor();
+  return r;
+}
+
+// _scaled_dot_product_flash_attention_backward_cuda -> _flash_attention_backward (attention_backward.cu) ->
+// mha_bwd (flash_api.cpp), as recorded:
+//   grad_out.transpose(1, 2).contiguous(), out.transpose(1, 2).contiguous()   a copy each where that view is
+//                           not contiguous (e.g. the sliced-back gradient of a padded call, or any output laid
+//                           out (B, H, Sq, D))
+//   dq, dk, dv              empty_like of q, k, v transposed (each in that view's layout when dense)
+//   alloc B*H*round128(Sq)*4            softmax_d (float32)
+//   alloc B*round128(Sq)*H*Dr*4         dq_accum (float32)
+//   free dq_accum, free softmax_d, free the out copy, free the grad_out copy
+AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& logsumexp, bool is_causal, double scale) {
+  const char* op = "scaled_dot_product_flash_attention_backward";
+  AllocationScope scope(op);
+  const Dims n = check_flash_inputs(op, q, k, v);
+  if (!logsumexp.defined())
+    throw std::invalid_argument(fmt::format("{}: the forward kept no logsumexp", op));
+  if (grad_out.sizes() != out.sizes())
+    throw std::invalid_argument(fmt::format("{}: the gradient {} must have the output's sizes {}", op,
+                                            describe(grad_out), describe(out)));
+  const Tensor dout = grad_out.transpose(1, 2).contiguous().transpose(1, 2);
+  const Tensor out_c = out.transpose(1, 2).contiguous().transpose(1, 2);
+  AttentionGrads g;
+  g.grad_query = empty_like_exact(q.transpose(1, 2)).transpose(1, 2);
+  g.grad_key = empty_like_exact(k.transpose(1, 2)).transpose(1, 2);
+  g.grad_value = empty_like_exact(v.transpose(1, 2)).transpose(1, 2);
+  if (n.B == 0) return g;  // mha_bwd returns before its scratch
+  const int64_t sq_rounded = round_up(n.Sq, 128);
+  const TensorOptions f32{ScalarType::float32, q.device()};
+  Tensor softmax_d = empty({n.B, n.H, sq_rounded}, f32);
+  Tensor dq_accum = empty({n.B, sq_rounded, n.H, flash_head_dim_rounded(n.D)}, f32);
+  if (n.Sq > 0) {
+    backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(dout), kv(q), kv(k),
+                                     kv(v), kv(out_c), kv(logsumexp), scale, is_causal, scratch_of(dq_accum));
+  } else {
+    backend_of(q).fill(kv(g.grad_key), 0.0);
+    backend_of(q).fill(kv(g.grad_value), 0.0);
+  }
+  dq_accum = Tensor();
+  softmax_d = Tensor();
+  return g;  // then the out copy and the grad_out copy (out_c, then dout: the locals last first)
+}
+
 // ------------------------------------------------------------------------------------- the selection
 
 bool is_half(ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; }
 
 }  // namespace
+
+// flash_api.cpp's num_splits_heuristic as set_params_splitkv calls it (no dropout, num_splits = 0) on the
+// H100: 2 x 132 slots (128 threads a block), key blocks of 256 / 128 / 64 rows for head dims up to 64 / 128 /
+// above, 64-row query blocks. The smallest eligible split count within 85% of the best wave efficiency.
+// Recorded: 1024 keys, 2 heads, D 60 -> 4; 512 keys, 1 head, D 100 -> 4; 600 keys, 6 (b, h), one query, D 20
+// -> 3; 256 keys, 4 (b, h), D 140 -> 4; every recorded call with one key block -> 1.
+int64_t flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim) {
+  constexpr int kSlots = 2 * 132;
+  const int64_t D = round_up(head_dim, 8);
+  const int64_t block_n = D <= 64 ? 256 : (D <= 128 ? 128 : 64);
+  const int64_t n_blocks = (seqlen_k + block_n - 1) / block_n;
+  const int64_t tiles = batch * heads * ((seqlen_q + 63) / 64);
+  if (static_cast<float>(tiles) >= 0.8f * kSlots) return 1;
+  const int64_t max_splits = std::min<int64_t>({128, kSlots, n_blocks});
+  auto eligible = [&](int64_t s) {
+    return s == 1 || (n_blocks + s - 1) / s != (n_blocks + s - 2) / (s - 1);
+  };
+  std::vector<float> efficiency(static_cast<size_t>(std::max<int64_t>(max_splits, 0)), 0.f);
+  float best = 0.f;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    if (!eligible(s)) continue;
+    const float waves = static_cast<float>(tiles * s) / kSlots;
+    const float e = waves / std::ceil(waves);
+    efficiency[static_cast<size_t>(s - 1)] = e;
+    best = std::max(best, e);
+  }
+  for (int64_t s = 1; s <= max_splits; ++s)
+    if (eligible(s) && efficiency[static_cast<size_t>(s - 1)] >= 0.85 * best) return s;
+  return 1;
+}
 
 std::string_view sdpa_backend_name(SdpaBackend backend) {
   switch (backend) {
@@ -305,19 +453,23 @@ std::string_view sdpa_backend_name(SdpaBackend backend) {
   return "?";
 }
 
-// PyTorch 2.11's select_sdp_backend (sdp_utils.cpp) on an H100 (sm90) with cuDNN newer than 9.15, where
+// PyTorch 2.11's select_sdp_backend (sdp_utils.cpp) on an H100 (sm90) with cuDNN 9.19, where
 // priority_order puts cuDNN first: cuDNN, flash, memory-efficient, math, each taken when its constraints
 // hold. Only the constraints that bytegrad's inputs can fail are checked (no mask, no dropout, dense
 // tensors, equal heads):
 //   cuDNN      float16/bfloat16; last dims contiguous (size-1 ignored); Sq, Sk > 0; B, H <= 65535; D and Dv
-//              multiples of 8, at most 128 (or D = 192 with Dv = 128); Sk != 1. The recordings (sdpa.events)
-//              show it for every bf16 case and the fp16 one (2x4x300x64).
+//              multiples of 8, each at most 256; Sk != 1.
 //   flash      float16/bfloat16; D == Dv <= 256; causal only with Sq == Sk; last dims contiguous; Sq, Sk > 0.
 //   efficient  float16/float32/bfloat16; D and Dv multiples of 8 (16-bit) or 4 (float32); storage offsets
 //              multiples of that alignment; last dims contiguous (size 1 included); Sq, Sk > 0. Recorded for
 //              every float32 case (4x12x256x64, 2x2x64x32, 3x5x77x48).
 //   math       everything else (float64, odd head dims, non-contiguous last dims, empty sequences).
-// The head-dim limit of 128 assumes the recording's cuDNN is older than 9.22 (newer ones allow 256 on sm90).
+// torch._fused_sdp_choice on the H100 (tests/data/pytorch_probes/sdpa_flash/flash_choices.txt and
+// flash_choices_dv.txt) agrees for bf16 and fp16 with D in {8, ..., 512}, causal or not, Sq x Sk in 16x16,
+// 16x1, 1x1, 1x16, 16x32, 32x16, and with D != Dv (both up to 256): cuDNN for every head-dim pair of multiples
+// of 8 up to 256 (the earlier limit of 128 was an assumption the recording refutes); flash for 16-bit head dims
+// that are not multiples of 8, and for Sk == 1 (cuDNN refuses it) when causal is off or Sq == 1; the
+// memory-efficient kernels for causal calls with Sk == 1 < Sq and for D above 256; math otherwise.
 // The same rule holds on every device, so cpu, sim and meta allocate what the H100 would.
 SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal) {
   const Dims n = check_attention_inputs("scaled_dot_product_attention", query, key, value);
@@ -326,7 +478,7 @@ SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Te
   const bool last_dims_ok = last_dims_unit || n.D == 1;  // ignore_singleton_dim (cuDNN, flash)
   const bool nonempty = n.Sq > 0 && n.Sk > 0;
   if (is_half(dtype) && last_dims_ok && nonempty && n.B <= 65535 && n.H <= 65535 && n.D % 8 == 0 &&
-      n.Dv % 8 == 0 && ((n.D <= 128 && n.Dv <= 128) || (n.D == 192 && n.Dv == 128)) && n.Sk != 1)
+      n.Dv % 8 == 0 && n.D <= 256 && n.Dv <= 256 && n.Sk != 1)
     return SdpaBackend::cudnn_attention;
   if (is_half(dtype) && last_dims_ok && nonempty && n.D == n.Dv && n.D <= 256 && (!is_causal || n.Sq == n.Sk))
     return SdpaBackend::flash_attention;
@@ -366,6 +518,22 @@ AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, cons
       without_recording([&] { return efficient_forward(query, key, value, compute_log_sumexp, is_causal, s); });
   recording.finish({r.output, r.logsumexp, r.philox_seed, r.philox_offset});
   return r;
+}
+
+AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   bool is_causal, std::optional<double> scale) {
+  const std::vector<Tensor> inputs{query, key, value};
+  const double s = resolve_scale(query, scale);
+  OpRecording recording = begin_recording<OpId::scaled_dot_product_flash_attention>(inputs, {is_causal, s});
+  AttentionResult r = without_recording([&] { return flash_forward(query, key, value, is_causal, s); });
+  recording.finish({r.output, r.logsumexp, r.philox_seed, r.philox_offset});
+  return r;
+}
+
+AttentionGrads scaled_dot_product_flash_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value, const Tensor& out,
+                                                           const Tensor& logsumexp, bool is_causal, double scale) {
+  return without_recording([&] { return flash_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale); });
 }
 
 AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
@@ -417,6 +585,26 @@ Tensor output_of(AttentionResult&& r) {
   r.philox_offset = Tensor();
   return output;
 }
+
+// scaled_dot_product_attention's flash case (attention.cpp): q, k and v padded to a head dim that is a multiple
+// of 8 (pad_last_dim<8>: constant_pad_nd, a new contiguous tensor each, query first), the scale taken from the
+// unpadded head dim, the flash op on the padded tensors, its output sliced back (post_process_flash_output).
+// Then the op's tuple goes (logsumexp, rng_state, unused, as output_of) and the padded inputs last first
+// (value, key, query), unless its graph keeps them.
+Tensor flash_attention_padded(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
+                              std::optional<double> scale) {
+  const int64_t D = query.size(-1);
+  auto pad_to_8 = [](const Tensor& t) {
+    const int64_t last = t.size(-1);
+    return last % 8 == 0 ? t : constant_pad_nd(t, {0, 8 - last % 8});
+  };
+  const Tensor query_padded = pad_to_8(query);
+  const Tensor key_padded = pad_to_8(key);
+  const Tensor value_padded = pad_to_8(value);
+  const double s = resolve_scale(query, scale);
+  Tensor out = output_of(scaled_dot_product_flash_attention(query_padded, key_padded, value_padded, is_causal, s));
+  return out.size(-1) != D ? out.slice(-1, 0, D) : out;
+}
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
@@ -432,11 +620,11 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
       return output_of(
           scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale));
     case SdpaBackend::math: return scaled_dot_product_attention_math(query, key, value, is_causal, scale);
-    case SdpaBackend::flash_attention: break;
+    case SdpaBackend::flash_attention: return flash_attention_padded(query, key, value, is_causal, scale);
   }
   throw std::invalid_argument(fmt::format(
       "scaled_dot_product_attention: PyTorch 2.11 on an H100 would run {} with its {} backend, whose memory bytegrad "
-      "has not recorded (query {}, key {}, value {})",
+      "does not model for this dtype (query {}, key {}, value {})",
       scalar_type_name(query.dtype()), sdpa_backend_name(backend), describe(query), describe(key), describe(value)));
 }
 

@@ -1,6 +1,7 @@
-// Indexing and joining: index_select, gather, cat, stack. Each allocates its one contiguous output.
+// Indexing and joining: index_select, gather, cat, stack, constant_pad_nd. Each allocates its one contiguous output.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "bytegrad/memory/allocation_context.h"
@@ -136,6 +137,68 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   record_for_autograd(tensors, [&] {
     return make_record<OpId::stack>(tensors, {out}, {wrap_dim(dim, tensors.front().dim() + 1, "stack")});
   });
+  return out;
+}
+
+namespace {
+
+// PyTorch's constant_pad_nd (PadNd.cpp): crop by the negative entries (narrow); if nothing is padded, clone
+// the cropped view (preserve_format: its dimension order, dense); otherwise a new contiguous tensor of the
+// padded sizes, filled with `value`, the cropped input copied into its middle. (PyTorch picks channels-last
+// for a 4-d or 5-d input laid out exactly channels-last; bytegrad's inputs here never are, so contiguous.)
+Tensor constant_pad_nd_compute(const Tensor& x, const Shape& pad) {
+  const char* op = "constant_pad_nd";
+  check_defined(op, x);
+  if (pad.size() % 2 != 0)
+    throw std::invalid_argument(fmt::format("{}: the pad list must have an even length, got {}", op, pad.size()));
+  const int64_t padded_dims = static_cast<int64_t>(pad.size()) / 2;
+  if (padded_dims > x.dim())
+    throw std::invalid_argument(fmt::format("{}: the pad list of length {} pads more dimensions than {} has", op,
+                                            pad.size(), describe(x)));
+  Tensor cropped = x;
+  Shape padded_shape = x.sizes();
+  bool all_non_positive = true;
+  for (int64_t i = 0; i < padded_dims; ++i) {
+    const int64_t d = x.dim() - 1 - i, before = pad[2 * i], after = pad[2 * i + 1];
+    const int64_t size = x.sizes()[d] + before + after;
+    if (size < 0)
+      throw std::invalid_argument(fmt::format("{}: padding ({}, {}) leaves dimension {} of {} with a negative size {}",
+                                              op, before, after, d, describe(x), size));
+    padded_shape[d] = size;
+    if (before < 0) cropped = cropped.narrow(d, -before, cropped.sizes()[d] + before);
+    if (after < 0) cropped = cropped.narrow(d, 0, cropped.sizes()[d] + after);
+    all_non_positive = all_non_positive && before <= 0 && after <= 0;
+  }
+  const TensorOptions options{x.dtype(), x.device()};
+  if (all_non_positive) {
+    Tensor out = empty_strided(cropped.sizes(), elementwise_output_strides(cropped.sizes(), {&cropped}), options);
+    backend_of(out).copy(kv(out), kv(cropped));
+    return out;
+  }
+  return empty(padded_shape, options);  // filled and copied into by the caller
+}
+
+}  // namespace
+
+Tensor constant_pad_nd(const Tensor& x, const Shape& pad, double value) {
+  AllocationScope scope("constant_pad_nd");
+  Tensor out = without_recording([&] {
+    Tensor padded = constant_pad_nd_compute(x, pad);
+    if (std::all_of(pad.begin(), pad.end(), [](int64_t p) { return p <= 0; })) return padded;  // the clone
+    backend_of(padded).fill(kv(padded), value);
+    Tensor middle = padded;
+    Tensor source = x;
+    const int64_t padded_dims = static_cast<int64_t>(pad.size()) / 2;
+    for (int64_t i = 0; i < padded_dims; ++i) {
+      const int64_t d = x.dim() - 1 - i, before = pad[2 * i], after = pad[2 * i + 1];
+      if (before < 0) source = source.narrow(d, -before, source.sizes()[d] + before);
+      if (after < 0) source = source.narrow(d, 0, source.sizes()[d] + after);
+      middle = middle.narrow(d, std::max<int64_t>(before, 0), source.sizes()[d]);
+    }
+    if (middle.numel() > 0) backend_of(padded).copy(kv(middle), kv(source));
+    return padded;
+  });
+  record_for_autograd({x}, [&] { return make_record<OpId::constant_pad_nd>({x}, {out}, {pad, value}); });
   return out;
 }
 

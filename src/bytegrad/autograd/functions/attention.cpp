@@ -1,4 +1,5 @@
-// Derivatives of scaled_dot_product_attention's fused backends, as derivatives.yaml states them:
+// Derivatives of scaled_dot_product_attention's fused backends (cuDNN, memory-efficient, flash), as
+// derivatives.yaml states them:
 //   _scaled_dot_product_cudnn_attention: query, key, value: _scaled_dot_product_cudnn_attention_backward(grad,
 //     query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, ...)
 //   _scaled_dot_product_efficient_attention: query, key, value, attn_bias:
@@ -23,8 +24,11 @@ enum Outputs : size_t { kOutput, kLogsumexp, kPhiloxSeed, kPhiloxOffset };
 
 // The three inputs are saved before the kernel runs, the output, logsumexp and philox seed and offset after
 // (each set in the order the node releases them).
+// seed_first: flash's outputs are named rng_state and unused (sorted: seed, then offset); cuDNN's and the
+// efficient backend's philox_seed and philox_offset sort the other way.
 template <typename Backward>
-std::shared_ptr<FormulaNode> attention_node(const OpRecord& r, const op_args::Attention& a, Backward backward) {
+std::shared_ptr<FormulaNode> attention_node(const OpRecord& r, const op_args::Attention& a, Backward backward,
+                                            bool seed_first = false) {
   auto node = make_node(
       r,
       [a, backward](const FormulaNode& n, TensorList& g) {
@@ -43,8 +47,13 @@ std::shared_ptr<FormulaNode> attention_node(const OpRecord& r, const op_args::At
   node->save("value", r.inputs.at(kValue));
   node->save_output("logsumexp", kLogsumexp);
   node->save_output("output", kOutput);
-  node->save_output("philox_offset", kPhiloxOffset);
-  node->save_output("philox_seed", kPhiloxSeed);
+  if (seed_first) {
+    node->save_output("philox_seed", kPhiloxSeed);
+    node->save_output("philox_offset", kPhiloxOffset);
+  } else {
+    node->save_output("philox_offset", kPhiloxOffset);
+    node->save_output("philox_seed", kPhiloxSeed);
+  }
   return node;
 }
 
@@ -59,6 +68,15 @@ std::shared_ptr<FormulaNode> scaled_dot_product_cudnn_attention(const OpRecord& 
 // as cuDNN's; the philox seed and offset are undefined (PyTorch's live on the host without dropout)
 std::shared_ptr<FormulaNode> scaled_dot_product_efficient_attention(const OpRecord& r, const op_args::Attention& a) {
   return attention_node(r, a, scaled_dot_product_efficient_attention_backward);
+}
+
+// _scaled_dot_product_flash_attention: query, key, value: _scaled_dot_product_flash_attention_backward(grad,
+// query, key, value, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state,
+// unused, scale). Saved and released as cuDNN's (the padded q, k, v stay with the node until backward); the
+// dense call's cum_seq_q / cum_seq_k are undefined and its rng_state (16 bytes) and unused (8) sort before
+// each other as named (recorded: free lse, 16, 8 after the padded inputs in sdpa_flash/flash.events).
+std::shared_ptr<FormulaNode> scaled_dot_product_flash_attention(const OpRecord& r, const op_args::Attention& a) {
+  return attention_node(r, a, scaled_dot_product_flash_attention_backward, /*seed_first=*/true);
 }
 
 }  // namespace bytegrad::formulas

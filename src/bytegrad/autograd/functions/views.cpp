@@ -70,6 +70,16 @@ std::shared_ptr<FormulaNode> slice(const OpRecord& r, const op_args::Slice& args
   return node;
 }
 
+// constant_pad_nd_backward: the gradient cropped back by the negated pads, a new tensor (PyTorch's
+// constant_pad_nd clones when nothing is padded), so each padded input's gradient is one allocation.
+std::shared_ptr<FormulaNode> constant_pad_nd(const OpRecord& r, const op_args::Pad& args) {
+  Shape negated = args.pad;
+  for (int64_t& p : negated) p = -p;
+  return make_node(r, [negated](const FormulaNode&, TensorList& g) {
+    return TensorList{bytegrad::constant_pad_nd(g[0], negated)};
+  });
+}
+
 // unbind's outputs' gradients are stacked into one tensor (missing ones as zeros).
 std::shared_ptr<FormulaNode> unbind(const OpRecord& r, const op_args::Dim& args) {
   auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
