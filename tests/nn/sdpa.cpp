@@ -426,6 +426,28 @@ TEST_CASE("without a gradient the fused forward keeps no logsumexp, and frees se
   }
 }
 
+TEST_CASE("libtorch's argument order (attn_mask, dropout_p, is_causal) is the same call; a mask or dropout is refused") {
+  for (Device device : {kSim, kMeta}) {
+    CAPTURE(device.str());
+    fresh(device);
+    const TensorOptions bf16{ScalarType::bfloat16, device};
+    const Tensor q = randn({1, 2, 8, 16}, bf16), k = randn({1, 2, 8, 16}, bf16), v = randn({1, 2, 8, 16}, bf16);
+    Tensor short_form, libtorch_form;
+    const AllocationEvents want = allocation_events(device, [&] { short_form = scaled_dot_product_attention(q, k, v, true); });
+    const AllocationEvents got =
+        allocation_events(device, [&] { libtorch_form = scaled_dot_product_attention(q, k, v, {}, 0.0, true); });
+    CHECK(got == want);
+    CHECK(libtorch_form.sizes() == short_form.sizes());
+    CHECK(libtorch_form.strides() == short_form.strides());
+    if (device == kSim) CHECK(max(abs(libtorch_form.to(ScalarType::float32) - short_form.to(ScalarType::float32))).item() == 0.0);
+    const Tensor mask = ones({8, 8}, TensorOptions{ScalarType::bool_, device});
+    CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k, v, mask, 0.0, false), doctest::Contains("attn_mask"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k, v, std::nullopt, 0.1, true), doctest::Contains("dropout_p"),
+                         std::invalid_argument);
+  }
+}
+
 TEST_CASE("nanoGPT with sdpa: no bias buffer, GPT-2 small's model and data marks as PyTorch's (meta)") {
   // shared/golden/gpt2/scenarios/g_gpt2_small_bf16_sdpa.json: model 498558976 allocated, 555745280 reserved;
   // data 498575360 (the slow path's model mark is 552298496: twelve 4 MiB `bias` buffers and their blocks).

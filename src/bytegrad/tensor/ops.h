@@ -286,6 +286,13 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std:
 // tiled kernels (cuda_attention.cu); meta computes nothing.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+// The same in libtorch's argument order, torch::scaled_dot_product_attention(query, key, value, attn_mask,
+// dropout_p, is_causal, scale), for code written against libtorch or ported from nanoGPT's
+// F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=True): attn_mask must be
+// empty and dropout_p 0 (neither is modelled; anything else is an error that says so).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 enum class SdpaBackend { cudnn_attention, flash_attention, efficient_attention, math };
 std::string_view sdpa_backend_name(SdpaBackend backend);

@@ -628,4 +628,17 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
       scalar_type_name(query.dtype()), sdpa_backend_name(backend), describe(query), describe(key), describe(value)));
 }
 
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale) {
+  if (attn_mask.has_value() && attn_mask->defined())
+    throw std::invalid_argument(fmt::format(
+        "scaled_dot_product_attention: attn_mask {} is not supported (only no mask, with is_causal for a causal one)",
+        describe(*attn_mask)));
+  if (dropout_p != 0.0)
+    throw std::invalid_argument(
+        fmt::format("scaled_dot_product_attention: dropout_p = {} is not supported (only 0)", dropout_p));
+  return scaled_dot_product_attention(query, key, value, is_causal, scale);
+}
+
 }  // namespace bytegrad
