@@ -44,7 +44,6 @@ if has sdpa; then
   say bench_sdpa
   { echo "-- first kernels"; BYTEGRAD_ATTENTION_FIRST_KERNELS=1 timeout 60 ./build/bench/bench_sdpa 20
     echo "-- current"; timeout 60 ./build/bench/bench_sdpa 20
-    echo "-- current, 3 backward blocks"; BYTEGRAD_ATTENTION_BWD_BLOCKS=3 timeout 60 ./build/bench/bench_sdpa 20
     timeout 90 python3 bench/pytorch_sdpa.py 20
     echo "-- current again"; timeout 60 ./build/bench/bench_sdpa 20; } 2>&1 | grep -v "fp32\|float32" | tee -a "$log"
 fi
