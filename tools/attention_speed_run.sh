@@ -40,6 +40,20 @@ if has unittests; then
   timeout ${UNIT_TIMEOUT:-150} ./build/tests/test_cuda >"$OUT/test_all.log" 2>&1; echo "test_cuda rc $?" | tee -a "$log"
   grep -B3 -A12 "ERROR\|FAILED" "$OUT/test_all.log" | head -60 | tee -a "$log"; tail -4 "$OUT/test_all.log" | tee -a "$log"
 fi
+if has final; then
+  say bench_sdpa, final
+  { echo "-- first kernels"; BYTEGRAD_ATTENTION_FIRST_KERNELS=1 timeout 60 ./build/bench/bench_sdpa 20
+    echo "-- current"; timeout 60 ./build/bench/bench_sdpa 20
+    timeout 90 python3 bench/pytorch_sdpa.py 20
+    echo "-- current again"; timeout 60 ./build/bench/bench_sdpa 20
+  } 2>&1 | grep -v "fp32\|float32" | tee -a "$log"
+  say gpt2 bf16_sdpa step, final
+  { echo "-- first kernels"; BYTEGRAD_ATTENTION_FIRST_KERNELS=1 timeout 90 ./build/bench/bench_gpt2 cuda 10 bf16_sdpa
+    echo "-- current"; timeout 90 ./build/bench/bench_gpt2 cuda 10 bf16_sdpa
+    timeout 120 python3 bench/pytorch_gpt2_step.py 10 bf16_sdpa
+    echo "-- current again"; timeout 90 ./build/bench/bench_gpt2 cuda 10 bf16_sdpa
+  } 2>&1 | tee -a "$log"
+fi
 if has sdpa; then
   say bench_sdpa
   { echo "-- first kernels"; BYTEGRAD_ATTENTION_FIRST_KERNELS=1 timeout 60 ./build/bench/bench_sdpa 20
@@ -76,7 +90,7 @@ if has ncu; then
 fi
 if has fulltest; then
   say ctest -L gpu
-  (cd build && timeout ${CTEST_TIMEOUT:-400} ctest -L gpu --output-on-failure) >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" | tee -a "$log"
+  (cd build && timeout ${CTEST_TIMEOUT:-400} ctest -L gpu ${CTEST_ARGS:-} --output-on-failure) >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" | tee -a "$log"
   grep -E "tests passed|Failed|\*\*\*|Test +#" "$OUT/ctest.log" | tail -60 | tee -a "$log"
 fi
 say done

@@ -888,7 +888,9 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_bac
   T* do_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
   float* lse_s[2] = {reinterpret_cast<float*>(smem + 6 * ob), reinterpret_cast<float*>(smem + 6 * ob) + kTileRows};
   float* delta_s[2] = {lse_s[1] + kTileRows, lse_s[1] + 2 * kTileRows};
-  T* ds_s = reinterpret_cast<T*>(delta_s[1] + kTileRows);  // dS^T, the block's keys x the tile's queries
+  // dS^T, the block's keys x a tile's queries, in two buffers: tile t's is written in iteration t and read
+  // (for dQ) in iteration t + 1, after that iteration's one barrier
+  T* ds_s[2] = {reinterpret_cast<T*>(delta_s[1] + kTileRows), reinterpret_cast<T*>(delta_s[1] + kTileRows) + kRows * kProbLd};
 
   const int Sq = static_cast<int>(p.n.Sq), Sk = static_cast<int>(p.n.Sk);
   const int64_t BH = p.n.B * p.n.H;
@@ -927,18 +929,32 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_bac
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
   // tiles whose every query sees every key of this warp, inside both ends, need no mask
   const bool keys_inside = warp_key0 + kWarpRows <= Sk;
+  // each warp takes 16 of a tile's queries: dQ rows += dS (16 x 64 keys) K, A read transposed out of dS^T
+  auto add_dq = [&](const T* ds, int q0) {
+    uint32_t dsq[kTileCols / 2][4];
+#pragma unroll
+    for (int k = 0; k < kTileCols / 2; ++k)
+      ldmatrix_x4_trans(dsq[k], ds + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows +
+                                    ((lane / 8) % 2) * 8);
+    float dq[kD / 8][4];
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    accumulate<T, kD>(dq, dsq, k_s);
+    add_dq_rows<kD>(dq_slice, dq, q0 + warp * kWarpRows, Sq, p.n.D, p.vector_dq);
+  };
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int stage = tile % 2;
     const int t0 = first_row + tile * kTileRows;
     wait_copies(0);
-    __syncthreads();  // this tile is staged; every warp is done with the other stage and with ds_s
+    __syncthreads();  // this tile is staged, the previous tile's dS^T written; the other stage is free
     if (tile + 1 < tiles) {
       stage_rows<T, kD>((stage ? q_s[0] : q_s[1]), p.q, b, h, t0 + kTileRows, Sq, p.n.D, p.vectorised);
       stage_rows<T, kD>((stage ? do_s[0] : do_s[1]), p.dout, b, h, t0 + kTileRows, Sq, p.n.D, p.vectorised);
       stage_stats(stage ? 0 : 1, t0 + kTileRows);
     }
     commit_copies();
+    if (tile > 0) add_dq(stage ? ds_s[0] : ds_s[1], t0 - kTileRows);  // the previous tile's
     const T* qt = stage ? q_s[1] : q_s[0];
     const T* dot = stage ? do_s[1] : do_s[0];
     const float* lt = stage ? lse_s[1] : lse_s[0];
@@ -968,31 +984,24 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_bac
     uint32_t pa[kTileCols / 2][4], dsa[kTileCols / 2][4];
     as_a_operand<T>(pa, s);
     as_a_operand<T>(dsa, dp);
-    // dS^T to shared memory for dQ, before the dV and dK products so the barrier waits less
+    // dS^T to shared memory, for this tile's dQ in the next iteration
+    T* ds = stage ? ds_s[1] : ds_s[0];
 #pragma unroll
     for (int j = 0; j < kTileCols / 2; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int c = 0; c < 2; ++c)
-          *reinterpret_cast<uint32_t*>(ds_s + (warp * kWarpRows + g + 8 * r) * kProbLd + 16 * j + 8 * c + 2 * t) =
+          *reinterpret_cast<uint32_t*>(ds + (warp * kWarpRows + g + 8 * r) * kProbLd + 16 * j + 8 * c + 2 * t) =
               dsa[j][2 * c + r];
     accumulate<T, kD>(dv, pa, dot);
     accumulate<T, kD>(dk, dsa, qt);
-    __syncthreads();  // dS^T is written
-    // each warp takes 16 of the tile's queries: dQ rows += dS (16 x 64 keys) K, A read transposed out of dS^T
-    uint32_t dsq[kTileCols / 2][4];
-#pragma unroll
-    for (int k = 0; k < kTileCols / 2; ++k)
-      ldmatrix_x4_trans(dsq[k], ds_s + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows +
-                                    ((lane / 8) % 2) * 8);
-    float dq[kD / 8][4];
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    accumulate<T, kD>(dq, dsq, k_s);
-    add_dq_rows<kD>(dq_slice, dq, t0 + warp * kWarpRows, Sq, p.n.D, p.vector_dq);
   }
   wait_copies(0);
+  if (tiles > 0) {
+    __syncthreads();  // the last tile's dS^T is written
+    add_dq(((tiles - 1) % 2) ? ds_s[1] : ds_s[0], first_row + (tiles - 1) * kTileRows);
+  }
   store_tile_rows<T, kD>(p.dk, dk, b, h, warp_key0, Sk, p.n.D, p.scale, p.scale, p.paired_grads);
   store_tile_rows<T, kD>(p.dv, dv, b, h, warp_key0, Sk, p.n.D, 1.0f, 1.0f, p.paired_grads);
 #endif
@@ -1211,8 +1220,8 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
       if (n.Sk > 0 && use_first_kernels())
         launch(flash_backward_dkdv_kernel<T, kD, true>, key_blocks, smem + sizeof(T) * kRows * kProbLd,
                "flash_backward_dkdv_kernel", p);
-      else if (n.Sk > 0)  // three resident blocks for heads up to 64: 0.459 ms fwd+bwd at 8x12x1024x64 against 0.471
-        launch(flash_backward_dkdv2_kernel<T, kD, 3>, key_blocks, smem + sizeof(T) * kRows * kProbLd,
+      else if (n.Sk > 0)  // three resident blocks for heads up to 64 (168 registers, 75 KB of shared memory)
+        launch(flash_backward_dkdv2_kernel<T, kD, 3>, key_blocks, smem + 2 * sizeof(T) * kRows * kProbLd,
                "flash_backward_dkdv2_kernel", p);
       const int64_t total = accumulator_floats;
       if (p.vector_rows && !use_first_kernels())
