@@ -16,7 +16,15 @@
 //  - backward, two kernels and no atomics: dk/dv per key block streaming query tiles (S^T = K Q^T and
 //    dP^T = V dO^T, P^T from the saved lse, dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q), then dq
 //    per query block streaming key tiles (dQ += dS K). delta_i = dout_i . out_i is computed where needed.
-//    P and dS go through T for the products, as FlashAttention does.
+//    P and dS go through T for the products, as FlashAttention does. That is the path without scratch.
+//
+// What runs (the kernels named ...2): the forward gives each warp 32 query rows for heads up to 64 (a block
+// of 128 rows), so every K and V fragment read from shared memory feeds two mma rows, launches the longest
+// causal row blocks first, and masks only the tiles that cross the diagonal or an end. With the cuDNN
+// workspace the backward is three kernels: delta and zeros for the float dQ accumulator (16-byte accesses),
+// dk/dv per key block with dQ += dS K added to the accumulator (sm_90: 16-byte vector reductions, red.v4.f32)
+// and lse and delta staged asynchronously beside each query tile, then dq = scale * accumulator.
+// BYTEGRAD_ATTENTION_FIRST_KERNELS=1 runs the first kernels instead (16 rows a warp everywhere), for comparison.
 //
 // Fragments (PTX ISA, mma.m16n8k16 with .row.col): lane = 4 g + t. A (16 x 16) holds rows g and g + 8,
 // columns 2t, 2t + 1 and 2t + 8, 2t + 9; B (16 x 8) holds rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g;
@@ -25,6 +33,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "bytegrad/kernels/cuda/cuda_attention_rows.cuh"
@@ -160,13 +169,13 @@ __device__ __forceinline__ void accumulate(float (&acc)[kD / 8][4], const uint32
 // Stages rows [s0, s0 + kTileRows) of a (b, h) slice into a shared tile (ld kD + 8), zeros past the slice's
 // rows and past D. `vectorised` (every row 16-byte aligned, D % 8 == 0): asynchronous 16-byte copies, to be
 // waited for with wait_copies; otherwise plain element stores.
-template <typename T, int kD>
+template <typename T, int kD, int kN = kTileRows>
 __device__ __forceinline__ void stage_rows(T* tile, const Rows<const T>& src, int64_t b, int64_t h, int64_t s0,
                                            int64_t rows, int D, bool vectorised) {
   constexpr int ld = operand_ld<kD>();
   if (vectorised) {
     constexpr int chunks = kD / 8;
-    for (int idx = threadIdx.x; idx < kTileRows * chunks; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kN * chunks; idx += kThreads) {
       const int r = idx / chunks, c = (idx % chunks) * 8;
       const int64_t s = s0 + r;
       const bool inside = s < rows && c < D;
@@ -175,7 +184,7 @@ __device__ __forceinline__ void stage_rows(T* tile, const Rows<const T>& src, in
                    "l"(from), "r"(inside ? 16 : 0));
     }
   } else {
-    for (int idx = threadIdx.x; idx < kTileRows * kD; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kN * kD; idx += kThreads) {
       const int r = idx / kD, c = idx % kD;
       const int64_t s = s0 + r;
       tile[r * ld + c] = s < rows && c < D ? src.at(b, h, s)[c] : convert<T>(0.0f);
@@ -187,6 +196,45 @@ __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_
 __device__ __forceinline__ void wait_copies(int pending) {
   if (pending == 0) asm volatile("cp.async.wait_group 0;\n" ::);
   else asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+// 2^x on the special-function unit (2^-inf = 0), as exp2f compiles to with fast math.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One float (4 bytes) copied asynchronously into shared memory, zero when !inside.
+__device__ __forceinline__ void copy_float_async(float* dst, const float* src, bool inside) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(inside ? 4 : 0));
+}
+
+// Writes 16 rows x D of C tiles (acc[n]: columns 8n..8n+7) times the row's factor to rows r0.. of dst;
+// `paired` (D even, rows 4-byte aligned): two elements per store.
+template <typename T, int kD>
+__device__ __forceinline__ void store_tile_rows(const Rows<T>& dst, const float (&acc)[kD / 8][4], int64_t b,
+                                                int64_t h, int r0, int rows, int D, float factor0, float factor1,
+                                                bool paired) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int s = r0 + g + 8 * half;
+    if (s >= rows) continue;
+    T* out = dst.at(b, h, s);
+    const float factor = half ? factor1 : factor0;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      const int d = 8 * n + 2 * t;
+      if (paired) {
+        if (d < D) *reinterpret_cast<uint32_t*>(out + d) = pack<T>(acc[n][2 * half] * factor, acc[n][2 * half + 1] * factor);
+      } else {
+        if (d < D) out[d] = convert<T>(acc[n][2 * half] * factor);
+        if (d + 1 < D) out[d + 1] = convert<T>(acc[n][2 * half + 1] * factor);
+      }
+    }
+  }
 }
 
 // Writes a warp's 16 x D results (C tiles acc[n], columns 8n..8n+7) times `factor` to rows r0.. of dst.
@@ -222,6 +270,7 @@ struct ForwardParams {
   Shape n;
   float scale_log2;  // scale * log2(e): scores in base 2
   bool causal, vectorised;
+  bool paired_out;  // out takes two elements per store
 };
 
 template <typename T, int kD>
@@ -324,6 +373,200 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardParams<T
 #endif
 }
 
+// The forward as run: each warp owns kM row tiles (32 rows for heads up to 64, so each K/V fragment read from
+// shared memory serves two mma rows), the block 4 warps of them (128 rows), its Q fragments held in registers
+// for the whole key loop. The longest (causal: last) row blocks are launched first; the causal mask and the
+// key-range test run only on the tiles that cross them.
+template <int kD>
+struct ForwardShape {
+  static constexpr int kM = kD <= 64 ? 2 : 1;               // 16-row mma tiles per warp
+  static constexpr int kBlockRows = kWarps * kWarpRows * kM;  // query rows per block
+};
+
+// kKeys: keys per staged tile (64, or 32 to hold fewer scores); kQInRegisters: Q's fragments loaded once
+// (else re-read from shared memory per tile); kMinBlocks: resident blocks the registers are capped for.
+template <typename T, int kD, int kKeys, bool kQInRegisters, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward2_kernel(ForwardParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kM = ForwardShape<kD>::kM, kBlockRows = ForwardShape<kD>::kBlockRows;
+  constexpr int kCols = kKeys / 8;  // 8-wide C tiles across a key tile
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int ld = operand_ld<kD>();
+  constexpr size_t ob = sizeof(T) * kKeys * ld;
+  T* q_s = reinterpret_cast<T*>(smem);
+  unsigned char* kv = smem + sizeof(T) * kBlockRows * ld;
+  T* k_s[2] = {reinterpret_cast<T*>(kv), reinterpret_cast<T*>(kv + ob)};
+  T* v_s[2] = {reinterpret_cast<T*>(kv + 2 * ob), reinterpret_cast<T*>(kv + 3 * ob)};
+
+  const int Sq = static_cast<int>(p.n.Sq), Sk = static_cast<int>(p.n.Sk);
+  const int64_t BH = p.n.B * p.n.H;
+  const int row_blocks = (Sq + kBlockRows - 1) / kBlockRows;
+  const int64_t bh = blockIdx.x % BH;
+  const int q0 = (row_blocks - 1 - static_cast<int>(blockIdx.x / BH)) * kBlockRows;  // longest first
+  const int64_t b = bh / p.n.H, h = bh % p.n.H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp_row0 = q0 + warp * kWarpRows * kM, warp_row_last = warp_row0 + kWarpRows * kM - 1;
+
+  const int keys = p.causal ? min(Sk, min(Sq, q0 + kBlockRows)) : Sk;
+  const int tiles = (keys + kKeys - 1) / kKeys;
+  stage_rows<T, kD, kBlockRows>(q_s, p.q, b, h, q0, Sq, p.n.D, p.vectorised);
+  if (tiles > 0) {
+    stage_rows<T, kD, kKeys>(k_s[0], p.k, b, h, 0, Sk, p.n.D, p.vectorised);
+    stage_rows<T, kD, kKeys>(v_s[0], p.v, b, h, 0, Sk, p.n.D, p.vectorised);
+  }
+  commit_copies();
+
+  float m[kM][2], l[kM][2];  // base 2; l is this thread's part of the row sum
+  float o[kM][kD / 8][4];
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+    m[i][0] = m[i][1] = -INFINITY;
+    l[i][0] = l[i][1] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) o[i][n][0] = o[i][n][1] = o[i][n][2] = o[i][n][3] = 0.0f;
+  }
+  uint32_t qf[kM][kQInRegisters ? kD / 16 : 1][4];
+  // keys visible to every row of the warp: tiles wholly below this need no mask
+  const int unmasked_end = p.causal ? min(Sk, warp_row0 + 1) : Sk;
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % 2;
+    const int t0 = tile * kKeys;
+    wait_copies(0);
+    __syncthreads();  // this tile is staged, and every warp is done with the other stage
+    if (kQInRegisters && tile == 0) {
+#pragma unroll
+      for (int i = 0; i < kM; ++i)
+#pragma unroll
+        for (int k = 0; k < kD / 16; ++k)
+          ldmatrix_x4(qf[i][kQInRegisters ? k : 0],
+                      q_s + (warp * kWarpRows * kM + 16 * i + lane % 16) * ld + k * 16 + (lane / 16) * 8);
+    }
+    if (tile + 1 < tiles) {
+      stage_rows<T, kD, kKeys>((stage ? k_s[0] : k_s[1]), p.k, b, h, t0 + kKeys, Sk, p.n.D, p.vectorised);
+      stage_rows<T, kD, kKeys>((stage ? v_s[0] : v_s[1]), p.v, b, h, t0 + kKeys, Sk, p.n.D, p.vectorised);
+    }
+    commit_copies();
+    if (p.causal && t0 > warp_row_last) continue;  // no row of this warp sees the tile
+    const T* kt = stage ? k_s[1] : k_s[0];
+    const T* vt = stage ? v_s[1] : v_s[0];
+    float s[kM][kCols][4];
+#pragma unroll
+    for (int i = 0; i < kM; ++i)
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kD / 16; ++k) {
+      if constexpr (!kQInRegisters) {
+#pragma unroll
+        for (int i = 0; i < kM; ++i)
+          ldmatrix_x4(qf[i][0], q_s + (warp * kWarpRows * kM + 16 * i + lane % 16) * ld + k * 16 + (lane / 16) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < kCols; j += 2) {
+        uint32_t fb[4];
+        ldmatrix_x4(fb, kt + (8 * j + lane % 8 + (lane / 16) * 8) * ld + k * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          mma<T>(s[i][j], qf[i][kQInRegisters ? k : 0], fb[0], fb[1]);
+          mma<T>(s[i][j + 1], qf[i][kQInRegisters ? k : 0], fb[2], fb[3]);
+        }
+      }
+    }
+    const bool masked = t0 + kKeys > unmasked_end;
+    uint32_t pa[kM][kCols / 2][4];
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      float tile_max[2] = {-INFINITY, -INFINITY};
+      if (masked) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = warp_row0 + 16 * i + g + 8 * r;
+          const int visible_end = p.causal ? min(Sk, row + 1) : Sk;
+#pragma unroll
+          for (int j = 0; j < kCols; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = t0 + 8 * j + 2 * t + e;
+              float& x = s[i][j][2 * r + e];
+              x = key < visible_end ? x * p.scale_log2 : -INFINITY;
+              tile_max[r] = fmaxf(tile_max[r], x);
+            }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kCols; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[i][j][e] *= p.scale_log2;
+            tile_max[e / 2] = fmaxf(tile_max[e / 2], s[i][j][e]);
+          }
+      }
+      float correction[2], m_use[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {  // the row's four threads (t = 0..3) agree on its maximum
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        const float m_new = fmaxf(m[i][r], tile_max[r]);
+        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet keeps p = 0
+        correction[r] = fast_exp2(m[i][r] - m_use[r]);  // 0 while m is -inf
+        m[i][r] = m_new;
+        l[i][r] *= correction[r];
+      }
+#pragma unroll
+      for (int j = 0; j < kCols; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[i][j][e] = fast_exp2(s[i][j][e] - m_use[e / 2]);
+          l[i][e / 2] += s[i][j][e];
+        }
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        o[i][n][0] *= correction[0];
+        o[i][n][1] *= correction[0];
+        o[i][n][2] *= correction[1];
+        o[i][n][3] *= correction[1];
+      }
+#pragma unroll
+      for (int k = 0; k < kCols / 2; ++k) {
+        pa[i][k][0] = pack<T>(s[i][2 * k][0], s[i][2 * k][1]);
+        pa[i][k][1] = pack<T>(s[i][2 * k][2], s[i][2 * k][3]);
+        pa[i][k][2] = pack<T>(s[i][2 * k + 1][0], s[i][2 * k + 1][1]);
+        pa[i][k][3] = pack<T>(s[i][2 * k + 1][2], s[i][2 * k + 1][3]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kCols / 2; ++k) {
+#pragma unroll
+      for (int n = 0; n < kD / 8; n += 2) {
+        uint32_t fb[4];
+        ldmatrix_x4_trans(fb, vt + (16 * k + lane % 8 + ((lane / 8) % 2) * 8) * ld + 8 * n + (lane / 16) * 8);
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          mma<T>(o[i][n], pa[i][k], fb[0], fb[1]);
+          mma<T>(o[i][n + 1], pa[i][k], fb[2], fb[3]);
+        }
+      }
+    }
+  }
+  wait_copies(0);
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp_row0 + 16 * i + g + 8 * r;
+      l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 1);
+      l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
+      inv[r] = l[i][r] > 0.0f ? 1.0f / l[i][r] : 0.0f;
+      if (t == 0 && p.lse.data && row < Sq)
+        *p.lse.at(b, h, row) = l[i][r] > 0.0f ? (m[i][r] + log2f(l[i][r])) * kLn2 : -INFINITY;
+    }
+    store_tile_rows<T, kD>(p.out, o[i], b, h, warp_row0 + 16 * i, Sq, p.n.D, inv[0], inv[1], p.vectorised);
+  }
+#endif
+}
+
 // ------------------------------------------------------------------------------------------ backward
 
 template <typename T>
@@ -338,6 +581,9 @@ struct BackwardParams {
   // both (B, H, Sq[, D]) contiguous; nullptr without.
   float* dq_acc;
   float* delta;
+  bool vector_dq;     // dq_acc rows take 16-byte vector reductions (D % 4 == 0)
+  bool paired_grads;  // dk and dv take two elements per store
+  bool vector_rows;   // out, dout and dq rows take 16-byte accesses (D % 8 == 0)
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -401,6 +647,59 @@ __global__ void flash_backward_dq_convert_kernel(BackwardParams<T> p) {
     const int64_t b = row / (p.n.H * p.n.Sq), h = row / p.n.Sq % p.n.H, i = row % p.n.Sq;
     p.dq.at(b, h, i)[d] = convert<T>(p.dq_acc[idx] * p.scale);
   }
+}
+
+// The two passes around the dk/dv kernel with 16-byte accesses (D % 8 == 0, out, dout and dq rows 16-byte
+// aligned): zeros into the accumulator and delta (a thread per row), then dq = scale * the accumulator (eight
+// elements a thread).
+template <typename T>
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
+  const T* x = reinterpret_cast<const T*>(&a);
+  const T* y = reinterpret_cast<const T*>(&b);
+  float sum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sum += convert<float>(x[e]) * convert<float>(y[e]);
+  return sum;
+}
+
+template <typename T>
+__global__ void flash_backward_prepare2_kernel(BackwardParams<T> p) {
+  const int64_t rows = p.n.B * p.n.H * p.n.Sq, quads = rows * p.n.D / 4;
+  const int64_t units = rows > quads ? rows : quads;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < units;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (u < quads) reinterpret_cast<float4*>(p.dq_acc)[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (u < rows) {
+      const int64_t b = u / (p.n.H * p.n.Sq), h = u / p.n.Sq % p.n.H, i = u % p.n.Sq;
+      const uint4* o = reinterpret_cast<const uint4*>(p.out.at(b, h, i));
+      const uint4* g = reinterpret_cast<const uint4*>(p.dout.at(b, h, i));
+      float delta = 0.0f;
+      for (int c = 0; c < p.n.D / 8; ++c) delta += dot8<T>(o[c], g[c]);
+      p.delta[u] = delta;
+    }
+  }
+}
+
+template <typename T>
+__global__ void flash_backward_dq_convert2_kernel(BackwardParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int chunks = p.n.D / 8;
+  const int64_t units = p.n.B * p.n.H * p.n.Sq * chunks;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < units;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = u / chunks;
+    const int c = static_cast<int>(u % chunks);
+    const int64_t b = row / (p.n.H * p.n.Sq), h = row / p.n.Sq % p.n.H, i = row % p.n.Sq;
+    const float4 lo = reinterpret_cast<const float4*>(p.dq_acc)[2 * u];
+    const float4 hi = reinterpret_cast<const float4*>(p.dq_acc)[2 * u + 1];
+    uint4 out;
+    out.x = pack<T>(lo.x * p.scale, lo.y * p.scale);
+    out.y = pack<T>(lo.z * p.scale, lo.w * p.scale);
+    out.z = pack<T>(hi.x * p.scale, hi.y * p.scale);
+    out.w = pack<T>(hi.z * p.scale, hi.w * p.scale);
+    reinterpret_cast<uint4*>(p.dq.at(b, h, i))[c] = out;
+  }
+#endif
 }
 
 // One key block per thread block; query tiles stream through shared memory. kAccumulateDq (with scratch):
@@ -513,6 +812,189 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
 #endif
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// dq_acc[row * D + d .. + 3] += a warp's 16 x kD dQ tile (C tiles dq[n], rows r0..r0+15 of one (b, h) slice).
+// sm_90 with D % 4 == 0: each pair of lanes (t, t ^ 1) swaps halves so a lane holds four consecutive columns of
+// one row, added with one vector reduction; otherwise one atomic add per element.
+template <int kD>
+__device__ __forceinline__ void add_dq_rows(float* slice, const float (&dq)[kD / 8][4], int r0, int rows, int D,
+                                            bool vector_add) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#if __CUDA_ARCH__ >= 900
+  if (vector_add) {
+    const bool odd = t % 2;
+    const int row = r0 + g + (odd ? 8 : 0);
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      // even t keeps row g and takes the odd neighbour's row-g pair; odd t keeps row g + 8
+      const float send0 = odd ? dq[n][0] : dq[n][2], send1 = odd ? dq[n][1] : dq[n][3];
+      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1), got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+      float v0, v1, v2, v3;
+      if (odd) {
+        v0 = got0, v1 = got1, v2 = dq[n][2], v3 = dq[n][3];
+      } else {
+        v0 = dq[n][0], v1 = dq[n][1], v2 = got0, v3 = got1;
+      }
+      const int d = 8 * n + 2 * (t & ~1);
+      if (row < rows && d < D)
+        asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(slice + static_cast<int64_t>(row) * D + d),
+                     "f"(v0), "f"(v1), "f"(v2), "f"(v3)
+                     : "memory");
+    }
+    return;
+  }
+#endif
+  (void)vector_add;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + g + 8 * r;
+    if (row >= rows) continue;
+    float* out = slice + static_cast<int64_t>(row) * D;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      const int d = 8 * n + 2 * t;
+      if (d < D) atomicAdd(out + d, dq[n][2 * r]);
+      if (d + 1 < D) atomicAdd(out + d + 1, dq[n][2 * r + 1]);
+    }
+  }
+}
+#endif
+
+// The backward with scratch, as run: one key block of 64 per thread block (16 keys a warp), query tiles of 64
+// streaming through shared memory with their lse and delta (copied asynchronously beside them, so no tile
+// waits on a global load), dQ += dS K added to the float accumulator by vector reductions. Longest (causal:
+// first) key blocks are launched first; masks run only on the tiles that cross the diagonal or an end.
+template <typename T, int kD, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_backward_dkdv2_kernel(BackwardParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr size_t ob = operand_bytes<T, kD>();
+  constexpr int ld = operand_ld<kD>();
+  T* k_s = reinterpret_cast<T*>(smem);
+  T* v_s = reinterpret_cast<T*>(smem + ob);
+  T* q_s[2] = {reinterpret_cast<T*>(smem + 2 * ob), reinterpret_cast<T*>(smem + 3 * ob)};
+  T* do_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
+  float* lse_s[2] = {reinterpret_cast<float*>(smem + 6 * ob), reinterpret_cast<float*>(smem + 6 * ob) + kTileRows};
+  float* delta_s[2] = {lse_s[1] + kTileRows, lse_s[1] + 2 * kTileRows};
+  // dS^T, the block's keys x a tile's queries, in two buffers: tile t's is written in iteration t and read
+  // (for dQ) in iteration t + 1, after that iteration's one barrier
+  T* ds_s[2] = {reinterpret_cast<T*>(delta_s[1] + kTileRows), reinterpret_cast<T*>(delta_s[1] + kTileRows) + kRows * kProbLd};
+
+  const int Sq = static_cast<int>(p.n.Sq), Sk = static_cast<int>(p.n.Sk);
+  const int64_t BH = p.n.B * p.n.H;
+  const int key_blocks = (Sk + kRows - 1) / kRows;
+  const int64_t bh = blockIdx.x % BH;
+  const int kb = static_cast<int>(blockIdx.x / BH);
+  const int k0 = (p.causal ? kb : key_blocks - 1 - kb) * kRows;  // causal: the first key blocks see the most
+  const int64_t b = bh / p.n.H, h = bh % p.n.H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp_key0 = k0 + warp * kWarpRows;
+  float* dq_slice = p.dq_acc + bh * static_cast<int64_t>(Sq) * p.n.D;
+  const float* delta_slice = p.delta + bh * static_cast<int64_t>(Sq);
+
+  // Causal: query rows before k0 see none of the block's keys.
+  const int first_row = p.causal ? (min(k0, Sq) / kTileRows) * kTileRows : 0;
+  const int tiles = (Sq - first_row + kTileRows - 1) / kTileRows;
+  auto stage_stats = [&](int s, int r0) {  // lse (natural log) and delta of query rows r0.. (zero past Sq)
+    const int x = threadIdx.x % kTileRows, i = r0 + x;
+    const bool inside = i < Sq;
+    float* stats = reinterpret_cast<float*>(smem + 6 * ob) + (threadIdx.x < kTileRows ? 0 : 2 * kTileRows) + s * kTileRows;
+    if (threadIdx.x < kTileRows) copy_float_async(stats + x, inside ? p.lse.at(b, h, i) : p.lse.data, inside);
+    else copy_float_async(stats + x, inside ? delta_slice + i : p.delta, inside);
+  };
+  stage_rows<T, kD>(k_s, p.k, b, h, k0, Sk, p.n.D, p.vectorised);
+  stage_rows<T, kD>(v_s, p.v, b, h, k0, Sk, p.n.D, p.vectorised);
+  if (tiles > 0) {
+    stage_rows<T, kD>(q_s[0], p.q, b, h, first_row, Sq, p.n.D, p.vectorised);
+    stage_rows<T, kD>(do_s[0], p.dout, b, h, first_row, Sq, p.n.D, p.vectorised);
+    stage_stats(0, first_row);
+  }
+  commit_copies();
+  float dk[kD / 8][4], dv[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+  // tiles whose every query sees every key of this warp, inside both ends, need no mask
+  const bool keys_inside = warp_key0 + kWarpRows <= Sk;
+  // each warp takes 16 of a tile's queries: dQ rows += dS (16 x 64 keys) K, A read transposed out of dS^T
+  auto add_dq = [&](const T* ds, int q0) {
+    uint32_t dsq[kTileCols / 2][4];
+#pragma unroll
+    for (int k = 0; k < kTileCols / 2; ++k)
+      ldmatrix_x4_trans(dsq[k], ds + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows +
+                                    ((lane / 8) % 2) * 8);
+    float dq[kD / 8][4];
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    accumulate<T, kD>(dq, dsq, k_s);
+    add_dq_rows<kD>(dq_slice, dq, q0 + warp * kWarpRows, Sq, p.n.D, p.vector_dq);
+  };
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % 2;
+    const int t0 = first_row + tile * kTileRows;
+    wait_copies(0);
+    __syncthreads();  // this tile is staged, the previous tile's dS^T written; the other stage is free
+    if (tile + 1 < tiles) {
+      stage_rows<T, kD>((stage ? q_s[0] : q_s[1]), p.q, b, h, t0 + kTileRows, Sq, p.n.D, p.vectorised);
+      stage_rows<T, kD>((stage ? do_s[0] : do_s[1]), p.dout, b, h, t0 + kTileRows, Sq, p.n.D, p.vectorised);
+      stage_stats(stage ? 0 : 1, t0 + kTileRows);
+    }
+    commit_copies();
+    if (tile > 0) add_dq(stage ? ds_s[0] : ds_s[1], t0 - kTileRows);  // the previous tile's
+    const T* qt = stage ? q_s[1] : q_s[0];
+    const T* dot = stage ? do_s[1] : do_s[0];
+    const float* lt = stage ? lse_s[1] : lse_s[0];
+    const float* dt = stage ? delta_s[1] : delta_s[0];
+    float s[kTileCols][4], dp[kTileCols][4];  // S^T and dP^T: this warp's keys x the tile's queries
+    products_with_rows<T, kD>(s, k_s + warp * kWarpRows * ld, qt);
+    products_with_rows<T, kD>(dp, v_s + warp * kWarpRows * ld, dot);
+    const bool masked = !keys_inside || t0 + kTileRows > Sq || (p.causal && warp_key0 + kWarpRows - 1 > t0);
+#pragma unroll
+    for (int j = 0; j < kTileCols; ++j) {
+      const int qi = 8 * j + 2 * t;
+      const float2 lse2 = *reinterpret_cast<const float2*>(lt + qi);
+      const float2 delta2 = *reinterpret_cast<const float2*>(dt + qi);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float lse = (e % 2 ? lse2.y : lse2.x) * kLog2e, delta = e % 2 ? delta2.y : delta2.x;
+        float prob = fast_exp2(fmaf(s[j][e], p.scale_log2, -lse));
+        if (masked) {
+          const int i = t0 + qi + e % 2, kj = warp_key0 + g + 8 * (e / 2);
+          const bool visible = i < Sq && kj < Sk && (!p.causal || kj <= i);
+          prob = visible ? prob : 0.0f;
+        }
+        s[j][e] = prob;
+        dp[j][e] = prob * (dp[j][e] - delta);
+      }
+    }
+    uint32_t pa[kTileCols / 2][4], dsa[kTileCols / 2][4];
+    as_a_operand<T>(pa, s);
+    as_a_operand<T>(dsa, dp);
+    // dS^T to shared memory, for this tile's dQ in the next iteration
+    T* ds = stage ? ds_s[1] : ds_s[0];
+#pragma unroll
+    for (int j = 0; j < kTileCols / 2; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          *reinterpret_cast<uint32_t*>(ds + (warp * kWarpRows + g + 8 * r) * kProbLd + 16 * j + 8 * c + 2 * t) =
+              dsa[j][2 * c + r];
+    accumulate<T, kD>(dv, pa, dot);
+    accumulate<T, kD>(dk, dsa, qt);
+  }
+  wait_copies(0);
+  if (tiles > 0) {
+    __syncthreads();  // the last tile's dS^T is written
+    add_dq(((tiles - 1) % 2) ? ds_s[1] : ds_s[0], first_row + (tiles - 1) * kTileRows);
+  }
+  store_tile_rows<T, kD>(p.dk, dk, b, h, warp_key0, Sk, p.n.D, p.scale, p.scale, p.paired_grads);
+  store_tile_rows<T, kD>(p.dv, dv, b, h, warp_key0, Sk, p.n.D, 1.0f, 1.0f, p.paired_grads);
+#endif
+}
+
 // One query block per thread block; key tiles stream through shared memory as in the forward.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(BackwardParams<T> p) {
@@ -600,6 +1082,22 @@ void launch(Kernel kernel, int64_t blocks, size_t smem, const char* name, const 
   check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
 }
 
+// Rows of 16-bit elements whose pairs (d, d + 1), d even, are 4-byte aligned.
+bool paired_rows(const StridedView& v) {
+  const auto address = reinterpret_cast<uintptr_t>(v.data);
+  return v.sizes[3] % 2 == 0 && address % 4 == 0 && v.strides[0] % 2 == 0 && v.strides[1] % 2 == 0 &&
+         v.strides[2] % 2 == 0 && v.strides[3] == 1;
+}
+
+// BYTEGRAD_ATTENTION_FIRST_KERNELS=1: the first tensor-core kernels (16 rows a warp), kept for comparison.
+bool use_first_kernels() {
+  static const bool first = [] {
+    const char* v = std::getenv("BYTEGRAD_ATTENTION_FIRST_KERNELS");
+    return v != nullptr && v[0] == '1';
+  }();
+  return first;
+}
+
 bool rows_aligned(const StridedView& v) {
   const auto address = reinterpret_cast<uintptr_t>(v.data);
   return address % 16 == 0 && v.strides[0] % 8 == 0 && v.strides[1] % 8 == 0 && v.strides[2] % 8 == 0;
@@ -642,9 +1140,23 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
                                          lse->strides[2]}
                            : Rows<float>{nullptr, 0, 0, 0},
                        rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
-                       static_cast<float>(scale) * kLog2e, is_causal, vectorised};
-    const size_t smem = 5 * operand_bytes<T, kD>();  // q, and k and v in two stages
-    launch(flash_forward_kernel<T, kD>, n.B * n.H * ((n.Sq + kRows - 1) / kRows), smem, "flash_forward_kernel", p);
+                       static_cast<float>(scale) * kLog2e, is_causal, vectorised, paired_rows(out)};
+    if (use_first_kernels()) {
+      const size_t smem = 5 * operand_bytes<T, kD>();  // q, and k and v in two stages
+      launch(flash_forward_kernel<T, kD>, n.B * n.H * ((n.Sq + kRows - 1) / kRows), smem, "flash_forward_kernel", p);
+      return;
+    }
+    constexpr int kBlockRows = ForwardShape<kD>::kBlockRows;
+    const int64_t blocks = n.B * n.H * ((n.Sq + kBlockRows - 1) / kBlockRows);
+    // q, and k and v in two stages
+    auto smem = [](int keys) { return sizeof(T) * (kBlockRows + 4 * keys) * operand_ld<kD>(); };
+    // Heads of 64: Q re-read from shared memory per tile, which leaves registers for two resident blocks
+    // (234 registers): 0.107 ms at 8x12x1024x64 against 0.111 with Q held, and 0.107 / 0.132 for 32-key tiles
+    // with three blocks / with Q held, same run.
+    if constexpr (kD == 64)
+      launch(flash_forward2_kernel<T, kD, 64, false, 2>, blocks, smem(64), "flash_forward2_kernel", p);
+    else
+      launch(flash_forward2_kernel<T, kD, 64, true, 1>, blocks, smem(64), "flash_forward2_kernel", p);
   });
 }
 
@@ -678,19 +1190,34 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
                         is_causal,
                         vectorised,
                         with_scratch ? static_cast<float*>(scratch.data) : nullptr,
-                        with_scratch ? static_cast<float*>(scratch.data) + accumulator_floats : nullptr};
+                        with_scratch ? static_cast<float*>(scratch.data) + accumulator_floats : nullptr,
+                        n.D % 4 == 0,
+                        paired_rows(dk) && paired_rows(dv),
+                        n.D % 8 == 0 && rows_aligned(out) && rows_aligned(dout) && rows_aligned(dq)};
     // two resident operands and two staged ones in two stages, then delta and lse (two stages for dk/dv)
     const size_t smem = 6 * operand_bytes<T, kD>() + 4 * sizeof(float) * kRows;
     const int64_t key_blocks = n.B * n.H * ((n.Sk + kRows - 1) / kRows);
     if (with_scratch) {
-      launch(flash_backward_prepare_kernel<T>, (n.B * n.H * n.Sq + kWarps - 1) / kWarps, 0,
-             "flash_backward_prepare_kernel", p);
-      if (n.Sk > 0)
+      const int64_t rows = n.B * n.H * n.Sq;
+      if (p.vector_rows && !use_first_kernels())
+        launch(flash_backward_prepare2_kernel<T>,
+               std::min<int64_t>((std::max(rows, accumulator_floats / 4) + kThreads - 1) / kThreads, 65536), 0,
+               "flash_backward_prepare2_kernel", p);
+      else
+        launch(flash_backward_prepare_kernel<T>, (rows + kWarps - 1) / kWarps, 0, "flash_backward_prepare_kernel", p);
+      if (n.Sk > 0 && use_first_kernels())
         launch(flash_backward_dkdv_kernel<T, kD, true>, key_blocks, smem + sizeof(T) * kRows * kProbLd,
                "flash_backward_dkdv_kernel", p);
+      else if (n.Sk > 0)  // three resident blocks for heads up to 64 (168 registers, 75 KB of shared memory)
+        launch(flash_backward_dkdv2_kernel<T, kD, 3>, key_blocks, smem + 2 * sizeof(T) * kRows * kProbLd,
+               "flash_backward_dkdv2_kernel", p);
       const int64_t total = accumulator_floats;
-      launch(flash_backward_dq_convert_kernel<T>, std::min<int64_t>((total + kThreads - 1) / kThreads, 65536), 0,
-             "flash_backward_dq_convert_kernel", p);
+      if (p.vector_rows && !use_first_kernels())
+        launch(flash_backward_dq_convert2_kernel<T>, std::min<int64_t>((total / 8 + kThreads - 1) / kThreads, 65536),
+               0, "flash_backward_dq_convert2_kernel", p);
+      else
+        launch(flash_backward_dq_convert_kernel<T>, std::min<int64_t>((total + kThreads - 1) / kThreads, 65536), 0,
+               "flash_backward_dq_convert_kernel", p);
       return;
     }
     if (n.Sk > 0) launch(flash_backward_dkdv_kernel<T, kD, false>, key_blocks, smem, "flash_backward_dkdv_kernel", p);

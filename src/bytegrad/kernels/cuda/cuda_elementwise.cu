@@ -66,6 +66,25 @@ struct UnaryFn {
   }
 };
 
+// The same with the op fixed at compile time (GPT-2's gelu and its backward, where the runtime switch over
+// every op inside the per-element loop cost a quarter of the kernel's time).
+template <typename T, typename Out, UnaryOp kOp>
+struct FixedUnaryFn {
+  __device__ Out operator()(T x) const {
+    using Acc = opmath_t<T>;
+    return convert<Out>(pointwise::unary<Acc>(kOp, convert<Acc>(x)));
+  }
+};
+
+template <typename T, typename Out, BinaryOp kOp>
+struct FixedBinaryFn {
+  opmath_t<T> alpha;
+  __device__ Out operator()(T a, T b) const {
+    using Acc = opmath_t<T>;
+    return convert<Out>(pointwise::binary<Acc>(kOp, convert<Acc>(a), convert<Acc>(b), alpha));
+  }
+};
+
 template <typename T, typename Out>
 struct BinaryFn {
   BinaryOp op;
@@ -73,6 +92,16 @@ struct BinaryFn {
   __device__ Out operator()(T a, T b) const {
     using Acc = opmath_t<T>;
     return convert<Out>(pointwise::binary<Acc>(op, convert<Acc>(a), convert<Acc>(b), alpha));
+  }
+};
+
+// float32 out = op(a, b) with a and b of their own floating dtypes, computed in float32.
+template <typename A, typename B, bool kAdd>
+struct MixedFloatFn {
+  BinaryOp op;
+  float alpha;
+  __device__ float operator()(A a, B b) const {
+    return pointwise::binary<float>(kAdd ? BinaryOp::add : op, convert<float>(a), convert<float>(b), alpha);
   }
 };
 
@@ -429,7 +458,8 @@ void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
     using T = typename decltype(tag)::type;
     dispatch_output<T>(out, in.dtype, "unary", [&](auto out_tag) {
       using Out = typename decltype(out_tag)::type;
-      map1<Out, T>(out, in, UnaryFn<T, Out>{op}, "unary kernel");
+      if (op == UnaryOp::gelu) map1<Out, T>(out, in, FixedUnaryFn<T, Out, UnaryOp::gelu>{}, "unary kernel");
+      else map1<Out, T>(out, in, UnaryFn<T, Out>{op}, "unary kernel");
     });
   });
 }
@@ -442,6 +472,29 @@ void binary(BinaryOp op, const StridedView& out, const StridedView& a, const Str
   if (bool_output && out.dtype != ScalarType::bool_)
     throw std::invalid_argument("cuda backend: binary: comparisons and logical ops write bool");
   const bool same_dtype = a.dtype == b.dtype && common == a.dtype && (bool_output || out.dtype == a.dtype);
+  auto float_or_16 = [](ScalarType t) {
+    return t == ScalarType::float32 || t == ScalarType::bfloat16 || t == ScalarType::float16;
+  };
+  if (!same_dtype && !bool_output && common == ScalarType::float32 && out.dtype == ScalarType::float32 &&
+      float_or_16(a.dtype) && float_or_16(b.dtype)) {
+    // autocast's float32 + 16-bit operands (the residual stream plus a projection's output): typed loads,
+    // vectorised when contiguous; the same arithmetic as the runtime-switch kernel below.
+    dispatch_floating(a.dtype, "binary", [&](auto a_tag) {
+      using A = typename decltype(a_tag)::type;
+      dispatch_floating(b.dtype, "binary", [&](auto b_tag) {
+        using B = typename decltype(b_tag)::type;
+        if constexpr (!std::is_same_v<A, double> && !std::is_same_v<B, double>) {
+          if (op == BinaryOp::add)
+            map2<float, A, B>(out, a, b, MixedFloatFn<A, B, true>{op, static_cast<float>(alpha)},
+                              "binary kernel (mixed dtypes)");
+          else
+            map2<float, A, B>(out, a, b, MixedFloatFn<A, B, false>{op, static_cast<float>(alpha)},
+                              "binary kernel (mixed dtypes)");
+        }
+      });
+    });
+    return;
+  }
   if (!same_dtype) {  // mixed dtypes: a separate kernel, each load and the store through a dtype switch
     dispatch_dtype(common, [&](auto tag) {
       using C = typename decltype(tag)::type;
@@ -457,7 +510,14 @@ void binary(BinaryOp op, const StridedView& out, const StridedView& a, const Str
     using T = typename decltype(tag)::type;
     dispatch_output<T>(out, a.dtype, "binary", [&](auto out_tag) {
       using Out = typename decltype(out_tag)::type;
-      map2<Out, T, T>(out, a, b, BinaryFn<T, Out>{op, from_double<opmath_t<T>>(alpha)}, "binary kernel");
+      if (op == BinaryOp::gelu_backward)
+        map2<Out, T, T>(out, a, b, FixedBinaryFn<T, Out, BinaryOp::gelu_backward>{from_double<opmath_t<T>>(alpha)},
+                        "binary kernel");
+      else if (op == BinaryOp::add)
+        map2<Out, T, T>(out, a, b, FixedBinaryFn<T, Out, BinaryOp::add>{from_double<opmath_t<T>>(alpha)},
+                        "binary kernel");
+      else
+        map2<Out, T, T>(out, a, b, BinaryFn<T, Out>{op, from_double<opmath_t<T>>(alpha)}, "binary kernel");
     });
   });
 }
