@@ -24,6 +24,7 @@
 #include "bytegrad/nn/gpt.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/support/allocation_probe.h"
+#include "tests/support/attention_reference.h"
 #include "tests/support/devices.h"
 #include "tests/support/finite_differences.h"
 
@@ -321,36 +322,6 @@ TEST_CASE("the backend PyTorch 2.11 picks on an H100: cuDNN for 16-bit floats, f
   CHECK(pick(2, 2, 1, 64, ScalarType::bfloat16, false) == SdpaBackend::flash_attention);
 }
 
-namespace {
-
-// The math composition in float64 on the same values: out, and the gradients of sum(out * w).
-struct Reference {
-  std::vector<double> out, dq, dk, dv;
-};
-
-Reference math_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, bool causal,
-                         std::optional<double> scale) {
-  const TensorOptions f64{ScalarType::float64, kCpu};
-  Tensor q64 = q.to(kCpu).to(ScalarType::float64).detach(), k64 = k.to(kCpu).to(ScalarType::float64).detach(),
-         v64 = v.to(kCpu).to(ScalarType::float64).detach();
-  for (Tensor* t : {&q64, &k64, &v64}) t->requires_grad_(true);
-  const Tensor out = scaled_dot_product_attention_math(q64, k64, v64, causal, scale);
-  sum(out * w.to(kCpu).to(ScalarType::float64)).backward();
-  (void)f64;
-  return {out.tolist(), q64.grad().tolist(), k64.grad().tolist(), v64.grad().tolist()};
-}
-
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance, const char* what) {
-  REQUIRE(got.size() == want.size());
-  double scale = 0, worst = 0;
-  for (double x : want) scale = std::max(scale, std::fabs(x));
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-  INFO(what << ": largest difference " << worst << " against values up to " << scale);
-  CHECK(worst <= tolerance * std::max(1.0, scale));
-}
-
-}  // namespace
-
 TEST_CASE("the fused paths' values and gradients equal the math composition (float64), on cpu and sim") {
   struct Case {
     int64_t B, H, Sq, Sk, D, Dv;
@@ -372,7 +343,7 @@ TEST_CASE("the fused paths' values and gradients equal the math composition (flo
       const TensorOptions f32{ScalarType::float32, device};
       const Tensor q0 = randn({s.B, s.H, s.Sq, s.D}, f32), k0 = randn({s.B, s.H, s.Sk, s.D}, f32),
                    v0 = randn({s.B, s.H, s.Sk, s.Dv}, f32), w = randn({s.B, s.H, s.Sq, s.Dv}, f32);
-      const Reference ref = math_reference(q0, k0, v0, w, s.causal, s.scale);
+      const AttentionReference ref = attention_math_reference(q0, k0, v0, w, s.causal, s.scale);
       // float32 through both fused backends (the cuDNN one beyond PyTorch's dtypes), bfloat16 through cuDNN
       for (int variant = 0; variant < 3; ++variant) {
         CAPTURE(variant);
@@ -384,10 +355,10 @@ TEST_CASE("the fused paths' values and gradients equal the math composition (flo
                                ? scaled_dot_product_efficient_attention(q, k, v, true, s.causal, s.scale).output
                                : scaled_dot_product_cudnn_attention(q, k, v, true, s.causal, s.scale).output;
         sum((out * w.to(dtype)).to(ScalarType::float32)).backward();
-        check_close(out.to(ScalarType::float64).tolist(), ref.out, tolerance, "output");
-        check_close(q.grad().to(ScalarType::float64).tolist(), ref.dq, tolerance, "dq");
-        check_close(k.grad().to(ScalarType::float64).tolist(), ref.dk, tolerance, "dk");
-        check_close(v.grad().to(ScalarType::float64).tolist(), ref.dv, tolerance, "dv");
+        check_close_to_reference(out.to(ScalarType::float64).tolist(), ref.out, tolerance, "output");
+        check_close_to_reference(q.grad().to(ScalarType::float64).tolist(), ref.dq, tolerance, "dq");
+        check_close_to_reference(k.grad().to(ScalarType::float64).tolist(), ref.dk, tolerance, "dk");
+        check_close_to_reference(v.grad().to(ScalarType::float64).tolist(), ref.dv, tolerance, "dv");
       }
     }
   }
@@ -562,7 +533,7 @@ TEST_CASE("nanoGPT with sdpa computes what the slow path computes, in float32 an
     CHECK(losses[1] == doctest::Approx(losses[0]).epsilon(bf16 ? 2e-2 : 1e-5));
     for (const auto& [name, g] : grads[0]) {
       CAPTURE(name);
-      check_close(grads[1][name], g, bf16 ? 0.1 : 1e-4, "gradient");
+      check_close_to_reference(grads[1][name], g, bf16 ? 0.1 : 1e-4, "gradient");
     }
   }
 }

@@ -20,6 +20,7 @@
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/support/allocation_probe.h"
+#include "tests/support/attention_reference.h"
 #include "tests/support/devices.h"
 
 using namespace bytegrad;
@@ -335,33 +336,6 @@ TEST_CASE("flash_num_splits: the key splits of the recorded forwards") {
   CHECK(flash_num_splits(1, 2, 64, 1, 200) == 1);
 }
 
-namespace {
-
-struct Reference {
-  std::vector<double> out, dq, dk, dv;
-};
-
-Reference math_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, bool causal,
-                         std::optional<double> scale) {
-  Tensor q64 = q.to(kCpu).to(ScalarType::float64).detach(), k64 = k.to(kCpu).to(ScalarType::float64).detach(),
-         v64 = v.to(kCpu).to(ScalarType::float64).detach();
-  for (Tensor* t : {&q64, &k64, &v64}) t->requires_grad_(true);
-  const Tensor out = scaled_dot_product_attention_math(q64, k64, v64, causal, scale);
-  sum(out * w.to(kCpu).to(ScalarType::float64)).backward();
-  return {out.tolist(), q64.grad().tolist(), k64.grad().tolist(), v64.grad().tolist()};
-}
-
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance, const char* what) {
-  REQUIRE(got.size() == want.size());
-  double scale = 0, worst = 0;
-  for (double x : want) scale = std::max(scale, std::fabs(x));
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-  INFO(what << ": largest difference " << worst << " against values up to " << scale);
-  CHECK(worst <= tolerance * std::max(1.0, scale));
-}
-
-}  // namespace
-
 TEST_CASE("the flash path's values and gradients on sim equal the math composition (float64)") {
   struct Case {
     int64_t B, H, Sq, Sk, D;
@@ -383,7 +357,7 @@ TEST_CASE("the flash path's values and gradients on sim equal the math compositi
     const TensorOptions f32{ScalarType::float32, kSim};
     const Tensor q0 = randn({s.B, s.H, s.Sq, s.D}, f32), k0 = randn({s.B, s.H, s.Sk, s.D}, f32),
                  v0 = randn({s.B, s.H, s.Sk, s.D}, f32), w = randn({s.B, s.H, s.Sq, s.D}, f32);
-    const Reference ref = math_reference(q0, k0, v0, w, s.causal, s.scale);
+    const AttentionReference ref = attention_math_reference(q0, k0, v0, w, s.causal, s.scale);
     for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16}) {
       CAPTURE(scalar_type_name(dtype));
       const double tolerance = dtype == ScalarType::bfloat16 ? 3e-2 : 1e-2;
@@ -410,20 +384,20 @@ TEST_CASE("the flash path's values and gradients on sim equal the math compositi
       const Tensor out = scaled_dot_product_attention(q, k, v, s.causal, s.scale);
       CHECK(out.sizes() == Shape{s.B, s.H, s.Sq, s.D});
       sum((out * w.to(dtype)).to(ScalarType::float32)).backward();
-      check_close(out.to(ScalarType::float64).tolist(), ref.out, tolerance, "output");
+      check_close_to_reference(out.to(ScalarType::float64).tolist(), ref.out, tolerance, "output");
       if (s.split) {
         const Tensor g = qkv.grad();
         const int64_t C = s.H * s.D;
         auto part = [&](int64_t i, int64_t S) {
           return g.narrow(2, i * C, C).reshape({s.B, S, s.H, s.D}).transpose(1, 2).to(ScalarType::float64).tolist();
         };
-        check_close(part(0, s.Sq), ref.dq, tolerance, "dq");
-        check_close(part(1, s.Sk), ref.dk, tolerance, "dk");
-        check_close(part(2, s.Sk), ref.dv, tolerance, "dv");
+        check_close_to_reference(part(0, s.Sq), ref.dq, tolerance, "dq");
+        check_close_to_reference(part(1, s.Sk), ref.dk, tolerance, "dk");
+        check_close_to_reference(part(2, s.Sk), ref.dv, tolerance, "dv");
       } else {
-        check_close(q.grad().to(ScalarType::float64).tolist(), ref.dq, tolerance, "dq");
-        check_close(k.grad().to(ScalarType::float64).tolist(), ref.dk, tolerance, "dk");
-        check_close(v.grad().to(ScalarType::float64).tolist(), ref.dv, tolerance, "dv");
+        check_close_to_reference(q.grad().to(ScalarType::float64).tolist(), ref.dq, tolerance, "dq");
+        check_close_to_reference(k.grad().to(ScalarType::float64).tolist(), ref.dk, tolerance, "dk");
+        check_close_to_reference(v.grad().to(ScalarType::float64).tolist(), ref.dv, tolerance, "dv");
       }
     }
   }
@@ -438,7 +412,7 @@ TEST_CASE("the flash op itself (float32, beyond PyTorch) equals the math composi
                w = randn({1, 2, 6, 8}, f32);
   for (bool causal : {false, true}) {
     CAPTURE(causal);
-    const Reference ref = math_reference(q0, k0, v0, w, causal, 0.5);
+    const AttentionReference ref = attention_math_reference(q0, k0, v0, w, causal, 0.5);
     Tensor q = q0.detach(), k = k0.detach(), v = v0.detach();
     for (Tensor* t : {&q, &k, &v}) t->requires_grad_(true);
     const AttentionResult r = scaled_dot_product_flash_attention(q, k, v, causal, 0.5);
@@ -447,10 +421,10 @@ TEST_CASE("the flash op itself (float32, beyond PyTorch) equals the math composi
     CHECK(r.philox_seed.nbytes() == 16);
     CHECK(r.philox_offset.nbytes() == 8);
     sum(r.output * w).backward();
-    check_close(r.output.to(ScalarType::float64).tolist(), ref.out, 2e-5, "output");
-    check_close(q.grad().to(ScalarType::float64).tolist(), ref.dq, 2e-5, "dq");
-    check_close(k.grad().to(ScalarType::float64).tolist(), ref.dk, 2e-5, "dk");
-    check_close(v.grad().to(ScalarType::float64).tolist(), ref.dv, 2e-5, "dv");
+    check_close_to_reference(r.output.to(ScalarType::float64).tolist(), ref.out, 2e-5, "output");
+    check_close_to_reference(q.grad().to(ScalarType::float64).tolist(), ref.dq, 2e-5, "dq");
+    check_close_to_reference(k.grad().to(ScalarType::float64).tolist(), ref.dk, 2e-5, "dk");
+    check_close_to_reference(v.grad().to(ScalarType::float64).tolist(), ref.dv, 2e-5, "dv");
   }
   const TensorOptions bf{ScalarType::bfloat16, kMeta};
   CHECK_THROWS_WITH_AS(scaled_dot_product_flash_attention(empty({1, 1, 4, 20}, bf), empty({1, 1, 4, 20}, bf),
