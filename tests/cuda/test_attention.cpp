@@ -108,6 +108,14 @@ TEST_CASE("attention forward and backward: cuda matches the cpu reference") {
   for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16, ScalarType::float16})
     for (const Shape6& s : other_shapes)
       for (bool causal : {true, false}) compare(s, dtype, false, causal, false, 0.37);
+  // The memory-efficient op where PyTorch sends 16-bit calls to it (causal with one key and several queries,
+  // head dims above 256: the SIMT kernel's 16-columns-a-lane instantiation), and float32 above 256.
+  const std::vector<Shape6> efficient_shapes = {{2, 2, 16, 1, 64, 64},    {1, 3, 40, 1, 160, 160},
+                                                {1, 2, 37, 90, 264, 264}, {1, 1, 50, 50, 512, 512},
+                                                {1, 2, 33, 70, 320, 136}};
+  for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16, ScalarType::float32})
+    for (const Shape6& s : efficient_shapes)
+      for (bool causal : {true, false}) compare(s, dtype, false, causal, true, std::nullopt);
 }
 
 // With the cuDNN backend's workspace the tensor-core backward accumulates dq atomically in it (one pass over
@@ -143,15 +151,20 @@ TEST_CASE("scaled_dot_product_attention on cuda matches the math composition, va
   manual_seed(73);
   // Each backend PyTorch picks (select_sdpa_backend): cuDNN (bf16, head dims multiples of 8 up to 256: 160 runs
   // the SIMT kernel), flash for 16-bit head dims that are not multiples of 8 (padded to 8, then sliced back:
-  // y's own node is the slice's), the memory-efficient kernels for float32.
+  // y's own node is the slice's), the memory-efficient kernels for float32 and for 16-bit head dims above 256
+  // (the SIMT kernel with 16 columns a lane).
+  const char* cudnn = "ScaledDotProductCudnnAttentionBackward0";
+  const char* efficient = "ScaledDotProductEfficientAttentionBackward0";
+  const char* flash_sliced = "SliceBackward0";
   struct Case {
     ScalarType dtype;
     int64_t D;
-    bool flash;  // the padded flash path
+    const char* node;
   };
-  for (const Case& c : {Case{ScalarType::bfloat16, 32, false}, Case{ScalarType::float32, 32, false},
-                        Case{ScalarType::bfloat16, 160, false}, Case{ScalarType::bfloat16, 20, true},
-                        Case{ScalarType::float16, 60, true}}) {
+  for (const Case& c : {Case{ScalarType::bfloat16, 32, cudnn}, Case{ScalarType::float32, 32, efficient},
+                        Case{ScalarType::bfloat16, 160, cudnn}, Case{ScalarType::bfloat16, 20, flash_sliced},
+                        Case{ScalarType::float16, 60, flash_sliced}, Case{ScalarType::bfloat16, 320, efficient},
+                        Case{ScalarType::float16, 512, efficient}}) {
     const ScalarType dtype = c.dtype;
     CAPTURE(scalar_type_name(dtype));
     CAPTURE(c.D);
@@ -163,10 +176,7 @@ TEST_CASE("scaled_dot_product_attention on cuda matches the math composition, va
     const Tensor q = parts[0].view({B, T, H, D}).transpose(1, 2), k = parts[1].view({B, T, H, D}).transpose(1, 2),
                  v = parts[2].view({B, T, H, D}).transpose(1, 2);
     const Tensor y = scaled_dot_product_attention(q, k, v, true);
-    const char* want_node = c.flash                        ? "SliceBackward0"
-                            : dtype == ScalarType::float32 ? "ScaledDotProductEfficientAttentionBackward0"
-                                                           : "ScaledDotProductCudnnAttentionBackward0";
-    CHECK(y.grad_fn_name() == want_node);
+    CHECK(y.grad_fn_name() == c.node);
     const Tensor w = randn(y.sizes(), TensorOptions{}.with_device(kCpu)).to(dtype);
     sum((y * w.to(kCuda)).to(ScalarType::float32)).backward();
 

@@ -1,6 +1,8 @@
 // scaled_dot_product_attention where PyTorch 2.11 on the H100 runs its flash backend (and the cuDNN calls of
-// the same recording), against tests/data/pytorch_probes/sdpa_flash (tools/probes/sdpa_flash_probe.py):
-//  - every recorded case (flash.events, flash_splits.events) replayed on sim and meta: the whole allocation
+// the same recording), against tests/data/pytorch_probes/sdpa_flash (tools/probes/sdpa_flash_probe.py), and
+// its memory-efficient backend (16-bit head dims above 256, causal calls with one key, float32 head dims above
+// 64), against tests/data/pytorch_probes/sdpa_efficient (tools/probes/sdpa_efficient_probe.py):
+//  - every recorded case (flash.events, flash_splits.events, efficient.events) replayed on sim and meta: the whole allocation
 //    and free sequence from the case's start mark to its `freed` mark, allocated / reserved at each mark, the
 //    fused op's forward allocations, the output's strides and grad_fn;
 //  - the backend rule against torch._fused_sdp_choice over the recorded grids (flash_choices*.txt);
@@ -59,7 +61,7 @@ std::map<std::string, std::string> fields(const std::string& line) {
 }
 
 std::vector<FlashCase> read_cases(const std::string& file) {
-  const std::string path = data_path("pytorch_probes/sdpa_flash/" + file);
+  const std::string path = data_path("pytorch_probes/" + file);
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);
   std::vector<FlashCase> cases;
@@ -81,7 +83,9 @@ std::vector<FlashCase> read_cases(const std::string& file) {
       c.Sq = std::stoll(f.at("Sq"));
       c.Sk = std::stoll(f.at("Sk"));
       c.D = std::stoll(f.at("D"));
-      c.dtype = f.at("dtype") == "float16" ? ScalarType::float16 : ScalarType::bfloat16;
+      c.dtype = f.at("dtype") == "float16"   ? ScalarType::float16
+                : f.at("dtype") == "float32" ? ScalarType::float32
+                                             : ScalarType::bfloat16;
       c.causal = f.at("causal") == "1";
       c.grad = f.at("grad") == "1";
       c.nograd_mode = f.at("nograd_mode") == "1";
@@ -104,7 +108,8 @@ std::vector<FlashCase> read_cases(const std::string& file) {
       c.y_grad_fn = m[2];
     } else if (line.rfind("# op ", 0) == 0) {
       in_forward_op = line == "# op aten._scaled_dot_product_flash_attention.default" ||
-                      line == "# op aten._scaled_dot_product_cudnn_attention.default";
+                      line == "# op aten._scaled_dot_product_cudnn_attention.default" ||
+                      line == "# op aten._scaled_dot_product_efficient_attention.default";
     } else if (line.rfind("alloc ", 0) == 0 || line.rfind("free_completed ", 0) == 0) {
       const bool alloc = line[0] == 'a';
       const int64_t bytes = std::stoll(line.substr(alloc ? 6 : 15));
@@ -207,8 +212,9 @@ Replayed replay(const FlashCase& c, Device device) {
     for (Tensor& t : leaves) t = Tensor();
     mark("freed");
   }
-  const std::string fwd_tag = r.backend == SdpaBackend::flash_attention ? "scaled_dot_product_flash_attention"
-                                                                        : "scaled_dot_product_cudnn_attention";
+  const std::string fwd_tag = r.backend == SdpaBackend::flash_attention       ? "scaled_dot_product_flash_attention"
+                              : r.backend == SdpaBackend::efficient_attention ? "scaled_dot_product_efficient_attention"
+                                                                              : "scaled_dot_product_cudnn_attention";
   const MemorySnapshot snapshot = allocator.snapshot();
   for (size_t i = first_entry; i < snapshot.trace.size(); ++i) {
     const TraceEntry& e = snapshot.trace[i];
@@ -268,11 +274,16 @@ void check_replays(const std::string& file, size_t expected_cases) {
 }  // namespace
 
 TEST_CASE("sdpa_flash/flash.events: every case's allocations and frees, forward and backward, on sim and meta") {
-  check_replays("flash.events", 40);
+  check_replays("sdpa_flash/flash.events", 40);
 }
 
 TEST_CASE("sdpa_flash/flash_splits.events: key-split forwards, padded head dims above 128, on sim and meta") {
-  check_replays("flash_splits.events", 16);
+  check_replays("sdpa_flash/flash_splits.events", 16);
+}
+
+TEST_CASE("sdpa_efficient/efficient.events: the memory-efficient backend for 16-bit head dims above 256, causal "
+          "calls with one key, and float32 head dims above 64, on sim and meta") {
+  check_replays("sdpa_efficient/efficient.events", 44);
 }
 
 TEST_CASE("the backend rule equals torch._fused_sdp_choice on the H100 over the recorded grids") {
@@ -336,17 +347,23 @@ TEST_CASE("flash_num_splits: the key splits of the recorded forwards") {
   CHECK(flash_num_splits(1, 2, 64, 1, 200) == 1);
 }
 
-TEST_CASE("the flash path's values and gradients on sim equal the math composition (float64)") {
+TEST_CASE("the flash and 16-bit memory-efficient paths' values and gradients on sim equal the math composition "
+          "(float64)") {
   struct Case {
     int64_t B, H, Sq, Sk, D;
     bool causal, split;
     std::optional<double> scale;
+    SdpaBackend backend = SdpaBackend::flash_attention;
   };
   const std::vector<Case> shapes = {{2, 3, 9, 9, 20, true, true, std::nullopt},   // padded to 24, nanoGPT's views
                                     {1, 2, 7, 11, 12, false, false, 0.4},         // Sq != Sk, padded to 16
                                     {2, 2, 6, 1, 16, false, false, std::nullopt},  // Sk == 1, unpadded
                                     {1, 1, 1, 1, 20, true, false, std::nullopt},   // Sq == Sk == 1, causal
-                                    {1, 2, 5, 5, 60, true, false, std::nullopt}};
+                                    {1, 2, 5, 5, 60, true, false, std::nullopt},
+                                    // memory-efficient: a head dim above 256 (nanoGPT's views), causal with one key
+                                    {1, 2, 6, 6, 264, true, true, std::nullopt, SdpaBackend::efficient_attention},
+                                    {2, 1, 7, 1, 64, true, false, 0.3, SdpaBackend::efficient_attention},
+                                    {1, 1, 5, 1, 160, true, false, std::nullopt, SdpaBackend::efficient_attention}};
   for (const Case& s : shapes) {
     CAPTURE(s.D);
     CAPTURE(s.Sq);
@@ -380,7 +397,7 @@ TEST_CASE("the flash path's values and gradients on sim equal the math compositi
         v = v0.to(dtype).detach();
         for (Tensor* t : {&q, &k, &v}) t->requires_grad_(true);
       }
-      REQUIRE(select_sdpa_backend(q, k, v, s.causal) == SdpaBackend::flash_attention);
+      REQUIRE(select_sdpa_backend(q, k, v, s.causal) == s.backend);
       const Tensor out = scaled_dot_product_attention(q, k, v, s.causal, s.scale);
       CHECK(out.sizes() == Shape{s.B, s.H, s.Sq, s.D});
       sum((out * w.to(dtype)).to(ScalarType::float32)).backward();

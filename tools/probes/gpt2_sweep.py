@@ -67,6 +67,7 @@ CASES = {
     # GPT-2 small: README's example, batch 1 at full context, padded vocabulary, nanoGPT's bf16 + flash
     # setting, fp16 autocast, the other optimizers.
     "small_8x1024": case(SMALL, 8, 1024),
+    "small_4x256": case(SMALL, 4, 256),  # the golden g_gpt2_small_fp32 itself (gpt2_repeat.py runs it again)
     "small_1x1024": case(SMALL, 1, 1024),
     "small_vpad_8x128": case(SMALL_PAD, 8, 128),
     "small_vpad_bf16_sdpa_4x512": case(SMALL_PAD, 4, 512, amp="bf16", attention="sdpa"),

@@ -9,10 +9,14 @@
 // flash backend (and cuDNN at head dims above 128, Sq != Sk, non-causal, contiguous q/k/v)
 // tests/data/pytorch_probes/sdpa_flash/{flash,flash_splits}.events (tools/probes/sdpa_flash_probe.py: split
 // views and contiguous leaves, causal or not, Sk == 1, no-grad forwards, key-split forwards) with
-// torch._fused_sdp_choice grids beside them. The code paths are aten/src/ATen/native/transformers/{attention.cpp
-// (the composite: flash's pad_last_dim<8> and the output slice), cuda/attention.cu, cuda/attention_backward.cu,
-// cuda/flash_attn/flash_api.cpp (mha_fwd / mha_bwd), sdp_utils.cpp} and aten/src/ATen/native/cudnn/MHA.cpp.
-// tests/nn/sdpa.cpp and tests/nn/sdpa_flash.cpp replay every recorded case event by event.
+// torch._fused_sdp_choice grids beside them; for the memory-efficient backend's 16-bit calls and float32 head
+// dims above 64, tests/data/pytorch_probes/sdpa_efficient/efficient.events (tools/probes/sdpa_efficient_probe.py).
+// The code paths are aten/src/ATen/native/transformers/{attention.cpp (the composite: flash's pad_last_dim<8>
+// and the output slice), cuda/attention.cu, cuda/attention_backward.cu, cuda/flash_attn/flash_api.cpp
+// (mha_fwd / mha_bwd), sdp_utils.cpp} and aten/src/ATen/native/cudnn/MHA.cpp.
+// tests/nn/sdpa.cpp and tests/nn/sdpa_flash.cpp replay every recorded case event by event. Also read for the
+// memory-efficient backward: mem_eff_attention/kernel_backward.h (workspace_size, kOutputInRF,
+// kKernelComputesDelta) and kernels/cutlassB.h (the kernel order).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -89,6 +93,8 @@ bool needs_graph(const std::vector<Tensor>& inputs) {
 
 // The logsumexp's dtype: float32, as PyTorch's; float64 for float64 inputs (which PyTorch's fused kernels
 // refuse; bytegrad computes them for tests and gradchecks).
+bool is_half(ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; }
+
 ScalarType lse_dtype(ScalarType input) { return input == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32; }
 
 // at::empty_like(t) (preserve_format): t's strides when t is dense, else a dense layout keeping t's dimension
@@ -204,11 +210,15 @@ AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Ten
 // ---------------------------------------------------------------------------- memory-efficient backend
 
 // _scaled_dot_product_efficient_attention_cuda -> _efficient_attention_forward (attention.cu), as recorded
-// in every float32 case of sdpa.events:
+// in every float32 case of sdpa.events and every case of sdpa_efficient/efficient.events:
 //   alloc B*Sq*H*Dv*e     the output, at::empty({B, Sq, H, Dv}) returned transposed: (B, H, Sq, Dv) laid out
 //                         (B, Sq, H, Dv) whatever q's layout
 //   alloc B*H*ceil(Sq/32)*32*4   the logsumexp, its rows padded to a multiple of kAlignLSE = 32 (3x5x77x48:
 //                         5760 = 15 * 96 * 4), only when a gradient will be computed
+//   alloc B*Sq*H*Dv*4     16-bit inputs with max(D, Dv) above 128 only: the 32x128 "gmem" kernel (the
+//                         register-resident kernels stop at head dim 128) accumulates the output in float32
+//                         (kNeedsOutputAccumulatorBuffer), freed when the kernel is launched (2x2x50x320 bf16:
+//                         256000 = 2 * 50 * 2 * 320 * 4)
 // Without dropout the philox seed and offset are empty CPU tensors: no device memory.
 AttentionResult efficient_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool compute_log_sumexp,
                                   bool is_causal, double scale) {
@@ -216,34 +226,60 @@ AttentionResult efficient_forward(const Tensor& q, const Tensor& k, const Tensor
   AllocationScope scope(op);
   const Dims n = check_attention_inputs(op, q, k, v);
   check_fused_inputs(op, q, k, v);
-  if (q.dtype() != ScalarType::float32 && q.dtype() != ScalarType::float64)
-    throw std::invalid_argument(fmt::format("{}: bytegrad models the memory-efficient backend for float32 (and "
-                                            "computes float64 beyond PyTorch), got {}; PyTorch 2.11 on an H100 runs "
-                                            "16-bit floats through cuDNN",
-                                            op, scalar_type_name(q.dtype())));
   AttentionResult r;
   r.output = empty({n.B, n.Sq, n.H, n.Dv}, TensorOptions{q.dtype(), q.device()}).transpose(1, 2);
   const int64_t padded = compute_log_sumexp ? (n.Sq + 31) / 32 * 32 : 0;
   r.logsumexp = empty({n.B, n.H, padded}, TensorOptions{lse_dtype(q.dtype()), q.device()});
+  const Tensor output_accumulator = is_half(q.dtype()) && std::max(n.D, n.Dv) > 128
+                                        ? empty({n.B, n.Sq, n.H, n.Dv}, TensorOptions{ScalarType::float32, q.device()})
+                                        : Tensor();
   if (r.output.numel() == 0) return r;
   const StridedView lse = compute_log_sumexp ? lse_rows(r.logsumexp, n.Sq) : StridedView{};
   backend_of(q).attention_forward(kv(r.output), compute_log_sumexp ? &lse : nullptr, kv(q), kv(k), kv(v), scale,
                                   is_causal);
-  return r;
+  return r;  // the accumulator is freed here (bytegrad's kernels accumulate in registers and need none)
 }
 
-// The backward kernel's workspace (kernel_backward.h, workspace_size()): with float32, dK and dV need no
-// accumulator (their output type is the accumulator's) and dQ's is GradQTempStorage per (query block,
-// head-dim block): a lock, a counter, 2 ints of padding and kBlockSizeI * kBlockSizeJ floats. So
-//   W = B * H * align4(ceil(Sq / BI) * ceil(D / BJ) * (BI * BJ + 4)) * 4 bytes,
-// with (BI, BJ) the first of dispatch_cutlassB_f32_sm80's kernels whose kMaxK >= max(D, Dv): 64x64 for
-// head dims up to 64 (recorded: 4x12x256x64 3148800, 2x2x64x32 65600, 3x5x77x48 492000), 128x64 above
-// (128x64_k128 and 128x64_k65536 are listed before their 64x64 twins; not recorded, assumed to fit the
-// H100's shared memory).
-int64_t efficient_backward_workspace_bytes(const Dims& n) {
-  const int64_t max_k = std::max(n.D, n.Dv);
-  const int64_t bi = max_k <= 64 ? 64 : 128, bj = 64;
-  const int64_t per_head = (n.Sq + bi - 1) / bi * ((n.D + bj - 1) / bj) * (bi * bj + 4);
+// The backward kernel PyTorch's dispatch_cutlassB_<dtype>_sm80 picks on an H100 (the first whose kMaxK covers
+// max(D, Dv); the sequence-aligned variants share their twins' blocks; the 128x64 k96 kernel is only listed
+// for compute capabilities 8.6 and 8.9):
+//   16-bit   head dims up to 64: 64x64; up to 128: 128x128; above: 128x64 k65536, whose dK and dV do not fit
+//            the registers (kOutputInRF is kMaxK <= kBlockSizeI), so they accumulate in float32 in the workspace
+//   float32  up to 64: 64x64; above: 128x64 (its output type is the accumulator's: no dK/dV staging)
+struct EfficientBackwardKernel {
+  int64_t block_i, block_j;
+  bool stages_grad_kv;
+};
+
+EfficientBackwardKernel efficient_backward_kernel(ScalarType dtype, int64_t max_k) {
+  if (is_half(dtype)) {
+    if (max_k <= 64) return {64, 64, false};
+    if (max_k <= 128) return {128, 128, false};
+    return {128, 64, true};
+  }
+  return max_k <= 64 ? EfficientBackwardKernel{64, 64, false} : EfficientBackwardKernel{128, 64, false};
+}
+
+// The backward kernel's workspace (kernel_backward.h, workspace_size()), per (batch, head), aligned to 4 floats:
+//   dQ    GradQTempStorage per (query block, head-dim block of block_j): a lock, a counter, 2 ints of padding
+//         and block_i * block_j floats: ceil(Sq / block_i) * ceil(D / block_j) * (block_i * block_j + 4)
+//   dK, dV (staging kernels only) splits * block_j * align(D, block_i) and splits * block_j * align(Dv, block_i)
+// with the key splits of _efficient_attention_backward's heuristic: ceil(Sk / block_j), 1 when B*H >= 256 and
+// Sk <= 2 * block_j, at most 200 / (B*H) for staging kernels, and at least 1. Recorded: float32 4x12x256x64
+// 3148800, 3x5x77x48 492000, 1x2x100x128 131136; bf16 2x2x37x90 D264 2228544 (2 splits), 1x1x300x700 D288
+// 2654448 (11 splits), fp16 20x12x200 D272 125867520 (B*H = 240: 200 / 240 = 0 splits, so 1).
+int64_t efficient_backward_workspace_bytes(const Dims& n, ScalarType dtype) {
+  const EfficientBackwardKernel kernel = efficient_backward_kernel(dtype, std::max(n.D, n.Dv));
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t bi = kernel.block_i, bj = kernel.block_j;
+  int64_t per_head = ceil_div(n.Sq, bi) * ceil_div(n.D, bj) * (bi * bj + 4);
+  if (kernel.stages_grad_kv) {
+    const int64_t heads = n.B * n.H;
+    int64_t splits = ceil_div(n.Sk, bj);
+    if (heads >= 256 && n.Sk <= 2 * bj) splits = 1;
+    splits = std::max<int64_t>(1, std::min(splits, 200 / heads));
+    per_head += splits * bj * (ceil_div(n.D, bi) * bi + ceil_div(n.Dv, bi) * bi);
+  }
   return n.B * n.H * ((per_head + 3) / 4 * 4) * 4;
 }
 
@@ -251,9 +287,10 @@ int64_t efficient_backward_workspace_bytes(const Dims& n) {
 // (attention_backward.cu), as recorded:
 //   a contiguous copy of grad_out.transpose(1, 2), only when that view is not contiguous
 //   grad_q, grad_k, grad_v   at::empty of the (B, S, H, D) views each: (B, S, H, D) laid out, returned transposed
-//   delta (the float32 kernels do not compute it themselves):
-//     (grad_out * out) alloc B*Sq*H*Dv*4, .sum(-1) alloc B*Sq*H*4, .transpose(-2, -1).contiguous() alloc
-//     B*H*Sq*4, then the sum and the product freed
+//   delta, B*H*Sq float32:
+//     16-bit: at::empty (the kernel computes it: kKernelComputesDelta)
+//     float32: (grad_out * out) alloc B*Sq*H*Dv*4, .sum(-1) alloc B*Sq*H*4, .transpose(-2, -1).contiguous()
+//     alloc B*H*Sq*4, then the sum and the product freed
 //   the workspace (above), then delta freed (the kernel lambda's local), the workspace freed and the
 //   grad_out copy freed (the function's locals).
 AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -279,14 +316,16 @@ AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const
   Tensor workspace;
   {
     Tensor delta;
-    {
+    if (is_half(q.dtype())) {
+      delta = empty({n.B, n.H, n.Sq}, TensorOptions{ScalarType::float32, q.device()});
+    } else {
       // (grad_out.to(kFloat) * out.to(kFloat)).sum(-1).transpose(-2, -1).contiguous(): the casts are no-ops for
       // float32 (float64 is kept as it is: PyTorch's kernels never see it).
       const Tensor product = mul(grad_out_t, out_t);
       const Tensor row_sums = sum(product, {3});
       delta = row_sums.transpose(1, 2).contiguous();
     }
-    workspace = workspace_block(efficient_backward_workspace_bytes(n), q.device());
+    workspace = workspace_block(efficient_backward_workspace_bytes(n, q.dtype()), q.device());
     backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(grad_out_t.transpose(1, 2)),
                                      kv(q), kv(k), kv(v), kv(out), lse_rows(logsumexp, n.Sq), scale, is_causal,
                                      scratch_of(workspace));
@@ -409,7 +448,6 @@ AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Ten
 
 // ------------------------------------------------------------------------------------- the selection
 
-bool is_half(ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; }
 
 }  // namespace
 
@@ -462,7 +500,8 @@ std::string_view sdpa_backend_name(SdpaBackend backend) {
 //   flash      float16/bfloat16; D == Dv <= 256; causal only with Sq == Sk; last dims contiguous; Sq, Sk > 0.
 //   efficient  float16/float32/bfloat16; D and Dv multiples of 8 (16-bit) or 4 (float32); storage offsets
 //              multiples of that alignment; last dims contiguous (size 1 included); Sq, Sk > 0. Recorded for
-//              every float32 case (4x12x256x64, 2x2x64x32, 3x5x77x48).
+//              every float32 case (4x12x256x64, 2x2x64x32, 3x5x77x48) and for the 22 cases of
+//              sdpa_efficient/efficient.events (16-bit D 264..512, causal Sk == 1 < Sq, float32 D 96..320).
 //   math       everything else (float64, odd head dims, non-contiguous last dims, empty sequences).
 // torch._fused_sdp_choice on the H100 (tests/data/pytorch_probes/sdpa_flash/flash_choices.txt and
 // flash_choices_dv.txt) agrees for bf16 and fp16 with D in {8, ..., 512}, causal or not, Sq x Sk in 16x16,
@@ -616,16 +655,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     case SdpaBackend::cudnn_attention:
       return output_of(scaled_dot_product_cudnn_attention(query, key, value, compute_log_sumexp, is_causal, scale));
     case SdpaBackend::efficient_attention:
-      if (query.dtype() != ScalarType::float32) break;
       return output_of(
           scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale));
-    case SdpaBackend::math: return scaled_dot_product_attention_math(query, key, value, is_causal, scale);
     case SdpaBackend::flash_attention: return flash_attention_padded(query, key, value, is_causal, scale);
+    case SdpaBackend::math: break;
   }
-  throw std::invalid_argument(fmt::format(
-      "scaled_dot_product_attention: PyTorch 2.11 on an H100 would run {} with its {} backend, whose memory bytegrad "
-      "does not model for this dtype (query {}, key {}, value {})",
-      scalar_type_name(query.dtype()), sdpa_backend_name(backend), describe(query), describe(key), describe(value)));
+  return scaled_dot_product_attention_math(query, key, value, is_causal, scale);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,

@@ -36,8 +36,9 @@ constexpr int kWarp = 32;
 constexpr int kWarps = 8;  // rows (query rows, or key rows for dk/dv) per block, one per warp
 constexpr int kThreads = kWarps * kWarp;
 constexpr int kTile = 32;  // keys (or queries) per shared-memory tile: one per lane
-constexpr int kMaxHeadDim = 256;
-constexpr int kPerLane = kMaxHeadDim / kWarp;
+// Each lane keeps head-dim columns lane, lane + 32, ... in registers: PerLane of them, 8 up to head dim 256
+// and 16 up to 512 (two instantiations, so the common head dims keep the smaller register footprint).
+constexpr int kMaxHeadDim = 512;
 
 template <typename Acc>
 __device__ __forceinline__ Acc warp_max(Acc v) {
@@ -102,7 +103,7 @@ struct ForwardParams {
   bool causal;
 };
 
-template <typename T, typename Acc>
+template <typename T, typename Acc, int PerLane>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardParams<T, Acc> p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
@@ -128,9 +129,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardPara
   const int64_t row_keys = row_valid ? visible_keys(i, p.n.Sk, p.causal) : 0;
 
   Acc m = minus_infinity<Acc>(), l = 0;
-  Acc acc[kPerLane];
+  Acc acc[PerLane];
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) acc[c] = 0;
+  for (int c = 0; c < PerLane; ++c) acc[c] = 0;
 
   for (int64_t t0 = 0; t0 < block_keys; t0 += kTile) {
     __syncthreads();  // the previous tile has been used (and the q rows are written)
@@ -151,12 +152,12 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardPara
     const Acc correction = exp_of(m - m_new);  // 0 on the first tile (m = -inf)
     l = l * correction + warp_sum(prob);
 #pragma unroll
-    for (int c = 0; c < kPerLane; ++c) acc[c] *= correction;
+    for (int c = 0; c < PerLane; ++c) acc[c] *= correction;
     for (int jj = 0; jj < kTile; ++jj) {
       const Acc pj = __shfl_sync(0xffffffffu, prob, jj);
       const Acc* vr = v_tile + jj * ldv;
 #pragma unroll
-      for (int c = 0; c < kPerLane; ++c) {
+      for (int c = 0; c < PerLane; ++c) {
         const int64_t d = lane + c * kWarp;
         if (d < Dv) acc[c] += pj * vr[d];
       }
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardPara
   const bool any = l > 0;
   T* o = p.out.at(b, h, i);
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) {
+  for (int c = 0; c < PerLane; ++c) {
     const int64_t d = lane + c * kWarp;
     if (d < Dv) o[d] = convert<T>(any ? acc[c] / l : Acc(0));
   }
@@ -187,7 +188,7 @@ struct BackwardParams {
 };
 
 // One key row j per warp; query rows stream through shared memory in tiles of 32 (lane t: row t0 + t).
-template <typename T, typename Acc>
+template <typename T, typename Acc, int PerLane>
 __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(BackwardParams<T, Acc> p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
@@ -214,9 +215,9 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
     for (int64_t d = lane; d < D; d += kWarp) ks[d] = convert<Acc>(p.k.at(b, h, j)[d]);
     for (int64_t d = lane; d < Dv; d += kWarp) vs[d] = convert<Acc>(p.v.at(b, h, j)[d]);
   }
-  Acc dk_acc[kPerLane], dv_acc[kPerLane];
+  Acc dk_acc[PerLane], dv_acc[PerLane];
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) dk_acc[c] = dv_acc[c] = 0;
+  for (int c = 0; c < PerLane; ++c) dk_acc[c] = dv_acc[c] = 0;
 
   // Causal: rows before the block's first key see none of its keys.
   const int64_t first_row = p.causal ? min(first_key, p.n.Sq) : 0;
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
       const Acc* qr = q_tile + ii * ldq;
       const Acc* gr = do_tile + ii * ldo;
 #pragma unroll
-      for (int c = 0; c < kPerLane; ++c) {
+      for (int c = 0; c < PerLane; ++c) {
         const int64_t d = lane + c * kWarp;
         if (d < Dv) dv_acc[c] += pi * gr[d];
         if (d < D) dk_acc[c] += dsi * qr[d];
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
   T* dkr = p.dk.at(b, h, j);
   T* dvr = p.dv.at(b, h, j);
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) {
+  for (int c = 0; c < PerLane; ++c) {
     const int64_t d = lane + c * kWarp;
     if (d < D) dkr[d] = convert<T>(dk_acc[c] * p.scale);
     if (d < Dv) dvr[d] = convert<T>(dv_acc[c]);
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
 // ------------------------------------------------------------------------------------- backward: dq
 
 // One query row i per warp; keys and values stream through shared memory as in the forward.
-template <typename T, typename Acc>
+template <typename T, typename Acc, int PerLane>
 __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(BackwardParams<T, Acc> p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
@@ -313,9 +314,9 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(Backwar
   const int64_t block_keys = visible_keys(last_row, p.n.Sk, p.causal);
   const int64_t row_keys = row_valid ? visible_keys(i, p.n.Sk, p.causal) : 0;
 
-  Acc dq_acc[kPerLane];
+  Acc dq_acc[PerLane];
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) dq_acc[c] = 0;
+  for (int c = 0; c < PerLane; ++c) dq_acc[c] = 0;
 
   for (int64_t t0 = 0; t0 < block_keys; t0 += kTile) {
     __syncthreads();
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(Backwar
       const Acc dsj = __shfl_sync(0xffffffffu, ds, jj);
       const Acc* kr = k_tile + jj * ldk;
 #pragma unroll
-      for (int c = 0; c < kPerLane; ++c) {
+      for (int c = 0; c < PerLane; ++c) {
         const int64_t d = lane + c * kWarp;
         if (d < D) dq_acc[c] += dsj * kr[d];
       }
@@ -347,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(Backwar
   if (!row_valid) return;
   T* dqr = p.dq.at(b, h, i);
 #pragma unroll
-  for (int c = 0; c < kPerLane; ++c) {
+  for (int c = 0; c < PerLane; ++c) {
     const int64_t d = lane + c * kWarp;
     if (d < D) dqr[d] = convert<T>(dq_acc[c] * p.scale);
   }
@@ -393,6 +394,13 @@ void set_shared_memory(Kernel kernel, size_t bytes, const char* name) {
 template <typename T>
 using acc_of = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// Calls launch(std::integral_constant<int, PerLane>) with the register columns the head dims need.
+template <typename Launch>
+void with_columns_per_lane(const Shape4& n, Launch&& launch) {
+  if (std::max(n.D, n.Dv) <= 8 * kWarp) launch(std::integral_constant<int, 8>{});
+  else launch(std::integral_constant<int, kMaxHeadDim / kWarp>{});
+}
+
 void check_lse_dtype(const StridedView& lse, ScalarType input) {
   const ScalarType want = input == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32;
   if (lse.dtype != want)
@@ -426,9 +434,12 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
                             rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
                             static_cast<Acc>(scale), is_causal};
     const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D);
-    set_shared_memory(attention_forward_kernel<T, Acc>, smem, "attention_forward");
-    attention_forward_kernel<T, Acc><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
-    BYTEGRAD_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+    with_columns_per_lane(n, [&](auto columns) {
+      constexpr int per_lane = decltype(columns)::value;
+      set_shared_memory(attention_forward_kernel<T, Acc, per_lane>, smem, "attention_forward");
+      attention_forward_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+    });
   });
 }
 
@@ -464,19 +475,22 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
                              n,
                              static_cast<Acc>(scale),
                              is_causal};
-    if (n.Sk > 0) {
-      const size_t smem =
-          sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + 2 * kTile + kWarps * n.D + kWarps * n.Dv);
-      set_shared_memory(attention_backward_dkdv_kernel<T, Acc>, smem, "attention_backward (dk, dv)");
-      attention_backward_dkdv_kernel<T, Acc><<<blocks_for(n, n.Sk), kThreads, smem>>>(p);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
-    }
-    if (n.Sq > 0) {
-      const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D + kWarps * n.Dv);
-      set_shared_memory(attention_backward_dq_kernel<T, Acc>, smem, "attention_backward (dq)");
-      attention_backward_dq_kernel<T, Acc><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
-    }
+    with_columns_per_lane(n, [&](auto columns) {
+      constexpr int per_lane = decltype(columns)::value;
+      if (n.Sk > 0) {
+        const size_t smem =
+            sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + 2 * kTile + kWarps * n.D + kWarps * n.Dv);
+        set_shared_memory(attention_backward_dkdv_kernel<T, Acc, per_lane>, smem, "attention_backward (dk, dv)");
+        attention_backward_dkdv_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sk), kThreads, smem>>>(p);
+        BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
+      }
+      if (n.Sq > 0) {
+        const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D + kWarps * n.Dv);
+        set_shared_memory(attention_backward_dq_kernel<T, Acc, per_lane>, smem, "attention_backward (dq)");
+        attention_backward_dq_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
+        BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
+      }
+    });
   });
 }
 
