@@ -211,16 +211,17 @@ __device__ __forceinline__ void copy_float_async(float* dst, const float* src, b
                "r"(inside ? 4 : 0));
 }
 
-// Writes 16 rows x D of C tiles (acc[n]: columns 8n..8n+7) times the row's factor to rows r0.. of dst;
-// `paired` (D even, rows 4-byte aligned): two elements per store.
+// Writes a warp's 16 rows x D of C tiles (acc[n]: columns 8n..8n+7) times the row's factor (factor0 for rows
+// r0 + g, factor1 for r0 + 8 + g) to rows r0.. of dst; `paired` (D even, rows 4-byte aligned): two elements
+// per store.
 template <typename T, int kD>
 __device__ __forceinline__ void store_tile_rows(const Rows<T>& dst, const float (&acc)[kD / 8][4], int64_t b,
-                                                int64_t h, int r0, int rows, int D, float factor0, float factor1,
-                                                bool paired) {
+                                                int64_t h, int64_t r0, int64_t rows, int D, float factor0,
+                                                float factor1, bool paired) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int s = r0 + g + 8 * half;
+    const int64_t s = r0 + g + 8 * half;
     if (s >= rows) continue;
     T* out = dst.at(b, h, s);
     const float factor = half ? factor1 : factor0;
@@ -233,27 +234,6 @@ __device__ __forceinline__ void store_tile_rows(const Rows<T>& dst, const float 
         if (d < D) out[d] = convert<T>(acc[n][2 * half] * factor);
         if (d + 1 < D) out[d + 1] = convert<T>(acc[n][2 * half + 1] * factor);
       }
-    }
-  }
-}
-
-// Writes a warp's 16 x D results (C tiles acc[n], columns 8n..8n+7) times `factor` to rows r0.. of dst.
-template <typename T, int kD>
-__device__ __forceinline__ void store_warp_rows(const Rows<T>& dst, const float (&acc)[kD / 8][4], int64_t b,
-                                                int64_t h, int64_t r0, int64_t rows, int D, float factor0,
-                                                float factor1) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t s = r0 + g + 8 * half;
-    if (s >= rows) continue;
-    T* out = dst.at(b, h, s);
-    const float factor = half ? factor1 : factor0;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      const int d = 8 * n + 2 * t;
-      if (d < D) out[d] = convert<T>(acc[n][2 * half] * factor);
-      if (d + 1 < D) out[d + 1] = convert<T>(acc[n][2 * half + 1] * factor);
     }
   }
 }
@@ -369,7 +349,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardParams<T
     if (t == 0 && p.lse.data && row[r] < p.n.Sq)
       *p.lse.at(b, h, row[r]) = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
   }
-  store_warp_rows<T, kD>(p.out, o, b, h, warp_row0, p.n.Sq, p.n.D, inv[0], inv[1]);
+  store_tile_rows<T, kD>(p.out, o, b, h, warp_row0, p.n.Sq, p.n.D, inv[0], inv[1], false);
 #endif
 }
 
@@ -807,8 +787,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
     }
   }
   wait_copies(0);
-  store_warp_rows<T, kD>(p.dk, dk, b, h, warp_key0, p.n.Sk, p.n.D, p.scale, p.scale);
-  store_warp_rows<T, kD>(p.dv, dv, b, h, warp_key0, p.n.Sk, p.n.D, 1.0f, 1.0f);
+  store_tile_rows<T, kD>(p.dk, dk, b, h, warp_key0, p.n.Sk, p.n.D, p.scale, p.scale, false);
+  store_tile_rows<T, kD>(p.dv, dv, b, h, warp_key0, p.n.Sk, p.n.D, 1.0f, 1.0f, false);
 #endif
 }
 
@@ -1067,7 +1047,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(BackwardPar
     accumulate<T, kD>(dq, dsa, (stage ? k_s[1] : k_s[0]));
   }
   wait_copies(0);
-  store_warp_rows<T, kD>(p.dq, dq, b, h, warp_row0, p.n.Sq, p.n.D, p.scale, p.scale);
+  store_tile_rows<T, kD>(p.dq, dq, b, h, warp_row0, p.n.Sq, p.n.D, p.scale, p.scale, false);
 #endif
 }
 
