@@ -1,7 +1,8 @@
 // The seed programs (programs/seed_programs/) on a real GPU, against the goldens PyTorch 2.11 recorded on an H100:
 // seed004's three attention programs and seed002's tensor part, every figure at every mark.
 // The golden conditions set CUBLAS_WORKSPACE_CONFIG=:0:0 before the first matmul, as the goldens were
-// taken. Segment placement comes from the real driver here, so this also checks the sim's model of it.
+// taken. Segments come from the real driver here; best fit's ties go by the placement model's addresses
+// (RawMemory::tie_address), as on sim and meta.
 #include "programs/seed_programs.h"
 #include "tests/cuda/gpu_test_helpers.h"
 #include "tests/support/scenario_checks.h"

@@ -1,10 +1,12 @@
 #include "tests/programs/gpt2_probes.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
 
+#include "programs/checks.h"
 #include "programs/scenario.h"
 
 using namespace bytegrad::programs;
@@ -150,7 +152,22 @@ GPTProbe read_gpt_probe(const std::string& path) {
   return p;
 }
 
+Device sweep_device() {
+  const char* name = std::getenv("BYTEGRAD_GPT2_SWEEP_DEVICE");
+  if (!name || !*name) return kMeta;
+  const Device device = Device::parse(name);
+  if (device.type == DeviceType::cpu) throw std::invalid_argument("BYTEGRAD_GPT2_SWEEP_DEVICE: cpu has no allocator");
+  return device;
+}
+
 GPTMarks run_gpt_marks(const GPTTraining& training, bool default_workspace, int64_t limit) {
+  if (const Device on = sweep_device(); on.type != DeviceType::meta && limit == 0) {
+    // As the walkthrough runs a golden program: PyTorch's conditions on a freshly reset device.
+    GoldenConditions conditions(on, default_workspace ? Workspaces::pytorch_default : Workspaces::none);
+    ScenarioRecorder r("gpt2", on);
+    train_gpt(training, &r, on);
+    return {r.steps(), false};
+  }
   ScenarioRecorder r("gpt2", kMeta);
   const TrainingPeak peak = estimate_gpt_training(training, default_workspace, limit, &r);
   return {r.steps(), peak.out_of_memory};

@@ -53,6 +53,8 @@ struct GPTMarks {
   std::vector<programs::GoldenStep> steps;
   bool out_of_memory = false;
 };
+// Where run_gpt_marks runs a case without a memory limit: meta, or BYTEGRAD_GPT2_SWEEP_DEVICE (sim, cuda).
+Device sweep_device();
 GPTMarks run_gpt_marks(const programs::GPTTraining& training, bool default_workspace, int64_t limit = 0);
 
 // The first figure (in mark order, then golden_step_fields order, skipping skip_fields) where got and want

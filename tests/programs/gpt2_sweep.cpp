@@ -6,7 +6,10 @@
 //
 //   BYTEGRAD_GPT2_SWEEP=DIR build/tests/test_programs -tc='GPT-2 probe sweep*'
 //
-// BYTEGRAD_GPT2_SWEEP_ALL=1 lists every differing mark of a case, not only the first.
+// BYTEGRAD_GPT2_SWEEP_ALL=1 lists every differing mark of a case, not only the first;
+// BYTEGRAD_GPT2_SWEEP_CASE=NAME compares only the case NAME (x0 and xd), so a script can give each case a
+// process of its own; BYTEGRAD_GPT2_SWEEP_DEVICE=cuda runs the cases without a memory limit on the GPU
+// (the max-batch searches stay on meta).
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -144,9 +147,14 @@ TEST_CASE("GPT-2 probe sweep against PyTorch (a report; runs when BYTEGRAD_GPT2_
   }
   REQUIRE_MESSAGE(!files.empty(), "no x0/*.json or xd/*.json under " << dir.string());
   size_t width = 4;
+  if (const char* only = std::getenv("BYTEGRAD_GPT2_SWEEP_CASE"); only && *only) {
+    const auto it = files.find(only);
+    REQUIRE_MESSAGE(it != files.end(), "no case " << only << " under " << dir.string());
+    files = {*it};
+  }
   for (const auto& [name, paths] : files) width = std::max(width, name.size());
   int exact = 0, compared = 0;
-  std::cout << "bytegrad (meta) against PyTorch: " << dir.string() << "\n"
+  std::cout << "bytegrad (" << sweep_device().str() << ") against PyTorch: " << dir.string() << "\n"
             << std::left << std::setw(static_cast<int>(width)) << "case" << "  ws  result\n";
   for (const auto& [name, paths] : files) {
     std::string config;

@@ -26,6 +26,11 @@ struct CachingAllocator::Block {
   Block* next = nullptr;
   uint64_t gc_count_base = 0;  // the pool's search count when this block was last cached
   BlockCategoryEntry category;  // while allocated: what the block is for (block_categories.h)
+  // tie_address - ptr for the block's segment (mod 2^64): best fit orders equal sizes by ptr + tie_shift,
+  // which keeps the order of blocks inside a segment and puts segments where RawMemory::tie_address says.
+  uintptr_t tie_shift = 0;
+
+  uintptr_t tie_address() const { return ptr + tie_shift; }
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
@@ -42,11 +47,12 @@ struct CachingAllocator::ExpandableSegment {
   uintptr_t page_address(size_t page) const { return base + page * page_size; }
 };
 
-// Best fit: within a stream, the smallest adequate size, ties to the lowest address.
+// Best fit: within a stream, the smallest adequate size, ties to the lowest address (the segment's
+// tie address: RawMemory::tie_address).
 bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
   if (a->stream != b->stream) return a->stream < b->stream;
   if (a->size != b->size) return a->size < b->size;
-  return a->ptr < b->ptr;
+  return a->tie_address() < b->tie_address();
 }
 
 bool CachingAllocator::AddressOrder::operator()(const Block* a, const Block* b) const {
@@ -196,6 +202,7 @@ bool CachingAllocator::allocate_segment(Request& request, bool is_retry) {
   total_reserved_ += bytes;
   Block* block = new_block();
   block->ptr = reinterpret_cast<uintptr_t>(ptr);
+  block->tie_shift = raw_->tie_address(ptr) - block->ptr;
   block->size = bytes;
   block->stream = request.stream;
   block->pool = request.pool;
@@ -266,6 +273,7 @@ bool CachingAllocator::map_block(Block* to_map, size_t size) {
   if (bytes < to_map->size) {  // the rest stays unmapped, as its own block after this one
     Block* rest = new_block();
     rest->ptr = to_map->ptr + bytes;
+    rest->tie_shift = to_map->tie_shift;
     rest->size = to_map->size - bytes;
     rest->stream = to_map->stream;
     rest->pool = &pool;
@@ -322,6 +330,7 @@ void CachingAllocator::unmap_block(Block* block) {
   auto free_piece = [&](uintptr_t ptr, size_t size, Block* prev, Block* next) {
     Block* piece = new_block();
     piece->ptr = ptr;
+    piece->tie_shift = block->tie_shift;
     piece->size = size;
     piece->stream = block->stream;
     piece->pool = &pool;
@@ -372,6 +381,7 @@ CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
     Block* remaining = block;  // keeps its stale requested_size, as PyTorch's does
     block = new_block();
     block->ptr = remaining->ptr;
+    block->tie_shift = remaining->tie_shift;
     block->size = request.size;
     block->stream = request.stream;
     block->pool = &pool;

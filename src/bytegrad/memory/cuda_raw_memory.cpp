@@ -2,14 +2,18 @@
 // memory API (cuMemAddressReserve, cuMemCreate + cuMemMap + cuMemSetAccess per page, cuMemUnmap +
 // cuMemRelease), reached through the runtime's driver entry points so nothing links against libcuda.
 // The virtual memory path compiles here but has not run on a GPU yet (no GPU on the development machine).
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <stdexcept>
+#include <unordered_map>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/raw_memory.h"
+#include "bytegrad/memory/virtual_address_space.h"
 
 #ifdef BYTEGRAD_HAVE_CUDA
 #include <cuda.h>
@@ -67,9 +71,34 @@ struct VirtualMemoryApi {
   }
 };
 
+// Best fit's tie addresses on a real GPU. PyTorch breaks ties between equal free blocks by the address the
+// driver gave each segment in its own process, and those addresses follow the host mappings around them:
+// a Python process with PyTorch's thread pools lays its address map out differently from a C++ program,
+// so bytegrad's own addresses would settle some ties the other way (GPT-2 small fp32 did). Ties therefore
+// go by where the same segments would sit in a fresh PyTorch process, the model sim and meta allocate
+// from (virtual_address_space.h), and cuda's figures are meta's for the same program, run after run.
+// BYTEGRAD_CUDA_TIE_ADDRESSES=driver breaks them by this process's own addresses instead.
+bool ties_by_driver_addresses() {
+  const char* setting = std::getenv("BYTEGRAD_CUDA_TIE_ADDRESSES");
+  if (!setting || !*setting || std::strcmp(setting, "model") == 0) return false;
+  if (std::strcmp(setting, "driver") == 0) return true;
+  throw std::invalid_argument(std::string("BYTEGRAD_CUDA_TIE_ADDRESSES: expected 'model' or 'driver', got '") +
+                              setting + "'");
+}
+
+size_t device_total_bytes(int index) {
+  check(cudaSetDevice(index), "cudaSetDevice");
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total;
+}
+
 class CudaRawMemory final : public RawMemory {
  public:
-  explicit CudaRawMemory(int index) : index_(index) {}
+  explicit CudaRawMemory(int index)
+      : index_(index),
+        driver_ties_(ties_by_driver_addresses()),
+        modelled_addresses_(uintptr_t{1} << 44, VirtualAddressSpace::span_for(device_total_bytes(index))) {}
 
   void* allocate(size_t bytes) override {
     check(cudaSetDevice(index_), "cudaSetDevice");
@@ -80,12 +109,24 @@ class CudaRawMemory final : public RawMemory {
       return nullptr;
     }
     check(status, "cudaMalloc");
+    if (!driver_ties_) tie_addresses_[ptr] = modelled_addresses_.allocate(bytes);
     return ptr;
   }
 
-  void release(void* ptr, size_t) override {
+  void release(void* ptr, size_t bytes) override {
     check(cudaSetDevice(index_), "cudaSetDevice");
     check(cudaFree(ptr), "cudaFree");
+    if (auto it = tie_addresses_.find(ptr); it != tie_addresses_.end()) {
+      if (it->second != 0) modelled_addresses_.release(it->second, bytes);
+      tie_addresses_.erase(it);
+    }
+  }
+
+  uintptr_t tie_address(const void* segment) const override {
+    auto it = tie_addresses_.find(segment);
+    // 0: the model's span ran out (it is four times the card), so this segment keeps the driver's address.
+    if (it == tie_addresses_.end() || it->second == 0) return reinterpret_cast<uintptr_t>(segment);
+    return it->second;
   }
 
   uintptr_t reserve_addresses(size_t bytes) override {
@@ -155,6 +196,9 @@ class CudaRawMemory final : public RawMemory {
 
  private:
   int index_;
+  bool driver_ties_;
+  VirtualAddressSpace modelled_addresses_;
+  std::unordered_map<const void*, uintptr_t> tie_addresses_;  // segment -> its modelled address
   std::map<uintptr_t, CUmemGenericAllocationHandle> handles_;  // mapped page address -> its allocation
 };
 

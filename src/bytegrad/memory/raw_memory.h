@@ -23,6 +23,12 @@ class RawMemory {
   // Any other failure throws.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr, size_t bytes) = 0;
+  // The address best fit breaks ties by for a segment `allocate` just returned (caching_allocator.h).
+  // sim and meta place segments where the CUDA driver puts them in a fresh PyTorch process
+  // (virtual_address_space.h), so their answer is the segment's own address; a real GPU answers from
+  // the same model, because the driver's address in this process follows this process's host mappings,
+  // not PyTorch's (cuda_raw_memory.cpp).
+  virtual uintptr_t tie_address(const void* segment) const { return reinterpret_cast<uintptr_t>(segment); }
 
   // Expandable segments. An address range of `bytes` that holds no memory (cuMemAddressReserve); 0 when
   // no addresses are left.

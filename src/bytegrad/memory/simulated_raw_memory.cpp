@@ -120,10 +120,8 @@ class PlacedRawMemory : public SimulatedRawMemory {
   virtual bool commit(void*, size_t) { return true; }
   virtual void decommit(void*, size_t) {}
 
-  // Room for the capacity several times over, since regions are rounded up and gaps can strand space.
   static size_t span_for(const SimulatedCapacity& capacity) {
-    constexpr size_t kGiB = size_t{1} << 30;
-    return std::max<size_t>(4 * capacity.total_bytes, 64 * kGiB) / kGiB * kGiB;
+    return VirtualAddressSpace::span_for(capacity.total_bytes);
   }
 
  private:

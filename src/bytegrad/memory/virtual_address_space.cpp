@@ -1,5 +1,6 @@
 #include "bytegrad/memory/virtual_address_space.h"
 
+#include <algorithm>
 #include <iterator>
 
 namespace bytegrad {
@@ -10,6 +11,11 @@ VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span) : limit_(b
   gaps_.emplace(anchor, 2 * kMiB);
   gaps_.emplace(anchor + 74 * kMiB, 24 * kMiB);
   bottom_ = anchor - 414 * kMiB;
+}
+
+size_t VirtualAddressSpace::span_for(size_t total_bytes) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  return std::max<size_t>(4 * total_bytes, 64 * kGiB) / kGiB * kGiB;
 }
 
 uintptr_t VirtualAddressSpace::allocate(size_t bytes) {

@@ -9,7 +9,8 @@
 // second gap was seen to hold at least 24 and less than 30 MiB). The driver takes regions from the
 // process's address map, so host mappings made meanwhile move them: PyTorch's CPU thread pool makes glibc
 // arenas 128 MiB apart whose holes later regions fill, in an order that depends on thread timing
-// (tools/probes/driver_placement_probe.py). That part is not modelled.
+// (tools/probes/driver_placement_probe.py). That part is not modelled. sim and meta place their segments
+// here; a real GPU keeps one beside the driver for best fit's ties (RawMemory::tie_address).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,9 @@ class VirtualAddressSpace {
 
   // Manages [base, base + span), span > 128 MiB.
   VirtualAddressSpace(uintptr_t base, size_t span);
+  // A span for a card of `total_bytes`: room for it several times over, since regions are rounded up and
+  // gaps can strand space.
+  static size_t span_for(size_t total_bytes);
 
   // The address for a new segment of `bytes`, or 0 when the span is exhausted.
   uintptr_t allocate(size_t bytes);
