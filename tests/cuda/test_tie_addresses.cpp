@@ -1,7 +1,8 @@
 // On a real GPU, best fit breaks ties by where the placement model puts each segment (RawMemory::tie_address,
 // cuda_raw_memory.cpp), so a program's figures on cuda are its figures on meta, whatever addresses the driver
-// gave this process. The programs here are those whose ties turn on segment addresses: GPT-2 small in fp32
-// (a tie at its third block's residual add), and the two extra programs check_programs.cpp names.
+// gave this process, and the driver's own allocations (kernel launches, cuBLAS handles) are noted to the model on
+// cuda as on meta. The programs here are those whose ties turn on segment addresses: GPT-2 small in fp32 (a tie
+// at its first blocks' residual adds) and two extra programs that the driver's allocations decide.
 #include <string>
 
 #include "programs/registry.h"

@@ -41,22 +41,6 @@ std::string differing_marks(const std::vector<GoldenStep>& got, const std::vecto
   return out;
 }
 
-// Where best fit's ties decide: with equal request sequences (checked event for event against PyTorch's
-// traces, tests/data/pytorch_probes/t0 and td), two free blocks of the same size go to the lower address,
-// and segment addresses come from the CUDA driver. After the first cuBLAS call the driver places segments
-// below the fresh-process gaps that memory/virtual_address_space.h models (its own allocations for cuBLAS
-// and the kernels it loads have taken them), and where that lands depends on what the process loaded: the
-// traces show 2 MiB segments at T-606/T-610 MiB in one program and T-580/T-576/T-404 in another. In these
-// two runs that changes which segment a block lands in, so the figures that depend on where blocks sit
-// (reserved, segments, inactive_split) are not held; allocated, peaks, blocks and requested are.
-const std::vector<std::string>& placement_dependent_fields(const std::string& name, Workspaces workspaces) {
-  static const std::vector<std::string> none;
-  static const std::vector<std::string> placement = {"reserved", "max_reserved", "segments", "inactive_split"};
-  const bool known = (name == "x_tiny_transformer_adamw" && workspaces == Workspaces::none) ||
-                     (name == "x_mlp_sgd_momentum_mse" && workspaces == Workspaces::pytorch_default);
-  return known ? placement : none;
-}
-
 // On sim and meta, and on cuda when a GPU is present; with both workspace settings.
 void check_program(const std::string& name) {
   std::vector<Device> devices = {kSim, kMeta};
@@ -71,7 +55,7 @@ void check_program(const std::string& name) {
       const std::vector<GoldenStep> got = run_scenario(name, d, program_named(name), workspaces);
       const std::string differences = differing_marks(got, want);
       if (!differences.empty()) MESSAGE(name << " on " << d.str() << " differs from PyTorch at:\n" << differences);
-      check_marks(got, want, placement_dependent_fields(name, workspaces));
+      check_marks(got, want);
     }
   }
 }

@@ -37,8 +37,13 @@ TEST_CASE("g_gpt2_tiny_fp32: nanoGPT tiny, two AdamW (foreach) steps, every mark
     for (Device d : {kSim, kMeta}) check_against_golden("g_gpt2_tiny_fp32", d, gpt2_program("g_gpt2_tiny_fp32"), w);
 }
 
+// With PyTorch's default workspaces this turns on where the CUDA driver's own allocations put later segments
+// (memory/raw_memory.h's DriverAllocation): at the first layer's residual add two free 9437184-byte blocks
+// tie, one in a 20 MiB segment and one in a 12 MiB segment made after it, and which is lower depends on the
+// gaps the embedding's first launch took (its kernel stack took the tail of the embedding output's region).
 TEST_CASE("g_gpt2_small_fp32: GPT-2 small (124M), batch 4 x 256, two AdamW (foreach) steps, as PyTorch, on meta") {
-  check_against_golden("g_gpt2_small_fp32", kMeta, gpt2_program("g_gpt2_small_fp32"), Workspaces::none);
+  for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default})
+    check_against_golden("g_gpt2_small_fp32", kMeta, gpt2_program("g_gpt2_small_fp32"), w);
 }
 
 TEST_CASE("g_gpt2_tiny_bf16: the forward under bfloat16 autocast, every mark as PyTorch, sim and meta") {
@@ -54,22 +59,6 @@ TEST_CASE("g_gpt2_small_bf16: GPT-2 small under bfloat16 autocast, both workspac
 TEST_CASE("g_gpt2_small_bf16_sdpa: bfloat16 autocast and scaled_dot_product_attention (cuDNN's), as PyTorch, on meta") {
   for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default})
     check_against_golden("g_gpt2_small_bf16_sdpa", kMeta, gpt2_program("g_gpt2_small_bf16_sdpa"), w);
-}
-
-// With PyTorch's default workspaces the allocation and free sequence is PyTorch's event for event
-// (tests/data/pytorch_probes/gpt2/small_default_workspace.events), but best fit's ties go another way: at
-// the third block's residual add (event 526) two free 9437184-byte blocks tie, one in a 20 MiB segment and
-// one in a 12 MiB segment made after it, and the CUDA driver placed that later segment above the earlier one
-// in this run, where memory/virtual_address_space.h's model (fitted to fresh processes before cuBLAS loads)
-// places it below. Until the driver's placement after cuBLAS is modelled, the marks up to the first
-// backward are held (inactive_split at s0_backward excepted: it shows where blocks sit).
-TEST_CASE("g_gpt2_small_fp32 with the default cuBLAS workspaces: as PyTorch up to the first backward") {
-  const std::vector<GoldenStep> got = run_scenario("g_gpt2_small_fp32", kMeta, gpt2_program("g_gpt2_small_fp32"),
-                                                   Workspaces::pytorch_default);
-  const std::vector<GoldenStep> want = golden("g_gpt2_small_fp32", Workspaces::pytorch_default);
-  REQUIRE(got.size() == want.size());
-  check_marks({got.begin(), got.begin() + 3}, {want.begin(), want.begin() + 3});
-  check_marks({got.begin() + 3, got.begin() + 4}, {want.begin() + 3, want.begin() + 4}, {"inactive_split"});
 }
 
 // Beyond the goldens (tools/probes/gpt2_heldout.py, recorded on the H100 with PyTorch 2.11, each case in a
@@ -113,7 +102,7 @@ void check_held_out(const std::string& dir, const HeldOutCase& c, Workspaces wor
 
 TEST_CASE("GPT-2 beyond the goldens: single-tensor AdamW, 4096 tokens (sort-based embedding backward), other sizes") {
   const HeldOutCase cases[] = {
-      {"tiny_single", true}, {"small_single", false}, {"small_4x1024", true}, {"mid_8x512", false},
+      {"tiny_single", true}, {"small_single", true}, {"small_4x1024", true}, {"mid_8x512", true},
       {"mid_single_8x512", true},
   };
   for (const HeldOutCase& c : cases)
@@ -121,7 +110,10 @@ TEST_CASE("GPT-2 beyond the goldens: single-tensor AdamW, 4096 tokens (sort-base
 }
 
 TEST_CASE("GPT-2 under bfloat16 autocast beyond the goldens: single-tensor AdamW, another size, checkpointed blocks") {
-  const HeldOutCase cases[] = {{"tiny_bf16_single", true}, {"mid_bf16_8x512", true}, {"tiny_bf16_checkpoint", true}};
+  // mid_bf16_8x512 without workspaces: from the second step's optimizer step PyTorch has one 2 MiB small
+  // segment more (reserved, segments), the driver's placement where the model does not follow it yet.
+  const HeldOutCase cases[] = {
+      {"tiny_bf16_single", true}, {"mid_bf16_8x512", true, false, true}, {"tiny_bf16_checkpoint", true}};
   for (const HeldOutCase& c : cases)
     for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout_amp", c, w);
 }

@@ -182,18 +182,19 @@ TEST_CASE("GPT-2 probe sweep against PyTorch (a report; runs when BYTEGRAD_GPT2_
 //    max-batch answers are PyTorch's.
 //  - The cases listed below (all figures at every mark): exact. The others differ only in which free
 //    block or segment a request landed in (best fit's ties between equal blocks follow the addresses the
-//    CUDA driver hands out, which a simulated device cannot know after cuBLAS has loaded), which moves
-//    allocated (a block kept whole instead of split), reserved, segments and inactive_split.
+//    CUDA driver hands out, where the placement model, its own allocations included, does not follow it
+//    yet), which moves allocated (a block kept whole instead of split), reserved, segments and
+//    inactive_split.
 TEST_CASE("GPT-2 sweep recorded in PyTorch: requests at every mark, max-batch answers, and the exact cases") {
   const std::filesystem::path dir = sweep_directory("sweep");
   const std::vector<std::string> exact_cases = {
-      "xd/char_bf16_sdpa_64x256", "x0/medium_2x256", "xd/medium_2x256", "x0/mid_adam_single_8x512",
-      "x0/mid_ckpt_4x300", "xd/mid_ckpt_4x300", "xd/mid_fp16_sdpa_6x320", "x0/mid_sgd_bf16_8x512",
-      "xd/mid_sgd_bf16_8x512", "x0/mid_sgd_single_8x512", "x0/small_1x1024", "xd/small_1x1024", "x0/small_8x1024",
-      "xd/small_8x1024", "x0/small_adam_4x256", "x0/small_fp16_4x256", "xd/small_fp16_4x256", "x0/small_vpad_8x128",
+      "x0/medium_2x256", "xd/medium_2x256", "x0/mid_adam_single_8x512", "x0/mid_ckpt_4x300", "xd/mid_ckpt_4x300",
+      "xd/mid_fp16_sdpa_6x320", "x0/mid_sgd_bf16_8x512", "xd/mid_sgd_bf16_8x512", "x0/mid_sgd_single_8x512",
+      "x0/small_1x1024", "xd/small_1x1024", "x0/small_8x1024", "xd/small_8x1024", "x0/small_adam_4x256",
+      "xd/small_adam_4x256", "x0/small_fp16_4x256", "xd/small_fp16_4x256", "xd/small_sgd_4x256", "x0/small_vpad_8x128",
       "xd/small_vpad_8x128", "x0/small_vpad_bf16_sdpa_4x512", "xd/small_vpad_bf16_sdpa_4x512",
-      "x0/tiny_adam_bf16_sdpa_1x37", "xd/tiny_adam_bf16_sdpa_1x37", "xd/tiny_fp16_4x64", "x0/w512_h4_bf16_12x200",
-      "xd/w512_h4_bf16_12x200", "x0/w512_vpad_8x256", "xd/w512_vpad_8x256"};
+      "x0/tiny_adam_bf16_sdpa_1x37", "xd/tiny_adam_bf16_sdpa_1x37", "x0/tiny_fp16_4x64", "xd/tiny_fp16_4x64",
+      "x0/w512_h4_bf16_12x200", "xd/w512_h4_bf16_12x200", "x0/w512_vpad_8x256", "xd/w512_vpad_8x256"};
   const std::vector<std::string> request_fields_only = {"allocated", "max_allocated", "reserved", "max_reserved",
                                                         "segments", "inactive_split"};
   int cases = 0;

@@ -1,6 +1,7 @@
 #include <stdexcept>
 
 #include "bytegrad/kernels/backend.h"
+#include "bytegrad/kernels/driver_allocations.h"
 
 namespace bytegrad {
 
@@ -12,15 +13,25 @@ KernelBackend& cuda_backend();
 
 KernelBackend& backend_for(Device device) {
   switch (device.type) {
-    case DeviceType::cpu:
-    case DeviceType::sim: return cpu_backend();
-    case DeviceType::meta: return meta_backend();
-    case DeviceType::cuda:
+    case DeviceType::cpu: return cpu_backend();
+    // The simulated cards and the GPU report the CUDA driver's allocations at kernel launches to their
+    // placement model (driver_allocations.h).
+    case DeviceType::sim: {
+      static KernelBackend& sim = with_driver_allocations(cpu_backend());
+      return sim;
+    }
+    case DeviceType::meta: {
+      static KernelBackend& meta = with_driver_allocations(meta_backend());
+      return meta;
+    }
+    case DeviceType::cuda: {
 #ifdef BYTEGRAD_HAVE_CUDA
-      return cuda_backend();
+      static KernelBackend& cuda = with_driver_allocations(cuda_backend());
+      return cuda;
 #else
       throw std::runtime_error(device.str() + ": bytegrad was built without CUDA");
 #endif
+    }
   }
   throw std::logic_error("backend_for: unknown device type");
 }

@@ -759,6 +759,15 @@ RawMemory::Info CachingAllocator::mem_get_info() {
   return raw_->info();
 }
 
+void CachingAllocator::note_driver_allocations(uint32_t what) {
+  // Every flag but kBlasHandle is a one-time allocation: once noted, later launches have nothing to add.
+  const uint32_t one_time = what & ~uint32_t{kBlasHandle};
+  if (what == one_time && (driver_allocations_noted_.load(std::memory_order_relaxed) & what) == what) return;
+  std::lock_guard lock(mutex_);
+  raw_->note_driver_allocations(what);
+  driver_allocations_noted_.fetch_or(one_time, std::memory_order_relaxed);
+}
+
 size_t CachingAllocator::block_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
   auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));

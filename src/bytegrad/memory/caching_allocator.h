@@ -6,6 +6,7 @@
 // it on demand; empty_cache unmaps the pages no block touches.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -90,6 +91,10 @@ class CachingAllocator {
   bool history_enabled() const;  // whether record_history(true) is in effect
 
   RawMemory::Info mem_get_info();
+  // The driver's own allocations at a kernel launch or a new cuBLAS handle (DriverAllocation flags,
+  // virtual_address_space.h), for devices whose segment addresses are modelled (RawMemory). Cheap once
+  // the one-time ones are made: every kernel launch on sim, meta and cuda reports here.
+  void note_driver_allocations(uint32_t what);
   const AllocatorConfig& config() const { return config_; }
   int device_index() const { return device_index_; }
 
@@ -155,6 +160,7 @@ class CachingAllocator {
   void recycle_block(Block* block);
 
   std::unique_ptr<RawMemory> raw_;
+  std::atomic<uint32_t> driver_allocations_noted_{0};  // note_driver_allocations' flags so far
   AllocatorConfig config_;
   int device_index_;
   mutable std::mutex mutex_;

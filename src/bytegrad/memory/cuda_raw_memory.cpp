@@ -129,6 +129,18 @@ class CudaRawMemory final : public RawMemory {
     return it->second;
   }
 
+  void note_driver_allocations(uint32_t what) override {
+    if (driver_ties_) return;
+    if (threads_on_card_ == 0) {
+      int sms = 0, threads = 0;
+      check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_), "cudaDeviceGetAttribute");
+      check(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, index_),
+            "cudaDeviceGetAttribute");
+      threads_on_card_ = size_t(sms) * size_t(threads);
+    }
+    modelled_addresses_.note_driver_allocations(what, threads_on_card_);
+  }
+
   uintptr_t reserve_addresses(size_t bytes) override {
     check(cudaSetDevice(index_), "cudaSetDevice");
     CUdeviceptr address = 0;
@@ -198,6 +210,7 @@ class CudaRawMemory final : public RawMemory {
   int index_;
   bool driver_ties_;
   VirtualAddressSpace modelled_addresses_;
+  size_t threads_on_card_ = 0;  // SMs x threads per SM, read when first needed
   std::unordered_map<const void*, uintptr_t> tie_addresses_;  // segment -> its modelled address
   std::map<uintptr_t, CUmemGenericAllocationHandle> handles_;  // mapped page address -> its allocation
 };

@@ -11,6 +11,26 @@
 
 namespace bytegrad {
 
+// What the CUDA driver allocates for itself from the addresses segments come from, as flags
+// (RawMemory::note_driver_allocations; placed by virtual_address_space.h). Measured on the H100 with
+// PyTorch 2.11 and driver 580 (tools/probes/driver_first_launch_probe.py):
+enum DriverAllocation : uint32_t {
+  // A kernel module's global variables (curand's tables: 2 x 100 KiB; most modules a few bytes), loaded
+  // with the module at its first launch and packed into 2 MiB chunks: the first module to load takes one
+  // (unless cuBLAS's chunk is there already), later ones fit in it.
+  kModuleGlobals = 1,
+  // At the first launch of most of PyTorch's elementwise, reduction, indexing and normalization kernels:
+  // 512 MiB reserved below every region so far, its top 8 MiB mapped: 2 MiB the driver shares with the
+  // host, 6 MiB left free. Being the lowest free range, those 6 MiB take the next small segments.
+  kLaunchHeap = 2,
+  // Stack for kernels that need it (reductions, indexing, losses: 32 bytes a thread), for every thread the
+  // card can hold at once (132 x 2048 x 32 bytes = 8.25 MiB on an H100), at their first launch.
+  kKernelStack = 4,
+  // A new cuBLAS handle (a thread's first matrix product): 64 MiB, and 129 KiB from a 2 MiB chunk of its
+  // own that later handles share.
+  kBlasHandle = 8,
+};
+
 class RawMemory {
  public:
   struct Info {
@@ -29,6 +49,10 @@ class RawMemory {
   // the same model, because the driver's address in this process follows this process's host mappings,
   // not PyTorch's (cuda_raw_memory.cpp).
   virtual uintptr_t tie_address(const void* segment) const { return reinterpret_cast<uintptr_t>(segment); }
+  // The driver's own allocations that a kernel launch or a new cuBLAS handle makes (DriverAllocation
+  // flags, virtual_address_space.h): where segments are placed by the model (sim, meta, and cuda's tie
+  // addresses) the model places these too, since they move later segments. A real GPU makes them itself.
+  virtual void note_driver_allocations(uint32_t /*what*/) {}
 
   // Expandable segments. An address range of `bytes` that holds no memory (cuMemAddressReserve); 0 when
   // no addresses are left.

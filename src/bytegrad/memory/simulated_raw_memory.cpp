@@ -80,6 +80,7 @@ class SimulatedRawMemory : public RawMemory {
   std::optional<size_t> process_memory_in_use() final { return capacity_.context_bytes + in_use_; }
 
  protected:
+  const SimulatedCapacity& capacity() const { return capacity_; }
   virtual void* map(size_t bytes) = 0;
   virtual void unmap(void* ptr, size_t bytes) = 0;
   virtual bool map_at(uintptr_t address, size_t bytes) = 0;
@@ -115,6 +116,10 @@ class PlacedRawMemory : public SimulatedRawMemory {
   // (where the driver puts cuMemAddressReserve's ranges was not measured).
   uintptr_t reserve_addresses(size_t bytes) final { return addresses_.allocate(bytes); }
   void release_addresses(uintptr_t address, size_t bytes) final { addresses_.release(address, bytes); }
+  void note_driver_allocations(uint32_t what) final {
+    addresses_.note_driver_allocations(what, size_t(capacity().multiprocessor_count) *
+                                                 size_t(capacity().max_threads_per_multiprocessor));
+  }
   bool map_at(uintptr_t address, size_t bytes) final { return commit(reinterpret_cast<void*>(address), bytes); }
   void unmap_at(uintptr_t address, size_t bytes) final { decommit(reinterpret_cast<void*>(address), bytes); }
   virtual bool commit(void*, size_t) { return true; }

@@ -36,6 +36,40 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
 
 void VirtualAddressSpace::release(uintptr_t address, size_t bytes) { add_gap(address, bytes); }
 
+void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_on_card) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  constexpr size_t kChunk = 2 * kMiB;
+  // Driver allocations are never freed here, so an address of 0 (no room) just leaves the model as it is.
+  if ((what & kModuleGlobals) && !globals_chunk_) {
+    allocate(kChunk);
+    globals_chunk_ = true;
+  }
+  if ((what & kLaunchHeap) && !(driver_done_ & kLaunchHeap)) {
+    driver_done_ |= kLaunchHeap;
+    constexpr size_t kReserved = 512 * kMiB;
+    if (bottom_ - limit_ >= kReserved) {
+      bottom_ -= kReserved;
+      add_gap(bottom_ + kReserved - 6 * kMiB, 6 * kMiB);  // below it: the 2 MiB the driver maps
+    }
+  }
+  if ((what & kKernelStack) && !(driver_done_ & kKernelStack)) {
+    driver_done_ |= kKernelStack;
+    constexpr size_t kStackBytesPerThread = 32;
+    const size_t bytes = kStackBytesPerThread * threads_on_card;
+    if (bytes > 0) allocate((bytes + kChunk - 1) / kChunk * kChunk);
+  }
+  if (what & kBlasHandle) {
+    constexpr size_t kHandleSmall = 129 * 1024;  // 128 KiB and 1 KiB
+    allocate(64 * kMiB);
+    if (blas_chunk_left_ < kHandleSmall) {
+      allocate(kChunk);
+      blas_chunk_left_ = kChunk;
+      globals_chunk_ = true;  // later modules' globals fit in it
+    }
+    blas_chunk_left_ -= kHandleSmall;
+  }
+}
+
 // Inserts a free range, merging it with free neighbours.
 void VirtualAddressSpace::add_gap(uintptr_t address, size_t bytes) {
   auto next = gaps_.lower_bound(address);

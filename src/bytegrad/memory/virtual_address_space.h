@@ -11,11 +11,20 @@
 // arenas 128 MiB apart whose holes later regions fill, in an order that depends on thread timing
 // (tools/probes/driver_placement_probe.py). That part is not modelled. sim and meta place their segments
 // here; a real GPU keeps one beside the driver for best fit's ties (RawMemory::tie_address).
+//
+// The driver and cuBLAS allocate for themselves from the same addresses, and so move later segments
+// (tools/probes/driver_allocations_probe.py and driver_first_launch_probe.py, which asked the driver for
+// every allocation between PyTorch's segments after each op; recorded in
+// tests/data/pytorch_probes/driver_placement/). DriverAllocation names what a kernel launch or a new
+// cuBLAS handle makes it allocate; each is placed by the rule above, except the launch heap, which comes
+// with a reservation of its own.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+
+#include "bytegrad/memory/raw_memory.h"
 
 namespace bytegrad {
 
@@ -32,12 +41,18 @@ class VirtualAddressSpace {
   // The address for a new segment of `bytes`, or 0 when the span is exhausted.
   uintptr_t allocate(size_t bytes);
   void release(uintptr_t address, size_t bytes);
+  // Places the driver's allocations `what` (DriverAllocation flags, applied in their order above) for a
+  // card that holds `threads_on_card` threads at once. One-time allocations already made are not repeated.
+  void note_driver_allocations(uint32_t what, size_t threads_on_card);
 
  private:
   void add_gap(uintptr_t address, size_t bytes);
   std::map<uintptr_t, size_t> gaps_;  // free ranges inside reserved regions, by address
   uintptr_t bottom_;                  // start of the lowest region reserved so far
   uintptr_t limit_;
+  uint32_t driver_done_ = 0;          // one-time DriverAllocation flags already placed
+  bool globals_chunk_ = false;        // a 2 MiB chunk of small driver allocations exists
+  size_t blas_chunk_left_ = 0;        // room left in cuBLAS's chunk
 };
 
 }  // namespace bytegrad

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "bytegrad/kernels/driver_allocations.h"
 #include "bytegrad/memory/allocation_context.h"
 
 namespace bytegrad::nn::init {
@@ -11,6 +12,8 @@ namespace {
 
 template <typename Draw>
 const Tensor& fill_with(const Tensor& t, Draw draw) {
+  // PyTorch's uniform_/normal_ run curand's kernels on the device, whose module globals the driver allocates.
+  if (t.numel() != 0) note_driver_allocations(t.device(), kModuleGlobals);
   if (t.is_meta()) return t;  // no values to write, and none drawn (as the random factories on meta)
   std::vector<double> values(static_cast<size_t>(t.numel()));
   for (double& v : values) v = draw();

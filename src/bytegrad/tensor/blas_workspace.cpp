@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <mutex>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <string_view>
 #include <utility>
 
+#include "bytegrad/kernels/driver_allocations.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/memory_category.h"
 #include "bytegrad/memory/device_allocators.h"
@@ -107,6 +109,7 @@ using WorkspaceKey = std::tuple<int, int, const CachingAllocator*>;  // device t
 struct Workspaces {
   std::map<WorkspaceKey, Storage> cublas;
   std::map<WorkspaceKey, Storage> cublaslt;
+  std::set<WorkspaceKey> handles;  // devices this owner has a cuBLAS handle on (kept when workspaces are cleared)
 };
 
 thread_local BlasHandleOwner handle_owner = BlasHandleOwner::calling_thread;
@@ -123,9 +126,20 @@ Workspaces& autograd_thread_workspaces() {
   return *workspaces;
 }
 
+WorkspaceKey workspace_key(Device device) {
+  return {static_cast<int>(device.type), device.index, &caching_allocator(device)};
+}
+
+// The owner's first product on a device creates its cuBLAS handle, whose own allocations come before the
+// workspaces (cublasCreate runs before PyTorch asks its allocator for them).
+void note_handle(Workspaces& owner, Device device) {
+  if (device.type != DeviceType::cpu && owner.handles.insert(workspace_key(device)).second)
+    note_driver_allocations(device, kBlasHandle);
+}
+
 BlasWorkspace get_or_allocate(std::map<WorkspaceKey, Storage>& cache, Device device, size_t bytes) {
   if (device.type == DeviceType::cpu || bytes == 0) return {};
-  auto& slot = cache[{static_cast<int>(device.type), device.index, &caching_allocator(device)}];
+  auto& slot = cache[workspace_key(device)];
   if (!slot) {
     AllocationScope scope(handle_owner == BlasHandleOwner::calling_thread ? "workspace" : "autograd-thread workspace");
     CategoryScope category(MemoryCategory::workspace);
@@ -160,9 +174,13 @@ namespace {
 
 template <typename Choose>
 BlasWorkspace owned_workspace(Device device, size_t bytes, Choose choose) {
-  if (handle_owner == BlasHandleOwner::calling_thread) return get_or_allocate(choose(calling_thread_workspaces()), device, bytes);
+  auto from = [&](Workspaces& owner) {
+    note_handle(owner, device);
+    return get_or_allocate(choose(owner), device, bytes);
+  };
+  if (handle_owner == BlasHandleOwner::calling_thread) return from(calling_thread_workspaces());
   std::lock_guard lock(autograd_thread_mutex);
-  return get_or_allocate(choose(autograd_thread_workspaces()), device, bytes);
+  return from(autograd_thread_workspaces());
 }
 
 }  // namespace
@@ -176,15 +194,20 @@ BlasWorkspace blas_lt_workspace(Device device) {
 }
 
 void clear_blas_workspaces() {
-  calling_thread_workspaces() = {};
+  auto clear = [](Workspaces& w) {
+    w.cublas.clear();
+    w.cublaslt.clear();
+  };
+  clear(calling_thread_workspaces());
   std::lock_guard lock(autograd_thread_mutex);
-  autograd_thread_workspaces() = {};
+  clear(autograd_thread_workspaces());
 }
 
 void release_blas_workspaces(const CachingAllocator& allocator) {
   auto release = [&](Workspaces& w) {
     for (auto* cache : {&w.cublas, &w.cublaslt})
       std::erase_if(*cache, [&](const auto& entry) { return std::get<2>(entry.first) == &allocator; });
+    std::erase_if(w.handles, [&](const WorkspaceKey& key) { return std::get<2>(key) == &allocator; });
   };
   release(calling_thread_workspaces());
   std::lock_guard lock(autograd_thread_mutex);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "bytegrad/kernels/backend.h"
+#include "bytegrad/kernels/driver_allocations.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/tensor.h"
@@ -71,6 +72,8 @@ Tensor random_tensor(const Shape& sizes, TensorOptions options, Draw draw_chunk)
   const RequiresGradSetter set_requires_grad = ops_detail::requires_grad_setter_for(options);
   options.requires_grad = false;
   Tensor out = empty(sizes, options);
+  // PyTorch draws on the device, with curand's kernels, whose module globals the driver allocates.
+  if (out.numel() != 0) note_driver_allocations(out.device(), kModuleGlobals);
   if (!out.is_meta() && out.numel() != 0) {
     constexpr int64_t kChunk = 1 << 20;
     Tensor flat = out.view({-1});

@@ -419,6 +419,8 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     return *this;
   }
   if (is_meta()) {  // no values to move; the copy only counts as a write
+    // The meta backend moves nothing, but a copy PyTorch would run as a kernel is noted (driver_allocations.h).
+    if (src.device() == device()) backend_for(device()).copy(view_for_kernels(), src.expand(sizes()).view_for_kernels());
     bump_version();
     record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });
     return *this;

@@ -1,0 +1,177 @@
+#include "bytegrad/kernels/driver_allocations.h"
+
+#include "bytegrad/memory/device_allocators.h"
+
+namespace bytegrad {
+
+void note_driver_allocations(Device device, uint32_t what) {
+  if (device.type == DeviceType::cpu || what == 0) return;
+  caching_allocator(device).note_driver_allocations(what);
+}
+
+namespace {
+
+// What the first launch of PyTorch's kernel for each call makes the driver allocate, as measured on the
+// H100 (tools/probes/driver_first_launch_probe.py: each op as the first kernel of a fresh process):
+//  - module globals only: arange, softmax and log_softmax (and log_softmax's gradient), tril/triu, the
+//    foreach kernels, the attention kernels, the random fills;
+//  - and the launch heap: elementwise ops, fills, converting or strided copies, where, masked_fill, layer
+//    norm and its gradient, softmax's gradient;
+//  - and kernel stack: reductions (sum, mean, var, max, argmax), index_select/index_add/gather/scatter_add,
+//    nll_loss and its gradient;
+//  - nothing: copies PyTorch makes with cudaMemcpy (same dtype, both contiguous), host transfers, and
+//    matrix products (their cuBLAS handle is noted where it is created, tensor/blas_workspace.cpp).
+constexpr uint32_t kGlobals = kModuleGlobals;
+constexpr uint32_t kElementwise = kModuleGlobals | kLaunchHeap;
+constexpr uint32_t kWithStack = kModuleGlobals | kLaunchHeap | kKernelStack;
+
+// Foreach batches launch PyTorch's multi-tensor kernels, which make no launch heap.
+thread_local int foreach_depth = 0;
+
+class DriverAllocationsBackend final : public KernelBackend {
+ public:
+  explicit DriverAllocationsBackend(KernelBackend& inner) : inner_(inner) {}
+
+  void begin_foreach() override {
+    ++foreach_depth;
+    inner_.begin_foreach();
+  }
+  void end_foreach() override {
+    --foreach_depth;
+    inner_.end_foreach();
+  }
+  void fill(const StridedView& out, double value) override {
+    note(out, kElementwise);
+    inner_.fill(out, value);
+  }
+  void arange(const StridedView& out, double start, double step) override {
+    note(out, kGlobals);
+    inner_.arange(out, start, step);
+  }
+  void copy(const StridedView& dst, const StridedView& src) override {
+    const bool memcpy = dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous();
+    note(dst, memcpy ? 0 : kElementwise);
+    inner_.copy(dst, src);
+  }
+  void copy_from_host(const StridedView& dst, const void* host) override { inner_.copy_from_host(dst, host); }
+  void copy_to_host(void* host, const StridedView& src) override { inner_.copy_to_host(host, src); }
+  void unary(UnaryOp op, const StridedView& out, const StridedView& in) override {
+    note(out, pointwise());
+    inner_.unary(op, out, in);
+  }
+  void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
+              std::optional<ScalarType> common) override {
+    note(out, pointwise());
+    inner_.binary(op, out, a, b, alpha, common);
+  }
+  void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
+                     bool scalar_first) override {
+    note(out, pointwise());
+    inner_.binary_scalar(op, out, a, scalar, scalar_first);
+  }
+  void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) override {
+    note(out, kElementwise);
+    inner_.where(out, cond, a, b);
+  }
+  void masked_fill(const StridedView& out, const StridedView& mask, double value) override {
+    note(out, kElementwise);
+    inner_.masked_fill(out, mask, value);
+  }
+  void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
+    note(out, kWithStack);
+    inner_.reduce(op, out, in);
+  }
+  void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) override {
+    note(out, kWithStack);
+    inner_.reduce_variance(out, in, correction, take_sqrt);
+  }
+  void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
+                           int64_t dim) override {
+    note(values, kWithStack);
+    inner_.reduce_with_indices(op, values, indices, in, dim);
+  }
+  void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) override {
+    note(out, kGlobals);
+    inner_.softmax(out, in, dim, log);
+  }
+  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
+                        int64_t dim, bool log) override {
+    note(grad_in, log ? kGlobals : kElementwise);
+    inner_.softmax_backward(grad_in, grad_out, output, dim, log);
+  }
+  void gemm(const GemmArgs& args) override { inner_.gemm(args); }
+  void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
+    note(out, kWithStack);
+    inner_.index_select(out, in, dim, index);
+  }
+  void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
+    note(out, kWithStack);
+    inner_.index_add(out, dim, index, source);
+  }
+  void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
+    note(out, kWithStack);
+    inner_.gather(out, in, dim, index);
+  }
+  void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
+    note(out, kWithStack);
+    inner_.scatter_add(out, dim, index, source);
+  }
+  void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
+               const StridedView& b, double value) override {
+    note(out, pointwise());
+    inner_.ternary(op, out, self, a, b, value);
+  }
+  void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
+                  const StridedView* weight, const StridedView* bias, double eps) override {
+    note(y, kElementwise);
+    inner_.layer_norm(y, mean, rstd, x, weight, bias, eps);
+  }
+  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
+                           const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
+                           const StridedView& mean, const StridedView& rstd, const StridedView* weight) override {
+    note(dy, kElementwise);
+    inner_.layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
+  }
+  void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
+    note(out, kGlobals);
+    inner_.triangle(out, in, diagonal, upper);
+  }
+  void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
+                const StridedView& target, Reduction reduction, int64_t ignore_index) override {
+    note(output, kWithStack);
+    inner_.nll_loss(output, total_weight, log_probs, target, reduction, ignore_index);
+  }
+  void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                         const StridedView& total_weight, Reduction reduction, int64_t ignore_index) override {
+    note(grad_input, kWithStack);
+    inner_.nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
+  }
+  void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
+                         const StridedView& v, double scale, bool is_causal) override {
+    note(out, kGlobals);
+    inner_.attention_forward(out, lse, q, k, v, scale, is_causal);
+  }
+  void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv,
+                          const StridedView& dout, const StridedView& q, const StridedView& k, const StridedView& v,
+                          const StridedView& out, const StridedView& lse, double scale, bool is_causal,
+                          DeviceScratch scratch) override {
+    note(dq, kGlobals);
+    inner_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch);
+  }
+
+ private:
+  static uint32_t pointwise() { return foreach_depth > 0 ? kGlobals : kElementwise; }
+  static void note(const StridedView& view, uint32_t what) {
+    if (view.numel() != 0) note_driver_allocations(view.device, what);  // PyTorch launches nothing for no elements
+  }
+
+  KernelBackend& inner_;
+};
+
+}  // namespace
+
+KernelBackend& with_driver_allocations(KernelBackend& inner) {
+  return *new DriverAllocationsBackend(inner);  // never freed: backends live as long as the process
+}
+
+}  // namespace bytegrad
