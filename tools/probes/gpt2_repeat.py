@@ -2,7 +2,7 @@
 """Does PyTorch give the same figures when the same GPT-2 program runs again? Runs gpt2_sweep.py's cases
 several times, each in a fresh process (as the sweep and the goldens do), and reports, mark by mark, the
 distinct figures the runs produced. Where they differ, the program's figures turn on the CUDA driver's
-segment placement (README "Status"), which no allocator model can predict for a single run.
+segment placement (docs/status.md), which no allocator model can predict for a single run.
 
   python3 tools/probes/gpt2_repeat.py OUTDIR TRIALS x0|xd CASE...
 
