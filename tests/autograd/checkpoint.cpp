@@ -16,6 +16,7 @@
 #include "bytegrad/nn/sequential.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/support/devices.h"
+#include "tests/support/error_text.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;
@@ -161,6 +162,42 @@ TEST_CASE("a retained checkpointed graph differentiates twice, recomputing each 
       CHECK(once[i] == doctest::Approx(expected).epsilon(1e-5));
       CHECK(twice[i] == doctest::Approx(2.0 * expected).epsilon(1e-5));
     }
+  }
+  CHECK(allocated() == 0);
+}
+
+TEST_CASE("a recomputation that differs from the forward is named, and what it recomputed is freed at once") {
+  fresh_sim();
+  {
+    Tensor x = ones({64, 64}, device(kSim)).requires_grad_();
+    auto calls = std::make_shared<int>(0);
+    // exp(rows) * exp(rows) of all 64 rows in the forward, of 32 in the recomputation: the saved tensors
+    // (ExpBackward0's result, MulBackward0's two factors, all the same exp) have other shapes; the
+    // recomputation allocated its exp (32*64*4 = 8192 B) before that was found.
+    Tensor loss = sum(checkpoint(
+        [calls](const Tensor& in) {
+          Tensor e = exp(in.narrow(0, 0, (*calls)++ == 0 ? 64 : 32));
+          return e * e;
+        },
+        x));
+    const int64_t before = 64 * 64 * 4 + 512;  // x and the 0-d loss (exp and the product are not kept)
+    CHECK(allocated() == before);
+    caching_allocator(kSim).reset_peak_stats();
+    try {
+      loss.backward();
+      FAIL("expected an error");
+    } catch (const std::runtime_error& e) {
+      CAPTURE(e.what());
+      CHECK(contains(e.what(), "the recomputation differs from the forward pass"));
+      CHECK(contains(e.what(), "tensor at position 0:\nsaved metadata: {shape: [64, 64], dtype: float32, device: "
+                               "sim}\nrecomputed metadata: {shape: [32, 64], dtype: float32, device: sim}"));
+      CHECK(contains(e.what(), "tensor at position 2:"));
+    }
+    // The graph is still alive, yet nothing of the failed backward is: the root gradient (512) and the
+    // recomputed exp (8192) are gone.
+    CHECK(peak() == before + 512 + 8192);
+    CHECK(allocated() == before);
+    CHECK(!x.grad().defined());
   }
   CHECK(allocated() == 0);
 }
