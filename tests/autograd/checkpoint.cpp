@@ -1,6 +1,7 @@
 // Non-reentrant activation checkpointing: same gradients, fewer saved bytes, recomputation in backward.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "bytegrad/nn/sequential.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/support/devices.h"
+#include "tests/support/error_text.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;
@@ -121,4 +123,81 @@ TEST_CASE("saved-tensor hooks see an op's saved inputs before its output exists,
     CHECK(a.grad().defined());
   }
   unsetenv("CUBLAS_WORKSPACE_CONFIG");
+}
+
+// PyTorch recomputes a checkpointed function in every backward pass that needs its saved tensors: a graph
+// kept with retain_graph=true differentiates twice, each time with the same values and the same memory.
+TEST_CASE("a retained checkpointed graph differentiates twice, recomputing each time") {
+  fresh_sim();
+  {
+    Tensor x = (randn({64, 64}, device(kSim)) * 0.5).requires_grad_();
+    // exp(x * x): MulBackward0 saves x twice (the input, kept by the checkpoint anyway), ExpBackward0 its
+    // result; none of them is kept in the forward.
+    Tensor loss = sum(checkpoint([](const Tensor& in) { return exp(in * in); }, x));
+    const int64_t x_bytes = 64 * 64 * 4;  // 16384, a multiple of 512: each 64x64 block is exactly that
+    CHECK(allocated() == x_bytes + 512);  // x and the 0-d loss
+    const std::vector<double> xs = x.tolist();
+
+    // Each backward: the root gradient (512); the recomputation's x * x (16384) and exp of it (16384),
+    // where it stops (the last saved tensor is back) and drops x * x; ExpBackward0's grad * result (16384);
+    // MulBackward0's two products (2 * 16384) while its incoming gradient is alive: 512 + 3 * 16384 above
+    // the start. What is left is x's gradient (the first backward's result becomes x.grad; the second's is
+    // added into it and freed).
+    const int64_t backward_peak = 512 + 3 * x_bytes;
+    caching_allocator(kSim).reset_peak_stats();
+    loss.backward(Tensor(), /*retain_graph=*/true);
+    CHECK(peak() - (x_bytes + 512) == backward_peak);
+    CHECK(allocated() == x_bytes + 512 + x_bytes);
+    const std::vector<double> once = x.grad().tolist();
+
+    caching_allocator(kSim).reset_peak_stats();
+    loss.backward();
+    CHECK(peak() - (2 * x_bytes + 512) == backward_peak);
+    CHECK(allocated() == x_bytes + 512 + x_bytes);
+    const std::vector<double> twice = x.grad().tolist();
+
+    REQUIRE(once.size() == xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double expected = 2.0 * xs[i] * std::exp(xs[i] * xs[i]);  // d/dx exp(x^2)
+      CHECK(once[i] == doctest::Approx(expected).epsilon(1e-5));
+      CHECK(twice[i] == doctest::Approx(2.0 * expected).epsilon(1e-5));
+    }
+  }
+  CHECK(allocated() == 0);
+}
+
+TEST_CASE("a recomputation that differs from the forward is named, and what it recomputed is freed at once") {
+  fresh_sim();
+  {
+    Tensor x = ones({64, 64}, device(kSim)).requires_grad_();
+    auto calls = std::make_shared<int>(0);
+    // exp(rows) * exp(rows) of all 64 rows in the forward, of 32 in the recomputation: the saved tensors
+    // (ExpBackward0's result, MulBackward0's two factors, all the same exp) have other shapes; the
+    // recomputation allocated its exp (32*64*4 = 8192 B) before that was found.
+    Tensor loss = sum(checkpoint(
+        [calls](const Tensor& in) {
+          Tensor e = exp(in.narrow(0, 0, (*calls)++ == 0 ? 64 : 32));
+          return e * e;
+        },
+        x));
+    const int64_t before = 64 * 64 * 4 + 512;  // x and the 0-d loss (exp and the product are not kept)
+    CHECK(allocated() == before);
+    caching_allocator(kSim).reset_peak_stats();
+    try {
+      loss.backward();
+      FAIL("expected an error");
+    } catch (const std::runtime_error& e) {
+      CAPTURE(e.what());
+      CHECK(contains(e.what(), "the recomputation differs from the forward pass"));
+      CHECK(contains(e.what(), "tensor at position 0:\nsaved metadata: {shape: [64, 64], dtype: float32, device: "
+                               "sim}\nrecomputed metadata: {shape: [32, 64], dtype: float32, device: sim}"));
+      CHECK(contains(e.what(), "tensor at position 2:"));
+    }
+    // The graph is still alive, yet nothing of the failed backward is: the root gradient (512) and the
+    // recomputed exp (8192) are gone.
+    CHECK(peak() == before + 512 + 8192);
+    CHECK(allocated() == before);
+    CHECK(!x.grad().defined());
+  }
+  CHECK(allocated() == 0);
 }

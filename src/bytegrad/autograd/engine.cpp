@@ -2,8 +2,9 @@
 //  - dependencies are counted over every edge reachable from the root;
 //  - ready nodes run highest sequence number first (later-created first; AccumulateGrad at once);
 //  - a node's incoming gradients stay alive until its outputs were checked against the next nodes'
-//    expected shapes and dtypes (PyTorch's validate_outputs, output by output: a broadcast gradient is
-//    summed down, then one of another dtype is converted, each a new allocation), then are dropped;
+//    expected shapes, dtypes and devices (PyTorch's validate_outputs, output by output, validate_gradient.h:
+//    a broadcast gradient is summed down, then one of another dtype is converted, each a new allocation),
+//    then are dropped;
 //  - then its saved tensors are released (unless retain_graph), then its outputs are handed on,
 //    accumulating into the next node's buffer when several paths meet.
 #include "bytegrad/memory/device_allocators.h"
@@ -11,16 +12,16 @@
 #include "bytegrad/memory/memory_category.h"
 #include "bytegrad/autograd/engine.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <queue>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "bytegrad/autograd/autograd_meta.h"
 #include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/autograd/validate_gradient.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -29,20 +30,6 @@
 namespace bytegrad {
 
 namespace {
-
-// Sums a gradient down to the shape the receiving node expects (PyTorch's at::sum_to).
-Tensor sum_to(const Tensor& grad, const Shape& shape) {
-  if (grad.sizes() == shape) return grad;
-  const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
-  Shape dims;
-  for (int64_t d = 0; d < grad.dim(); ++d) {
-    if (d < lead) dims.push_back(d);
-    else if (shape[d - lead] == 1 && grad.sizes()[d] != 1) dims.push_back(d);
-  }
-  if (dims.empty()) return grad.view(shape);
-  Tensor reduced = sum(grad, dims, /*keepdim=*/true);
-  return lead > 0 ? reduced.view(shape) : reduced;
-}
 
 // PyTorch's can_accumulate_inplace: nothing else references `t` or its storage, and it is
 // non-overlapping and dense (an expanded gradient is not). A view never qualifies: PyTorch's view keeps its
@@ -97,7 +84,15 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
   return dependencies;
 }
 
+// The running backward's state (backward_pass_state); one per thread, as backward does not nest.
+thread_local std::unordered_map<const void*, std::shared_ptr<void>>* running_backward_state = nullptr;
+
 void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
+  std::unordered_map<const void*, std::shared_ptr<void>> state;  // dropped last, however this ends
+  struct StateScope {
+    std::unordered_map<const void*, std::shared_ptr<void>>* previous;
+    ~StateScope() { running_backward_state = previous; }
+  } state_scope{std::exchange(running_backward_state, &state)};
   auto dependencies = count_dependencies(root.function.get());
   std::unordered_map<Node*, TensorList> not_ready;
   std::vector<ReadyTask> ready;  // a max-heap by sequence number
@@ -126,13 +121,9 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
       for (size_t i = 0; i < node.next_edges.size(); ++i) {
         const Edge& edge = node.next_edges[i];
         if (!edge.valid() || !outputs[i].defined()) continue;
-        const GradientMetadata& expected = edge.function->input_metadata.at(edge.input_nr);
-        if (outputs[i].sizes() != expected.sizes) outputs[i] = sum_to(outputs[i], expected.sizes);
-        // validate_outputs: `if (grad.scalar_type() != metadata.scalar_type()) grad = grad.to(...)`, e.g.
-        // AddBackward0 of float32 + bfloat16 hands its float32 gradient to the bfloat16 side converted (one
-        // bfloat16 block); the unconverted one is released here unless something else holds it.
-        if (outputs[i].dtype() != expected.dtype)
-          outputs[i] = ops_detail::to_dtype_preserving_strides(outputs[i], expected.dtype);
+        // validate_outputs: a broadcast gradient summed down, another dtype converted, another device refused.
+        outputs[i] = validate_gradient(std::move(outputs[i]), edge.function->input_metadata.at(edge.input_nr),
+                                       {GradientEntry::node_output, i, node_name});
       }
     }  // the incoming gradients are dropped here
     if (!retain_graph) node.release_variables();
@@ -160,6 +151,10 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
 
 }  // namespace
 
+std::shared_ptr<void>* backward_pass_state(const void* key) {
+  return running_backward_state ? &(*running_backward_state)[key] : nullptr;
+}
+
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads, bool retain_graph) {
   if (roots.size() != 1) throw std::invalid_argument("backward: exactly one root tensor is supported");
   const Tensor& root = roots[0];
@@ -178,22 +173,19 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& r
   } settle{root.device()};
   CategoryScope temporaries(MemoryCategory::autograd_temporary);
   PhaseScope phase(MemoryPhase::backward);
+  NoGradGuard no_grad;  // gradients of gradients are not recorded (create_graph=false)
   Tensor grad;
   if (!root_grads.empty() && root_grads[0].defined()) {
-    grad = root_grads[0];
-    if (grad.sizes() != root.sizes())
-      throw std::invalid_argument(fmt::format("backward: gradient shape {} does not match the root's {}",
-                                              shape_str(grad.sizes()), describe(root)));
-    // validate_outputs on the root edge: a gradient of another dtype is converted (and held until backward
-    // returns, as PyTorch's engine holds its converted inputs).
-    if (grad.dtype() != root.dtype()) grad = ops_detail::to_dtype_preserving_strides(grad, root.dtype());
+    // _make_grads and validate_outputs on the root edge: the root's shape; another dtype converted, a 0-d
+    // gradient on another device moved (either held until backward returns, as PyTorch's engine holds its
+    // converted inputs).
+    grad = validate_gradient(root_grads[0], gradient_metadata_of(root), {GradientEntry::root, 0, {}});
   } else {
     if (root.numel() != 1)
       throw std::runtime_error("grad can be implicitly created only for scalar outputs (got " + describe(root) + ")");
     AllocationScope scope("backward root gradient");
     grad = ones_like(root);  // held until backward returns, as PyTorch's Python-side tuple holds it
   }
-  NoGradGuard no_grad;  // gradients of gradients are not recorded (create_graph=false)
   // PyTorch hands a GPU graph to its autograd device thread, whose cuBLAS handle has its own workspaces.
   const bool device_thread = autograd_multithreading_enabled() && root.device().type != DeviceType::cpu;
   BlasHandleOwnerScope handle_owner(device_thread ? BlasHandleOwner::autograd_device_thread

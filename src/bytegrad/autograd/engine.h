@@ -1,6 +1,7 @@
 // Backward: runs the graph behind `roots` in PyTorch's engine order and accumulates into leaves' .grad.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "bytegrad/autograd/node.h"
@@ -11,5 +12,10 @@ namespace bytegrad {
 // Each root's gradient defaults to ones_like(root) (roots must then have one element). Without
 // retain_graph, each node's saved tensors are released right after it runs.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads, bool retain_graph);
+
+// State that lives exactly as long as one backward pass (PyTorch keys such state by graph task, e.g.
+// checkpointing's recomputed tensors): the slot for `key` in the backward running on this thread, empty
+// until filled, dropped when that backward returns or throws; null outside backward.
+std::shared_ptr<void>* backward_pass_state(const void* key);
 
 }  // namespace bytegrad

@@ -17,7 +17,7 @@ std::vector<std::pair<std::string, const SavedVariable*>> FormulaNode::saved_var
 
 size_t FormulaNode::save(const std::string& operand, const Tensor& t) {
   saved_names_.push_back(operand);
-  saved_.emplace_back(t, name_);
+  saved_.emplace_back(t, name_, operand);
   return saved_.size() - 1;
 }
 
@@ -31,24 +31,31 @@ size_t FormulaNode::save_output(const std::string& operand, size_t output) {
 void FormulaNode::finish(const std::shared_ptr<FormulaNode>& self, const std::vector<Tensor>& outputs) {
   const size_t with_history = std::min(outputs.size(), differentiable_outputs_);
   for (size_t i = 0; i < with_history; ++i) set_history(outputs[i], self, static_cast<uint32_t>(i));
-  for (const auto& [slot, output] : output_saves_) saved_[slot] = SavedVariable(outputs.at(output), name_);
+  for (const auto& [slot, output] : output_saves_)
+    saved_[slot] = SavedVariable(outputs.at(output), name_, saved_names_[slot]);
   output_saves_.clear();
 }
 
 // Tensors kept by saved-tensor hooks (checkpointing) come back as PyTorch's generated nodes take them: all
 // unpacked when apply begins, in the order they were saved, and dropped when it returns, last first (its
 // locals); the hooks hold nothing after handing one over, so that is when a recomputed tensor is freed.
-// Saved tensors the node keeps itself are released later, by release_variables.
+// Saved tensors the node keeps itself are released later, by release_variables. When an unpack or the
+// formula throws, what was unpacked is dropped all the same, before the error leaves the node: a failed
+// backward holds none of it.
 TensorList FormulaNode::apply(TensorList&& grads) {
   bool any_packed = false;
   for (const SavedVariable& s : saved_) any_packed = any_packed || s.packed();
   if (!any_packed) return backward_(*this, grads);
+  struct DropUnpacked {
+    std::vector<Tensor>& unpacked;
+    ~DropUnpacked() {
+      while (!unpacked.empty()) unpacked.pop_back();
+    }
+  } drop{unpacked_};
   unpacked_.assign(saved_.size(), Tensor());
   for (size_t i = 0; i < saved_.size(); ++i)
     if (saved_[i].packed()) unpacked_[i] = unpack(saved_[i]);
-  TensorList out = backward_(*this, grads);
-  while (!unpacked_.empty()) unpacked_.pop_back();
-  return out;
+  return backward_(*this, grads);
 }
 
 Tensor FormulaNode::saved(std::string_view operand) const {

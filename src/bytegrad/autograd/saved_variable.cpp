@@ -8,9 +8,10 @@
 
 namespace bytegrad {
 
-SavedVariable::SavedVariable(const Tensor& tensor, std::string saved_by)
+SavedVariable::SavedVariable(const Tensor& tensor, std::string saved_by, std::string operand)
     : saved_version_(tensor.defined() ? tensor.version() : 0),
       defined_(tensor.defined()),
+      operand_(std::move(operand)),
       sizes_(tensor.defined() ? tensor.sizes() : Shape{}),
       dtype_(tensor.defined() ? tensor.dtype() : ScalarType::float32) {
   if (!tensor.defined()) return;
@@ -29,6 +30,27 @@ SavedVariable::SavedVariable(const Tensor& tensor, std::string saved_by)
   }
 }
 
+// A tensor the hooks must give back: which of the two hooks failed, named with the node and the operand,
+// rather than an undefined tensor failing later inside the node's formula.
+Tensor SavedVariable::unpack_from_hooks(const std::string& node_name) const {
+  const auto what = [&] {
+    return fmt::format("the saved tensor '{}' of {} (a {} tensor of shape {})", operand_.empty() ? "?" : operand_,
+                       node_name, scalar_type_name(dtype_), shape_str(sizes_));
+  };
+  if (!packed_)
+    throw std::runtime_error(fmt::format(
+        "saved-tensor hooks: the pack hook returned nothing (a null pointer) for {}, so backward has nothing to "
+        "unpack; pack must return what unpack needs to give the tensor back",
+        what()));
+  Tensor t = hooks_->unpack(packed_);
+  if (!t.defined())
+    throw std::runtime_error(fmt::format(
+        "saved-tensor hooks: the unpack hook returned an undefined tensor for {}; unpack must return the saved "
+        "tensor (or one of the same shape, dtype and device)",
+        what()));
+  return t;
+}
+
 Tensor SavedVariable::unpack(const std::string& node_name) const {
   if (!defined_) return Tensor();
   if (released_)
@@ -37,7 +59,7 @@ Tensor SavedVariable::unpack(const std::string& node_name) const {
         "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
         "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
         "if you need to access saved tensors after calling backward. (" + node_name + " needed them.)");
-  if (packed_) return hooks_->unpack(packed_);
+  if (hooks_) return unpack_from_hooks(node_name);
   if (data_.version() != saved_version_)
     throw std::runtime_error(fmt::format(
         "one of the variables needed for gradient computation has been modified by an inplace operation: the "

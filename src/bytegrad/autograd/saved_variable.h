@@ -17,17 +17,21 @@ namespace bytegrad {
 class SavedVariable {
  public:
   SavedVariable() = default;
-  SavedVariable(const Tensor& tensor, std::string saved_by);
+  // `saved_by` is the node's name ("MulBackward0"), `operand` what the tensor is to it ("other").
+  SavedVariable(const Tensor& tensor, std::string saved_by, std::string operand = {});
 
   bool defined() const { return defined_; }
   bool released() const { return released_; }
-  // The tensor (sharing storage with the original); throws if released or modified in place since.
+  // The tensor (sharing storage with the original); throws if released or modified in place since, or
+  // when saved-tensor hooks kept nothing or gave back an undefined tensor.
   Tensor unpack(const std::string& node_name) const;
   void reset();  // release the storage reference
   const Tensor& peek() const { return data_; }  // for reports; undefined once released or when packed
-  bool packed() const { return packed_ != nullptr; }
+  bool packed() const { return hooks_ != nullptr; }  // kept by saved-tensor hooks
 
  private:
+  Tensor unpack_from_hooks(const std::string& node_name) const;
+
   Tensor data_;
   MemoryRole activation_role_;  // data_'s block is an activation while saved here (non-leaves only)
   std::shared_ptr<SavedTensorHooks> hooks_;
@@ -35,6 +39,7 @@ class SavedVariable {
   uint64_t saved_version_ = 0;
   bool defined_ = false;
   bool released_ = false;
+  std::string operand_;
   Shape sizes_;
   ScalarType dtype_ = ScalarType::float32;
 };

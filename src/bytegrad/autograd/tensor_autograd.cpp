@@ -3,6 +3,7 @@
 
 #include "bytegrad/autograd/autograd_meta.h"
 #include "bytegrad/autograd/engine.h"
+#include "bytegrad/autograd/validate_gradient.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/tensor.h"
 
@@ -43,8 +44,11 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& grad) const {
-  if (grad.defined() && grad.sizes() != sizes())
-    throw std::invalid_argument("set_grad: gradient " + describe(grad) + " does not match " + describe(*this));
+  if (grad.defined()) {
+    if (grad.impl_ptr() == impl_ptr())
+      throw std::invalid_argument("set_grad: can't assign a tensor as its own grad (" + describe(grad) + ")");
+    validate_gradient(grad, gradient_metadata_of(*this), {GradientEntry::assigned, 0, {}});
+  }
   set_grad_of(ensure_autograd_meta(*this), grad, *this);
 }
 
