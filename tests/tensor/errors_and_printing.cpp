@@ -53,8 +53,9 @@ TEST_CASE("shape, dtype and device mismatches name the op and both operands") {
   message = error_of([&] { exp(ints); });
   CHECK(contains(message, "exp"));
   CHECK(contains(message, "int64"));
-  message = error_of([&] { cat({a, ints}); });
+  message = error_of([&] { cat({a, b}); });  // cat promotes dtypes (as PyTorch's) but not ranks
   CHECK(contains(message, "cat"));
+  CHECK(contains(message, "shape=[4]"));
   message = error_of([&] { sum(a, {2}); });
   CHECK(contains(message, "sum"));
 }

@@ -62,12 +62,12 @@ Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar)
 const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor& self, const Tensor& other, double alpha) {
   check_same_device(name, self, other);
   const ScalarType common = result_type(self, other);
-  check_writable(name, self);
   check_dtype_rule(name, dtype_rule(op), self, other, common);
   check_can_cast_to_self(name, common, self, other);
   if (broadcast_shapes(name, self, other) != self.sizes())
     throw std::invalid_argument(fmt::format("{}: {} cannot be broadcast to the shape of the in-place target {}", name,
                                             describe(other), describe(self)));
+  check_write_overlap(name, self, {&other});
   backend_of(self).binary(op, kv(self), kv(self), kv(other.expand(self.sizes())), alpha, common);
   self.bump_version();
   return self;
@@ -75,7 +75,7 @@ const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor
 
 const Tensor& inplace_scalar_compute(const char* name, OpId op, const Tensor& self, double scalar) {
   check_defined(name, self);
-  check_writable(name, self);
+  check_write_overlap(name, self);
   const ScalarOpKernel kernel = scalar_op_kernel(op);
   check_dtype_rule(name, dtype_rule(kernel.kernel), self);
   backend_of(self).binary_scalar(kernel.kernel, kv(self), kv(self), scalar, false);
@@ -85,7 +85,7 @@ const Tensor& inplace_scalar_compute(const char* name, OpId op, const Tensor& se
 
 const Tensor& inplace_unary_compute(const char* name, UnaryOp op, const Tensor& self) {
   check_defined(name, self);
-  check_writable(name, self);
+  check_write_overlap(name, self);
   check_dtype_rule(name, dtype_rule(op), self);
   backend_of(self).unary(op, kv(self), kv(self));
   self.bump_version();
@@ -357,12 +357,14 @@ const Tensor& Tensor::relu_() const { return inplace_unary<UnaryOp::relu>("relu_
 
 const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
   check_same_device("masked_fill_", *this, mask);
-  check_writable("masked_fill_", *this);
   if (mask.dtype() != ScalarType::bool_)
     throw std::invalid_argument(fmt::format("masked_fill_: the mask {} must be bool", describe(mask)));
   if (broadcast_shapes("masked_fill_", *this, mask) != sizes())
     throw std::invalid_argument(fmt::format("masked_fill_: the mask {} cannot be broadcast to {}", describe(mask),
                                             describe(*this)));
+  // PyTorch only warns (deprecated) for an expanded target: every element that shares a location gets the
+  // same value wherever the mask is set. A mask that partly overlaps the target is refused.
+  check_write_overlap("masked_fill_", *this, {&mask}, SharedDestination::allow);
   check_in_place_for_autograd(OpId::masked_fill, {*this, mask});
   without_recording([&] {
     backend_of(*this).masked_fill(kv(*this), kv(mask.expand(sizes())), value);
@@ -379,7 +381,9 @@ namespace {
 template <OpId id>
 const Tensor& fill_in_place(const char* name, const Tensor& self, double value) {
   check_defined(name, self);
-  check_writable(name, self);
+  // Exempt from the shared-destination rule, as in PyTorch: writing one value is the same whichever
+  // element sharing a location is written last (an expanded view, empty_strided with 0 strides).
+  check_write_overlap(name, self, {}, SharedDestination::allow);
   check_in_place_for_autograd(id, {self});
   backend_of(self).fill(kv(self), value);
   self.bump_version();

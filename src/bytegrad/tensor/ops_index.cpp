@@ -75,30 +75,57 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 namespace {
 
+// PyTorch keeps a 1-d tensor of size 0 (once the only empty tensor there was) out of cat's shape checks,
+// whatever the other inputs' shapes; it still takes part in the result's dtype.
+bool is_legacy_empty(const Tensor& t) { return t.dim() == 1 && t.sizes()[0] == 0; }
+
+// legacy_cat_wrap_dim: dim is wrapped by the first input that is not a legacy empty one (left as it is
+// when every input is).
+int64_t cat_wrap_dim(int64_t dim, const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors)
+    if (t.defined() && !is_legacy_empty(t)) return wrap_dim(dim, t.dim(), "cat");
+  return dim;
+}
+
+// PyTorch's cat: the result has result_type over every input (float32 with float64 gives float64) and the
+// sizes of the first input that is not a legacy empty one, summed along dim (shape [0] when every input is
+// one); it is one contiguous allocation, into which each input is copied (converting its dtype as it is read).
 Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
   AllocationScope scope("cat");
   if (tensors.empty()) throw std::invalid_argument("cat: expected a non-empty list of tensors");
-  const Tensor& first = tensors.front();
-  check_defined("cat", first);
-  dim = wrap_dim(dim, std::max<int64_t>(first.dim(), 1), "cat");
-  if (first.dim() == 0) throw std::invalid_argument("cat: zero-dimensional tensors cannot be concatenated");
-  Shape shape = first.sizes();
-  shape[dim] = 0;
+  ResultTypeState promotion;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    check_defined("cat", t);
+    check_same_device("cat", tensors.front(), t);
+    if (t.dim() == 0)
+      throw std::invalid_argument(fmt::format("cat: zero-dimensional tensor (at position {}) cannot be concatenated", i));
+    promotion.add(t.dtype(), true);
+  }
+  const ScalarType dtype = promotion.result();
+  dim = cat_wrap_dim(dim, tensors);
+  const Tensor* first = nullptr;
+  Shape shape{0};
   for (const Tensor& t : tensors) {
-    check_same_device("cat", first, t);
-    check_same_dtype("cat", first, t);
-    if (t.dim() != first.dim())
-      throw std::invalid_argument(fmt::format("cat: tensors must have the same rank, got {} and {}", describe(first), describe(t)));
+    if (is_legacy_empty(t)) continue;
+    if (first == nullptr) {
+      first = &t;
+      shape = t.sizes();
+      shape[dim] = 0;
+    }
+    if (t.dim() != first->dim())
+      throw std::invalid_argument(fmt::format("cat: tensors must have the same rank, got {} and {}", describe(*first), describe(t)));
     for (int64_t d = 0; d < t.dim(); ++d)
-      if (d != dim && t.sizes()[d] != first.sizes()[d])
+      if (d != dim && t.sizes()[d] != first->sizes()[d])
         throw std::invalid_argument(fmt::format("cat: sizes must match except in dimension {}, got {} and {}", dim,
-                                                describe(first), describe(t)));
+                                                describe(*first), describe(t)));
     if (__builtin_add_overflow(shape[dim], t.sizes()[dim], &shape[dim]))
       throw std::length_error(fmt::format("cat: the sizes along dimension {} add up to more than int64 can count", dim));
   }
-  Tensor out = empty(shape, TensorOptions{first.dtype(), first.device()});
+  Tensor out = empty(shape, TensorOptions{dtype, tensors.front().device()});
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
+    if (is_legacy_empty(t)) continue;
     backend_of(out).copy(kv(out.narrow(dim, offset, t.sizes()[dim])), kv(t));
     offset += t.sizes()[dim];
   }
@@ -109,9 +136,7 @@ Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   Tensor out = without_recording([&] { return cat_compute(tensors, dim); });
-  record_for_autograd(tensors, [&] {
-    return make_record<OpId::cat>(tensors, {out}, {wrap_dim(dim, std::max<int64_t>(tensors.front().dim(), 1), "cat")});
-  });
+  record_for_autograd(tensors, [&] { return make_record<OpId::cat>(tensors, {out}, {cat_wrap_dim(dim, tensors)}); });
   return out;
 }
 

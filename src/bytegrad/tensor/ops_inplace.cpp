@@ -30,9 +30,9 @@ const Tensor& ternary_(TernaryOp kernel, const Tensor& self, const Tensor& a, co
   const std::string display = std::string(op_name(op)) + "_";
   const char* name = display.c_str();
   check_defined(name, self);
-  check_writable(name, self);
   check_dtype_rule(name, op, self);
   const Tensor a_view = operand_as_self(name, self, a), b_view = operand_as_self(name, self, b);
+  check_write_overlap(name, self, {&a, &b});
   check_in_place_for_autograd(op, {self, a, b});
   without_recording([&] {
     backend_of(self).ternary(kernel, kv(self), kv(self), kv(a_view), kv(b_view), value);
@@ -59,7 +59,7 @@ const Tensor& addcdiv_(const Tensor& self, const Tensor& a, const Tensor& b, dou
 
 const Tensor& sqrt_(const Tensor& self) {
   check_defined("sqrt_", self);
-  check_writable("sqrt_", self);
+  check_write_overlap("sqrt_", self);
   check_dtype_rule("sqrt_", dtype_rule(UnaryOp::sqrt), self);
   check_in_place_for_autograd(OpId::sqrt, {self});
   without_recording([&] {
@@ -73,8 +73,8 @@ const Tensor& sqrt_(const Tensor& self) {
 
 const Tensor& maximum_(const Tensor& self, const Tensor& other) {
   check_defined("maximum_", self);
-  check_writable("maximum_", self);
   const Tensor other_view = operand_as_self("maximum_", self, other);
+  check_write_overlap("maximum_", self, {&other});
   check_in_place_for_autograd(OpId::maximum, {self, other});
   without_recording([&] {
     backend_of(self).binary(BinaryOp::maximum, kv(self), kv(self), kv(other_view), 1.0);

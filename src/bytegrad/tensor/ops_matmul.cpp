@@ -309,15 +309,21 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
   return addmm_impl(bias, a, b, beta, alpha);
 }
 
-// at::native::linear: addmm for 2-d input with a bias; a contiguous input with a 1-d bias (or any 3-d
+// at::native::linear: both operands at least 1-d; addmm for 2-d input with a bias; a contiguous input with a 1-d bias (or any 3-d
 // contiguous input) is flattened to rows, fed to addmm and viewed back; otherwise matmul(x, w.t()) and
 // the bias added in place.
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
   BYTEGRAD_AUTOCAST(lower_precision_fp, linear, x, weight, bias);
   AllocationScope scope("linear");
   check_same_device("linear", x, weight);
-  if (weight.dim() != 2)
-    throw std::invalid_argument(fmt::format("linear: the weight {} must be 2-d", describe(weight)));
+  if (x.dim() == 0 || weight.dim() == 0)
+    throw std::invalid_argument(fmt::format(
+        "linear: both arguments to linear need to be at least 1D, but they are {}D and {}D (input {}, weight {})",
+        x.dim(), weight.dim(), describe(x), describe(weight)));
+  // A 1-d weight (in_features) is its own transpose: matmul reduces x's last dimension against it, as
+  // PyTorch's; with a bias, the addmm paths below refuse it as PyTorch's do.
+  if (weight.dim() > 2)
+    throw std::invalid_argument(fmt::format("linear: the weight {} must be 1-d or 2-d", describe(weight)));
   if (bias && x.dim() == 2) return addmm_impl(*bias, x, weight.t(), 1.0, 1.0);
   if (bias && x.dim() >= 1 && x.is_contiguous() && (x.dim() == 3 || bias->dim() == 1)) {
     Shape rows_shape(x.sizes().begin(), x.sizes().end() - 1);

@@ -79,15 +79,6 @@ Tensor to_dtype_preserving_strides(const Tensor& t, ScalarType dtype) {
   return out;
 }
 
-void check_writable(const char* op, const Tensor& t) {
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.strides()[d] == 0 && t.sizes()[d] > 1)
-      throw std::invalid_argument(fmt::format(
-          "{}: cannot write in place to {}: more than one element refers to a single memory location (an "
-          "expanded view); clone it first",
-          op, describe(t)));
-}
-
 void check_indices_in_range(const char* op, const Tensor& index, int64_t dim, int64_t size) {
   if (index.is_meta() || index.numel() == 0) return;
   std::vector<char> host(index.nbytes());

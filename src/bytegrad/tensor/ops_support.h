@@ -7,6 +7,7 @@
 
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/memory_overlap.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad::ops_detail {
@@ -34,8 +35,6 @@ void check_can_cast_to_self(const char* name, ScalarType common, const Tensor& s
 // `dtype` with t's strides when t is non-overlapping and dense, else contiguous, holding t's values
 // converted. One allocation of numel * element_size(dtype), tagged "to". t itself when it has that dtype.
 Tensor to_dtype_preserving_strides(const Tensor& t, ScalarType dtype);
-// An in-place op may not write through a view in which several elements share one address.
-void check_writable(const char* op, const Tensor& t);
 
 // TensorOptions::requires_grad: the setter to call on the new tensor (null when not asked for). Throws,
 // before anything is allocated, for a dtype that cannot require grad or when autograd is not linked.

@@ -248,6 +248,12 @@ Tensor Tensor::permute(const Shape& order) const {
   return recorded<OpId::permute>(*this, as_strided(s, st, storage_offset()), {wrapped});
 }
 
+// wrap_dim accepts dimension 0 (and -1) of a 0-d tensor, as PyTorch's does; the views that index a size
+// along that dimension refuse a 0-d tensor first, with PyTorch's words.
+static void require_dimensions(const Tensor& t, const char* message) {
+  if (t.dim() == 0) throw std::invalid_argument(fmt::format("{} ({})", message, describe(t)));
+}
+
 Tensor Tensor::select(int64_t d, int64_t index) const {
   if (dim() == 0) throw std::invalid_argument("select: cannot index a 0-d tensor");
   d = wrap_dim(d, dim(), "select");
@@ -264,6 +270,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
+  require_dimensions(*this, "slice() cannot be applied to a 0-dim tensor");
   d = wrap_dim(d, dim(), "slice");
   if (step <= 0) throw std::invalid_argument(fmt::format("slice: step must be positive, got {}", step));
   int64_t n = sizes()[d];
@@ -279,6 +286,7 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  require_dimensions(*this, "narrow() cannot be applied to a 0-dim tensor");
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = sizes()[d];
   if (start < 0) start += n;
@@ -288,6 +296,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
+  require_dimensions(*this, "split expects at least a 1-dimensional tensor");
   d = wrap_dim(d, dim(), "split");
   if (split_size <= 0) throw std::invalid_argument(fmt::format("split: split_size must be positive, got {}", split_size));
   std::vector<Tensor> parts;
@@ -304,6 +313,7 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
 }
 
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
+  require_dimensions(*this, "chunk expects at least a 1-dimensional tensor");
   d = wrap_dim(d, dim(), "chunk");
   if (chunks <= 0) throw std::invalid_argument(fmt::format("chunk: chunks must be positive, got {}", chunks));
   int64_t n = sizes()[d];
@@ -311,6 +321,9 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
 }
 
 std::vector<Tensor> Tensor::unbind(int64_t d) const {
+  if (dim() == 0)  // an IndexError in PyTorch
+    throw std::out_of_range(fmt::format("unbind: Dimension specified as {} but tensor has no dimensions ({})", d,
+                                        describe(*this)));
   d = wrap_dim(d, dim(), "unbind");
   std::vector<Tensor> parts;
   Shape s = sizes(), st = strides();
@@ -408,7 +421,14 @@ Tensor Tensor::clone() const {
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
   check_in_place_for_autograd(OpId::copy, {*this, src});
-  Tensor source = src;
+  // As PyTorch's copy_impl: a source that is this very data (same storage, offset, sizes, strides and dtype)
+  // is nothing to copy; no kernel runs.
+  if (src.defined() && shares_storage_with(src) && storage_offset() == src.storage_offset() &&
+      sizes() == src.sizes() && strides() == src.strides() && dtype() == src.dtype()) {
+    bump_version();
+    record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });
+    return *this;
+  }
   if (src.device() != device() && !is_meta() && !src.is_meta() && is_contiguous() && src.sizes() == sizes() &&
       src.dtype() == dtype()) {
     // The common cross-device case moves bytes through a host buffer straight into place.
@@ -428,6 +448,10 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   if (src.is_meta())
     throw std::invalid_argument("copy_: " + describe(src) + " is a meta tensor: it has no values to copy into " +
                                 describe(*this));
+  // TensorIterator's overlap rules (a copy into meta is ignored before them, as PyTorch's), then the shape:
+  // both before the cross-device staging allocates.
+  ops_detail::check_write_overlap("copy_", *this, {&src});
+  Tensor broadcast_source = src.expand(sizes());
   if (src.device() != device()) {
     // Cross-device into a non-contiguous target or with a dtype change: stage through the host in src's
     // dtype (a host buffer), then a device temporary in src's dtype, then the converting copy.
@@ -435,9 +459,9 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     backend_for(src.device()).copy_to_host(host.data(), src.view_for_kernels());
     Tensor staged = empty(src.sizes(), TensorOptions{src.dtype(), device()});
     backend_for(device()).copy_from_host(staged.view_for_kernels(), host.data());
-    source = staged;
+    broadcast_source = staged.expand(sizes());
   }
-  backend_for(device()).copy(view_for_kernels(), source.expand(sizes()).view_for_kernels());
+  backend_for(device()).copy(view_for_kernels(), broadcast_source.view_for_kernels());
   bump_version();
   record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });
   return *this;

@@ -128,13 +128,19 @@ std::shared_ptr<FormulaNode> stack(const OpRecord& r, const op_args::Dim& args) 
   });
 }
 
-// each input's gradient is a narrow view
+// each input's gradient is a narrow view; a legacy empty input (shape [0], which cat skipped) gets an
+// empty gradient of its shape, as PyTorch's cat_tensors_backward (no allocation: 0 bytes)
 std::shared_ptr<FormulaNode> cat(const OpRecord& r, const op_args::Dim& args) {
   auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     TensorList out(n.next_edges.size());
     int64_t offset = 0;
     for (size_t i = 0; i < out.size(); ++i) {
-      const int64_t length = n.shapes.at(i).at(static_cast<size_t>(dim));
+      const Shape& shape = n.shapes.at(i);
+      if (shape.size() == 1 && shape[0] == 0) {
+        if (n.needs_grad(i)) out[i] = zeros({0}, TensorOptions{g[0].dtype(), g[0].device()});
+        continue;
+      }
+      const int64_t length = shape.at(static_cast<size_t>(dim));
       if (n.needs_grad(i)) out[i] = g[0].narrow(dim, offset, length);
       offset += length;
     }
