@@ -4,6 +4,10 @@
 // decomposition on x.unsqueeze(0) and on a (1, L, E) input (tests/data/pytorch_probes/sdpa_mask/mask.events,
 // cases mha_bytegrad_unsqueezed / mha_bytegrad_batched1, tools/probes/sdpa_mask_probe.py) is replayed in
 // tests/nn/sdpa_mask.cpp.
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 #include "bytegrad/nn/attention.h"
 #include "nn_helpers.h"
 #include "tests/support/allocation_probe.h"
@@ -62,4 +66,53 @@ TEST_CASE("MultiheadSelfAttention: inputs of other ranks or widths are refused w
   CHECK_THROWS_WITH_AS(attn(randn({4}, f64())), doctest::Contains("unbatched (L, 4)"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(attn(randn({3, 5}, f64())), doctest::Contains("[3, 5]"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(attn(randn({1, 2, 3, 4}, f64())), doctest::Contains("(B, L, 4)"), std::invalid_argument);
+}
+
+// PyTorch's events for the same decomposition (tools/probes/sdpa_mask_probe.py's BytegradMha on x.unsqueeze(0),
+// case mha_bytegrad_unsqueezed, plain mode: from the start mark to the parameters' gradients freed), which
+// equal those of its (1, L, E) call (mha_bytegrad_batched1). nn.MultiheadAttention itself projects an unbatched
+// input with three separate linears (its query, key and value stop being one tensor after unsqueeze(1)), so its
+// own unbatched events (mha_torch_unbatched_*) differ from its batched ones; MultiheadSelfAttention keeps its
+// packed projection.
+TEST_CASE("MultiheadSelfAttention unbatched: PyTorch's recording of the decomposition, replayed on sim and meta") {
+  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/sdpa_mask/mask.events");
+  REQUIRE(in.good());
+  AllocationEvents recorded;
+  std::vector<size_t> recorded_marks;
+  bool open = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# case ", 0) == 0) {
+      open = line.find("name=mha_bytegrad_unsqueezed ") != std::string::npos && line.find("mode=plain") != std::string::npos;
+      continue;
+    }
+    if (!open) continue;
+    if (line.rfind("# mark ", 0) == 0) {
+      recorded_marks.push_back(recorded.size());
+      if (line.rfind("# mark params_grads_freed", 0) == 0) break;
+    } else if (line.rfind("alloc ", 0) == 0) {
+      recorded.emplace_back("alloc", std::stoll(line.substr(6)));
+    } else if (line.rfind("free_completed ", 0) == 0) {
+      recorded.emplace_back("free", std::stoll(line.substr(15)));
+    }
+  }
+  REQUIRE(recorded_marks.size() == 5);  // start, forward, backward, freed, params_grads_freed
+  for (Device device : {kSim, kMeta}) {
+    CAPTURE(device.str());
+    fresh(device);
+    manual_seed(0);
+    nn::MultiheadSelfAttention attn(48, 4, true, TensorOptions{ScalarType::float32, device});
+    Tensor x = randn({10, 48}, TensorOptions{ScalarType::float32, device}).requires_grad_(true);
+    // the cuBLAS workspace PyTorch had allocated before the case (CUBLAS_WORKSPACE_CONFIG=:0:0: none here)
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", 1);
+    const AllocationEvents replayed = allocation_events(device, [&] {
+      Tensor y = attn(x);
+      y.backward(ones_like(y));
+      y = Tensor();
+      x = Tensor();
+      attn.zero_grad();
+    });
+    unsetenv("CUBLAS_WORKSPACE_CONFIG");
+    CHECK(replayed == recorded);
+  }
 }
