@@ -226,4 +226,98 @@ TEST_CASE("attention's device memory on cuda is sim's, event for event") {
   }
 }
 
+// The math backend on cuda (issue 25): 3-d inputs, bool / additive masks, causal, 16-bit inputs computed in
+// float32 copies, dropout; values against the float64 composition on the host, and the allocations of sim.
+TEST_CASE("sdpa's math backend on cuda: 3-d inputs, masks, causal and 16-bit match the float64 reference") {
+  require_gpu();
+  manual_seed(91);
+  const int64_t N = 6, L = 40, S = 37, E = 24;
+  const Tensor q_host = randn({N, L, E}, TensorOptions{}.with_device(kCpu));
+  const Tensor k_host = randn({N, S, E}, TensorOptions{}.with_device(kCpu));
+  const Tensor v_host = randn({N, S, E}, TensorOptions{}.with_device(kCpu));
+  const Tensor w_host = randn({N, L, E}, TensorOptions{}.with_device(kCpu));
+  Tensor keep = rand({L, S}, TensorOptions{}.with_device(kCpu)) > 0.5;
+  keep.select(-1, 0).fill_(1.0);
+  const Tensor additive = randn({N, 1, S}, TensorOptions{}.with_device(kCpu));
+  for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16, ScalarType::float64}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      CAPTURE(scalar_type_name(dtype));
+      CAPTURE(variant);
+      const bool causal = variant == 0;
+      std::optional<Tensor> mask_host;
+      if (variant == 1) mask_host = keep;
+      if (variant == 2) mask_host = additive.to(dtype == ScalarType::float64 ? dtype : ScalarType::float32);
+      Tensor q = q_host.to(dtype).to(kCuda), k = k_host.to(dtype).to(kCuda), v = v_host.to(dtype).to(kCuda);
+      for (Tensor* t : {&q, &k, &v}) t->requires_grad_(true);
+      const std::optional<Tensor> mask = mask_host ? std::optional<Tensor>(mask_host->to(kCuda)) : std::nullopt;
+      const Tensor y = scaled_dot_product_attention(q, k, v, mask, 0.0, causal);
+      CHECK(y.dtype() == dtype);
+      sum((y * w_host.to(dtype).to(kCuda)).to(ScalarType::float32)).backward();
+      Tensor rq = q_host.to(dtype).to(ScalarType::float64), rk = k_host.to(dtype).to(ScalarType::float64),
+             rv = v_host.to(dtype).to(ScalarType::float64);
+      for (Tensor* t : {&rq, &rk, &rv}) t->requires_grad_(true);
+      std::optional<Tensor> rmask;
+      if (mask_host) rmask = mask_host->dtype() == ScalarType::bool_ ? *mask_host : mask_host->to(ScalarType::float64);
+      const Tensor ry = scaled_dot_product_attention(rq, rk, rv, rmask, 0.0, causal);
+      sum(ry * w_host.to(dtype).to(ScalarType::float64)).backward();
+      const double tol = dtype == ScalarType::float64 ? 1e-10 : dtype == ScalarType::float32 ? 1e-4 : 2e-2;
+      check_close(y.to(kCpu).to(ScalarType::float64), ry.detach(), tol, tol * std::max(1.0, max_abs(ry)), "output");
+      check_close(q.grad().to(kCpu).to(ScalarType::float64), rq.grad(), 2 * tol,
+                  2 * tol * std::max(1.0, max_abs(rq.grad())), "dq");
+      check_close(k.grad().to(kCpu).to(ScalarType::float64), rk.grad(), 2 * tol,
+                  2 * tol * std::max(1.0, max_abs(rk.grad())), "dk");
+      check_close(v.grad().to(kCpu).to(ScalarType::float64), rv.grad(), 2 * tol,
+                  2 * tol * std::max(1.0, max_abs(rv.grad())), "dv");
+    }
+  }
+}
+
+TEST_CASE("sdpa dropout on cuda (math backend): keep fraction, determinism, one mask for forward and backward") {
+  require_gpu();
+  const int64_t N = 16, L = 64, S = 64;
+  const double p = 0.25;
+  const TensorOptions f64{ScalarType::float64, kCuda};
+  const Tensor q = zeros({N, L, 16}, f64), k = randn({N, S, 16}, f64);
+  const Tensor v = eq(arange(S, f64).view({S, 1}), arange(S, f64).view({1, S})).to(ScalarType::float64).expand({N, S, S}).contiguous();
+  auto run = [&](uint64_t seed) {
+    manual_seed(seed);
+    return scaled_dot_product_attention(q, k, v, std::nullopt, p).to(kCpu);
+  };
+  const Tensor a = run(5), b = run(5), c = run(6);
+  CHECK(a.tolist() == b.tolist());
+  CHECK(a.tolist() != c.tolist());
+  const std::vector<double> values = a.tolist();
+  int64_t zeros_seen = 0;
+  for (double x : values) zeros_seen += x == 0.0;
+  const double fraction = static_cast<double>(zeros_seen) / static_cast<double>(values.size());
+  CHECK(std::fabs(fraction - p) < 0.01);  // 65536 draws: 5 standard deviations are 0.0085
+  const Tensor vg = v.detach().requires_grad_(true);
+  manual_seed(7);
+  const Tensor y = scaled_dot_product_attention(q, k, vg, std::nullopt, p);
+  y.backward(ones_like(y));
+  const Tensor expect_dv = matmul(y.detach().transpose(-2, -1), ones({N, L, S}, f64));
+  CHECK(max(abs(vg.grad() - expect_dv)).item() < 1e-12);
+}
+
+TEST_CASE("sdpa's math backend: cuda's device memory is sim's, event for event (3-d, bool mask, bfloat16)") {
+  require_gpu();
+  AllocationEvents per_device[2];
+  int index = 0;
+  for (Device device : {kSim, kCuda}) {
+    fresh(device);
+    manual_seed(3);
+    const TensorOptions o{ScalarType::bfloat16, device};
+    Tensor q = randn({6, 40, 64}, o).requires_grad_(true), k = randn({6, 37, 64}, o).requires_grad_(true),
+           v = randn({6, 37, 64}, o).requires_grad_(true);
+    Tensor keep = ones({40, 37}, TensorOptions{ScalarType::bool_, device});
+    per_device[index++] = allocation_events(device, [&] {
+      Tensor y = scaled_dot_product_attention(q, k, v, keep, 0.0);
+      y.backward(ones_like(y));
+      y = Tensor();
+    });
+  }
+  CHECK(per_device[0] == per_device[1]);
+  CHECK(per_device[0].size() > 20);
+}
+
 }  // namespace bytegrad::testing

@@ -23,9 +23,13 @@ MultiheadSelfAttention::MultiheadSelfAttention(int64_t embed_dim, int64_t num_he
 Tensor MultiheadSelfAttention::forward(const Tensor& input) { return forward(input, std::nullopt, false); }
 
 Tensor MultiheadSelfAttention::forward(const Tensor& input, const std::optional<Tensor>& attn_mask, bool is_causal) {
-  if (input.dim() != 3 || input.sizes()[2] != embed_dim_)
-    throw std::invalid_argument(fmt::format("MultiheadSelfAttention: expected input (B, L, {}), got {} dims",
-                                            embed_dim_, input.dim()));
+  if (!input.defined()) throw std::invalid_argument("MultiheadSelfAttention: input is an undefined tensor");
+  if ((input.dim() != 2 && input.dim() != 3) || input.sizes()[input.dim() - 1] != embed_dim_)
+    throw std::invalid_argument(fmt::format("MultiheadSelfAttention: expected input (B, L, {0}) or unbatched (L, {0}), "
+                                            "got {1}", embed_dim_, describe(input)));
+  // Unbatched (L, E), as nn.MultiheadAttention accepts it: a batch of one (views only, so the memory is that of
+  // the (1, L, E) call), the batch dimension dropped from the result.
+  if (input.dim() == 2) return forward(input.unsqueeze(0), attn_mask, is_causal).squeeze(0);
   const int64_t B = input.sizes()[0], L = input.sizes()[1], H = num_heads_, D = head_dim_, C = embed_dim_;
   if (attn_mask && is_causal)
     throw std::invalid_argument("MultiheadSelfAttention: give either attn_mask or is_causal, not both");

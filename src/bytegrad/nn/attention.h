@@ -49,7 +49,9 @@ namespace bytegrad::nn {
 class MultiheadSelfAttention : public Module {
  public:
   MultiheadSelfAttention(int64_t embed_dim, int64_t num_heads, bool bias = true, TensorOptions options = {});
-  Tensor forward(const Tensor& input) override;  // input (B, L, C), no mask
+  // input (B, L, C), or unbatched (L, C) as nn.MultiheadAttention takes it (run as a batch of one: the same
+  // memory as (1, L, C), the result (L, C)); no mask
+  Tensor forward(const Tensor& input) override;
   // attn_mask: bool, true where a query may NOT attend to a key (scores.masked_fill(mask, -inf)), or
   // floating (input's dtype), added to the scores (-inf or a large negative value to mask out); (L, L) or
   // anything broadcastable to (B, H, L, L), on the input's device. is_causal: the (L, L) causal mask

@@ -258,7 +258,7 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std:
 
 // ------------------------------------------------------------------------- scaled dot-product attention
 // (ops_attention.cpp) F.scaled_dot_product_attention(query, key, value, is_causal=..., scale=...) without a
-// mask or dropout: query (B, H, Sq, D), key (B, H, Sk, D), value (B, H, Sk, Dv), one floating dtype; the
+// mask or dropout (inputs that are not 4-d: the math backend, as below): query (B, H, Sq, D), key (B, H, Sk, D), value (B, H, Sk, Dv), one floating dtype; the
 // result is (B, H, Sq, Dv). is_causal masks key j for query i where j > i (top-left aligned); scale defaults
 // to 1 / sqrt(D). The computation and its memory are those of the backend PyTorch 2.11 picks on an H100
 // (select_sdpa_backend), on every device:
@@ -287,9 +287,18 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std:
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 // The same in libtorch's argument order, torch::scaled_dot_product_attention(query, key, value, attn_mask,
-// dropout_p, is_causal, scale), for code written against libtorch or ported from nanoGPT's
-// F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=True): attn_mask must be
-// empty and dropout_p 0 (neither is modelled; anything else is an error that says so).
+// dropout_p, is_causal, scale), as F.scaled_dot_product_attention takes it:
+//  - query (..., L, E), key (..., S, E), value (..., S, Ev), at least 2-d, batch dimensions broadcastable.
+//    Inputs that are not 4-d run PyTorch's math backend (its fused kernels take 4-d only), whatever the dtype.
+//  - attn_mask: bool (True: the key takes part, PyTorch's meaning; converted to 0 / -inf in query's dtype) or
+//    float32 or query's dtype (added to the scores), broadcastable to (..., L, S); not with is_causal.
+//  - dropout_p in [0, 1] (NaN refused): training-mode dropout of the probabilities, drawn from the process
+//    generator (manual_seed), the same mask for forward and backward (the math backend keeps it).
+// PyTorch 2.11's choice on the H100 is select_sdpa_backend below (recorded with masks and dropout in
+// tests/data/pytorch_probes/sdpa_mask). Where it is the math backend (float64, 3-d inputs, head dims the fused
+// kernels refuse) the call is computed and allocated as PyTorch's _scaled_dot_product_attention_math is.
+// Where PyTorch runs a mask or dropout through its cuDNN, flash or memory-efficient kernels (4-d float32,
+// float16, bfloat16), bytegrad does not model those kernels' memory yet and says so (std::invalid_argument).
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
@@ -299,6 +308,9 @@ std::string_view sdpa_backend_name(SdpaBackend backend);
 // The backend PyTorch 2.11 runs for these inputs on an H100 (sdp_utils.cpp's select_sdp_backend; the rule and
 // its evidence are written beside the definition).
 SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal = false);
+// The same with a mask and dropout (4-d inputs; others always run the math backend).
+SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value,
+                                const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal = false);
 
 // The fused backends as ops of their own (aten::_scaled_dot_product_cudnn_attention and
 // _scaled_dot_product_efficient_attention), with their allocations as above. They check shapes and a
@@ -345,9 +357,16 @@ AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& gra
 AttentionGrads scaled_dot_product_flash_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                            const Tensor& key, const Tensor& value, const Tensor& out,
                                                            const Tensor& logsumexp, bool is_causal, double scale);
-// PyTorch's math fallback (_scaled_dot_product_attention_math) in values; its memory is bytegrad's ops'.
+// PyTorch 2.11's math backend (_scaled_dot_product_attention_math) op for op, with its memory: 16-bit inputs
+// computed in float32 copies, query and key^T each scaled by sqrt(scale), the causal or given mask added out of
+// place, _safe_softmax (rows of -inf only give 0), dropout, the product with value (ops_attention.cpp lists
+// every allocation). attn_mask here must already be floating (scaled_dot_product_attention converts a bool
+// mask first, as PyTorch does).
 Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
                                          bool is_causal = false, std::optional<double> scale = std::nullopt);
+Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
+                                         const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
+                                         std::optional<double> scale);
 
 // ------------------------------------------------------------------------------- triangular parts
 // (ops_triangle.cpp) torch.triu / torch.tril over the last two dims (x at

@@ -84,6 +84,61 @@ double resolve_scale(const Tensor& q, std::optional<double> scale) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 }
 
+// What F.scaled_dot_product_attention accepts (validate_sdpa_input, and the math path's own checks), checked
+// before anything is allocated: query (..., L, E), key (..., S, E), value (..., S, Ev) of one floating dtype
+// on one device, at least 2-d, their batch dimensions broadcastable (matmul's rule); attn_mask bool (True:
+// take part) or float32 or query's dtype, on their device, broadcastable to the scores (..., L, S);
+// dropout_p in [0, 1]; no mask together with is_causal.
+void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal) {
+  for (const Tensor* t : {&q, &k, &v}) check_defined(op, *t);
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
+  check_same_dtype(op, q, k);
+  check_same_dtype(op, q, v);
+  check_floating(op, q);
+  if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
+    throw std::invalid_argument(fmt::format("{}: expected query, key and value to be at least 2-dimensional, got "
+                                            "query {}, key {}, value {}", op, describe(q), describe(k), describe(v)));
+  if (k.size(-1) != q.size(-1))
+    throw std::invalid_argument(fmt::format("{}: query {} and key {} must share the last (embedding) dimension", op,
+                                            describe(q), describe(k)));
+  if (v.size(-2) != k.size(-2))
+    throw std::invalid_argument(fmt::format("{}: key {} and value {} must share the sequence length (dimension -2)",
+                                            op, describe(k), describe(v)));
+  const Shape q_batch(q.sizes().begin(), q.sizes().end() - 2), k_batch(k.sizes().begin(), k.sizes().end() - 2),
+      v_batch(v.sizes().begin(), v.sizes().end() - 2);
+  const Shape batch = broadcast_shapes(op, broadcast_shapes(op, q_batch, k_batch), v_batch);
+  if (!(dropout_p >= 0.0 && dropout_p <= 1.0))  // NaN fails both
+    throw std::invalid_argument(
+        fmt::format("{}: dropout probability has to be between 0 and 1, but got {}", op, dropout_p));
+  if (!attn_mask) return;
+  const Tensor& mask = *attn_mask;
+  if (!mask.defined()) throw std::invalid_argument(fmt::format("{}: attn_mask is an undefined tensor", op));
+  if (mask.device() != q.device())
+    throw std::invalid_argument(fmt::format("{}: attn_mask {} is not on the device of query {}", op, describe(mask),
+                                            describe(q)));
+  if (mask.dtype() != ScalarType::bool_ && mask.dtype() != ScalarType::float32 && mask.dtype() != q.dtype())
+    throw std::invalid_argument(fmt::format("{}: expected attn_mask dtype to be bool or float or to match query "
+                                            "dtype, but got attn_mask {} and query {}",
+                                            op, describe(mask), describe(q)));
+  Shape scores = batch;
+  scores.push_back(q.size(-2));
+  scores.push_back(k.size(-2));
+  bool fits = mask.dim() <= static_cast<int64_t>(scores.size());
+  for (int64_t i = 1; fits && i <= mask.dim(); ++i) {
+    const int64_t m = mask.size(-i);
+    fits = m == 1 || m == scores[scores.size() - static_cast<size_t>(i)];
+  }
+  if (!fits)
+    throw std::invalid_argument(fmt::format("{}: attn_mask of shape {} cannot be broadcast to the attention scores' "
+                                            "shape {} (batch..., L, S)", op, shape_str(mask.sizes()),
+                                            shape_str(scores)));
+  if (is_causal)
+    throw std::invalid_argument(fmt::format("{}: explicit attn_mask should not be set when is_causal=True (give "
+                                            "one or the other)", op));
+}
+
 // Whether autograd will record an op on these inputs (grad mode on and one of them requires grad): PyTorch's
 // should_compute_logsumexp, which decides whether the forward keeps its logsumexp at all.
 bool needs_graph(const std::vector<Tensor>& inputs) {
@@ -531,6 +586,33 @@ SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Te
   return SdpaBackend::math;
 }
 
+// With a mask or dropout (tests/data/pytorch_probes/sdpa_mask/mask_choices.txt, torch._fused_sdp_choice over
+// dtypes, head dims, mask kinds and shapes, dropout, causal flags, key lengths, requires_grad and ranks):
+// inputs that are not all 4-d always run the math backend; dropout never changes the choice; a mask rules
+// out flash; cuDNN takes a mask of 2 or 4 dims that needs no gradient; other masks go to the memory-efficient
+// backend where its own rule holds.
+SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value,
+                                const std::optional<Tensor>& attn_mask, double /*dropout_p*/, bool is_causal) {
+  if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4) return SdpaBackend::math;
+  const SdpaBackend plain = select_sdpa_backend(query, key, value, is_causal);
+  if (!attn_mask || !attn_mask->defined() || plain == SdpaBackend::math) return plain;
+  const Tensor& mask = *attn_mask;
+  const bool cudnn_mask = (mask.dim() == 2 || mask.dim() == 4) && !mask.requires_grad();
+  if (plain == SdpaBackend::cudnn_attention && cudnn_mask) return plain;
+  // flash and cuDNN refused: the memory-efficient backend's rule
+  const Dims n = check_attention_inputs("scaled_dot_product_attention", query, key, value);
+  const ScalarType dtype = query.dtype();
+  const int64_t alignment = is_half(dtype) ? 8 : 4;
+  const bool efficient_dtype = is_half(dtype) || dtype == ScalarType::float32;
+  const bool last_dims_unit = query.stride(-1) == 1 && key.stride(-1) == 1 && value.stride(-1) == 1;
+  const bool offsets_aligned = query.storage_offset() % alignment == 0 && key.storage_offset() % alignment == 0 &&
+                               value.storage_offset() % alignment == 0;
+  if (efficient_dtype && last_dims_unit && n.Sq > 0 && n.Sk > 0 && n.D > 0 && n.D % alignment == 0 && n.Dv > 0 &&
+      n.Dv % alignment == 0 && offsets_aligned)
+    return SdpaBackend::efficient_attention;
+  return SdpaBackend::math;
+}
+
 AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                    bool compute_log_sumexp, bool is_causal, std::optional<double> scale) {
   const std::vector<Tensor> inputs{query, key, value};
@@ -589,26 +671,103 @@ AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& gra
       [&] { return efficient_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale); });
 }
 
-// PyTorch's _scaled_dot_product_attention_math, in values: q and k^T each scaled by sqrt(scale), the causal
-// mask as an additive (L, S) float mask (tril(ones) converted: 0 where kept, -inf where masked) added in
-// place, softmax, @ v. Its memory is that of bytegrad's ops (no PyTorch recording holds it): PyTorch's
-// _safe_softmax adds a few temporaries (the -inf comparison, the all-masked rows, a where) that a plain
-// softmax does not, and its SafeSoftmaxBackward0 saves the where's result instead of softmax's.
+// PyTorch 2.11's _scaled_dot_product_attention_math, op for op, so that its allocations and frees are PyTorch's
+// (recorded: tests/data/pytorch_probes/sdpa_mask/mask.events, the MATH cases; tools/probes/sdpa_mask_probe.py):
+//   16-bit inputs are first copied to float32 (q, k, v in that order: allow_fp16_bf16_reduction_math_sdp is off)
+//   query = q * sqrt(scale) (a negative scale: q * -sqrt(|scale|))
+//   is_causal: ones(L, S, bool).tril() (the ones freed), converted as a bool mask (below; the tril freed)
+//   attn = matmul(query, k^T * sqrt(scale))
+//   attn.add_(mask) (in place: no allocation)
+//   attn = _safe_softmax(attn, -1): softmax, then rows that are all -inf set to 0 (its temporaries: the
+//          x == -inf map, its all() over the row, a 0-d zero; freed last first); the scores freed
+//   attn = dropout(attn, p, train=true) when p > 0 (native_dropout: the bool mask, then the output)
+//   16-bit: attn.to(dtype) first (the op's second output, which the caller drops: freed last; otherwise attn
+//          itself, so without a graph attn is freed after query), then matmul(attn, v) and its .to(dtype)
+//          (the float32 product freed)
+//   then, without a graph keeping them: attn, query, the causal mask, v, k, q copies (the locals, last first).
+// The node of the softmax is SoftmaxBackward0 here (PyTorch's SafeSoftmaxBackward0 saves the same result and
+// runs the same _softmax_backward_data).
+namespace {
+
+// convert_boolean_attn_mask: where(mask, 0, -inf) in `dtype` (two 0-d tensors made first, freed after the
+// where); floating masks as they are.
+Tensor convert_boolean_mask(const Tensor& mask, ScalarType dtype) {
+  if (mask.dtype() != ScalarType::bool_) return mask;
+  const TensorOptions options{dtype, mask.device()};
+  const Tensor zero = scalar_tensor(0.0, options);
+  const Tensor neg_inf = scalar_tensor(-std::numeric_limits<double>::infinity(), options);
+  return where(mask, zero, neg_inf);
+}
+
+// _safe_softmax(x, dim): softmax, with rows whose every score is -inf giving 0 instead of NaN. The output is
+// the recorded softmax's (SoftmaxBackward0 saves it); the fix-up writes it in place below autograd.
+Tensor safe_softmax(const Tensor& x, int64_t dim) {
+  const Tensor out = softmax(x, dim);
+  const Tensor masked = eq(x, -std::numeric_limits<double>::infinity());
+  const Tensor masked_rows = amin(masked, {dim}, true);
+  // PyTorch's where(masked_rows, zero, out) takes a 0-d zero: made for its block; the fill writes 0 directly
+  const Tensor zero = scalar_tensor(0.0, TensorOptions{out.dtype(), out.device()});
+  if (out.numel() > 0) backend_of(out).masked_fill(kv(out), kv(masked_rows.expand(out.sizes())), 0.0);
+  return out;  // zero, masked_rows, masked freed in that order
+}
+
+struct MathOutputs {
+  Tensor output;
+  Tensor attn;  // the second output (a copy for 16-bit inputs); the caller drops it last
+};
+
+MathOutputs attention_math(const Tensor& query_in, const Tensor& key_in, const Tensor& value_in,
+                           const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
+                           std::optional<double> scale) {
+  const ScalarType origin = query_in.dtype();
+  const bool upcast = is_half(origin);
+  Tensor q_acc = upcast ? query_in.to(ScalarType::float32) : query_in;
+  Tensor k_acc = upcast ? key_in.to(ScalarType::float32) : key_in;
+  Tensor v_acc = upcast ? value_in.to(ScalarType::float32) : value_in;
+  Tensor mask = attn_mask ? *attn_mask : Tensor();
+  const double s = resolve_scale(query_in, scale);
+  const double factor = std::sqrt(std::fabs(s));
+  Tensor query = q_acc * (s < 0 ? -factor : factor);
+  if (is_causal) {
+    const int64_t L = query_in.size(-2), S = key_in.size(-2);
+    const Tensor keep = tril(ones({L, S}, TensorOptions{ScalarType::bool_, query_in.device()}));
+    mask = convert_boolean_mask(keep, query.dtype());
+  }
+  Tensor attn = matmul(query, k_acc.transpose(-2, -1) * factor);
+  // In place, as PyTorch does for plain tensors (attn.add_(mask); a tensor subclass or a Python dispatch mode
+  // gets attn.add(mask), whose recording (the `tagged` cases) shows one more block).
+  if (mask.defined()) attn.add_(mask);
+  attn = safe_softmax(attn, -1);
+  if (dropout_p > 0.0) attn = dropout(attn, dropout_p, true);
+  MathOutputs r;
+  r.attn = upcast ? attn.to(origin) : attn;  // the second output: attn itself unless it is a copy
+  r.output = matmul(attn, v_acc);
+  if (upcast) r.output = r.output.to(origin);
+  attn = Tensor();
+  query = Tensor();
+  mask = Tensor();
+  v_acc = Tensor();
+  k_acc = Tensor();
+  q_acc = Tensor();
+  return r;
+}
+
+}  // namespace
+
 Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
                                          std::optional<double> scale) {
-  const Dims n = check_attention_inputs("scaled_dot_product_attention_math", query, key, value);
-  const double factor = std::sqrt(resolve_scale(query, scale));
-  const Tensor q = query * factor;
-  Tensor mask;
-  if (is_causal) {
-    const Tensor keep = tril(ones({n.Sq, n.Sk}, TensorOptions{ScalarType::bool_, query.device()}));
-    mask = masked_fill(zeros({n.Sq, n.Sk}, TensorOptions{query.dtype(), query.device()}), logical_not(keep),
-                       -std::numeric_limits<double>::infinity());
-  }
-  Tensor attn = matmul(q, key.transpose(-2, -1) * factor);
-  if (mask.defined()) attn += mask;
-  attn = softmax(attn, -1);
-  return matmul(attn, value);
+  return scaled_dot_product_attention_math(query, key, value, std::nullopt, 0.0, is_causal, scale);
+}
+
+Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
+                                         const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
+                                         std::optional<double> scale) {
+  check_sdpa_call("scaled_dot_product_attention_math", query, key, value, attn_mask, dropout_p, is_causal);
+  const std::optional<Tensor> mask =
+      attn_mask ? std::optional<Tensor>(convert_boolean_mask(*attn_mask, query.dtype())) : std::nullopt;
+  MathOutputs r = attention_math(query, key, value, mask, dropout_p, is_causal, scale);
+  Tensor output = std::move(r.output);
+  return output;  // then r.attn
 }
 
 // The output of a fused backend's result; the rest released in PyTorch's order. PyTorch's std::tuple of
@@ -649,6 +808,8 @@ Tensor flash_attention_padded(const Tensor& query, const Tensor& key, const Tens
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
                                     std::optional<double> scale) {
   BYTEGRAD_AUTOCAST(lower_precision_fp, scaled_dot_product_attention, query, key, value, is_causal, scale);
+  if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4)  // PyTorch's fused kernels take 4-d only
+    return scaled_dot_product_attention(query, key, value, std::nullopt, 0.0, is_causal, scale);
   const SdpaBackend backend = select_sdpa_backend(query, key, value, is_causal);
   const bool compute_log_sumexp = needs_graph({query, key, value});
   switch (backend) {
@@ -660,20 +821,30 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     case SdpaBackend::flash_attention: return flash_attention_padded(query, key, value, is_causal, scale);
     case SdpaBackend::math: break;
   }
-  return scaled_dot_product_attention_math(query, key, value, is_causal, scale);
+  return scaled_dot_product_attention_math(query, key, value, std::nullopt, 0.0, is_causal, scale);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
                                     std::optional<double> scale) {
-  if (attn_mask.has_value() && attn_mask->defined())
+  BYTEGRAD_AUTOCAST(lower_precision_fp, scaled_dot_product_attention, query, key, value, attn_mask, dropout_p,
+                    is_causal, scale);
+  const char* op = "scaled_dot_product_attention";
+  const std::optional<Tensor> mask = attn_mask && attn_mask->defined() ? attn_mask : std::nullopt;
+  check_sdpa_call(op, query, key, value, mask, dropout_p, is_causal);
+  const bool four_d = query.dim() == 4 && key.dim() == 4 && value.dim() == 4;
+  if (!mask && dropout_p == 0.0 && four_d) return scaled_dot_product_attention(query, key, value, is_causal, scale);
+  const SdpaBackend backend = select_sdpa_backend(query, key, value, mask, dropout_p, is_causal);
+  if (backend != SdpaBackend::math)
     throw std::invalid_argument(fmt::format(
-        "scaled_dot_product_attention: attn_mask {} is not supported (only no mask, with is_causal for a causal one)",
-        describe(*attn_mask)));
-  if (dropout_p != 0.0)
-    throw std::invalid_argument(
-        fmt::format("scaled_dot_product_attention: dropout_p = {} is not supported (only 0)", dropout_p));
-  return scaled_dot_product_attention(query, key, value, is_causal, scale);
+        "{}: PyTorch 2.11 runs these inputs (query {}, attn_mask {}, dropout_p {}) on its {} backend, whose memory "
+        "with a mask or dropout bytegrad does not model yet (float64, 3-d inputs and the other math-backend "
+        "calls are)", op, describe(query), mask ? describe(*mask) : "None", dropout_p, sdpa_backend_name(backend)));
+  // The math backend: a bool mask converted to query's dtype first (freed when the call returns, after the
+  // math op's second output).
+  const std::optional<Tensor> converted =
+      mask ? std::optional<Tensor>(convert_boolean_mask(*mask, query.dtype())) : std::nullopt;
+  return scaled_dot_product_attention_math(query, key, value, converted, dropout_p, is_causal, scale);
 }
 
 }  // namespace bytegrad

@@ -78,7 +78,12 @@ std::shared_ptr<FormulaNode> bmm(const OpRecord& r, const op_args::None&) {  // 
     if (n.needs_grad(0)) out[0] = bmm(g[0], n.saved("mat2").transpose(1, 2));
     return out;
   });
-  save_for_product(node, r.inputs.at(0), r.inputs.at(1), 0, 1);
+  // Saved (and released) mat2 first, then self: BmmBackward0's saved variables in the order its formulas
+  // name them (self's uses mat2). Recorded where the two differ in size and only the node holds them:
+  // attention's q k^T product with S != L, and attn @ v after dropout (tests/data/pytorch_probes/sdpa_mask).
+  node->shapes = {r.inputs.at(0).sizes(), r.inputs.at(0).strides(), r.inputs.at(1).sizes(), r.inputs.at(1).strides()};
+  if (node->needs_grad(0)) node->save("mat2", r.inputs.at(1));
+  if (node->needs_grad(1)) node->save("mat1", r.inputs.at(0));
   return node;
 }
 
