@@ -581,15 +581,19 @@ double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
 int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
 
-double int_pow(int64_t base, int64_t exponent) {
-  if (exponent < 0) {  // PyTorch's powi: only 1 and -1 survive
-    if (base == 1) return 1;
-    if (base == -1) return (-exponent) % 2 ? -1 : 1;
-    return 0;
-  }
+// An exact 64-bit result wrapped to `t` while still exact (a double would drop the low bits that a narrow
+// type keeps).
+double wrapped_to(int64_t v, ScalarType t) {
+  if (t == ScalarType::int32) return static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(v)));
+  if (t == ScalarType::uint8) return static_cast<double>(static_cast<uint8_t>(static_cast<uint64_t>(v)));
+  return static_cast<double>(v);
+}
+
+int64_t int_pow_exact(int64_t base, int64_t exponent) {
+  if (exponent < 0) return base == 1 ? 1 : base == -1 ? ((-exponent) % 2 ? -1 : 1) : 0;
   int64_t out = 1;
   for (int64_t i = 0; i < exponent; ++i) out = wrap_mul(out, base);
-  return static_cast<double>(out);
+  return out;
 }
 
 // Binary math as PyTorch computes it in `t` (the computation type).
@@ -601,14 +605,14 @@ double binary_ref(std::string_view op, double a, double b, double alpha, ScalarT
     const double sign = op == "sub" ? -1 : 1;
     if (is_bool(t)) return (a + sign * alpha * b) != 0 ? 1 : 0;
     if (integral)
-      return static_cast<double>(wrap_add(static_cast<int64_t>(a), wrap_mul(static_cast<int64_t>(sign * alpha), static_cast<int64_t>(b))));
+      return wrapped_to(wrap_add(static_cast<int64_t>(a), wrap_mul(static_cast<int64_t>(sign * alpha), static_cast<int64_t>(b))), t);
     return a + sign * alpha * b;
   }
-  if (op == "mul") return is_bool(t) ? (a != 0 && b != 0) : integral ? static_cast<double>(wrap_mul(int64_t(a), int64_t(b))) : a * b;
+  if (op == "mul") return is_bool(t) ? (a != 0 && b != 0) : integral ? wrapped_to(wrap_mul(int64_t(a), int64_t(b)), t) : a * b;
   if (op == "div") return a / b;
   if (op == "pow") {
     if (is_bool(t)) return (a != 0 || b == 0) ? 1 : 0;
-    return integral ? int_pow(static_cast<int64_t>(a), static_cast<int64_t>(b)) : std::pow(a, b);
+    return integral ? wrapped_to(int_pow_exact(static_cast<int64_t>(a), static_cast<int64_t>(b)), t) : std::pow(a, b);
   }
   if (op == "maximum" || op == "minimum") {
     if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
@@ -949,6 +953,10 @@ void add_pointwise_drivers(Drivers& drivers) {
           Values out;
           for (double x : in[0].v) {
             double v = scalar_first ? binary_ref(k, s, x, 1, rt) : binary_ref(k, x, s, 1, rt);
+            // PyTorch computes a float tensor to the power 0.5 as sqrt and -0.5 as rsqrt (so (-inf) ** 0.5 is
+            // NaN and (-0) ** -0.5 is -inf, where std::pow gives inf).
+            if (k == "pow" && !scalar_first && s == 0.5 && is_float(rt)) v = std::sqrt(x);
+            if (k == "pow" && !scalar_first && s == -0.5 && is_float(rt)) v = 1 / std::sqrt(x);
             if (e.dtype != rt && !is_bool(e.dtype)) v = to_dtype_value(to_dtype_value(v, rt), e.dtype);
             out.push_back(v);
           }
