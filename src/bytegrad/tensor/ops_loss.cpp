@@ -155,12 +155,17 @@ Tensor mse_loss_compute(const Tensor& input, const Tensor& target, Reduction red
   // holds an input-sized block for as long as it lives. Measured on the H100 (events.jsonl, "mse_loss
   // mean [64, 10]": alloc 2560, alloc 2560, free 2560; no 4-byte block), and x_mlp_sgd_momentum_mse's
   // loss marks: a (200, 5) loss holds 4000 requested bytes (block 4096), not 4 (block 512).
-  Tensor full = empty_elementwise_output(input.sizes(), input.dtype(), input.device(), {&input, &target});
-  auto impl = std::make_shared<TensorImpl>();  // full.resize_({}): the same storage, a 0-d shape
-  impl->storage = full.storage();
-  impl->dtype = full.dtype();
-  Tensor out(std::move(impl));
-  full = Tensor();
+  Tensor out;
+  if (input.numel() == 0) {
+    // An empty input's block holds no element, so resize_({}) grows the storage: a fresh 0-d tensor.
+    out = empty({}, TensorOptions{input.dtype(), input.device()});
+  } else {
+    Tensor full = empty_elementwise_output(input.sizes(), input.dtype(), input.device(), {&input, &target});
+    auto impl = std::make_shared<TensorImpl>();  // full.resize_({}): the same storage, a 0-d shape
+    impl->storage = full.storage();
+    impl->dtype = full.dtype();
+    out = Tensor(std::move(impl));
+  }
   Tensor squared = empty_elementwise_output(input.sizes(), input.dtype(), input.device(), {&input, &target});
   backend.binary(BinaryOp::sub, kv(squared), kv(input), kv(target), 1.0);
   backend.binary(BinaryOp::mul, kv(squared), kv(squared), kv(squared), 1.0);

@@ -63,8 +63,14 @@ Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& di
   check_defined(name, x);
   const bool extreme = op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax || op == ReduceOp::argmin;
   if (op == ReduceOp::mean) check_dtype_rule(name, OpId::mean, x);
-  if (extreme && x.numel() == 0)
-    throw std::invalid_argument(fmt::format("{}: {} has no elements to reduce", name, describe(x)));
+  if (extreme && x.numel() == 0) {
+    // As PyTorch: refused when a reduced dimension is empty (or everything is reduced); reducing an empty
+    // tensor over dimensions of non-zero size gives an empty result (amax(zeros({0, 3}), {1}) is [0]).
+    bool reduces_empty = dims.empty() || x.dim() == 0;
+    for (int64_t d : dims) reduces_empty = reduces_empty || x.sizes()[wrap_dim(d, x.dim(), name)] == 0;
+    if (reduces_empty)
+      throw std::invalid_argument(fmt::format("{}: {} has no elements to reduce", name, describe(x)));
+  }
   ScalarType out_dtype = x.dtype();
   if ((op == ReduceOp::sum || op == ReduceOp::prod) && !is_floating_point(x.dtype())) out_dtype = ScalarType::int64;
   if (op == ReduceOp::argmax || op == ReduceOp::argmin) out_dtype = ScalarType::int64;

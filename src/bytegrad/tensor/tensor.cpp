@@ -38,8 +38,23 @@ std::string describe(const Tensor& t) {
                      t.device().str());
 }
 
-int64_t Tensor::size(int64_t dim) const { return sizes()[wrap_dim(dim, this->dim(), "size")]; }
-int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this->dim(), "stride")]; }
+namespace {
+// size and stride index sizes()[dim]: a 0-d tensor has none, so it is refused as PyTorch refuses it
+// (IndexError "Dimension specified as 0 but tensor has no dimensions"). The views' own checks are below.
+void check_has_dimensions(const Tensor& t, int64_t dim, const char* op) {
+  if (t.dim() == 0)
+    throw std::out_of_range(fmt::format("{}: dimension specified as {} but tensor has no dimensions", op, dim));
+}
+}  // namespace
+
+int64_t Tensor::size(int64_t dim) const {
+  check_has_dimensions(*this, dim, "size");
+  return sizes()[wrap_dim(dim, this->dim(), "size")];
+}
+int64_t Tensor::stride(int64_t dim) const {
+  check_has_dimensions(*this, dim, "stride");
+  return strides()[wrap_dim(dim, this->dim(), "stride")];
+}
 int64_t Tensor::numel() const { return shape_numel(sizes()); }
 
 void* Tensor::data_ptr() const {
@@ -298,9 +313,12 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
   require_dimensions(*this, "split expects at least a 1-dimensional tensor");
   d = wrap_dim(d, dim(), "split");
-  if (split_size <= 0) throw std::invalid_argument(fmt::format("split: split_size must be positive, got {}", split_size));
-  std::vector<Tensor> parts;
   const int64_t n = sizes()[d];
+  // As PyTorch: 0 only for a dimension of size 0 (one empty part).
+  if (split_size < 0 || (split_size == 0 && n != 0))
+    throw std::invalid_argument(fmt::format("split: split_size must be positive (0 only for a dimension of size 0), "
+                                            "got {} for a dimension of size {}", split_size, n));
+  std::vector<Tensor> parts;
   // Views made directly (as unbind's): the graph gets one SplitBackward0 for all of them, as PyTorch's,
   // whose backward concatenates the parts' gradients into one block.
   for (int64_t start = 0; start < n || (n == 0 && parts.empty()); start += split_size) {
@@ -373,8 +391,8 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  d = wrap_dim(d, dim(), "squeeze");  // first: a 0-d tensor takes 0 and -1 only, as in PyTorch
   if (dim() == 0) return recorded<OpId::view>(*this, alias());
-  d = wrap_dim(d, dim(), "squeeze");
   if (sizes()[d] != 1) return recorded<OpId::view>(*this, alias());
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
@@ -439,6 +457,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     return *this;
   }
   if (is_meta()) {  // no values to move; the copy only counts as a write
+    (void)src.expand(sizes());  // but the source must broadcast to the destination, from any device
     // The meta backend moves nothing, but a copy PyTorch would run as a kernel is noted (driver_allocations.h).
     if (src.device() == device()) backend_for(device()).copy(view_for_kernels(), src.expand(sizes()).view_for_kernels());
     bump_version();
