@@ -597,7 +597,7 @@ SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Te
   const SdpaBackend plain = select_sdpa_backend(query, key, value, is_causal);
   if (!attn_mask || !attn_mask->defined() || plain == SdpaBackend::math) return plain;
   const Tensor& mask = *attn_mask;
-  const bool cudnn_mask = (mask.dim() == 2 || mask.dim() == 4) && !mask.requires_grad();
+  const bool cudnn_mask = (mask.dim() == 2 || mask.dim() == 4) && !tensor_requires_grad(mask);
   if (plain == SdpaBackend::cudnn_attention && cudnn_mask) return plain;
   // flash and cuDNN refused: the memory-efficient backend's rule
   const Dims n = check_attention_inputs("scaled_dot_product_attention", query, key, value);
