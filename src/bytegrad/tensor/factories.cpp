@@ -56,10 +56,10 @@ Tensor empty(const Shape& sizes, TensorOptions options) {
 }
 
 Tensor full(const Shape& sizes, double value, TensorOptions options) {
-  value = checked_convert(value, options.resolved_dtype(), "full");
+  const double element = checked_convert(value, options.resolved_dtype(), "full");  // -1 into uint8 is 255
   AllocationScope scope(value == 0.0 ? "zeros" : value == 1.0 ? "ones" : "full");
   Tensor out = empty(sizes, options);
-  backend_for(out.device()).fill(out.view_for_kernels(), value);
+  backend_for(out.device()).fill(out.view_for_kernels(), element);
   return out;
 }
 

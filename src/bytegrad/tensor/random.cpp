@@ -226,10 +226,9 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
     return bound >= (dtype == ScalarType::uint8 ? 0 : INT64_MIN) && !overflows(static_cast<double>(bound), dtype);
   };
   if (!is_floating_point(dtype) && !(holds(low) && holds(high - 1)))
-    throw std::invalid_argument(fmt::format("randint: the range [{}, {}) is out of bounds for {}: {} is out of bounds "
-                                            "for {}", low, high, scalar_type_name(dtype),
+    throw std::invalid_argument(fmt::format("randint: {} is out of bounds for {} (low = {}, high = {})",
                                             holds(low) ? fmt::format("to - 1 = {}", high - 1) : fmt::format("from = {}", low),
-                                            scalar_type_name(dtype)));
+                                            scalar_type_name(dtype), low, high));
   AllocationScope scope("randint");
   const double span = static_cast<double>(high) - static_cast<double>(low);  // high - low may overflow int64
   return random_tensor(sizes, options, [&](std::vector<double>& values) {
