@@ -158,8 +158,10 @@ TEST_CASE("elementwise ops cover every dtype") {
   // Float64 keeps double precision.
   const Tensor third = full({2}, 1.0, TensorOptions{ScalarType::float64, kSim}) / 3;
   CHECK(third.tolist()[0] == doctest::Approx(1.0 / 3).epsilon(1e-15));
-  // An int tensor + 0.5 stays int64 and adds 0 (documented in ops.h).
-  CHECK((tensor({1, 2}, TensorOptions{ScalarType::int64, kSim}) + 0.5).tolist() == std::vector<double>{1, 2});
+  // An int tensor + 0.5 would compute in float32 in PyTorch; bytegrad's scalar ops keep the tensor's dtype,
+  // so it is refused rather than truncated (documented in ops.h). A whole number stays int64.
+  CHECK_THROWS_AS(tensor({1, 2}, TensorOptions{ScalarType::int64, kSim}) + 0.5, std::invalid_argument);
+  CHECK((tensor({1, 2}, TensorOptions{ScalarType::int64, kSim}) + 2.0).tolist() == std::vector<double>{3, 4});
 }
 
 TEST_CASE("activation gradients match float64 references") {

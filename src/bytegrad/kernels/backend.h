@@ -4,8 +4,10 @@
 // and documents it beside the kernel, so it is visible in the allocator's history.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "bytegrad/core/device.h"
@@ -56,10 +58,12 @@ class KernelBackend {
   // dst[i] = src[i]; same sizes, any strides, any dtypes (converting). dst and src must not overlap
   // unless identical.
   virtual void copy(const StridedView& dst, const StridedView& src) = 0;
-  // dst (contiguous, on this device) <- host bytes laid out contiguously in dst's dtype.
-  virtual void copy_from_host(const StridedView& dst, const void* host) = 0;
-  // host bytes (contiguous, src's dtype) <- src (any strides).
-  virtual void copy_to_host(void* host, const StridedView& src) = 0;
+  // dst (contiguous, on this device) <- host bytes laid out contiguously in dst's dtype. The buffer must
+  // hold exactly dst's elements: a shorter or longer one is refused (std::invalid_argument naming both
+  // counts) before anything is read or written.
+  void copy_from_host(const StridedView& dst, std::span<const std::byte> host);
+  // host bytes (contiguous, src's dtype) <- src (any strides); the buffer must hold exactly src's elements.
+  void copy_to_host(std::span<std::byte> host, const StridedView& src);
 
   // out[i] = op(in[i]); in has out's sizes (strides may be 0 for broadcast) and dtype.
   virtual void unary(UnaryOp op, const StridedView& out, const StridedView& in) = 0;
@@ -171,6 +175,12 @@ class KernelBackend {
                                   const StridedView& dout, const StridedView& q, const StridedView& k,
                                   const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
                                   bool is_causal, DeviceScratch scratch) = 0;
+
+ protected:
+  // The transfers themselves, called by copy_from_host/copy_to_host once the buffer's size is checked:
+  // `host` holds exactly the view's elements, contiguously.
+  virtual void copy_from_host_unchecked(const StridedView& dst, const void* host) = 0;
+  virtual void copy_to_host_unchecked(void* host, const StridedView& src) = 0;
 };
 
 // cpu and sim share the CPU backend; meta's backend computes nothing; cuda's uses the GPU.

@@ -25,6 +25,9 @@ constexpr uint32_t kGlobals = kModuleGlobals;
 constexpr uint32_t kElementwise = kModuleGlobals | kLaunchHeap;
 constexpr uint32_t kWithStack = kModuleGlobals | kLaunchHeap | kKernelStack;
 
+// The bytes of a host buffer holding a view's elements contiguously (already checked by the caller).
+size_t host_bytes(const StridedView& view) { return static_cast<size_t>(view.numel()) * element_size(view.dtype); }
+
 // Foreach batches launch PyTorch's multi-tensor kernels, which make no launch heap.
 thread_local int foreach_depth = 0;
 
@@ -53,8 +56,12 @@ class DriverAllocationsBackend final : public KernelBackend {
     note(dst, memcpy ? 0 : kElementwise);
     inner_.copy(dst, src);
   }
-  void copy_from_host(const StridedView& dst, const void* host) override { inner_.copy_from_host(dst, host); }
-  void copy_to_host(void* host, const StridedView& src) override { inner_.copy_to_host(host, src); }
+  void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
+    inner_.copy_from_host(dst, {static_cast<const std::byte*>(host), host_bytes(dst)});
+  }
+  void copy_to_host_unchecked(void* host, const StridedView& src) override {
+    inner_.copy_to_host({static_cast<std::byte*>(host), host_bytes(src)}, src);
+  }
   void unary(UnaryOp op, const StridedView& out, const StridedView& in) override {
     note(out, pointwise());
     inner_.unary(op, out, in);

@@ -10,8 +10,8 @@ class MetaBackend final : public KernelBackend {
   void fill(const StridedView&, double) override {}
   void arange(const StridedView&, double, double) override {}
   void copy(const StridedView&, const StridedView&) override {}
-  void copy_from_host(const StridedView&, const void*) override {}
-  void copy_to_host(void*, const StridedView&) override {}
+  void copy_from_host_unchecked(const StridedView&, const void*) override {}
+  void copy_to_host_unchecked(void*, const StridedView&) override {}
   void unary(UnaryOp, const StridedView&, const StridedView&) override {}
   void binary(BinaryOp, const StridedView&, const StridedView&, const StridedView&, double,
               std::optional<ScalarType>) override {}

@@ -11,7 +11,8 @@ namespace bytegrad::nn::init {
 namespace {
 
 template <typename Draw>
-const Tensor& fill_with(const Tensor& t, Draw draw) {
+const Tensor& fill_with(const char* op, const Tensor& t, Draw draw) {
+  check_random_floating(op, t.dtype());
   // PyTorch's uniform_/normal_ run curand's kernels on the device, whose module globals the driver allocates.
   if (t.numel() != 0) note_driver_allocations(t.device(), kModuleGlobals);
   if (t.is_meta()) return t;  // no values to write, and none drawn (as the random factories on meta)
@@ -29,11 +30,11 @@ Tensor empty_parameter(const Shape& sizes, TensorOptions options) {
 }
 
 const Tensor& uniform_(const Tensor& t, double bound) {
-  return fill_with(t, [bound] { return (2.0 * random_uniform() - 1.0) * bound; });
+  return fill_with("uniform_", t, [bound] { return (2.0 * random_uniform() - 1.0) * bound; });
 }
 
 const Tensor& normal_(const Tensor& t, double mean, double std) {
-  return fill_with(t, [mean, std] { return mean + std * random_normal(); });
+  return fill_with("normal_", t, [mean, std] { return mean + std * random_normal(); });
 }
 
 double fan_in_bound(int64_t fan_in) { return fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0; }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "bytegrad/core/checked_convert.h"
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -55,9 +56,10 @@ Tensor empty(const Shape& sizes, TensorOptions options) {
 }
 
 Tensor full(const Shape& sizes, double value, TensorOptions options) {
+  const double element = checked_convert(value, options.resolved_dtype(), "full");  // -1 into uint8 is 255
   AllocationScope scope(value == 0.0 ? "zeros" : value == 1.0 ? "ones" : "full");
   Tensor out = empty(sizes, options);
-  backend_for(out.device()).fill(out.view_for_kernels(), value);
+  backend_for(out.device()).fill(out.view_for_kernels(), element);
   return out;
 }
 
@@ -67,6 +69,15 @@ Tensor ones(const Shape& sizes, TensorOptions options) { return full(sizes, 1.0,
 Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
+  if (!std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
+    throw std::invalid_argument(fmt::format("arange: unsupported range: {} -> {} with step {}", start, end, step));
+  const ScalarType dtype = options.resolved_dtype();
+  if (is_integral(dtype, /*include_bool=*/false)) {
+    // PyTorch computes an integer arange in int64 (its accumulate type): start, end and step are truncated
+    // first, so arange(0, 2.5, int64) is [0, 1], not three values. Bounds beyond int64 are refused.
+    for (double bound : {start, end, step}) checked_convert(bound, ScalarType::int64, "arange");
+    start = std::trunc(start), end = std::trunc(end), step = std::trunc(step);
+  }
   if (step == 0.0) throw std::invalid_argument("arange: step must be nonzero");
   if ((end - start) / step < 0)
     throw std::invalid_argument(fmt::format("arange: the range [{}, {}) with step {} has the wrong sign", start, end, step));
@@ -75,6 +86,13 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
     throw std::length_error(fmt::format("arange: the range [{}, {}) with step {} has {} elements, more than int64 can "
                                         "count", start, end, step, steps));
   const auto count = static_cast<int64_t>(steps);
+  // Every value written must fit the dtype (the first and the last are the extremes), negative ones into
+  // uint8 included: the kernel computes them itself, so none is wrapped; bytegrad refuses instead.
+  if (count > 0)
+    for (double value : {start, start + static_cast<double>(count - 1) * step})
+      if (overflows(value, dtype) || (dtype == ScalarType::uint8 && value < 0.0))
+        throw std::invalid_argument(fmt::format("arange: value {} cannot be converted to type {} without overflow",
+                                                value, scalar_type_name(dtype)));
   AllocationScope scope("arange");
   Tensor out = empty({count}, options);
   backend_for(out.device()).arange(out.view_for_kernels(), start, step);
@@ -89,6 +107,10 @@ Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, 
 Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions options) {
   if (static_cast<int64_t>(values.size()) != shape_numel(sizes))
     throw std::invalid_argument(fmt::format("from_vector: {} values do not fill shape {}", values.size(), shape_str(sizes)));
+  // Values for integer dtypes must fit (torch.tensor's rule; floating dtypes round, to inf beyond their
+  // range): checked before allocating, fill_from_host checks again.
+  if (!is_floating_point(options.resolved_dtype()))
+    for (double value : values) checked_convert(value, options.resolved_dtype(), "tensor");
   AllocationScope scope("tensor");
   Tensor out = empty(sizes, options);
   fill_from_host(out, values);

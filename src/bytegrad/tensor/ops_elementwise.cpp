@@ -6,10 +6,13 @@
 // with .to() first.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "bytegrad/core/checked_convert.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/autograd_hook.h"
@@ -26,6 +29,69 @@ ScalarType result_dtype(DtypeRule rule, ScalarType operand) {
   return rule == DtypeRule::to_bool ? ScalarType::bool_ : operand;
 }
 
+// PyTorch's alpha_check for add and sub: an integral (or bool) computation takes only a whole alpha.
+// (PyTorch also refuses alpha=2.0 written as a float; a double cannot tell 2.0 from 2.)
+void check_alpha(const char* name, double alpha, ScalarType common) {
+  if (is_integral(common, /*include_bool=*/true) && !(std::isfinite(alpha) && alpha == std::trunc(alpha)))
+    throw std::invalid_argument(fmt::format("{}: For integral input tensors, argument alpha must not be a floating "
+                                            "point number (alpha = {}, computing in {})",
+                                            name, alpha, scalar_type_name(common)));
+}
+
+// PyTorch's sub_check: subtraction refuses bool operands, pointing at the operator meant.
+void check_sub_operands(const char* name, ScalarType a, ScalarType b) {
+  if (a == ScalarType::bool_ && b == ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("{}: Subtraction, the `-` operator, with two bool tensors is not "
+                                            "supported. Use logical_xor() (ne() for bools) instead.", name));
+  if (a == ScalarType::bool_ || b == ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("{}: Subtraction, the `-` operator, with a bool tensor is not supported. "
+                                            "If you are trying to invert a mask, use logical_not() instead.", name));
+}
+
+// The dtype PyTorch would compute `tensor op scalar` in, when it is not the tensor's own: a scalar that is
+// not a whole number (or not finite) with an integer or bool tensor gives float32 (PyTorch's default
+// dtype), a whole number other than 0 and 1 with a bool tensor gives int64. bytegrad keeps the tensor's
+// dtype for scalar ops, so these cases would silently truncate (int64 + 2.5 adding 2): they are refused.
+std::optional<ScalarType> promoted_by_scalar(ScalarType dtype, double scalar) {
+  if (is_floating_point(dtype)) return std::nullopt;
+  // Beyond int64 a double is no Python int PyTorch could take; treated as a float.
+  const bool whole = std::isfinite(scalar) && scalar == std::trunc(scalar) && std::fabs(scalar) < 0x1p63;
+  if (!whole) return ScalarType::float32;
+  if (dtype == ScalarType::bool_ && scalar != 0.0 && scalar != 1.0) return ScalarType::int64;
+  return std::nullopt;
+}
+
+
+// The checks on a scalar operand of an arithmetic op (comparisons compare exactly in double and take any
+// scalar). As PyTorch, a scalar that fits the type but not its range wraps (uint8 + 300) or overflows to
+// inf (float32 * 1e39): PyTorch does not check those.
+void check_scalar_operand(const char* name, OpId op, ScalarType dtype, double scalar, bool in_place) {
+  if (op_info(op).dtypes == DtypeRule::to_bool) return;
+  if (op == OpId::sub_scalar || op == OpId::rsub_scalar) check_sub_operands(name, dtype, ScalarType::int64);
+  if (op == OpId::pow_scalar && is_integral(dtype, /*include_bool=*/true) && scalar < 0 &&
+      scalar == std::trunc(scalar))
+    throw std::invalid_argument(fmt::format("{}: Integers to negative integer powers are not allowed ({} base, "
+                                            "exponent {})", name, scalar_type_name(dtype), scalar));
+  if (const std::optional<ScalarType> promoted = promoted_by_scalar(dtype, scalar)) {
+    if (in_place)
+      throw std::invalid_argument(fmt::format("{}: result type {} can't be cast to the desired output type {} (a {} "
+                                              "tensor with the scalar {})", name, pytorch_type_name(*promoted),
+                                              pytorch_type_name(dtype), scalar_type_name(dtype), scalar));
+    throw std::invalid_argument(fmt::format("{}: a {} tensor with the scalar {} computes in {} in PyTorch, but "
+                                            "bytegrad's scalar ops keep the tensor's dtype: convert the tensor "
+                                            "first (.to({}))", name, scalar_type_name(dtype), scalar,
+                                            scalar_type_name(*promoted), scalar_type_name(*promoted)));
+  }
+}
+
+// add(x, other, alpha) and sub with a scalar `other`: the kernel gets alpha * other, so alpha and other are
+// checked on their own first.
+void check_scalar_alpha(const char* name, const Tensor& self, double other, double alpha, bool in_place) {
+  check_defined(name, self);
+  check_alpha(name, alpha, self.dtype());
+  check_scalar_operand(name, OpId::add_scalar, self.dtype(), other, in_place);
+}
+
 Tensor unary_compute(const char* name, UnaryOp op, const Tensor& x) {
   AllocationScope scope(name);
   check_defined(name, x);
@@ -40,6 +106,8 @@ Tensor binary_compute(const char* name, BinaryOp op, const Tensor& a, const Tens
   check_same_device(name, a, b);
   const ScalarType common = result_type(a, b);
   check_dtype_rule(name, dtype_rule(op), a, b, common);
+  if (op == BinaryOp::sub) check_sub_operands(name, a.dtype(), b.dtype());
+  if (op == BinaryOp::add || op == BinaryOp::sub) check_alpha(name, alpha, common);
   const Shape shape = broadcast_shapes(name, a, b);
   Tensor out = empty_elementwise_output(shape, result_dtype(dtype_rule(op), common), a.device(), {&a, &b});
   backend_of(a).binary(op, kv(out), kv(a.expand(shape)), kv(b.expand(shape)), alpha, common);
@@ -51,6 +119,7 @@ Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar)
   check_defined(name, a);
   const ScalarOpKernel kernel = scalar_op_kernel(op);
   check_dtype_rule(name, dtype_rule(kernel.kernel), a);
+  check_scalar_operand(name, op, a.dtype(), scalar, /*in_place=*/false);
   Tensor out = empty_elementwise_output(a.sizes(), result_dtype(dtype_rule(kernel.kernel), a.dtype()), a.device(), {&a});
   backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, kernel.order == OperandOrder::scalar_first);
   return out;
@@ -64,6 +133,8 @@ const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor
   const ScalarType common = result_type(self, other);
   check_dtype_rule(name, dtype_rule(op), self, other, common);
   check_can_cast_to_self(name, common, self, other);
+  if (op == BinaryOp::sub) check_sub_operands(name, self.dtype(), other.dtype());
+  if (op == BinaryOp::add || op == BinaryOp::sub) check_alpha(name, alpha, common);
   if (broadcast_shapes(name, self, other) != self.sizes())
     throw std::invalid_argument(fmt::format("{}: {} cannot be broadcast to the shape of the in-place target {}", name,
                                             describe(other), describe(self)));
@@ -78,6 +149,7 @@ const Tensor& inplace_scalar_compute(const char* name, OpId op, const Tensor& se
   check_write_overlap(name, self);
   const ScalarOpKernel kernel = scalar_op_kernel(op);
   check_dtype_rule(name, dtype_rule(kernel.kernel), self);
+  check_scalar_operand(name, op, self.dtype(), scalar, /*in_place=*/true);
   backend_of(self).binary_scalar(kernel.kernel, kv(self), kv(self), scalar, false);
   self.bump_version();
   return self;
@@ -177,9 +249,15 @@ BYTEGRAD_UNARY_OPS(BYTEGRAD_DEFINE_UNARY)
 // ------------------------------------------------------------------------------------- arithmetic
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::add>(a, b, {alpha}); }
-Tensor add(const Tensor& a, double b, double alpha) { return scalar_op<OpId::add_scalar>("add", a, alpha * b); }
+Tensor add(const Tensor& a, double b, double alpha) {
+  check_scalar_alpha("add", a, b, alpha, false);
+  return scalar_op<OpId::add_scalar>("add", a, alpha * b);
+}
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::sub>(a, b, {alpha}); }
-Tensor sub(const Tensor& a, double b, double alpha) { return scalar_op<OpId::sub_scalar>("sub", a, alpha * b); }
+Tensor sub(const Tensor& a, double b, double alpha) {
+  check_scalar_alpha("sub", a, b, alpha, false);
+  return scalar_op<OpId::sub_scalar>("sub", a, alpha * b);
+}
 Tensor sub(double a, const Tensor& b) { return scalar_op<OpId::rsub_scalar>("rsub", b, a); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::mul>(a, b); }
 Tensor mul(const Tensor& a, double b) { return scalar_op<OpId::mul_scalar>("mul", a, b); }
@@ -258,6 +336,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   check_same_device("masked_fill", x, mask);
   if (mask.dtype() != ScalarType::bool_)
     throw std::invalid_argument(fmt::format("masked_fill: the mask {} must be bool", describe(mask)));
+  value = checked_convert(value, x.dtype(), "masked_fill");
   // PyTorch: result = expand(x).clone(contiguous), then masked_fill_ on it.
   const Shape shape = broadcast_shapes("masked_fill", x, mask);
   OpRecording recording = begin_recording<OpId::masked_fill>({x, mask}, {value});
@@ -340,12 +419,14 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   return inplace_binary<BinaryOp::add>("add_", *this, other, {alpha});
 }
 const Tensor& Tensor::add_(double other, double alpha) const {
+  check_scalar_alpha("add_", *this, other, alpha, true);
   return inplace_scalar<OpId::add_scalar>("add_", *this, alpha * other);
 }
 const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
   return inplace_binary<BinaryOp::sub>("sub_", *this, other, {alpha});
 }
 const Tensor& Tensor::sub_(double other, double alpha) const {
+  check_scalar_alpha("sub_", *this, other, alpha, true);
   return inplace_scalar<OpId::sub_scalar>("sub_", *this, alpha * other);
 }
 const Tensor& Tensor::mul_(const Tensor& other) const { return inplace_binary<BinaryOp::mul>("mul_", *this, other); }
@@ -359,6 +440,7 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
   check_same_device("masked_fill_", *this, mask);
   if (mask.dtype() != ScalarType::bool_)
     throw std::invalid_argument(fmt::format("masked_fill_: the mask {} must be bool", describe(mask)));
+  value = checked_convert(value, dtype(), "masked_fill_");
   if (broadcast_shapes("masked_fill_", *this, mask) != sizes())
     throw std::invalid_argument(fmt::format("masked_fill_: the mask {} cannot be broadcast to {}", describe(mask),
                                             describe(*this)));
@@ -384,6 +466,7 @@ const Tensor& fill_in_place(const char* name, const Tensor& self, double value) 
   // Exempt from the shared-destination rule, as in PyTorch: writing one value is the same whichever
   // element sharing a location is written last (an expanded view, empty_strided with 0 strides).
   check_write_overlap(name, self, {}, SharedDestination::allow);
+  value = checked_convert(value, self.dtype(), name);
   check_in_place_for_autograd(id, {self});
   backend_of(self).fill(kv(self), value);
   self.bump_version();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "bytegrad/core/checked_convert.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/ops.h"
@@ -207,6 +208,8 @@ Tensor constant_pad_nd_compute(const Tensor& x, const Shape& pad) {
 
 Tensor constant_pad_nd(const Tensor& x, const Shape& pad, double value) {
   AllocationScope scope("constant_pad_nd");
+  check_defined("constant_pad_nd", x);
+  value = checked_convert(value, x.dtype(), "constant_pad_nd");
   Tensor out = without_recording([&] {
     Tensor padded = constant_pad_nd_compute(x, pad);
     if (std::all_of(pad.begin(), pad.end(), [](int64_t p) { return p <= 0; })) return padded;  // the clone

@@ -126,7 +126,7 @@ namespace {
 DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
   AllocationScope scope("dropout");
   check_defined("dropout", x);
-  if (p < 0.0 || p > 1.0)
+  if (!(p >= 0.0 && p <= 1.0))  // NaN is refused too, as PyTorch refuses it
     throw std::invalid_argument(fmt::format("dropout: probability has to be between 0 and 1, but got {}", p));
   if (!train || p == 0.0 || x.numel() == 0) return {x, Tensor()};
   check_dtype_rule("dropout", OpId::dropout, x);

@@ -82,7 +82,7 @@ Tensor to_dtype_preserving_strides(const Tensor& t, ScalarType dtype) {
 void check_indices_in_range(const char* op, const Tensor& index, int64_t dim, int64_t size) {
   if (index.is_meta() || index.numel() == 0) return;
   std::vector<char> host(index.nbytes());
-  backend_of(index).copy_to_host(host.data(), kv(index));
+  backend_of(index).copy_to_host(std::as_writable_bytes(std::span(host)), kv(index));
   for (int64_t i = 0; i < index.numel(); ++i) {
     int64_t value = 0;
     if (index.dtype() == ScalarType::int64) {

@@ -77,7 +77,7 @@ double decode(const char* p, ScalarType dtype) {
 std::vector<double> Tensor::tolist() const {
   if (is_meta()) throw std::runtime_error("tolist: " + describe(*this) + " is a meta tensor: it has no values");
   std::vector<char> host(nbytes());
-  if (!host.empty()) backend_for(device()).copy_to_host(host.data(), view_for_kernels());
+  if (!host.empty()) backend_for(device()).copy_to_host(std::as_writable_bytes(std::span(host)), view_for_kernels());
   std::vector<double> values(static_cast<size_t>(numel()));
   for (size_t i = 0; i < values.size(); ++i) values[i] = decode(host.data() + i * element_size(), dtype());
   return values;

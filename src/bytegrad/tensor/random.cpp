@@ -1,6 +1,8 @@
 // The process's random generator. Values are drawn on the host (a seeded mt19937_64) and copied to the
 // device, so one seed gives the same tensor on cpu, sim and cuda. (They are not PyTorch's values: the
 // goldens depend on shapes, never on values.)
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +10,7 @@
 #include <numbers>
 #include <random>
 
+#include "bytegrad/core/checked_convert.h"
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/kernels/driver_allocations.h"
 #include "bytegrad/memory/allocation_context.h"
@@ -32,8 +35,21 @@ double uniform_locked(std::mt19937_64& engine) {
   return static_cast<double>(engine() >> 11) * 0x1.0p-53;  // 53 random bits in [0, 1)
 }
 
-// Host bytes of `values` converted to dtype, row-major.
-std::vector<char> encode(const std::vector<double>& values, ScalarType dtype);
+// Host bytes of `values` converted to dtype, row-major. Values for an integer dtype are checked to fit
+// (checked_convert, as torch.tensor checks them); floating dtypes round, beyond their range to inf, as
+// torch.tensor([1e39]) gives inf.
+std::vector<std::byte> encode(std::span<const double> values, ScalarType dtype, const char* op);
+
+}  // namespace
+
+void check_random_floating(const char* op, ScalarType dtype) {
+  if (!is_floating_point(dtype))
+    throw std::invalid_argument(fmt::format("{}: not implemented for '{}' ({}): it draws floating-point values; "
+                                            "randint draws integers", op, pytorch_type_name(dtype),
+                                            scalar_type_name(dtype)));
+}
+
+namespace {
 
 }  // namespace
 
@@ -54,11 +70,15 @@ double random_normal() {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
-void fill_from_host(const Tensor& t, const std::vector<double>& values) {
+void fill_from_host(const Tensor& t, std::span<const double> values) {
+  // Checked before anything is allocated or written, meta included (its shape still says how many).
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw std::invalid_argument(fmt::format("fill_from_host: {} host values for the {} elements of {}", values.size(),
+                                            t.numel(), describe(t)));
   if (t.is_meta()) return;  // no data to write
+  const std::vector<std::byte> bytes = encode(values, t.dtype(), "fill_from_host");
   Tensor target = t.is_contiguous() ? t : empty(t.sizes(), TensorOptions{t.dtype(), t.device()});
-  std::vector<char> bytes = encode(values, t.dtype());
-  backend_for(t.device()).copy_from_host(target.view_for_kernels(), bytes.data());
+  backend_for(t.device()).copy_from_host(target.view_for_kernels(), bytes);
   if (!t.is_contiguous()) t.copy_(target);
 }
 
@@ -147,17 +167,22 @@ uint16_t to_bfloat16_bits(double value) {
   return static_cast<uint16_t>(x >> 16);
 }
 
-std::vector<char> encode(const std::vector<double>& values, ScalarType dtype) {
+std::vector<std::byte> encode(std::span<const double> values, ScalarType dtype, const char* op) {
+  const bool checked = !is_floating_point(dtype);
+  if (checked)
+    for (double value : values) checked_convert(value, dtype, op);  // all before any byte is made
   const size_t width = element_size(dtype);
-  std::vector<char> bytes(values.size() * width);
+  std::vector<std::byte> bytes(values.size() * width);
   for (size_t i = 0; i < values.size(); ++i) {
-    char* dst = bytes.data() + i * width;
+    char* dst = reinterpret_cast<char*>(bytes.data()) + i * width;
+    // The value the element holds (a negative whole number wrapped into uint8), safe to cast.
+    const double value = checked ? checked_convert(values[i], dtype, op) : values[i];
     switch (dtype) {
-      case ScalarType::float32: store<float>(dst, values[i]); break;
-      case ScalarType::float64: store<double>(dst, values[i]); break;
-      case ScalarType::int64: store<int64_t>(dst, values[i]); break;
-      case ScalarType::int32: store<int32_t>(dst, values[i]); break;
-      case ScalarType::uint8: store<uint8_t>(dst, values[i]); break;
+      case ScalarType::float32: store<float>(dst, value); break;
+      case ScalarType::float64: store<double>(dst, value); break;
+      case ScalarType::int64: store<int64_t>(dst, value); break;
+      case ScalarType::int32: store<int32_t>(dst, value); break;
+      case ScalarType::uint8: store<uint8_t>(dst, value); break;
       case ScalarType::bool_: store<bool>(dst, values[i] != 0.0); break;
       case ScalarType::float16: {
         uint16_t bits = to_half_bits(values[i]);
@@ -177,10 +202,12 @@ std::vector<char> encode(const std::vector<double>& values, ScalarType dtype) {
 }  // namespace
 
 Tensor rand(const Shape& sizes, TensorOptions options) {
+  check_random_floating("rand", options.resolved_dtype());
   AllocationScope scope("rand");
   return random_tensor(sizes, options, uniform_chunk);
 }
 Tensor randn(const Shape& sizes, TensorOptions options) {
+  check_random_floating("randn", options.resolved_dtype());
   AllocationScope scope("randn");
   return random_tensor(sizes, options, normal_chunk);
 }
@@ -188,13 +215,26 @@ Tensor rand_like(const Tensor& t) { return rand(t.sizes(), TensorOptions{t.dtype
 Tensor randn_like(const Tensor& t) { return randn(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
 
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options) {
-  if (high <= low) throw std::invalid_argument("randint: high must be greater than low");
-  AllocationScope scope("randint");
+  if (high <= low)
+    throw std::invalid_argument(fmt::format("randint: high must be greater than low, but got low={} >= high={}", low, high));
   options.dtype = options.resolved_dtype(ScalarType::int64);  // torch.randint's default dtype
-  const double span = static_cast<double>(high - low);
+  // PyTorch's check_from_to_in_range: for integer and bool dtypes both low and high - 1 must be values of the
+  // dtype (floating dtypes take any int64 bounds, rounding the values drawn).
+  const ScalarType dtype = *options.dtype;
+  auto holds = [dtype](int64_t bound) {  // within [lowest, max]: no negative int wraps into uint8 here
+    if (dtype == ScalarType::bool_) return bound == 0 || bound == 1;
+    return bound >= (dtype == ScalarType::uint8 ? 0 : INT64_MIN) && !overflows(static_cast<double>(bound), dtype);
+  };
+  if (!is_floating_point(dtype) && !(holds(low) && holds(high - 1)))
+    throw std::invalid_argument(fmt::format("randint: {} is out of bounds for {} (low = {}, high = {})",
+                                            holds(low) ? fmt::format("to - 1 = {}", high - 1) : fmt::format("from = {}", low),
+                                            scalar_type_name(dtype), low, high));
+  AllocationScope scope("randint");
+  const double span = static_cast<double>(high) - static_cast<double>(low);  // high - low may overflow int64
   return random_tensor(sizes, options, [&](std::vector<double>& values) {
     uniform_chunk(values);
-    for (double& v : values) v = static_cast<double>(low) + std::floor(v * span);
+    // min: for spans beyond 2^53 the product can round up to high itself.
+    for (double& v : values) v = std::min(static_cast<double>(low) + std::floor(v * span), static_cast<double>(high - 1));
   });
 }
 

@@ -451,8 +451,8 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
       src.dtype() == dtype()) {
     // The common cross-device case moves bytes through a host buffer straight into place.
     std::vector<char> host(src.nbytes());
-    backend_for(src.device()).copy_to_host(host.data(), src.view_for_kernels());
-    backend_for(device()).copy_from_host(view_for_kernels(), host.data());
+    backend_for(src.device()).copy_to_host(std::as_writable_bytes(std::span(host)), src.view_for_kernels());
+    backend_for(device()).copy_from_host(view_for_kernels(), std::as_bytes(std::span(host)));
     bump_version();
     return *this;
   }
@@ -475,9 +475,9 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     // Cross-device into a non-contiguous target or with a dtype change: stage through the host in src's
     // dtype (a host buffer), then a device temporary in src's dtype, then the converting copy.
     std::vector<char> host(src.nbytes());
-    backend_for(src.device()).copy_to_host(host.data(), src.view_for_kernels());
+    backend_for(src.device()).copy_to_host(std::as_writable_bytes(std::span(host)), src.view_for_kernels());
     Tensor staged = empty(src.sizes(), TensorOptions{src.dtype(), device()});
-    backend_for(device()).copy_from_host(staged.view_for_kernels(), host.data());
+    backend_for(device()).copy_from_host(staged.view_for_kernels(), std::as_bytes(std::span(host)));
     broadcast_source = staged.expand(sizes());
   }
   backend_for(device()).copy(view_for_kernels(), broadcast_source.view_for_kernels());

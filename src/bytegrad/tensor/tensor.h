@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -241,7 +242,12 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
 // Writes row-major host values into t (converted to its dtype); used by random factories and initializers.
-void fill_from_host(const Tensor& t, const std::vector<double>& values);
+// `values` must hold exactly t.numel() values, each fitting t's dtype (checked_convert): otherwise
+// std::invalid_argument naming the counts (or the value and dtype), before anything is written.
+void fill_from_host(const Tensor& t, std::span<const double> values);
+// rand, randn and the nn::init fills draw floating values: any other dtype is refused as PyTorch refuses
+// it (std::invalid_argument, "rand: not implemented for 'Long' (int64) ...").
+void check_random_floating(const char* op, ScalarType dtype);
 // The process generator's next uniform [0,1) / normal draws.
 double random_uniform();
 double random_normal();

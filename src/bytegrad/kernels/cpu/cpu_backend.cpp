@@ -12,8 +12,8 @@ class CpuBackend final : public KernelBackend {
   void fill(const StridedView& out, double value) override { cpu::fill(out, value); }
   void arange(const StridedView& out, double start, double step) override { cpu::arange(out, start, step); }
   void copy(const StridedView& dst, const StridedView& src) override { cpu::copy(dst, src); }
-  void copy_from_host(const StridedView& dst, const void* host) override { cpu::copy_from_host(dst, host); }
-  void copy_to_host(void* host, const StridedView& src) override { cpu::copy_to_host(host, src); }
+  void copy_from_host_unchecked(const StridedView& dst, const void* host) override { cpu::copy_from_host(dst, host); }
+  void copy_to_host_unchecked(void* host, const StridedView& src) override { cpu::copy_to_host(host, src); }
 
   void unary(UnaryOp op, const StridedView& out, const StridedView& in) override { cpu::unary(op, out, in); }
   void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,

@@ -120,13 +120,13 @@ class CudaBackend final : public KernelBackend {
     CudaCallTimer timer([&] { return copy_key(dst, src); });
     cuda::copy(dst, src);
   }
-  void copy_from_host(const StridedView& dst, const void* host) override {
+  void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
     CudaDeviceGuard guard(dst.device);
     flush_foreach();
     CudaCallTimer timer("copy_from_host", "", dst.dtype);
     cuda::copy_from_host(dst, host);
   }
-  void copy_to_host(void* host, const StridedView& src) override {
+  void copy_to_host_unchecked(void* host, const StridedView& src) override {
     CudaDeviceGuard guard(src.device);
     flush_foreach();
     CudaCallTimer timer("copy_to_host", "", src.dtype);
