@@ -34,15 +34,21 @@
 // Exit status: 0, or 2 on a bad argument (one line naming it).
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 #include <string>
 
 #include "bytegrad/memory/alloc_config.h"
+#include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/memory/memory_ledger.h"
 #include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/memory/out_of_memory.h"
 #include "programs/gpt2_programs.h"
 
 using namespace bytegrad;
@@ -76,8 +82,11 @@ int64_t positive_integer(const std::string& option, const std::string& text) {
   return value;
 }
 
-// "24GiB", "24 GB", "25769803776": bytes.
+// "24GiB", "24 GB", "25769803776": bytes, at least one and at most int64's largest. NaN, infinities,
+// negative or zero sizes, fractions of a byte and sizes past int64 are refused (each would otherwise turn
+// the limit off without a word).
 int64_t byte_size(const std::string& text) {
+  const std::string expected = "--limit needs a size such as 24GiB (B, KiB, MiB, GiB, KB, MB, GB), got '" + text + "'";
   size_t used = 0;
   double number = 0;
   try {
@@ -85,7 +94,9 @@ int64_t byte_size(const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || number <= 0) throw std::invalid_argument("--limit needs a size such as 24GiB, got '" + text + "'");
+  if (used == 0) throw std::invalid_argument(expected);
+  if (!std::isfinite(number)) throw std::invalid_argument("--limit '" + text + "' is not a finite size");
+  if (number <= 0) throw std::invalid_argument("--limit '" + text + "' is not a positive size");
   std::string unit = text.substr(used);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(unit.begin());
   double scale = 0;
@@ -97,7 +108,12 @@ int64_t byte_size(const std::string& text) {
   else if (unit == "MB") scale = 1e6;
   else if (unit == "GB") scale = 1e9;
   else throw std::invalid_argument("--limit: unknown unit '" + unit + "' (B, KiB, MiB, GiB, KB, MB, GB)");
-  return static_cast<int64_t>(number * scale);
+  const double bytes = std::floor(number * scale);
+  if (bytes < 1) throw std::invalid_argument("--limit '" + text + "' is less than one byte");
+  // 2^63 is the first double past int64's range.
+  if (!(bytes < 9223372036854775808.0))
+    throw std::invalid_argument("--limit '" + text + "' is more bytes than int64 can count (at most 2^63 - 1)");
+  return static_cast<int64_t>(bytes);
 }
 
 int run(int argc, char** argv) {
@@ -195,22 +211,40 @@ int run(int argc, char** argv) {
   if (gpt && t.config.n_embd % t.config.n_head != 0) return usage_error("--n-embd must be a multiple of --n-head");
   if (max_batch && limit == 0) return usage_error("--max-batch needs --limit");
 
+  if (!memory_viz.empty()) {
+    // Whether the file can be written is known before the run (minutes, for a large model), not after.
+    std::ofstream probe(memory_viz, std::ios::binary | std::ios::app);
+    if (!probe) {
+      std::cerr << "bytegrad-estimate: cannot write the --memory-viz file '" << memory_viz << "': " << std::strerror(errno)
+                << '\n';
+      return 1;
+    }
+  }
+
   ScenarioRecorder recorder(model, kMeta);
   ScenarioRecorder* record = marks ? &recorder : nullptr;
   // The run itself (one estimate_on_meta), recording the allocator's history for --memory-viz.
   const TrainingPeak peak = estimate_on_meta(
       [&](Device on) {
-        if (!memory_viz.empty()) caching_allocator(on).record_history(true);
-        struct WriteSnapshot {  // also when the run ends out of memory
-          const std::string& path;
-          Device on;
-          ~WriteSnapshot() {
-            if (!path.empty()) dump_memory_viz(path, caching_allocator(on));
-          }
-        } write_snapshot{memory_viz, on};
-        gpt ? train_gpt(t, record, on) : train_mlp(m, record, on);
+        if (memory_viz.empty()) return gpt ? train_gpt(t, record, on) : train_mlp(m, record, on);
+        caching_allocator(on).record_history(true);
+        try {
+          gpt ? train_gpt(t, record, on) : train_mlp(m, record, on);
+        } catch (const OutOfMemoryError&) {
+          dump_memory_viz(memory_viz, caching_allocator(on));  // the history up to the failure
+          throw;
+        }
+        dump_memory_viz(memory_viz, caching_allocator(on));
       },
       default_workspace, limit);
+  if (peak.out_of_memory && limit == 0) {
+    // Without --limit the question is "what does it take", and the run did not finish on the modelled card:
+    // the peaks so far are not the answer (a model whose first parameter cannot be allocated peaks at 0).
+    std::cerr << "bytegrad-estimate: the run does not fit on meta's modelled card ("
+              << human_bytes(mem_get_info(kMeta).second) << "), so it has no peak to report (--limit SIZE prints "
+              << "`fits no` and the allocator's report): " << peak.message << '\n';
+    return 1;
+  }
   if (marks) std::cout << recorder.to_json();
   std::cout << "peak_allocated " << peak.peak_allocated << '\n' << "peak_reserved " << peak.peak_reserved << '\n';
   std::cout << PeakReport{kMeta, peak.at_peak};

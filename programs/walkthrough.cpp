@@ -2,10 +2,11 @@
 // by mark, PyTorch's figure (shared/golden/scenarios), bytegrad's, and what changed in between (which
 // ops' blocks appeared or were freed, from the allocator's history).
 //
-//   bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace] [--expandable-segments]
+//   bytegrad-walkthrough [NAME|all]... [--device sim|meta|cuda] [--default-workspace] [--expandable-segments]
 //                        [--json] [--list] [--memory-viz DIR] [--html DIR]
 //
-// NAME is a seed program or a GPT-2 one (g_gpt2_tiny_fp32, g_gpt2_small_fp32: run by name, not by "all").
+// NAME is a seed program or a GPT-2 one (g_gpt2_tiny_fp32, g_gpt2_small_fp32: run by name, not by "all");
+// several names run one after another, in the order given.
 // --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
 // "max_reserved", "segments", "blocks", "requested", "inactive_split", "ledger"}]} object per scenario, one per line. The seed documents' figures
 // are PyTorch's with CUBLAS_WORKSPACE_CONFIG=:0:0 (shared/golden/scenarios), so that is the default here.
@@ -54,7 +55,7 @@ using namespace bytegrad::programs;
 namespace {
 
 struct Options {
-  std::string name = "all";
+  std::vector<std::string> names;  // run in the order given; none (or "all") is every seed program
   // cuda where a GPU exists; without one meta, which keeps every figure exact and answers in seconds (sim
   // computes every value on the CPU too: seed003 alone draws 4 GB of random numbers).
   Device device = cuda_is_available() ? Device{DeviceType::cuda, 0} : kMeta;
@@ -298,20 +299,31 @@ int run(int argc, char** argv) {
       for (const Program* e : named_programs()) std::cout << e->name << '\n';
       return 0;
     } else if (arg == "-h" || arg == "--help") {
-      std::cout << "usage: bytegrad-walkthrough [NAME|all] [--device sim|meta|cuda] [--default-workspace]"
+      std::cout << "usage: bytegrad-walkthrough [NAME|all]... [--device sim|meta|cuda] [--default-workspace]"
                    " [--expandable-segments] [--json] [--list] [--memory-viz DIR] [--html DIR]\n";
       return 0;
     } else if (arg.rfind("-", 0) == 0) {
       return usage_error("unknown option '" + arg + "': expected NAME or one of " + kOptions);
     } else {
-      options.name = arg;
+      options.names.push_back(arg);
     }
   }
-  const Program* named = options.name == "all" ? nullptr : find_program(options.name);
-  if (options.name != "all" && !named)
-    return usage_error("unknown scenario '" + options.name + "': expected one of " + scenario_names());
-  if (named && named->needs_simulated_device && options.device.type == DeviceType::cuda)
-    return usage_error("scenario '" + options.name + "' reconfigures its device: run it with --device sim or meta");
+  // Each name in order ("all": the seed programs, less those that reconfigure a cuda device); every name is
+  // checked before anything runs.
+  if (options.names.empty()) options.names.push_back("all");
+  std::vector<const Program*> to_run;
+  for (const std::string& name : options.names) {
+    if (name == "all") {
+      for (const Program& e : seed_programs())
+        if (!(e.needs_simulated_device && options.device.type == DeviceType::cuda)) to_run.push_back(&e);
+      continue;
+    }
+    const Program* named = find_program(name);
+    if (!named) return usage_error("unknown scenario '" + name + "': expected one of " + scenario_names());
+    if (named->needs_simulated_device && options.device.type == DeviceType::cuda)
+      return usage_error("scenario '" + name + "' reconfigures its device: run it with --device sim or meta");
+    to_run.push_back(named);
+  }
   for (const std::string& dir : {options.memory_viz_dir, options.html_dir}) {
     if (dir.empty()) continue;
     std::error_code error;
@@ -351,18 +363,9 @@ int run(int argc, char** argv) {
               "value on the CPU as well (minutes: seed003 draws 4 GB of random numbers); --device cuda on a GPU.\n");
   }
   int differing = 0;
-  bool found = false;
+  const bool found = !to_run.empty();
   try {
-    if (named) {
-      found = true;
-      differing += walk(*named, options);
-    } else {
-      for (const Program& e : seed_programs()) {
-        if (e.needs_simulated_device && options.device.type == DeviceType::cuda) continue;
-        found = true;
-        differing += walk(e, options);
-      }
-    }
+    for (const Program* program : to_run) differing += walk(*program, options);
     if (!options.html_dir.empty()) {
       write_report_index(options.html_dir, options.device);
       if (!options.json) std::cout << "\nhtml reports: " << options.html_dir << "/index.html\n";

@@ -1,4 +1,4 @@
-// bytegrad-replay TRACE [--check GOLDEN]: replays an allocator trace through the `sim` device's caching
+// bytegrad-replay TRACE|- [--check GOLDEN]: replays an allocator trace through the `sim` device's caching
 // allocator (configured by BYTEGRAD_ALLOC_CONF) and prints its figures after every event.
 #include <fmt/format.h>
 
@@ -17,7 +17,8 @@
 namespace {
 
 int usage() {
-  std::cerr << "usage: bytegrad-replay TRACE [--check GOLDEN] [--check-summary SUMMARY] [--summary]\n"
+  std::cerr << "usage: bytegrad-replay TRACE|- [--check GOLDEN] [--check-summary SUMMARY] [--summary]\n"
+               "  TRACE is a file, or '-' for standard input.\n"
                "  Replays alloc/free events through the sim device's caching allocator and prints\n"
                "  'alloc|free <size> <allocated> <reserved> <segments>' per event.\n"
                "  --check GOLDEN: compare with PyTorch's lines; --check-summary: compare memory_summary()\n"
@@ -27,12 +28,16 @@ int usage() {
 }
 
 // Opens a regular file for reading; throws std::runtime_error naming the path when it is missing, a
-// directory, or cannot be opened.
+// directory, anything else that is not a regular file (checked before opening: opening a FIFO without a
+// writer blocks, and a device such as /dev/zero never ends), or cannot be opened.
 std::ifstream open_file(const std::string& path) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   if (error || !std::filesystem::exists(status)) throw std::runtime_error("cannot open " + path + ": no such file");
   if (std::filesystem::is_directory(status)) throw std::runtime_error("cannot read " + path + ": it is a directory");
+  if (!std::filesystem::is_regular_file(status))
+    throw std::runtime_error("cannot read " + path + ": it is not a regular file (a FIFO, device or socket); give a "
+                             "file, or '-' to read the trace from standard input");
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   return in;
@@ -64,14 +69,19 @@ int main(int argc, char** argv) {
     else if (arg == "--check-summary") summary_path = argv[++i];
     else if (arg == "--summary") print_summary = true;
     else if (arg == "-h" || arg == "--help") return usage();
-    else if (!arg.empty() && arg[0] == '-') return bad_argument("unknown option " + bytegrad::quote_excerpt(arg));
+    else if (arg.size() > 1 && arg[0] == '-') return bad_argument("unknown option " + bytegrad::quote_excerpt(arg));
     else if (trace_path.empty()) trace_path = arg;
     else return bad_argument("one TRACE only: got " + bytegrad::quote_excerpt(trace_path) + " and " + bytegrad::quote_excerpt(arg));
   }
   if (trace_path.empty()) return bad_argument("no TRACE given");
   try {
-    std::ifstream in = open_file(trace_path);
-    auto events = bytegrad::parse_trace(in, trace_path);
+    std::vector<bytegrad::TraceEvent> events;
+    if (trace_path == "-") {
+      events = bytegrad::parse_trace(std::cin, "standard input");
+    } else {
+      std::ifstream in = open_file(trace_path);
+      events = bytegrad::parse_trace(in, trace_path);
+    }
     bytegrad::CachingAllocator allocator(bytegrad::make_host_backed_raw_memory({}),
                                          bytegrad::AllocatorConfig::from_environment());
     auto result = bytegrad::replay_trace(events, allocator);

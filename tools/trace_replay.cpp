@@ -53,6 +53,30 @@ std::optional<std::string> live_address_conflict(const std::vector<TraceEvent>& 
   return std::nullopt;
 }
 
+namespace {
+
+// std::getline with a cap: false at the end of the stream; `too_long` when the line has more than
+// kMaxTraceLineChars characters, the rest of it unread (a stream without newlines, /dev/zero say, would
+// otherwise be read into one string until memory ran out).
+bool read_capped_line(std::istream& in, std::string& line, bool& too_long) {
+  line.clear();
+  too_long = false;
+  std::streambuf* buffer = in.rdbuf();
+  if (!buffer) return false;
+  for (int c = buffer->sbumpc(); c != std::char_traits<char>::eof(); c = buffer->sbumpc()) {
+    if (c == '\n') return true;
+    if (line.size() == kMaxTraceLineChars) {
+      too_long = true;
+      return true;
+    }
+    line.push_back(static_cast<char>(c));
+  }
+  in.setstate(std::ios::eofbit);
+  return !line.empty();
+}
+
+}  // namespace
+
 std::vector<TraceEvent> parse_trace(std::istream& in, const std::string& source) {
   std::vector<TraceEvent> events;
   std::string line;
@@ -60,8 +84,12 @@ std::vector<TraceEvent> parse_trace(std::istream& in, const std::string& source)
   auto fail = [&](const std::string& what) {
     throw std::runtime_error(fmt::format("{} line {}: {}", source, line_number, what));
   };
-  while (std::getline(in, line)) {
+  bool too_long = false;
+  while (read_capped_line(in, line, too_long)) {
     ++line_number;
+    if (too_long)
+      fail(fmt::format("longer than {} characters (a trace line is '<action> <addr> <size> <stream>'; reading stopped)",
+                       kMaxTraceLineChars));
     if (line.empty() || line[0] == '#') continue;
     const auto fields = split_fields(line, 4);
     if (fields.empty()) continue;  // blank (whitespace only)

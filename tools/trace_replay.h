@@ -26,7 +26,9 @@ struct TraceEvent {
 //  - a line that is not '<action> <addr> <size> <stream>', or an unknown action;
 //  - a number that is negative, not a decimal integer, or does not fit in 64 bits;
 //  - an alloc at an address already live in the trace (allocated, not yet freed): both lines are named;
-//  - a trace without any alloc/free event (an empty file), or a stream that cannot be read.
+//  - a trace without any alloc/free event (an empty file), or a stream that cannot be read;
+//  - a line longer than kMaxTraceLineChars (reading stops there: a stream without newlines is not read whole).
+inline constexpr size_t kMaxTraceLineChars = 65536;
 std::vector<TraceEvent> parse_trace(std::istream& in, const std::string& source = "trace");
 
 inline constexpr size_t kMaxQuotedChars = 80;

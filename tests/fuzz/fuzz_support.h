@@ -103,10 +103,10 @@ inline GeneratedAllocConf random_alloc_conf(std::mt19937& rng) {
       options.push_back("roundup_power2_divisions:" + list + "]");
     }
   }
-  if (pick(6) == 0) options.push_back("expandable_segments:" + std::string(pick(2) ? "False" : "false"));
+  if (pick(6) == 0) options.push_back("expandable_segments:" + std::string("False"));
   if (pick(6) == 0) options.push_back("backend:native");
-  if (pick(6) == 0) options.push_back("release_lock_on_cudamalloc:" + std::string(pick(2) ? "True" : "0"));
-  if (pick(8) == 0) options.push_back("pinned_num_register_threads:" + std::to_string(pick(64)));
+  if (pick(6) == 0) options.push_back("release_lock_on_cudamalloc:" + std::string(pick(2) ? "True" : "False"));
+  if (pick(8) == 0) options.push_back("pinned_num_register_threads:" + std::to_string(size_t{1} << pick(8)));
   std::shuffle(options.begin(), options.end(), rng);
   for (size_t i = 0; i < options.size(); ++i) {
     if (i) out.text += space() + "," + (pick(10) == 0 ? "," : "") + space();

@@ -10,8 +10,10 @@
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/ops.h"
+#include "tests/support/scoped_env.h"
 
 using namespace bytegrad;
+using bytegrad::testing::ScopedEnv;
 
 namespace {
 
@@ -34,9 +36,15 @@ TEST_CASE("regression: a CUBLAS_WORKSPACE_CONFIG with a long run of digits is re
   CHECK(message.find("CUBLAS_WORKSPACE_CONFIG=':9999") == 0);
   CHECK(message.find("is out of range") != std::string::npos);
   CHECK(message.size() < 600);  // an excerpt of the text, not all 200004 characters
-  // A long run that is no pair leaves the default; a long pair list of small numbers is summed.
-  set_blas_workspace_config(std::string(200000, '7'));
-  CHECK(blas_workspace_bytes(kMeta) == size_t{4096} * 1024 * 8);
+  // A long run that is no pair: refused in code (with an excerpt), the default from the variable (PyTorch's
+  // rule, with its warning); a long pair list of small numbers is summed.
+  const std::string no_pair_message = refusal_of([&] { set_blas_workspace_config(std::string(200000, '7')); });
+  CHECK(no_pair_message.find("CUBLAS_WORKSPACE_CONFIG='7777") == 0);
+  CHECK(no_pair_message.size() < 600);
+  {
+    ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", std::string(200000, '7').c_str());
+    CHECK(blas_workspace_bytes(kMeta) == size_t{4096} * 1024 * 8);
+  }
   std::string many_pairs;
   for (int i = 0; i < 20000; ++i) many_pairs += ":1:1";
   set_blas_workspace_config(many_pairs);

@@ -218,6 +218,44 @@ TEST_CASE("MemoryStory: what each mark added and freed, by op, in block bytes an
   CHECK(story.since_last_mark() == "no change");
 }
 
+TEST_CASE("MemoryStory: each story reads the history on its own; another's end or record_history leaves it be") {
+  FreshDevice fresh(kSim);
+  const int64_t four_mib = 1024 * 1024 * 4;  // ones({1024, 1024}) in float32: 4194304 B
+  auto first = std::make_unique<MemoryStory>(kSim);
+  MemoryStory second(kSim);
+  first.reset();  // the end of one story used to stop (and clear) the history the other one reads
+  Tensor a = ones({1024, 1024}, device(kSim));
+  MemoryChange change = second.mark();
+  CHECK_FALSE(change.device_reconfigured);
+  CHECK(change.net_bytes() == four_mib);
+  CHECK(change.str() == "+4.00 MiB (4194304 B) ones");
+
+  // The user's switch, on and off, while the story reads: it neither clears nor restarts the story's history.
+  caching_allocator(kSim).record_history(true);
+  Tensor b = ones({1024, 1024}, device(kSim));
+  caching_allocator(kSim).record_history(false);
+  CHECK_FALSE(caching_allocator(kSim).history_enabled());  // the user's switch is off; the story still records
+  Tensor c = zeros({1024, 1024}, device(kSim));
+  change = second.mark();
+  CHECK_FALSE(change.device_reconfigured);
+  CHECK(change.net_bytes() == 2 * four_mib);
+  CHECK(change.str() == "+4.00 MiB (4194304 B) ones, +4.00 MiB (4194304 B) zeros");
+
+  // A story begun while the user records reads only what comes after it; a MemoryProbe alongside it too.
+  caching_allocator(kSim).record_history(true);
+  MemoryStory third(kSim);
+  Tensor d;
+  {
+    MemoryProbe probe(kSim);
+    a = Tensor();                                  // made before the third story: not in its account
+    d = ones({512, 1024}, device(kSim));           // 512 * 1024 * 4 = 2097152 B
+    CHECK(probe.allocated_delta() == 2097152 - four_mib);
+  }
+  CHECK(third.mark().str() == "+2.00 MiB (2097152 B) ones");
+  CHECK(second.mark().str() == "-4.00 MiB (4194304 B) ones (earlier), +2.00 MiB (2097152 B) ones");
+  caching_allocator(kSim).record_history(false);
+}
+
 TEST_CASE("MemoryStory keeps its marks; write_memory_report writes them into one self-contained page") {
   FreshDevice fresh(kSim);
   MemoryStory story(kSim);

@@ -92,7 +92,7 @@ TEST_CASE("config: valid forms") {
   SUBCASE("expandable segments on, alone and with other keys") {
     CHECK_FALSE(AllocatorConfig::parse("").expandable_segments);
     CHECK(AllocatorConfig::parse("expandable_segments:True").expandable_segments);
-    const AllocatorConfig config = AllocatorConfig::parse("max_split_size_mb:64,expandable_segments:true");
+    const AllocatorConfig config = AllocatorConfig::parse("max_split_size_mb:64,expandable_segments:True");
     CHECK(config.expandable_segments);
     CHECK(config.max_split_size == 64 * MiB);
   }
@@ -149,6 +149,25 @@ TEST_CASE("config: errors name the key or value at fault") {
     check_rejected("expandable_segments:maybe", {"expandable_segments", "maybe"});
   }
   SUBCASE("unsupported backend") { check_rejected("backend:cudaMallocAsync", {"backend", "cudaMallocAsync"}); }
+  SUBCASE("boolean options take only True or False, as PyTorch 2.11 (its message, with the token's index)") {
+    // PyTorch 2.11 (tests/data/pytorch_probes/bad_inputs): "Expected 'True' or 'False' at index 2 in
+    // ConfigTokenizer but got 'true'" for expandable_segments:true, :1 and release_lock_on_cudamalloc:true.
+    for (const std::string setting : {"expandable_segments:true", "expandable_segments:1", "expandable_segments:false",
+                                      "release_lock_on_cudamalloc:true", "pinned_use_background_threads:0",
+                                      "pinned_use_cuda_host_register:yes"}) {
+      const std::string key = setting.substr(0, setting.find(':'));
+      const std::string value = setting.substr(setting.find(':') + 1);
+      check_rejected(setting, {key, "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got '" + value + "'"});
+    }
+    // After another option the index counts every token before the value: "max_split_size_mb", ":", "64",
+    // ",", "expandable_segments", ":" are 0 to 5.
+    check_rejected("max_split_size_mb:64,expandable_segments:true", {"at index 6"});
+  }
+  SUBCASE("pinned_num_register_threads: a power of two, at most 128 (PyTorch 2.11)") {
+    check_rejected("pinned_num_register_threads:1024", {"pinned_num_register_threads", "less than or equal to 128"});
+    check_rejected("pinned_num_register_threads:3", {"pinned_num_register_threads", "power of 2"});
+    CHECK_NOTHROW(AllocatorConfig::parse("pinned_num_register_threads:64"));
+  }
 }
 
 TEST_CASE("memory_stats()[\"max_split_size\"]: -1 by default, the configured bytes otherwise") {

@@ -70,24 +70,31 @@ TEST_CASE("parse_trace: negative, non-numeric and out-of-range numbers name the 
   CHECK(events[0].line == 1);
 }
 
-TEST_CASE("parse_trace: a huge bad line is quoted in at most 80 characters, with its length") {
-  const std::string huge(10'000'000, '7');
+TEST_CASE("parse_trace: a long bad line is quoted in at most 80 characters, with its length; past the cap, refused") {
+  // Lines up to kMaxTraceLineChars (65536) are read and quoted; a longer one stops the reading.
+  const std::string huge(60'000, '7');
   SUBCASE("a huge number") {
     const std::string message = parse_error("alloc 4096 " + huge + " 0\n");
     CHECK(has(message, "line 1"));
-    CHECK(has(message, "...' (10000000 characters)"));
+    CHECK(has(message, "...' (60000 characters)"));
     CHECK(message.size() < 300);
   }
   SUBCASE("a huge action") {
-    const std::string message = parse_error("alloc 4096 1 0\n" + std::string(5'000'000, 'z') + " 1 2 3\n");
+    const std::string message = parse_error("alloc 4096 1 0\n" + std::string(50'000, 'z') + " 1 2 3\n");
     CHECK(has(message, "line 2"));
-    CHECK(has(message, "(5000000 characters)"));
+    CHECK(has(message, "(50000 characters)"));
     CHECK(message.size() < 300);
   }
   SUBCASE("a huge line of one field") {
     const std::string message = parse_error(huge + "\n");
-    CHECK(has(message, "'" + std::string(80, '7') + "...' (10000000 characters)"));
+    CHECK(has(message, "'" + std::string(80, '7') + "...' (60000 characters)"));
     CHECK(message.size() < 300);
+  }
+  SUBCASE("a line past the cap (10^7 characters, or a stream without newlines)") {
+    const std::string message = parse_error("alloc 4096 1 0\n" + std::string(10'000'000, '7') + "\n");
+    CHECK(has(message, "line 2: longer than 65536 characters"));
+    CHECK(message.size() < 300);
+    CHECK(has(parse_error("alloc 4096 1 0\n" + std::string(65536, 'z') + "\n"), "line 2: expected"));  // at the cap: read
   }
   CHECK(quote_excerpt("short") == "'short'");
   CHECK(quote_excerpt(std::string(80, 'a')) == "'" + std::string(80, 'a') + "'");

@@ -1,4 +1,6 @@
 // Error messages name the op and both operands; reprs look like PyTorch's.
+#include <chrono>
+
 #include "helpers.h"
 
 using namespace bytegrad;
@@ -68,4 +70,34 @@ TEST_CASE("reprs follow PyTorch's") {
   CHECK(sum(m).str() == "tensor(10., device='sim')");
   CHECK(argmax(m).str() == "tensor(3, device='sim')");
   CHECK(matmul(m, m).to(kCpu).str() == "tensor([[ 7., 10.],\n        [15., 22.]])");
+}
+
+TEST_CASE("reprs of more than 1000 elements are summarized as PyTorch's, reading only the values shown") {
+  // PyTorch's print options: threshold 1000, edgeitems 3; the width comes from the values shown.
+  const TensorOptions ints{ScalarType::int64, kSim};
+  CHECK(arange(2000.0, ints).str() == "tensor([   0,    1,    2,  ..., 1997, 1998, 1999], device='sim')");
+  CHECK(arange(2000.0, TensorOptions{ScalarType::float32, kSim}).view({40, 50}).str() ==
+        "tensor([[   0.,    1.,    2.,  ...,   47.,   48.,   49.],\n"
+        "        [  50.,   51.,   52.,  ...,   97.,   98.,   99.],\n"
+        "        [ 100.,  101.,  102.,  ...,  147.,  148.,  149.],\n"
+        "        ...,\n"
+        "        [1850., 1851., 1852.,  ..., 1897., 1898., 1899.],\n"
+        "        [1900., 1901., 1902.,  ..., 1947., 1948., 1949.],\n"
+        "        [1950., 1951., 1952.,  ..., 1997., 1998., 1999.]], device='sim')");
+  // 3-d: the slices, and the "..." between them, are separated by a blank line.
+  const std::string cube = arange(1331.0, ints).view({11, 11, 11}).str();
+  CHECK(cube.rfind("tensor([[[   0,    1,    2,  ...,    8,    9,   10],\n", 0) == 0);
+  CHECK(contains(cube, "[ 341,  342,  343,  ...,  349,  350,  351],\n"
+                       "         [ 352,  353,  354,  ...,  360,  361,  362]],\n\n"
+                       "        ...,\n\n"
+                       "        [[ 968,  969,  970,  ...,  976,  977,  978],\n"));
+  // 2^30 expanded elements (PyTorch 2.11 on the H100: 55 characters on cuda:0) and a 2^15 x 2^15 view:
+  // each element shown is read on its own, so both take milliseconds (the whole tensor was copied first).
+  const Tensor one = ones({1}, TensorOptions{ScalarType::float32, kSim});
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(one.expand({int64_t{1} << 30}).str() == "tensor([1., 1., 1.,  ..., 1., 1., 1.], device='sim')");
+  const std::string row = "[1., 1., 1.,  ..., 1., 1., 1.]", next = ",\n        " + row;
+  CHECK(one.expand({int64_t{1} << 15, int64_t{1} << 15}).str() ==
+        "tensor([" + row + next + next + ",\n        ..." + next + next + next + "], device='sim')");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
 }

@@ -93,3 +93,39 @@ TEST_CASE("CUBLASLT_WORKSPACE_SIZE: a non-number or an overflowing size names th
     CHECK_THROWS_AS((void)blas_lt_workspace_bytes(kSim), std::invalid_argument);
   }
 }
+
+TEST_CASE("CUBLASLT_WORKSPACE_SIZE: a bad value is refused before anything is allocated, the cuBLAS workspace too") {
+  // It used to be read when the bias-fused product asked for the Lt workspace, after the result and the
+  // 32 MiB cuBLAS workspace were allocated: the error came with the figures changed.
+  fresh(kSim);
+  ScopedEnv workspace("CUBLAS_WORKSPACE_CONFIG", ":4096:8");
+  {
+    ScopedEnv env("CUBLASLT_WORKSPACE_SIZE", "garbage");
+    const TensorOptions on_sim{ScalarType::float32, kSim};
+    const Tensor bias = zeros({2}, on_sim), a = ones({3, 4}, on_sim), b = ones({4, 2}, on_sim);
+    const auto with_operands = caching_allocator(kSim).memory_stats();
+    CHECK(contains(error_of([&] { (void)addmm(bias, a, b); }), "CUBLASLT_WORKSPACE_SIZE='garbage'"));
+    CHECK(contains(error_of([&] { (void)mm(a, b); }), "CUBLASLT_WORKSPACE_SIZE='garbage'"));
+    CHECK_THROWS_AS((void)blas_workspace(kSim), std::invalid_argument);
+    CHECK(caching_allocator(kSim).memory_stats() == with_operands);  // every counter: nothing was allocated
+  }
+  CHECK(allocated(kSim) == 0);
+  fresh(kSim);
+}
+
+TEST_CASE("set_blas_workspace_config: only ':SIZE:COUNT' pairs; a forgotten colon or garbage keeps the setting") {
+  // The variable keeps PyTorch's rule (no pair found: its warning and the default 32 MiB, measured on the
+  // H100 for CUBLAS_WORKSPACE_CONFIG=0:0 and =garbage); in code the text must be pairs and nothing else.
+  set_blas_workspace_config(":0:0");
+  for (const char* bad : {"0:0", "garbage", ":4096", ":4096:8,", " :4096:8", ":4096:8:", "", ":a:1", "::8"}) {
+    CAPTURE(bad);
+    const std::string message = error_of([&] { set_blas_workspace_config(std::string(bad)); });
+    CHECK(contains(message, "CUBLAS_WORKSPACE_CONFIG='" + std::string(bad) + "'"));
+    CHECK(contains(message, ":SIZE:COUNT"));
+    CHECK(blas_workspace_bytes(kSim) == 0);  // the previous setting, :0:0, stays
+  }
+  set_blas_workspace_config(":4096:2:16:8");
+  CHECK(blas_workspace_bytes(kSim) == 4096 * 1024 * 2 + 16 * 1024 * 8);  // 8519680
+  set_blas_workspace_config(std::nullopt);
+  { ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", "0:0"); CHECK(blas_workspace_bytes(kSim) == 32 * 1024 * 1024); }
+}

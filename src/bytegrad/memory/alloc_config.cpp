@@ -39,6 +39,7 @@ class TokenReader {
  public:
   explicit TokenReader(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
   bool done() const { return pos_ >= tokens_.size(); }
+  size_t index() const { return pos_; }  // the next token's position
   const std::string& peek() const {
     static const std::string end_marker;
     return done() ? end_marker : tokens_[pos_];
@@ -79,10 +80,14 @@ double parse_double(const std::string& text, const std::string& key) {
   return value;
 }
 
-bool parse_bool(const std::string& text, const std::string& key) {
-  if (text == "True" || text == "true" || text == "1") return true;
-  if (text == "False" || text == "false" || text == "0") return false;
-  fail("option " + key + " needs True or False, got " + quote_setting(text));
+// PyTorch accepts exactly "True" or "False" for every boolean option ("true" or "1" is an error there, so
+// a setting that works here works under PyTorch too). `index` is the value's token position, which
+// PyTorch's message gives.
+bool parse_bool(const std::string& text, const std::string& key, size_t index) {
+  if (text == "True") return true;
+  if (text == "False") return false;
+  fail("option " + key + ": Expected 'True' or 'False' at index " + std::to_string(index) +
+       " in ConfigTokenizer but got " + quote_setting(text));
 }
 
 // Megabyte options share PyTorch's floor: at least the 20 MiB large-segment size.
@@ -181,16 +186,27 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
         fail("option " + key + " must be between 0 and 1 (exclusive), got " + quote_setting(value));
       config.garbage_collection_threshold = threshold;
     } else if (key == "expandable_segments") {
-      config.expandable_segments = parse_bool(in.next(key + ":"), key);
+      const size_t index = in.index();
+      config.expandable_segments = parse_bool(in.next(key + ":"), key, index);
     } else if (key == "backend") {
       std::string value = in.next(key + ":");
       if (value != "native")
         fail("option backend:" + quote_setting(value) + " is not supported; bytegrad implements the native caching allocator");
     } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
                key == "pinned_use_background_threads" || key == "graph_capture_record_stream_reuse") {
-      parse_bool(in.next(key + ":"), key);  // accepted for compatibility; no effect on device accounting
-    } else if (key == "pinned_num_register_threads" || key == "pinned_reserve_segment_size_mb") {
-      parse_size(in.next(key + ":"), key);  // host pinned memory options: no effect here
+      const size_t index = in.index();
+      parse_bool(in.next(key + ":"), key, index);  // accepted for compatibility; no effect on device accounting
+    } else if (key == "pinned_num_register_threads") {
+      // Host pinned memory: no effect here, but PyTorch's rule (a power of two, at most 128) holds.
+      const std::string value = in.next(key + ":");
+      const size_t threads = parse_size(value, key);
+      if (!std::has_single_bit(threads))
+        fail("option " + key + ": Number of register threads has to be power of 2, got " + quote_setting(value));
+      if (threads > 128)
+        fail("option " + key + ": Number of register threads should be less than or equal to 128, got " +
+             quote_setting(value));
+    } else if (key == "pinned_reserve_segment_size_mb") {
+      parse_size(in.next(key + ":"), key);  // host pinned memory: no effect here
     } else {
       fail("unrecognized option " + quote_setting(key));
     }

@@ -8,30 +8,47 @@ namespace bytegrad {
 
 namespace {
 
-const std::string kNoTag;
+// Every object here outlives static destruction (allocated once, never destroyed): a tensor at namespace
+// scope is freed after the statics of this file would have been destroyed, and its free records the
+// current tag.
+const std::string& no_tag() {
+  static const std::string* const empty = new std::string();
+  return *empty;
+}
+
+// The per-thread cache is destroyed with its thread (for the main thread, before the statics); a free
+// after that (a namespace-scope tensor at exit) goes to the table under the lock.
+struct TagCache {
+  std::unordered_map<std::string_view, const std::string*> map;
+  ~TagCache();
+};
+thread_local bool tag_cache_gone = false;
+TagCache::~TagCache() { tag_cache_gone = true; }
 
 // The process-wide table (node-based: an element's address never changes), behind a per-thread cache so
 // that a scope usually costs one lookup without a lock.
 const std::string* intern(std::string_view tag) {
-  if (tag.empty()) return &kNoTag;
-  thread_local std::unordered_map<std::string_view, const std::string*> cache;
-  if (auto it = cache.find(tag); it != cache.end()) return it->second;
-  static std::mutex mutex;
-  static std::unordered_set<std::string> table;
+  if (tag.empty()) return &no_tag();
+  thread_local TagCache cache;
+  if (!tag_cache_gone)
+    if (auto it = cache.map.find(tag); it != cache.map.end()) return it->second;
+  static std::mutex* const mutex = new std::mutex;
+  static std::unordered_set<std::string>* const table = new std::unordered_set<std::string>;
   const std::string* interned;
   {
-    std::lock_guard lock(mutex);
-    interned = &*table.emplace(tag).first;
+    std::lock_guard lock(*mutex);
+    interned = &*table->emplace(tag).first;
   }
-  cache.emplace(*interned, interned);  // keyed by a view of the interned text, which never moves
+  if (!tag_cache_gone) cache.map.emplace(*interned, interned);  // keyed by a view of the interned text, which never moves
   return interned;
 }
 
-thread_local const std::string* current_tag = &kNoTag;
+// nullptr: no tag (a pointer to no_tag() here would need a dynamic initializer per thread).
+thread_local const std::string* current_tag = nullptr;
 
 }  // namespace
 
-const std::string& current_allocation_tag() { return *current_tag; }
+const std::string& current_allocation_tag() { return current_tag ? *current_tag : no_tag(); }
 
 AllocationScope::AllocationScope(std::string_view tag) : previous_(current_tag) { current_tag = intern(tag); }
 

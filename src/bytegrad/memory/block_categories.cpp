@@ -39,10 +39,41 @@ void BlockCategories::on_alloc(Entry& e, uintptr_t ptr, size_t bytes, const std:
   if (live_) live_->prev = &e;
   live_ = &e;
   totals_[index_of(e.current)] += e.bytes;
+  note_alloc_in_top(e);
+}
+
+void BlockCategories::note_alloc_in_top(const Entry& e) {
+  if (top_stale_) return;
+  if (top_count_ == kPeakBlocks && !larger(&e, top_[kPeakBlocks - 1])) return;
+  size_t at = std::min(top_count_, kPeakBlocks - 1);  // the slot it takes: the end, or the last one's
+  if (top_count_ < kPeakBlocks) ++top_count_;
+  while (at > 0 && larger(&e, top_[at - 1])) {
+    top_[at] = top_[at - 1];
+    --at;
+  }
+  top_[at] = &e;
+}
+
+void BlockCategories::rebuild_top() const {
+  top_count_ = 0;
+  for (const Entry* e = live_; e; e = e->next) {
+    if (top_count_ == kPeakBlocks && !larger(e, top_[kPeakBlocks - 1])) continue;
+    size_t at = std::min(top_count_, kPeakBlocks - 1);
+    if (top_count_ < kPeakBlocks) ++top_count_;
+    while (at > 0 && larger(e, top_[at - 1])) {
+      top_[at] = top_[at - 1];
+      --at;
+    }
+    top_[at] = e;
+  }
+  top_stale_ = false;
 }
 
 MemoryCategory BlockCategories::on_free(Entry& e) {
   capture_pending_peak();
+  if (!top_stale_ && std::find(top_.begin(), top_.begin() + static_cast<std::ptrdiff_t>(top_count_), &e) !=
+                         top_.begin() + static_cast<std::ptrdiff_t>(top_count_))
+    top_stale_ = true;
   totals_[index_of(e.current)] -= e.bytes;
   if (e.prev) e.prev->next = e.next;
   else live_ = e.next;
@@ -94,6 +125,12 @@ LedgerBlock BlockCategories::ledger_block(const Entry& e) {
 }
 
 std::vector<LedgerBlock> BlockCategories::largest(size_t n) const {
+  if (n <= kPeakBlocks) {
+    if (top_stale_) rebuild_top();
+    std::vector<LedgerBlock> blocks;
+    for (size_t i = 0; i < std::min(n, top_count_); ++i) blocks.push_back(ledger_block(*top_[i]));
+    return blocks;
+  }
   std::vector<const Entry*> order;
   for (const Entry* e = live_; e; e = e->next) order.push_back(e);
   const size_t count = std::min(n, order.size());

@@ -92,6 +92,17 @@ class BlockCategories {
   void record_peak(int64_t allocated);
   static LedgerBlock ledger_block(const Entry& e);
 
+  // The min(kPeakBlocks, live) largest live entries, largest first (ties by address), kept as blocks come
+  // and go so that a peak's report reads them instead of walking every live block: building a model,
+  // where each allocation is a new peak, was quadratic in its block count (3000 GPT-2 layers ran for
+  // minutes). A free of one of them makes the list stale; the next read rebuilds it with one walk.
+  void note_alloc_in_top(const Entry& e);
+  void rebuild_top() const;
+  static bool larger(const Entry* a, const Entry* b) { return a->bytes != b->bytes ? a->bytes > b->bytes : a->ptr < b->ptr; }
+  mutable std::array<const Entry*, kPeakBlocks> top_{};
+  mutable size_t top_count_ = 0;
+  mutable bool top_stale_ = false;
+
   Entry* live_ = nullptr;  // head of the live list
   CategoryBytes totals_{};
   PeakRecord peak_;

@@ -71,6 +71,8 @@ std::string_view block_state_name(BlockState state) {
 
 CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index)
     : raw_(std::move(raw)), config_(std::move(config)), device_index_(device_index) {
+  static std::atomic<uint64_t> allocators_made{0};
+  id_ = ++allocators_made;
   stats_.max_split_size = config_.max_split_size == std::numeric_limits<size_t>::max()
                               ? -1
                               : static_cast<int64_t>(config_.max_split_size);
@@ -781,7 +783,18 @@ void CachingAllocator::record_history(bool enabled, size_t max_entries) {
 
 bool CachingAllocator::history_enabled() const {
   std::lock_guard lock(mutex_);
-  return history_.enabled();
+  return history_.user_enabled();
+}
+
+uint64_t CachingAllocator::attach_history_observer() {
+  std::lock_guard lock(mutex_);
+  history_.attach_observer();
+  return history_.first_sequence() + history_.size();
+}
+
+void CachingAllocator::detach_history_observer() {
+  std::lock_guard lock(mutex_);
+  history_.detach_observer();
 }
 
 // -------------------------------------------------------------------------------------------- snapshot
@@ -826,6 +839,7 @@ MemorySnapshot CachingAllocator::snapshot() {
   }
   history_.record(TraceAction::snapshot, 0, total_active, 0, categories_.totals());
   snap.trace = history_.entries();
+  snap.trace_start = history_.first_sequence();
   return snap;
 }
 

@@ -53,6 +53,7 @@ struct MemorySnapshot {
   int device_index = 0;
   std::vector<SegmentInfo> segments;  // sorted by address
   std::vector<TraceEntry> trace;      // the history, oldest first (empty unless recording)
+  uint64_t trace_start = 0;           // the sequence number of trace[0] (History::first_sequence)
   AllocatorConfig settings;
 };
 
@@ -89,6 +90,14 @@ class CachingAllocator {
   MemorySnapshot snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (memory_viz.h)
   void record_history(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
   bool history_enabled() const;  // whether record_history(true) is in effect
+  // For tools that read the history from a point on (MemoryStory, MemoryProbe): while attached, the
+  // history records whatever record_history says, and no other observer or record_history(false) clears
+  // it. Each attach is matched by one detach. Returns the sequence number the next entry will have.
+  uint64_t attach_history_observer();
+  void detach_history_observer();
+  // Unique among the allocators made in this process: tells a reconfigured device's new allocator from the
+  // old one even when it sits at the same address.
+  uint64_t id() const { return id_; }
 
   RawMemory::Info mem_get_info();
   // The driver's own allocations at a kernel launch or a new cuBLAS handle (DriverAllocation flags,
@@ -176,6 +185,7 @@ class CachingAllocator {
   size_t allowed_maximum_ = 0;
   size_t device_total_ = 0;
   History history_;
+  uint64_t id_ = 0;
 };
 
 }  // namespace bytegrad

@@ -1,6 +1,7 @@
 #include "bytegrad/memory/history.h"
 
 #include <chrono>
+#include <cstddef>
 
 #include "bytegrad/memory/allocation_context.h"
 
@@ -23,20 +24,53 @@ std::string_view trace_action_name(TraceAction action) {
 }
 
 void History::set_enabled(bool enabled, size_t max_entries) {
-  enabled_ = enabled;
-  max_entries_ = max_entries == 0 ? 1 : max_entries;
+  const bool was_recording = this->enabled();
+  user_enabled_ = enabled;
+  if (enabled) {
+    if (!was_recording) ring_.clear(), next_ = 0;
+    set_capacity(max_entries);
+  } else if (observers_ > 0) {
+    set_capacity(std::numeric_limits<size_t>::max());  // the observers read every entry
+  }
+  stop_if_idle();
+}
+
+void History::attach_observer() {
+  if (!enabled()) ring_.clear(), next_ = 0;
+  ++observers_;
+}
+
+void History::detach_observer() {
+  if (observers_ > 0) --observers_;
+  stop_if_idle();
+}
+
+void History::stop_if_idle() {
+  if (enabled()) return;
   ring_.clear();
   next_ = 0;
+  max_entries_ = std::numeric_limits<size_t>::max();
+}
+
+void History::set_capacity(size_t max_entries) {
+  max_entries = max_entries == 0 ? 1 : max_entries;
+  if (max_entries == max_entries_) return;
+  std::vector<TraceEntry> ordered = entries();
+  if (ordered.size() > max_entries) ordered.erase(ordered.begin(), ordered.end() - static_cast<std::ptrdiff_t>(max_entries));
+  ring_ = std::move(ordered);
+  next_ = 0;
+  max_entries_ = max_entries;
 }
 
 void History::record(TraceAction action, uintptr_t address, size_t size, StreamId stream, const CategoryBytes& totals,
                      TraceCategories categories, size_t device_free) {
-  if (!enabled_) return;
+  if (!enabled()) return;
   auto now = std::chrono::system_clock::now().time_since_epoch();
   TraceEntry entry{action, address, size, stream,
                    std::chrono::duration_cast<std::chrono::microseconds>(now).count(), device_free,
                    current_allocation_tag(), categories.block_size, categories.category,
                    categories.previous_category, totals};
+  ++recorded_;
   if (ring_.size() < max_entries_) {
     ring_.push_back(std::move(entry));
   } else {

@@ -62,21 +62,37 @@ struct TraceCategories {
   MemoryCategory previous_category = MemoryCategory::other;
 };
 
+// Recording is on while record_history(true) is in effect (the user's switch, PyTorch's
+// _record_memory_history) or while any observer (MemoryStory, MemoryProbe) is attached. Observers read the
+// entries by sequence number (the count of entries recorded before it, never reset while the allocator
+// lives), so an observer coming or going, or the user's switch toggled, leaves every other observer's
+// reading intact: the history is cleared only when recording stops altogether.
 class History {
  public:
-  bool enabled() const { return enabled_; }
-  // Starts recording, keeping at most `max_entries` (the oldest are overwritten); disabling clears.
+  bool enabled() const { return user_enabled_ || observers_ > 0; }  // whether entries are recorded now
+  bool user_enabled() const { return user_enabled_; }                // whether record_history(true) is in effect
+  // The user's switch. Turning it on keeps at most `max_entries` (the oldest are overwritten) and keeps the
+  // entries already recorded for observers; turning it off clears the history unless an observer remains.
   void set_enabled(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
+  void attach_observer();
+  void detach_observer();
   // `totals`: the allocated bytes per category after the event. Nothing is read or copied while disabled.
   void record(TraceAction action, uintptr_t address, size_t size, StreamId stream, const CategoryBytes& totals,
               TraceCategories categories = {}, size_t device_free = 0);
   std::vector<TraceEntry> entries() const;  // oldest first
+  // The sequence number of entries()[0] (entries().size() entries follow it without a gap).
+  uint64_t first_sequence() const { return recorded_ - ring_.size(); }
+  size_t size() const { return ring_.size(); }
 
  private:
-  bool enabled_ = false;
+  void set_capacity(size_t max_entries);
+  void stop_if_idle();
+  bool user_enabled_ = false;
+  int64_t observers_ = 0;
   size_t max_entries_ = std::numeric_limits<size_t>::max();
   std::vector<TraceEntry> ring_;
-  size_t next_ = 0;  // where the next entry goes once the ring is full
+  size_t next_ = 0;       // where the next entry goes once the ring is full
+  uint64_t recorded_ = 0; // entries recorded so far
 };
 
 }  // namespace bytegrad

@@ -26,11 +26,15 @@ MemoryFigures memory_figures(const CachingAllocator& allocator) {
 
 MemoryStory::MemoryStory(Device device) : device_(device) {
   CachingAllocator& allocator = caching_allocator(device);
-  allocator.record_history(true);
-  allocator_ = &allocator;
+  next_entry_ = allocator.attach_history_observer();  // what was recorded before the story is not its own
+  allocator_id_ = allocator.id();
 }
 
-MemoryStory::~MemoryStory() { caching_allocator(device_).record_history(false); }
+MemoryStory::~MemoryStory() {
+  // A reconfigured device's old allocator (and its observer count) is gone with it.
+  CachingAllocator& allocator = caching_allocator(device_);
+  if (allocator.id() == allocator_id_) allocator.detach_history_observer();
+}
 
 namespace {
 
@@ -71,19 +75,21 @@ std::string MemoryChange::str() const {
 MemoryChange MemoryStory::mark(const std::string& label) {
   CachingAllocator& allocator = caching_allocator(device_);
   MemoryChange change;
-  // The device was reconfigured: a new allocator, a new history. The new allocator may sit at the old one's
-  // address, so a history that is not recording tells it too.
-  if (&allocator != allocator_ || !allocator.history_enabled()) {
-    allocator.record_history(true);
-    allocator_ = &allocator;
-    seen_ = 0;
+  // The device was reconfigured: a new allocator, a new history.
+  if (allocator.id() != allocator_id_) {
+    next_entry_ = allocator.attach_history_observer();
+    allocator_id_ = allocator.id();
     live_.clear();
     change.device_reconfigured = true;
     for (StoryMark& m : marks_) m.event = -1;  // their history was the old allocator's
   }
-  const std::vector<TraceEntry> trace = allocator.snapshot().trace;
+  const MemorySnapshot snap = allocator.snapshot();
+  const std::vector<TraceEntry>& trace = snap.trace;
+  // Entries are read by sequence number: the history may hold older entries (recorded for someone else)
+  // or, after a ring of record_history(true, max_entries) overflowed, have lost some.
+  const size_t first = next_entry_ > snap.trace_start ? static_cast<size_t>(next_entry_ - snap.trace_start) : 0;
   std::map<std::string, int64_t> added, removed;  // by tag: blocks made since the last mark / older ones freed
-  for (size_t i = seen_; i < trace.size(); ++i) {
+  for (size_t i = first; i < trace.size(); ++i) {
     const TraceEntry& e = trace[i];
     if (e.action == TraceAction::alloc) {
       // Blocks already freed again count as transient anyway.
@@ -99,7 +105,7 @@ MemoryChange MemoryStory::mark(const std::string& label) {
       live_.erase(it);
     }
   }
-  seen_ = trace.size();
+  next_entry_ = snap.trace_start + trace.size();
   for (auto& [address, block] : live_) {
     if (!block.this_mark) continue;
     added[block.tag] += static_cast<int64_t>(block.bytes);

@@ -75,8 +75,11 @@ struct StoryMark : MemoryFigures {
 
 class MemoryStory {
  public:
-  explicit MemoryStory(Device device);  // starts recording the device's allocator history
-  ~MemoryStory();                       // stops it
+  // Attaches to the device allocator's history as an observer (CachingAllocator::attach_history_observer):
+  // it records while the story lives, and other stories, probes and record_history calls leave this
+  // story's reading alone.
+  explicit MemoryStory(Device device);
+  ~MemoryStory();  // detaches
   MemoryStory(const MemoryStory&) = delete;
   MemoryStory& operator=(const MemoryStory&) = delete;
 
@@ -95,8 +98,8 @@ class MemoryStory {
     bool this_mark;  // allocated since the last mark
   };
   Device device_;
-  const void* allocator_ = nullptr;  // the allocator being read (a reconfigured device gets a new one)
-  size_t seen_ = 0;                          // history entries already read
+  uint64_t allocator_id_ = 0;  // the allocator being read (a reconfigured device gets a new one)
+  uint64_t next_entry_ = 0;    // the sequence number of the first history entry not read yet
   std::map<uintptr_t, LiveBlock> live_;      // blocks allocated while recording
   std::vector<StoryMark> marks_;
 };

@@ -1,8 +1,12 @@
 #include "bytegrad/nn/module.h"
 
+#include <cxxabi.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <memory>
 #include <stdexcept>
+#include <typeinfo>
 #include <unordered_set>
 
 #include "bytegrad/autograd/grad_mode.h"
@@ -17,6 +21,26 @@ auto find_entry(Entries& entries, const std::string& name) {
   auto it = entries.begin();
   while (it != entries.end() && it->first != name) ++it;
   return it;
+}
+
+// "Linear 'blocks.0.fc'" or "Sequential (top level)": the class and the path, for messages.
+std::string describe_module(const Module& m) {
+  const char* mangled = typeid(m).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::string type = status == 0 && demangled ? demangled.get() : mangled;
+  if (const auto colon = type.rfind("::"); colon != std::string::npos) type = type.substr(colon + 2);
+  const std::string path = m.name();
+  return path.empty() ? type + " (top level)" : fmt::format("{} '{}'", type, path);
+}
+
+// Whether `target` is `root` or inside root's subtree (children may be shared: each visited once).
+bool subtree_contains(const Module& root, const Module* target, std::unordered_set<const Module*>& visited) {
+  if (&root == target) return true;
+  if (!visited.insert(&root).second) return false;
+  for (const auto& [name, child] : root.named_children())
+    if (subtree_contains(*child, target, visited)) return true;
+  return false;
 }
 
 }  // namespace
@@ -109,7 +133,13 @@ Tensor Module::register_buffer(std::string name, const Tensor& tensor) {
 void Module::add_child(std::string name, std::shared_ptr<Module> child) {
   check_new_name(name, "module");
   if (!child) throw std::invalid_argument(fmt::format("register_module: '{}' is a null module", name));
-  if (child.get() == this) throw std::invalid_argument(fmt::format("register_module: '{}' is the module itself", name));
+  if (child.get() == this) throw std::invalid_argument(fmt::format("register_module: '{}' is the module itself ({}): a module can't be its own child", name, describe_module(*this)));
+  // A module inside its own subtree would make every walk of the tree (name(), parameters(), to()) endless.
+  std::unordered_set<const Module*> visited;
+  if (subtree_contains(*child, this, visited))
+    throw std::invalid_argument(fmt::format(
+        "register_module: registering {} as '{}' under {} would make a cycle: {} is already inside {}",
+        describe_module(*child), name, describe_module(*this), describe_module(*this), describe_module(*child)));
   child->parent_ = this;
   child->name_in_parent_ = name;
   child->refresh_subtree_memory_roles();  // its parameters' paths now start with this module's

@@ -44,16 +44,16 @@ Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
     Group g{begin, begin + group.params.size(), o.lr, o.betas.first, o.betas.second, o.eps,
             o.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0.0), o.amsgrad, o.foreach};
     begin = g.end;
-    if (g.lr < 0) throw std::invalid_argument(fmt::format("{}: invalid learning rate: {}", name, g.lr));
-    if (g.eps < 0) throw std::invalid_argument(fmt::format("{}: invalid epsilon value: {}", name, g.eps));
-    if (g.beta1 < 0 || g.beta1 >= 1)
-      throw std::invalid_argument(fmt::format("{}: invalid beta parameter at index 0: {}", name, g.beta1));
-    if (g.beta2 < 0 || g.beta2 >= 1)
-      throw std::invalid_argument(fmt::format("{}: invalid beta parameter at index 1: {}", name, g.beta2));
-    if (g.weight_decay < 0)
-      throw std::invalid_argument(fmt::format("{}: invalid weight_decay value: {}", name, g.weight_decay));
+    check_at_least_zero(name, "learning rate", g.lr);
+    check_at_least_zero(name, "epsilon value", g.eps);
+    check_beta(name, 0, g.beta1);
+    check_beta(name, 1, g.beta2);
+    check_at_least_zero(name, "weight_decay value", g.weight_decay);
     groups_.push_back(g);
   }
+  std::vector<size_t> group_ends;
+  for (const Group& g : groups_) group_ends.push_back(g.end);
+  check_groups_disjoint(group_ends);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,

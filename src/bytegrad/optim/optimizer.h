@@ -8,6 +8,7 @@
 // Every step runs under a NoGradGuard. Parameters without a gradient are skipped (no state).
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "bytegrad/tensor/tensor.h"
@@ -34,7 +35,17 @@ class Optimizer {
   const std::vector<Tensor>& params() const { return params_; }
 
  protected:
+  // PyTorch's add_param_group rule: params_ is the groups' parameters concatenated (each group ends at the
+  // matching entry of group_ends); a tensor in two groups would be stepped twice with two states.
+  void check_groups_disjoint(const std::vector<size_t>& group_ends) const;
   std::vector<Tensor> params_;
 };
+
+// torch.optim's range checks for one hyperparameter, with its ValueError texts ("Invalid learning rate:
+// nan"), prefixed by the optimizer's name. Written as `low <= value` (and `value < high`) so that NaN,
+// which compares false to everything, is refused too. Each throws std::invalid_argument.
+void check_at_least_zero(const char* optimizer, const char* what, double value);  // "learning rate", ...
+void check_beta(const char* optimizer, int index, double beta);                     // 0 <= beta < 1
+void check_not_nan(const char* optimizer, const char* what, double value);
 
 }  // namespace bytegrad::optim

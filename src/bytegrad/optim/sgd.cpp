@@ -24,9 +24,11 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
       nesterov_(options.nesterov),
       foreach_(options.foreach),
       momentum_buffers_(params_.size()) {
-  if (lr_ < 0) throw std::invalid_argument(fmt::format("SGD: invalid learning rate: {}", lr_));
-  if (momentum_ < 0) throw std::invalid_argument(fmt::format("SGD: invalid momentum value: {}", momentum_));
-  if (weight_decay_ < 0) throw std::invalid_argument(fmt::format("SGD: invalid weight_decay value: {}", weight_decay_));
+  // PyTorch's SGD checks `lr < 0`, which lets NaN through (every parameter would become NaN): refused here.
+  check_at_least_zero("SGD", "learning rate", lr_);
+  check_at_least_zero("SGD", "momentum value", momentum_);
+  check_at_least_zero("SGD", "weight_decay value", weight_decay_);
+  check_not_nan("SGD", "dampening value", dampening_);
   if (nesterov_ && (momentum_ <= 0 || dampening_ != 0))
     throw std::invalid_argument("SGD: Nesterov momentum requires a momentum and zero dampening");
 }

@@ -1,6 +1,7 @@
 #include "bytegrad/tensor/blas_workspace.h"
 
 #include <charconv>
+#include <iostream>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -98,9 +99,50 @@ size_t parse_workspace_config(const std::string& config, size_t default_bytes) {
   return matched ? total : default_bytes;  // PyTorch warns and keeps the default when it cannot parse
 }
 
+// set_blas_workspace_config's stricter rule: the whole text is ':SIZE:COUNT' pairs and nothing else, so
+// that "0:0" (a colon forgotten) or a typo is an error instead of PyTorch's default 32 MiB.
+void check_whole_text_is_pairs(const std::string& config) {
+  auto digits_end = [&](size_t pos) {
+    while (pos < config.size() && config[pos] >= '0' && config[pos] <= '9') ++pos;
+    return pos;
+  };
+  auto refuse = [&](size_t pos) {
+    const std::string found = pos < config.size() ? "found " + quote_setting(config.substr(pos, 1)) : "found the end";
+    bad_workspace_config(config, "set_blas_workspace_config takes ':SIZE:COUNT' pairs and nothing else; " + found +
+                                     " at character " + std::to_string(pos + 1));
+  };
+  if (config.empty()) bad_workspace_config(config, "set_blas_workspace_config needs at least one pair");
+  size_t pos = 0;
+  while (pos < config.size()) {
+    for (int number = 0; number < 2; ++number) {  // ':' SIZE, then ':' COUNT
+      if (pos >= config.size() || config[pos] != ':') refuse(pos);
+      const size_t end = digits_end(pos + 1);
+      if (end == pos + 1) refuse(pos + 1);
+      pos = end;
+    }
+  }
+}
+
+// PyTorch's "Could not parse CUBLAS_WORKSPACE_CONFIG" warning, printed once per text: the variable keeps
+// PyTorch's rule (the default size when no pair is found), but never silently.
+void warn_unparsed_workspace_config(const std::string& config, size_t default_bytes) {
+  static std::mutex warned_mutex;
+  static auto* warned = new std::set<std::string>;
+  std::lock_guard lock(warned_mutex);
+  if (warned->insert(config).second)
+    std::cerr << "UserWarning: Could not parse CUBLAS_WORKSPACE_CONFIG=" << quote_setting(config)
+              << ", using default workspace size of " << default_bytes << " bytes." << std::endl;
+}
+
 size_t parse_cublas_workspace_config(size_t default_bytes) {
   const std::optional<std::string> config = cublas_workspace_config_text();
-  return config ? parse_workspace_config(*config, default_bytes) : default_bytes;
+  if (!config) return default_bytes;
+  constexpr size_t kNoPair = std::numeric_limits<size_t>::max();
+  const size_t bytes = parse_workspace_config(*config, kNoPair);
+  // (A real total of SIZE_MAX bytes cannot be allocated anyway.)
+  if (bytes != kNoPair) return bytes;
+  warn_unparsed_workspace_config(*config, default_bytes);
+  return default_bytes;
 }
 
 // Keyed by the device's allocator, not only the device: a device given a fresh allocator
@@ -185,7 +227,10 @@ BlasWorkspace owned_workspace(Device device, size_t bytes, Choose choose) {
 
 }  // namespace
 
+void check_blas_settings(Device device) { blas_lt_workspace_bytes(device); }
+
 BlasWorkspace blas_workspace(Device device) {
+  check_blas_settings(device);  // a bad CUBLASLT_WORKSPACE_SIZE is refused before the cuBLAS workspace is parked
   return owned_workspace(device, blas_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublas; });
 }
 
@@ -215,7 +260,10 @@ void release_blas_workspaces(const CachingAllocator& allocator) {
 }
 
 void set_blas_workspace_config(std::optional<std::string> config) {
-  if (config) parse_workspace_config(*config, 0);  // a bad setting throws here, leaving the previous one
+  if (config) {  // a bad setting throws here, leaving the previous one
+    check_whole_text_is_pairs(*config);
+    parse_workspace_config(*config, 0);
+  }
   std::lock_guard lock(config_override_mutex);
   config_override() = std::move(config);
 }

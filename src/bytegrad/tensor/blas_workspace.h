@@ -34,6 +34,9 @@ struct BlasWorkspace {
 // as PyTorch does), or when CUBLASLT_WORKSPACE_SIZE is not a non-negative integer.
 size_t blas_workspace_bytes(Device device);
 size_t blas_lt_workspace_bytes(Device device);
+// Reads both settings (CUBLAS_WORKSPACE_CONFIG or set_blas_workspace_config's, and CUBLASLT_WORKSPACE_SIZE),
+// throwing as above when one is bad: the matrix products call it before they allocate anything.
+void check_blas_settings(Device device);
 // This thread's workspace on the device, allocated on first use.
 BlasWorkspace blas_workspace(Device device);
 BlasWorkspace blas_lt_workspace(Device device);
@@ -49,7 +52,9 @@ void release_blas_workspaces(const CachingAllocator& allocator);
 // set_blas_workspace_config(":0:0") turns both workspaces off (the goldens' setting), so a test's first
 // matrix product allocates only its result; std::nullopt goes back to the variable (or PyTorch's default).
 // Takes effect for workspaces not yet allocated (clear_blas_workspaces() drops those that are). Throws
-// std::invalid_argument, keeping the previous setting, when the text is bad.
+// std::invalid_argument, keeping the previous setting, when the text is anything but ':SIZE:COUNT' pairs
+// (stricter than the variable, where PyTorch warns and keeps its default when it finds no pair) or the
+// total overflows.
 void set_blas_workspace_config(std::optional<std::string> config);
 
 // Whose handle (kernels/gemm_args.h's BlasHandleOwner), and so whose workspaces, BLAS calls on this

@@ -32,6 +32,7 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   check_same_dtype(op, a, b);
   if (a.dtype() == ScalarType::bool_)
     throw std::invalid_argument(fmt::format("{}: bool operands are not supported: {} and {}", op, describe(a), describe(b)));
+  check_blas_settings(a.device());  // before the result (or a workspace) is allocated
 }
 
 void check_inner_sizes(const char* op, const Tensor& a, const Tensor& b, int64_t a_inner, int64_t b_inner) {

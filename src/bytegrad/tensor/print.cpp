@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <unistd.h>
 
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/tensor/autograd_hook.h"
@@ -76,6 +77,15 @@ double decode(const char* p, ScalarType dtype) {
 
 std::vector<double> Tensor::tolist() const {
   if (is_meta()) throw std::runtime_error("tolist: " + describe(*this) + " is a meta tensor: it has no values");
+  // Refused before anything is allocated: the doubles and the bytes copied from the device must fit in
+  // this machine's memory (an expanded view counts every element it shows, as PyTorch's tolist does).
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  const double host_bytes = pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0;
+  const double needed = static_cast<double>(numel()) * static_cast<double>(sizeof(double) + element_size());
+  if (host_bytes > 0 && needed > host_bytes)
+    throw std::length_error(fmt::format("tolist: {} has {} elements: {:.4g} GiB of host memory as doubles and "
+                                        "copied bytes, more than this machine's {:.4g} GiB",
+                                        describe(*this), numel(), needed / 1073741824.0, host_bytes / 1073741824.0));
   std::vector<char> host(nbytes());
   if (!host.empty()) backend_for(device()).copy_to_host(std::as_writable_bytes(std::span(host)), view_for_kernels());
   std::vector<double> values(static_cast<size_t>(numel()));
@@ -110,24 +120,79 @@ std::string format_value(double v, ScalarType dtype, const ValueFormat& f) {
   return fmt::format("{:>{}}", text, f.width);
 }
 
-// Rows beyond 1000 elements are summarized with "..." (3 items at each edge), as PyTorch does.
-void format_dim(std::string& out, const std::vector<double>& values, const Shape& sizes, size_t dim, int64_t offset,
-                ScalarType dtype, const ValueFormat& f, bool summarize, int indent) {
-  const int64_t n = sizes[dim];
+// PyTorch's print options: more than kThreshold elements are summarized, each dimension longer than
+// 2 * kEdgeItems showing its first and last kEdgeItems entries around "...".
+constexpr int64_t kThreshold = 1000;
+constexpr int64_t kEdgeItems = 3;
+
+// The values shown, row-major over the grid of shown indices (`shown[d]` for dimension d), and that grid.
+struct ShownValues {
+  std::vector<std::vector<int64_t>> shown;
+  std::vector<double> values;
+};
+
+// Reads only the shown elements (a summary of a 2^30-element tensor reads 36 of them), one at a time from
+// the device; without a summary, every element in one copy.
+ShownValues shown_values(const Tensor& t, bool summarize) {
+  ShownValues out;
+  const Shape& sizes = t.sizes();
+  if (!summarize) {
+    for (int64_t n : sizes) {
+      std::vector<int64_t> all(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+      out.shown.push_back(std::move(all));
+    }
+    out.values = t.tolist();
+    return out;
+  }
+  for (int64_t n : sizes) {
+    std::vector<int64_t> indices;
+    for (int64_t i = 0; i < n; ++i) {
+      if (n > 2 * kEdgeItems && i == kEdgeItems) i = n - kEdgeItems;
+      indices.push_back(i);
+    }
+    out.shown.push_back(std::move(indices));
+  }
+  const StridedView whole = t.view_for_kernels();
+  KernelBackend& backend = backend_for(t.device());
+  std::vector<size_t> position(sizes.size(), 0);  // an odometer over the shown grid
+  std::vector<char> element(t.element_size());
+  while (true) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) offset += out.shown[d][position[d]] * whole.strides[d];
+    StridedView one = whole;
+    one.data = static_cast<char*>(whole.data) + offset * static_cast<int64_t>(t.element_size());
+    one.sizes = {};
+    one.strides = {};
+    backend.copy_to_host(element.data(), one);
+    out.values.push_back(decode(element.data(), t.dtype()));
+    size_t d = sizes.size();
+    while (d > 0 && ++position[d - 1] == out.shown[d - 1].size()) position[--d] = 0;
+    if (d == 0) break;
+  }
+  return out;
+}
+
+// One dimension of the shown grid, as PyTorch's _tensor_str_with_formatter: " ..." among a row's values,
+// "..." as a slice of its own between slices, each joined with "," and as many newlines as the slices have
+// dimensions.
+void format_dim(std::string& out, const ShownValues& v, const Shape& sizes, size_t dim, int64_t offset,
+                ScalarType dtype, const ValueFormat& f, int indent) {
+  const std::vector<int64_t>& shown = v.shown[dim];
+  const bool last = dim + 1 == sizes.size();
   int64_t inner = 1;
-  for (size_t d = dim + 1; d < sizes.size(); ++d) inner *= sizes[d];
+  for (size_t d = dim + 1; d < sizes.size(); ++d) inner *= static_cast<int64_t>(v.shown[d].size());
+  const std::string separator =
+      last ? ", " : std::string(",") + std::string(sizes.size() - dim - 1, '\n') + std::string(indent + 1, ' ');
   out += "[";
-  for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 6 && i == 3) {
-      out += dim + 1 == sizes.size() ? "..., " : fmt::format("...,\n{:{}}", "", indent + 1);
-      i = n - 3;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    if (i > 0) {
+      out += separator;
+      if (shown[i] != shown[i - 1] + 1) out += (last ? " ..." : "...") + separator;  // the elided entries
     }
-    if (dim + 1 == sizes.size()) out += format_value(values[static_cast<size_t>(offset + i)], dtype, f);
-    else format_dim(out, values, sizes, dim + 1, offset + i * inner, dtype, f, summarize, indent + 1);
-    if (i + 1 < n) {
-      if (dim + 1 == sizes.size()) out += ", ";
-      else out += std::string(",") + std::string(sizes.size() - dim - 1, '\n') + fmt::format("{:{}}", "", indent + 1);
-    }
+    const int64_t at = offset + static_cast<int64_t>(i) * inner;
+    if (last) out += format_value(v.values[static_cast<size_t>(at)], dtype, f);
+    else format_dim(out, v, sizes, dim + 1, at, dtype, f, indent + 1);
   }
   out += "]";
 }
@@ -144,7 +209,9 @@ std::string Tensor::str() const {
     body = "...";
     suffix.insert(suffix.begin(), fmt::format("size={}", shape_str(sizes())));
   } else {
-    std::vector<double> values = tolist();
+    // As PyTorch, the format (width, integral or scientific) comes from the values shown.
+    const ShownValues shown = shown_values(*this, numel() > kThreshold);
+    const std::vector<double>& values = shown.values;
     ValueFormat f;
     double max_abs = 0, min_abs = INFINITY;
     for (double v : values) {
@@ -158,7 +225,7 @@ std::string Tensor::str() const {
     for (double v : values) f.width = std::max<int>(f.width, static_cast<int>(format_value(v, dtype(), {f.integral, f.scientific, 1}).size()));
     if (dim() == 0) body = format_value(values[0], dtype(), f);
     else if (numel() == 0) body = "[]";
-    else format_dim(body, values, sizes(), 0, 0, dtype(), f, numel() > 1000, 7);
+    else format_dim(body, shown, sizes(), 0, 0, dtype(), f, 7);
   }
   if (!default_dtype || (numel() == 0 && dtype() != ScalarType::float32))
     suffix.push_back(fmt::format("dtype={}", scalar_type_name(dtype())));

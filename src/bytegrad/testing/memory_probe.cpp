@@ -17,13 +17,9 @@ MemoryProbe::MemoryProbe(Device device) : device_(device) {
     throw std::invalid_argument("MemoryProbe(" + device.str() + "): " + device.str() +
                                 " memory is not cached; probe a cuda, sim or meta device");
   CachingAllocator& a = caching_allocator(device);
-  allocator_ = &a;
-  if (a.history_enabled()) {
-    history_start_ = a.snapshot().trace.size();
-  } else {
-    a.record_history(true);
-    started_history_ = true;
-  }
+  // An observer of the history: other probes, stories and record_history calls leave its reading alone.
+  history_start_ = a.attach_history_observer();
+  allocator_id_ = a.id();
   a.reset_peak_stats();
   start_allocated_ = a.memory_allocated();
   start_reserved_ = a.memory_reserved();
@@ -32,12 +28,13 @@ MemoryProbe::MemoryProbe(Device device) : device_(device) {
 }
 
 MemoryProbe::~MemoryProbe() {
-  if (started_history_ && &caching_allocator(device_) == allocator_) caching_allocator(device_).record_history(false);
+  CachingAllocator& a = caching_allocator(device_);
+  if (a.id() == allocator_id_) a.detach_history_observer();
 }
 
 CachingAllocator& MemoryProbe::allocator() const {
   CachingAllocator& a = caching_allocator(device_);
-  if (&a != allocator_)
+  if (a.id() != allocator_id_)
     throw std::logic_error("MemoryProbe on " + device_.str() +
                            ": the device was given another allocator since the probe began (FreshDevice, "
                            "reset_device or configure_simulated_device); make the probe after it");
@@ -62,10 +59,12 @@ int64_t MemoryProbe::requested_delta() const {
 
 std::vector<MemoryEvent> MemoryProbe::events() const {
   CachingAllocator& a = allocator();
-  const std::vector<TraceEntry> trace = a.snapshot().trace;
+  const MemorySnapshot snap = a.snapshot();
+  const std::vector<TraceEntry>& trace = snap.trace;
   std::map<uintptr_t, std::pair<int64_t, std::string>> made;  // address -> (block bytes, op) of blocks made since
   std::vector<MemoryEvent> events;
-  for (size_t i = std::min(history_start_, trace.size()); i < trace.size(); ++i) {
+  const size_t first = history_start_ > snap.trace_start ? static_cast<size_t>(history_start_ - snap.trace_start) : 0;
+  for (size_t i = std::min(first, trace.size()); i < trace.size(); ++i) {
     const TraceEntry& e = trace[i];
     if (e.action == TraceAction::alloc) {
       const auto block = static_cast<int64_t>(traced_block_bytes(a, e));

@@ -71,9 +71,8 @@ class MemoryProbe {
   DeltaCheck check(const char* what, int64_t expected, int64_t actual) const;
 
   Device device_;
-  const CachingAllocator* allocator_;
-  bool started_history_ = false;
-  size_t history_start_ = 0;  // history entries present when the probe began
+  uint64_t allocator_id_ = 0;   // CachingAllocator::id() of the allocator probed
+  uint64_t history_start_ = 0;  // the sequence number of the first history entry made since the probe began
   int64_t start_allocated_, start_reserved_, start_blocks_, start_requested_;
 };
 
