@@ -164,7 +164,7 @@ ShownValues shown_values(const Tensor& t, bool summarize) {
     one.data = static_cast<char*>(whole.data) + offset * static_cast<int64_t>(t.element_size());
     one.sizes = {};
     one.strides = {};
-    backend.copy_to_host(element.data(), one);
+    backend.copy_to_host(std::as_writable_bytes(std::span(element)), one);
     out.values.push_back(decode(element.data(), t.dtype()));
     size_t d = sizes.size();
     while (d > 0 && ++position[d - 1] == out.shown[d - 1].size()) position[--d] = 0;
