@@ -138,7 +138,7 @@ TEST_CASE("attention backward on tensor cores without scratch: the two-kernel pa
                                in.grad.gpu.view_for_kernels(), in.q.gpu.view_for_kernels(),
                                in.k.gpu.view_for_kernels(), in.v.gpu.view_for_kernels(),
                                rg.output.view_for_kernels(), rg.logsumexp.view_for_kernels(), sc, causal,
-                               DeviceScratch{});
+                               DeviceScratch{}, AttentionExtras{});
       for (auto [got, want, what] : {std::tuple{dq, gc.grad_query, "dq"}, std::tuple{dk, gc.grad_key, "dk"},
                                      std::tuple{dv, gc.grad_value, "dv"}})
         check_close(got.to(kCpu), want, 6e-2, 6e-2 * std::max(1.0, max_abs(want)), what);

@@ -327,6 +327,17 @@ AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Te
 AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                        bool compute_log_sumexp, bool is_causal = false,
                                                        std::optional<double> scale = std::nullopt);
+// The same with PyTorch's full argument lists: attn_bias (cuDNN: the mask, any rank broadcastable to
+// (B, H, Sq, Sk), as scaled_dot_product_attention passes it; memory-efficient: (B, H, Sq, Sk), PyTorch's
+// padded and expanded mask; float32, float64 or the inputs' dtype; the efficient op's gradient reaches it)
+// and dropout_p (a fresh draw of the process generator per call when above 0; cuDNN refuses 1 as PyTorch's
+// cuDNN frontend does).
+AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   const std::optional<Tensor>& attn_bias, bool compute_log_sumexp,
+                                                   double dropout_p, bool is_causal, std::optional<double> scale);
+AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       const std::optional<Tensor>& attn_bias, bool compute_log_sumexp,
+                                                       double dropout_p, bool is_causal, std::optional<double> scale);
 // aten::_scaled_dot_product_flash_attention on an H100 (FlashAttention-2 as PyTorch 2.11 builds it): query,
 // key and value of one head dim D == Dv, a multiple of 8 (scaled_dot_product_attention pads them), at most
 // 256. Forward allocates the output (empty_like of query.transpose(1, 2): query's layout when that view is
@@ -336,13 +347,40 @@ AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, cons
 // in PyTorch). Beyond PyTorch it also takes float32 and float64 (tests).
 AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                    bool is_causal = false, std::optional<double> scale = std::nullopt);
+// With dropout (above 0: no key splits, as mha_fwd's split-KV path takes no dropout; one more 16-byte block
+// allocated and freed after rng_state, as recorded).
+AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   double dropout_p, bool is_causal, std::optional<double> scale);
 // How many key blocks mha_fwd splits a flash forward into on the H100 (132 SMs, no dropout): 1 (no partial
 // sums) unless the (batch, head, 64-row query block) tiles fill less than 80% of 2 x 132 slots.
 int64_t flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim);
 // Their gradients (the probabilities recomputed from the saved logsumexp); scale as resolved by the forward.
 struct AttentionGrads {
-  Tensor grad_query, grad_key, grad_value;
+  Tensor grad_query, grad_key, grad_value, grad_bias;  // grad_bias: the efficient backend's, when asked for
 };
+// A forward's dropout as its backward needs it: the probability and the draw (the generator's seed, offset).
+struct AttentionDropout {
+  double p = 0.0;
+  uint64_t seed = 0, offset = 0;
+};
+// The backwards with a bias and dropout. The efficient one allocates, when bias_requires_grad, the bias
+// gradient after dv: (B, H, Sq, Sk rounded up to 16) in the bias's dtype, sliced back to Sk keys, as
+// _efficient_attention_backward forces its alignment.
+AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value,
+                                                           const std::optional<Tensor>& attn_bias, const Tensor& out,
+                                                           const Tensor& logsumexp, const AttentionDropout& dropout,
+                                                           bool is_causal, double scale);
+AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                               const Tensor& key, const Tensor& value,
+                                                               const std::optional<Tensor>& attn_bias,
+                                                               const Tensor& out, const Tensor& logsumexp,
+                                                               const AttentionDropout& dropout, bool bias_requires_grad,
+                                                               bool is_causal, double scale);
+AttentionGrads scaled_dot_product_flash_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value, const Tensor& out,
+                                                           const Tensor& logsumexp, const AttentionDropout& dropout,
+                                                           bool is_causal, double scale);
 AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                            const Tensor& key, const Tensor& value, const Tensor& out,
                                                            const Tensor& logsumexp, bool is_causal, double scale);
