@@ -291,14 +291,24 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
 //  - query (..., L, E), key (..., S, E), value (..., S, Ev), at least 2-d, batch dimensions broadcastable.
 //    Inputs that are not 4-d run PyTorch's math backend (its fused kernels take 4-d only), whatever the dtype.
 //  - attn_mask: bool (True: the key takes part, PyTorch's meaning; converted to 0 / -inf in query's dtype) or
-//    float32 or query's dtype (added to the scores), broadcastable to (..., L, S); not with is_causal.
+//    float32 or query's dtype (added to the scores), broadcastable to (..., L, S). With is_causal: refused
+//    by the math backend (as PyTorch's), both applied by the fused ones (as PyTorch's).
 //  - dropout_p in [0, 1] (NaN refused): training-mode dropout of the probabilities, drawn from the process
-//    generator (manual_seed), the same mask for forward and backward (the math backend keeps it).
+//    generator (manual_seed), the same mask for forward and backward (the math backend keeps it; the fused
+//    backends redraw it from a counter-based generator keyed by the call's seed, kernels/attention_dropout.h,
+//    the same on cpu, sim and cuda). dropout_p = 1: zeros (math, and the memory-efficient and flash kernels,
+//    where PyTorch's give NaN); refused on cuDNN, as PyTorch's cuDNN frontend refuses it.
 // PyTorch 2.11's choice on the H100 is select_sdpa_backend below (recorded with masks and dropout in
 // tests/data/pytorch_probes/sdpa_mask). Where it is the math backend (float64, 3-d inputs, head dims the fused
 // kernels refuse) the call is computed and allocated as PyTorch's _scaled_dot_product_attention_math is.
-// Where PyTorch runs a mask or dropout through its cuDNN, flash or memory-efficient kernels (4-d float32,
-// float16, bfloat16), bytegrad does not model those kernels' memory yet and says so (std::invalid_argument).
+// Where PyTorch runs a mask or dropout through its fused kernels (4-d float32, float16, bfloat16), the call is
+// allocated as PyTorch's: cuDNN keeps the mask (a bool one converted to query's dtype first) in its node and
+// frees it first after backward, otherwise its memory is the maskless call's; the memory-efficient backend
+// converts a bool mask, pads a mask whose strides are not multiples of 8 to 8 - S % 8 more keys (a new block;
+// the converted one freed) and slices it back, keeps it in its node, and for a mask that requires grad
+// allocates in backward a (B, H, L, S rounded up to 16) gradient in the mask's dtype that autograd sums back
+// to the mask's shape; dropout adds nothing on memory-efficient and cuDNN, and on flash one 16-byte block
+// allocated and freed (and no key splits). Recorded in tests/data/pytorch_probes/sdpa_mask/mask.events.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
