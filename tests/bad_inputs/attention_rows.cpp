@@ -2,6 +2,8 @@
 // (tests/data/pytorch_probes/sdpa_mask/errors.txt, tools/probes/sdpa_mask_probe.py on the H100):
 //   mask dtype      "Expected attn_mask dtype to be bool or float or to match query dtype, but got
 //                   attn_mask.dtype: long int and  query.dtype: float instead." (every backend)
+//   1-d mask        4-d float16/bfloat16 inputs: "IndexError: Dimension out of range (expected to be in range of
+//                   [-1, 0], but got -2)" (the backend selection; every head dim)
 //   mask shape      "The expanded size of the tensor (8) must match the existing size (9) at non-singleton
 //                   dimension 3.  Target sizes: [2, 3, 8, 8].  Tensor sizes: [8, 9]"
 //   mask device     "Expected all tensors to be on the same device, but got attn_bias is on cpu, ..."
@@ -62,6 +64,11 @@ std::vector<Row> attention_rows() {
          const Tensor q = empty({1, 2, 4, 8}, TensorOptions{ScalarType::bfloat16, kMeta});
          scaled_dot_product_cudnn_attention(q, q, q, f.c.slice(1, 0, 4).slice(0, 0, 1), false, 0.0, false,
                                             std::nullopt);
+       }},
+      {"sdpa with a 1-d mask and 4-d bfloat16 inputs", E::out_of_range, "1-d attn_mask",
+       [=](Fixture&) {
+         const Tensor q = empty({1, 2, 4, 8}, TensorOptions{ScalarType::bfloat16, kMeta});
+         sdpa(q, empty({4}, TensorOptions{ScalarType::bool_, kMeta}), 0.0);
        }},
       {"sdpa on 1-d inputs", E::invalid_argument, "at least 2-dimensional",
        [=](Fixture& f) { sdpa(f.a.select(0, 0), std::nullopt, 0.0); }},

@@ -1038,6 +1038,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   check_sdpa_call(op, query, key, value, mask, dropout_p, is_causal);
   const bool four_d = query.dim() == 4 && key.dim() == 4 && value.dim() == 4;
   if (!mask && dropout_p == 0.0 && four_d) return scaled_dot_product_attention(query, key, value, is_causal, scale);
+  // PyTorch 2.11's backend selection reads dimension -2 of the mask for 4-d 16-bit inputs and fails on a 1-d
+  // mask, whatever the head dim (mask_choices.txt: IndexError in all 320 such rows; float32 and 3-d pass).
+  if (mask && four_d && is_half(query.dtype()) && mask->dim() == 1)
+    throw std::out_of_range(fmt::format("{}: a 1-d attn_mask {} with 4-d {} inputs: PyTorch 2.11's backend "
+                                        "selection indexes its dimension -2 (IndexError: Dimension out of range); "
+                                        "give it as (1, S)", op, describe(*mask), scalar_type_name(query.dtype())));
   const SdpaBackend backend = select_sdpa_backend(query, key, value, mask, dropout_p, is_causal);
   // PyTorch's should_compute_logsumexp looks at q, k and v; a mask that alone requires grad is counted here
   // too, so that its gradient can be computed (PyTorch would fail in backward).
