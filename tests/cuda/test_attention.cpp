@@ -138,7 +138,7 @@ TEST_CASE("attention backward on tensor cores without scratch: the two-kernel pa
                                in.grad.gpu.view_for_kernels(), in.q.gpu.view_for_kernels(),
                                in.k.gpu.view_for_kernels(), in.v.gpu.view_for_kernels(),
                                rg.output.view_for_kernels(), rg.logsumexp.view_for_kernels(), sc, causal,
-                               DeviceScratch{});
+                               DeviceScratch{}, AttentionExtras{});
       for (auto [got, want, what] : {std::tuple{dq, gc.grad_query, "dq"}, std::tuple{dk, gc.grad_key, "dk"},
                                      std::tuple{dv, gc.grad_value, "dv"}})
         check_close(got.to(kCpu), want, 6e-2, 6e-2 * std::max(1.0, max_abs(want)), what);
@@ -318,6 +318,115 @@ TEST_CASE("sdpa's math backend: cuda's device memory is sim's, event for event (
   }
   CHECK(per_device[0] == per_device[1]);
   CHECK(per_device[0].size() > 20);
+}
+
+// The fused backends with masks and dropout (issue 25): cuda's kernels against the cpu reference on the same
+// values and the same dropout draw (tests/nn/sdpa_fused_mask.cpp checks the cpu reference against float64),
+// output and the gradients of q, k, v and the mask; then cuda's device memory is sim's, event for event (the
+// kernels allocate nothing beyond PyTorch's blocks).
+namespace {
+
+struct FusedCase {
+  const char* name;
+  ScalarType dtype;
+  int64_t L, S, D;
+  const char* mask;  // "none", "bool" (a fully masked row), "float" (a key hidden by -inf)
+  Shape mask_shape;
+  bool mask_grad, causal;
+  double dropout;
+};
+
+const std::vector<FusedCase> kFusedCases{
+    {"efficient f32 bool LS, 37 keys", ScalarType::float32, 40, 37, 64, "bool", {40, 37}, false, false, 0.0},
+    {"efficient f32 float B1LS grad", ScalarType::float32, 40, 48, 64, "float", {2, 1, 40, 48}, true, false, 0.0},
+    {"efficient f32 float LS grad, 37 keys, causal", ScalarType::float32, 40, 37, 32, "float", {40, 37}, true, true,
+     0.0},
+    {"efficient f32 dropout, float mask grad", ScalarType::float32, 40, 40, 64, "float", {2, 1, 40, 40}, true, false,
+     0.2},
+    {"efficient f32 dropout causal", ScalarType::float32, 70, 70, 64, "none", {}, false, true, 0.25},
+    {"efficient bf16 float LS grad", ScalarType::bfloat16, 40, 40, 64, "float", {40, 40}, true, false, 0.0},
+    {"cudnn bf16 bool LS causal", ScalarType::bfloat16, 40, 40, 64, "bool", {40, 40}, false, true, 0.0},
+    {"cudnn f16 float BHLS", ScalarType::float16, 40, 48, 64, "float", {2, 3, 40, 48}, false, false, 0.0},
+    {"cudnn bf16 dropout", ScalarType::bfloat16, 64, 64, 128, "none", {}, false, false, 0.1},
+    {"flash bf16 D20 dropout causal", ScalarType::bfloat16, 40, 40, 20, "none", {}, false, true, 0.1},
+};
+
+struct FusedRun {
+  Tensor y, dq, dk, dv, dmask;
+};
+
+struct FusedInputs {
+  Tensor q, k, v, w;
+  std::optional<Tensor> mask;
+};
+
+FusedInputs fused_inputs(const FusedCase& c, Device device) {
+  manual_seed(41);
+  const TensorOptions o{c.dtype, device};
+  const int64_t B = 2, H = 3;
+  Tensor q = randn({B, H, c.L, c.D}, o).requires_grad_(true), k = randn({B, H, c.S, c.D}, o).requires_grad_(true),
+         v = randn({B, H, c.S, c.D}, o).requires_grad_(true);
+  const Tensor w = randn({B, H, c.L, c.D}, o);
+  std::optional<Tensor> mask;
+  if (std::string(c.mask) == "bool") {
+    Tensor keep = rand(c.mask_shape, TensorOptions{ScalarType::float32, device}) > 0.4;
+    keep.select(-1, 0).fill_(1.0);
+    keep.select(-2, 7).fill_(0.0);
+    mask = keep;
+  } else if (std::string(c.mask) == "float") {
+    Tensor m = randn(c.mask_shape, o);
+    m.select(-1, 2).fill_(-INFINITY);
+    mask = m.requires_grad_(c.mask_grad);
+  }
+  return {q, k, v, w, mask};
+}
+
+// Forward and backward; the gradients stay in the leaves.
+Tensor fused_call(const FusedCase& c, const FusedInputs& in) {
+  manual_seed(77);
+  Tensor y = scaled_dot_product_attention(in.q, in.k, in.v, in.mask, c.dropout, c.causal);
+  sum((y * in.w).to(ScalarType::float32)).backward();
+  return y;
+}
+
+FusedRun run_fused(const FusedCase& c, Device device) {
+  const FusedInputs in = fused_inputs(c, device);
+  const Tensor y = fused_call(c, in);
+  FusedRun r{y.detach().to(kCpu), in.q.grad().to(kCpu), in.k.grad().to(kCpu), in.v.grad().to(kCpu), Tensor()};
+  if (c.mask_grad) r.dmask = in.mask->grad().to(kCpu);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("sdpa's fused backends with masks and dropout: cuda matches the cpu reference") {
+  require_gpu();
+  for (const FusedCase& c : kFusedCases) {
+    CAPTURE(c.name);
+    const FusedRun want = run_fused(c, kCpu), got = run_fused(c, kCuda);
+    const double tol = tolerance(c.dtype);
+    check_close(got.y, want.y, tol, tol * std::max(1.0, max_abs(want.y)), "output");
+    check_close(got.dq, want.dq, 2 * tol, 2 * tol * std::max(1.0, max_abs(want.dq)), "dq");
+    check_close(got.dk, want.dk, 2 * tol, 2 * tol * std::max(1.0, max_abs(want.dk)), "dk");
+    check_close(got.dv, want.dv, 2 * tol, 2 * tol * std::max(1.0, max_abs(want.dv)), "dv");
+    if (c.mask_grad) check_close(got.dmask, want.dmask, 2 * tol, 2 * tol * std::max(1.0, max_abs(want.dmask)), "dmask");
+  }
+}
+
+TEST_CASE("sdpa's fused backends with masks and dropout: cuda's device memory is sim's, event for event") {
+  require_gpu();
+  for (const FusedCase& c : kFusedCases) {
+    CAPTURE(c.name);
+    AllocationEvents per_device[2];
+    int index = 0;
+    for (Device device : {kSim, kCuda}) {
+      fresh(device);
+      const FusedInputs in = fused_inputs(c, device);
+      per_device[index++] = allocation_events(device, [&] { fused_call(c, in); });
+    }
+    CHECK(per_device[0] == per_device[1]);
+    CHECK(per_device[0].size() > 10);
+  }
 }
 
 }  // namespace bytegrad::testing

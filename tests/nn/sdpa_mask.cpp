@@ -2,15 +2,16 @@
 // refused before), against PyTorch 2.11 on the H100 (tests/data/pytorch_probes/sdpa_mask,
 // tools/probes/sdpa_mask_probe.py):
 //  - the backend rule with masks and dropout against torch._fused_sdp_choice over the recorded grid;
-//  - every recorded math-backend case (3-d inputs, float64, head dims the fused kernels refuse; masks, causal,
-//    dropout, no-grad) replayed on sim and meta: the allocation and free sequence from the case's start mark
+//  - every recorded case replayed on sim and meta, the math backend's (3-d inputs, float64, head dims the fused
+//    kernels refuse; masks, causal, dropout, no-grad) and the fused kernels' (memory-efficient and cuDNN with
+//    bool, additive and gradient-requiring masks, and dropout on all three fused backends): the allocation and free sequence from the case's start mark
 //    to its `freed` mark and the marks' positions in it, the output's strides and grad_fn, the gradients'
 //    strides. The cuBLAS workspaces (33554432-byte blocks PyTorch keeps per handle for the process; the
 //    recording's first bmm of a stream allocates one) are left out of both sequences: the GPT-2 goldens check
 //    them, and the replay runs without (CUBLAS_WORKSPACE_CONFIG=:0:0);
 //  - values and gradients against the float64 reference with masks, 3-d inputs, 16-bit inputs;
 //  - dropout: the keep fraction, determinism under manual_seed, the same mask in forward and backward;
-//  - where PyTorch runs a mask or dropout through a fused kernel, a clear refusal naming the backend.
+//  - the fused kernels with masks and dropout (tests/nn/sdpa_fused_mask.cpp has their values).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -218,7 +219,12 @@ Replayed replay(const MaskCase& c, Device device) {
   r.y_strides = sizes_and_strides(y);
   r.y_grad_fn = y.grad_fn_name().empty() ? "None" : y.grad_fn_name();
   if (c.grad && !c.nograd_mode) {
-    Tensor ones = ones_like(y);
+    // torch.ones_like(y) (preserve_format): y's own strides when they are dense (the memory-efficient output
+    // is laid out (B, Sq, H, Dv)), else contiguous (bytegrad's ones_like is always contiguous)
+    Tensor ones = is_non_overlapping_and_dense(y.sizes(), y.strides())
+                      ? empty_strided(y.sizes(), y.strides(), TensorOptions{y.dtype(), y.device()})
+                      : ones_like(y);
+    ones.fill_(1.0);
     y.backward(ones);
     ones = Tensor();
     mark();
@@ -244,7 +250,7 @@ SdpaBackend backend_named(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("sdpa_mask/mask.events: the backend of every recorded case; the math cases replayed on sim and meta") {
+TEST_CASE("sdpa_mask/mask.events: the backend of every recorded case, each replayed on sim and meta") {
   NoWorkspace no_workspace;
   const std::vector<MaskCase> cases = read_cases();
   REQUIRE(cases.size() == 2 * 67);  // 68 cases, d1_bf16 lost to the probe's crash
@@ -256,16 +262,8 @@ TEST_CASE("sdpa_mask/mask.events: the backend of every recorded case; the math c
       fresh(kMeta);
       const Inputs in = make_inputs(c, kMeta);
       CHECK(select_sdpa_backend(in.q, in.k, in.v, in.mask, c.dropout, c.causal) == backend_named(c.backend));
-      if (c.backend != "MATH") {
-        // A fused kernel with a mask or dropout: not modelled yet, refused before anything is allocated.
-        const int64_t before = allocated(kMeta);
-        CHECK_THROWS_WITH_AS(scaled_dot_product_attention(in.q, in.k, in.v, in.mask, c.dropout, c.causal),
-                             doctest::Contains("does not model yet"), std::invalid_argument);
-        CHECK(allocated(kMeta) == before);
-        ++fused;
-        continue;
-      }
     }
+    const bool is_fused = c.backend != "MATH";
     std::vector<Device> devices{kMeta};
     if (c.mode == "plain") devices.insert(devices.begin(), kSim);
     for (Device device : devices) {
@@ -275,7 +273,7 @@ TEST_CASE("sdpa_mask/mask.events: the backend of every recorded case; the math c
       // bytegrad's matmul names its final reshape ViewBackward0 where PyTorch's is _unsafe_view's node
       CHECK(r.y_grad_fn == (c.y_grad_fn == "UnsafeViewBackward0" ? "ViewBackward0" : c.y_grad_fn));
       CHECK(r.grad_strides == c.grad_strides);
-      if (c.mode == "tagged" && (c.mask_kind != "none" || c.causal)) {
+      if (!is_fused && c.mode == "tagged" && (c.mask_kind != "none" || c.causal)) {
         // The op-naming dispatch mode makes the math op add the mask out of place (attn.add(mask): one more
         // block, the product freed); plain tensors get attn.add_(mask). Only the plain recording is PyTorch's.
         continue;
@@ -284,7 +282,7 @@ TEST_CASE("sdpa_mask/mask.events: the backend of every recorded case; the math c
       CHECK(r.events == c.events);
       CHECK(r.mark_positions == c.mark_positions);
     }
-    ++math_replayed;
+    ++(is_fused ? fused : math_replayed);
   }
   CHECK(math_replayed == 2 * 26);
   CHECK(fused == 2 * 41);
@@ -459,7 +457,14 @@ TEST_CASE("sdpa refusals: mask dtype and shape, dropout_p outside [0, 1], mask w
     refused(std::nullopt, -0.1, false, "between 0 and 1, but got -0.1");
     refused(std::nullopt, 1.5, false, "but got 1.5");
     refused(std::nullopt, std::nan(""), false, "but got nan");
-    refused(zeros({8, 8}, f32), 0.0, true, "is_causal");
+    {  // the math backend refuses a mask with is_causal (float64: math); the fused kernels apply both
+      const TensorOptions f64{ScalarType::float64, device};
+      const Tensor q64 = randn({2, 3, 8, 16}, f64);
+      const int64_t before64 = allocated(device);
+      CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q64, q64, q64, zeros({8, 8}, f64), 0.0, true),
+                           doctest::Contains("is_causal"), std::invalid_argument);
+      CHECK(allocated(device) == before64);
+    }
     CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q.select(0, 0).select(0, 0).select(0, 0), k, v, std::nullopt, 0.0),
                          doctest::Contains("at least 2-dimensional"), std::invalid_argument);
     // (B, L, E) against (B, H, S, E): the batch dimensions (2) and (2, 3) do not broadcast

@@ -86,10 +86,13 @@ struct Pad {
   double value = 0.0;
 };
 // scaled_dot_product_attention's fused backends: the causal flag and the softmax scale (resolved: the
-// caller's scale, or 1 / sqrt(head dim)).
+// caller's scale, or 1 / sqrt(head dim)); with dropout its probability and the call's draw (the counter-based
+// generator's seed and offset, which backward reuses to drop the same elements).
 struct Attention {
   bool is_causal = false;
   double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t philox_seed = 0, philox_offset = 0;
 };
 
 }  // namespace op_args

@@ -32,6 +32,23 @@ enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, var, std 
 // lerp: self + value * (a - self) (b unused); addcmul: self + value * a * b; addcdiv: self + value * a / b.
 enum class TernaryOp { lerp, addcmul, addcdiv };
 
+// What scaled_dot_product_attention adds to the plain fused computation (an additive mask and dropout), as
+// PyTorch's memory-efficient and cuDNN kernels take them. Defaults: none of it.
+//   bias       (B, H, Sq, Sk), any strides (an expanded mask has zeros), float32, float64 or the inputs' 16-bit
+//              dtype: added to the scaled scores (-inf: the key is left out; a row with every key left out
+//              gives 0 and a logsumexp of -inf, as PyTorch's kernels)
+//   grad_bias  backward only, when the bias needs a gradient: dS_ij = p_ij (z_ij dp_ij - delta_i) written to
+//              every element (0 where causal hides the key), in its own dtype
+//   dropout    the probabilities' dropout (attention_dropout.h: z_ij = kept ? 1 / (1 - p) : 0); the logsumexp
+//              is the undropped softmax's, and backward redraws the same elements
+struct AttentionExtras {
+  const StridedView* bias = nullptr;
+  const StridedView* grad_bias = nullptr;
+  double dropout_p = 0.0;
+  uint64_t philox_seed = 0, philox_offset = 0;
+  bool any() const { return bias != nullptr || dropout_p > 0.0; }
+};
+
 // Device memory a caller lends a kernel for one call (nullptr on meta, or when there is none).
 struct DeviceScratch {
   void* data = nullptr;
@@ -164,7 +181,8 @@ class KernelBackend {
   // accumulate in float32). lse may be nullptr (not wanted: no gradient will be computed). No scratch memory:
   // the op layer allocates PyTorch's blocks.
   virtual void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q,
-                                 const StridedView& k, const StridedView& v, double scale, bool is_causal) = 0;
+                                 const StridedView& k, const StridedView& v, double scale, bool is_causal,
+                                 const AttentionExtras& extras) = 0;
   // Its gradient, the probabilities recomputed from the saved lse: given dout (out's sizes, last dimension
   // contiguous) and the forward's q, k, v, out and lse, writes dq, dk, dv (the inputs' sizes and dtype, any
   // strides with the last dimension contiguous). delta_i = dout_i . out_i; ds_ij = p_ij (dout_i . v_j -
@@ -174,7 +192,7 @@ class KernelBackend {
   virtual void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv,
                                   const StridedView& dout, const StridedView& q, const StridedView& k,
                                   const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
-                                  bool is_causal, DeviceScratch scratch) = 0;
+                                  bool is_causal, DeviceScratch scratch, const AttentionExtras& extras) = 0;
 
  protected:
   // The transfers themselves, called by copy_from_host/copy_to_host once the buffer's size is checked:

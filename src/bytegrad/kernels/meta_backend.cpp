@@ -40,10 +40,10 @@ class MetaBackend final : public KernelBackend {
   void nll_loss_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction,
                          int64_t) override {}
   void attention_forward(const StridedView&, const StridedView*, const StridedView&, const StridedView&,
-                         const StridedView&, double, bool) override {}
+                         const StridedView&, double, bool, const AttentionExtras&) override {}
   void attention_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&,
                           const StridedView&, const StridedView&, const StridedView&, const StridedView&,
-                          const StridedView&, double, bool, DeviceScratch) override {}
+                          const StridedView&, double, bool, DeviceScratch, const AttentionExtras&) override {}
 };
 
 }  // namespace

@@ -296,14 +296,24 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
 //  - query (..., L, E), key (..., S, E), value (..., S, Ev), at least 2-d, batch dimensions broadcastable.
 //    Inputs that are not 4-d run PyTorch's math backend (its fused kernels take 4-d only), whatever the dtype.
 //  - attn_mask: bool (True: the key takes part, PyTorch's meaning; converted to 0 / -inf in query's dtype) or
-//    float32 or query's dtype (added to the scores), broadcastable to (..., L, S); not with is_causal.
+//    float32 or query's dtype (added to the scores), broadcastable to (..., L, S). With is_causal: refused
+//    by the math backend (as PyTorch's), both applied by the fused ones (as PyTorch's).
 //  - dropout_p in [0, 1] (NaN refused): training-mode dropout of the probabilities, drawn from the process
-//    generator (manual_seed), the same mask for forward and backward (the math backend keeps it).
+//    generator (manual_seed), the same mask for forward and backward (the math backend keeps it; the fused
+//    backends redraw it from a counter-based generator keyed by the call's seed, kernels/attention_dropout.h,
+//    the same on cpu, sim and cuda). dropout_p = 1: zeros (math, and the memory-efficient and flash kernels,
+//    where PyTorch's give NaN); refused on cuDNN, as PyTorch's cuDNN frontend refuses it.
 // PyTorch 2.11's choice on the H100 is select_sdpa_backend below (recorded with masks and dropout in
 // tests/data/pytorch_probes/sdpa_mask). Where it is the math backend (float64, 3-d inputs, head dims the fused
 // kernels refuse) the call is computed and allocated as PyTorch's _scaled_dot_product_attention_math is.
-// Where PyTorch runs a mask or dropout through its cuDNN, flash or memory-efficient kernels (4-d float32,
-// float16, bfloat16), bytegrad does not model those kernels' memory yet and says so (std::invalid_argument).
+// Where PyTorch runs a mask or dropout through its fused kernels (4-d float32, float16, bfloat16), the call is
+// allocated as PyTorch's: cuDNN keeps the mask (a bool one converted to query's dtype first) in its node and
+// frees it first after backward, otherwise its memory is the maskless call's; the memory-efficient backend
+// converts a bool mask, pads a mask whose strides are not multiples of 8 to 8 - S % 8 more keys (a new block;
+// the converted one freed) and slices it back, keeps it in its node, and for a mask that requires grad
+// allocates in backward a (B, H, L, S rounded up to 16) gradient in the mask's dtype that autograd sums back
+// to the mask's shape; dropout adds nothing on memory-efficient and cuDNN, and on flash one 16-byte block
+// allocated and freed (and no key splits). Recorded in tests/data/pytorch_probes/sdpa_mask/mask.events.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
@@ -332,6 +342,17 @@ AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Te
 AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                        bool compute_log_sumexp, bool is_causal = false,
                                                        std::optional<double> scale = std::nullopt);
+// The same with PyTorch's full argument lists: attn_bias (cuDNN: the mask, any rank broadcastable to
+// (B, H, Sq, Sk), as scaled_dot_product_attention passes it; memory-efficient: (B, H, Sq, Sk), PyTorch's
+// padded and expanded mask; float32, float64 or the inputs' dtype; the efficient op's gradient reaches it)
+// and dropout_p (a fresh draw of the process generator per call when above 0; cuDNN refuses 1 as PyTorch's
+// cuDNN frontend does).
+AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   const std::optional<Tensor>& attn_bias, bool compute_log_sumexp,
+                                                   double dropout_p, bool is_causal, std::optional<double> scale);
+AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       const std::optional<Tensor>& attn_bias, bool compute_log_sumexp,
+                                                       double dropout_p, bool is_causal, std::optional<double> scale);
 // aten::_scaled_dot_product_flash_attention on an H100 (FlashAttention-2 as PyTorch 2.11 builds it): query,
 // key and value of one head dim D == Dv, a multiple of 8 (scaled_dot_product_attention pads them), at most
 // 256. Forward allocates the output (empty_like of query.transpose(1, 2): query's layout when that view is
@@ -341,13 +362,40 @@ AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, cons
 // in PyTorch). Beyond PyTorch it also takes float32 and float64 (tests).
 AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                    bool is_causal = false, std::optional<double> scale = std::nullopt);
+// With dropout (above 0: no key splits, as mha_fwd's split-KV path takes no dropout; one more 16-byte block
+// allocated and freed after rng_state, as recorded).
+AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   double dropout_p, bool is_causal, std::optional<double> scale);
 // How many key blocks mha_fwd splits a flash forward into on the H100 (132 SMs, no dropout): 1 (no partial
 // sums) unless the (batch, head, 64-row query block) tiles fill less than 80% of 2 x 132 slots.
 int64_t flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim);
 // Their gradients (the probabilities recomputed from the saved logsumexp); scale as resolved by the forward.
 struct AttentionGrads {
-  Tensor grad_query, grad_key, grad_value;
+  Tensor grad_query, grad_key, grad_value, grad_bias;  // grad_bias: the efficient backend's, when asked for
 };
+// A forward's dropout as its backward needs it: the probability and the draw (the generator's seed, offset).
+struct AttentionDropout {
+  double p = 0.0;
+  uint64_t seed = 0, offset = 0;
+};
+// The backwards with a bias and dropout. The efficient one allocates, when bias_requires_grad, the bias
+// gradient after dv: (B, H, Sq, Sk rounded up to 16) in the bias's dtype, sliced back to Sk keys, as
+// _efficient_attention_backward forces its alignment.
+AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value,
+                                                           const std::optional<Tensor>& attn_bias, const Tensor& out,
+                                                           const Tensor& logsumexp, const AttentionDropout& dropout,
+                                                           bool is_causal, double scale);
+AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                               const Tensor& key, const Tensor& value,
+                                                               const std::optional<Tensor>& attn_bias,
+                                                               const Tensor& out, const Tensor& logsumexp,
+                                                               const AttentionDropout& dropout, bool bias_requires_grad,
+                                                               bool is_causal, double scale);
+AttentionGrads scaled_dot_product_flash_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value, const Tensor& out,
+                                                           const Tensor& logsumexp, const AttentionDropout& dropout,
+                                                           bool is_causal, double scale);
 AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                            const Tensor& key, const Tensor& value, const Tensor& out,
                                                            const Tensor& logsumexp, bool is_causal, double scale);

@@ -134,9 +134,7 @@ void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Ten
     throw std::invalid_argument(fmt::format("{}: attn_mask of shape {} cannot be broadcast to the attention scores' "
                                             "shape {} (batch..., L, S)", op, shape_str(mask.sizes()),
                                             shape_str(scores)));
-  if (is_causal)
-    throw std::invalid_argument(fmt::format("{}: explicit attn_mask should not be set when is_causal=True (give "
-                                            "one or the other)", op));
+  (void)is_causal;  // with a mask: refused by the math backend only (scaled_dot_product_attention)
 }
 
 // Whether autograd will record an op on these inputs (grad mode on and one of them requires grad): PyTorch's
@@ -172,6 +170,64 @@ DeviceScratch scratch_of(const Tensor& workspace) {
   return {kv(workspace).data, workspace.numel()};
 }
 
+// The bias and dropout as the kernels take them; `bias` and `grad_bias` (4-d (B, H, Sq, Sk) views, or
+// undefined) must outlive the returned extras' use, as must the views held here.
+struct KernelExtras {
+  StridedView bias_view, grad_bias_view;
+  AttentionExtras extras;
+  KernelExtras(const Tensor& bias, const Tensor& grad_bias, const AttentionDropout& dropout) {
+    if (bias.defined()) {
+      bias_view = kv(bias);
+      extras.bias = &bias_view;
+    }
+    if (grad_bias.defined()) {
+      grad_bias_view = kv(grad_bias);
+      extras.grad_bias = &grad_bias_view;
+    }
+    extras.dropout_p = dropout.p;
+    extras.philox_seed = dropout.seed;
+    extras.philox_offset = dropout.offset;
+  }
+  KernelExtras(const KernelExtras&) = delete;
+  KernelExtras& operator=(const KernelExtras&) = delete;
+};
+
+// A bias given to a fused op: floating (float32, float64 or the inputs' dtype), on the inputs' device,
+// broadcastable to the scores (B, H, Sq, Sk) (`exact`: of that shape, as the memory-efficient op takes it).
+void check_attention_bias(const char* op, const Tensor& bias, const Tensor& q, const Dims& n, bool exact) {
+  if (!bias.defined()) return;
+  if (bias.device() != q.device())
+    throw std::invalid_argument(fmt::format("{}: attn_bias {} is not on the device of query {}", op, describe(bias),
+                                            describe(q)));
+  if (bias.dtype() != q.dtype() && bias.dtype() != ScalarType::float32 && bias.dtype() != ScalarType::float64)
+    throw std::invalid_argument(fmt::format("{}: attn_bias {} must be floating (float32, float64 or query's dtype {})",
+                                            op, describe(bias), scalar_type_name(q.dtype())));
+  const Shape scores{n.B, n.H, n.Sq, n.Sk};
+  bool fits = bias.dim() <= 4 && (!exact || bias.dim() == 4);
+  for (int64_t i = 1; fits && i <= bias.dim(); ++i) {
+    const int64_t m = bias.size(-i);
+    fits = m == scores[static_cast<size_t>(4 - i)] || (!exact && m == 1);
+  }
+  if (!fits)
+    throw std::invalid_argument(fmt::format("{}: attn_bias {} does not {} the scores' shape {}", op, describe(bias),
+                                            exact ? "have" : "broadcast to", shape_str(scores)));
+}
+
+// The bias as the kernels read it: a (B, H, Sq, Sk) view (an expanded one reads its rows many times).
+Tensor bias_for_kernel(const Tensor& bias, const Dims& n) {
+  if (!bias.defined()) return Tensor();
+  return bias.expand({n.B, n.H, n.Sq, n.Sk});
+}
+
+// A fused op's dropout draw: a fresh 53-bit seed of the process generator when p > 0 (manual_seed makes it
+// repeatable), the counter offset 0; nothing drawn without dropout, so such calls leave the generator alone.
+AttentionDropout draw_attention_dropout(double p) {
+  AttentionDropout d;
+  d.p = p;
+  if (p > 0.0) d.seed = static_cast<uint64_t>(random_uniform() * 0x1.0p53);
+  return d;
+}
+
 // ----------------------------------------------------------------------------------- cuDNN backend
 
 // PyTorch 2.11's cuDNN SDPA on the H100 (attention.cu _scaled_dot_product_cudnn_attention_cuda, MHA.cpp
@@ -184,12 +240,24 @@ DeviceScratch scratch_of(const Tensor& workspace) {
 //   alloc 256, free 256     cuDNN's workspace (mha_graph->get_workspace_size(): 256 in every recorded case)
 constexpr int64_t kCudnnForwardWorkspace = 256;
 
-AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool compute_log_sumexp,
-                              bool is_causal, double scale) {
+// With a mask (the bias, kept by the node and freed first after backward) and dropout the blocks are the same
+// (sdpa_mask/mask.events: every cuDNN mask and dropout case). Dropout 1 is refused, as the cuDNN frontend
+// refuses it ("Dropout probability cannot be 1 as corresponding scale wont be well formed").
+void check_cudnn_dropout(const char* op, double dropout_p) {
+  if (dropout_p >= 1.0)
+    throw std::invalid_argument(fmt::format("{}: dropout probability cannot be 1 on the cuDNN backend (PyTorch's cuDNN "
+                                            "frontend refuses it: the scale 1 / (1 - p) is not finite), got {}",
+                                            op, dropout_p));
+}
+
+AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                              bool compute_log_sumexp, bool is_causal, double scale, const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_cudnn_attention";
   AllocationScope scope(op);
   const Dims n = check_attention_inputs(op, q, k, v);
   check_fused_inputs(op, q, k, v);
+  check_attention_bias(op, bias, q, n, false);
+  check_cudnn_dropout(op, dropout.p);
   const TensorOptions int64_on{ScalarType::int64, q.device()};
   AttentionResult r;
   r.philox_seed = empty({1}, int64_on);
@@ -215,8 +283,9 @@ AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return r;  // MHA.cpp returns before the graph
   const Tensor workspace = workspace_block(kCudnnForwardWorkspace, q.device());
   const StridedView lse = r.logsumexp.defined() ? kv(r.logsumexp) : StridedView{};
+  const KernelExtras extras(bias_for_kernel(bias, n), Tensor(), dropout);
   backend_of(q).attention_forward(kv(r.output), r.logsumexp.defined() ? &lse : nullptr, kv(q), kv(k), kv(v), scale,
-                                  is_causal);
+                                  is_causal, extras.extras);
   return r;
 }
 
@@ -234,11 +303,14 @@ int64_t cudnn_backward_workspace_bytes(const Dims& n) {
 }
 
 AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& logsumexp, bool is_causal, double scale) {
+                              const Tensor& bias, const Tensor& out, const Tensor& logsumexp, bool is_causal,
+                              double scale, const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_cudnn_attention_backward";
   AllocationScope scope(op);
   const Dims n = check_attention_inputs(op, q, k, v);
   check_fused_inputs(op, q, k, v);
+  check_attention_bias(op, bias, q, n, false);
+  check_cudnn_dropout(op, dropout.p);
   AttentionGrads g;
   g.grad_query = empty_preserving_layout(q);
   g.grad_key = empty_preserving_layout(k);
@@ -257,8 +329,9 @@ AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Ten
     dout = grad_out.permute(outer_to_inner).contiguous().permute(inverse);
   }
   const Tensor workspace = workspace_block(cudnn_backward_workspace_bytes(n), q.device());
+  const KernelExtras extras(bias_for_kernel(bias, n), Tensor(), dropout);
   backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(dout), kv(q), kv(k), kv(v),
-                                   kv(out), kv(logsumexp), scale, is_causal, scratch_of(workspace));
+                                   kv(out), kv(logsumexp), scale, is_causal, scratch_of(workspace), extras.extras);
   return g;  // the workspace is freed, then the grad_out copy
 }
 
@@ -274,13 +347,17 @@ AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Ten
 //                         register-resident kernels stop at head dim 128) accumulates the output in float32
 //                         (kNeedsOutputAccumulatorBuffer), freed when the kernel is launched (2x2x50x320 bf16:
 //                         256000 = 2 * 50 * 2 * 320 * 4)
-// Without dropout the philox seed and offset are empty CPU tensors: no device memory.
-AttentionResult efficient_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool compute_log_sumexp,
-                                  bool is_causal, double scale) {
+// The philox seed and offset are CPU tensors (empty without dropout, the draw's with it): no device memory.
+// A bias (the (B, H, Sq, Sk) mask scaled_dot_product_attention prepared) and dropout add no block
+// (sdpa_mask/mask.events: every memory-efficient mask and dropout case).
+AttentionResult efficient_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                                  bool compute_log_sumexp, bool is_causal, double scale,
+                                  const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_efficient_attention";
   AllocationScope scope(op);
   const Dims n = check_attention_inputs(op, q, k, v);
   check_fused_inputs(op, q, k, v);
+  check_attention_bias(op, bias, q, n, true);
   AttentionResult r;
   r.output = empty({n.B, n.Sq, n.H, n.Dv}, TensorOptions{q.dtype(), q.device()}).transpose(1, 2);
   const int64_t padded = compute_log_sumexp ? (n.Sq + 31) / 32 * 32 : 0;
@@ -290,8 +367,9 @@ AttentionResult efficient_forward(const Tensor& q, const Tensor& k, const Tensor
                                         : Tensor();
   if (r.output.numel() == 0) return r;
   const StridedView lse = compute_log_sumexp ? lse_rows(r.logsumexp, n.Sq) : StridedView{};
+  const KernelExtras extras(bias, Tensor(), dropout);
   backend_of(q).attention_forward(kv(r.output), compute_log_sumexp ? &lse : nullptr, kv(q), kv(k), kv(v), scale,
-                                  is_causal);
+                                  is_causal, extras.extras);
   return r;  // the accumulator is freed here (bytegrad's kernels accumulate in registers and need none)
 }
 
@@ -348,12 +426,19 @@ int64_t efficient_backward_workspace_bytes(const Dims& n, ScalarType dtype) {
 //     alloc B*H*Sq*4, then the sum and the product freed
 //   the workspace (above), then delta freed (the kernel lambda's local), the workspace freed and the
 //   grad_out copy freed (the function's locals).
+//   with a bias that requires grad, its gradient after grad_v: at::empty of (B, H, Sq, Sk rounded up to 16) in
+//   the bias's dtype, sliced back to Sk keys (recorded: 2x3x40x48 float32 46080 for 48 and for 37 keys;
+//   bfloat16 23040 for 40 keys); the autograd graph then sums it to the mask's shape (and undoes the padding).
 AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& logsumexp, bool is_causal, double scale) {
+                                  const Tensor& bias, const Tensor& out, const Tensor& logsumexp, bool is_causal,
+                                  double scale, const AttentionDropout& dropout, bool bias_requires_grad) {
   const char* op = "scaled_dot_product_efficient_attention_backward";
   AllocationScope scope(op);
   const Dims n = check_attention_inputs(op, q, k, v);
   check_fused_inputs(op, q, k, v);
+  check_attention_bias(op, bias, q, n, true);
+  if (bias_requires_grad && !bias.defined())
+    throw std::invalid_argument(fmt::format("{}: a bias gradient was asked for without a bias", op));
   if (!logsumexp.defined() || logsumexp.size(2) < n.Sq)
     throw std::invalid_argument(fmt::format("{}: the forward kept no logsumexp (compute_log_sumexp was false)", op));
   const Tensor grad_out_t = grad_out.transpose(1, 2).contiguous();  // (B, Sq, H, Dv)
@@ -363,9 +448,12 @@ AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const
   g.grad_query = empty({n.B, n.Sq, n.H, n.D}, like_q).transpose(1, 2);
   g.grad_key = empty({n.B, n.Sk, n.H, n.D}, like_q).transpose(1, 2);
   g.grad_value = empty({n.B, n.Sk, n.H, n.Dv}, like_q).transpose(1, 2);
+  if (bias_requires_grad)
+    g.grad_bias = empty({n.B, n.H, n.Sq, (n.Sk + 15) / 16 * 16}, TensorOptions{bias.dtype(), q.device()}).slice(3, 0, n.Sk);
   if (n.B * n.H * n.Sq * n.Sk == 0) {
     // PyTorch zeroes the gradients of empty problems (grad_k, grad_v, grad_q).
     for (const Tensor* t : {&g.grad_key, &g.grad_value, &g.grad_query}) backend_of(q).fill(kv(*t), 0.0);
+    if (g.grad_bias.defined()) backend_of(q).fill(kv(g.grad_bias), 0.0);
     return g;
   }
   Tensor workspace;
@@ -381,9 +469,10 @@ AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const
       delta = row_sums.transpose(1, 2).contiguous();
     }
     workspace = workspace_block(efficient_backward_workspace_bytes(n, q.dtype()), q.device());
+    const KernelExtras extras(bias, g.grad_bias, dropout);
     backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(grad_out_t.transpose(1, 2)),
                                      kv(q), kv(k), kv(v), kv(out), lse_rows(logsumexp, n.Sq), scale, is_causal,
-                                     scratch_of(workspace));
+                                     scratch_of(workspace), extras.extras);
   }  // delta freed
   workspace = Tensor();
   return g;  // then the grad_out copy, when one was made
@@ -428,7 +517,10 @@ Dims check_flash_inputs(const char* op, const Tensor& q, const Tensor& k, const 
   return n;
 }
 
-AttentionResult flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double scale) {
+// With dropout: no key splits (mha_fwd takes the split-KV path only without dropout), and one more 16-byte
+// block allocated and freed after rng_state and unused (sdpa_mask/mask.events: d_bf16_d20, D 20 padded to 24).
+AttentionResult flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double scale,
+                              const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_flash_attention";
   AllocationScope scope(op);
   const Dims n = check_flash_inputs(op, q, k, v);
@@ -436,7 +528,7 @@ AttentionResult flash_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   AttentionResult r;
   r.output = empty_like_exact(q.transpose(1, 2)).transpose(1, 2);
   r.logsumexp = empty({n.B, n.H, n.Sq}, TensorOptions{lse_dtype(q.dtype()), q.device()});
-  const int64_t splits = n.B > 0 ? flash_num_splits(n.B, n.H, n.Sq, n.Sk, n.D) : 1;
+  const int64_t splits = n.B > 0 && dropout.p <= 0.0 ? flash_num_splits(n.B, n.H, n.Sq, n.Sk, n.D) : 1;
   Tensor lse_accum, out_accum;
   if (splits > 1) {
     const TensorOptions f32{ScalarType::float32, q.device()};
@@ -445,13 +537,15 @@ AttentionResult flash_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   r.philox_seed = empty({2}, int64_on);   // rng_state
   r.philox_offset = empty({}, int64_on);  // _unused
+  if (dropout.p > 0.0) workspace_block(16, q.device());  // allocated and freed at once
   if (n.B > 0 && n.Sq > 0) {
     if (n.Sk == 0) {  // mha_fwd: an empty key set gives zeros and an infinite logsumexp
       backend_of(q).fill(kv(r.output), 0.0);
       backend_of(q).fill(kv(r.logsumexp), std::numeric_limits<double>::infinity());
     } else {
       const StridedView lse = kv(r.logsumexp);
-      backend_of(q).attention_forward(kv(r.output), &lse, kv(q), kv(k), kv(v), scale, is_causal);
+      const KernelExtras extras(Tensor(), Tensor(), dropout);
+      backend_of(q).attention_forward(kv(r.output), &lse, kv(q), kv(k), kv(v), scale, is_causal, extras.extras);
     }
   }
   lse_accum = Tensor();
@@ -469,7 +563,8 @@ AttentionResult flash_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 //   alloc B*round128(Sq)*H*Dr*4         dq_accum (float32)
 //   free dq_accum, free softmax_d, free the out copy, free the grad_out copy
 AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& logsumexp, bool is_causal, double scale) {
+                              const Tensor& out, const Tensor& logsumexp, bool is_causal, double scale,
+                              const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_flash_attention_backward";
   AllocationScope scope(op);
   const Dims n = check_flash_inputs(op, q, k, v);
@@ -490,8 +585,10 @@ AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Ten
   Tensor softmax_d = empty({n.B, n.H, sq_rounded}, f32);
   Tensor dq_accum = empty({n.B, sq_rounded, n.H, flash_head_dim_rounded(n.D)}, f32);
   if (n.Sq > 0) {
+    const KernelExtras extras(Tensor(), Tensor(), dropout);
     backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(dout), kv(q), kv(k),
-                                     kv(v), kv(out_c), kv(logsumexp), scale, is_causal, scratch_of(dq_accum));
+                                     kv(v), kv(out_c), kv(logsumexp), scale, is_causal, scratch_of(dq_accum),
+                                     extras.extras);
   } else {
     backend_of(q).fill(kv(g.grad_key), 0.0);
     backend_of(q).fill(kv(g.grad_value), 0.0);
@@ -613,62 +710,147 @@ SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Te
   return SdpaBackend::math;
 }
 
-AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                                   bool compute_log_sumexp, bool is_causal, std::optional<double> scale) {
-  const std::vector<Tensor> inputs{query, key, value};
-  const bool record = needs_graph(inputs);
-  if (record && !compute_log_sumexp)
-    throw std::invalid_argument("scaled_dot_product_cudnn_attention: a gradient needs compute_log_sumexp = true");
-  const double s = resolve_scale(query, scale);
-  OpRecording recording = begin_recording<OpId::scaled_dot_product_cudnn_attention>(inputs, {is_causal, s});
-  AttentionResult r = without_recording([&] { return cudnn_forward(query, key, value, compute_log_sumexp, is_causal, s); });
+namespace {
+
+// The inputs a fused op records: query, key, value, and the bias when there is one (the node's fourth input).
+std::vector<Tensor> attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const std::optional<Tensor>& bias) {
+  std::vector<Tensor> inputs{q, k, v};
+  if (bias && bias->defined()) inputs.push_back(*bias);
+  return inputs;
+}
+
+Tensor defined_or_none(const std::optional<Tensor>& t) { return t && t->defined() ? *t : Tensor(); }
+
+// Recording and computing one fused forward: the dropout drawn first (its seed goes into the record, so the
+// node's backward redraws the same elements).
+template <OpId id, typename Compute>
+AttentionResult fused_forward(const char* op, std::vector<Tensor> inputs, bool compute_log_sumexp, double dropout_p,
+                              bool is_causal, double scale, Compute&& compute) {
+  if (needs_graph(inputs) && !compute_log_sumexp)
+    throw std::invalid_argument(fmt::format("{}: a gradient needs compute_log_sumexp = true", op));
+  const AttentionDropout dropout = draw_attention_dropout(dropout_p);
+  OpRecording recording =
+      begin_recording<id>(std::move(inputs), {is_causal, scale, dropout.p, dropout.seed, dropout.offset});
+  AttentionResult r = without_recording([&] { return compute(dropout); });
   recording.finish({r.output, r.logsumexp, r.philox_seed, r.philox_offset});
   return r;
+}
+
+void check_dropout_p(const char* op, double dropout_p) {
+  if (!(dropout_p >= 0.0 && dropout_p <= 1.0))
+    throw std::invalid_argument(fmt::format("{}: dropout probability has to be between 0 and 1, but got {}", op,
+                                            dropout_p));
+}
+
+}  // namespace
+
+AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   bool compute_log_sumexp, bool is_causal, std::optional<double> scale) {
+  return scaled_dot_product_cudnn_attention(query, key, value, std::nullopt, compute_log_sumexp, 0.0, is_causal, scale);
+}
+
+AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   const std::optional<Tensor>& attn_bias, bool compute_log_sumexp,
+                                                   double dropout_p, bool is_causal, std::optional<double> scale) {
+  const char* op = "scaled_dot_product_cudnn_attention";
+  check_dropout_p(op, dropout_p);
+  check_cudnn_dropout(op, dropout_p);
+  const double s = resolve_scale(query, scale);
+  const Tensor bias = defined_or_none(attn_bias);
+  return fused_forward<OpId::scaled_dot_product_cudnn_attention>(
+      op, attention_inputs(query, key, value, attn_bias), compute_log_sumexp, dropout_p, is_causal, s,
+      [&](const AttentionDropout& d) { return cudnn_forward(query, key, value, bias, compute_log_sumexp, is_causal, s, d); });
 }
 
 AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                        bool compute_log_sumexp, bool is_causal,
                                                        std::optional<double> scale) {
-  const std::vector<Tensor> inputs{query, key, value};
-  const bool record = needs_graph(inputs);
-  if (record && !compute_log_sumexp)
-    throw std::invalid_argument("scaled_dot_product_efficient_attention: a gradient needs compute_log_sumexp = true");
+  return scaled_dot_product_efficient_attention(query, key, value, std::nullopt, compute_log_sumexp, 0.0, is_causal,
+                                                scale);
+}
+
+AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       const std::optional<Tensor>& attn_bias, bool compute_log_sumexp,
+                                                       double dropout_p, bool is_causal, std::optional<double> scale) {
+  const char* op = "scaled_dot_product_efficient_attention";
+  check_dropout_p(op, dropout_p);
   const double s = resolve_scale(query, scale);
-  OpRecording recording = begin_recording<OpId::scaled_dot_product_efficient_attention>(inputs, {is_causal, s});
-  AttentionResult r =
-      without_recording([&] { return efficient_forward(query, key, value, compute_log_sumexp, is_causal, s); });
-  recording.finish({r.output, r.logsumexp, r.philox_seed, r.philox_offset});
-  return r;
+  const Tensor bias = defined_or_none(attn_bias);
+  return fused_forward<OpId::scaled_dot_product_efficient_attention>(
+      op, attention_inputs(query, key, value, attn_bias), compute_log_sumexp, dropout_p, is_causal, s,
+      [&](const AttentionDropout& d) {
+        return efficient_forward(query, key, value, bias, compute_log_sumexp, is_causal, s, d);
+      });
 }
 
 AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                    bool is_causal, std::optional<double> scale) {
-  const std::vector<Tensor> inputs{query, key, value};
+  return scaled_dot_product_flash_attention(query, key, value, 0.0, is_causal, scale);
+}
+
+AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                   double dropout_p, bool is_causal, std::optional<double> scale) {
+  const char* op = "scaled_dot_product_flash_attention";
+  check_dropout_p(op, dropout_p);
   const double s = resolve_scale(query, scale);
-  OpRecording recording = begin_recording<OpId::scaled_dot_product_flash_attention>(inputs, {is_causal, s});
-  AttentionResult r = without_recording([&] { return flash_forward(query, key, value, is_causal, s); });
-  recording.finish({r.output, r.logsumexp, r.philox_seed, r.philox_offset});
-  return r;
+  return fused_forward<OpId::scaled_dot_product_flash_attention>(
+      op, {query, key, value}, /*compute_log_sumexp=*/true, dropout_p, is_causal, s,
+      [&](const AttentionDropout& d) { return flash_forward(query, key, value, is_causal, s, d); });
 }
 
 AttentionGrads scaled_dot_product_flash_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                            const Tensor& key, const Tensor& value, const Tensor& out,
                                                            const Tensor& logsumexp, bool is_causal, double scale) {
-  return without_recording([&] { return flash_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale); });
+  return scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp, AttentionDropout{},
+                                                     is_causal, scale);
+}
+
+AttentionGrads scaled_dot_product_flash_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value, const Tensor& out,
+                                                           const Tensor& logsumexp, const AttentionDropout& dropout,
+                                                           bool is_causal, double scale) {
+  return without_recording(
+      [&] { return flash_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale, dropout); });
 }
 
 AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                            const Tensor& key, const Tensor& value, const Tensor& out,
                                                            const Tensor& logsumexp, bool is_causal, double scale) {
-  return without_recording([&] { return cudnn_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale); });
+  return scaled_dot_product_cudnn_attention_backward(grad_out, query, key, value, std::nullopt, out, logsumexp,
+                                                     AttentionDropout{}, is_causal, scale);
+}
+
+AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                           const Tensor& key, const Tensor& value,
+                                                           const std::optional<Tensor>& attn_bias, const Tensor& out,
+                                                           const Tensor& logsumexp, const AttentionDropout& dropout,
+                                                           bool is_causal, double scale) {
+  const Tensor bias = defined_or_none(attn_bias);
+  return without_recording([&] {
+    return cudnn_backward(grad_out, query, key, value, bias, out, logsumexp, is_causal, scale, dropout);
+  });
 }
 
 AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                                const Tensor& key, const Tensor& value,
                                                                const Tensor& out, const Tensor& logsumexp,
                                                                bool is_causal, double scale) {
-  return without_recording(
-      [&] { return efficient_backward(grad_out, query, key, value, out, logsumexp, is_causal, scale); });
+  return scaled_dot_product_efficient_attention_backward(grad_out, query, key, value, std::nullopt, out, logsumexp,
+                                                         AttentionDropout{}, false, is_causal, scale);
+}
+
+AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                               const Tensor& key, const Tensor& value,
+                                                               const std::optional<Tensor>& attn_bias,
+                                                               const Tensor& out, const Tensor& logsumexp,
+                                                               const AttentionDropout& dropout, bool bias_requires_grad,
+                                                               bool is_causal, double scale) {
+  const Tensor bias = defined_or_none(attn_bias);
+  return without_recording([&] {
+    return efficient_backward(grad_out, query, key, value, bias, out, logsumexp, is_causal, scale, dropout,
+                              bias_requires_grad);
+  });
 }
 
 // PyTorch 2.11's _scaled_dot_product_attention_math, op for op, so that its allocations and frees are PyTorch's
@@ -763,12 +945,33 @@ Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
                                          const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
                                          std::optional<double> scale) {
   check_sdpa_call("scaled_dot_product_attention_math", query, key, value, attn_mask, dropout_p, is_causal);
+  if (attn_mask && attn_mask->defined() && is_causal)
+    throw std::invalid_argument("scaled_dot_product_attention_math: explicit attn_mask should not be set when "
+                                "is_causal=True (give one or the other)");
   const std::optional<Tensor> mask =
       attn_mask ? std::optional<Tensor>(convert_boolean_mask(*attn_mask, query.dtype())) : std::nullopt;
   MathOutputs r = attention_math(query, key, value, mask, dropout_p, is_causal, scale);
   Tensor output = std::move(r.output);
   return output;  // then r.attn
 }
+
+// preprocess_mask (attention.cpp) for the memory-efficient backend: a mask whose strides are not multiples of 8
+// elements (except the last, which must be 1) is padded with zeros to 8 - S % 8 more keys (constant_pad_nd:
+// a new contiguous tensor) and sliced back to S, the converted mask it replaces freed; then expanded to
+// (B, H, L, S). Recorded: a 40x37 mask becomes a 40x40 block (6400 bytes float32), a 100x100 one 100x104.
+namespace {
+Tensor prepare_efficient_mask(Tensor mask, const Tensor& query, const Tensor& key) {
+  constexpr int64_t kAlignment = 8;
+  bool aligned = mask.dim() == 0 || mask.stride(-1) == 1;
+  for (int64_t d = 0; aligned && d + 1 < mask.dim(); ++d) aligned = mask.stride(d) % kAlignment == 0;
+  if (!aligned) {
+    const int64_t keys = mask.size(-1);
+    const Tensor padded = constant_pad_nd(mask, {0, kAlignment - keys % kAlignment});
+    mask = padded.slice(-1, 0, keys);
+  }
+  return mask.expand({query.size(0), query.size(1), query.size(2), key.size(2)});
+}
+}  // namespace
 
 // The output of a fused backend's result; the rest released in PyTorch's order. PyTorch's std::tuple of
 // (output, logsumexp, ..., philox_seed, philox_offset) is destroyed first element first (libstdc++), so where
@@ -789,8 +992,8 @@ Tensor output_of(AttentionResult&& r) {
 // unpadded head dim, the flash op on the padded tensors, its output sliced back (post_process_flash_output).
 // Then the op's tuple goes (logsumexp, rng_state, unused, as output_of) and the padded inputs last first
 // (value, key, query), unless its graph keeps them.
-Tensor flash_attention_padded(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
-                              std::optional<double> scale) {
+Tensor flash_attention_padded(const Tensor& query, const Tensor& key, const Tensor& value, double dropout_p,
+                              bool is_causal, std::optional<double> scale) {
   const int64_t D = query.size(-1);
   auto pad_to_8 = [](const Tensor& t) {
     const int64_t last = t.size(-1);
@@ -800,7 +1003,8 @@ Tensor flash_attention_padded(const Tensor& query, const Tensor& key, const Tens
   const Tensor key_padded = pad_to_8(key);
   const Tensor value_padded = pad_to_8(value);
   const double s = resolve_scale(query, scale);
-  Tensor out = output_of(scaled_dot_product_flash_attention(query_padded, key_padded, value_padded, is_causal, s));
+  Tensor out =
+      output_of(scaled_dot_product_flash_attention(query_padded, key_padded, value_padded, dropout_p, is_causal, s));
   return out.size(-1) != D ? out.slice(-1, 0, D) : out;
 }
 }  // namespace
@@ -818,7 +1022,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     case SdpaBackend::efficient_attention:
       return output_of(
           scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale));
-    case SdpaBackend::flash_attention: return flash_attention_padded(query, key, value, is_causal, scale);
+    case SdpaBackend::flash_attention: return flash_attention_padded(query, key, value, 0.0, is_causal, scale);
     case SdpaBackend::math: break;
   }
   return scaled_dot_product_attention_math(query, key, value, std::nullopt, 0.0, is_causal, scale);
@@ -834,12 +1038,42 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   check_sdpa_call(op, query, key, value, mask, dropout_p, is_causal);
   const bool four_d = query.dim() == 4 && key.dim() == 4 && value.dim() == 4;
   if (!mask && dropout_p == 0.0 && four_d) return scaled_dot_product_attention(query, key, value, is_causal, scale);
+  // PyTorch 2.11's backend selection reads dimension -2 of the mask for 4-d 16-bit inputs and fails on a 1-d
+  // mask, whatever the head dim (mask_choices.txt: IndexError in all 320 such rows; float32 and 3-d pass).
+  if (mask && four_d && is_half(query.dtype()) && mask->dim() == 1)
+    throw std::out_of_range(fmt::format("{}: a 1-d attn_mask {} with 4-d {} inputs: PyTorch 2.11's backend "
+                                        "selection indexes its dimension -2 (IndexError: Dimension out of range); "
+                                        "give it as (1, S)", op, describe(*mask), scalar_type_name(query.dtype())));
   const SdpaBackend backend = select_sdpa_backend(query, key, value, mask, dropout_p, is_causal);
-  if (backend != SdpaBackend::math)
-    throw std::invalid_argument(fmt::format(
-        "{}: PyTorch 2.11 runs these inputs (query {}, attn_mask {}, dropout_p {}) on its {} backend, whose memory "
-        "with a mask or dropout bytegrad does not model yet (float64, 3-d inputs and the other math-backend "
-        "calls are)", op, describe(query), mask ? describe(*mask) : "None", dropout_p, sdpa_backend_name(backend)));
+  // PyTorch's should_compute_logsumexp looks at q, k and v; a mask that alone requires grad is counted here
+  // too, so that its gradient can be computed (PyTorch would fail in backward).
+  std::vector<Tensor> graph_inputs{query, key, value};
+  if (mask) graph_inputs.push_back(*mask);
+  const bool compute_log_sumexp = needs_graph(graph_inputs);
+  switch (backend) {
+    case SdpaBackend::cudnn_attention: {
+      // The mask converted to query's dtype (bool) or as given; the node keeps it until backward, and without
+      // a graph it is freed when the call returns, after the op's seed and offset.
+      check_cudnn_dropout(op, dropout_p);
+      const std::optional<Tensor> converted =
+          mask ? std::optional<Tensor>(convert_boolean_mask(*mask, query.dtype())) : std::nullopt;
+      return output_of(scaled_dot_product_cudnn_attention(query, key, value, converted, compute_log_sumexp, dropout_p,
+                                                          is_causal, scale));
+    }
+    case SdpaBackend::efficient_attention: {
+      const std::optional<Tensor> prepared =
+          mask ? std::optional<Tensor>(prepare_efficient_mask(convert_boolean_mask(*mask, query.dtype()), query, key))
+               : std::nullopt;
+      return output_of(scaled_dot_product_efficient_attention(query, key, value, prepared, compute_log_sumexp,
+                                                              dropout_p, is_causal, scale));
+    }
+    case SdpaBackend::flash_attention:  // a mask rules flash out: dropout only
+      return flash_attention_padded(query, key, value, dropout_p, is_causal, scale);
+    case SdpaBackend::math: break;
+  }
+  if (mask && is_causal)  // the math backend refuses both (the fused kernels apply both)
+    throw std::invalid_argument(fmt::format("{}: explicit attn_mask should not be set when is_causal=True on the math "
+                                            "backend (query {}; give one or the other)", op, describe(query)));
   // The math backend: a bool mask converted to query's dtype first (freed when the call returns, after the
   // math op's second output).
   const std::optional<Tensor> converted =

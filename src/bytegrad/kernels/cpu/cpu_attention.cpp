@@ -4,10 +4,13 @@
 // the weighted sum of values, and the row's logsumexp. Backward recomputes the probabilities from the saved
 // logsumexp (as the fused kernels do) instead of keeping them. Everything is accumulated in double and
 // written once in the tensors' dtypes. Host scratch only (a row of scores; dk, dv accumulators per (b, h)).
+// An additive bias (the mask) joins the scaled scores; dropout (attention_dropout.h) scales each kept
+// probability by 1 / (1 - p) where it meets v, and backward redraws the same elements.
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "bytegrad/kernels/attention_dropout.h"
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
 
 namespace bytegrad::cpu {
@@ -42,6 +45,36 @@ double dot(const T* a, int64_t a_step, const T* b, int64_t b_step, int64_t n) {
   return s;
 }
 
+// Element (b, h, i, j) of a 4-d view of any floating dtype (the bias and its gradient).
+inline char* element_at(const StridedView& t, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return static_cast<char*>(t.data) +
+         (b * t.strides[0] + h * t.strides[1] + i * t.strides[2] + j * t.strides[3]) *
+             static_cast<int64_t>(element_size(t.dtype));
+}
+
+// The dropout factor z_ij of element (b, h, i, j): 1 / (1 - p) when kept, 0 when dropped, 1 without dropout.
+struct DropoutFactor {
+  DropoutDraw draw;
+  int64_t H, Sq, Sk;
+  double at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (!draw.active) return 1.0;
+    const uint64_t index = static_cast<uint64_t>(((b * H + h) * Sq + i) * Sk + j);
+    return draw.kept(index) ? draw.kept_scale : 0.0;
+  }
+};
+
+// One (i, j) term of the gradients: dv_j += pz dout_i, dq_i += scale ds k_j, dk_j += scale ds q_i.
+template <typename T>
+void accumulate_row(std::vector<double>& dv_acc, std::vector<double>& dk_acc, std::vector<double>& dq_acc, double pz,
+                    double ds, double scale, const T* doi, int64_t do_step, const T* qi, int64_t q_step, const T* kj,
+                    int64_t k_step, int64_t j, int64_t D, int64_t Dv) {
+  for (int64_t d = 0; d < Dv; ++d) dv_acc[j * Dv + d] += pz * convert<double>(doi[d * do_step]);
+  for (int64_t d = 0; d < D; ++d) {
+    dq_acc[d] += scale * ds * convert<double>(kj[d * k_step]);
+    dk_acc[j * D + d] += scale * ds * convert<double>(qi[d * q_step]);
+  }
+}
+
 void check_rank(const StridedView& v, size_t rank, const char* what) {
   if (v.sizes.size() != rank)
     throw std::invalid_argument(std::string("cpu backend: attention: ") + what + " must have " +
@@ -51,11 +84,13 @@ void check_rank(const StridedView& v, size_t rank, const char* what) {
 }  // namespace
 
 void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                       const StridedView& v, double scale, bool is_causal) {
+                       const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) {
   for (const StridedView* t : {&out, &q, &k, &v}) check_rank(*t, 4, "q, k, v and out");
   if (lse) check_rank(*lse, 3, "logsumexp");
+  if (extras.bias) check_rank(*extras.bias, 4, "the bias");
   const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
   const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
+  const DropoutFactor z{dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset), H, Sq, Sk};
   dispatch_dtype(q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_float_like_v<T>) {
@@ -69,14 +104,17 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
             double m = -std::numeric_limits<double>::infinity();
             for (int64_t j = 0; j < n; ++j) {
               p[j] = scale * dot(qi, Q.step(), K.at(b, h, j), K.step(), D);
+              if (extras.bias) p[j] += load_as_double(element_at(*extras.bias, b, h, i, j), extras.bias->dtype);
               m = std::max(m, p[j]);
             }
+            // A row whose every score is -inf (no key visible, or all masked) gives 0 and a logsumexp of -inf.
+            const bool any = m > -std::numeric_limits<double>::infinity();
             double sum = 0;
-            for (int64_t j = 0; j < n; ++j) sum += std::exp(p[j] - m);
-            const double row_lse = n > 0 ? m + std::log(sum) : -std::numeric_limits<double>::infinity();
+            for (int64_t j = 0; any && j < n; ++j) sum += std::exp(p[j] - m);
+            const double row_lse = any ? m + std::log(sum) : -std::numeric_limits<double>::infinity();
             std::fill(acc.begin(), acc.end(), 0.0);
-            for (int64_t j = 0; j < n; ++j) {
-              const double w = std::exp(p[j] - row_lse);
+            for (int64_t j = 0; any && j < n; ++j) {
+              const double w = std::exp(p[j] - row_lse) * z.at(b, h, i, j);
               const T* vj = V.at(b, h, j);
               for (int64_t d = 0; d < Dv; ++d) acc[d] += w * convert<double>(vj[d * V.step()]);
             }
@@ -92,11 +130,14 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
 
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                        const StridedView& lse, double scale, bool is_causal) {
+                        const StridedView& lse, double scale, bool is_causal, const AttentionExtras& extras) {
   for (const StridedView* t : {&dq, &dk, &dv, &dout, &q, &k, &v, &out}) check_rank(*t, 4, "every operand but lse");
   check_rank(lse, 3, "logsumexp");
+  if (extras.bias) check_rank(*extras.bias, 4, "the bias");
+  if (extras.grad_bias) check_rank(*extras.grad_bias, 4, "the bias gradient");
   const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
   const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
+  const DropoutFactor z{dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset), H, Sq, Sk};
   dispatch_dtype(q.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_float_like_v<T>) {
@@ -113,18 +154,25 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
             const T* doi = dO.at(b, h, i);
             const double row_lse = load_as_double(lse_at(lse, b, h, i), lse.dtype);
             const double delta = dot(doi, dO.step(), O.at(b, h, i), O.step(), Dv);
+            // a row that saw no key (logsumexp -inf) has no probabilities
+            const bool any = row_lse > -std::numeric_limits<double>::infinity();
             std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
-            for (int64_t j = 0; j < n; ++j) {
-              const T* kj = K.at(b, h, j);
-              const T* vj = V.at(b, h, j);
-              const double p = std::exp(scale * dot(qi, Q.step(), kj, K.step(), D) - row_lse);
-              const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
-              const double ds = p * (dp - delta);
-              for (int64_t d = 0; d < Dv; ++d) dv_acc[j * Dv + d] += p * convert<double>(doi[d * dO.step()]);
-              for (int64_t d = 0; d < D; ++d) {
-                dq_acc[d] += scale * ds * convert<double>(kj[d * K.step()]);
-                dk_acc[j * D + d] += scale * ds * convert<double>(qi[d * Q.step()]);
+            for (int64_t j = 0; j < Sk; ++j) {
+              double ds = 0;
+              if (any && j < n) {
+                const T* kj = K.at(b, h, j);
+                const T* vj = V.at(b, h, j);
+                double s = scale * dot(qi, Q.step(), kj, K.step(), D);
+                if (extras.bias) s += load_as_double(element_at(*extras.bias, b, h, i, j), extras.bias->dtype);
+                const double p = std::exp(s - row_lse);
+                const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
+                const double zij = z.at(b, h, i, j);
+                ds = p * (zij * dp - delta);
+                accumulate_row(dv_acc, dk_acc, dq_acc, p * zij, ds, scale, doi, dO.step(), qi, Q.step(), kj, K.step(),
+                               j, D, Dv);
               }
+              if (extras.grad_bias)
+                store_from_double(element_at(*extras.grad_bias, b, h, i, j), extras.grad_bias->dtype, ds);
             }
             T* dqi = dQ.at(b, h, i);
             for (int64_t d = 0; d < D; ++d) dqi[d * dQ.step()] = convert<T>(dq_acc[d]);

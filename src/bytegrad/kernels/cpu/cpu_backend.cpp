@@ -89,13 +89,14 @@ class CpuBackend final : public KernelBackend {
     cpu::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
   }
   void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                         const StridedView& v, double scale, bool is_causal) override {
-    cpu::attention_forward(out, lse, q, k, v, scale, is_causal);
+                         const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) override {
+    cpu::attention_forward(out, lse, q, k, v, scale, is_causal, extras);
   }
   void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                           const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                          const StridedView& lse, double scale, bool is_causal, DeviceScratch) override {
-    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal);
+                          const StridedView& lse, double scale, bool is_causal, DeviceScratch,
+                          const AttentionExtras& extras) override {
+    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, extras);
   }
 };
 

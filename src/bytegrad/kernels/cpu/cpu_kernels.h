@@ -268,9 +268,9 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
 
 // cpu_attention.cpp
 void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                       const StridedView& v, double scale, bool is_causal);
+                       const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras);
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                        const StridedView& lse, double scale, bool is_causal);
+                        const StridedView& lse, double scale, bool is_causal, const AttentionExtras& extras);
 
 }  // namespace bytegrad::cpu

@@ -7,7 +7,10 @@
 // float64.
 //
 // float16 and bfloat16 with head dimensions up to 128 go to the tensor-core kernels of cuda_attention_mma.cu;
-// this file's kernels serve float32, float64 and larger heads.
+// this file's kernels serve float32, float64, larger heads, and every call with a bias (the mask) or dropout
+// (backend.h's AttentionExtras): the bias is read per score through its strides (an expanded mask reads one
+// row many times), dropout is redrawn per element from attention_dropout.h's counter-based generator, so
+// backward drops what forward dropped and no mask is stored.
 //
 // Layout of the work (kept simple rather than fast):
 //  - forward: a block of kWarps warps holds kWarps consecutive query rows of one (b, h), one row per warp.
@@ -25,6 +28,7 @@
 #include <cmath>
 #include <string>
 
+#include "bytegrad/kernels/attention_dropout.h"
 #include "bytegrad/kernels/cuda/cuda_attention_rows.cuh"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 
@@ -75,6 +79,50 @@ struct Shape4 {
   int64_t B, H, Sq, Sk, D, Dv;
 };
 
+// A (B, H, Sq, Sk) operand of any floating dtype (the bias and its gradient); data nullptr when absent.
+struct ScoreMatrix {
+  void* data = nullptr;
+  int64_t sb = 0, sh = 0, si = 0, sj = 0;
+  ScalarType dtype = ScalarType::float32;
+
+  template <typename Acc>
+  __device__ __forceinline__ Acc load(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const int64_t at = b * sb + h * sh + i * si + j * sj;
+    switch (dtype) {
+      case ScalarType::float64: return static_cast<Acc>(static_cast<const double*>(data)[at]);
+      case ScalarType::float16: return static_cast<Acc>(__half2float(static_cast<const __half*>(data)[at]));
+      case ScalarType::bfloat16: return static_cast<Acc>(__bfloat162float(static_cast<const __nv_bfloat16*>(data)[at]));
+      default: return static_cast<Acc>(static_cast<const float*>(data)[at]);
+    }
+  }
+  template <typename Acc>
+  __device__ __forceinline__ void store(int64_t b, int64_t h, int64_t i, int64_t j, Acc value) const {
+    const int64_t at = b * sb + h * sh + i * si + j * sj;
+    switch (dtype) {
+      case ScalarType::float64: static_cast<double*>(data)[at] = static_cast<double>(value); break;
+      case ScalarType::float16: static_cast<__half*>(data)[at] = __float2half(static_cast<float>(value)); break;
+      case ScalarType::bfloat16:
+        static_cast<__nv_bfloat16*>(data)[at] = __float2bfloat16(static_cast<float>(value));
+        break;
+      default: static_cast<float*>(data)[at] = static_cast<float>(value); break;
+    }
+  }
+};
+
+ScoreMatrix score_matrix_of(const StridedView* v) {
+  if (!v) return {};
+  return {v->data, v->strides[0], v->strides[1], v->strides[2], v->strides[3], v->dtype};
+}
+
+// The dropout factor of element (b, h, i, j): 1 / (1 - p) kept, 0 dropped, 1 without dropout.
+template <typename Acc>
+__device__ __forceinline__ Acc dropout_factor(const DropoutDraw& draw, const Shape4& n, int64_t b, int64_t h,
+                                              int64_t i, int64_t j) {
+  if (!draw.active) return Acc(1);
+  const uint64_t index = static_cast<uint64_t>(((b * n.H + h) * n.Sq + i) * n.Sk + j);
+  return draw.kept(index) ? static_cast<Acc>(draw.kept_scale) : Acc(0);
+}
+
 // The keys query row i may see (causal: top-left aligned, j <= i).
 __device__ __forceinline__ int64_t visible_keys(int64_t i, int64_t keys, bool causal) {
   return causal ? min(i + 1, keys) : keys;
@@ -101,6 +149,8 @@ struct ForwardParams {
   Shape4 n;
   Acc scale;
   bool causal;
+  ScoreMatrix bias;
+  DropoutDraw dropout;
 };
 
 template <typename T, typename Acc, int PerLane>
@@ -146,15 +196,20 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardPara
       const Acc* kr = k_tile + lane * ldk;
       for (int64_t d = 0; d < D; ++d) dot += qs[d] * kr[d];
       s = dot * p.scale;
+      if (p.bias.data) s += p.bias.template load<Acc>(b, h, i, t0 + lane);
     }
-    const Acc m_new = max(m, warp_max(s));  // finite: key t0 is visible to this row
-    const Acc prob = visible ? exp_of(s - m_new) : Acc(0);
-    const Acc correction = exp_of(m - m_new);  // 0 on the first tile (m = -inf)
+    const Acc m_new = max(m, warp_max(s));
+    // -inf while every score so far is masked out (without a bias: never, key t0 is visible to this row)
+    const bool live = m_new > minus_infinity<Acc>();
+    const Acc prob = visible && live ? exp_of(s - m_new) : Acc(0);
+    const Acc correction = live ? exp_of(m - m_new) : Acc(1);  // 0 on the first live tile (m = -inf)
     l = l * correction + warp_sum(prob);
+    // what meets v: the probability times its dropout factor (the sum l is the undropped softmax's)
+    const Acc weight = visible ? prob * dropout_factor<Acc>(p.dropout, p.n, b, h, i, t0 + lane) : Acc(0);
 #pragma unroll
     for (int c = 0; c < PerLane; ++c) acc[c] *= correction;
     for (int jj = 0; jj < kTile; ++jj) {
-      const Acc pj = __shfl_sync(0xffffffffu, prob, jj);
+      const Acc pj = __shfl_sync(0xffffffffu, weight, jj);
       const Acc* vr = v_tile + jj * ldv;
 #pragma unroll
       for (int c = 0; c < PerLane; ++c) {
@@ -185,6 +240,8 @@ struct BackwardParams {
   Shape4 n;
   Acc scale;
   bool causal;
+  ScoreMatrix bias, grad_bias;
+  DropoutDraw dropout;
 };
 
 // One key row j per warp; query rows stream through shared memory in tiles of 32 (lane t: row t0 + t).
@@ -240,19 +297,24 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
     __syncthreads();
     if (!key_valid) continue;
     const int64_t i = t0 + lane;
-    const bool visible = i < p.n.Sq && (!p.causal || j <= i);
-    Acc prob = 0, ds = 0;
+    // a row whose logsumexp is -inf saw no key (all masked): no probabilities
+    const bool visible = i < p.n.Sq && (!p.causal || j <= i) && lse_tile[lane] > minus_infinity<Acc>();
+    Acc weight = 0, ds = 0;
     if (visible) {
       Acc s = 0, dp = 0;
       const Acc* qr = q_tile + lane * ldq;
       const Acc* gr = do_tile + lane * ldo;
       for (int64_t d = 0; d < D; ++d) s += qr[d] * ks[d];
       for (int64_t d = 0; d < Dv; ++d) dp += gr[d] * vs[d];
-      prob = exp_of(s * p.scale - lse_tile[lane]);
-      ds = prob * (dp - delta_tile[lane]);
+      s *= p.scale;
+      if (p.bias.data) s += p.bias.template load<Acc>(b, h, i, j);
+      const Acc prob = exp_of(s - lse_tile[lane]);
+      const Acc z = dropout_factor<Acc>(p.dropout, p.n, b, h, i, j);
+      weight = prob * z;
+      ds = prob * (z * dp - delta_tile[lane]);
     }
     for (int ii = 0; ii < kTile; ++ii) {
-      const Acc pi = __shfl_sync(0xffffffffu, prob, ii);
+      const Acc pi = __shfl_sync(0xffffffffu, weight, ii);
       const Acc dsi = __shfl_sync(0xffffffffu, ds, ii);
       const Acc* qr = q_tile + ii * ldq;
       const Acc* gr = do_tile + ii * ldo;
@@ -326,15 +388,19 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(Backwar
     if (!row_valid || t0 >= row_keys) continue;
     const bool visible = t0 + lane < row_keys;
     Acc ds = 0;
-    if (visible) {
+    if (visible && row_lse > minus_infinity<Acc>()) {
+      const int64_t j = t0 + lane;
       Acc s = 0, dp = 0;
       const Acc* kr = k_tile + lane * ldk;
       const Acc* vr = v_tile + lane * ldv;
       for (int64_t d = 0; d < D; ++d) s += qs[d] * kr[d];
       for (int64_t d = 0; d < Dv; ++d) dp += gs[d] * vr[d];
-      const Acc prob = exp_of(s * p.scale - row_lse);
-      ds = prob * (dp - delta);
+      s *= p.scale;
+      if (p.bias.data) s += p.bias.template load<Acc>(b, h, i, j);
+      const Acc prob = exp_of(s - row_lse);
+      ds = prob * (dropout_factor<Acc>(p.dropout, p.n, b, h, i, j) * dp - delta);
     }
+    if (visible && p.grad_bias.data) p.grad_bias.store(b, h, i, t0 + lane, ds);
     for (int jj = 0; jj < kTile; ++jj) {
       const Acc dsj = __shfl_sync(0xffffffffu, ds, jj);
       const Acc* kr = k_tile + jj * ldk;
@@ -346,6 +412,8 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(Backwar
     }
   }
   if (!row_valid) return;
+  if (p.grad_bias.data)  // the keys this row never saw (causal) have no gradient
+    for (int64_t j = row_keys + lane; j < p.n.Sk; j += kWarp) p.grad_bias.store(b, h, i, j, Acc(0));
   T* dqr = p.dq.at(b, h, i);
 #pragma unroll
   for (int c = 0; c < PerLane; ++c) {
@@ -363,6 +431,13 @@ void check_operand(const StridedView& v, size_t rank, const char* what) {
   if (rank == 4 && v.sizes[3] > 1 && v.strides[3] != 1)
     throw std::invalid_argument(std::string("cuda backend: attention: ") + what +
                                 "'s last dimension must be contiguous (stride 1)");
+}
+
+// The bias and its gradient: (B, H, Sq, Sk), any strides.
+void check_score_matrix(const StridedView& v, const char* what) {
+  if (v.sizes.size() != 4)
+    throw std::invalid_argument(std::string("cuda backend: attention: ") + what + " has " +
+                                std::to_string(v.sizes.size()) + " dimensions, expected 4");
 }
 
 Shape4 shape_of(const StridedView& q, const StridedView& k, const StridedView& v) {
@@ -410,7 +485,7 @@ void check_lse_dtype(const StridedView& lse, ScalarType input) {
 }  // namespace
 
 void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                       const StridedView& v, double scale, bool is_causal) {
+                       const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) {
   check_operand(out, 4, "out");
   check_operand(q, 4, "q");
   check_operand(k, 4, "k");
@@ -420,8 +495,9 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
     check_lse_dtype(*lse, q.dtype);
   }
   const Shape4 n = shape_of(q, k, v);
+  if (extras.bias) check_score_matrix(*extras.bias, "the bias");
   if (out.numel() == 0) return;
-  if (attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
+  if (!extras.any() && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
     return attention_forward_tensor_cores(out, lse, q, k, v, scale, is_causal);
   dispatch_floating(q.dtype, "attention_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -432,7 +508,8 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
     ForwardParams<T, Acc> p{rows_of<T>(out),
                             lse_rows,
                             rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
-                            static_cast<Acc>(scale), is_causal};
+                            static_cast<Acc>(scale), is_causal, score_matrix_of(extras.bias),
+                            dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset)};
     const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D);
     with_columns_per_lane(n, [&](auto columns) {
       constexpr int per_lane = decltype(columns)::value;
@@ -445,7 +522,8 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
 
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                        const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch) {
+                        const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
+                        const AttentionExtras& extras) {
   check_operand(dq, 4, "dq");
   check_operand(dk, 4, "dk");
   check_operand(dv, 4, "dv");
@@ -457,8 +535,10 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   check_operand(lse, 3, "logsumexp");
   check_lse_dtype(lse, q.dtype);
   const Shape4 n = shape_of(q, k, v);
+  if (extras.bias) check_score_matrix(*extras.bias, "the bias");
+  if (extras.grad_bias) check_score_matrix(*extras.grad_bias, "the bias gradient");
   if (dq.numel() == 0 && dk.numel() == 0 && dv.numel() == 0) return;
-  if (attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
+  if (!extras.any() && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
     return attention_backward_tensor_cores(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch);
   dispatch_floating(q.dtype, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -474,7 +554,10 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
                              {static_cast<const Acc*>(lse.data), lse.strides[0], lse.strides[1], lse.strides[2]},
                              n,
                              static_cast<Acc>(scale),
-                             is_causal};
+                             is_causal,
+                             score_matrix_of(extras.bias),
+                             score_matrix_of(extras.grad_bias),
+                             dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset)};
     with_columns_per_lane(n, [&](auto columns) {
       constexpr int per_lane = decltype(columns)::value;
       if (n.Sk > 0) {

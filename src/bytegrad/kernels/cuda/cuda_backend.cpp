@@ -272,19 +272,20 @@ class CudaBackend final : public KernelBackend {
     cuda::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
   }
   void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                         const StridedView& v, double scale, bool is_causal) override {
+                         const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) override {
     CudaDeviceGuard guard(out.device);
     flush_foreach();
     CudaCallTimer timer("attention_forward", is_causal ? "causal" : "", q.dtype);
-    cuda::attention_forward(out, lse, q, k, v, scale, is_causal);
+    cuda::attention_forward(out, lse, q, k, v, scale, is_causal, extras);
   }
   void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                           const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                          const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch) override {
+                          const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
+                          const AttentionExtras& extras) override {
     CudaDeviceGuard guard(dq.device);
     flush_foreach();
     CudaCallTimer timer("attention_backward", is_causal ? "causal" : "", q.dtype);
-    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch);
+    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch, extras);
   }
 };
 

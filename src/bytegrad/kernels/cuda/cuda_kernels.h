@@ -109,10 +109,11 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
 
 // ---- cuda_attention.cu (tiled, online softmax; see backend.h's attention_forward / attention_backward)
 void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                       const StridedView& v, double scale, bool is_causal);
+                       const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras);
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
-                        const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch);
+                        const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
+                        const AttentionExtras& extras);
 
 // ---- cuda_attention_mma.cu (tensor cores; attention_forward/backward call these where eligible)
 bool attention_uses_tensor_cores(ScalarType dtype, int64_t D, int64_t Dv);
