@@ -1,6 +1,7 @@
 // Non-reentrant activation checkpointing: same gradients, fewer saved bytes, recomputation in backward.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -200,4 +201,45 @@ TEST_CASE("a recomputation that differs from the forward is named, and what it r
     CHECK(!x.grad().defined());
   }
   CHECK(allocated() == 0);
+}
+
+TEST_CASE("a checkpointed dropout drops the same elements when recomputed (the generator's state is kept)") {
+  // f(x) = dropout(x * x, 0.5): its backward needs dropout's mask and x. Checkpointed, the mask is recomputed
+  // in backward; PyTorch (preserve_rng_state) restores the generator so the recomputation draws the forward's
+  // mask, and puts the generator back afterwards.
+  auto f = [](const Tensor& x) { return dropout(x * x, 0.5); };
+  const auto opts = TensorOptions{ScalarType::float32, kSim};
+
+  manual_seed(11);
+  Tensor x_plain = rand({64, 32}, opts).requires_grad_();
+  manual_seed(12);
+  Tensor y_plain = f(x_plain);
+  y_plain.sum().backward();
+
+  manual_seed(11);
+  Tensor x_ckpt = rand({64, 32}, opts).requires_grad_();
+  manual_seed(12);
+  Tensor y_ckpt = checkpoint(f, x_ckpt);
+  manual_seed(99);  // draws between forward and backward must not change the recomputation
+  (void)rand({5}, opts);
+  const RngState before_backward = get_rng_state();
+  y_ckpt.sum().backward();
+
+  CHECK(y_ckpt.tolist() == y_plain.tolist());
+  CHECK(x_ckpt.grad().tolist() == x_plain.grad().tolist());
+  // A real mask: some elements dropped, some kept (scaled by 1 / (1 - 0.5) = 2).
+  const std::vector<double> g = x_ckpt.grad().tolist();
+  CHECK(std::count(g.begin(), g.end(), 0.0) > 0);
+  CHECK(std::count(g.begin(), g.end(), 0.0) < static_cast<std::ptrdiff_t>(g.size()));
+  // The generator is where backward found it.
+  CHECK(get_rng_state().engine == before_backward.engine);
+}
+
+TEST_CASE("get_rng_state / set_rng_state draw the same values again") {
+  manual_seed(3);
+  const RngState state = get_rng_state();
+  const std::vector<double> first = rand({16}, TensorOptions{ScalarType::float32, kCpu}).tolist();
+  set_rng_state(state);
+  CHECK(rand({16}, TensorOptions{ScalarType::float32, kCpu}).tolist() == first);
+  CHECK_THROWS_AS(set_rng_state(RngState{"not a state"}), std::invalid_argument);
 }

@@ -15,6 +15,12 @@ namespace bytegrad {
 
 namespace {
 
+// Puts the generator back as it was, however the recomputation ends.
+struct RngStateRestorer {
+  RngState state;
+  ~RngStateRestorer() { set_rng_state(state); }
+};
+
 // One checkpointed call: its function, its inputs, and a slot per tensor its graph saved.
 class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared_from_this<CheckpointFrame> {
  public:
@@ -23,7 +29,8 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
         inputs_(std::move(inputs)),
         autocast_(is_autocast_enabled()),
         autocast_dtype_(autocast_dtype()),
-        autocast_cache_(is_autocast_cache_enabled()) {}
+        autocast_cache_(is_autocast_cache_enabled()),
+        rng_state_(get_rng_state()) {}
 
   // Forward: remember only the slot number, and what the tensor was (to check the recomputation against).
   std::shared_ptr<void> pack(const Tensor& t) override {
@@ -80,10 +87,14 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
   // Runs the function again and returns the tensors it saved, in the order the forward saved them, after
   // checking that they are the forward's (PyTorch's CheckpointError), before any node uses one.
   // As PyTorch's: the recomputation runs in an autocast region of the forward's settings when the forward ran
-  // in one (a region of its own, so its weight casts are made afresh and their cache cleared when it ends).
+  // in one (a region of its own, so its weight casts are made afresh and their cache cleared when it ends),
+  // and with the random generator as the forward found it (preserve_rng_state: dropout drops the same
+  // elements), the generator's own state put back afterwards.
   std::vector<Tensor> recompute() {
     std::vector<Tensor> recomputed;
     {
+      RngStateRestorer restore_after(get_rng_state());
+      set_rng_state(rng_state_);
       EnableGradGuard grad;
       std::optional<AutocastGuard> autocast;
       if (autocast_) autocast.emplace(DeviceType::cuda, autocast_dtype_, true, autocast_cache_);
@@ -130,6 +141,7 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
   bool autocast_;
   ScalarType autocast_dtype_;
   bool autocast_cache_;
+  RngState rng_state_;  // the generator as the forward found it
 };
 
 }  // namespace

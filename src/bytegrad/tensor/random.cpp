@@ -9,6 +9,7 @@
 #include <mutex>
 #include <numbers>
 #include <random>
+#include <sstream>
 
 #include "bytegrad/core/checked_convert.h"
 #include "bytegrad/kernels/backend.h"
@@ -56,6 +57,22 @@ namespace {
 void manual_seed(uint64_t seed) {
   std::lock_guard lock(generator().mutex);
   generator().engine.seed(seed);
+}
+
+RngState get_rng_state() {
+  std::lock_guard lock(generator().mutex);
+  std::ostringstream out;
+  out << generator().engine;
+  return RngState{out.str()};
+}
+
+void set_rng_state(const RngState& state) {
+  std::mt19937_64 engine;
+  std::istringstream in(state.engine);
+  in >> engine;
+  if (!in) throw std::invalid_argument("set_rng_state: the state is not one get_rng_state returned");
+  std::lock_guard lock(generator().mutex);
+  generator().engine = engine;
 }
 
 double random_uniform() {

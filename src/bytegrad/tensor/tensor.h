@@ -234,6 +234,13 @@ Tensor scalar_tensor(double value, TensorOptions options = {});  // 0-d
 
 // ---- random (one seeded process generator; the same seed gives the same values on every device)
 void manual_seed(uint64_t seed);
+// The generator's whole state, as torch.get_rng_state / set_rng_state: what was drawn after get_rng_state
+// is drawn again after set_rng_state (checkpointing's recomputation relies on it).
+struct RngState {
+  std::string engine;  // the host engine's state, serialized
+};
+RngState get_rng_state();
+void set_rng_state(const RngState& state);
 Tensor rand(const Shape& sizes, TensorOptions options = {});   // uniform [0, 1)
 Tensor randn(const Shape& sizes, TensorOptions options = {});  // standard normal
 // Integers in [low, high); int64 unless options.dtype says otherwise (torch.randint's default), so
