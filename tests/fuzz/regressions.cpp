@@ -276,3 +276,15 @@ TEST_CASE("regression: cat and stack refuse operands on two devices, on meta as 
   CHECK_THROWS_AS(stack({on_meta, on_cpu}), std::invalid_argument);
   CHECK(cat({on_cpu}).device() == kCpu);  // a lone tensor is no mix
 }
+
+TEST_CASE("regression: softmax and log_softmax of a 0-d infinity or NaN are NaN") {
+  // PyTorch runs a 0-d input as one slice of one element: exp(x - max) with x - max = inf - inf = NaN.
+  for (const double x : {INFINITY, -INFINITY, NAN}) {
+    const Tensor t = scalar_tensor(x, TensorOptions{ScalarType::float64, kSim});
+    CHECK(std::isnan(softmax(t, 0).item()));
+    CHECK(std::isnan(log_softmax(t, 0).item()));
+  }
+  const Tensor finite = scalar_tensor(-3.5, TensorOptions{ScalarType::float32, kSim});
+  CHECK(softmax(finite, 0).item() == 1.0);
+  CHECK(log_softmax(finite, -1).item() == 0.0);
+}
