@@ -12,7 +12,8 @@
 //  - invalid: the call throws a std::exception subclass, with the sim device's figures and every input's
 //    values unchanged.
 // Environment (tests/fuzz/fuzz_support.h):
-//   BYTEGRAD_FUZZ_OP_ITERATIONS / BYTEGRAD_FUZZ_ITERATIONS  the number of cases (CI: the default below)
+//   BYTEGRAD_FUZZ_OP_ITERATIONS / BYTEGRAD_FUZZ_ITERATIONS  the number of cases (CI: kCiCases below, 50000;
+//                            20000 in a sanitized build)
 //   BYTEGRAD_FUZZ_SEED       the seed; every failure prints it with the case number and the full input
 //   BYTEGRAD_FUZZ_OP_CASE    run only this case number (a reproducer)
 //   BYTEGRAD_FUZZ_OP_ROWS    only these rows (comma-separated op names)
@@ -2762,6 +2763,20 @@ std::set<std::string> env_list(const char* variable) {
 
 }  // namespace
 
+// CI's short run: every row reached by valid cases (checked below), about 5 s in a normal build; a sanitized
+// build runs some 20 times slower, so it takes fewer cases (about 40 s under ASan+UBSan).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr uint64_t kCiCases = 20000;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr uint64_t kCiCases = 20000;
+#else
+constexpr uint64_t kCiCases = 50000;
+#endif
+#else
+constexpr uint64_t kCiCases = 50000;
+#endif
+
 TEST_CASE("fuzz: every op-table row on random shapes, layouts, dtypes and devices against PyTorch's rules") {
   const Drivers& all = drivers();
   // Every row has a driver (a new row without one fails here).
@@ -2770,7 +2785,7 @@ TEST_CASE("fuzz: every op-table row on random shapes, layouts, dtypes and device
     for (const auto& [id, d] : all) found = found || op_name(id) == info.name;
     CHECK_MESSAGE(found, "no fuzz driver for op-table row " << info.name);
   }
-  const uint64_t iterations = fuzz_iterations("OP", 50000);
+  const uint64_t iterations = fuzz_iterations("OP", kCiCases);
   Runner runner;
   runner.seed = fuzz_seed();
   runner.skip = env_list("BYTEGRAD_FUZZ_OP_SKIP");
