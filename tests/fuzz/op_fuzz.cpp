@@ -16,6 +16,8 @@
 //                            20000 in a sanitized build)
 //   BYTEGRAD_FUZZ_SEED       the seed; every failure prints it with the case number and the full input
 //   BYTEGRAD_FUZZ_OP_CASE    run only this case number (a reproducer)
+//   BYTEGRAD_FUZZ_OP_FIRST   the first case number (default 0): a long run split into processes, each
+//                            running cases [FIRST, FIRST + ITERATIONS)
 //   BYTEGRAD_FUZZ_OP_ROWS    only these rows (comma-separated op names)
 //   BYTEGRAD_FUZZ_OP_SKIP    skip cases exercising these rule classes (comma-separated: dtype, promotion,
 //                            scalar, overlap, device, ...); while developing only: the default checks all
@@ -2799,8 +2801,8 @@ TEST_CASE("fuzz: every op-table row on random shapes, layouts, dtypes and device
   REQUIRE(!order.empty());
   // The memory checks need an allocator that starts from nothing of ours; leftovers are the process's.
   const auto start = std::chrono::steady_clock::now();
-  const uint64_t first = only_case ? fuzz_env_number("BYTEGRAD_FUZZ_OP_CASE", 0) : 0;
-  const uint64_t last = only_case ? first + 1 : iterations;
+  const uint64_t first = fuzz_env_number(only_case ? "BYTEGRAD_FUZZ_OP_CASE" : "BYTEGRAD_FUZZ_OP_FIRST", 0);
+  const uint64_t last = only_case ? first + 1 : first + iterations;
   for (uint64_t index = first; index < last; ++index) {
     // Rows in turn (the case number picks the row, so that a case reproduces alone).
     const OpId id = order[index % order.size()];
