@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -301,4 +303,19 @@ TEST_CASE("regression: copy_ into a view with overlapping rows from the same sto
     const std::vector<double> after = storage.tolist();
     CHECK(std::vector<double>(after.begin() + 3, after.end()) == std::vector<double>{3, 4, 5, 6, 7});
   }
+}
+
+TEST_CASE("regression: integer products, powers and sums that overflow wrap around (no signed overflow)") {
+  // ASan+UBSan in the op fuzzer's long run: "signed integer overflow" in integer pow and in prod. PyTorch's
+  // integer kernels wrap in two's complement; the reference here is computed in uint64.
+  const Tensor big = from_vector({3037000500.0, 2.0}, {2}, TensorOptions{ScalarType::int64, kSim});
+  const uint64_t square = uint64_t{3037000500} * uint64_t{3037000500};
+  const double wrapped_square = static_cast<double>(static_cast<int64_t>(square));  // as tolist() reads it
+  CHECK((big * big).tolist()[0] == wrapped_square);
+  CHECK(pow(big, 2).tolist()[0] == wrapped_square);
+  CHECK(pow(big, 64).tolist()[1] == 0.0);  // 2 ** 64 wraps to 0
+  CHECK(prod(from_vector({4611686018427387904.0, 2.0}, {2}, TensorOptions{ScalarType::int64, kSim})).tolist()[0] ==
+        static_cast<double>(std::numeric_limits<int64_t>::min()));  // 2^62 * 2 = 2^63 wraps to INT64_MIN
+  const Tensor ints32 = from_vector({2147483647.0}, {1}, TensorOptions{ScalarType::int32, kSim});
+  CHECK((ints32 + 1).tolist()[0] == -2147483648.0);
 }
