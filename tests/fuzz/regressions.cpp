@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -129,4 +131,191 @@ TEST_CASE("regression: mse_loss of empty tensors is NaN (mean) or 0 (sum), its 0
     const Tensor one = ones({1, 1}, TensorOptions{ScalarType::bfloat16, device});
     CHECK(mse_loss(one, target.to(ScalarType::bfloat16), Reduction::sum).item() == 0.0);
   }
+}
+
+// ---- found by the op fuzzer after issue 25's branches were merged
+
+namespace {
+
+// The sim device's allocated bytes now and at their peak since the last reset.
+struct SimBytes {
+  int64_t now, peak;
+};
+SimBytes sim_bytes() {
+  return {caching_allocator(kSim).memory_allocated(), caching_allocator(kSim).max_memory_allocated()};
+}
+
+}  // namespace
+
+TEST_CASE("regression: a Python-number scalar promotes as in PyTorch, with the output as the only allocation") {
+  // PyTorch 2.11 (tests/data/pytorch_probes/bad_inputs/pytorch_2_11.txt): `int64 + 2.5` is float32 [3.5, 3.5];
+  // a float scalar with an integral or bool tensor computes in the default dtype (float32), an int scalar
+  // with a bool tensor in int64; the tensor's dtype otherwise. These were refused ("convert the tensor first").
+  const TensorOptions int64_sim{ScalarType::int64, kSim};
+  const Tensor ones_int = ones({2}, int64_sim);
+  caching_allocator(kSim).reset_peak_stats();
+  const SimBytes before = sim_bytes();
+  const Tensor sum = ones_int + 2.5;
+  CHECK(sum.dtype() == ScalarType::float32);
+  CHECK(sum.tolist() == std::vector<double>{3.5, 3.5});
+  // One float32 output of 2 elements: 2 * 4 = 8 bytes, rounded to the 512-byte block; nothing else at the
+  // peak (TensorIterator keeps the scalar on the host as a wrapped number; no converted copy on CUDA).
+  CHECK(sim_bytes().now - before.now == 512);
+  CHECK(sim_bytes().peak - before.now == 512);
+
+  const Tensor mask = from_vector({1, 0, 1}, {3}, TensorOptions{ScalarType::bool_, kSim});
+  const Tensor shifted = mask + 2;  // bool + int -> int64
+  CHECK(shifted.dtype() == ScalarType::int64);
+  CHECK(shifted.tolist() == std::vector<double>{3, 2, 3});
+  CHECK((mask * 1).dtype() == ScalarType::int64);  // PyTorch: torch.tensor([True]) * 1 is int64
+  const Tensor halves = mask * 0.5;
+  CHECK(halves.dtype() == ScalarType::float32);
+  CHECK(halves.tolist() == std::vector<double>{0.5, 0, 0.5});
+
+  const Tensor squares = from_vector({0, 1, 4, 9}, {4}, TensorOptions{ScalarType::int32, kSim});
+  const Tensor roots = pow(squares, 0.5);  // float32, sqrt
+  CHECK(roots.dtype() == ScalarType::float32);
+  CHECK(roots.tolist() == std::vector<double>{0, 1, 2, 3});
+  CHECK(pow(2.5, squares).dtype() == ScalarType::float32);
+  CHECK(pow(mask, 2).dtype() == ScalarType::int64);  // bool ** 2: int64 [1, 0, 1]
+  CHECK(pow(mask, 2).tolist() == std::vector<double>{1, 0, 1});
+  const Tensor quarters = squares / 4.5;  // true division by a float: float32
+  CHECK(quarters.dtype() == ScalarType::float32);
+  CHECK(quarters.tolist()[2] == doctest::Approx(4.0 / 4.5));
+  const Tensor reversed = 1.5 - squares;  // rsub
+  CHECK(reversed.dtype() == ScalarType::float32);
+  CHECK(reversed.tolist() == std::vector<double>{1.5, 0.5, -2.5, -7.5});
+  // alpha follows the type computed in: int64 + 2.5 * 0.5 computes in float32, so a fractional alpha is fine.
+  CHECK(add(ones_int, 2.5, 0.5).tolist() == std::vector<double>{2.25, 2.25});
+  CHECK_THROWS_AS(add(ones_int, 2, 0.5), std::invalid_argument);  // int64 computation: alpha must be whole
+  // The same on meta: dtype and the one 512-byte block.
+  const Tensor meta_int = ones({2}, TensorOptions{ScalarType::int64, kMeta});
+  const int64_t meta_before = caching_allocator(kMeta).memory_allocated();
+  const Tensor meta_sum = meta_int + 2.5;
+  CHECK(meta_sum.dtype() == ScalarType::float32);
+  CHECK(caching_allocator(kMeta).memory_allocated() - meta_before == 512);
+}
+
+TEST_CASE("regression: in-place scalar ops refuse a promoted result type, before writing") {
+  // PyTorch: int64.add_(2.5) "result type Float can't be cast to the desired output type Long"; bool.mul_(0)
+  // likewise (result type Long).
+  const Tensor x = from_vector({1, 2}, {2}, TensorOptions{ScalarType::int64, kSim});
+  const std::string message = refusal_of([&] { x.add_(2.5); });
+  CHECK(message.find("result type Float can't be cast to the desired output type Long") != std::string::npos);
+  CHECK(x.tolist() == std::vector<double>{1, 2});
+  const Tensor mask = from_vector({1, 0}, {2}, TensorOptions{ScalarType::bool_, kSim});
+  CHECK_THROWS_AS(mask.mul_(0), std::invalid_argument);
+  CHECK(mask.tolist() == std::vector<double>{1, 0});
+  x.add_(3);  // an int scalar keeps int64
+  CHECK(x.tolist() == std::vector<double>{4, 5});
+  // A whole divisor leaves an integer computation, which div (floating rows) refuses, as before.
+  CHECK_THROWS_AS(x / 2, std::invalid_argument);
+}
+
+TEST_CASE("regression: relu, pow and relu_backward refuse bool tensors, as PyTorch has no bool kernel") {
+  const Tensor mask = from_vector({1, 0}, {2}, TensorOptions{ScalarType::bool_, kSim});
+  CHECK_THROWS_AS(relu(mask), std::invalid_argument);  // "Boolean inputs not supported for relu"
+  CHECK_THROWS_AS(pow(mask, mask), std::invalid_argument);  // "pow_cuda" not implemented for 'Bool'
+  CHECK_THROWS_AS(relu_backward(mask, mask), std::invalid_argument);
+  const Tensor counts = from_vector({2, 3}, {2}, TensorOptions{ScalarType::int64, kSim});
+  CHECK(pow(counts, mask).tolist() == std::vector<double>{2, 1});  // int64 computation: fine
+}
+
+TEST_CASE("regression: maximum_, addcmul_ and addcdiv_ promote mixed dtypes and write self's") {
+  // PyTorch's TensorIterator: the result type of all operands, cast to self (canCast), no copies on CUDA.
+  const Tensor self = from_vector({1, 5}, {2}, TensorOptions{ScalarType::bfloat16, kSim});
+  const Tensor other = from_vector({3, 2}, {2}, TensorOptions{ScalarType::float64, kSim});
+  const Tensor ints = from_vector({2, 4}, {2}, TensorOptions{ScalarType::int64, kSim});
+  caching_allocator(kSim).reset_peak_stats();
+  const SimBytes before = sim_bytes();
+  maximum_(self, other);
+  CHECK(self.dtype() == ScalarType::bfloat16);
+  CHECK(self.tolist() == std::vector<double>{3, 5});
+  addcmul_(self, ints, other, 0.5);  // 3 + 0.5 * 2 * 3, 5 + 0.5 * 4 * 2
+  CHECK(self.tolist() == std::vector<double>{6, 9});
+  addcdiv_(self, other, ints, 2);  // 6 + 2 * 3 / 2, 9 + 2 * 2 / 4
+  CHECK(self.tolist() == std::vector<double>{9, 10});
+  CHECK(sim_bytes().now == before.now);  // in place: nothing allocated, not even for a moment
+  CHECK(sim_bytes().peak == before.now);
+  // A result that cannot be cast into self is refused before anything is written.
+  const Tensor int_self = from_vector({1, 2}, {2}, TensorOptions{ScalarType::int64, kSim});
+  CHECK_THROWS_AS(maximum_(int_self, other), std::invalid_argument);
+  CHECK(int_self.tolist() == std::vector<double>{1, 2});
+  // lerp_ keeps PyTorch's one-dtype rule.
+  CHECK_THROWS_AS(lerp_(self, other, 0.5), std::invalid_argument);
+}
+
+TEST_CASE("regression: in-place ops on an empty view with a stride-0 dimension are accepted") {
+  // PyTorch counts an empty tensor contiguous (so non-overlapping and dense) whatever its strides.
+  const Tensor base = zeros({4}, TensorOptions{ScalarType::float32, kSim});
+  const Tensor empty_expanded = base.as_strided({3, 0}, {0, 1}, 0);
+  empty_expanded.add_(1.0);
+  empty_expanded.neg_();
+  sqrt_(empty_expanded);
+  empty_expanded.copy_(zeros({0}, TensorOptions{ScalarType::float32, kSim}));
+  CHECK(base.tolist() == std::vector<double>{0, 0, 0, 0});
+  // A non-empty expanded view is still refused.
+  CHECK_THROWS_AS(base.as_strided({3, 1}, {0, 1}, 0).add_(1.0), std::invalid_argument);
+}
+
+TEST_CASE("regression: dropout with p = 1 multiplies any dtype by zero; constant_pad_nd checks a value it uses") {
+  // PyTorch's _dropout: p == 1 is input * zeros({}) whatever the dtype (only 0 < p < 1 draws).
+  const Tensor counts = from_vector({3, 7}, {2}, TensorOptions{ScalarType::uint8, kSim});
+  const Tensor dropped = dropout(counts, 1.0);
+  CHECK(dropped.dtype() == ScalarType::uint8);
+  CHECK(dropped.tolist() == std::vector<double>{0, 0});
+  CHECK_THROWS_AS(dropout(counts, 0.5), std::invalid_argument);
+  // constant_pad_nd only fills (and converts the value) when something is padded; cropping alone clones.
+  const Tensor row = from_vector({1, 2, 3}, {3}, TensorOptions{ScalarType::uint8, kSim});
+  CHECK(constant_pad_nd(row, {-1, 0}, -1.25).tolist() == std::vector<double>{2, 3});
+  CHECK_THROWS_AS(constant_pad_nd(row, {1, 0}, -1.25), std::invalid_argument);
+}
+
+TEST_CASE("regression: cat and stack refuse operands on two devices, on meta as elsewhere") {
+  const Tensor on_meta = zeros({2}, TensorOptions{ScalarType::float32, kMeta});
+  const Tensor on_cpu = zeros({2}, TensorOptions{ScalarType::float32, kCpu});
+  CHECK_THROWS_AS(cat({on_meta, on_cpu}), std::invalid_argument);
+  CHECK_THROWS_AS(stack({on_meta, on_cpu}), std::invalid_argument);
+  CHECK(cat({on_cpu}).device() == kCpu);  // a lone tensor is no mix
+}
+
+TEST_CASE("regression: softmax and log_softmax of a 0-d infinity or NaN are NaN") {
+  // PyTorch runs a 0-d input as one slice of one element: exp(x - max) with x - max = inf - inf = NaN.
+  for (const double x : {INFINITY, -INFINITY, NAN}) {
+    const Tensor t = scalar_tensor(x, TensorOptions{ScalarType::float64, kSim});
+    CHECK(std::isnan(softmax(t, 0).item()));
+    CHECK(std::isnan(log_softmax(t, 0).item()));
+  }
+  const Tensor finite = scalar_tensor(-3.5, TensorOptions{ScalarType::float32, kSim});
+  CHECK(softmax(finite, 0).item() == 1.0);
+  CHECK(log_softmax(finite, -1).item() == 0.0);
+}
+
+TEST_CASE("regression: copy_ into a view with overlapping rows from the same storage is defined (no memcpy overlap)") {
+  // ASan+UBSan in the op fuzzer's long run: memcpy-param-overlap in the cpu copy kernel. The destination's
+  // rows overlap each other (strides {1, 1}), which PyTorch's overlap check calls too hard and allows; the
+  // source is the same storage shifted by one, so a row's source and target overlap.
+  for (Device device : {kCpu, kSim}) {
+    const Tensor storage = arange(8.0, TensorOptions{ScalarType::float64, device});
+    const Tensor dst = storage.as_strided({2, 2}, {1, 1}, 0);
+    const Tensor src = storage.as_strided({2, 2}, {2, 1}, 1);
+    dst.copy_(src);  // the values written are PyTorch's "undefined"; what lies past the view is untouched
+    const std::vector<double> after = storage.tolist();
+    CHECK(std::vector<double>(after.begin() + 3, after.end()) == std::vector<double>{3, 4, 5, 6, 7});
+  }
+}
+
+TEST_CASE("regression: integer products, powers and sums that overflow wrap around (no signed overflow)") {
+  // ASan+UBSan in the op fuzzer's long run: "signed integer overflow" in integer pow and in prod. PyTorch's
+  // integer kernels wrap in two's complement; the reference here is computed in uint64.
+  const Tensor big = from_vector({3037000500.0, 2.0}, {2}, TensorOptions{ScalarType::int64, kSim});
+  const uint64_t square = uint64_t{3037000500} * uint64_t{3037000500};
+  const double wrapped_square = static_cast<double>(static_cast<int64_t>(square));  // as tolist() reads it
+  CHECK((big * big).tolist()[0] == wrapped_square);
+  CHECK(pow(big, 2).tolist()[0] == wrapped_square);
+  CHECK(pow(big, 64).tolist()[1] == 0.0);  // 2 ** 64 wraps to 0
+  CHECK(prod(from_vector({4611686018427387904.0, 2.0}, {2}, TensorOptions{ScalarType::int64, kSim})).tolist()[0] ==
+        static_cast<double>(std::numeric_limits<int64_t>::min()));  // 2^62 * 2 = 2^63 wraps to INT64_MIN
+  const Tensor ints32 = from_vector({2147483647.0}, {1}, TensorOptions{ScalarType::int32, kSim});
+  CHECK((ints32 + 1).tolist()[0] == -2147483648.0);
 }

@@ -158,9 +158,11 @@ TEST_CASE("elementwise ops cover every dtype") {
   // Float64 keeps double precision.
   const Tensor third = full({2}, 1.0, TensorOptions{ScalarType::float64, kSim}) / 3;
   CHECK(third.tolist()[0] == doctest::Approx(1.0 / 3).epsilon(1e-15));
-  // An int tensor + 0.5 would compute in float32 in PyTorch; bytegrad's scalar ops keep the tensor's dtype,
-  // so it is refused rather than truncated (documented in ops.h). A whole number stays int64.
-  CHECK_THROWS_AS(tensor({1, 2}, TensorOptions{ScalarType::int64, kSim}) + 0.5, std::invalid_argument);
+  // An int tensor + 0.5 computes in float32, as PyTorch's wrapped number promotes it (ops.h). A whole
+  // number stays int64.
+  const Tensor promoted = tensor({1, 2}, TensorOptions{ScalarType::int64, kSim}) + 0.5;
+  CHECK(promoted.dtype() == ScalarType::float32);
+  CHECK(promoted.tolist() == std::vector<double>{1.5, 2.5});
   CHECK((tensor({1, 2}, TensorOptions{ScalarType::int64, kSim}) + 2.0).tolist() == std::vector<double>{3, 4});
 }
 

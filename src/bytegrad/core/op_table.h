@@ -34,7 +34,7 @@
   X(expm1, floating, grad, Expm1Backward0)             \
   X(log, floating, grad, LogBackward0)                 \
   X(sqrt, floating, grad, SqrtBackward0)               \
-  X(relu, any, grad, ReluBackward0)                    \
+  X(relu, not_bool, grad, ReluBackward0)               \
   X(sigmoid, floating, grad, SigmoidBackward0)         \
   X(tanh, floating, grad, TanhBackward0)               \
   X(gelu, floating, grad, GeluBackward0)               \
@@ -48,7 +48,7 @@
   X(sub, any, Alpha, grad, SubBackward0)               \
   X(mul, any, None, grad, MulBackward0)                \
   X(div, floating, None, grad, DivBackward0)           \
-  X(pow, any, None, no_grad, -)                        \
+  X(pow, not_bool, None, no_grad, -)                   \
   X(maximum, any, None, no_grad, -)                    \
   X(minimum, any, None, no_grad, -)                    \
   X(eq, to_bool, None, no_grad, -)                     \
@@ -59,7 +59,7 @@
   X(ge, to_bool, None, no_grad, -)                     \
   X(logical_and, to_bool, None, no_grad, -)            \
   X(logical_or, to_bool, None, no_grad, -)             \
-  X(relu_backward, any, None, no_grad, -)              \
+  X(relu_backward, not_bool, None, no_grad, -)         \
   X(sigmoid_backward, floating, None, no_grad, -)      \
   X(tanh_backward, floating, None, no_grad, -)         \
   X(gelu_backward, floating, None, no_grad, -)

@@ -138,9 +138,12 @@ class KernelBackend {
                            const StridedView& source) = 0;
 
   // out[i] = op(self[i], a[i], b[i], value) (TernaryOp); all four share out's sizes (stride 0 where
-  // broadcast) and one floating dtype; out may alias self exactly (the in-place optimizer updates).
+  // broadcast); out may alias self exactly (the in-place optimizer updates). Without `common` all four
+  // share one floating dtype; with it (a floating type: result_type of self, a and b), each operand is read
+  // in its own dtype, the op runs in `common` (its opmath) and the result is stored in out's dtype, as
+  // PyTorch's TensorIterator does on CUDA (no converted copies).
   virtual void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-                       const StridedView& b, double value) = 0;
+                       const StridedView& b, double value, std::optional<ScalarType> common = std::nullopt) = 0;
 
   // Layer normalization of x (M, N), contiguous: per row, mean and rstd = 1 / sqrt(biased variance + eps)
   // (both (M), in the accumulation dtype: float32 for the 16/32-bit floats, float64 for float64), and

@@ -124,9 +124,9 @@ class DriverAllocationsBackend final : public KernelBackend {
     inner_.scatter_add(out, dim, index, source);
   }
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-               const StridedView& b, double value) override {
+               const StridedView& b, double value, std::optional<ScalarType> common) override {
     note(out, pointwise());
-    inner_.ternary(op, out, self, a, b, value);
+    inner_.ternary(op, out, self, a, b, value, common);
   }
   void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                   const StridedView* weight, const StridedView* bias, double eps) override {

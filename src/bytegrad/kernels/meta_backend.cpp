@@ -28,8 +28,8 @@ class MetaBackend final : public KernelBackend {
   void index_add(const StridedView&, int64_t, const StridedView&, const StridedView&) override {}
   void gather(const StridedView&, const StridedView&, int64_t, const StridedView&) override {}
   void scatter_add(const StridedView&, int64_t, const StridedView&, const StridedView&) override {}
-  void ternary(TernaryOp, const StridedView&, const StridedView&, const StridedView&, const StridedView&,
-               double) override {}
+  void ternary(TernaryOp, const StridedView&, const StridedView&, const StridedView&, const StridedView&, double,
+               std::optional<ScalarType>) override {}
   void layer_norm(const StridedView&, const StridedView&, const StridedView&, const StridedView&, const StridedView*,
                   const StridedView*, double) override {}
   void layer_norm_backward(const StridedView*, const StridedView*, const StridedView*, const StridedView&,

@@ -49,6 +49,37 @@ BYTEGRAD_HOST_DEVICE bool is_nan(M x) {
   else return false;
 }
 
+// Signed integer +, - and * wrap around in two's complement, as PyTorch's integer kernels give in practice
+// (int64 ** 40 and products that overflow); C++ leaves signed overflow undefined (UBSan reports it), so
+// they are computed in the unsigned type. Other types compute as written.
+template <typename M>
+BYTEGRAD_HOST_DEVICE M wrapping_add(M a, M b) {
+  if constexpr (std::is_integral_v<M> && std::is_signed_v<M>) {
+    using U = std::make_unsigned_t<M>;
+    return static_cast<M>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return static_cast<M>(a + b);
+  }
+}
+template <typename M>
+BYTEGRAD_HOST_DEVICE M wrapping_sub(M a, M b) {
+  if constexpr (std::is_integral_v<M> && std::is_signed_v<M>) {
+    using U = std::make_unsigned_t<M>;
+    return static_cast<M>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return static_cast<M>(a - b);
+  }
+}
+template <typename M>
+BYTEGRAD_HOST_DEVICE M wrapping_mul(M a, M b) {
+  if constexpr (std::is_integral_v<M> && std::is_signed_v<M>) {
+    using U = std::make_unsigned_t<M>;
+    return static_cast<M>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return static_cast<M>(a * b);
+  }
+}
+
 // Integer power by squaring; negative exponents give 1/base^e truncated (0 unless |base| == 1).
 template <typename I>
 BYTEGRAD_HOST_DEVICE I integer_pow(I base, I exponent) {
@@ -59,9 +90,9 @@ BYTEGRAD_HOST_DEVICE I integer_pow(I base, I exponent) {
   }
   I result = 1;
   while (exponent) {
-    if (exponent & 1) result *= base;
+    if (exponent & 1) result = wrapping_mul(result, base);
     exponent >>= 1;
-    base *= base;
+    base = wrapping_mul(base, base);
   }
   return result;
 }
@@ -97,10 +128,10 @@ BYTEGRAD_HOST_DEVICE M unary(UnaryOp op, M x) {
   using R = real_t<M>;
   const R r = static_cast<R>(x);
   switch (op) {
-    case UnaryOp::neg: return static_cast<M>(-x);
+    case UnaryOp::neg: return wrapping_sub(M(0), x);
     case UnaryOp::abs:
       if constexpr (std::is_floating_point_v<M>) return m_abs(x);
-      else return x < M(0) ? static_cast<M>(-x) : x;
+      else return x < M(0) ? wrapping_sub(M(0), x) : x;
     case UnaryOp::exp: return static_cast<M>(m_exp(r));
     case UnaryOp::expm1: return static_cast<M>(m_expm1(r));  // exp(x) - 1, exact near 0
     case UnaryOp::log: return static_cast<M>(m_log(r));
@@ -118,9 +149,9 @@ BYTEGRAD_HOST_DEVICE M unary(UnaryOp op, M x) {
 template <typename M>
 BYTEGRAD_HOST_DEVICE M binary(BinaryOp op, M a, M b, M alpha) {
   switch (op) {
-    case BinaryOp::add: return static_cast<M>(a + alpha * b);
-    case BinaryOp::sub: return static_cast<M>(a - alpha * b);
-    case BinaryOp::mul: return static_cast<M>(a * b);
+    case BinaryOp::add: return wrapping_add(a, wrapping_mul(alpha, b));
+    case BinaryOp::sub: return wrapping_sub(a, wrapping_mul(alpha, b));
+    case BinaryOp::mul: return wrapping_mul(a, b);
     case BinaryOp::div: return safe_divide(a, b);
     case BinaryOp::pow:
       if constexpr (std::is_floating_point_v<M>) return m_pow(a, b);
@@ -161,8 +192,8 @@ BYTEGRAD_HOST_DEVICE M pow_scalar_exponent(M x, M exponent) {
   }
 }
 
-// A binary op with a Python-number operand: `scalar` converted to M (arithmetic adopts the tensor's type:
-// an int tensor + 0.5 adds 0), `exact` the number itself (comparisons use it, so int_tensor > 0.5 means
+// A binary op with a Python-number operand: `scalar` converted to M (the op layer passes a tensor of the
+// type computed in: int_tensor + 0.5 arrives as float32), `exact` the number itself (comparisons use it, so int_tensor > 0.5 means
 // what it says). PyTorch's scalar fast paths: pow through pow_scalar_exponent, and floating division by a
 // scalar through its reciprocal.
 template <typename M>

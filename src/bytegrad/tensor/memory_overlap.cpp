@@ -9,13 +9,15 @@ namespace bytegrad {
 
 namespace {
 
-// Checked first: a contiguous tensor (the common destination) needs no sort.
+// Checked first: a contiguous tensor (the common destination) needs no sort; an empty one is contiguous.
 bool non_overlapping_and_dense(const Tensor& t) {
-  return t.is_contiguous() || is_non_overlapping_and_dense(t.sizes(), t.strides());
+  return t.numel() == 0 || t.is_contiguous() || is_non_overlapping_and_dense(t.sizes(), t.strides());
 }
 
-// The first dimension of size > 1 and stride 0, or -1.
+// The first dimension of size > 1 and stride 0, or -1. An empty tensor has no elements to share a location
+// (PyTorch counts it contiguous, hence non-overlapping and dense, whatever its strides): -1.
 int64_t first_shared_dimension(const Tensor& t) {
+  if (t.numel() == 0) return -1;
   const Shape& sizes = t.sizes();
   const Shape& strides = t.strides();
   for (size_t d = 0; d < sizes.size(); ++d)

@@ -15,12 +15,13 @@
 // type and return bool. In-place forms (add_, sub_, mul_, div_) write self's dtype and refuse, before
 // writing, a result type that cannot be cast to it (floating into integral, non-bool into bool). Every
 // other op still requires its tensor operands to share a dtype (std::invalid_argument names the op and
-// both operands); all operands must share a device. A scalar adopts the tensor's dtype, a whole number
-// being taken as a Python int: int_tensor + 2 stays int64, uint8 + 300 wraps and float32 * 1e39 gives inf
-// as in PyTorch (which checks no scalar operand); where PyTorch would promote instead (int_tensor + 0.5 or
-// + NaN to float32, bool_tensor + 2 to int64) the op is refused rather than truncated, and so is an integer
-// to a negative scalar power, subtraction with a bool operand and a fractional alpha on integers, as
-// PyTorch refuses them. Comparisons with a scalar are exact (done in double). A value that becomes an
+// both operands); all operands must share a device. A scalar is a Python number (a whole number taken as a
+// Python int) and promotes as PyTorch's wrapped numbers do: int_tensor + 2 stays int64, uint8 + 300 wraps
+// and float32 * 1e39 gives inf (PyTorch checks no scalar operand); int_tensor + 0.5 (or + NaN, or ** 0.5)
+// computes in float32 and bool_tensor + 2 in int64, the output of that dtype being the only allocation.
+// In place, such a promoted result is refused (int64.add_(2.5): "result type Float can't be cast"), and so
+// are an integer to a negative scalar power, subtraction with a bool operand and a fractional alpha on an
+// integral computation, as PyTorch refuses them. Comparisons with a scalar are exact (done in double). A value that becomes an
 // element (full, fill_, masked_fill, constant_pad_nd, tensor() into integer dtypes) must fit its dtype
 // (core/checked_convert.h). Float-only ops (div, exp, log, sqrt, sigmoid, tanh, gelu, mean, softmax) reject integer tensors
 // (for div: a result type that is not floating) instead of returning float as PyTorch does.

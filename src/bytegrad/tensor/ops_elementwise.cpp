@@ -48,48 +48,57 @@ void check_sub_operands(const char* name, ScalarType a, ScalarType b) {
                                             "If you are trying to invert a mask, use logical_not() instead.", name));
 }
 
-// The dtype PyTorch would compute `tensor op scalar` in, when it is not the tensor's own: a scalar that is
-// not a whole number (or not finite) with an integer or bool tensor gives float32 (PyTorch's default
-// dtype), a whole number other than 0 and 1 with a bool tensor gives int64. bytegrad keeps the tensor's
-// dtype for scalar ops, so these cases would silently truncate (int64 + 2.5 adding 2): they are refused.
-std::optional<ScalarType> promoted_by_scalar(ScalarType dtype, double scalar) {
-  if (is_floating_point(dtype)) return std::nullopt;
-  // Beyond int64 a double is no Python int PyTorch could take; treated as a float.
+// The type PyTorch computes `tensor op scalar` in: result_type(tensor, scalar) with the scalar a wrapped
+// number (Python's), the lowest-priority operand. A number that is not whole (or not finite, or beyond
+// int64: no Python int PyTorch could take) with an integer or bool tensor gives float32, the default dtype;
+// a whole number with a bool tensor gives int64; otherwise the tensor's dtype (uint8 + 300 stays uint8 and
+// wraps, float16 * 1e6 overflows to inf: PyTorch checks neither). A double cannot tell 2.0 from 2: whole
+// numbers act as Python ints.
+ScalarType scalar_op_common_type(ScalarType dtype, double scalar) {
+  if (is_floating_point(dtype)) return dtype;
   const bool whole = std::isfinite(scalar) && scalar == std::trunc(scalar) && std::fabs(scalar) < 0x1p63;
   if (!whole) return ScalarType::float32;
-  if (dtype == ScalarType::bool_ && scalar != 0.0 && scalar != 1.0) return ScalarType::int64;
-  return std::nullopt;
+  return dtype == ScalarType::bool_ ? ScalarType::int64 : dtype;
 }
 
-
-// The checks on a scalar operand of an arithmetic op (comparisons compare exactly in double and take any
-// scalar). As PyTorch, a scalar that fits the type but not its range wraps (uint8 + 300) or overflows to
-// inf (float32 * 1e39): PyTorch does not check those.
-void check_scalar_operand(const char* name, OpId op, ScalarType dtype, double scalar, bool in_place) {
+// The checks on a scalar operand of an arithmetic op, before anything is allocated or written (comparisons
+// compare exactly in double and take any scalar): bool subtraction, integer powers with a negative integer
+// exponent, the row's dtype rule on the type computed in, and for an in-place form PyTorch's canCast of
+// that type to self's dtype.
+void check_scalar_operand(const char* name, OpId op, ScalarType dtype, double scalar, ScalarType common,
+                          bool in_place) {
   if (op_info(op).dtypes == DtypeRule::to_bool) return;
   if (op == OpId::sub_scalar || op == OpId::rsub_scalar) check_sub_operands(name, dtype, ScalarType::int64);
-  if (op == OpId::pow_scalar && is_integral(dtype, /*include_bool=*/true) && scalar < 0 &&
+  if (op == OpId::pow_scalar && is_integral(common, /*include_bool=*/true) && scalar < 0 &&
       scalar == std::trunc(scalar))
     throw std::invalid_argument(fmt::format("{}: Integers to negative integer powers are not allowed ({} base, "
                                             "exponent {})", name, scalar_type_name(dtype), scalar));
-  if (const std::optional<ScalarType> promoted = promoted_by_scalar(dtype, scalar)) {
-    if (in_place)
-      throw std::invalid_argument(fmt::format("{}: result type {} can't be cast to the desired output type {} (a {} "
-                                              "tensor with the scalar {})", name, pytorch_type_name(*promoted),
-                                              pytorch_type_name(dtype), scalar_type_name(dtype), scalar));
-    throw std::invalid_argument(fmt::format("{}: a {} tensor with the scalar {} computes in {} in PyTorch, but "
-                                            "bytegrad's scalar ops keep the tensor's dtype: convert the tensor "
-                                            "first (.to({}))", name, scalar_type_name(dtype), scalar,
-                                            scalar_type_name(*promoted), scalar_type_name(*promoted)));
-  }
+  if (in_place && common != dtype)
+    throw std::invalid_argument(fmt::format("{}: result type {} can't be cast to the desired output type {} (a {} "
+                                            "tensor with the scalar {} computes in {})", name,
+                                            pytorch_type_name(common), pytorch_type_name(dtype),
+                                            scalar_type_name(dtype), scalar, scalar_type_name(common)));
+  const DtypeRule rule = op_info(op).dtypes;
+  if (rule == DtypeRule::floating && !is_floating_point(common))
+    throw std::invalid_argument(fmt::format("{}: a {} tensor with the scalar {} computes in {}, which is not a "
+                                            "floating-point type (bytegrad does not promote integers to float; "
+                                            "convert with .to(float32))", name, scalar_type_name(dtype), scalar,
+                                            scalar_type_name(common)));
+  if (rule == DtypeRule::not_bool && common == ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("{}: a bool tensor with the scalar {} computes in bool, which {} does not "
+                                            "take", name, scalar, name));
 }
 
-// add(x, other, alpha) and sub with a scalar `other`: the kernel gets alpha * other, so alpha and other are
-// checked on their own first.
-void check_scalar_alpha(const char* name, const Tensor& self, double other, double alpha, bool in_place) {
+// add(x, other, alpha) and sub with a scalar `other`: the kernel gets alpha * other, so the type computed in
+// comes from `other` (int64 + 2.5 with alpha 2 is float32, though 2 * 2.5 is whole), and alpha is checked
+// against it (PyTorch's alpha_check). Returns that type.
+ScalarType check_scalar_alpha(const char* name, OpId op, const Tensor& self, double other, double alpha,
+                              bool in_place) {
   check_defined(name, self);
-  check_alpha(name, alpha, self.dtype());
-  check_scalar_operand(name, OpId::add_scalar, self.dtype(), other, in_place);
+  const ScalarType common = scalar_op_common_type(self.dtype(), other);
+  check_scalar_operand(name, op, self.dtype(), other, common, in_place);
+  check_alpha(name, alpha, common);
+  return common;
 }
 
 Tensor unary_compute(const char* name, UnaryOp op, const Tensor& x) {
@@ -114,14 +123,32 @@ Tensor binary_compute(const char* name, BinaryOp op, const Tensor& a, const Tens
   return out;
 }
 
-Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar) {
+// `common`: the type computed in when the caller decided it (add and sub with alpha); else from the scalar.
+Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar,
+                      std::optional<ScalarType> common = std::nullopt) {
   AllocationScope scope(name);
   check_defined(name, a);
   const ScalarOpKernel kernel = scalar_op_kernel(op);
-  check_dtype_rule(name, dtype_rule(kernel.kernel), a);
-  check_scalar_operand(name, op, a.dtype(), scalar, /*in_place=*/false);
-  Tensor out = empty_elementwise_output(a.sizes(), result_dtype(dtype_rule(kernel.kernel), a.dtype()), a.device(), {&a});
-  backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, kernel.order == OperandOrder::scalar_first);
+  const bool first = kernel.order == OperandOrder::scalar_first;
+  if (op_info(op).dtypes == DtypeRule::to_bool) {  // comparisons: exact in double, on the tensor's values
+    Tensor out = empty_elementwise_output(a.sizes(), ScalarType::bool_, a.device(), {&a});
+    backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, first);
+    return out;
+  }
+  const ScalarType type = common.value_or(scalar_op_common_type(a.dtype(), scalar));
+  if (type == a.dtype()) check_dtype_rule(name, op, a);  // (names the tensor)
+  check_scalar_operand(name, op, a.dtype(), scalar, type, /*in_place=*/false);
+  // One output of the computed type, laid out like a: PyTorch's only allocation (the scalar is a wrapped
+  // number on the host, never a device tensor).
+  Tensor out = empty_elementwise_output(a.sizes(), type, a.device(), {&a});
+  if (type == a.dtype()) {
+    backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, first);
+  } else {
+    // TensorIterator reads a in its own dtype and computes in `type`: a is converted into the output's own
+    // block first, then the op runs there in place. The same values, and no memory beyond the output.
+    backend_of(a).copy(kv(out), kv(a));
+    backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(out), scalar, first);
+  }
   return out;
 }
 
@@ -144,12 +171,14 @@ const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor
   return self;
 }
 
-const Tensor& inplace_scalar_compute(const char* name, OpId op, const Tensor& self, double scalar) {
+const Tensor& inplace_scalar_compute(const char* name, OpId op, const Tensor& self, double scalar,
+                                     std::optional<ScalarType> common = std::nullopt) {
   check_defined(name, self);
   check_write_overlap(name, self);
   const ScalarOpKernel kernel = scalar_op_kernel(op);
-  check_dtype_rule(name, dtype_rule(kernel.kernel), self);
-  check_scalar_operand(name, op, self.dtype(), scalar, /*in_place=*/true);
+  const ScalarType type = common.value_or(scalar_op_common_type(self.dtype(), scalar));
+  if (type == self.dtype()) check_dtype_rule(name, op, self);
+  check_scalar_operand(name, op, self.dtype(), scalar, type, /*in_place=*/true);
   backend_of(self).binary_scalar(kernel.kernel, kv(self), kv(self), scalar, false);
   self.bump_version();
   return self;
@@ -200,9 +229,9 @@ Tensor binary_op(const Tensor& a, const Tensor& b, ArgsOf<op_id(op)> args = {}) 
 
 // `name` is the user's op ("sub" for x - 2 and 2 - x); the record is the table's scalar row.
 template <OpId id>
-Tensor scalar_op(const char* name, const Tensor& a, double scalar) {
+Tensor scalar_op(const char* name, const Tensor& a, double scalar, std::optional<ScalarType> common = std::nullopt) {
   OpRecording recording = begin_pointwise_recording<id>({a}, {scalar});
-  Tensor out = without_recording([&] { return scalar_compute(name, id, a, scalar); });
+  Tensor out = without_recording([&] { return scalar_compute(name, id, a, scalar, common); });
   recording.finish({out});
   return out;
 }
@@ -220,9 +249,10 @@ const Tensor& inplace_binary(const char* name, const Tensor& self, const Tensor&
 }
 
 template <OpId id>
-const Tensor& inplace_scalar(const char* name, const Tensor& self, double scalar) {
+const Tensor& inplace_scalar(const char* name, const Tensor& self, double scalar,
+                             std::optional<ScalarType> common = std::nullopt) {
   check_in_place_for_autograd(id, {self});
-  without_recording([&] { return inplace_scalar_compute(name, id, self, scalar); });
+  without_recording([&] { return inplace_scalar_compute(name, id, self, scalar, common); });
   record_for_autograd({self}, [&] { return make_in_place_record<id>({self}, {scalar}); });
   return self;
 }
@@ -250,13 +280,13 @@ BYTEGRAD_UNARY_OPS(BYTEGRAD_DEFINE_UNARY)
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::add>(a, b, {alpha}); }
 Tensor add(const Tensor& a, double b, double alpha) {
-  check_scalar_alpha("add", a, b, alpha, false);
-  return scalar_op<OpId::add_scalar>("add", a, alpha * b);
+  const ScalarType common = check_scalar_alpha("add", OpId::add_scalar, a, b, alpha, false);
+  return scalar_op<OpId::add_scalar>("add", a, alpha * b, common);
 }
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::sub>(a, b, {alpha}); }
 Tensor sub(const Tensor& a, double b, double alpha) {
-  check_scalar_alpha("sub", a, b, alpha, false);
-  return scalar_op<OpId::sub_scalar>("sub", a, alpha * b);
+  const ScalarType common = check_scalar_alpha("sub", OpId::sub_scalar, a, b, alpha, false);
+  return scalar_op<OpId::sub_scalar>("sub", a, alpha * b, common);
 }
 Tensor sub(double a, const Tensor& b) { return scalar_op<OpId::rsub_scalar>("rsub", b, a); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::mul>(a, b); }
@@ -419,15 +449,15 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   return inplace_binary<BinaryOp::add>("add_", *this, other, {alpha});
 }
 const Tensor& Tensor::add_(double other, double alpha) const {
-  check_scalar_alpha("add_", *this, other, alpha, true);
-  return inplace_scalar<OpId::add_scalar>("add_", *this, alpha * other);
+  const ScalarType common = check_scalar_alpha("add_", OpId::add_scalar, *this, other, alpha, true);
+  return inplace_scalar<OpId::add_scalar>("add_", *this, alpha * other, common);
 }
 const Tensor& Tensor::sub_(const Tensor& other, double alpha) const {
   return inplace_binary<BinaryOp::sub>("sub_", *this, other, {alpha});
 }
 const Tensor& Tensor::sub_(double other, double alpha) const {
-  check_scalar_alpha("sub_", *this, other, alpha, true);
-  return inplace_scalar<OpId::sub_scalar>("sub_", *this, alpha * other);
+  const ScalarType common = check_scalar_alpha("sub_", OpId::sub_scalar, *this, other, alpha, true);
+  return inplace_scalar<OpId::sub_scalar>("sub_", *this, alpha * other, common);
 }
 const Tensor& Tensor::mul_(const Tensor& other) const { return inplace_binary<BinaryOp::mul>("mul_", *this, other); }
 const Tensor& Tensor::mul_(double other) const { return inplace_scalar<OpId::mul_scalar>("mul_", *this, other); }

@@ -209,7 +209,10 @@ Tensor constant_pad_nd_compute(const Tensor& x, const Shape& pad) {
 Tensor constant_pad_nd(const Tensor& x, const Shape& pad, double value) {
   AllocationScope scope("constant_pad_nd");
   check_defined("constant_pad_nd", x);
-  value = checked_convert(value, x.dtype(), "constant_pad_nd");
+  // The value is only converted (and checked) when something is padded: PyTorch fills the padded output with
+  // it, and returns a clone of the cropped input, never reading it, when no pad entry is positive.
+  const bool pads = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p > 0; });
+  if (pads) value = checked_convert(value, x.dtype(), "constant_pad_nd");
   Tensor out = without_recording([&] {
     Tensor padded = constant_pad_nd_compute(x, pad);
     if (std::all_of(pad.begin(), pad.end(), [](int64_t p) { return p <= 0; })) return padded;  // the clone

@@ -15,14 +15,31 @@ using namespace ops_detail;
 
 namespace {
 
-// Checks that `other` can be read as self's shape (same device and dtype, broadcastable to self).
-Tensor operand_as_self(const char* op, const Tensor& self, const Tensor& other) {
+// Checks that `other` can be read as self's shape (same device, broadcastable to self): other expanded.
+Tensor broadcast_to_self(const char* op, const Tensor& self, const Tensor& other) {
   check_same_device(op, self, other);
-  check_same_dtype(op, self, other);
   if (broadcast_shapes(op, self, other) != self.sizes())
     throw std::invalid_argument(fmt::format("{}: {} cannot be broadcast to the shape of the in-place target {}", op,
                                             describe(other), describe(self)));
   return other.expand(self.sizes());
+}
+
+// The type PyTorch's TensorIterator computes an in-place op in: result_type over self and the other
+// operands (dimensioned before 0-d), which must be castable to self's dtype (canCast: no floating into
+// integral, nothing but bool into bool). Checked before anything is written.
+ScalarType in_place_common_type(const char* op, const Tensor& self, std::initializer_list<const Tensor*> others) {
+  ResultTypeState state;
+  state.add(self.dtype(), self.dim() > 0);
+  for (const Tensor* other : others) state.add(other->dtype(), other->dim() > 0);
+  const ScalarType common = state.result();
+  if (!can_cast(common, self.dtype())) {
+    std::string operands = describe(self);
+    for (const Tensor* other : others) operands += ", " + describe(*other);
+    throw std::invalid_argument(fmt::format("{}: result type {} (of {}) can't be cast to the desired output type {} of "
+                                            "the in-place target", op, scalar_type_name(common), operands,
+                                            scalar_type_name(self.dtype())));
+  }
+  return common;
 }
 
 template <OpId op>
@@ -31,11 +48,14 @@ const Tensor& ternary_(TernaryOp kernel, const Tensor& self, const Tensor& a, co
   const char* name = display.c_str();
   check_defined(name, self);
   check_dtype_rule(name, op, self);
-  const Tensor a_view = operand_as_self(name, self, a), b_view = operand_as_self(name, self, b);
+  const Tensor a_view = broadcast_to_self(name, self, a), b_view = broadcast_to_self(name, self, b);
+  // lerp_ takes one dtype (PyTorch: "expected dtype ... for `end`"); addcmul_ and addcdiv_ promote.
+  if constexpr (op == OpId::lerp) check_same_dtype(name, self, a);
+  const ScalarType common = in_place_common_type(name, self, {&a, &b});
   check_write_overlap(name, self, {&a, &b});
   check_in_place_for_autograd(op, {self, a, b});
   without_recording([&] {
-    backend_of(self).ternary(kernel, kv(self), kv(self), kv(a_view), kv(b_view), value);
+    backend_of(self).ternary(kernel, kv(self), kv(self), kv(a_view), kv(b_view), value, common);
     return 0;
   });
   self.bump_version();
@@ -73,11 +93,12 @@ const Tensor& sqrt_(const Tensor& self) {
 
 const Tensor& maximum_(const Tensor& self, const Tensor& other) {
   check_defined("maximum_", self);
-  const Tensor other_view = operand_as_self("maximum_", self, other);
+  const Tensor other_view = broadcast_to_self("maximum_", self, other);
+  const ScalarType common = in_place_common_type("maximum_", self, {&other});
   check_write_overlap("maximum_", self, {&other});
   check_in_place_for_autograd(OpId::maximum, {self, other});
   without_recording([&] {
-    backend_of(self).binary(BinaryOp::maximum, kv(self), kv(self), kv(other_view), 1.0);
+    backend_of(self).binary(BinaryOp::maximum, kv(self), kv(self), kv(other_view), 1.0, common);
     return 0;
   });
   self.bump_version();

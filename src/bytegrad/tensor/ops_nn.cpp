@@ -129,14 +129,15 @@ DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
   if (!(p >= 0.0 && p <= 1.0))  // NaN is refused too, as PyTorch refuses it
     throw std::invalid_argument(fmt::format("dropout: probability has to be between 0 and 1, but got {}", p));
   if (!train || p == 0.0 || x.numel() == 0) return {x, Tensor()};
-  check_dtype_rule("dropout", OpId::dropout, x);
   if (p == 1.0) {
-    // PyTorch's _dropout: input * zeros({}) — a 0-d zero (freed on return) and the output.
+    // PyTorch's _dropout: input * zeros({}) — a 0-d zero (freed on return) and the output. Any dtype: only
+    // a real draw (0 < p < 1, the fused kernel) needs a floating tensor.
     const Tensor zero = zeros({}, TensorOptions{x.dtype(), x.device()});
     Tensor out = empty_elementwise_output(x.sizes(), x.dtype(), x.device(), {&x});
     backend_of(x).binary(BinaryOp::mul, kv(out), kv(x), kv(zero.expand(x.sizes())), 1.0);
     return {out, Tensor()};
   }
+  check_dtype_rule("dropout", OpId::dropout, x);
   // native_dropout (CUDA): the bool mask, then the output (laid out like x). Measured on the H100
   // (events.jsonl "dropout [1024, 1024]": alloc 1048576, then alloc 4194304).
   Tensor mask = empty_elementwise_output(x.sizes(), ScalarType::bool_, x.device(), {&x});

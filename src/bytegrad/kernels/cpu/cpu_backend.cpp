@@ -64,8 +64,8 @@ class CpuBackend final : public KernelBackend {
   }
 
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-               const StridedView& b, double value) override {
-    cpu::ternary(op, out, self, a, b, value);
+               const StridedView& b, double value, std::optional<ScalarType> common) override {
+    cpu::ternary(op, out, self, a, b, value, common);
   }
 
   void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,

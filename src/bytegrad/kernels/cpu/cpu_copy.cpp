@@ -40,7 +40,9 @@ void copy_typed(const StridedView& dst, const StridedView& src) {
     const Src* x = reinterpret_cast<const Src*>(p[1]);
     if (s[0] == 1 && s[1] == 1) {
       if constexpr (std::is_same_v<Dst, Src>) {
-        if (d != x) std::memcpy(static_cast<void*>(d), x, static_cast<size_t>(n) * sizeof(Dst));
+        // memmove: a destination whose rows overlap each other (PyTorch's overlap check calls that too hard
+        // and allows it) may be written from its own storage, so one row's source and target can overlap.
+        if (d != x) std::memmove(static_cast<void*>(d), x, static_cast<size_t>(n) * sizeof(Dst));
       } else {
         for (int64_t i = 0; i < n; ++i) d[i] = convert<Dst>(x[i]);
       }

@@ -248,7 +248,7 @@ void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, 
 
 // cpu_ternary.cpp
 void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-             const StridedView& b, double value);
+             const StridedView& b, double value, std::optional<ScalarType> common = std::nullopt);
 
 // cpu_layer_norm.cpp
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
+#include "bytegrad/kernels/pointwise_math.h"
 
 namespace bytegrad::cpu {
 
@@ -79,7 +80,7 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
         case ReduceOp::sum:
         case ReduceOp::mean: {
           A total = 0;
-          walk_reduced<T>(layout, base, [&](T x, int64_t) { total += convert<A>(x); });
+          walk_reduced<T>(layout, base, [&](T x, int64_t) { total = pointwise::wrapping_add(total, convert<A>(x)); });
           if (op == ReduceOp::mean) store_from_double(out, layout.kept_out.dtype, static_cast<double>(total) / static_cast<double>(count));
           else if constexpr (std::is_same_v<A, double>) store_from_double(out, layout.kept_out.dtype, total);
           else store_from_int64(out, layout.kept_out.dtype, total);
@@ -87,7 +88,7 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
         }
         case ReduceOp::prod: {
           A total = 1;
-          walk_reduced<T>(layout, base, [&](T x, int64_t) { total *= convert<A>(x); });
+          walk_reduced<T>(layout, base, [&](T x, int64_t) { total = pointwise::wrapping_mul(total, convert<A>(x)); });
           if constexpr (std::is_same_v<A, double>) store_from_double(out, layout.kept_out.dtype, total);
           else store_from_int64(out, layout.kept_out.dtype, total);
           break;

@@ -32,8 +32,11 @@ void for_each_slice(const std::array<const StridedView*, N>& views, int64_t dim,
 }  // namespace
 
 void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
-  if (in.sizes.empty()) {  // a 0-d softmax is 1 (log: 0)
-    store_from_double(out.data, out.dtype, log ? 0.0 : 1.0);
+  if (in.sizes.empty()) {
+    // One slice of one element, as PyTorch's kernel runs it: x - max(x) is 0, or NaN for an infinite or NaN
+    // x, so the softmax is 1 (log: 0) or NaN.
+    const double shifted = load_as_double(in.data, in.dtype) - load_as_double(in.data, in.dtype);
+    store_from_double(out.data, out.dtype, log ? shifted - std::log(std::exp(shifted)) : std::exp(shifted) / std::exp(shifted));
     return;
   }
   const int64_t length = in.sizes[static_cast<size_t>(dim)];

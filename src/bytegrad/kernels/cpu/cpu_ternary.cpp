@@ -24,11 +24,41 @@ Acc apply_ternary(TernaryOp op, Acc self, Acc a, Acc b, Acc value) {
 }  // namespace
 
 void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-             const StridedView& b, double value) {
-  if (self.dtype != out.dtype || a.dtype != out.dtype || b.dtype != out.dtype)
-    throw std::invalid_argument("cpu backend: ternary: operands must share the output's dtype");
+             const StridedView& b, double value, std::optional<ScalarType> common) {
   if (self.sizes != out.sizes || a.sizes != out.sizes || b.sizes != out.sizes)
     throw std::invalid_argument("cpu backend: ternary: operand sizes differ from the output's");
+  if (common && (*common != out.dtype || self.dtype != out.dtype || a.dtype != out.dtype || b.dtype != out.dtype)) {
+    // Operands of several dtypes (PyTorch's TensorIterator with a common dtype C): each read in its own
+    // dtype and converted to C, the op in opmath_t<C>, the result converted to C and stored in out's dtype.
+    // Element by element, so out may alias self exactly.
+    dispatch_dtype(*common, [&](auto tag) {
+      using C = typename decltype(tag)::type;
+      if constexpr (!is_float_like_v<C>) {
+        throw std::invalid_argument("cpu backend: ternary needs a floating common dtype, got " +
+                                    std::string(scalar_type_name(*common)));
+      } else {
+        using Acc = opmath_t<C>;
+        const Acc v = static_cast<Acc>(value);
+        const std::array<int64_t, 4> sizes = {static_cast<int64_t>(element_size(out.dtype)),
+                                              static_cast<int64_t>(element_size(self.dtype)),
+                                              static_cast<int64_t>(element_size(a.dtype)),
+                                              static_cast<int64_t>(element_size(b.dtype))};
+        const std::array<ScalarType, 4> types = {out.dtype, self.dtype, a.dtype, b.dtype};
+        for_each_row<4>({&out, &self, &a, &b}, [&](std::array<char*, 4> p, const std::array<int64_t, 4>& s, int64_t n) {
+          auto load = [&](int k, int64_t i) {
+            return convert<Acc>(convert<C>(load_as_double(p[k] + i * s[k] * sizes[k], types[k])));
+          };
+          for (int64_t i = 0; i < n; ++i) {
+            const Acc r = apply_ternary<Acc>(op, load(1, i), load(2, i), load(3, i), v);
+            store_from_double(p[0] + i * s[0] * sizes[0], out.dtype, convert<double>(convert<C>(r)));
+          }
+        });
+      }
+    });
+    return;
+  }
+  if (self.dtype != out.dtype || a.dtype != out.dtype || b.dtype != out.dtype)
+    throw std::invalid_argument("cpu backend: ternary: operands must share the output's dtype");
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!is_float_like_v<T>) {

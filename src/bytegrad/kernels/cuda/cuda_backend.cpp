@@ -229,12 +229,12 @@ class CudaBackend final : public KernelBackend {
     cuda::scatter_add(out, dim, index, source);
   }
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-               const StridedView& b, double value) override {
+               const StridedView& b, double value, std::optional<ScalarType> common) override {
     CudaDeviceGuard guard(out.device);
-    if (cuda::foreach_enqueue_ternary(op, out, self, a, b, value)) return;
+    if ((!common || *common == out.dtype) && cuda::foreach_enqueue_ternary(op, out, self, a, b, value)) return;
     flush_foreach();
     CudaCallTimer timer("ternary", ternary_op_name(op), out.dtype);
-    cuda::ternary(op, out, self, a, b, value);
+    cuda::ternary(op, out, self, a, b, value, common);
   }
   void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                   const StridedView* weight, const StridedView* bias, double eps) override {

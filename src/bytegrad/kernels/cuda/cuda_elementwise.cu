@@ -276,21 +276,6 @@ void map2(const StridedView& out, const StridedView& a, const StridedView& b, Fn
 
 // ---- the mixed-dtype binary path: operands and output of any dtypes, through runtime dtype switches
 
-// One element of a runtime dtype, converted to C (as c10::convert inside TensorIterator's dynamic casting).
-template <typename C>
-__device__ __forceinline__ C load_as(const void* base, ScalarType dtype, int64_t offset) {
-  switch (dtype) {
-    case ScalarType::float32: return convert<C>(static_cast<const float*>(base)[offset]);
-    case ScalarType::float64: return convert<C>(static_cast<const double*>(base)[offset]);
-    case ScalarType::float16: return convert<C>(static_cast<const __half*>(base)[offset]);
-    case ScalarType::bfloat16: return convert<C>(static_cast<const __nv_bfloat16*>(base)[offset]);
-    case ScalarType::int64: return convert<C>(static_cast<const int64_t*>(base)[offset]);
-    case ScalarType::int32: return convert<C>(static_cast<const int32_t*>(base)[offset]);
-    case ScalarType::uint8: return convert<C>(static_cast<const uint8_t*>(base)[offset]);
-    case ScalarType::bool_: return convert<C>(static_cast<const bool*>(base)[offset]);
-  }
-  return convert<C>(0);
-}
 
 // out[i] = op(a[i], b[i]) with a and b read in their own dtypes and converted to the common dtype C, the op
 // computed in opmath_t<C>, and the result written as bool (comparisons, logical ops) or as C converted to

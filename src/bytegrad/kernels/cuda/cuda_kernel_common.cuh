@@ -111,6 +111,22 @@ __device__ __forceinline__ void store_as(void* base, ScalarType dtype, int64_t o
   }
 }
 
+// One element of a runtime dtype, converted to C (as c10::convert inside TensorIterator's dynamic casting).
+template <typename C>
+__device__ __forceinline__ C load_as(const void* base, ScalarType dtype, int64_t offset) {
+  switch (dtype) {
+    case ScalarType::float32: return convert<C>(static_cast<const float*>(base)[offset]);
+    case ScalarType::float64: return convert<C>(static_cast<const double*>(base)[offset]);
+    case ScalarType::float16: return convert<C>(static_cast<const __half*>(base)[offset]);
+    case ScalarType::bfloat16: return convert<C>(static_cast<const __nv_bfloat16*>(base)[offset]);
+    case ScalarType::int64: return convert<C>(static_cast<const int64_t*>(base)[offset]);
+    case ScalarType::int32: return convert<C>(static_cast<const int32_t*>(base)[offset]);
+    case ScalarType::uint8: return convert<C>(static_cast<const uint8_t*>(base)[offset]);
+    case ScalarType::bool_: return convert<C>(static_cast<const bool*>(base)[offset]);
+  }
+  return convert<C>(0);
+}
+
 // A double from the host (fill values, scalars) in a kernel's type, with the same rules as convert().
 template <typename To>
 __host__ __device__ inline To from_double(double v) {

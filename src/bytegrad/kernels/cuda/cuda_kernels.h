@@ -89,7 +89,7 @@ void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, 
 
 // ---- cuda_ternary.cu
 void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
-             double value);
+             double value, std::optional<ScalarType> common = std::nullopt);
 
 // ---- cuda_layer_norm.cu (contiguous operands; optional ones nullptr where absent)
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
