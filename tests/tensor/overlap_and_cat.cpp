@@ -28,8 +28,9 @@ TEST_CASE("has_internal_overlap: stride 0 over a size above 1 is yes, dense is n
     CHECK(has_internal_overlap(x.select(0, 0).unsqueeze(0)) == MemOverlap::no);  // size 1: nothing shared
     CHECK(has_internal_overlap(x.as_strided({2, 2}, {1, 1}, 0)) == MemOverlap::too_hard);
     CHECK(has_internal_overlap(x.slice(1, 0, 2)) == MemOverlap::too_hard);  // gaps: not dense, not shared
-    // An empty tensor with a stride-0 dimension of size 3 is still "yes", as PyTorch's rule reads strides.
-    CHECK(has_internal_overlap(x.as_strided({0, 3}, {3, 0}, 0)) == MemOverlap::yes);
+    // An empty tensor with a stride-0 dimension of size 3 is "no": PyTorch counts every empty tensor
+    // contiguous (compute_contiguous returns true for numel 0), so non-overlapping and dense.
+    CHECK(has_internal_overlap(x.as_strided({0, 3}, {3, 0}, 0)) == MemOverlap::no);
   }
   CHECK(allocated() == 0);
 }
