@@ -22,6 +22,7 @@
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/support/allocation_probe.h"
+#include "tests/support/recorded_replay.h"
 #include "tests/support/attention_reference.h"
 #include "tests/support/devices.h"
 
@@ -118,21 +119,6 @@ std::vector<FlashCase> read_cases(const std::string& file) {
     }
   }
   return cases;
-}
-
-std::string show(const AllocationEvents& events) {
-  std::string out;
-  for (const auto& [what, bytes] : events) out += (out.empty() ? "" : ", ") + what + " " + std::to_string(bytes);
-  return "[" + out + "]";
-}
-
-std::string sizes_and_strides(const Tensor& t) {
-  auto tuple = [](const Shape& s) {
-    std::string out = "(";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + (s.size() == 1 ? ",)" : ")");
-  };
-  return tuple(t.sizes()) + ":" + tuple(t.strides());
 }
 
 struct Replayed {
