@@ -5,12 +5,11 @@
 #include <stdexcept>
 
 #include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/embedding.h"
-#include "bytegrad/nn/gelu.h"
 #include "bytegrad/nn/layer_norm.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/sequential.h"
-#include "bytegrad/nn/tanh.h"
 #include "bytegrad/optim/adam.h"
 #include "programs/extra_programs.h"
 #include "bytegrad/tensor/ops.h"

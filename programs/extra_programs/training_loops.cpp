@@ -1,8 +1,8 @@
 // Training loops: optimizers over several steps, gradient accumulation. Transcribed from
 // tools/probes/pytorch_extra_scenarios.py; the figures at every mark equal PyTorch's
 // (tests/programs/check_programs.cpp).
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/linear.h"
-#include "bytegrad/nn/relu.h"
 #include "bytegrad/nn/sequential.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"

@@ -5,9 +5,9 @@
 
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/checkpoint_sequential.h"
 #include "bytegrad/nn/linear.h"
-#include "bytegrad/nn/relu.h"
 #include "bytegrad/nn/sequential.h"
 #include "programs/seed_programs.h"
 #include "bytegrad/tensor/ops.h"

@@ -584,6 +584,7 @@ std::optional<std::vector<size_t>> wrap_dims(const Shape& dims, size_t rank) {
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+double silu_ref(double x) { return x / (1 + std::exp(-x)); }  // PyTorch's formula (-inf gives NaN, as its kernel)
 
 // Integer arithmetic in 64 bits with two's complement wrap (then wrapped to the dtype by to_dtype_value).
 int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
@@ -642,6 +643,10 @@ double binary_ref(std::string_view op, double a, double b, double alpha, ScalarT
     const double pdf = std::exp(-0.5 * b * b) / std::sqrt(2 * M_PI);
     return a * (cdf + b * pdf);
   }
+  if (op == "silu_backward") {
+    const double s = sigmoid_ref(b);
+    return a * s * (1 + b * (1 - s));
+  }
   throw std::logic_error("op fuzz: no reference for binary op " + std::string(op));
 }
 
@@ -656,6 +661,7 @@ double unary_ref(std::string_view op, double x, ScalarType t) {
   if (op == "sigmoid") return sigmoid_ref(x);
   if (op == "tanh") return std::tanh(x);
   if (op == "gelu") return gelu_ref(x);
+  if (op == "silu") return silu_ref(x);
   if (op == "logical_not") return x == 0 ? 1 : 0;
   throw std::logic_error("op fuzz: no reference for unary op " + std::string(op));
 }

@@ -1,10 +1,10 @@
 // Every new module's parameter and input gradients against central finite differences, float64 on cpu.
+#include <type_traits>
+
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/attention.h"
 #include "bytegrad/nn/dropout.h"
 #include "bytegrad/nn/embedding.h"
-#include "bytegrad/nn/gelu.h"
-#include "bytegrad/nn/sigmoid.h"
-#include "bytegrad/nn/tanh.h"
 #include "nn_helpers.h"
 
 using namespace bytegrad;
@@ -25,6 +25,29 @@ TEST_CASE("activation modules: input gradients match finite differences") {
   CHECK(sigmoid_module(x).tolist() == sigmoid(x).tolist());
   CHECK(tanh_module(x).tolist() == tanh(x).tolist());
   CHECK(gelu_module(x).tolist() == gelu(x).tolist());
+}
+
+TEST_CASE("activation modules from the op table: SiLU is x * sigmoid(x); only ReLU takes inplace") {
+  manual_seed(14);
+  Tensor w = randn({3, 5}, f64());
+  nn::SiLU silu_module;
+  check_gradients([&](auto& v) { return sum(silu_module(v[0]) * w); }, {randn({3, 5}, f64())});
+  CHECK(silu_module.parameters().empty());
+  Tensor x = randn({6}, f64()).requires_grad_();
+  const Tensor y = silu_module(x);
+  CHECK(y.grad_fn_name() == "SiluBackward0");
+  const std::vector<double> got = y.tolist(), want = (x * sigmoid(x)).tolist();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-14));
+
+  // torch.nn.ReLU(inplace=True) rectifies its input; the modules without an in-place op take no argument.
+  static_assert(std::is_constructible_v<nn::ReLU, bool>);
+  static_assert(!std::is_constructible_v<nn::Sigmoid, bool>);
+  static_assert(!std::is_constructible_v<nn::SiLU, bool>);
+  Tensor z = from_vector({-1.0, 2.0}, {2}, f64());
+  nn::ReLU in_place(true);
+  const Tensor r = in_place(z);
+  CHECK(r.data_ptr() == z.data_ptr());
+  CHECK(z.tolist() == std::vector<double>{0.0, 2.0});
 }
 
 TEST_CASE("Dropout: training gradient is mask / (1 - p); eval is the identity") {

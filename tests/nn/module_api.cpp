@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/module_dict.h"
 #include "bytegrad/nn/module_list.h"
-#include "bytegrad/nn/relu.h"
 #include "bytegrad/tensor/ops.h"
 #include "nn_helpers.h"
 #include "tests/support/allocation_probe.h"

@@ -6,6 +6,7 @@
 // meta allocates exactly as sim, and the CPU kernels would take minutes), under CUBLAS_WORKSPACE_CONFIG=:0:0.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -171,7 +173,7 @@ std::optional<OpCase> op_case(const std::string& name) {
       return in[0].masked_fill(in[1], -inf).softmax(-1);
     };
   } else if (starts("gelu ") || starts("relu ") || starts("dropout ") || starts("sigmoid ") || starts("tanh ") ||
-             starts("exp ") || starts("expm1 ")) {
+             starts("exp ") || starts("expm1 ") || starts("silu ")) {
     const Shape s(n.begin(), n.end());
     const std::string op = name.substr(0, name.find(' '));
     c.inputs = [s](Device d) { return std::vector<Tensor>{rg(s, d)}; };
@@ -182,6 +184,7 @@ std::optional<OpCase> op_case(const std::string& name) {
       if (op == "relu") return relu(in[0]);
       if (op == "sigmoid") return sigmoid(in[0]);
       if (op == "tanh") return tanh(in[0]);
+      if (op == "silu") return silu(in[0]);
       return dropout(in[0], 0.1, true);
     };
   } else if (starts("dot ") || starts("mv ")) {  // through matmul, as the probe calls them
@@ -262,11 +265,52 @@ TEST_CASE("op events: every ops row of events.jsonl, forward and backward, event
   CHECK(compared == 91);  // 96 rows less the 5 known differences
 }
 
-// Ops added with the op table (docs/adding-an-op.md), recorded by the probe's op_table group.
-TEST_CASE("op_table events: expm1, exp, dot and mv forward and backward, event for event as PyTorch") {
+namespace {
+
+// The op table's unary rows (the activations' among them) without recorded events yet, each with the reason.
+// Every other unary row has cases in events.jsonl's "ops" group or in op_table_events.jsonl.
+const std::map<std::string, std::string>& unary_rows_not_recorded() {
+  static const std::map<std::string, std::string> rows = {
+      {"neg", "in the table before the probe's op_table group; not recorded yet"},
+      {"abs", "no_grad in bytegrad (no derivative); not recorded yet"},
+      {"log", "in the table before the probe's op_table group; not recorded yet"},
+      {"sqrt", "in the table before the probe's op_table group; not recorded yet"},
+      {"logical_not", "a bool result, never part of a graph; not recorded yet"},
+  };
+  return rows;
+}
+
+std::string op_of_case(const std::string& name) { return name.substr(0, name.find(' ')); }
+
+}  // namespace
+
+// Ops added with the op table (docs/adding-an-op.md), recorded by the probe's op_table group: every case is
+// a row of the table and is replayed; every unary row of the table is recorded or listed above.
+TEST_CASE("op_table events: every op_table case forward and backward as PyTorch; every unary row recorded") {
   const std::vector<Json> rows = probe_rows("op_table", "op_table_events.jsonl");
-  CHECK(rows.size() == 12);
-  for (const Json& row : rows) check_op_events(row);
+  REQUIRE(!rows.empty());
+  std::set<std::string> recorded;
+  for (const Json& row : rows) {
+    const std::string op = op_of_case(row.find("case")->string());
+    CAPTURE(op);
+    CHECK(std::any_of(all_ops().begin(), all_ops().end(), [&](const OpInfo& info) { return info.name == op; }));
+    recorded.insert(op);
+    check_op_events(row);
+  }
+  for (const Json& row : probe_rows("ops")) recorded.insert(op_of_case(row.find("case")->string()));
+  for (const OpInfo& info : all_ops()) {
+    if (info.kernel != "unary") continue;
+    const std::string op(info.name);
+    CAPTURE(op);
+    const auto listed = unary_rows_not_recorded().find(op);
+    if (listed == unary_rows_not_recorded().end()) {
+      CHECK_MESSAGE(recorded.count(op) == 1, "no recorded events for this unary row: add its cases to the "
+                                             "probe's op_table_cases() (docs/adding-an-op.md)");
+    } else {
+      CHECK_MESSAGE(recorded.count(op) == 0, "recorded now: remove it from unary_rows_not_recorded()");
+      MESSAGE("not recorded: " << op << ": " << listed->second);
+    }
+  }
 }
 
 TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1, step2, zero_grad as PyTorch") {

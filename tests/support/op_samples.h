@@ -50,6 +50,16 @@ inline Inputs one_positive(Shape s) {
 inline Inputs two(Shape a, Shape b) {
   return [a, b](Device d) { return std::vector<Tensor>{r(a, d), r(b, d)}; };
 }
+// An activation row's sample column: the forward's input, and the backward's (grad, saved) pair.
+inline Tensor in_domain(const std::string& domain, const Shape& s, Device d) {
+  return domain == "positive" ? positive(s, d) : r(s, d);
+}
+inline Inputs one_in(std::string domain, Shape s) {
+  return [domain, s](Device d) { return std::vector<Tensor>{in_domain(domain, s, d)}; };
+}
+inline Inputs grad_and_saved(std::string domain, Shape s) {
+  return [domain, s](Device d) { return std::vector<Tensor>{r(s, d), in_domain(domain, s, d)}; };
+}
 
 }  // namespace op_samples_detail
 
@@ -67,11 +77,13 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::expm1, one({3, 4}), [](auto& v) { return expm1(v[0]); });
     row(OpId::log, one_positive({3, 4}), [](auto& v) { return log(v[0]); });
     row(OpId::sqrt, one_positive({3, 4}), [](auto& v) { return sqrt(v[0]); });
-    row(OpId::relu, one({3, 4}), [](auto& v) { return relu(v[0]); });
-    row(OpId::sigmoid, one({3, 4}), [](auto& v) { return sigmoid(v[0]); });
-    row(OpId::tanh, one({3, 4}), [](auto& v) { return tanh(v[0]); });
-    row(OpId::gelu, one({3, 4}), [](auto& v) { return gelu(v[0]); });
     row(OpId::logical_not, one({3, 4}), [](auto& v) { return logical_not(v[0]); });
+    // ---- activations: built from the table's rows (sample column), forward and fused backward
+#define BYTEGRAD_ACTIVATION_SAMPLE(op, dtypes, saves, node, autocast, cuda, module, sample)                   \
+  row(OpId::op, one_in(#sample, {3, 4}), [](auto& v) { return op(v[0]); });                                 \
+  row(OpId::op##_backward, grad_and_saved(#sample, {3, 4}), [](auto& v) { return op##_backward(v[0], v[1]); }, 2);
+    BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_SAMPLE)
+#undef BYTEGRAD_ACTIVATION_SAMPLE
     // ---- binary (broadcasting where the op allows it)
     row(OpId::add, two({3, 4}, {4}), [](auto& v) { return add(v[0], v[1], 0.5); }, 2);
     row(OpId::sub, two({3, 4}, {3, 1}), [](auto& v) { return sub(v[0], v[1], 2.0); }, 2);
@@ -92,10 +104,6 @@ inline const std::map<OpId, OpSample>& op_samples() {
         [](auto& v) { return logical_and(v[0], v[1]); }, 0);
     row(OpId::logical_or, [](Device d) { return std::vector<Tensor>{mask({3, 4}, d), mask({3, 4}, d)}; },
         [](auto& v) { return logical_or(v[0], v[1]); }, 0);
-    row(OpId::relu_backward, two({3, 4}, {3, 4}), [](auto& v) { return relu_backward(v[0], v[1]); }, 2);
-    row(OpId::sigmoid_backward, two({3, 4}, {3, 4}), [](auto& v) { return sigmoid_backward(v[0], v[1]); }, 2);
-    row(OpId::tanh_backward, two({3, 4}, {3, 4}), [](auto& v) { return tanh_backward(v[0], v[1]); }, 2);
-    row(OpId::gelu_backward, two({3, 4}, {3, 4}), [](auto& v) { return gelu_backward(v[0], v[1]); }, 2);
     // ---- with a Python-number operand
     row(OpId::add_scalar, one({3, 4}), [](auto& v) { return v[0] + 2.0; });
     row(OpId::sub_scalar, one({3, 4}), [](auto& v) { return v[0] - 2.0; });

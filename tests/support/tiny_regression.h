@@ -5,8 +5,8 @@
 
 #include <memory>
 
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/linear.h"
-#include "bytegrad/nn/relu.h"
 #include "bytegrad/nn/sequential.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"

@@ -75,6 +75,7 @@ TEST_CASE("unary ops on a transposed input match a float64 reference") {
     CHECK(relative_error(sigmoid(x), reference_unary(x, [](double v) { return 1 / (1 + std::exp(-v)); })) < kFloat32Tolerance);
     CHECK(relative_error(tanh(x), reference_unary(x, [](double v) { return std::tanh(v); })) < kFloat32Tolerance);
     CHECK(relative_error(gelu(x), reference_unary(x, gelu_reference)) < kFloat32Tolerance);
+    CHECK(relative_error(silu(x), reference_unary(x, [](double v) { return v / (1 + std::exp(-v)); })) < kFloat32Tolerance);
   }
 }
 
@@ -178,4 +179,9 @@ TEST_CASE("activation gradients match float64 references") {
     return g * (0.5 * (1 + std::erf(v / std::numbers::sqrt2)) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * std::numbers::pi));
   };
   CHECK(relative_error(gelu_backward(grad, x), reference_binary(grad, x, {5, 3}, gelu_grad)) < kFloat32Tolerance);
+  const auto silu_grad = [](double g, double v) {  // PyTorch's silu_backward: g * s * (1 + v * (1 - s))
+    const double sig = 1 / (1 + std::exp(-v));
+    return g * sig * (1 + v * (1 - sig));
+  };
+  CHECK(relative_error(silu_backward(grad, x), reference_binary(grad, x, {5, 3}, silu_grad)) < kFloat32Tolerance);
 }

@@ -18,8 +18,8 @@
 
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/linear.h"
-#include "bytegrad/nn/relu.h"
 #include "bytegrad/nn/sequential.h"
 #include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/ops.h"

@@ -224,6 +224,7 @@ def op_table_cases():
     for shape in [(1024, 1024), (16, 64, 256), (7,)]:
         C.append((f"expm1 {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.expm1(x))))
         C.append((f"exp {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.exp(x))))
+        C.append((f"silu {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.nn.functional.silu(x))))
     for n in [5, 4096, 1 << 20]:
         C.append((f"dot [{n}]", fb(lambda n=n: (rg(n), rg(n)), lambda a, b: torch.matmul(a, b))))
     for (m, n) in [(3, 4), (1024, 512), (4096, 4096)]:

@@ -20,9 +20,9 @@ using Formula = std::shared_ptr<FormulaNode> (*)(const OpRecord&);
 #define BYTEGRAD_DISPATCH_grad(op) \
   [](const OpRecord& r) { return formulas::op(r, r.args_of<OpId::op>()); },
 #define BYTEGRAD_DISPATCH_no_grad(op) nullptr,
-#define BYTEGRAD_DISPATCH_UNARY(op, dtypes, grad, node) BYTEGRAD_DISPATCH_##grad(op)
-#define BYTEGRAD_DISPATCH_BINARY(op, dtypes, args, grad, node) BYTEGRAD_DISPATCH_##grad(op)
-#define BYTEGRAD_DISPATCH_SCALAR(op, kernel, order, dtypes, grad, node) BYTEGRAD_DISPATCH_##grad(op)
+#define BYTEGRAD_DISPATCH_UNARY(op, dtypes, grad, ...) BYTEGRAD_DISPATCH_##grad(op)
+#define BYTEGRAD_DISPATCH_BINARY(op, dtypes, args, grad, ...) BYTEGRAD_DISPATCH_##grad(op)
+#define BYTEGRAD_DISPATCH_SCALAR(op, kernel, order, dtypes, grad, ...) BYTEGRAD_DISPATCH_##grad(op)
 #define BYTEGRAD_DISPATCH_STRUCTURED(op, kernel, dtypes, args, grad, node) BYTEGRAD_DISPATCH_##grad(op)
 constexpr std::array<Formula, kOpCount> kFormulas = {
     BYTEGRAD_UNARY_OPS(BYTEGRAD_DISPATCH_UNARY) BYTEGRAD_BINARY_OPS(BYTEGRAD_DISPATCH_BINARY)

@@ -17,6 +17,10 @@
 //           to_bool   — every dtype; the result is bool (comparisons, logical ops)
 //   args:   the op_args:: struct the op records (None: nothing)
 //   node:   the autograd node's name, PyTorch's (`-` for no_grad rows)
+//   autocast (pointwise rows): PyTorch's CUDA autocast policy for the op (autocast_mode.h's lists), applied
+//           by the op's function (tensor/ops_elementwise.cpp) through tensor/autocast.h: none (runs in its
+//           operands' dtypes), fp32, lower_precision_fp or promote. Other ops apply theirs in their own
+//           function (BYTEGRAD_AUTOCAST).
 #pragma once
 
 #include <array>
@@ -25,63 +29,81 @@
 
 #include "bytegrad/core/op_args.h"
 
-// Pointwise ops on one tensor (kernel: UnaryOp, math in kernels/pointwise_math.h).
-//   X(op, dtypes, grad, node)
+// Pointwise ops on one tensor (kernel: UnaryOp, math in kernels/pointwise_math.h), then the activations'
+// forward rows (below).
+//   X(op, dtypes, grad, node, autocast)
 #define BYTEGRAD_UNARY_OPS(X)                          \
-  X(neg, not_bool, grad, NegBackward0)                 \
-  X(abs, any, no_grad, -)                              \
-  X(exp, floating, grad, ExpBackward0)                 \
-  X(expm1, floating, grad, Expm1Backward0)             \
-  X(log, floating, grad, LogBackward0)                 \
-  X(sqrt, floating, grad, SqrtBackward0)               \
-  X(relu, not_bool, grad, ReluBackward0)               \
-  X(sigmoid, floating, grad, SigmoidBackward0)         \
-  X(tanh, floating, grad, TanhBackward0)               \
-  X(gelu, floating, grad, GeluBackward0)               \
-  X(logical_not, to_bool, no_grad, -)
+  X(neg, not_bool, grad, NegBackward0, none)           \
+  X(abs, any, no_grad, -, none)                        \
+  X(exp, floating, grad, ExpBackward0, fp32)           \
+  X(expm1, floating, grad, Expm1Backward0, fp32)       \
+  X(log, floating, grad, LogBackward0, fp32)           \
+  X(sqrt, floating, grad, SqrtBackward0, none)         \
+  X(logical_not, to_bool, no_grad, -, none)            \
+  BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_AS_UNARY, X)
 
-// Pointwise ops on two tensors, broadcast together (kernel: BinaryOp). The *_backward rows are the fused
-// activation gradients (a: the incoming gradient, b: the saved tensor).
-//   X(op, dtypes, args, grad, node)
+// Activations with PyTorch's fused backward: each row is a unary row `op` and a binary row `op_backward`
+// (a: the incoming gradient, b: the saved tensor), and from it come both free functions and their
+// declarations, Tensor::op(), the formula (autograd/functions/pointwise.cpp: save the result or the input,
+// backward = op_backward(grad, saved)), the CUDA kernel choice, the nn module (nn/activation.h) and the
+// tests' sample. Only the math is written elsewhere: the forward and backward cases in
+// kernels/pointwise_math.h. docs/adding-an-op.md walks through one.
+//   X(op, dtypes, saves, node, autocast, cuda, module, sample)
+//     saves:  result or input — what the node keeps for backward (PyTorch's derivatives.yaml)
+//     cuda:   fixed — the CUDA kernel is instantiated with the op fixed at compile time (no per-element
+//             switch: GPT-2's gelu, where the switch cost a quarter of the kernel's time); switch — the
+//             kernel shared by every op
+//     module: the nn module class (torch.nn's name)
+//     sample: the tests' input domain: real (randn) or positive (rand + 0.5)
+#define BYTEGRAD_ACTIVATION_TABLE(R, X)                                                  \
+  R(X, relu, not_bool, result, ReluBackward0, none, switch, ReLU, real)                  \
+  R(X, sigmoid, floating, result, SigmoidBackward0, none, switch, Sigmoid, real)         \
+  R(X, tanh, floating, result, TanhBackward0, none, switch, Tanh, real)                  \
+  R(X, gelu, floating, input, GeluBackward0, none, fixed, GELU, real) /* erf form */     \
+  R(X, silu, floating, input, SiluBackward0, none, switch, SiLU, real)
+#define BYTEGRAD_ACTIVATION_OPS(X) BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_ROW, X)
+#define BYTEGRAD_ACTIVATION_ROW(X, ...) X(__VA_ARGS__)
+#define BYTEGRAD_ACTIVATION_AS_UNARY(X, op, dtypes, saves, node, autocast, ...) X(op, dtypes, grad, node, autocast)
+#define BYTEGRAD_ACTIVATION_AS_BINARY(X, op, dtypes, ...) X(op##_backward, dtypes, None, no_grad, -, none)
+
+// Pointwise ops on two tensors, broadcast together (kernel: BinaryOp), then the activations' backward rows.
+//   X(op, dtypes, args, grad, node, autocast)
 #define BYTEGRAD_BINARY_OPS(X)                         \
-  X(add, any, Alpha, grad, AddBackward0)               \
-  X(sub, any, Alpha, grad, SubBackward0)               \
-  X(mul, any, None, grad, MulBackward0)                \
-  X(div, floating, None, grad, DivBackward0)           \
-  X(pow, not_bool, None, no_grad, -)                   \
-  X(maximum, any, None, no_grad, -)                    \
-  X(minimum, any, None, no_grad, -)                    \
-  X(eq, to_bool, None, no_grad, -)                     \
-  X(ne, to_bool, None, no_grad, -)                     \
-  X(lt, to_bool, None, no_grad, -)                     \
-  X(le, to_bool, None, no_grad, -)                     \
-  X(gt, to_bool, None, no_grad, -)                     \
-  X(ge, to_bool, None, no_grad, -)                     \
-  X(logical_and, to_bool, None, no_grad, -)            \
-  X(logical_or, to_bool, None, no_grad, -)             \
-  X(relu_backward, not_bool, None, no_grad, -)         \
-  X(sigmoid_backward, floating, None, no_grad, -)      \
-  X(tanh_backward, floating, None, no_grad, -)         \
-  X(gelu_backward, floating, None, no_grad, -)
+  X(add, any, Alpha, grad, AddBackward0, none)         \
+  X(sub, any, Alpha, grad, SubBackward0, none)         \
+  X(mul, any, None, grad, MulBackward0, none)          \
+  X(div, floating, None, grad, DivBackward0, none)     \
+  X(pow, not_bool, None, no_grad, -, fp32)             \
+  X(maximum, any, None, no_grad, -, none)              \
+  X(minimum, any, None, no_grad, -, none)              \
+  X(eq, to_bool, None, no_grad, -, none)               \
+  X(ne, to_bool, None, no_grad, -, none)               \
+  X(lt, to_bool, None, no_grad, -, none)               \
+  X(le, to_bool, None, no_grad, -, none)               \
+  X(gt, to_bool, None, no_grad, -, none)               \
+  X(ge, to_bool, None, no_grad, -, none)               \
+  X(logical_and, to_bool, None, no_grad, -, none)      \
+  X(logical_or, to_bool, None, no_grad, -, none)       \
+  BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_AS_BINARY, X)
 
 // A binary op with a Python-number operand (args: Scalar), which never becomes a device tensor. kernel:
 // the BinaryOp computed; order: tensor_first (x - s) or scalar_first (s - x).
-//   X(op, kernel, order, dtypes, grad, node)
+//   X(op, kernel, order, dtypes, grad, node, autocast)
 #define BYTEGRAD_SCALAR_OPS(X)                                         \
-  X(add_scalar, add, tensor_first, any, grad, AddBackward1)            \
-  X(sub_scalar, sub, tensor_first, any, grad, SubBackward1)            \
-  X(rsub_scalar, sub, scalar_first, any, grad, RsubBackward1)          \
-  X(mul_scalar, mul, tensor_first, any, grad, MulBackward1)            \
-  X(div_scalar, div, tensor_first, floating, grad, DivBackward1)       \
-  X(rdiv_scalar, div, scalar_first, floating, no_grad, -)              \
-  X(pow_scalar, pow, tensor_first, any, grad, PowBackward0)            \
-  X(rpow_scalar, pow, scalar_first, any, no_grad, -)                   \
-  X(eq_scalar, eq, tensor_first, to_bool, no_grad, -)                  \
-  X(ne_scalar, ne, tensor_first, to_bool, no_grad, -)                  \
-  X(lt_scalar, lt, tensor_first, to_bool, no_grad, -)                  \
-  X(le_scalar, le, tensor_first, to_bool, no_grad, -)                  \
-  X(gt_scalar, gt, tensor_first, to_bool, no_grad, -)                  \
-  X(ge_scalar, ge, tensor_first, to_bool, no_grad, -)
+  X(add_scalar, add, tensor_first, any, grad, AddBackward1, none)       \
+  X(sub_scalar, sub, tensor_first, any, grad, SubBackward1, none)       \
+  X(rsub_scalar, sub, scalar_first, any, grad, RsubBackward1, none)     \
+  X(mul_scalar, mul, tensor_first, any, grad, MulBackward1, none)       \
+  X(div_scalar, div, tensor_first, floating, grad, DivBackward1, none)  \
+  X(rdiv_scalar, div, scalar_first, floating, no_grad, -, none)         \
+  X(pow_scalar, pow, tensor_first, any, grad, PowBackward0, fp32)       \
+  X(rpow_scalar, pow, scalar_first, any, no_grad, -, fp32)              \
+  X(eq_scalar, eq, tensor_first, to_bool, no_grad, -, none)             \
+  X(ne_scalar, ne, tensor_first, to_bool, no_grad, -, none)             \
+  X(lt_scalar, lt, tensor_first, to_bool, no_grad, -, none)             \
+  X(le_scalar, le, tensor_first, to_bool, no_grad, -, none)             \
+  X(gt_scalar, gt, tensor_first, to_bool, no_grad, -, none)             \
+  X(ge_scalar, ge, tensor_first, to_bool, no_grad, -, none)
 
 // Every other op. kernel: the KernelBackend method that computes it (none: a view, no kernel).
 //   X(op, kernel, dtypes, args, grad, node)
@@ -174,6 +196,8 @@ inline constexpr size_t kOpCount = 0 BYTEGRAD_UNARY_OPS(BYTEGRAD_COUNT_ROW) BYTE
 #undef BYTEGRAD_COUNT_ROW
 
 enum class DtypeRule : uint8_t { any, floating, not_bool, to_bool };
+// PyTorch's autocast policies (tensor/autocast.h's CastPolicy); none: not listed, runs in its operands' dtypes.
+enum class AutocastPolicy : uint8_t { none, lower_precision_fp, fp32, fp32_set_opt_dtype, promote };
 enum class OperandOrder : uint8_t { tensor_first, scalar_first };
 
 // One row, as values.
@@ -183,19 +207,21 @@ struct OpInfo {
   bool differentiable;
   std::string_view node;         // "ExpBackward0"; "" when not differentiable
   std::string_view kernel;       // "unary", "binary", "reduce", "gemm", "none", ...
+  AutocastPolicy autocast;       // the pointwise rows' column; none for the others (see above)
 };
 
 namespace op_table_detail {
 #define BYTEGRAD_NODE_grad(node) #node
 #define BYTEGRAD_NODE_no_grad(node) ""
-#define BYTEGRAD_UNARY_INFO(op, dtypes, grad, node) \
-  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), "unary"},
-#define BYTEGRAD_BINARY_INFO(op, dtypes, args, grad, node) \
-  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), "binary"},
-#define BYTEGRAD_SCALAR_INFO(op, kernel, order, dtypes, grad, node) \
-  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), "binary_scalar"},
+#define BYTEGRAD_UNARY_INFO(op, dtypes, grad, node, autocast) \
+  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), "unary", AutocastPolicy::autocast},
+#define BYTEGRAD_BINARY_INFO(op, dtypes, args, grad, node, autocast) \
+  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), "binary", AutocastPolicy::autocast},
+#define BYTEGRAD_SCALAR_INFO(op, kernel, order, dtypes, grad, node, autocast)                    \
+  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), "binary_scalar", \
+         AutocastPolicy::autocast},
 #define BYTEGRAD_STRUCTURED_INFO(op, kernel, dtypes, args, grad, node) \
-  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), #kernel},
+  OpInfo{#op, DtypeRule::dtypes, #grad[0] == 'g', BYTEGRAD_NODE_##grad(node), #kernel, AutocastPolicy::none},
 inline constexpr std::array<OpInfo, kOpCount> kRows = {
     BYTEGRAD_UNARY_OPS(BYTEGRAD_UNARY_INFO) BYTEGRAD_BINARY_OPS(BYTEGRAD_BINARY_INFO)
         BYTEGRAD_SCALAR_OPS(BYTEGRAD_SCALAR_INFO) BYTEGRAD_STRUCTURED_OPS(BYTEGRAD_STRUCTURED_INFO)};

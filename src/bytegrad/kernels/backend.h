@@ -22,7 +22,7 @@ namespace bytegrad {
 // UnaryOp and BinaryOp (the pointwise kernels' ops) are the op table's unary and binary rows
 // (core/op_table.h); what each computes is in kernels/pointwise_math.h. add/sub scale their second
 // operand by alpha (a + alpha * b); the *_backward ops fuse an activation's gradient as PyTorch does (a:
-// the incoming gradient, b: the saved tensor: relu/sigmoid/tanh's result, gelu's input).
+// the incoming gradient, b: the saved tensor, the activation's result or input as its row says).
 
 // norm: the 2-norm, sqrt(sum of |x|^2). var/std (correction-adjusted variance and its square root) are
 // computed by reduce_variance, which takes the correction; reduce() rejects them.

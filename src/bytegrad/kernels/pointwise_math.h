@@ -140,6 +140,7 @@ BYTEGRAD_HOST_DEVICE M unary(UnaryOp op, M x) {
     case UnaryOp::sigmoid: return static_cast<M>(R(1) / (R(1) + m_exp(-r)));
     case UnaryOp::tanh: return static_cast<M>(m_tanh(r));
     case UnaryOp::gelu: return static_cast<M>(r * R(0.5) * (R(1) + m_erf(r * static_cast<R>(0.70710678118654752440))));
+    case UnaryOp::silu: return static_cast<M>(r / (R(1) + m_exp(-r)));  // x * sigmoid(x), as PyTorch's kernel
     case UnaryOp::logical_not: return static_cast<M>(x == M(0));
   }
   return x;
@@ -171,6 +172,12 @@ BYTEGRAD_HOST_DEVICE M binary(BinaryOp op, M a, M b, M alpha) {
     case BinaryOp::sigmoid_backward: return static_cast<M>(a * (M(1) - b) * b);
     case BinaryOp::tanh_backward: return static_cast<M>(a * (M(1) - b * b));
     case BinaryOp::gelu_backward: return static_cast<M>(a * gelu_derivative(b));
+    case BinaryOp::silu_backward: {  // PyTorch's silu_backward: grad * s * (1 + x * (1 - s)), s = sigmoid(x)
+      using R = real_t<M>;
+      const R x = static_cast<R>(b);
+      const R s = R(1) / (R(1) + m_exp(-x));
+      return static_cast<M>(static_cast<R>(a) * s * (R(1) + x * (R(1) - s)));
+    }
   }
   return a;
 }

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/embedding.h"
-#include "bytegrad/nn/gelu.h"
 #include "bytegrad/nn/layer_norm.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/module_dict.h"

@@ -17,7 +17,8 @@
 // the other losses, ...) it does not implement. Inside a region each op listed below runs as PyTorch's
 // autocast wrapper runs it, with autocast off for everything it calls inside:
 //   lower precision (the region's dtype): linear, matmul, mm, bmm, mv, addmm, scaled_dot_product_attention
-//   float32: exp, expm1, log, pow, layer_norm, native_layer_norm, nll_loss, mse_loss
+//   float32: the op table's pointwise rows whose autocast column says fp32 (core/op_table.h), layer_norm,
+//     native_layer_norm, nll_loss, mse_loss
 //     Each floating operand on a GPU-like device (float64 excepted) is cast first, with the autograd-visible
 //     to(dtype) (a ToCopyBackward0 node; the cast's output is a new allocation).
 //   float32 unless given a dtype (fp32_set_opt_dtype): sum (whole and over dims), prod, norm (Tensor.norm and
@@ -32,7 +33,7 @@
 //     float16 softmax or log_softmax on a GPU-like device reads float16 and writes float32 itself
 //     (half_to_float, no copy, its gradient straight in float16; bfloat16 is copied).
 //   promote (the widest floating operand's dtype): dot
-// Every other op runs in its operands' dtypes (gelu, masked_fill, add, mean, var, ... ; mixed dtypes
+// Every other op runs in its operands' dtypes (the activations, masked_fill, add, mean, var, ... ; mixed dtypes
 // promote), and composite ops that are not listed reach the listed ops they are made of, as in PyTorch:
 // cross_entropy gives log_softmax the logits' dtype explicitly (so it runs in bfloat16 and is left alone), and
 // its nll_loss casts the log-probabilities to float32. Gradients need nothing of autocast: the engine
@@ -86,7 +87,8 @@ size_t autocast_cache_size();               // number of cached casts (for tests
 
 namespace autocast {
 
-enum class CastPolicy { lower_precision_fp, fp32, fp32_set_opt_dtype, promote };
+// The op table's AutocastPolicy (core/op_table.h: a pointwise row's autocast column is one of these).
+using CastPolicy = AutocastPolicy;
 
 // Whether an op called now should apply its policy: autocast is on and no wrapped op is running.
 bool active();
@@ -161,6 +163,7 @@ bool first_is_eligible(const First& first, const Rest&...) {
 // std::optional<ScalarType> operand, which the op must have) with float32 when the first operand is eligible.
 template <CastPolicy policy, typename Op, typename... Operands>
 auto run(Op&& op, const Operands&... operands) {
+  static_assert(policy != CastPolicy::none, "an op without an autocast policy is not wrapped");
   if constexpr (policy == CastPolicy::fp32_set_opt_dtype) {
     static_assert((std::is_same_v<Operands, std::optional<ScalarType>> || ...),
                   "an fp32_set_opt_dtype op takes its dtype as a std::optional<ScalarType> operand");
@@ -177,9 +180,6 @@ auto run(Op&& op, const Operands&... operands) {
     return std::apply(std::forward<Op>(op), cast);
   }
 }
-
-// The op table's unary rows that PyTorch's CUDA policy runs in float32.
-constexpr bool runs_in_float32(UnaryOp op) { return op == UnaryOp::exp || op == UnaryOp::expm1 || op == UnaryOp::log; }
 
 }  // namespace autocast
 }  // namespace bytegrad

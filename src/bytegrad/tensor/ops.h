@@ -5,7 +5,7 @@
 // Views allocate nothing; in-place ops (trailing underscore) allocate nothing and bump the version
 // counter. Python-number scalars never become device tensors.
 //
-// Types: the binary pointwise ops on two tensors (add, sub, mul, div, pow, maximum, minimum, the
+// Types: the binary pointwise ops on two tensors (the op table's binary rows: arithmetic, the
 // comparisons, logical_and/or, the activation gradients) and where promote as PyTorch does: the result
 // type is result_type(a, b) (promote_types, float16 with bfloat16 giving float32; a 0-d operand decides it
 // only when of a higher category, bool < integral < floating, than every operand with dimensions: a 0-d
@@ -23,8 +23,9 @@
 // are an integer to a negative scalar power, subtraction with a bool operand and a fractional alpha on an
 // integral computation, as PyTorch refuses them. Comparisons with a scalar are exact (done in double). A value that becomes an
 // element (full, fill_, masked_fill, constant_pad_nd, tensor() into integer dtypes) must fit its dtype
-// (core/checked_convert.h). Float-only ops (div, exp, log, sqrt, sigmoid, tanh, gelu, mean, softmax) reject integer tensors
-// (for div: a result type that is not floating) instead of returning float as PyTorch does.
+// (core/checked_convert.h). Float-only ops (the op table's `floating` rows: div, the transcendental
+// functions and activations but relu, mean, softmax, ...) reject integer tensors (for div: a result type
+// that is not floating) instead of returning float as PyTorch does.
 #pragma once
 
 #include <array>
@@ -32,55 +33,44 @@
 #include <string_view>
 #include <vector>
 
+#include "bytegrad/core/op_table.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
 
 // ------------------------------------------------------------------------------------ elementwise
-Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b, broadcasting
+// The op table's pointwise rows (core/op_table.h lists them, with each one's dtype rule, node and autocast
+// policy): every unary row is `Tensor op(const Tensor& x)` (and Tensor::op()); every binary row
+// `Tensor op(const Tensor& a, const Tensor& b)`, with `double alpha = 1.0` (a + alpha * b) where its args
+// are Alpha. Among them: the activations (relu, gelu in its exact erf form, ...) and their fused gradients
+// `op_backward(grad, saved)` (saved: the activation's result or input, as its row says); comparisons and
+// logical ops give bool results.
+#define BYTEGRAD_DECLARE_UNARY(op, ...) Tensor op(const Tensor& x);
+#define BYTEGRAD_BINARY_EXTRA_None
+#define BYTEGRAD_BINARY_EXTRA_Alpha , double alpha = 1.0
+#define BYTEGRAD_DECLARE_BINARY(op, dtypes, args, ...) Tensor op(const Tensor& a, const Tensor& b BYTEGRAD_BINARY_EXTRA_##args);
+BYTEGRAD_UNARY_OPS(BYTEGRAD_DECLARE_UNARY)
+BYTEGRAD_BINARY_OPS(BYTEGRAD_DECLARE_BINARY)
+#undef BYTEGRAD_DECLARE_UNARY
+#undef BYTEGRAD_DECLARE_BINARY
+#undef BYTEGRAD_BINARY_EXTRA_None
+#undef BYTEGRAD_BINARY_EXTRA_Alpha
+
+// With a Python-number operand (the table's scalar rows).
 Tensor add(const Tensor& a, double b, double alpha = 1.0);
-Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a - alpha * b
 Tensor sub(const Tensor& a, double b, double alpha = 1.0);
 Tensor sub(double a, const Tensor& b);  // rsub
-Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, double b);
-Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, double b);
 Tensor div(double a, const Tensor& b);
-Tensor pow(const Tensor& base, const Tensor& exponent);
 Tensor pow(const Tensor& base, double exponent);
 Tensor pow(double base, const Tensor& exponent);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small x
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor gelu(const Tensor& x);  // exact (erf) form
-Tensor logical_not(const Tensor& x);
-
-// Comparisons: bool results.
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, double b);
 Tensor ne(const Tensor& a, double b);
 Tensor lt(const Tensor& a, double b);
 Tensor le(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
-// Elementwise and/or of truth values (nonzero is true): bool results.
-Tensor logical_and(const Tensor& a, const Tensor& b);
-Tensor logical_or(const Tensor& a, const Tensor& b);
 
 // torch.result_type(a, b): the dtype a binary op on a and b computes in and returns (comparisons: bool).
 ScalarType result_type(const Tensor& a, const Tensor& b);
@@ -89,12 +79,6 @@ ScalarType result_type(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // A copy of x (broadcast with mask, contiguous) with value where mask is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
-
-// Activation gradients fused as PyTorch fuses them (one output each; see BinaryOp in backend.h).
-Tensor relu_backward(const Tensor& grad, const Tensor& result);
-Tensor sigmoid_backward(const Tensor& grad, const Tensor& result);
-Tensor tanh_backward(const Tensor& grad, const Tensor& result);
-Tensor gelu_backward(const Tensor& grad, const Tensor& input);
 
 // ------------------------------------------------------------------------------------- operators
 Tensor operator+(const Tensor& a, const Tensor& b);

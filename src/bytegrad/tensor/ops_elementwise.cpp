@@ -203,12 +203,20 @@ OpRecording begin_pointwise_recording(std::vector<Tensor> inputs, ArgsOf<id> arg
   else return begin_recording<id>(std::move(inputs), std::move(args));
 }
 
+// The row's autocast column (core/op_table.h): inside an autocast region, the op runs as PyTorch's wrapper
+// runs it (tensor/autocast.h). Returns nullopt where autocast does not apply: the op then runs as it is.
+template <OpId id, typename Op, typename... Operands>
+std::optional<Tensor> autocast_by_row(Op&& op, const Operands&... operands) {
+  if constexpr (constexpr AutocastPolicy policy = op_info(id).autocast; policy != AutocastPolicy::none) {
+    if (autocast::active()) return autocast::run<policy>(std::forward<Op>(op), operands...);
+  }
+  return std::nullopt;
+}
+
 template <UnaryOp op>
 Tensor unary_op(const Tensor& x) {
-  if constexpr (autocast::runs_in_float32(op)) {
-    BYTEGRAD_AUTOCAST(fp32, unary_op<op>, x);
-  }
   constexpr OpId id = op_id(op);
+  if (auto cast = autocast_by_row<id>([](const Tensor& t) { return unary_op<op>(t); }, x)) return *cast;
   const std::string name(op_name(id));
   OpRecording recording = begin_pointwise_recording<id>({x});
   Tensor out = without_recording([&] { return unary_compute(name.c_str(), op, x); });
@@ -219,6 +227,9 @@ Tensor unary_op(const Tensor& x) {
 template <BinaryOp op>
 Tensor binary_op(const Tensor& a, const Tensor& b, ArgsOf<op_id(op)> args = {}) {
   constexpr OpId id = op_id(op);
+  if (auto cast = autocast_by_row<id>([args](const Tensor& x, const Tensor& y) { return binary_op<op>(x, y, args); },
+                                      a, b))
+    return *cast;
   double alpha = 1.0;
   if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
   OpRecording recording = begin_pointwise_recording<id>({a, b}, args);
@@ -230,6 +241,9 @@ Tensor binary_op(const Tensor& a, const Tensor& b, ArgsOf<op_id(op)> args = {}) 
 // `name` is the user's op ("sub" for x - 2 and 2 - x); the record is the table's scalar row.
 template <OpId id>
 Tensor scalar_op(const char* name, const Tensor& a, double scalar, std::optional<ScalarType> common = std::nullopt) {
+  if (auto cast = autocast_by_row<id>(
+          [name, common](const Tensor& x, double s) { return scalar_op<id>(name, x, s, common); }, a, scalar))
+    return *cast;
   OpRecording recording = begin_pointwise_recording<id>({a}, {scalar});
   Tensor out = without_recording([&] { return scalar_compute(name, id, a, scalar, common); });
   recording.finish({out});
@@ -267,47 +281,46 @@ const Tensor& inplace_unary(const char* name, const Tensor& self) {
 
 }  // namespace
 
-// ----------------------------------------------------------------------------- unary (generated)
+// ------------------------------------------------------------------------- unary, binary (generated)
 
-// Every unary row of the op table is a free function and a Tensor member.
-#define BYTEGRAD_DEFINE_UNARY(op, ...)                                        \
-  Tensor op(const Tensor& x) { return unary_op<UnaryOp::op>(x); }            \
+// Every unary row of the op table is a free function and a Tensor member (the activations' rows among
+// them); every binary row a free function on two tensors (the activations' *_backward ops among them),
+// with alpha for the rows whose args are Alpha. tensor/ops.h declares them from the same rows.
+#define BYTEGRAD_DEFINE_UNARY(op, ...)                             \
+  Tensor op(const Tensor& x) { return unary_op<UnaryOp::op>(x); } \
   Tensor Tensor::op() const { return unary_op<UnaryOp::op>(*this); }
 BYTEGRAD_UNARY_OPS(BYTEGRAD_DEFINE_UNARY)
 #undef BYTEGRAD_DEFINE_UNARY
 
+#define BYTEGRAD_BINARY_CALL_None(op) binary_op<BinaryOp::op>(a, b)
+#define BYTEGRAD_BINARY_CALL_Alpha(op) binary_op<BinaryOp::op>(a, b, {alpha})
+#define BYTEGRAD_DEFINE_BINARY(op, dtypes, args, ...) \
+  Tensor op(const Tensor& a, const Tensor& b BYTEGRAD_BINARY_EXTRA_##args) { return BYTEGRAD_BINARY_CALL_##args(op); }
+#define BYTEGRAD_BINARY_EXTRA_None
+#define BYTEGRAD_BINARY_EXTRA_Alpha , double alpha
+BYTEGRAD_BINARY_OPS(BYTEGRAD_DEFINE_BINARY)
+#undef BYTEGRAD_DEFINE_BINARY
+#undef BYTEGRAD_BINARY_EXTRA_None
+#undef BYTEGRAD_BINARY_EXTRA_Alpha
+#undef BYTEGRAD_BINARY_CALL_None
+#undef BYTEGRAD_BINARY_CALL_Alpha
+
 // ------------------------------------------------------------------------------------- arithmetic
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::add>(a, b, {alpha}); }
 Tensor add(const Tensor& a, double b, double alpha) {
   const ScalarType common = check_scalar_alpha("add", OpId::add_scalar, a, b, alpha, false);
   return scalar_op<OpId::add_scalar>("add", a, alpha * b, common);
 }
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary_op<BinaryOp::sub>(a, b, {alpha}); }
 Tensor sub(const Tensor& a, double b, double alpha) {
   const ScalarType common = check_scalar_alpha("sub", OpId::sub_scalar, a, b, alpha, false);
   return scalar_op<OpId::sub_scalar>("sub", a, alpha * b, common);
 }
 Tensor sub(double a, const Tensor& b) { return scalar_op<OpId::rsub_scalar>("rsub", b, a); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::mul>(a, b); }
 Tensor mul(const Tensor& a, double b) { return scalar_op<OpId::mul_scalar>("mul", a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::div>(a, b); }
 Tensor div(const Tensor& a, double b) { return scalar_op<OpId::div_scalar>("div", a, b); }
 Tensor div(double a, const Tensor& b) { return scalar_op<OpId::rdiv_scalar>("div", b, a); }
-Tensor pow(const Tensor& base, const Tensor& exponent) {
-  BYTEGRAD_AUTOCAST(fp32, pow, base, exponent);
-  return binary_op<BinaryOp::pow>(base, exponent);
-}
-Tensor pow(const Tensor& base, double exponent) {
-  BYTEGRAD_AUTOCAST(fp32, pow, base, exponent);
-  return scalar_op<OpId::pow_scalar>("pow", base, exponent);
-}
-Tensor pow(double base, const Tensor& exponent) {
-  BYTEGRAD_AUTOCAST(fp32, pow, base, exponent);
-  return scalar_op<OpId::rpow_scalar>("pow", exponent, base);
-}
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::maximum>(a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::minimum>(a, b); }
+Tensor pow(const Tensor& base, double exponent) { return scalar_op<OpId::pow_scalar>("pow", base, exponent); }
+Tensor pow(double base, const Tensor& exponent) { return scalar_op<OpId::rpow_scalar>("pow", exponent, base); }
 
 ScalarType result_type(const Tensor& a, const Tensor& b) {
   check_defined("result_type", a);
@@ -320,20 +333,12 @@ ScalarType result_type(const Tensor& a, const Tensor& b) {
 
 // ------------------------------------------------------------------------------------ comparisons
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::eq>(a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::ne>(a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::lt>(a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::le>(a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::gt>(a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::ge>(a, b); }
 Tensor eq(const Tensor& a, double b) { return scalar_op<OpId::eq_scalar>("eq", a, b); }
 Tensor ne(const Tensor& a, double b) { return scalar_op<OpId::ne_scalar>("ne", a, b); }
 Tensor lt(const Tensor& a, double b) { return scalar_op<OpId::lt_scalar>("lt", a, b); }
 Tensor le(const Tensor& a, double b) { return scalar_op<OpId::le_scalar>("le", a, b); }
 Tensor gt(const Tensor& a, double b) { return scalar_op<OpId::gt_scalar>("gt", a, b); }
 Tensor ge(const Tensor& a, double b) { return scalar_op<OpId::ge_scalar>("ge", a, b); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::logical_and>(a, b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_op<BinaryOp::logical_or>(a, b); }
 
 // ----------------------------------------------------------------------------- where, masked_fill
 
@@ -379,15 +384,6 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   recording.finish({out});
   return out;
 }
-
-// ------------------------------------------------------------------------ activation gradients
-
-Tensor relu_backward(const Tensor& grad, const Tensor& result) { return binary_op<BinaryOp::relu_backward>(grad, result); }
-Tensor sigmoid_backward(const Tensor& grad, const Tensor& result) {
-  return binary_op<BinaryOp::sigmoid_backward>(grad, result);
-}
-Tensor tanh_backward(const Tensor& grad, const Tensor& result) { return binary_op<BinaryOp::tanh_backward>(grad, result); }
-Tensor gelu_backward(const Tensor& grad, const Tensor& input) { return binary_op<BinaryOp::gelu_backward>(grad, input); }
 
 // -------------------------------------------------------------------------------------- operators
 

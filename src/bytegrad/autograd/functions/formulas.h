@@ -14,9 +14,9 @@ namespace bytegrad::formulas {
 
 #define BYTEGRAD_FORMULA_grad(op) std::shared_ptr<FormulaNode> op(const OpRecord&, const ArgsOf<OpId::op>&);
 #define BYTEGRAD_FORMULA_no_grad(op)
-#define BYTEGRAD_FORMULA_UNARY(op, dtypes, grad, node) BYTEGRAD_FORMULA_##grad(op)
-#define BYTEGRAD_FORMULA_BINARY(op, dtypes, args, grad, node) BYTEGRAD_FORMULA_##grad(op)
-#define BYTEGRAD_FORMULA_SCALAR(op, kernel, order, dtypes, grad, node) BYTEGRAD_FORMULA_##grad(op)
+#define BYTEGRAD_FORMULA_UNARY(op, dtypes, grad, ...) BYTEGRAD_FORMULA_##grad(op)
+#define BYTEGRAD_FORMULA_BINARY(op, dtypes, args, grad, ...) BYTEGRAD_FORMULA_##grad(op)
+#define BYTEGRAD_FORMULA_SCALAR(op, kernel, order, dtypes, grad, ...) BYTEGRAD_FORMULA_##grad(op)
 #define BYTEGRAD_FORMULA_STRUCTURED(op, kernel, dtypes, args, grad, node) BYTEGRAD_FORMULA_##grad(op)
 BYTEGRAD_UNARY_OPS(BYTEGRAD_FORMULA_UNARY)
 BYTEGRAD_BINARY_OPS(BYTEGRAD_FORMULA_BINARY)

@@ -74,38 +74,22 @@ std::shared_ptr<FormulaNode> neg(const OpRecord& r, const op_args::None&) {
   return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
 }
 
-// Activations save their result (or input for gelu) and use a fused backward kernel: one allocation.
-std::shared_ptr<FormulaNode> relu(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{relu_backward(g[0], n.saved(0))};
-  });
-  node->save_output("result", 0);
-  return node;
-}
-
-std::shared_ptr<FormulaNode> sigmoid(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{sigmoid_backward(g[0], n.saved(0))};
-  });
-  node->save_output("result", 0);
-  return node;
-}
-
-std::shared_ptr<FormulaNode> tanh(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{tanh_backward(g[0], n.saved(0))};
-  });
-  node->save_output("result", 0);
-  return node;
-}
-
-std::shared_ptr<FormulaNode> gelu(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{gelu_backward(g[0], n.saved(0))};
-  });
-  node->save("self", r.inputs.at(0));
-  return node;
-}
+// The activations (the op table's activation rows): the node saves the result or the input, as the row's
+// `saves` column says, and backward is the row's fused op_backward(grad, saved): one allocation.
+#define BYTEGRAD_ACTIVATION_SAVE_result(node, r) node->save_output("result", 0)
+#define BYTEGRAD_ACTIVATION_SAVE_input(node, r) node->save("self", r.inputs.at(0))
+#define BYTEGRAD_ACTIVATION_FORMULA(op, dtypes, saves, ...)                                      \
+  std::shared_ptr<FormulaNode> op(const OpRecord& r, const op_args::None&) {                     \
+    auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {                           \
+      return TensorList{op##_backward(g[0], n.saved(0))};                                        \
+    });                                                                                          \
+    BYTEGRAD_ACTIVATION_SAVE_##saves(node, r);                                                   \
+    return node;                                                                                 \
+  }
+BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_FORMULA)
+#undef BYTEGRAD_ACTIVATION_FORMULA
+#undef BYTEGRAD_ACTIVATION_SAVE_result
+#undef BYTEGRAD_ACTIVATION_SAVE_input
 
 std::shared_ptr<FormulaNode> exp(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * n.saved(0)}; });

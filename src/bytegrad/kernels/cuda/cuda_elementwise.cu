@@ -66,8 +66,9 @@ struct UnaryFn {
   }
 };
 
-// The same with the op fixed at compile time (GPT-2's gelu and its backward, where the runtime switch over
-// every op inside the per-element loop cost a quarter of the kernel's time).
+// The same with the op fixed at compile time, for the activations whose row says cuda `fixed` (and add): in
+// GPT-2's activation and its backward the runtime switch over every op inside the per-element loop cost a
+// quarter of the kernel's time.
 template <typename T, typename Out, UnaryOp kOp>
 struct FixedUnaryFn {
   __device__ Out operator()(T x) const {
@@ -443,8 +444,17 @@ void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
     using T = typename decltype(tag)::type;
     dispatch_output<T>(out, in.dtype, "unary", [&](auto out_tag) {
       using Out = typename decltype(out_tag)::type;
-      if (op == UnaryOp::gelu) map1<Out, T>(out, in, FixedUnaryFn<T, Out, UnaryOp::gelu>{}, "unary kernel");
-      else map1<Out, T>(out, in, UnaryFn<T, Out>{op}, "unary kernel");
+      switch (op) {
+#define BYTEGRAD_FIXED_UNARY_fixed(name) \
+  case UnaryOp::name: return map1<Out, T>(out, in, FixedUnaryFn<T, Out, UnaryOp::name>{}, "unary kernel");
+#define BYTEGRAD_FIXED_UNARY_switch(name)
+#define BYTEGRAD_FIXED_UNARY(name, dtypes, saves, node, autocast, cuda, ...) BYTEGRAD_FIXED_UNARY_##cuda(name)
+        BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_FIXED_UNARY)
+#undef BYTEGRAD_FIXED_UNARY
+#undef BYTEGRAD_FIXED_UNARY_fixed
+#undef BYTEGRAD_FIXED_UNARY_switch
+        default: return map1<Out, T>(out, in, UnaryFn<T, Out>{op}, "unary kernel");
+      }
     });
   });
 }
@@ -495,14 +505,21 @@ void binary(BinaryOp op, const StridedView& out, const StridedView& a, const Str
     using T = typename decltype(tag)::type;
     dispatch_output<T>(out, a.dtype, "binary", [&](auto out_tag) {
       using Out = typename decltype(out_tag)::type;
-      if (op == BinaryOp::gelu_backward)
-        map2<Out, T, T>(out, a, b, FixedBinaryFn<T, Out, BinaryOp::gelu_backward>{from_double<opmath_t<T>>(alpha)},
-                        "binary kernel");
-      else if (op == BinaryOp::add)
-        map2<Out, T, T>(out, a, b, FixedBinaryFn<T, Out, BinaryOp::add>{from_double<opmath_t<T>>(alpha)},
-                        "binary kernel");
-      else
-        map2<Out, T, T>(out, a, b, BinaryFn<T, Out>{op, from_double<opmath_t<T>>(alpha)}, "binary kernel");
+      const opmath_t<T> alpha_m = from_double<opmath_t<T>>(alpha);
+      switch (op) {
+#define BYTEGRAD_FIXED_BINARY_fixed(name)                                                                   \
+  case BinaryOp::name##_backward:                                                                          \
+    return map2<Out, T, T>(out, a, b, FixedBinaryFn<T, Out, BinaryOp::name##_backward>{alpha_m}, "binary kernel");
+#define BYTEGRAD_FIXED_BINARY_switch(name)
+#define BYTEGRAD_FIXED_BINARY(name, dtypes, saves, node, autocast, cuda, ...) BYTEGRAD_FIXED_BINARY_##cuda(name)
+        BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_FIXED_BINARY)
+#undef BYTEGRAD_FIXED_BINARY
+#undef BYTEGRAD_FIXED_BINARY_fixed
+#undef BYTEGRAD_FIXED_BINARY_switch
+        case BinaryOp::add:  // the residual stream
+          return map2<Out, T, T>(out, a, b, FixedBinaryFn<T, Out, BinaryOp::add>{alpha_m}, "binary kernel");
+        default: return map2<Out, T, T>(out, a, b, BinaryFn<T, Out>{op, alpha_m}, "binary kernel");
+      }
     });
   });
 }
