@@ -217,10 +217,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     const Tensor expanded_target = target.sizes() == shape ? target : target.expand(shape);
     return mse_loss(expanded_input, expanded_target, reduction);
   }
-  OpRecording recording = begin_recording<OpId::mse_loss>({input, target}, {reduction});
-  Tensor out = without_recording([&] { return mse_loss_compute(input, target, reduction); });
-  recording.finish({out});
-  return out;
+  return compute_recorded<OpId::mse_loss>({input, target}, {reduction},
+                                          [&] { return mse_loss_compute(input, target, reduction); });
 }
 
 Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const Tensor& target, Reduction reduction) {

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
-#include "bytegrad/kernels/nll_geometry.h"
+#include "bytegrad/kernels/operand_checks.h"
 
 namespace bytegrad::cpu {
 

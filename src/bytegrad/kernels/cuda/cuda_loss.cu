@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
-#include "bytegrad/kernels/nll_geometry.h"
+#include "bytegrad/kernels/operand_checks.h"
 
 namespace bytegrad::cuda {
 

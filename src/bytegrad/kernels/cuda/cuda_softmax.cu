@@ -18,6 +18,7 @@
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 #include "bytegrad/kernels/cuda/cuda_rows.cuh"
+#include "bytegrad/kernels/operand_checks.h"
 #include "bytegrad/kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
@@ -408,13 +409,7 @@ void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_
 }  // namespace
 
 void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim, bool log) {
-  if (output.dtype != grad_out.dtype)
-    throw std::invalid_argument("cuda backend: softmax_backward: grad_out and output differ in dtype");
-  if (grad_in.dtype != grad_out.dtype) {
-    // half_to_float: a float16 gradient from float32 operands (log_softmax's, written by the kernel itself).
-    if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
-      throw std::invalid_argument("cuda backend: softmax_backward: a gradient in another dtype than its operands' "
-                                  "must be float16 from float32");
+  if (softmax_backward_half_to_float(grad_in, grad_out, output, "cuda")) {
     softmax_backward_typed<float, __half>(grad_in, grad_out, output, dim, log);
     return;
   }
