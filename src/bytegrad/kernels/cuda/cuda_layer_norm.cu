@@ -25,7 +25,8 @@ __device__ __forceinline__ Acc load_or(const T* p, int64_t i, Acc absent) {
   return p ? convert<Acc>(p[i]) : absent;
 }
 
-// The forward's operands (weight and bias may be null), as both forward kernels take them.
+// The forward's operands (weight and bias may be null). The kernels take them as separate parameters and
+// build this inside: passed as one struct, nvcc schedules the kernels differently.
 template <typename T>
 struct ForwardOperands {
   T* y;
@@ -48,7 +49,7 @@ struct InputGradRow {
   __device__ __forceinline__ Acc xhat(int64_t j) const { return (convert<Acc>(x[j]) - mean) * rstd; }
 };
 
-// The input gradient's operands (weight may be null), as both input-gradient kernels take them.
+// The input gradient's operands (weight may be null); built inside the kernels, as ForwardOperands.
 template <typename T>
 struct InputGradOperands {
   T* dx;
@@ -71,9 +72,9 @@ __device__ __forceinline__ T input_grad(Acc g, Acc xhat, Acc rstd, Acc sum_g, Ac
 
 // rstd = 1 / sqrt(var + eps) from the lanes' sums of squared deviations; lane 0 stores the row's mean and rstd.
 template <int kThreadsPerRow, typename Acc>
-__device__ __forceinline__ Acc row_rstd(Acc sq, Acc mean, int64_t N, double eps, int lane, int64_t row, Acc* mean_out,
+__device__ __forceinline__ Acc row_rstd(Acc sq, Acc mean, Acc n, double eps, int lane, int64_t row, Acc* mean_out,
                                         Acc* rstd_out) {
-  const Acc var = row_allreduce<kThreadsPerRow>(sq, SumOp{}) / static_cast<Acc>(N);
+  const Acc var = row_allreduce<kThreadsPerRow>(sq, SumOp{}) / n;
   const Acc rstd = Acc(1) / pointwise::m_sqrt(var + static_cast<Acc>(eps));
   if (lane == 0) {
     mean_out[row] = mean;
@@ -90,9 +91,14 @@ __device__ __forceinline__ T normalized(Acc x, Acc mean, Acc rstd, const T* weig
 
 template <typename T, int kThreadsPerRow>
 __global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_forward_kernel(ForwardOperands<T> io, int64_t M, int64_t N, double eps) {
+    layer_norm_forward_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
+                              const T* bias, int64_t M, int64_t N, double eps) {
   using Acc = opmath_t<T>;
-  for_each_row<kThreadsPerRow>(M, [&](int64_t row, int lane) {  // uniform across the threads of a row
+  const ForwardOperands<T> io{y, mean_out, rstd_out, x, weight, bias};
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kThreadsPerRow>(row, row_step, lane);
+  for (; row < M; row += row_step) {  // uniform across the threads of a row
     const T* xr = io.x + row * N;
     Acc sum = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) sum += convert<Acc>(xr[j]);
@@ -102,18 +108,23 @@ __global__ void __launch_bounds__(kBlockThreads)
       const Acc d = convert<Acc>(xr[j]) - mean;
       sq += d * d;
     }
-    const Acc rstd = row_rstd<kThreadsPerRow>(sq, mean, N, eps, lane, row, io.mean, io.rstd);
+    const Acc rstd = row_rstd<kThreadsPerRow>(sq, mean, static_cast<Acc>(N), eps, lane, row, io.mean, io.rstd);
     T* yr = io.y + row * N;
     for (int64_t j = lane; j < N; j += kThreadsPerRow)
       yr[j] = normalized(convert<Acc>(xr[j]), mean, rstd, io.weight, io.bias, j);
-  });
+  }
 }
 
 template <typename T, int kThreadsPerRow>
 __global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_input_grad_kernel(InputGradOperands<T> io, int64_t M, int64_t N) {
+    layer_norm_input_grad_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
+                                 const T* weight, int64_t M, int64_t N) {
   using Acc = opmath_t<T>;
-  for_each_row<kThreadsPerRow>(M, [&](int64_t row, int lane) {
+  const InputGradOperands<T> io{dx, dy, x, mean, rstd, weight};
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kThreadsPerRow>(row, row_step, lane);
+  for (; row < M; row += row_step) {
     const InputGradRow<T> in = io.row(row, N);
     Acc sum_g = 0, sum_g_xhat = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) {
@@ -126,7 +137,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const Acc inv_n = Acc(1) / static_cast<Acc>(N);
     T* dr = io.dx + row * N;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) dr[j] = input_grad<T>(in.g(j), in.xhat(j), in.rstd, sum_g, sum_g_xhat, inv_n);
-  });
+  }
 }
 
 // Weight and bias gradients: blocks of kColumns columns x kLanes lanes (1024 threads). With 8 columns a
@@ -193,9 +204,14 @@ __global__ void __launch_bounds__(kColumns * kLanes)
 // row read once.
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_forward_warp_kernel(ForwardOperands<T> io, int64_t M, int N, double eps) {
+    layer_norm_forward_warp_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
+                                   const T* bias, int64_t M, int N, double eps) {
   using Acc = opmath_t<T>;
-  for_each_row<kWarp>(M, [&](int64_t row, int lane) {
+  const ForwardOperands<T> io{y, mean_out, rstd_out, x, weight, bias};
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp>(row, row_step, lane);
+  for (; row < M; row += row_step) {
     const T* xr = io.x + row * N;
     Acc v[kPerLane];
 #pragma unroll
@@ -216,7 +232,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         sq += d * d;
       }
     }
-    const Acc rstd = row_rstd<kWarp>(sq, mean, N, eps, lane, row, io.mean, io.rstd);
+    const Acc rstd = row_rstd<kWarp>(sq, mean, static_cast<Acc>(N), eps, lane, row, io.mean, io.rstd);
     T* yr = io.y + row * N;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -224,16 +240,21 @@ __global__ void __launch_bounds__(kBlockThreads)
       if (j < N)
         yr[j] = normalized(v[i], mean, rstd, io.weight, io.bias, j);
     }
-  });
+  }
 }
 
 // The input gradient for rows of at most 1024 elements, a warp per row with the row's dy and x in
 // registers (element lane + 32 i): the general kernel's sums in the same order, each operand read once.
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_input_grad_warp_kernel(InputGradOperands<T> io, int64_t M, int N) {
+    layer_norm_input_grad_warp_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
+                                      const T* weight, int64_t M, int N) {
   using Acc = opmath_t<T>;
-  for_each_row<kWarp>(M, [&](int64_t row, int lane) {
+  const InputGradOperands<T> io{dx, dy, x, mean, rstd, weight};
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp>(row, row_step, lane);
+  for (; row < M; row += row_step) {
     const InputGradRow<T> in = io.row(row, N);
     Acc g[kPerLane], xhat[kPerLane];
 #pragma unroll
@@ -259,7 +280,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       const int j = lane + i * kWarp;
       if (j < N) dr[j] = input_grad<T>(g[i], xhat[i], in.rstd, sum_g, sum_g_xhat, inv_n);
     }
-  });
+  }
 }
 
 void require_contiguous(const StridedView& v, const char* op) {
@@ -289,13 +310,14 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
     if (M > 0 && N > 0 && N <= 512) {
       dispatch_per_lane<4>(N, [&](auto per_lane) {
         layer_norm_forward_warp_kernel<T, decltype(per_lane)::value><<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(
-            io, M, static_cast<int>(N), eps);
+            io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, static_cast<int>(N), eps);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_warp_kernel");
       });
       return;
     }
     launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
-      layer_norm_forward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(io, M, N, eps);
+      layer_norm_forward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
+          io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, N, eps);
       BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
     });
   });
@@ -317,13 +339,15 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
     if (dx && N <= 1024) {
       auto launch = [&](auto per_lane) {
         layer_norm_input_grad_warp_kernel<T, decltype(per_lane)::value>
-            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(io, M, static_cast<int>(N));
+            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M,
+                                                                     static_cast<int>(N));
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_warp_kernel");
       };
       dispatch_per_lane<4>(N, launch);
     } else if (dx) {
       launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
-        layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(io, M, N);
+        layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
+            io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, N);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel");
       });
     }

@@ -41,17 +41,15 @@ __device__ __forceinline__ Acc row_allreduce(Acc v, Op op) {
   return v;
 }
 
-// Calls body(row, lane) for each row this thread works on (grid-stride over the rows) with its lane in the
-// row, for blocks of kThreads threads, kThreadsPerRow a row. The rows a row's threads visit are the same, so
-// body may synchronize them.
-template <int kThreadsPerRow, int kThreads = kBlockThreads, typename Body>
-__device__ __forceinline__ void for_each_row(int64_t num_rows, Body&& body) {
+// This thread's first row, the step to its next one (grid-stride over the rows: the same rows for every
+// thread of a row, so a row's threads may synchronize) and its lane in the row, for blocks of kThreads
+// threads, kThreadsPerRow a row.
+template <int kThreadsPerRow, int kThreads = kBlockThreads>
+__device__ __forceinline__ void row_assignment(int64_t& first_row, int64_t& row_step, int& lane) {
   constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int64_t row_step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow; row < num_rows;
-       row += row_step)
-    body(row, lane);
+  first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  row_step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  lane = threadIdx.x % kThreadsPerRow;
 }
 
 // Picks warp-per-row (rows up to 1024) or block-per-row and a grid covering the rows:

@@ -38,7 +38,10 @@ struct RowLayout {
 template <typename T, int kThreadsPerRow>
 __global__ void __launch_bounds__(kBlockThreads) softmax_forward_kernel(T* out, const T* in, RowLayout<T, 2> layout, bool log) {
   using Acc = opmath_t<T>;
-  for_each_row<kThreadsPerRow>(layout.num_rows, [&](int64_t row, int lane) {  // uniform across the threads of a row
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kThreadsPerRow>(row, row_step, lane);
+  for (; row < layout.num_rows; row += row_step) {  // uniform across the threads of a row
     int64_t base[2];
     layout.rows.offsets(row, base);
     const T* x = in + base[1];
@@ -61,7 +64,7 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_forward_kernel(T* out, 
       for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow)
         y[j * sy] = convert<T>(pointwise::m_exp(convert<Acc>(x[j * sx]) - max_value) / sum);
     }
-  });
+  }
 }
 
 // layout operands: 0 = grad_in, 1 = grad_out, 2 = output. Gi: grad_in's element type (T's, or float16 from
@@ -70,7 +73,10 @@ template <typename T, int kThreadsPerRow, typename Gi = T>
 __global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(Gi* grad_in, const T* grad_out, const T* output,
                                                                          RowLayout<T, 3> layout, bool log) {
   using Acc = opmath_t<T>;
-  for_each_row<kThreadsPerRow>(layout.num_rows, [&](int64_t row, int lane) {
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kThreadsPerRow>(row, row_step, lane);
+  for (; row < layout.num_rows; row += row_step) {
     int64_t base[3];
     layout.rows.offsets(row, base);
     Gi* gi = grad_in + base[0];
@@ -91,7 +97,7 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(Gi* gra
       const Acc out_value = convert<Acc>(y[j * s_y]);
       gi[j * s_gi] = convert<Gi>(log ? g - pointwise::m_exp(out_value) * sum : out_value * (g - sum));
     }
-  });
+  }
 }
 
 template <typename T, int N>
@@ -139,7 +145,10 @@ template <typename T, int kPerLane, bool kLog>
 __global__ void __launch_bounds__(kForwardWarpThreads)
     softmax_forward_warp_kernel(T* out, const T* in, int64_t num_rows, int dim) {
   using Acc = opmath_t<T>;
-  for_each_row<kWarp, kForwardWarpThreads>(num_rows, [&](int64_t row, int lane) {
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp, kForwardWarpThreads>(row, row_step, lane);
+  for (; row < num_rows; row += row_step) {
     const T* x = in + row * dim;
     T* y = out + row * dim;
     Acc v[kPerLane];
@@ -177,14 +186,17 @@ __global__ void __launch_bounds__(kForwardWarpThreads)
         if (j < dim) y[j] = convert<T>(v[i] / sum);
       }
     }
-  });
+  }
 }
 
 template <typename T, int kPerLane, typename Gi = T>
 __global__ void __launch_bounds__(kBlockThreads)
     softmax_backward_warp_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int dim, bool log) {
   using Acc = opmath_t<T>;
-  for_each_row<kWarp>(num_rows, [&](int64_t row, int lane) {
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp>(row, row_step, lane);
+  for (; row < num_rows; row += row_step) {
     const T* go = grad_out + row * dim;
     const T* y = output + row * dim;
     Gi* gi = grad_in + row * dim;
@@ -205,7 +217,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       const int j = lane + i * kWarp;
       if (j < dim) gi[j] = convert<Gi>(log ? g[i] - pointwise::m_exp(o[i]) * sum : o[i] * (g[i] - sum));
     }
-  });
+  }
 }
 
 constexpr int kLongRowThreads = 1024;
