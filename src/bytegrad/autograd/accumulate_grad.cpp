@@ -48,4 +48,17 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   return {};
 }
 
+void zero_grads(const TensorList& params, bool set_to_none) {
+  for (const Tensor& p : params) {
+    const Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    if (set_to_none) {
+      p.set_grad(Tensor());
+    } else {
+      NoGradGuard no_grad;
+      grad.zero_();
+    }
+  }
+}
+
 }  // namespace bytegrad

@@ -23,4 +23,8 @@ class AccumulateGrad final : public Node {
 // PyTorch's gradient layout contract: strides equal the variable's wherever the size is not 1.
 bool obeys_layout_contract(const Tensor& grad, const Tensor& variable);
 
+// Module::zero_grad and Optimizer::zero_grad: drops each defined .grad (set_to_none) or zeroes it in
+// place without recording, as PyTorch's do.
+void zero_grads(const TensorList& params, bool set_to_none);
+
 }  // namespace bytegrad

@@ -72,4 +72,10 @@ std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Back
   return node;
 }
 
+std::shared_ptr<FormulaNode> make_node_keeping_input_shape(const OpRecord& record, FormulaNode::Backward backward) {
+  auto node = make_node(record, std::move(backward));
+  node->shapes = {record.inputs.at(0).sizes()};
+  return node;
+}
+
 }  // namespace bytegrad

@@ -68,5 +68,7 @@ class FormulaNode final : public Node {
 // attention's logsumexp get no history).
 std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward,
                                        size_t differentiable_outputs = SIZE_MAX);
+// make_node, keeping the first input's sizes as shapes[0] (for a backward that rebuilds that shape).
+std::shared_ptr<FormulaNode> make_node_keeping_input_shape(const OpRecord& record, FormulaNode::Backward backward);
 
 }  // namespace bytegrad

@@ -12,28 +12,28 @@ void set_grad_mode_enabled(bool enabled);
 bool autograd_multithreading_enabled();
 void set_autograd_multithreading_enabled(bool enabled);
 
-// Ops inside its lifetime record nothing: outputs do not require grad and nothing is saved.
-class NoGradGuard {
+// Sets grad mode for its lifetime and restores the previous mode after.
+class GradModeGuard {
  public:
-  NoGradGuard() : previous_(grad_mode_enabled()) { set_grad_mode_enabled(false); }
-  ~NoGradGuard() { set_grad_mode_enabled(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled) : previous_(grad_mode_enabled()) { set_grad_mode_enabled(enabled); }
+  ~GradModeGuard() { set_grad_mode_enabled(previous_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool previous_;
 };
 
-// Turns recording back on inside a NoGradGuard.
-class EnableGradGuard {
+// Ops inside its lifetime record nothing: outputs do not require grad and nothing is saved.
+class NoGradGuard : public GradModeGuard {
  public:
-  EnableGradGuard() : previous_(grad_mode_enabled()) { set_grad_mode_enabled(true); }
-  ~EnableGradGuard() { set_grad_mode_enabled(previous_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+  NoGradGuard() : GradModeGuard(false) {}
+};
 
- private:
-  bool previous_;
+// Turns recording back on inside a NoGradGuard.
+class EnableGradGuard : public GradModeGuard {
+ public:
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
 }  // namespace bytegrad

@@ -15,10 +15,6 @@ const std::string& current_module_name() {
 
 std::shared_ptr<const std::string> current_module_name_ptr() { return current; }
 
-ModuleScope::ModuleScope(std::string name) : previous_(std::move(current)) {
-  current = std::make_shared<const std::string>(std::move(name));
-}
-
-ModuleScope::~ModuleScope() { current = std::move(previous_); }
+ModuleScope::ModuleScope(std::string name) : scope_(current, std::make_shared<const std::string>(std::move(name))) {}
 
 }  // namespace bytegrad

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "bytegrad/core/scoped_value.h"
+
 namespace bytegrad {
 
 // The innermost live ModuleScope's name on this thread ("" when none, or at a model's top level).
@@ -14,15 +16,13 @@ const std::string& current_module_name();
 // The same, shared (what a node keeps); null when none.
 std::shared_ptr<const std::string> current_module_name_ptr();
 
+// Names the running module for its lifetime; nested scopes restore the outer name when they end.
 class ModuleScope {
  public:
   explicit ModuleScope(std::string name);
-  ~ModuleScope();
-  ModuleScope(const ModuleScope&) = delete;
-  ModuleScope& operator=(const ModuleScope&) = delete;
 
  private:
-  std::shared_ptr<const std::string> previous_;
+  ScopedValue<std::shared_ptr<const std::string>> scope_;
 };
 
 }  // namespace bytegrad

@@ -71,13 +71,7 @@ bool read_enabled() {
 }  // namespace kernel_profile_detail
 
 KernelProfileLabel::KernelProfileLabel(std::string_view label) {
-  if (!kernel_profiling_enabled()) return;
-  active_ = true;
-  previous_ = std::exchange(current_label, std::string(label));
-}
-
-KernelProfileLabel::~KernelProfileLabel() {
-  if (active_) current_label = std::move(previous_);
+  if (kernel_profiling_enabled()) scope_.emplace(current_label, std::string(label));
 }
 
 const std::string& kernel_profile_label() { return current_label; }

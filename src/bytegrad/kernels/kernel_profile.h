@@ -12,9 +12,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "bytegrad/core/scoped_value.h"
 
 namespace bytegrad {
 
@@ -33,13 +36,9 @@ inline bool kernel_profiling_enabled() {
 class KernelProfileLabel {
  public:
   explicit KernelProfileLabel(std::string_view label);
-  ~KernelProfileLabel();
-  KernelProfileLabel(const KernelProfileLabel&) = delete;
-  KernelProfileLabel& operator=(const KernelProfileLabel&) = delete;
 
  private:
-  bool active_ = false;
-  std::string previous_;
+  std::optional<ScopedValue<std::string>> scope_;  // set only when profiling
 };
 
 struct KernelProfileRow {

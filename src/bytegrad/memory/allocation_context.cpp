@@ -50,8 +50,6 @@ thread_local const std::string* current_tag = nullptr;
 
 const std::string& current_allocation_tag() { return current_tag ? *current_tag : no_tag(); }
 
-AllocationScope::AllocationScope(std::string_view tag) : previous_(current_tag) { current_tag = intern(tag); }
-
-AllocationScope::~AllocationScope() { current_tag = previous_; }
+AllocationScope::AllocationScope(std::string_view tag) : scope_(current_tag, intern(tag)) {}
 
 }  // namespace bytegrad

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "bytegrad/core/scoped_value.h"
+
 namespace bytegrad {
 
 // The tag of the innermost live AllocationScope on this thread ("" when none). Tags are interned: the
@@ -17,12 +19,9 @@ const std::string& current_allocation_tag();
 class AllocationScope {
  public:
   explicit AllocationScope(std::string_view tag);
-  ~AllocationScope();
-  AllocationScope(const AllocationScope&) = delete;
-  AllocationScope& operator=(const AllocationScope&) = delete;
 
  private:
-  const std::string* previous_;
+  ScopedValue<const std::string*> scope_;
 };
 
 }  // namespace bytegrad

@@ -9,6 +9,7 @@
 #include <typeinfo>
 #include <unordered_set>
 
+#include "bytegrad/autograd/accumulate_grad.h"
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/tensor/ops.h"
 
@@ -214,18 +215,7 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
   return out;
 }
 
-void Module::zero_grad(bool set_to_none) {
-  for (const Tensor& p : parameters()) {
-    Tensor grad = p.grad();
-    if (!grad.defined()) continue;
-    if (set_to_none) {
-      p.set_grad(Tensor());
-    } else {
-      NoGradGuard no_grad;
-      grad.zero_();
-    }
-  }
-}
+void Module::zero_grad(bool set_to_none) { zero_grads(parameters(), set_to_none); }
 
 void Module::train(bool on) {
   training_ = on;

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/autograd/accumulate_grad.h"
 #include "bytegrad/optim/optimizer.h"
 #include "bytegrad/tensor/ops.h"
 
@@ -47,17 +47,6 @@ void check_not_nan(const char* optimizer, const char* what, double value) {
   if (std::isnan(value)) throw std::invalid_argument(fmt::format("{}: Invalid {}: {}", optimizer, what, value));
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
-  for (const Tensor& p : params_) {
-    const Tensor grad = p.grad();
-    if (!grad.defined()) continue;
-    if (set_to_none) {
-      p.set_grad(Tensor());
-    } else {
-      NoGradGuard no_grad;
-      grad.zero_();
-    }
-  }
-}
+void Optimizer::zero_grad(bool set_to_none) { zero_grads(params_, set_to_none); }
 
 }  // namespace bytegrad::optim

@@ -11,8 +11,7 @@ thread_local bool recording_paused = false;
 }
 
 bool autograd_recording_paused() { return recording_paused; }
-AutogradRecordingPause::AutogradRecordingPause() : previous_(recording_paused) { recording_paused = true; }
-AutogradRecordingPause::~AutogradRecordingPause() { recording_paused = previous_; }
+AutogradRecordingPause::AutogradRecordingPause() : scope_(recording_paused, true) {}
 
 void install_autograd_hook(AutogradHook* hook) { installed_hook.store(hook); }
 AutogradHook* autograd_hook() { return installed_hook.load(std::memory_order_relaxed); }

@@ -7,9 +7,11 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bytegrad/core/op_table.h"
+#include "bytegrad/core/scoped_value.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
@@ -90,12 +92,9 @@ bool autograd_recording_paused();
 class AutogradRecordingPause {
  public:
   AutogradRecordingPause();
-  ~AutogradRecordingPause();
-  AutogradRecordingPause(const AutogradRecordingPause&) = delete;
-  AutogradRecordingPause& operator=(const AutogradRecordingPause&) = delete;
 
  private:
-  bool previous_;
+  ScopedValue<bool> scope_;
 };
 
 template <typename Compute>
@@ -145,6 +144,16 @@ OpRecording begin_recording(std::vector<Tensor> inputs, MakeArgs&& make_args) {
   AutogradHook* hook = autograd_hook();
   if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
   return OpRecording(hook->begin(OpRecord{id, false, std::move(inputs), {}, make_args()}));
+}
+
+// The two steps around a computation that makes one tensor:
+//   return compute_recorded<OpId::mm>({a, b}, {}, [&] { return mm_compute(a, b); });
+template <OpId id, typename Compute>
+Tensor compute_recorded(std::vector<Tensor> inputs, ArgsOf<id> args, Compute&& compute) {
+  OpRecording recording = begin_recording<id>(std::move(inputs), std::move(args));
+  Tensor out = without_recording(std::forward<Compute>(compute));
+  recording.finish({out});
+  return out;
 }
 
 // Both steps at once, after the op computed (AutogradHook::record): for views, ops whose node saves no

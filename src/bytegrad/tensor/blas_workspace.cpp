@@ -270,7 +270,6 @@ void set_blas_workspace_config(std::optional<std::string> config) {
 
 BlasHandleOwner current_blas_handle_owner() { return handle_owner; }
 
-BlasHandleOwnerScope::BlasHandleOwnerScope(BlasHandleOwner owner) : previous_(handle_owner) { handle_owner = owner; }
-BlasHandleOwnerScope::~BlasHandleOwnerScope() { handle_owner = previous_; }
+BlasHandleOwnerScope::BlasHandleOwnerScope(BlasHandleOwner owner) : scope_(handle_owner, owner) {}
 
 }  // namespace bytegrad

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "bytegrad/core/device.h"
+#include "bytegrad/core/scoped_value.h"
 #include "bytegrad/kernels/gemm_args.h"
 #include "bytegrad/memory/caching_allocator.h"
 
@@ -61,15 +62,13 @@ void set_blas_workspace_config(std::optional<std::string> config);
 // thread use.
 BlasHandleOwner current_blas_handle_owner();
 
+// Sets the owner for its lifetime; nested scopes restore the outer owner when they end.
 class BlasHandleOwnerScope {
  public:
   explicit BlasHandleOwnerScope(BlasHandleOwner owner);
-  ~BlasHandleOwnerScope();
-  BlasHandleOwnerScope(const BlasHandleOwnerScope&) = delete;
-  BlasHandleOwnerScope& operator=(const BlasHandleOwnerScope&) = delete;
 
  private:
-  BlasHandleOwner previous_;
+  ScopedValue<BlasHandleOwner> scope_;
 };
 
 }  // namespace bytegrad

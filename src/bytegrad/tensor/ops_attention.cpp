@@ -42,18 +42,23 @@ struct Dims {
   int64_t B, H, Sq, Sk, D, Dv;
 };
 
-bool last_dim_contiguous(const Tensor& t) { return t.size(-1) == 1 || t.stride(-1) == 1; }
-
-// What every path needs: three defined 4-d (B, H, S, D) tensors of one floating dtype on one device, with
-// equal batch and head counts (no grouped-query attention), q and k of one head dimension, k and v of one
-// sequence length.
-Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+// Query, key and value: defined, on one device, of one floating dtype.
+void check_qkv_tensors(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   for (const Tensor* t : {&q, &k, &v}) check_defined(op, *t);
   check_same_device(op, q, k);
   check_same_device(op, q, v);
   check_same_dtype(op, q, k);
   check_same_dtype(op, q, v);
   check_floating(op, q);
+}
+
+bool last_dim_contiguous(const Tensor& t) { return t.size(-1) == 1 || t.stride(-1) == 1; }
+
+// What every path needs: three defined 4-d (B, H, S, D) tensors of one floating dtype on one device, with
+// equal batch and head counts (no grouped-query attention), q and k of one head dimension, k and v of one
+// sequence length.
+Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  check_qkv_tensors(op, q, k, v);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"query", &q}, {"key", &k}, {"value", &v}})
     if (t->dim() != 4)
       throw std::invalid_argument(fmt::format("{}: expected {} of 4 dimensions (batch, heads, sequence, head dim), "
@@ -91,12 +96,7 @@ double resolve_scale(const Tensor& q, std::optional<double> scale) {
 // dropout_p in [0, 1]; no mask together with is_causal.
 void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                      const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal) {
-  for (const Tensor* t : {&q, &k, &v}) check_defined(op, *t);
-  check_same_device(op, q, k);
-  check_same_device(op, q, v);
-  check_same_dtype(op, q, k);
-  check_same_dtype(op, q, v);
-  check_floating(op, q);
+  check_qkv_tensors(op, q, k, v);
   if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
     throw std::invalid_argument(fmt::format("{}: expected query, key and value to be at least 2-dimensional, got "
                                             "query {}, key {}, value {}", op, describe(q), describe(k), describe(v)));
@@ -213,6 +213,15 @@ void check_attention_bias(const char* op, const Tensor& bias, const Tensor& q, c
                                             exact ? "have" : "broadcast to", shape_str(scores)));
 }
 
+// A fused backend's checks of its inputs and bias (`exact_bias`: see check_attention_bias); their sizes.
+Dims check_fused_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                      bool exact_bias) {
+  const Dims n = check_attention_inputs(op, q, k, v);
+  check_fused_inputs(op, q, k, v);
+  check_attention_bias(op, bias, q, n, exact_bias);
+  return n;
+}
+
 // The bias as the kernels read it: a (B, H, Sq, Sk) view (an expanded one reads its rows many times).
 Tensor bias_for_kernel(const Tensor& bias, const Dims& n) {
   if (!bias.defined()) return Tensor();
@@ -254,9 +263,7 @@ AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                               bool compute_log_sumexp, bool is_causal, double scale, const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_cudnn_attention";
   AllocationScope scope(op);
-  const Dims n = check_attention_inputs(op, q, k, v);
-  check_fused_inputs(op, q, k, v);
-  check_attention_bias(op, bias, q, n, false);
+  const Dims n = check_fused_call(op, q, k, v, bias, false);
   check_cudnn_dropout(op, dropout.p);
   const TensorOptions int64_on{ScalarType::int64, q.device()};
   AttentionResult r;
@@ -307,9 +314,7 @@ AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Ten
                               double scale, const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_cudnn_attention_backward";
   AllocationScope scope(op);
-  const Dims n = check_attention_inputs(op, q, k, v);
-  check_fused_inputs(op, q, k, v);
-  check_attention_bias(op, bias, q, n, false);
+  const Dims n = check_fused_call(op, q, k, v, bias, false);
   check_cudnn_dropout(op, dropout.p);
   AttentionGrads g;
   g.grad_query = empty_preserving_layout(q);
@@ -355,9 +360,7 @@ AttentionResult efficient_forward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_efficient_attention";
   AllocationScope scope(op);
-  const Dims n = check_attention_inputs(op, q, k, v);
-  check_fused_inputs(op, q, k, v);
-  check_attention_bias(op, bias, q, n, true);
+  const Dims n = check_fused_call(op, q, k, v, bias, true);
   AttentionResult r;
   r.output = empty({n.B, n.Sq, n.H, n.Dv}, TensorOptions{q.dtype(), q.device()}).transpose(1, 2);
   const int64_t padded = compute_log_sumexp ? (n.Sq + 31) / 32 * 32 : 0;
@@ -434,9 +437,7 @@ AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const
                                   double scale, const AttentionDropout& dropout, bool bias_requires_grad) {
   const char* op = "scaled_dot_product_efficient_attention_backward";
   AllocationScope scope(op);
-  const Dims n = check_attention_inputs(op, q, k, v);
-  check_fused_inputs(op, q, k, v);
-  check_attention_bias(op, bias, q, n, true);
+  const Dims n = check_fused_call(op, q, k, v, bias, true);
   if (bias_requires_grad && !bias.defined())
     throw std::invalid_argument(fmt::format("{}: a bias gradient was asked for without a bias", op));
   if (!logsumexp.defined() || logsumexp.size(2) < n.Sq)

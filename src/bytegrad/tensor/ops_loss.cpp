@@ -31,6 +31,12 @@ const char* reduction_name(Reduction r) {
   return "?";
 }
 
+// a on b's device and of b's dtype.
+void check_device_and_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  check_same_device(op, a, b);
+  check_same_dtype(op, a, b);
+}
+
 void check_reduction(const char* op, Reduction r) {
   if (r != Reduction::none && r != Reduction::mean && r != Reduction::sum)
     throw std::invalid_argument(fmt::format("{}: unknown reduction {}", op, static_cast<int>(r)));
@@ -92,10 +98,8 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
   AllocationScope scope(name);
   check_reduction(name, reduction);
   check_nll_operands(name, self, target);
-  check_same_device(name, grad_output, self);
-  check_same_dtype(name, grad_output, self);
-  check_same_device(name, total_weight, self);
-  check_same_dtype(name, total_weight, self);
+  check_device_and_dtype(name, grad_output, self);
+  check_device_and_dtype(name, total_weight, self);
   const bool per_row = reduction == Reduction::none && self.dim() == 2;
   if (per_row ? (grad_output.dim() != 1 || grad_output.sizes()[0] != self.sizes()[0]) : grad_output.numel() != 1)
     throw std::invalid_argument(fmt::format("{}: the gradient {} does not fit reduction '{}' of the input {}", name,
@@ -129,8 +133,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 namespace {
 
 void check_mse_operands(const char* op, const Tensor& input, const Tensor& target) {
-  check_same_device(op, input, target);
-  check_same_dtype(op, input, target);
+  check_device_and_dtype(op, input, target);
   check_dtype_rule(op, OpId::mse_loss, input);
   if (input.sizes() != target.sizes())
     throw std::invalid_argument(fmt::format("{}: the input {} and the target {} must have the same shape", op,
@@ -214,10 +217,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     const Tensor expanded_target = target.sizes() == shape ? target : target.expand(shape);
     return mse_loss(expanded_input, expanded_target, reduction);
   }
-  OpRecording recording = begin_recording<OpId::mse_loss>({input, target}, {reduction});
-  Tensor out = without_recording([&] { return mse_loss_compute(input, target, reduction); });
-  recording.finish({out});
-  return out;
+  return compute_recorded<OpId::mse_loss>({input, target}, {reduction},
+                                          [&] { return mse_loss_compute(input, target, reduction); });
 }
 
 Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const Tensor& target, Reduction reduction) {
@@ -225,8 +226,7 @@ Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const T
   AllocationScope scope(name);
   check_reduction(name, reduction);
   check_mse_operands(name, input, target);
-  check_same_device(name, grad_output, input);
-  check_same_dtype(name, grad_output, input);
+  check_device_and_dtype(name, grad_output, input);
   const Shape shape = broadcast_shapes(name, grad_output, input);
   if (shape != input.sizes())
     throw std::invalid_argument(fmt::format("{}: the gradient {} does not broadcast to the input {}", name,

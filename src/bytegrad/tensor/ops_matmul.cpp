@@ -119,31 +119,19 @@ Tensor mv_compute(const Tensor& m, const Tensor& v) {
 // The primitives record themselves around their computation (OpRecording: the operands they save are saved
 // before the output is allocated); their internal copies and views are not part of the graph.
 Tensor mm_impl(const Tensor& a, const Tensor& b) {
-  OpRecording recording = begin_recording<OpId::mm>({a, b});
-  Tensor out = without_recording([&] { return mm_compute(a, b); });
-  recording.finish({out});
-  return out;
+  return compute_recorded<OpId::mm>({a, b}, {}, [&] { return mm_compute(a, b); });
 }
 
 Tensor bmm_impl(const Tensor& a, const Tensor& b) {
-  OpRecording recording = begin_recording<OpId::bmm>({a, b});
-  Tensor out = without_recording([&] { return bmm_compute(a, b); });
-  recording.finish({out});
-  return out;
+  return compute_recorded<OpId::bmm>({a, b}, {}, [&] { return bmm_compute(a, b); });
 }
 
 Tensor dot_impl(const Tensor& a, const Tensor& b) {
-  OpRecording recording = begin_recording<OpId::dot>({a, b});
-  Tensor out = without_recording([&] { return dot_compute(a, b); });
-  recording.finish({out});
-  return out;
+  return compute_recorded<OpId::dot>({a, b}, {}, [&] { return dot_compute(a, b); });
 }
 
 Tensor mv_impl(const Tensor& m, const Tensor& v) {
-  OpRecording recording = begin_recording<OpId::mv>({m, v});
-  Tensor out = without_recording([&] { return mv_compute(m, v); });
-  recording.finish({out});
-  return out;
+  return compute_recorded<OpId::mv>({m, v}, {}, [&] { return mv_compute(m, v); });
 }
 
 // should_fold: a >= 3-d operand times a <= 2-d one becomes one mm when the big operand's batch dimensions
@@ -266,10 +254,8 @@ Tensor addmm_compute(const Tensor& bias, const Tensor& a, const Tensor& b, doubl
 }
 
 Tensor addmm_impl(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
-  OpRecording recording = begin_recording<OpId::addmm>({bias, a, b}, {beta, alpha});
-  Tensor out = without_recording([&] { return addmm_compute(bias, a, b, beta, alpha); });
-  recording.finish({out});
-  return out;
+  return compute_recorded<OpId::addmm>({bias, a, b}, {beta, alpha},
+                                       [&] { return addmm_compute(bias, a, b, beta, alpha); });
 }
 
 }  // namespace

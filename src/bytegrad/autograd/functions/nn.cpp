@@ -58,23 +58,21 @@ std::shared_ptr<FormulaNode> dropout(const OpRecord& r, const op_args::Dropout& 
 
 // inputs: self, index. zeros, then index_add
 std::shared_ptr<FormulaNode> index_select(const OpRecord& r, const op_args::Dim& args) {
-  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+  auto node = make_node_keeping_input_shape(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
     backend_for(full.device()).index_add(full.view_for_kernels(), dim, n.saved(0).view_for_kernels(),
                                          g[0].view_for_kernels());
     return TensorList{full, Tensor()};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
   node->save("index", r.inputs.at(1));
   return node;
 }
 
 // inputs: weight, indices. Dense gradient
 std::shared_ptr<FormulaNode> embedding(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+  auto node = make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{embedding_dense_backward(g[0], n.saved(0), n.shapes.at(0).at(0)), Tensor()};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
   node->save("indices", r.inputs.at(1));
   return node;
 }

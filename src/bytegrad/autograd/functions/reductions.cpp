@@ -24,37 +24,29 @@ Tensor expand_back(const Tensor& grad, const Shape& input_sizes, Shape dims, boo
 }  // namespace
 
 std::shared_ptr<FormulaNode> sum(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].expand(n.shapes.at(0))};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 std::shared_ptr<FormulaNode> sum_dims(const OpRecord& r, const op_args::Dims& args) {
-  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [args](const FormulaNode& n, TensorList& g) {
     return TensorList{expand_back(g[0], n.shapes.at(0), args.dims, args.keepdim)};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 std::shared_ptr<FormulaNode> mean(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].expand(n.shapes.at(0)) / static_cast<double>(shape_numel(n.shapes.at(0)))};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 std::shared_ptr<FormulaNode> mean_dims(const OpRecord& r, const op_args::Dims& args) {
-  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [args](const FormulaNode& n, TensorList& g) {
     int64_t count = 1;
     for (int64_t d : args.dims) count *= n.shapes.at(0)[d];
     return TensorList{expand_back(g[0], n.shapes.at(0), args.dims, args.keepdim) / static_cast<double>(count)};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 namespace {

@@ -6,11 +6,9 @@
 namespace bytegrad::formulas {
 
 std::shared_ptr<FormulaNode> view(const OpRecord& r, const op_args::None&) {  // also reshape when it returned a view
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].reshape(n.shapes.at(0))};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 std::shared_ptr<FormulaNode> t(const OpRecord& r, const op_args::None&) {
@@ -42,32 +40,26 @@ std::shared_ptr<FormulaNode> unsqueeze(const OpRecord& r, const op_args::Dim& ar
 
 // back to the input's sizes (only size-1 dims return)
 std::shared_ptr<FormulaNode> squeeze(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
     return TensorList{g[0].view(n.shapes.at(0))};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 // A full-size zero gradient with the incoming one copied into the selected part: one allocation.
 std::shared_ptr<FormulaNode> select(const OpRecord& r, const op_args::Select& args) {
-  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [args](const FormulaNode& n, TensorList& g) {
     Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
     full.select(args.dim, args.index).copy_(g[0]);
     return TensorList{full};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 std::shared_ptr<FormulaNode> slice(const OpRecord& r, const op_args::Slice& args) {
-  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [args](const FormulaNode& n, TensorList& g) {
     Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
     full.slice(args.dim, args.start, args.end, args.step).copy_(g[0]);
     return TensorList{full};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 // constant_pad_nd_backward: the gradient cropped back by the negated pads, a new tensor (PyTorch's
@@ -82,7 +74,7 @@ std::shared_ptr<FormulaNode> constant_pad_nd(const OpRecord& r, const op_args::P
 
 // unbind's outputs' gradients are stacked into one tensor (missing ones as zeros).
 std::shared_ptr<FormulaNode> unbind(const OpRecord& r, const op_args::Dim& args) {
-  auto node = make_node(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     Shape part_sizes = n.shapes.at(0);
     part_sizes.erase(part_sizes.begin() + dim);
     const Tensor* any = nullptr;
@@ -92,14 +84,12 @@ std::shared_ptr<FormulaNode> unbind(const OpRecord& r, const op_args::Dim& args)
       if (!t.defined()) t = zeros(part_sizes, TensorOptions{any->dtype(), any->device()});
     return TensorList{stack(g, dim)};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 // split's outputs' gradients are concatenated into one tensor; a part without a gradient contributes
 // zeros of its size, allocated first (PyTorch's split_with_sizes_backward).
 std::shared_ptr<FormulaNode> split(const OpRecord& r, const op_args::Split& args) {
-  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
+  return make_node_keeping_input_shape(r, [args](const FormulaNode& n, TensorList& g) {
     const int64_t split_size = args.split_size, dim = args.dim;
     const Shape& full = n.shapes.at(0);
     const Tensor* any = nullptr;
@@ -113,8 +103,6 @@ std::shared_ptr<FormulaNode> split(const OpRecord& r, const op_args::Split& args
     }
     return TensorList{cat(g, dim)};
   });
-  node->shapes = {r.inputs.at(0).sizes()};
-  return node;
 }
 
 // each input's gradient is a view of the incoming one

@@ -75,6 +75,32 @@ void accumulate_row(std::vector<double>& dv_acc, std::vector<double>& dk_acc, st
   }
 }
 
+// Query row i's score against key j: scale (q_i . k_j), plus the bias at (b, h, i, j) when there is one.
+template <typename T>
+double score(double scale, const T* qi, int64_t q_step, const T* kj, int64_t k_step, int64_t D, const StridedView* bias,
+             int64_t b, int64_t h, int64_t i, int64_t j) {
+  double s = scale * dot(qi, q_step, kj, k_step, D);
+  if (bias) s += load_as_double(element_at(*bias, b, h, i, j), bias->dtype);
+  return s;
+}
+
+// What both passes read off q (B, H, Sq, D), k (Sk keys) and v (Dv wide), and the dropout they draw.
+struct AttentionSizes {
+  int64_t B, H, Sq, D, Sk, Dv;
+  DropoutFactor z;
+};
+
+// Calls body(TypeTag<T>, sizes) with q's element type T, which must be floating (`op` names the call).
+template <typename Body>
+void dispatch_attention(const StridedView& q, const StridedView& k, const StridedView& v, const AttentionExtras& extras,
+                        const char* op, Body&& body) {
+  const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
+  const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
+  const AttentionSizes sizes{
+      B, H, Sq, D, Sk, Dv, {dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset), H, Sq, Sk}};
+  dispatch_floating(q.dtype, op, [&](auto tag) { body(tag, sizes); });
+}
+
 void check_rank(const StridedView& v, size_t rank, const char* what) {
   if (v.sizes.size() != rank)
     throw std::invalid_argument(std::string("cpu backend: attention: ") + what + " must have " +
@@ -88,43 +114,36 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
   for (const StridedView* t : {&out, &q, &k, &v}) check_rank(*t, 4, "q, k, v and out");
   if (lse) check_rank(*lse, 3, "logsumexp");
   if (extras.bias) check_rank(*extras.bias, 4, "the bias");
-  const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
-  const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
-  const DropoutFactor z{dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset), H, Sq, Sk};
-  dispatch_dtype(q.dtype, [&](auto tag) {
+  dispatch_attention(q, k, v, extras, "attention", [&](auto tag, const AttentionSizes& sizes) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_float_like_v<T>) {
-      const Rows<T> Q{q}, K{k}, V{v}, O{out};
-      std::vector<double> p(static_cast<size_t>(Sk)), acc(static_cast<size_t>(Dv));
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t i = 0; i < Sq; ++i) {
-            const int64_t n = visible_keys(i, Sk, is_causal);
-            const T* qi = Q.at(b, h, i);
-            double m = -std::numeric_limits<double>::infinity();
-            for (int64_t j = 0; j < n; ++j) {
-              p[j] = scale * dot(qi, Q.step(), K.at(b, h, j), K.step(), D);
-              if (extras.bias) p[j] += load_as_double(element_at(*extras.bias, b, h, i, j), extras.bias->dtype);
-              m = std::max(m, p[j]);
-            }
-            // A row whose every score is -inf (no key visible, or all masked) gives 0 and a logsumexp of -inf.
-            const bool any = m > -std::numeric_limits<double>::infinity();
-            double sum = 0;
-            for (int64_t j = 0; any && j < n; ++j) sum += std::exp(p[j] - m);
-            const double row_lse = any ? m + std::log(sum) : -std::numeric_limits<double>::infinity();
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (int64_t j = 0; any && j < n; ++j) {
-              const double w = std::exp(p[j] - row_lse) * z.at(b, h, i, j);
-              const T* vj = V.at(b, h, j);
-              for (int64_t d = 0; d < Dv; ++d) acc[d] += w * convert<double>(vj[d * V.step()]);
-            }
-            T* oi = O.at(b, h, i);
-            for (int64_t d = 0; d < Dv; ++d) oi[d * O.step()] = convert<T>(acc[d]);
-            if (lse) store_from_double(lse_at(*lse, b, h, i), lse->dtype, row_lse);
+    const auto& [B, H, Sq, D, Sk, Dv, z] = sizes;
+    const Rows<T> Q{q}, K{k}, V{v}, O{out};
+    std::vector<double> p(static_cast<size_t>(Sk)), acc(static_cast<size_t>(Dv));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Sq; ++i) {
+          const int64_t n = visible_keys(i, Sk, is_causal);
+          const T* qi = Q.at(b, h, i);
+          double m = -std::numeric_limits<double>::infinity();
+          for (int64_t j = 0; j < n; ++j) {
+            p[j] = score(scale, qi, Q.step(), K.at(b, h, j), K.step(), D, extras.bias, b, h, i, j);
+            m = std::max(m, p[j]);
           }
-    } else {
-      throw std::invalid_argument("cpu backend: attention needs a floating dtype");
-    }
+          // A row whose every score is -inf (no key visible, or all masked) gives 0 and a logsumexp of -inf.
+          const bool any = m > -std::numeric_limits<double>::infinity();
+          double sum = 0;
+          for (int64_t j = 0; any && j < n; ++j) sum += std::exp(p[j] - m);
+          const double row_lse = any ? m + std::log(sum) : -std::numeric_limits<double>::infinity();
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t j = 0; any && j < n; ++j) {
+            const double w = std::exp(p[j] - row_lse) * z.at(b, h, i, j);
+            const T* vj = V.at(b, h, j);
+            for (int64_t d = 0; d < Dv; ++d) acc[d] += w * convert<double>(vj[d * V.step()]);
+          }
+          T* oi = O.at(b, h, i);
+          for (int64_t d = 0; d < Dv; ++d) oi[d * O.step()] = convert<T>(acc[d]);
+          if (lse) store_from_double(lse_at(*lse, b, h, i), lse->dtype, row_lse);
+        }
   });
 }
 
@@ -135,58 +154,50 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   check_rank(lse, 3, "logsumexp");
   if (extras.bias) check_rank(*extras.bias, 4, "the bias");
   if (extras.grad_bias) check_rank(*extras.grad_bias, 4, "the bias gradient");
-  const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
-  const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
-  const DropoutFactor z{dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset), H, Sq, Sk};
-  dispatch_dtype(q.dtype, [&](auto tag) {
+  dispatch_attention(q, k, v, extras, "attention_backward", [&](auto tag, const AttentionSizes& sizes) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_float_like_v<T>) {
-      const Rows<T> Q{q}, K{k}, V{v}, O{out}, dO{dout}, dQ{dq}, dK{dk}, dV{dv};
-      std::vector<double> dk_acc(static_cast<size_t>(Sk * D)), dv_acc(static_cast<size_t>(Sk * Dv));
-      std::vector<double> dq_acc(static_cast<size_t>(D));
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h) {
-          std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
-          std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
-          for (int64_t i = 0; i < Sq; ++i) {
-            const int64_t n = visible_keys(i, Sk, is_causal);
-            const T* qi = Q.at(b, h, i);
-            const T* doi = dO.at(b, h, i);
-            const double row_lse = load_as_double(lse_at(lse, b, h, i), lse.dtype);
-            const double delta = dot(doi, dO.step(), O.at(b, h, i), O.step(), Dv);
-            // a row that saw no key (logsumexp -inf) has no probabilities
-            const bool any = row_lse > -std::numeric_limits<double>::infinity();
-            std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
-            for (int64_t j = 0; j < Sk; ++j) {
-              double ds = 0;
-              if (any && j < n) {
-                const T* kj = K.at(b, h, j);
-                const T* vj = V.at(b, h, j);
-                double s = scale * dot(qi, Q.step(), kj, K.step(), D);
-                if (extras.bias) s += load_as_double(element_at(*extras.bias, b, h, i, j), extras.bias->dtype);
-                const double p = std::exp(s - row_lse);
-                const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
-                const double zij = z.at(b, h, i, j);
-                ds = p * (zij * dp - delta);
-                accumulate_row(dv_acc, dk_acc, dq_acc, p * zij, ds, scale, doi, dO.step(), qi, Q.step(), kj, K.step(),
-                               j, D, Dv);
-              }
-              if (extras.grad_bias)
-                store_from_double(element_at(*extras.grad_bias, b, h, i, j), extras.grad_bias->dtype, ds);
-            }
-            T* dqi = dQ.at(b, h, i);
-            for (int64_t d = 0; d < D; ++d) dqi[d * dQ.step()] = convert<T>(dq_acc[d]);
-          }
+    const auto& [B, H, Sq, D, Sk, Dv, z] = sizes;
+    const Rows<T> Q{q}, K{k}, V{v}, O{out}, dO{dout}, dQ{dq}, dK{dk}, dV{dv};
+    std::vector<double> dk_acc(static_cast<size_t>(Sk * D)), dv_acc(static_cast<size_t>(Sk * Dv));
+    std::vector<double> dq_acc(static_cast<size_t>(D));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
+        std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
+        for (int64_t i = 0; i < Sq; ++i) {
+          const int64_t n = visible_keys(i, Sk, is_causal);
+          const T* qi = Q.at(b, h, i);
+          const T* doi = dO.at(b, h, i);
+          const double row_lse = load_as_double(lse_at(lse, b, h, i), lse.dtype);
+          const double delta = dot(doi, dO.step(), O.at(b, h, i), O.step(), Dv);
+          // a row that saw no key (logsumexp -inf) has no probabilities
+          const bool any = row_lse > -std::numeric_limits<double>::infinity();
+          std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
           for (int64_t j = 0; j < Sk; ++j) {
-            T* dkj = dK.at(b, h, j);
-            T* dvj = dV.at(b, h, j);
-            for (int64_t d = 0; d < D; ++d) dkj[d * dK.step()] = convert<T>(dk_acc[j * D + d]);
-            for (int64_t d = 0; d < Dv; ++d) dvj[d * dV.step()] = convert<T>(dv_acc[j * Dv + d]);
+            double ds = 0;
+            if (any && j < n) {
+              const T* kj = K.at(b, h, j);
+              const T* vj = V.at(b, h, j);
+              const double p = std::exp(score(scale, qi, Q.step(), kj, K.step(), D, extras.bias, b, h, i, j) - row_lse);
+              const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
+              const double zij = z.at(b, h, i, j);
+              ds = p * (zij * dp - delta);
+              accumulate_row(dv_acc, dk_acc, dq_acc, p * zij, ds, scale, doi, dO.step(), qi, Q.step(), kj, K.step(),
+                             j, D, Dv);
+            }
+            if (extras.grad_bias)
+              store_from_double(element_at(*extras.grad_bias, b, h, i, j), extras.grad_bias->dtype, ds);
           }
+          T* dqi = dQ.at(b, h, i);
+          for (int64_t d = 0; d < D; ++d) dqi[d * dQ.step()] = convert<T>(dq_acc[d]);
         }
-    } else {
-      throw std::invalid_argument("cpu backend: attention_backward needs a floating dtype");
-    }
+        for (int64_t j = 0; j < Sk; ++j) {
+          T* dkj = dK.at(b, h, j);
+          T* dvj = dV.at(b, h, j);
+          for (int64_t d = 0; d < D; ++d) dkj[d * dK.step()] = convert<T>(dk_acc[j * D + d]);
+          for (int64_t d = 0; d < Dv; ++d) dvj[d * dV.step()] = convert<T>(dv_acc[j * Dv + d]);
+        }
+      }
   });
 }
 

@@ -13,9 +13,11 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bytegrad/kernels/backend.h"
+#include "bytegrad/kernels/dtype_dispatch.h"
 
 namespace bytegrad::cpu {
 
@@ -49,25 +51,16 @@ inline To convert(From value) {
   }
 }
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
 // Calls f(TypeTag<T>{}) with T the C++ type of `dtype`.
 template <typename F>
 decltype(auto) dispatch_dtype(ScalarType dtype, F&& f) {
-  switch (dtype) {
-    case ScalarType::float32: return f(TypeTag<float>{});
-    case ScalarType::float64: return f(TypeTag<double>{});
-    case ScalarType::float16: return f(TypeTag<Eigen::half>{});
-    case ScalarType::bfloat16: return f(TypeTag<Eigen::bfloat16>{});
-    case ScalarType::int64: return f(TypeTag<int64_t>{});
-    case ScalarType::int32: return f(TypeTag<int32_t>{});
-    case ScalarType::uint8: return f(TypeTag<uint8_t>{});
-    case ScalarType::bool_: return f(TypeTag<bool>{});
-  }
-  throw std::logic_error("cpu backend: unknown dtype");
+  return dispatch_element_type<Eigen::half, Eigen::bfloat16>(dtype, "cpu", std::forward<F>(f));
+}
+
+// Like dispatch_dtype for the four floating dtypes; the others throw, naming `op`.
+template <typename F>
+decltype(auto) dispatch_floating(ScalarType dtype, const char* op, F&& f) {
+  return dispatch_floating_type<Eigen::half, Eigen::bfloat16>(dtype, "cpu", op, std::forward<F>(f));
 }
 
 // One element read as a double / written from a double (for the few places that are not hot).

@@ -22,32 +22,28 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
                 const StridedView* weight, const StridedView* bias, double eps) {
   const int64_t M = mean.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
-  dispatch_dtype(x.dtype, [&](auto tag) {
+  dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_float_like_v<T>) {
-      const T* in = static_cast<const T*>(x.data);
-      T* out = static_cast<T*>(y.data);
-      for (int64_t m = 0; m < M; ++m) {
-        const T* row = in + m * N;
-        double mu = 0;
-        for (int64_t n = 0; n < N; ++n) mu += convert<double>(row[n]);
-        mu = N > 0 ? mu / static_cast<double>(N) : 0.0;
-        double var = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          const double d = convert<double>(row[n]) - mu;
-          var += d * d;
-        }
-        var = N > 0 ? var / static_cast<double>(N) : 0.0;
-        const double r = 1.0 / std::sqrt(var + eps);
-        store_from_double(static_cast<char*>(mean.data) + m * element_size(mean.dtype), mean.dtype, mu);
-        store_from_double(static_cast<char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype, r);
-        for (int64_t n = 0; n < N; ++n) {
-          const double normalized = (convert<double>(row[n]) - mu) * r;
-          out[m * N + n] = convert<T>(normalized * optional_at<T>(weight, n, 1.0) + optional_at<T>(bias, n, 0.0));
-        }
+    const T* in = static_cast<const T*>(x.data);
+    T* out = static_cast<T*>(y.data);
+    for (int64_t m = 0; m < M; ++m) {
+      const T* row = in + m * N;
+      double mu = 0;
+      for (int64_t n = 0; n < N; ++n) mu += convert<double>(row[n]);
+      mu = N > 0 ? mu / static_cast<double>(N) : 0.0;
+      double var = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const double d = convert<double>(row[n]) - mu;
+        var += d * d;
       }
-    } else {
-      throw std::invalid_argument("cpu backend: layer_norm needs a floating dtype");
+      var = N > 0 ? var / static_cast<double>(N) : 0.0;
+      const double r = 1.0 / std::sqrt(var + eps);
+      store_from_double(static_cast<char*>(mean.data) + m * element_size(mean.dtype), mean.dtype, mu);
+      store_from_double(static_cast<char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype, r);
+      for (int64_t n = 0; n < N; ++n) {
+        const double normalized = (convert<double>(row[n]) - mu) * r;
+        out[m * N + n] = convert<T>(normalized * optional_at<T>(weight, n, 1.0) + optional_at<T>(bias, n, 0.0));
+      }
     }
   });
 }
@@ -57,42 +53,38 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
                          const StridedView* weight) {
   const int64_t M = mean.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
-  dispatch_dtype(x.dtype, [&](auto tag) {
+  dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_float_like_v<T>) {
-      const T* xs = static_cast<const T*>(x.data);
-      const T* gs = static_cast<const T*>(dy.data);
-      // Partial sums in double, written once at the end in the gradients' dtype.
-      const int64_t rw = dweight_partials ? dweight_partials->sizes.at(0) : 0;
-      const int64_t rb = dbias_partials ? dbias_partials->sizes.at(0) : 0;
-      std::vector<double> dw(static_cast<size_t>(rw * N), 0.0), db(static_cast<size_t>(rb * N), 0.0);
-      std::vector<double> g(static_cast<size_t>(N)), xhat(static_cast<size_t>(N));
-      for (int64_t m = 0; m < M; ++m) {
-        const double mu = load_as_double(static_cast<const char*>(mean.data) + m * element_size(mean.dtype), mean.dtype);
-        const double r = load_as_double(static_cast<const char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype);
-        double sum_g = 0, sum_g_xhat = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          const double grad = convert<double>(gs[m * N + n]);
-          xhat[n] = (convert<double>(xs[m * N + n]) - mu) * r;
-          g[n] = grad * optional_at<T>(weight, n, 1.0);
-          sum_g += g[n];
-          sum_g_xhat += g[n] * xhat[n];
-          if (rw) dw[static_cast<size_t>((m % rw) * N + n)] += grad * xhat[n];
-          if (rb) db[static_cast<size_t>((m % rb) * N + n)] += grad;
-        }
-        if (dx) {
-          // d/dx of (x - mean) * rstd, contracted with g: rstd * (g - mean(g) - xhat * mean(g * xhat))
-          T* out = static_cast<T*>(dx->data) + m * N;
-          const double inv_n = 1.0 / static_cast<double>(N);
-          for (int64_t n = 0; n < N; ++n)
-            out[n] = convert<T>(r * (g[n] - sum_g * inv_n - xhat[n] * sum_g_xhat * inv_n));
-        }
+    const T* xs = static_cast<const T*>(x.data);
+    const T* gs = static_cast<const T*>(dy.data);
+    // Partial sums in double, written once at the end in the gradients' dtype.
+    const int64_t rw = dweight_partials ? dweight_partials->sizes.at(0) : 0;
+    const int64_t rb = dbias_partials ? dbias_partials->sizes.at(0) : 0;
+    std::vector<double> dw(static_cast<size_t>(rw * N), 0.0), db(static_cast<size_t>(rb * N), 0.0);
+    std::vector<double> g(static_cast<size_t>(N)), xhat(static_cast<size_t>(N));
+    for (int64_t m = 0; m < M; ++m) {
+      const double mu = load_as_double(static_cast<const char*>(mean.data) + m * element_size(mean.dtype), mean.dtype);
+      const double r = load_as_double(static_cast<const char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype);
+      double sum_g = 0, sum_g_xhat = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const double grad = convert<double>(gs[m * N + n]);
+        xhat[n] = (convert<double>(xs[m * N + n]) - mu) * r;
+        g[n] = grad * optional_at<T>(weight, n, 1.0);
+        sum_g += g[n];
+        sum_g_xhat += g[n] * xhat[n];
+        if (rw) dw[static_cast<size_t>((m % rw) * N + n)] += grad * xhat[n];
+        if (rb) db[static_cast<size_t>((m % rb) * N + n)] += grad;
       }
-      for (size_t i = 0; i < dw.size(); ++i) static_cast<T*>(dweight_partials->data)[i] = convert<T>(dw[i]);
-      for (size_t i = 0; i < db.size(); ++i) static_cast<T*>(dbias_partials->data)[i] = convert<T>(db[i]);
-    } else {
-      throw std::invalid_argument("cpu backend: layer_norm_backward needs a floating dtype");
+      if (dx) {
+        // d/dx of (x - mean) * rstd, contracted with g: rstd * (g - mean(g) - xhat * mean(g * xhat))
+        T* out = static_cast<T*>(dx->data) + m * N;
+        const double inv_n = 1.0 / static_cast<double>(N);
+        for (int64_t n = 0; n < N; ++n)
+          out[n] = convert<T>(r * (g[n] - sum_g * inv_n - xhat[n] * sum_g_xhat * inv_n));
+      }
     }
+    for (size_t i = 0; i < dw.size(); ++i) static_cast<T*>(dweight_partials->data)[i] = convert<T>(dw[i]);
+    for (size_t i = 0; i < db.size(); ++i) static_cast<T*>(dbias_partials->data)[i] = convert<T>(db[i]);
   });
 }
 

@@ -7,35 +7,11 @@
 #include <stdexcept>
 
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
+#include "bytegrad/kernels/operand_checks.h"
 
 namespace bytegrad::cpu {
 
 namespace {
-
-// The (batch, classes) geometry of a (N, C) or (C) input, in elements.
-struct NllGeometry {
-  int64_t batch = 1, classes = 0;
-  int64_t row_stride = 0, class_stride = 1;
-  int64_t target_stride = 0;
-};
-
-NllGeometry geometry(const StridedView& input, const StridedView& target) {
-  NllGeometry g;
-  if (input.sizes.size() == 2) {
-    g.batch = input.sizes[0];
-    g.classes = input.sizes[1];
-    g.row_stride = input.strides[0];
-    g.class_stride = input.strides[1];
-  } else if (input.sizes.size() == 1) {
-    g.classes = input.sizes[0];
-    g.class_stride = input.strides[0];
-  } else {
-    throw std::invalid_argument("cpu backend: nll_loss: the input must be 1-d or 2-d");
-  }
-  if (target.dtype != ScalarType::int64) throw std::invalid_argument("cpu backend: nll_loss: the target must be int64");
-  g.target_stride = target.sizes.empty() ? 0 : target.strides[0];
-  return g;
-}
 
 int64_t checked_target(const StridedView& target, const NllGeometry& g, int64_t i, int64_t ignore_index) {
   const int64_t t = static_cast<const int64_t*>(target.data)[i * g.target_stride];
@@ -48,7 +24,7 @@ int64_t checked_target(const StridedView& target, const NllGeometry& g, int64_t 
 
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
               const StridedView& target, Reduction reduction, int64_t ignore_index) {
-  const NllGeometry g = geometry(log_probs, target);
+  const NllGeometry g = nll_geometry(log_probs, target, "cpu");
   const size_t element = element_size(log_probs.dtype);
   auto input_at = [&](int64_t i, int64_t t) {
     return load_as_double(static_cast<const char*>(log_probs.data) +
@@ -82,7 +58,7 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
 
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                        const StridedView& total_weight, Reduction reduction, int64_t ignore_index) {
-  const NllGeometry g = geometry(grad_input, target);
+  const NllGeometry g = nll_geometry(grad_input, target, "cpu");
   const size_t element = element_size(grad_input.dtype);
   const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
   double grad = 0;

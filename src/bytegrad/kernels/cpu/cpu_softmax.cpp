@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
+#include "bytegrad/kernels/operand_checks.h"
 
 namespace bytegrad::cpu {
 
@@ -95,13 +96,7 @@ void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, c
     store_from_double(grad_in.data, grad_in.dtype, 0.0);
     return;
   }
-  if (grad_out.dtype != output.dtype)
-    throw std::invalid_argument("cpu backend: softmax_backward: grad_out and output differ in dtype");
-  if (grad_in.dtype != grad_out.dtype) {
-    // half_to_float: a float16 gradient from float32 operands (log_softmax's, written by the kernel itself).
-    if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
-      throw std::invalid_argument("cpu backend: softmax_backward: a gradient in another dtype than its operands' "
-                                  "must be float16 from float32");
+  if (softmax_backward_half_to_float(grad_in, grad_out, output, "cpu")) {
     softmax_backward_typed<Eigen::half, float>(grad_in, grad_out, output, dim, log);
     return;
   }

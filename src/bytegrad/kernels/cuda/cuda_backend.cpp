@@ -8,6 +8,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/kernels/cuda/cuda_gemm.h"
@@ -98,38 +100,45 @@ inline void flush_foreach() {
   if (cuda::foreach_pending()) cuda::foreach_flush();
 }
 
+// What a launching method holds for the length of its call: the tensor's GPU made current and the foreach
+// batch held back launched (this call runs after it), then the call's timer.
+class CudaCall {
+ public:
+  CudaCall(Device device, const char* method, std::string_view op, ScalarType dtype)
+      : guard_(device), timer_(method, op, dtype) {}
+  template <typename F>
+  CudaCall(Device device, F&& make_key) : guard_(device), timer_(std::forward<F>(make_key)) {}
+
+ private:
+  struct FlushingGuard : CudaDeviceGuard {
+    explicit FlushingGuard(Device device) : CudaDeviceGuard(device) { flush_foreach(); }
+  };
+  FlushingGuard guard_;
+  CudaCallTimer timer_;
+};
+
 class CudaBackend final : public KernelBackend {
  public:
   void begin_foreach() override { cuda::foreach_begin(); }
   void end_foreach() override { cuda::foreach_end(); }
   void fill(const StridedView& out, double value) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("fill", "", out.dtype);
+    CudaCall call(out.device, "fill", "", out.dtype);
     cuda::fill(out, value);
   }
   void arange(const StridedView& out, double start, double step) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("arange", "", out.dtype);
+    CudaCall call(out.device, "arange", "", out.dtype);
     cuda::arange(out, start, step);
   }
   void copy(const StridedView& dst, const StridedView& src) override {
-    CudaDeviceGuard guard(dst.device);
-    flush_foreach();
-    CudaCallTimer timer([&] { return copy_key(dst, src); });
+    CudaCall call(dst.device, [&] { return copy_key(dst, src); });
     cuda::copy(dst, src);
   }
   void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
-    CudaDeviceGuard guard(dst.device);
-    flush_foreach();
-    CudaCallTimer timer("copy_from_host", "", dst.dtype);
+    CudaCall call(dst.device, "copy_from_host", "", dst.dtype);
     cuda::copy_from_host(dst, host);
   }
   void copy_to_host_unchecked(void* host, const StridedView& src) override {
-    CudaDeviceGuard guard(src.device);
-    flush_foreach();
-    CudaCallTimer timer("copy_to_host", "", src.dtype);
+    CudaCall call(src.device, "copy_to_host", "", src.dtype);
     cuda::copy_to_host(host, src);
   }
   void unary(UnaryOp op, const StridedView& out, const StridedView& in) override {
@@ -141,9 +150,7 @@ class CudaBackend final : public KernelBackend {
   }
   void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
               std::optional<ScalarType> common) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("binary", op_name(op_id(op)), a.dtype);
+    CudaCall call(out.device, "binary", op_name(op_id(op)), a.dtype);
     cuda::binary(op, out, a, b, alpha, common.value_or(promote_types(a.dtype, b.dtype)));
   }
   void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
@@ -155,77 +162,53 @@ class CudaBackend final : public KernelBackend {
     cuda::binary_scalar(op, out, a, scalar, scalar_first);
   }
   void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("where", "", out.dtype);
+    CudaCall call(out.device, "where", "", out.dtype);
     cuda::where(out, cond, a, b);
   }
   void masked_fill(const StridedView& out, const StridedView& mask, double value) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("masked_fill", "", out.dtype);
+    CudaCall call(out.device, "masked_fill", "", out.dtype);
     cuda::masked_fill(out, mask, value);
   }
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("reduce", reduce_op_name(op), in.dtype);
+    CudaCall call(out.device, "reduce", reduce_op_name(op), in.dtype);
     cuda::reduce(op, out, in);
   }
   void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("reduce_variance", take_sqrt ? "std" : "var", in.dtype);
+    CudaCall call(out.device, "reduce_variance", take_sqrt ? "std" : "var", in.dtype);
     cuda::reduce_variance(out, in, correction, take_sqrt);
   }
   void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
                            int64_t dim) override {
-    CudaDeviceGuard guard(in.device);
-    flush_foreach();
-    CudaCallTimer timer("reduce_with_indices", reduce_op_name(op), in.dtype);
+    CudaCall call(in.device, "reduce_with_indices", reduce_op_name(op), in.dtype);
     cuda::reduce_with_indices(op, values, indices, in, dim);
   }
   void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("softmax", log ? "log" : "", in.dtype);
+    CudaCall call(out.device, "softmax", log ? "log" : "", in.dtype);
     cuda::softmax(out, in, dim, log);
   }
   void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                         int64_t dim, bool log) override {
-    CudaDeviceGuard guard(grad_in.device);
-    flush_foreach();
-    CudaCallTimer timer("softmax_backward", log ? "log" : "", grad_in.dtype);
+    CudaCall call(grad_in.device, "softmax_backward", log ? "log" : "", grad_in.dtype);
     cuda::softmax_backward(grad_in, grad_out, output, dim, log);
   }
   void gemm(const GemmArgs& args) override {
-    CudaDeviceGuard guard(args.device);
-    flush_foreach();
-    CudaCallTimer timer([&] { return gemm_key(args); });
+    CudaCall call(args.device, [&] { return gemm_key(args); });
     cuda::gemm(args);
   }
   void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("index_select", "", in.dtype);
+    CudaCall call(out.device, "index_select", "", in.dtype);
     cuda::index_select(out, in, dim, index);
   }
   void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("index_add", "", out.dtype);
+    CudaCall call(out.device, "index_add", "", out.dtype);
     cuda::index_add(out, dim, index, source);
   }
   void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("gather", "", in.dtype);
+    CudaCall call(out.device, "gather", "", in.dtype);
     cuda::gather(out, in, dim, index);
   }
   void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("scatter_add", "", out.dtype);
+    CudaCall call(out.device, "scatter_add", "", out.dtype);
     cuda::scatter_add(out, dim, index, source);
   }
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
@@ -238,53 +221,39 @@ class CudaBackend final : public KernelBackend {
   }
   void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                   const StridedView* weight, const StridedView* bias, double eps) override {
-    CudaDeviceGuard guard(y.device);
-    flush_foreach();
-    CudaCallTimer timer("layer_norm", "", x.dtype);
+    CudaCall call(y.device, "layer_norm", "", x.dtype);
     cuda::layer_norm(y, mean, rstd, x, weight, bias, eps);
   }
   void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
                            const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
                            const StridedView* weight) override {
-    CudaDeviceGuard guard(x.device);
-    flush_foreach();
-    CudaCallTimer timer("layer_norm_backward", "", x.dtype);
+    CudaCall call(x.device, "layer_norm_backward", "", x.dtype);
     cuda::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
   }
   void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("triangle", "", out.dtype);
+    CudaCall call(out.device, "triangle", "", out.dtype);
     cuda::triangle(out, in, diagonal, upper);
   }
   void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
                 const StridedView& target, Reduction reduction, int64_t ignore_index) override {
-    CudaDeviceGuard guard(output.device);
-    flush_foreach();
-    CudaCallTimer timer("nll_loss", "", log_probs.dtype);
+    CudaCall call(output.device, "nll_loss", "", log_probs.dtype);
     cuda::nll_loss(output, total_weight, log_probs, target, reduction, ignore_index);
   }
   void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                          const StridedView& total_weight, Reduction reduction, int64_t ignore_index) override {
-    CudaDeviceGuard guard(grad_input.device);
-    flush_foreach();
-    CudaCallTimer timer("nll_loss_backward", "", grad_input.dtype);
+    CudaCall call(grad_input.device, "nll_loss_backward", "", grad_input.dtype);
     cuda::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
   }
   void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
                          const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) override {
-    CudaDeviceGuard guard(out.device);
-    flush_foreach();
-    CudaCallTimer timer("attention_forward", is_causal ? "causal" : "", q.dtype);
+    CudaCall call(out.device, "attention_forward", is_causal ? "causal" : "", q.dtype);
     cuda::attention_forward(out, lse, q, k, v, scale, is_causal, extras);
   }
   void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                           const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
                           const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
                           const AttentionExtras& extras) override {
-    CudaDeviceGuard guard(dq.device);
-    flush_foreach();
-    CudaCallTimer timer("attention_backward", is_causal ? "causal" : "", q.dtype);
+    CudaCall call(dq.device, "attention_backward", is_causal ? "causal" : "", q.dtype);
     cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch, extras);
   }
 };

@@ -219,30 +219,24 @@ void gemm(const GemmArgs& args) {
   const cublasOperation_t opb = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasHandle_t handle = blas_handle(g);
 
-  if (g.dtype == ScalarType::float64) {
-    const double a64 = g.alpha, b64 = g.beta;
-    const auto* A = static_cast<const double*>(g.a);
-    const auto* B = static_cast<const double*>(g.b);
-    auto* C = static_cast<double*>(g.c);
+  // cublasDgemm / cublasSgemm, or their strided-batched forms: alpha and beta are double or float.
+  auto typed_gemm = [&](auto alpha, auto beta, auto one, const char* one_name, auto batched, const char* batched_name) {
+    using T = decltype(alpha);
+    const auto* A = static_cast<const T*>(g.a);
+    const auto* B = static_cast<const T*>(g.b);
+    auto* C = static_cast<T*>(g.c);
     if (batches == 1)
-      BYTEGRAD_CUBLAS_CHECK(cublasDgemm(handle, opa, opb, m, n, k, &a64, A, lda, B, ldb, &b64, C, ldc));
+      check_cublas(one(handle, opa, opb, m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc), one_name, __FILE__, __LINE__);
     else
-      BYTEGRAD_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, opa, opb, m, n, k, &a64, A, lda, g.stride_a, B, ldb,
-                                                      g.stride_b, &b64, C, ldc, g.stride_c, batches));
-    return;
-  }
+      check_cublas(batched(handle, opa, opb, m, n, k, &alpha, A, lda, g.stride_a, B, ldb, g.stride_b, &beta, C, ldc,
+                           g.stride_c, batches),
+                   batched_name, __FILE__, __LINE__);
+  };
+  if (g.dtype == ScalarType::float64)
+    return typed_gemm(g.alpha, g.beta, cublasDgemm, "cublasDgemm", cublasDgemmStridedBatched, "cublasDgemmStridedBatched");
   const float a32 = static_cast<float>(g.alpha), b32 = static_cast<float>(g.beta);  // fp32 math for 16-bit too
-  if (g.dtype == ScalarType::float32) {
-    const auto* A = static_cast<const float*>(g.a);
-    const auto* B = static_cast<const float*>(g.b);
-    auto* C = static_cast<float*>(g.c);
-    if (batches == 1)
-      BYTEGRAD_CUBLAS_CHECK(cublasSgemm(handle, opa, opb, m, n, k, &a32, A, lda, B, ldb, &b32, C, ldc));
-    else
-      BYTEGRAD_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, opa, opb, m, n, k, &a32, A, lda, g.stride_a, B, ldb,
-                                                      g.stride_b, &b32, C, ldc, g.stride_c, batches));
-    return;
-  }
+  if (g.dtype == ScalarType::float32)
+    return typed_gemm(a32, b32, cublasSgemm, "cublasSgemm", cublasSgemmStridedBatched, "cublasSgemmStridedBatched");
   if (batches == 1)
     BYTEGRAD_CUBLAS_CHECK(cublasGemmEx(handle, opa, opb, m, n, k, &a32, g.a, type, lda, g.b, type, ldb, &b32, g.c, type,
                                        ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP));

@@ -44,63 +44,28 @@ __device__ __forceinline__ void atomic_add(T* address, T value) {
   }
 }
 
-template <typename T, typename I>
-struct IndexSelectFunctor {
+// One element of an indexing op along `dim`. The indexer yields three offsets: slot kIndex is the index's,
+// slot kIndexed the tensor indexed along dim (its dim stride zeroed: k * dim_stride is added instead) and
+// the third slot the tensor walked element by element. A read (index_select, gather) copies the indexed
+// input into the walked output, 0 for an index out of range; an accumulation (index_add, scatter_add)
+// adds the walked source into the indexed output, skipping an index out of range.
+template <typename T, typename I, bool kAccumulate, int kIndex, int kIndexed>
+struct IndexAlongDimFunctor {
   T* out;
   const T* in;
   const I* index;
-  int64_t in_dim_size, in_dim_stride;
-  StridedIndexer<3> idx;  // out, in (dim stride 0), index
+  int64_t dim_size, dim_stride;  // of the indexed tensor
+  StridedIndexer<3> idx;
   __device__ void operator()(int64_t i) const {
+    constexpr int kWalked = 3 - kIndex - kIndexed;
     int64_t o[3];
     idx.offsets(i, o);
-    const int64_t k = static_cast<int64_t>(index[o[2]]);
-    out[o[0]] = (k >= 0 && k < in_dim_size) ? in[o[1] + k * in_dim_stride] : convert<T>(0);
-  }
-};
-
-template <typename T, typename I>
-struct IndexAddFunctor {
-  T* out;
-  const T* source;
-  const I* index;
-  int64_t out_dim_size, out_dim_stride;
-  StridedIndexer<3> idx;  // source, out (dim stride 0), index
-  __device__ void operator()(int64_t i) const {
-    int64_t o[3];
-    idx.offsets(i, o);
-    const int64_t k = static_cast<int64_t>(index[o[2]]);
-    if (k >= 0 && k < out_dim_size) atomic_add(out + o[1] + k * out_dim_stride, source[o[0]]);
-  }
-};
-
-template <typename T, typename I>
-struct GatherFunctor {
-  T* out;
-  const T* in;
-  const I* index;
-  int64_t in_dim_size, in_dim_stride;
-  StridedIndexer<3> idx;  // out, index, in (dim stride 0)
-  __device__ void operator()(int64_t i) const {
-    int64_t o[3];
-    idx.offsets(i, o);
-    const int64_t k = static_cast<int64_t>(index[o[1]]);
-    out[o[0]] = (k >= 0 && k < in_dim_size) ? in[o[2] + k * in_dim_stride] : convert<T>(0);
-  }
-};
-
-template <typename T, typename I>
-struct ScatterAddFunctor {
-  T* out;
-  const T* source;
-  const I* index;
-  int64_t out_dim_size, out_dim_stride;
-  StridedIndexer<3> idx;  // index, source, out (dim stride 0)
-  __device__ void operator()(int64_t i) const {
-    int64_t o[3];
-    idx.offsets(i, o);
-    const int64_t k = static_cast<int64_t>(index[o[0]]);
-    if (k >= 0 && k < out_dim_size) atomic_add(out + o[2] + k * out_dim_stride, source[o[1]]);
+    const int64_t k = static_cast<int64_t>(index[o[kIndex]]);
+    if constexpr (kAccumulate) {
+      if (k >= 0 && k < dim_size) atomic_add(out + o[kIndexed] + k * dim_stride, in[o[kWalked]]);
+    } else {
+      out[o[kWalked]] = (k >= 0 && k < dim_size) ? in[o[kIndexed] + k * dim_stride] : convert<T>(0);
+    }
   }
 };
 
@@ -143,6 +108,32 @@ void require_same_rank(const StridedView& a, const StridedView& b, const char* o
     throw std::invalid_argument(std::string("cuda backend: ") + op + ": tensors must have the same rank");
 }
 
+// Runs IndexAlongDimFunctor over `shape`: the indexed tensor is `in` for a read, `out` for an
+// accumulation, the walked one the other; `index_strides` read the index in the iteration shape.
+template <bool kAccumulate, int kIndex, int kIndexed>
+void index_along_dim(const StridedView& out, const StridedView& in, const StridedView& index, int64_t dim,
+                     const Shape& shape, const std::vector<int64_t>& index_strides, const char* op,
+                     const char* kernel) {
+  constexpr int kWalked = 3 - kIndex - kIndexed;
+  const StridedView& indexed = kAccumulate ? out : in;
+  const StridedView& walked = kAccumulate ? in : out;
+  dispatch_dtype(indexed.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_index(index.dtype, op, [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      std::array<std::vector<int64_t>, 3> strides;
+      strides[kIndex] = index_strides;
+      strides[kIndexed] = with_dim_stride(indexed.strides, dim, 0);
+      strides[kWalked] = walked.strides;
+      for_each_index(shape_numel(shape),
+                     IndexAlongDimFunctor<T, I, kAccumulate, kIndex, kIndexed>{
+                         static_cast<T*>(out.data), static_cast<const T*>(in.data), static_cast<const I*>(index.data),
+                         indexed.sizes[dim], indexed.strides[dim], make_indexer<3>(shape, strides)},
+                     kernel);
+    });
+  });
+}
+
 }  // namespace
 
 void index_select(const StridedView& out_view, const StridedView& in_view, int64_t dim, const StridedView& index) {
@@ -150,18 +141,9 @@ void index_select(const StridedView& out_view, const StridedView& in_view, int64
   require_same_rank(out, in, "index_select");
   dim = checked_dim(dim, in, "index_select");
   if (out.dtype != in.dtype) throw std::invalid_argument("cuda backend: index_select: dtypes differ");
-  dispatch_dtype(in.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype, "index_select", [&](auto index_tag) {
-      using I = typename decltype(index_tag)::type;
-      for_each_index(out.numel(),
-                     IndexSelectFunctor<T, I>{static_cast<T*>(out.data), static_cast<const T*>(in.data),
-                                              static_cast<const I*>(index.data), in.sizes[dim], in.strides[dim],
-                                              make_indexer<3>(out.sizes, {out.strides, with_dim_stride(in.strides, dim, 0),
-                                                                          index_vector_strides(index, out.sizes.size(), dim)})},
-                     "index_select kernel");
-    });
-  });
+  // slots: out, in, index
+  index_along_dim<false, 2, 1>(out, in, index, dim, out.sizes, index_vector_strides(index, out.sizes.size(), dim),
+                               "index_select", "index_select kernel");
 }
 
 void index_add(const StridedView& out_view, int64_t dim, const StridedView& index, const StridedView& source_view) {
@@ -169,18 +151,9 @@ void index_add(const StridedView& out_view, int64_t dim, const StridedView& inde
   require_same_rank(out, source, "index_add");
   dim = checked_dim(dim, out, "index_add");
   if (out.dtype != source.dtype) throw std::invalid_argument("cuda backend: index_add: dtypes differ");
-  dispatch_dtype(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype, "index_add", [&](auto index_tag) {
-      using I = typename decltype(index_tag)::type;
-      for_each_index(source.numel(),
-                     IndexAddFunctor<T, I>{static_cast<T*>(out.data), static_cast<const T*>(source.data),
-                                           static_cast<const I*>(index.data), out.sizes[dim], out.strides[dim],
-                                           make_indexer<3>(source.sizes, {source.strides, with_dim_stride(out.strides, dim, 0),
-                                                                          index_vector_strides(index, source.sizes.size(), dim)})},
-                     "index_add kernel");
-    });
-  });
+  // slots: source, out, index
+  index_along_dim<true, 2, 1>(out, source, index, dim, source.sizes,
+                              index_vector_strides(index, source.sizes.size(), dim), "index_add", "index_add kernel");
 }
 
 void gather(const StridedView& out_view, const StridedView& in_view, int64_t dim, const StridedView& index_view) {
@@ -190,17 +163,8 @@ void gather(const StridedView& out_view, const StridedView& in_view, int64_t dim
   require_same_sizes(out, index, "gather");
   dim = checked_dim(dim, in, "gather");
   if (out.dtype != in.dtype) throw std::invalid_argument("cuda backend: gather: dtypes differ");
-  dispatch_dtype(in.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype, "gather", [&](auto index_tag) {
-      using I = typename decltype(index_tag)::type;
-      for_each_index(out.numel(),
-                     GatherFunctor<T, I>{static_cast<T*>(out.data), static_cast<const T*>(in.data),
-                                         static_cast<const I*>(index.data), in.sizes[dim], in.strides[dim],
-                                         make_indexer<3>(index.sizes, {out.strides, index.strides, with_dim_stride(in.strides, dim, 0)})},
-                     "gather kernel");
-    });
-  });
+  // slots: out, index, in
+  index_along_dim<false, 1, 2>(out, in, index, dim, index.sizes, index.strides, "gather", "gather kernel");
 }
 
 void scatter_add(const StridedView& out_view, int64_t dim, const StridedView& index_view, const StridedView& source_view) {
@@ -209,17 +173,8 @@ void scatter_add(const StridedView& out_view, int64_t dim, const StridedView& in
   require_same_rank(out, source, "scatter_add");
   dim = checked_dim(dim, out, "scatter_add");
   if (out.dtype != source.dtype) throw std::invalid_argument("cuda backend: scatter_add: dtypes differ");
-  dispatch_dtype(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    dispatch_index(index.dtype, "scatter_add", [&](auto index_tag) {
-      using I = typename decltype(index_tag)::type;
-      for_each_index(index.numel(),
-                     ScatterAddFunctor<T, I>{static_cast<T*>(out.data), static_cast<const T*>(source.data),
-                                             static_cast<const I*>(index.data), out.sizes[dim], out.strides[dim],
-                                             make_indexer<3>(index.sizes, {index.strides, source.strides, with_dim_stride(out.strides, dim, 0)})},
-                     "scatter_add kernel");
-    });
-  });
+  // slots: index, source, out
+  index_along_dim<true, 0, 2>(out, source, index, dim, index.sizes, index.strides, "scatter_add", "scatter_add kernel");
 }
 
 }  // namespace bytegrad::cuda

@@ -13,47 +13,26 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "bytegrad/kernels/cuda/cuda_check.h"
 #include "bytegrad/kernels/cuda/cuda_kernels.h"
+#include "bytegrad/kernels/dtype_dispatch.h"
 
 namespace bytegrad::cuda {
 
 // ------------------------------------------------------------------------------------------ dtypes
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
 // Calls f(TypeTag<T>{}) with the C++ element type of `dtype`.
 template <typename F>
 void dispatch_dtype(ScalarType dtype, F&& f) {
-  switch (dtype) {
-    case ScalarType::float32: return f(TypeTag<float>{});
-    case ScalarType::float64: return f(TypeTag<double>{});
-    case ScalarType::float16: return f(TypeTag<__half>{});
-    case ScalarType::bfloat16: return f(TypeTag<__nv_bfloat16>{});
-    case ScalarType::int64: return f(TypeTag<int64_t>{});
-    case ScalarType::int32: return f(TypeTag<int32_t>{});
-    case ScalarType::uint8: return f(TypeTag<uint8_t>{});
-    case ScalarType::bool_: return f(TypeTag<bool>{});
-  }
-  throw std::invalid_argument("cuda backend: unknown dtype");
+  dispatch_element_type<__half, __nv_bfloat16>(dtype, "cuda", std::forward<F>(f));
 }
 
 // Like dispatch_dtype for the four floating dtypes only; others throw naming the op.
 template <typename F>
 void dispatch_floating(ScalarType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case ScalarType::float32: return f(TypeTag<float>{});
-    case ScalarType::float64: return f(TypeTag<double>{});
-    case ScalarType::float16: return f(TypeTag<__half>{});
-    case ScalarType::bfloat16: return f(TypeTag<__nv_bfloat16>{});
-    default:
-      throw std::invalid_argument(std::string("cuda backend: ") + op + " needs a floating dtype, got " +
-                                  std::string(scalar_type_name(dtype)));
-  }
+  dispatch_floating_type<__half, __nv_bfloat16>(dtype, "cuda", op, std::forward<F>(f));
 }
 
 template <typename T>

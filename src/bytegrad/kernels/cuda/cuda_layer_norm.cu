@@ -13,42 +13,80 @@
 #include <cmath>
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/cuda/cuda_rows.cuh"
 #include "bytegrad/kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
-
-// The sum of v over the kThreadsPerRow threads sharing a row; every one of them gets it.
-template <int kThreadsPerRow, typename Acc>
-__device__ __forceinline__ Acc row_sum(Acc v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if constexpr (kThreadsPerRow > kWarp) {
-    __shared__ Acc per_warp[kThreadsPerRow / kWarp];
-    __syncthreads();  // the previous call's readers are done with per_warp
-    if (threadIdx.x % kWarp == 0) per_warp[threadIdx.x / kWarp] = v;
-    __syncthreads();
-    v = per_warp[0];
-#pragma unroll
-    for (int w = 1; w < kThreadsPerRow / kWarp; ++w) v += per_warp[w];
-  }
-  return v;
-}
-
-template <int kThreadsPerRow>
-__device__ __forceinline__ void row_assignment(int64_t& first_row, int64_t& row_step, int& lane) {
-  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
-  first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  row_step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  lane = threadIdx.x % kThreadsPerRow;
-}
-
 template <typename T, typename Acc>
 __device__ __forceinline__ Acc load_or(const T* p, int64_t i, Acc absent) {
   return p ? convert<Acc>(p[i]) : absent;
+}
+
+// The forward's operands (weight and bias may be null). The kernels take them as separate parameters and
+// build this inside: passed as one struct, nvcc schedules the kernels differently.
+template <typename T>
+struct ForwardOperands {
+  T* y;
+  opmath_t<T>* mean;
+  opmath_t<T>* rstd;
+  const T* x;
+  const T* weight;
+  const T* bias;
+};
+
+// One row of the input gradient's inputs: g = dy * weight and xhat = (x - mean) * rstd at column j.
+template <typename T>
+struct InputGradRow {
+  using Acc = opmath_t<T>;
+  const T* x;
+  const T* dy;
+  const T* weight;
+  Acc mean, rstd;
+  __device__ __forceinline__ Acc g(int64_t j) const { return convert<Acc>(dy[j]) * load_or<T, Acc>(weight, j, Acc(1)); }
+  __device__ __forceinline__ Acc xhat(int64_t j) const { return (convert<Acc>(x[j]) - mean) * rstd; }
+};
+
+// The input gradient's operands (weight may be null); built inside the kernels, as ForwardOperands.
+template <typename T>
+struct InputGradOperands {
+  T* dx;
+  const T* dy;
+  const T* x;
+  const opmath_t<T>* mean;
+  const opmath_t<T>* rstd;
+  const T* weight;
+  __device__ __forceinline__ InputGradRow<T> row(int64_t r, int64_t n) const {
+    return {x + r * n, dy + r * n, weight, mean[r], rstd[r]};
+  }
+};
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) for g = dy * weight and xhat = (x - mean) * rstd, from
+// the row's sums of g and g * xhat.
+template <typename T, typename Acc>
+__device__ __forceinline__ T input_grad(Acc g, Acc xhat, Acc rstd, Acc sum_g, Acc sum_g_xhat, Acc inv_n) {
+  return convert<T>(rstd * (g - sum_g * inv_n - xhat * sum_g_xhat * inv_n));
+}
+
+// rstd = 1 / sqrt(var + eps) from the lanes' sums of squared deviations; lane 0 stores the row's mean and rstd.
+template <int kThreadsPerRow, typename Acc>
+__device__ __forceinline__ Acc row_rstd(Acc sq, Acc mean, Acc n, double eps, int lane, int64_t row, Acc* mean_out,
+                                        Acc* rstd_out) {
+  const Acc var = row_allreduce<kThreadsPerRow>(sq, SumOp{}) / n;
+  const Acc rstd = Acc(1) / pointwise::m_sqrt(var + static_cast<Acc>(eps));
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+  return rstd;
+}
+
+// y = (x - mean) * rstd * weight + bias for column j (weight and bias optional).
+template <typename T, typename Acc>
+__device__ __forceinline__ T normalized(Acc x, Acc mean, Acc rstd, const T* weight, const T* bias, int64_t j) {
+  return convert<T>((x - mean) * rstd * load_or<T, Acc>(weight, j, Acc(1)) + load_or<T, Acc>(bias, j, Acc(0)));
 }
 
 template <typename T, int kThreadsPerRow>
@@ -56,29 +94,24 @@ __global__ void __launch_bounds__(kBlockThreads)
     layer_norm_forward_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
                               const T* bias, int64_t M, int64_t N, double eps) {
   using Acc = opmath_t<T>;
+  const ForwardOperands<T> io{y, mean_out, rstd_out, x, weight, bias};
   int64_t row, row_step;
   int lane;
   row_assignment<kThreadsPerRow>(row, row_step, lane);
   for (; row < M; row += row_step) {  // uniform across the threads of a row
-    const T* xr = x + row * N;
+    const T* xr = io.x + row * N;
     Acc sum = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) sum += convert<Acc>(xr[j]);
-    const Acc mean = row_sum<kThreadsPerRow>(sum) / static_cast<Acc>(N);
+    const Acc mean = row_allreduce<kThreadsPerRow>(sum, SumOp{}) / static_cast<Acc>(N);
     Acc sq = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) {
       const Acc d = convert<Acc>(xr[j]) - mean;
       sq += d * d;
     }
-    const Acc var = row_sum<kThreadsPerRow>(sq) / static_cast<Acc>(N);
-    const Acc rstd = Acc(1) / pointwise::m_sqrt(var + static_cast<Acc>(eps));
-    if (lane == 0) {
-      mean_out[row] = mean;
-      rstd_out[row] = rstd;
-    }
-    T* yr = y + row * N;
+    const Acc rstd = row_rstd<kThreadsPerRow>(sq, mean, static_cast<Acc>(N), eps, lane, row, io.mean, io.rstd);
+    T* yr = io.y + row * N;
     for (int64_t j = lane; j < N; j += kThreadsPerRow)
-      yr[j] = convert<T>((convert<Acc>(xr[j]) - mean) * rstd * load_or<T, Acc>(weight, j, Acc(1)) +
-                         load_or<T, Acc>(bias, j, Acc(0)));
+      yr[j] = normalized(convert<Acc>(xr[j]), mean, rstd, io.weight, io.bias, j);
   }
 }
 
@@ -87,29 +120,23 @@ __global__ void __launch_bounds__(kBlockThreads)
     layer_norm_input_grad_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
                                  const T* weight, int64_t M, int64_t N) {
   using Acc = opmath_t<T>;
+  const InputGradOperands<T> io{dx, dy, x, mean, rstd, weight};
   int64_t row, row_step;
   int lane;
   row_assignment<kThreadsPerRow>(row, row_step, lane);
   for (; row < M; row += row_step) {
-    const T* xr = x + row * N;
-    const T* gr = dy + row * N;
-    const Acc mu = mean[row], r = rstd[row];
-    // g = dy * weight, xhat = (x - mean) * rstd; dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    const InputGradRow<T> in = io.row(row, N);
     Acc sum_g = 0, sum_g_xhat = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) {
-      const Acc g = convert<Acc>(gr[j]) * load_or<T, Acc>(weight, j, Acc(1));
+      const Acc g = in.g(j);
       sum_g += g;
-      sum_g_xhat += g * (convert<Acc>(xr[j]) - mu) * r;
+      sum_g_xhat += g * (convert<Acc>(in.x[j]) - in.mean) * in.rstd;
     }
-    sum_g = row_sum<kThreadsPerRow>(sum_g);
-    sum_g_xhat = row_sum<kThreadsPerRow>(sum_g_xhat);
+    sum_g = row_allreduce<kThreadsPerRow>(sum_g, SumOp{});
+    sum_g_xhat = row_allreduce<kThreadsPerRow>(sum_g_xhat, SumOp{});
     const Acc inv_n = Acc(1) / static_cast<Acc>(N);
-    T* dr = dx + row * N;
-    for (int64_t j = lane; j < N; j += kThreadsPerRow) {
-      const Acc g = convert<Acc>(gr[j]) * load_or<T, Acc>(weight, j, Acc(1));
-      const Acc xhat = (convert<Acc>(xr[j]) - mu) * r;
-      dr[j] = convert<T>(r * (g - sum_g * inv_n - xhat * sum_g_xhat * inv_n));
-    }
+    T* dr = io.dx + row * N;
+    for (int64_t j = lane; j < N; j += kThreadsPerRow) dr[j] = input_grad<T>(in.g(j), in.xhat(j), in.rstd, sum_g, sum_g_xhat, inv_n);
   }
 }
 
@@ -180,11 +207,12 @@ __global__ void __launch_bounds__(kBlockThreads)
     layer_norm_forward_warp_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
                                    const T* bias, int64_t M, int N, double eps) {
   using Acc = opmath_t<T>;
-  const int lane = threadIdx.x % kWarp;
-  constexpr int kRowsPerBlock = kBlockThreads / kWarp;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  for (int64_t row = first_row; row < M; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    const T* xr = x + row * N;
+  const ForwardOperands<T> io{y, mean_out, rstd_out, x, weight, bias};
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp>(row, row_step, lane);
+  for (; row < M; row += row_step) {
+    const T* xr = io.x + row * N;
     Acc v[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -195,7 +223,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
       if (lane + i * kWarp < N) sum += v[i];
-    const Acc mean = row_sum<kWarp>(sum) / static_cast<Acc>(N);
+    const Acc mean = row_allreduce<kWarp>(sum, SumOp{}) / static_cast<Acc>(N);
     Acc sq = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -204,29 +232,15 @@ __global__ void __launch_bounds__(kBlockThreads)
         sq += d * d;
       }
     }
-    const Acc var = row_sum<kWarp>(sq) / static_cast<Acc>(N);
-    const Acc rstd = Acc(1) / pointwise::m_sqrt(var + static_cast<Acc>(eps));
-    if (lane == 0) {
-      mean_out[row] = mean;
-      rstd_out[row] = rstd;
-    }
-    T* yr = y + row * N;
+    const Acc rstd = row_rstd<kWarp>(sq, mean, static_cast<Acc>(N), eps, lane, row, io.mean, io.rstd);
+    T* yr = io.y + row * N;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
       if (j < N)
-        yr[j] = convert<T>((v[i] - mean) * rstd * load_or<T, Acc>(weight, j, Acc(1)) + load_or<T, Acc>(bias, j, Acc(0)));
+        yr[j] = normalized(v[i], mean, rstd, io.weight, io.bias, j);
     }
   }
-}
-
-// Calls launch(std::integral_constant<int, kPerLane>) for rows of N <= 1024 elements.
-template <typename Launch>
-void dispatch_row_registers(int64_t N, Launch&& launch) {
-  if (N <= 128) launch(std::integral_constant<int, 4>{});
-  else if (N <= 256) launch(std::integral_constant<int, 8>{});
-  else if (N <= 512) launch(std::integral_constant<int, 16>{});
-  else launch(std::integral_constant<int, 32>{});
 }
 
 // The input gradient for rows of at most 1024 elements, a warp per row with the row's dy and x in
@@ -236,19 +250,18 @@ __global__ void __launch_bounds__(kBlockThreads)
     layer_norm_input_grad_warp_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
                                       const T* weight, int64_t M, int N) {
   using Acc = opmath_t<T>;
-  const int lane = threadIdx.x % kWarp;
-  constexpr int kRowsPerBlock = kBlockThreads / kWarp;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  for (int64_t row = first_row; row < M; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    const T* xr = x + row * N;
-    const T* gr = dy + row * N;
-    const Acc mu = mean[row], r = rstd[row];
+  const InputGradOperands<T> io{dx, dy, x, mean, rstd, weight};
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp>(row, row_step, lane);
+  for (; row < M; row += row_step) {
+    const InputGradRow<T> in = io.row(row, N);
     Acc g[kPerLane], xhat[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
-      g[i] = j < N ? convert<Acc>(gr[j]) * load_or<T, Acc>(weight, j, Acc(1)) : Acc(0);
-      xhat[i] = j < N ? (convert<Acc>(xr[j]) - mu) * r : Acc(0);
+      g[i] = j < N ? in.g(j) : Acc(0);
+      xhat[i] = j < N ? in.xhat(j) : Acc(0);
     }
     Acc sum_g = 0, sum_g_xhat = 0;
 #pragma unroll
@@ -258,26 +271,15 @@ __global__ void __launch_bounds__(kBlockThreads)
         sum_g_xhat += g[i] * xhat[i];
       }
     }
-    sum_g = row_sum<kWarp>(sum_g);
-    sum_g_xhat = row_sum<kWarp>(sum_g_xhat);
+    sum_g = row_allreduce<kWarp>(sum_g, SumOp{});
+    sum_g_xhat = row_allreduce<kWarp>(sum_g_xhat, SumOp{});
     const Acc inv_n = Acc(1) / static_cast<Acc>(N);
-    T* dr = dx + row * N;
+    T* dr = io.dx + row * N;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
-      if (j < N) dr[j] = convert<T>(r * (g[i] - sum_g * inv_n - xhat[i] * sum_g_xhat * inv_n));
+      if (j < N) dr[j] = input_grad<T>(g[i], xhat[i], in.rstd, sum_g, sum_g_xhat, inv_n);
     }
-  }
-}
-
-template <typename Launch>
-void launch_rows(int64_t M, int64_t N, Launch&& launch) {
-  if (M == 0 || N == 0) return;
-  if (N <= 1024) {
-    constexpr int kRowsPerBlock = kBlockThreads / kWarp;
-    launch(std::integral_constant<int, kWarp>{}, grid_for(M, kRowsPerBlock));
-  } else {
-    launch(std::integral_constant<int, kBlockThreads>{}, static_cast<unsigned>(std::min<int64_t>(M, int64_t{1} << 20)));
   }
 }
 
@@ -301,22 +303,21 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
   dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = opmath_t<T>;
+    const ForwardOperands<T> io{static_cast<T*>(y.data), static_cast<Acc*>(mean.data), static_cast<Acc*>(rstd.data),
+                                static_cast<const T*>(x.data), data_or_null<const T>(weight), data_or_null<const T>(bias)};
     // Rows in registers up to 512 only: at 768 (32 a lane) the general kernel was faster on the H100
     // (0.022 against 0.030 ms a call at 8192 x 768).
     if (M > 0 && N > 0 && N <= 512) {
-      dispatch_row_registers(N, [&](auto per_lane) {
+      dispatch_per_lane<4>(N, [&](auto per_lane) {
         layer_norm_forward_warp_kernel<T, decltype(per_lane)::value><<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(
-            static_cast<T*>(y.data), static_cast<Acc*>(mean.data), static_cast<Acc*>(rstd.data),
-            static_cast<const T*>(x.data), data_or_null<const T>(weight), data_or_null<const T>(bias), M,
-            static_cast<int>(N), eps);
+            io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, static_cast<int>(N), eps);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_warp_kernel");
       });
       return;
     }
     launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
       layer_norm_forward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
-          static_cast<T*>(y.data), static_cast<Acc*>(mean.data), static_cast<Acc*>(rstd.data),
-          static_cast<const T*>(x.data), data_or_null<const T>(weight), data_or_null<const T>(bias), M, N, eps);
+          io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, N, eps);
       BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
     });
   });
@@ -332,21 +333,21 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
   dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = opmath_t<T>;
+    const InputGradOperands<T> io{data_or_null<T>(dx), static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
+                                  static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data),
+                                  data_or_null<const T>(weight)};
     if (dx && N <= 1024) {
       auto launch = [&](auto per_lane) {
         layer_norm_input_grad_warp_kernel<T, decltype(per_lane)::value>
-            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(
-                static_cast<T*>(dx->data), static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
-                static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data), data_or_null<const T>(weight), M,
-                static_cast<int>(N));
+            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M,
+                                                                     static_cast<int>(N));
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_warp_kernel");
       };
-      dispatch_row_registers(N, launch);
+      dispatch_per_lane<4>(N, launch);
     } else if (dx) {
       launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
         layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
-            static_cast<T*>(dx->data), static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
-            static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data), data_or_null<const T>(weight), M, N);
+            io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, N);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel");
       });
     }

@@ -7,33 +7,13 @@
 #include <cmath>
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/operand_checks.h"
 
 namespace bytegrad::cuda {
 
 namespace {
 
 constexpr int kLossThreads = 256;
-
-struct NllGeometry {
-  int64_t batch, classes, row_stride, class_stride, target_stride;
-};
-
-NllGeometry geometry(const StridedView& input, const StridedView& target) {
-  if (target.dtype != ScalarType::int64) throw std::invalid_argument("cuda backend: nll_loss: the target must be int64");
-  NllGeometry g{1, 0, 0, 1, target.sizes.empty() ? 0 : target.strides[0]};
-  if (input.sizes.size() == 2) {
-    g.batch = input.sizes[0];
-    g.classes = input.sizes[1];
-    g.row_stride = input.strides[0];
-    g.class_stride = input.strides[1];
-  } else if (input.sizes.size() == 1) {
-    g.classes = input.sizes[0];
-    g.class_stride = input.strides[0];
-  } else {
-    throw std::invalid_argument("cuda backend: nll_loss: the input must be 1-d or 2-d");
-  }
-  return g;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kLossThreads) nll_reduce_kernel(T* output, T* total_weight, const T* input,
@@ -110,7 +90,7 @@ struct NllBackwardFunctor {
 
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs, const StridedView& target,
               Reduction reduction, int64_t ignore_index) {
-  const NllGeometry g = geometry(log_probs, target);
+  const NllGeometry g = nll_geometry(log_probs, target, "cuda");
   dispatch_floating(log_probs.dtype, "nll_loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* out = static_cast<T*>(output.data);
@@ -130,7 +110,7 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
 
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                        const StridedView& total_weight, Reduction reduction, int64_t ignore_index) {
-  const NllGeometry g = geometry(grad_input, target);
+  const NllGeometry g = nll_geometry(grad_input, target, "cuda");
   const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
   dispatch_floating(grad_input.dtype, "nll_loss_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -218,6 +218,25 @@ unsigned next_power_of_two(int64_t n) {
   return p;
 }
 
+// Launches a reduction over args.num_outputs outputs of args.reduce_size elements each: one thread per
+// output when the reductions are short, or strided and many; one block per output otherwise. `Args` has
+// `inner`, the indexer over one output's reduced elements.
+template <typename Args>
+void launch_reduction(const Args& args, void (*thread_per_output)(Args), const char* thread_launch,
+                      void (*block_per_output)(Args), const char* block_launch) {
+  const bool reduced_elements_adjacent = args.inner.ndim > 0 && args.inner.strides[0][args.inner.ndim - 1] == 1;
+  const bool one_thread_each = args.reduce_size <= 16 || (!reduced_elements_adjacent && args.num_outputs >= 4096);
+  if (one_thread_each) {
+    thread_per_output<<<grid_for(args.num_outputs), kBlockThreads>>>(args);
+    check_cuda(cudaGetLastError(), thread_launch, __FILE__, __LINE__);
+  } else {
+    const unsigned threads = std::max(32u, next_power_of_two(args.reduce_size));
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(args.num_outputs, int64_t{1} << 20));
+    block_per_output<<<blocks, threads>>>(args);
+    check_cuda(cudaGetLastError(), block_launch, __FILE__, __LINE__);
+  }
+}
+
 // Reduces `in` over the dimensions where reduced[d]; out_sizes is in's shape with 1 there. values and
 // indices (either may be absent) are laid out over out_sizes.
 void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& reduced, const std::vector<int64_t>& out_sizes,
@@ -265,18 +284,8 @@ void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& 
     args.mean_factor = static_cast<Acc>(static_cast<Acc>(num_outputs) / static_cast<Acc>(num_outputs * reduce_size));
     args.outer = make_indexer<3>(out_sizes, {in.strides, value_strides, index_strides});
     args.inner = make_indexer<1>(inner_sizes, {in.strides});
-
-    const bool reduced_elements_adjacent = args.inner.ndim > 0 && args.inner.strides[0][args.inner.ndim - 1] == 1;
-    const bool thread_per_output = reduce_size <= 16 || (!reduced_elements_adjacent && num_outputs >= 4096);
-    if (thread_per_output) {
-      reduce_thread_per_output<T><<<grid_for(num_outputs), kBlockThreads>>>(args);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_thread_per_output");
-    } else {
-      const unsigned threads = std::max(32u, next_power_of_two(reduce_size));
-      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(num_outputs, int64_t{1} << 20));
-      reduce_block_per_output<T><<<blocks, threads>>>(args);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_block_per_output");
-    }
+    launch_reduction(args, reduce_thread_per_output<T>, "launch of reduce_thread_per_output", reduce_block_per_output<T>,
+                     "launch of reduce_block_per_output");
   });
 }
 
@@ -401,17 +410,8 @@ void reduce_variance(const StridedView& out, const StridedView& in, double corre
     args.take_sqrt = take_sqrt;
     args.outer = make_indexer<2>(out.sizes, {in.strides, out.strides});
     args.inner = make_indexer<1>(inner_sizes, {in.strides});
-    const bool reduced_elements_adjacent = args.inner.ndim > 0 && args.inner.strides[0][args.inner.ndim - 1] == 1;
-    const bool thread_per_output = reduce_size <= 16 || (!reduced_elements_adjacent && num_outputs >= 4096);
-    if (thread_per_output) {
-      variance_thread_per_output<T><<<grid_for(num_outputs), kBlockThreads>>>(args);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("variance_thread_per_output");
-    } else {
-      const unsigned threads = std::max(32u, next_power_of_two(reduce_size));
-      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(num_outputs, int64_t{1} << 20));
-      variance_block_per_output<T><<<blocks, threads>>>(args);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("variance_block_per_output");
-    }
+    launch_reduction(args, variance_thread_per_output<T>, "launch of variance_thread_per_output",
+                     variance_block_per_output<T>, "launch of variance_block_per_output");
   });
 }
 

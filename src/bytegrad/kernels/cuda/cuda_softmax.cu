@@ -17,39 +17,13 @@
 #include <utility>
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/cuda/cuda_rows.cuh"
+#include "bytegrad/kernels/operand_checks.h"
 #include "bytegrad/kernels/pointwise_math.h"
 
 namespace bytegrad::cuda {
 
 namespace {
-
-constexpr int kWarp = 32;
-
-struct MaxOp {
-  template <typename Acc>
-  __device__ Acc operator()(Acc a, Acc b) const { return (pointwise::is_nan(b) || b > a) ? b : a; }  // NaN propagates
-};
-struct SumOp {
-  template <typename Acc>
-  __device__ Acc operator()(Acc a, Acc b) const { return a + b; }
-};
-
-// Combines v over the kThreadsPerRow threads that share a row; every one of them gets the result.
-template <int kThreadsPerRow, typename Acc, typename Op>
-__device__ __forceinline__ Acc row_allreduce(Acc v, Op op) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  if constexpr (kThreadsPerRow > kWarp) {
-    __shared__ Acc per_warp[kThreadsPerRow / kWarp];
-    __syncthreads();  // the previous call's readers are done with per_warp
-    if (threadIdx.x % kWarp == 0) per_warp[threadIdx.x / kWarp] = v;
-    __syncthreads();
-    v = per_warp[0];
-#pragma unroll
-    for (int w = 1; w < kThreadsPerRow / kWarp; ++w) v = op(v, per_warp[w]);
-  }
-  return v;
-}
 
 // rows: StridedIndexer over the shape with `dim` set to 1, giving each tensor's offset of a row's start.
 template <typename T, int N>
@@ -59,14 +33,6 @@ struct RowLayout {
   int64_t dim_stride[N];
   StridedIndexer<N> rows;
 };
-
-template <int kThreadsPerRow>
-__device__ __forceinline__ void row_assignment(int64_t& first_row, int64_t& row_step, int& lane) {
-  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
-  first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  row_step = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  lane = threadIdx.x % kThreadsPerRow;
-}
 
 // layout operands: 0 = out, 1 = in
 template <typename T, int kThreadsPerRow>
@@ -162,18 +128,6 @@ RowLayout<T, N> make_row_layout(const std::array<const StridedView*, N>& tensors
   return layout;
 }
 
-// Picks warp-per-row or block-per-row and a grid covering the rows.
-template <typename Launch>
-void launch_rows(int64_t num_rows, int64_t dim_size, Launch&& launch) {
-  if (num_rows == 0 || dim_size == 0) return;
-  if (dim_size <= 1024) {
-    constexpr int kRowsPerBlock = kBlockThreads / kWarp;
-    launch(std::integral_constant<int, kWarp>{}, grid_for(num_rows, kRowsPerBlock));
-  } else {
-    launch(std::integral_constant<int, kBlockThreads>{}, static_cast<unsigned>(std::min<int64_t>(num_rows, int64_t{1} << 20)));
-  }
-}
-
 // ------------------------------------------------------------------- contiguous rows: the fast paths
 
 bool rows_are_contiguous(const StridedView& v, int64_t dim) {
@@ -191,10 +145,10 @@ template <typename T, int kPerLane, bool kLog>
 __global__ void __launch_bounds__(kForwardWarpThreads)
     softmax_forward_warp_kernel(T* out, const T* in, int64_t num_rows, int dim) {
   using Acc = opmath_t<T>;
-  const int lane = threadIdx.x % kWarp;
-  constexpr int kRowsPerBlock = kForwardWarpThreads / kWarp;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  for (int64_t row = first_row; row < num_rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp, kForwardWarpThreads>(row, row_step, lane);
+  for (; row < num_rows; row += row_step) {
     const T* x = in + row * dim;
     T* y = out + row * dim;
     Acc v[kPerLane];
@@ -239,10 +193,10 @@ template <typename T, int kPerLane, typename Gi = T>
 __global__ void __launch_bounds__(kBlockThreads)
     softmax_backward_warp_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int dim, bool log) {
   using Acc = opmath_t<T>;
-  const int lane = threadIdx.x % kWarp;
-  constexpr int kRowsPerBlock = kBlockThreads / kWarp;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  for (int64_t row = first_row; row < num_rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+  int64_t row, row_step;
+  int lane;
+  row_assignment<kWarp>(row, row_step, lane);
+  for (; row < num_rows; row += row_step) {
     const T* go = grad_out + row * dim;
     const T* y = output + row * dim;
     Gi* gi = grad_in + row * dim;
@@ -264,17 +218,6 @@ __global__ void __launch_bounds__(kBlockThreads)
       if (j < dim) gi[j] = convert<Gi>(log ? g[i] - pointwise::m_exp(o[i]) * sum : o[i] * (g[i] - sum));
     }
   }
-}
-
-// Calls launch(std::integral_constant<int, kPerLane>) for a row of `dim` <= 1024 elements.
-template <typename Launch>
-void dispatch_per_lane(int64_t dim, Launch&& launch) {
-  if (dim <= 32) launch(std::integral_constant<int, 1>{});
-  else if (dim <= 64) launch(std::integral_constant<int, 2>{});
-  else if (dim <= 128) launch(std::integral_constant<int, 4>{});
-  else if (dim <= 256) launch(std::integral_constant<int, 8>{});
-  else if (dim <= 512) launch(std::integral_constant<int, 16>{});
-  else launch(std::integral_constant<int, 32>{});
 }
 
 constexpr int kLongRowThreads = 1024;
@@ -392,7 +335,7 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
   // resident warps than the single read saves (measured on the H100 at GPT-2's 1024-long attention rows:
   // 0.58 ms a call against 0.38 ms for the general kernel), so those go to the general kernel.
   if (dim_size <= 512) {
-    dispatch_per_lane(dim_size, [&](auto per_lane) {
+    dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
       constexpr int kPerLane = decltype(per_lane)::value;
       const unsigned blocks = grid_for(num_rows, kForwardWarpThreads / kWarp);
       if (log)
@@ -425,7 +368,7 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   const int64_t num_rows = dim_size > 0 ? grad_in.numel() / dim_size : 0;
   if (num_rows == 0 || dim_size == 0) return true;
   if (dim_size <= 1024) {
-    dispatch_per_lane(dim_size, [&](auto per_lane) {
+    dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
       softmax_backward_warp_kernel<T, decltype(per_lane)::value, Gi><<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads>>>(
           static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
           num_rows, static_cast<int>(dim_size), log);
@@ -478,13 +421,7 @@ void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_
 }  // namespace
 
 void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim, bool log) {
-  if (output.dtype != grad_out.dtype)
-    throw std::invalid_argument("cuda backend: softmax_backward: grad_out and output differ in dtype");
-  if (grad_in.dtype != grad_out.dtype) {
-    // half_to_float: a float16 gradient from float32 operands (log_softmax's, written by the kernel itself).
-    if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
-      throw std::invalid_argument("cuda backend: softmax_backward: a gradient in another dtype than its operands' "
-                                  "must be float16 from float32");
+  if (softmax_backward_half_to_float(grad_in, grad_out, output, "cuda")) {
     softmax_backward_typed<float, __half>(grad_in, grad_out, output, dim, log);
     return;
   }

@@ -11,47 +11,45 @@ namespace bytegrad::cuda {
 
 namespace {
 
-template <typename T>
+// out = op(self, a, b) in opmath_t<C> at each of the indexer's positions (operands in that order).
+// Operands reads and writes the elements as C.
+template <typename C, typename Operands>
 struct TernaryFunctor {
-  using Acc = opmath_t<T>;
+  using Acc = opmath_t<C>;
   TernaryOp op;
-  T* out;
-  const T* self;
-  const T* a;
-  const T* b;
+  Operands operands;
   Acc value;
   StridedIndexer<4> idx;
 
   __device__ void operator()(int64_t i) const {
     int64_t o[4];
     idx.offsets(i, o);
-    const Acc x = convert<Acc>(self[o[1]]), y = convert<Acc>(a[o[2]]), z = convert<Acc>(b[o[3]]);
-    out[o[0]] = convert<T>(ternary_value<Acc>(op, x, y, z, value));
+    const Acc x = convert<Acc>(operands.load(0, o[1]));
+    const Acc y = convert<Acc>(operands.load(1, o[2]));
+    const Acc z = convert<Acc>(operands.load(2, o[3]));
+    operands.store(o[0], convert<C>(ternary_value<Acc>(op, x, y, z, value)));
   }
 };
 
-// Operands of several dtypes (PyTorch's TensorIterator with a common dtype C): each read in its own dtype
-// and converted to C, the op in opmath_t<C>, the result converted to C and stored in out's dtype.
-template <typename C>
-struct MixedTernaryFunctor {
-  using Acc = opmath_t<C>;
-  TernaryOp op;
-  void* out;
-  const void* self;
-  const void* a;
-  const void* b;
-  ScalarType out_type, self_type, a_type, b_type;
-  Acc value;
-  StridedIndexer<4> idx;
+// Every operand of dtype T.
+template <typename T>
+struct TypedOperands {
+  T* out;
+  const T* in[3];  // self, a, b
+  __device__ __forceinline__ T load(int k, int64_t offset) const { return in[k][offset]; }
+  __device__ __forceinline__ void store(int64_t offset, T value) const { out[offset] = value; }
+};
 
-  __device__ void operator()(int64_t i) const {
-    int64_t o[4];
-    idx.offsets(i, o);
-    const Acc x = convert<Acc>(load_as<C>(self, self_type, o[1]));
-    const Acc y = convert<Acc>(load_as<C>(a, a_type, o[2]));
-    const Acc z = convert<Acc>(load_as<C>(b, b_type, o[3]));
-    store_as<C>(out, out_type, o[0], convert<C>(ternary_value<Acc>(op, x, y, z, value)));
-  }
+// Operands of several dtypes (PyTorch's TensorIterator with a common dtype C): each read in its own dtype
+// and converted to C, the result stored in out's dtype.
+template <typename C>
+struct MixedOperands {
+  void* out;
+  const void* in[3];  // self, a, b
+  ScalarType out_type;
+  ScalarType in_type[3];
+  __device__ __forceinline__ C load(int k, int64_t offset) const { return load_as<C>(in[k], in_type[k], offset); }
+  __device__ __forceinline__ void store(int64_t offset, C value) const { store_as<C>(out, out_type, offset, value); }
 };
 
 }  // namespace
@@ -64,10 +62,10 @@ void ternary(TernaryOp op, const StridedView& out, const StridedView& self, cons
   if (common && (*common != out.dtype || self.dtype != out.dtype || a.dtype != out.dtype || b.dtype != out.dtype)) {
     dispatch_floating(*common, "ternary", [&](auto tag) {
       using C = typename decltype(tag)::type;
+      const MixedOperands<C> operands{out.data, {self.data, a.data, b.data}, out.dtype, {self.dtype, a.dtype, b.dtype}};
       for_each_index(out.numel(),
-                     MixedTernaryFunctor<C>{op, out.data, self.data, a.data, b.data, out.dtype, self.dtype, a.dtype,
-                                            b.dtype, static_cast<opmath_t<C>>(value),
-                                            make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})},
+                     TernaryFunctor<C, MixedOperands<C>>{op, operands, static_cast<opmath_t<C>>(value),
+                                                         make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})},
                      "ternary kernel (mixed dtypes)");
     });
     return;
@@ -76,13 +74,11 @@ void ternary(TernaryOp op, const StridedView& out, const StridedView& self, cons
     throw std::invalid_argument("cuda backend: ternary: operands must share the output's dtype");
   dispatch_floating(out.dtype, "ternary", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    TernaryFunctor<T> f{op,
-                        static_cast<T*>(out.data),
-                        static_cast<const T*>(self.data),
-                        static_cast<const T*>(a.data),
-                        static_cast<const T*>(b.data),
-                        static_cast<opmath_t<T>>(value),
-                        make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})};
+    const TypedOperands<T> operands{static_cast<T*>(out.data),
+                                    {static_cast<const T*>(self.data), static_cast<const T*>(a.data),
+                                     static_cast<const T*>(b.data)}};
+    TernaryFunctor<T, TypedOperands<T>> f{op, operands, static_cast<opmath_t<T>>(value),
+                                          make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})};
     for_each_index(out.numel(), f, "ternary kernel");
   });
 }

@@ -1,0 +1,55 @@
+// What the cpu and cuda backends check and derive alike from their operands. The op layer checks shapes
+// and dtypes first (tensor/ops_loss.cpp, tensor/ops_nn.cpp); these checks guard a direct backend call.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "bytegrad/core/strided_view.h"
+
+namespace bytegrad {
+
+// Where nll_loss's kernels find their elements: the (batch, classes) geometry of an (N, C) or (C) input, in
+// elements. Trivially copyable: the cuda kernels take it by value.
+struct NllGeometry {
+  int64_t batch = 1, classes = 0;
+  int64_t row_stride = 0, class_stride = 1;
+  int64_t target_stride = 0;
+};
+
+// `backend` names the caller in the messages ("cpu", "cuda").
+inline NllGeometry nll_geometry(const StridedView& input, const StridedView& target, const char* backend) {
+  NllGeometry g;
+  if (input.sizes.size() == 2) {
+    g.batch = input.sizes[0];
+    g.classes = input.sizes[1];
+    g.row_stride = input.strides[0];
+    g.class_stride = input.strides[1];
+  } else if (input.sizes.size() == 1) {
+    g.classes = input.sizes[0];
+    g.class_stride = input.strides[0];
+  } else {
+    throw std::invalid_argument(std::string(backend) + " backend: nll_loss: the input must be 1-d or 2-d");
+  }
+  if (target.dtype != ScalarType::int64)
+    throw std::invalid_argument(std::string(backend) + " backend: nll_loss: the target must be int64");
+  g.target_stride = target.sizes.empty() ? 0 : target.strides[0];
+  return g;
+}
+
+// softmax_backward's dtypes: grad_out and output alike, grad_in in their dtype or float16 from float32
+// operands (log_softmax's half_to_float gradient, written by the kernel itself): then true.
+inline bool softmax_backward_half_to_float(const StridedView& grad_in, const StridedView& grad_out,
+                                           const StridedView& output, const char* backend) {
+  if (grad_out.dtype != output.dtype)
+    throw std::invalid_argument(std::string(backend) + " backend: softmax_backward: grad_out and output differ in dtype");
+  if (grad_in.dtype == grad_out.dtype) return false;
+  if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
+    throw std::invalid_argument(std::string(backend) +
+                                " backend: softmax_backward: a gradient in another dtype than its operands' must be "
+                                "float16 from float32");
+  return true;
+}
+
+}  // namespace bytegrad
