@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "bytegrad/memory/memory_summary.h"
 #include "bytegrad/memory/out_of_memory.h"
 
 namespace bytegrad {
@@ -750,10 +749,6 @@ PeakRecord CachingAllocator::peak_record() const {
 void CachingAllocator::reset_accumulated_stats() {
   std::lock_guard lock(mutex_);
   stats_.reset_accumulated();
-}
-
-std::string CachingAllocator::memory_summary(bool abbreviated) const {
-  return format_memory_summary(memory_stats(), device_index_, abbreviated);
 }
 
 RawMemory::Info CachingAllocator::mem_get_info() {
