@@ -6,8 +6,9 @@
 # reports (what prints, renders or exports memory's data) needs only memory, and testing and the programs
 # use it, so it sits beside kernels; nn, optim and testing are side by side.
 # distributed/ does not exist yet: it is the place for collectives (one file per backend, e.g. nccl.cpp,
-# gloo.cpp), above nn and optim because data- and model-parallel wrappers take modules and optimizers. The umbrella headers src/bytegrad/bytegrad.h and testing.h are not layers. Applications
-# (programs/, tools/, bench/, tests/, examples/) may include anything. Run by ctest (entry `layers`).
+# gloo.cpp), above nn and optim because data- and model-parallel wrappers take modules and optimizers.
+# The umbrella headers src/bytegrad/bytegrad.h and testing.h are not layers. Applications (programs/,
+# tools/, bench/, tests/, examples/) may include anything. Run by ctest (entry `layers`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
