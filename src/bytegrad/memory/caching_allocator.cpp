@@ -654,25 +654,15 @@ DeviceStats CachingAllocator::stats() const {
   return stats_;
 }
 
-int64_t CachingAllocator::memory_allocated() const {
+Stat CachingAllocator::all_pools(StatArray DeviceStats::*stat) const {
   std::lock_guard lock(mutex_);
-  return stats_.allocated_bytes.all().current;
+  return (stats_.*stat).all();
 }
 
-int64_t CachingAllocator::max_memory_allocated() const {
-  std::lock_guard lock(mutex_);
-  return stats_.allocated_bytes.all().peak;
-}
-
-int64_t CachingAllocator::memory_reserved() const {
-  std::lock_guard lock(mutex_);
-  return stats_.reserved_bytes.all().current;
-}
-
-int64_t CachingAllocator::max_memory_reserved() const {
-  std::lock_guard lock(mutex_);
-  return stats_.reserved_bytes.all().peak;
-}
+int64_t CachingAllocator::memory_allocated() const { return all_pools(&DeviceStats::allocated_bytes).current; }
+int64_t CachingAllocator::max_memory_allocated() const { return all_pools(&DeviceStats::allocated_bytes).peak; }
+int64_t CachingAllocator::memory_reserved() const { return all_pools(&DeviceStats::reserved_bytes).current; }
+int64_t CachingAllocator::max_memory_reserved() const { return all_pools(&DeviceStats::reserved_bytes).peak; }
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);

@@ -122,6 +122,8 @@ class CachingAllocator {
  private:
   struct Block;
   struct ExpandableSegment;
+  // One of stats_'s arrays for all pools together, read under the lock.
+  Stat all_pools(StatArray DeviceStats::*stat) const;
   struct BlockOrder {
     bool operator()(const Block* a, const Block* b) const;
   };
