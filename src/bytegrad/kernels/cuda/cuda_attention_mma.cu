@@ -449,9 +449,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward2_kernel(Fo
 // ------------------------------------------------------------------------------------------ backward
 
 template <typename T>
-struct BackwardParams {
-  Rows<T> dq, dk, dv;
-  Rows<const T> dout, q, k, v, out;
+struct BackwardParams : BackwardOperands<T> {
   Rows<const float> lse;
   Shape n;
   float scale, scale_log2;
@@ -1006,15 +1004,8 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
   dispatch_tensor_core(q.dtype, n.D, [&](auto tag, auto head) {
     using T = typename decltype(tag)::type;
     constexpr int kD = decltype(head)::value;
-    BackwardParams<T> p{rows_of<T>(dq),
-                        rows_of<T>(dk),
-                        rows_of<T>(dv),
-                        rows_of<const T>(dout),
-                        rows_of<const T>(q),
-                        rows_of<const T>(k),
-                        rows_of<const T>(v),
-                        rows_of<const T>(out),
-                        {static_cast<const float*>(lse.data), lse.strides[0], lse.strides[1], lse.strides[2]},
+    BackwardParams<T> p{backward_operands_of<T>(dq, dk, dv, dout, q, k, v, out),
+                        rows_of<const float>(lse),
                         n,
                         static_cast<float>(scale),
                         static_cast<float>(scale) * kLog2e,
