@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/kernels/cuda/cuda_check.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/blas_plan.h"

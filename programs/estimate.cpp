@@ -23,7 +23,7 @@
 // `max_batch <N>`, the largest batch whose two steps fit (0 when none does). --marks first prints the
 // figures at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden
 // files' layout (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a snapshot
-// PyTorch's memory_viz viewer opens (memory/memory_viz.h).
+// PyTorch's memory_viz viewer opens (reports/memory_viz.h).
 //
 //   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
 //                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]
@@ -46,8 +46,8 @@
 
 #include "bytegrad/memory/alloc_config.h"
 #include "bytegrad/memory/memory_functions.h"
-#include "bytegrad/memory/memory_ledger.h"
-#include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/reports/memory_ledger.h"
+#include "bytegrad/reports/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "programs/gpt2_programs.h"
 

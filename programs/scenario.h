@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bytegrad/memory/memory_category.h"
-#include "bytegrad/memory/memory_story.h"
+#include "bytegrad/reports/memory_story.h"
 #include "bytegrad/core/device.h"
 
 namespace bytegrad::json {

@@ -18,10 +18,10 @@
 // shared/golden/scenarios-expandable: pages mapped into one reserved range per pool, no segments. There is
 // no golden set with both it and --default-workspace; that combination runs without a comparison.
 // --memory-viz DIR records each scenario's allocator history and writes DIR/<scenario>.json for PyTorch's
-// viewer (https://pytorch.org/memory_viz; memory/memory_viz.h). A scenario that reconfigures its device
+// viewer (https://pytorch.org/memory_viz; reports/memory_viz.h). A scenario that reconfigures its device
 // (seed003_code_a_small_card) is recorded from its first mark on; blocks made before it show as allocated
 // before recording.
-// --html DIR writes DIR/<scenario>.html, bytegrad's memory report of each scenario (memory/memory_report.h:
+// --html DIR writes DIR/<scenario>.html, bytegrad's memory report of each scenario (reports/memory_report.h:
 // the timeline stacked by category with the marks, the peak, the allocator's state at any event, the marks'
 // figures), and DIR/index.html linking them. Each page is one self-contained file that opens offline.
 //
@@ -41,12 +41,12 @@
 
 #include "bytegrad/core/json.h"
 #include "bytegrad/memory/device_allocators.h"
-#include "bytegrad/memory/memory_report.h"
-#include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/reports/memory_report.h"
+#include "bytegrad/reports/memory_viz.h"
 #include "programs/checks.h"
 #include "programs/mark_notes.h"
 #include "bytegrad/memory/memory_functions.h"
-#include "bytegrad/memory/memory_story.h"
+#include "bytegrad/reports/memory_story.h"
 #include "programs/registry.h"
 
 using namespace bytegrad;

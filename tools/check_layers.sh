@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Fails when a library file includes a header from a layer above its own. The layers, bottom to top:
-#   core <- memory <- kernels <- tensor <- autograd <- nn, optim, testing <- programs
+#   core <- memory <- reports, kernels <- tensor <- autograd <- nn, optim, testing <- distributed <- programs
 # The library layers live in src/bytegrad/<layer>/ and are included as "bytegrad/<layer>/...". A layer
-# includes its own folder and the layers below; nn, optim and testing are side by side (none includes
-# another). The umbrella headers src/bytegrad/bytegrad.h and testing.h are not layers. Applications
-# (programs/, tools/, bench/, tests/, examples/) may include anything. Run by ctest (entry `layers`).
+# includes its own folder and the layers below; layers of one rank are side by side (none includes another):
+# reports (what prints, renders or exports memory's data) needs only memory, and testing and the programs
+# use it, so it sits beside kernels; nn, optim and testing are side by side.
+# distributed/ does not exist yet: it is the place for collectives (one file per backend, e.g. nccl.cpp,
+# gloo.cpp), above nn and optim because data- and model-parallel wrappers take modules and optimizers.
+# The umbrella headers src/bytegrad/bytegrad.h and testing.h are not layers. Applications (programs/,
+# tools/, bench/, tests/, examples/) may include anything. Run by ctest (entry `layers`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-declare -A rank=([core]=0 [memory]=1 [kernels]=2 [tensor]=3 [autograd]=4 [nn]=5 [optim]=5 [testing]=5 [programs]=6)
+declare -A rank=([core]=0 [memory]=1 [reports]=2 [kernels]=2 [tensor]=3 [autograd]=4 [nn]=5 [optim]=5 [testing]=5
+                [distributed]=6 [programs]=7)
 violations=0
 checked=0
 for layer in "${!rank[@]}"; do

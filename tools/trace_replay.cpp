@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "bytegrad/reports/memory_summary.h"
+
 namespace bytegrad {
 
 std::string quote_excerpt(std::string_view text) {
@@ -149,7 +151,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& events, CachingAllocato
   DeviceStats stats = allocator.stats();
   result.lines.push_back(fmt::format("# peak_allocated={} peak_reserved={}", stats.allocated_bytes.all().peak,
                                      stats.reserved_bytes.all().peak));
-  result.summary = allocator.memory_summary();
+  result.summary = memory_summary(allocator);
   allocator.empty_cache();
   result.lines.push_back(fmt::format("# after_empty_cache allocated={} reserved={}", allocator.memory_allocated(),
                                      allocator.memory_reserved()));

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "bytegrad/memory/memory_functions.h"
-#include "bytegrad/memory/memory_ledger.h"
+#include "bytegrad/reports/memory_ledger.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/linear.h"

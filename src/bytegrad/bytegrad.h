@@ -1,5 +1,5 @@
 // bytegrad in one header: tensors and their ops, autograd, nn modules and losses, optimizers, and the
-// memory tools (torch.cuda's memory functions, snapshots for PyTorch's memory_viz, the memory story).
+// memory functions (torch.cuda's) and the memory reports (ledger, summary, story, HTML, memory_viz).
 //   #include <bytegrad/bytegrad.h>        and link bytegrad::bytegrad (CMake)
 // Test helpers (MemoryProbe, FreshDevice) are in <bytegrad/testing.h>, linked by bytegrad::testing.
 #pragma once
@@ -11,11 +11,12 @@
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/format_size.h"
 #include "bytegrad/memory/memory_functions.h"
-#include "bytegrad/memory/memory_ledger.h"
-#include "bytegrad/memory/memory_report.h"
-#include "bytegrad/memory/memory_story.h"
-#include "bytegrad/memory/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"
+#include "bytegrad/reports/memory_ledger.h"
+#include "bytegrad/reports/memory_report.h"
+#include "bytegrad/reports/memory_story.h"
+#include "bytegrad/reports/memory_summary.h"
+#include "bytegrad/reports/memory_viz.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/ops.h"

@@ -1,7 +1,7 @@
 // Bad-input rows: values that must fit their dtype; integer and bool arithmetic PyTorch refuses;
 // host buffers read only within their bounds. Messages and outcomes follow PyTorch 2.11
 // (tests/data/pytorch_probes/bad_inputs/pytorch_2_11.txt).
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/nn/init.h"
 #include "tests/bad_inputs/bad_input_rows.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/tensor.h"
 #include "tests/support/devices.h"

@@ -1,4 +1,4 @@
-// The ledger (memory/memory_ledger.h): at every mark of every seed and extra program, with both cuBLAS
+// The ledger (reports/memory_ledger.h): at every mark of every seed and extra program, with both cuBLAS
 // workspace settings, the categories sum to allocated; at chosen marks of seed001 each category equals
 // the arithmetic beside it. Run on meta: the categories follow the tensors, not their values. Its own
 // process: running every program on meta here changed the segment placement a later program in the same
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "bytegrad/memory/memory_ledger.h"
+#include "bytegrad/reports/memory_ledger.h"
 #include "programs/checks.h"
 #include "programs/registry.h"
 #include "programs/seed_programs.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/reports/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "helpers.h"
 

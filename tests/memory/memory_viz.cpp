@@ -1,4 +1,4 @@
-// Export to PyTorch's memory_viz viewer (memory/memory_viz.h): a small recorded history is exported, the
+// Export to PyTorch's memory_viz viewer (reports/memory_viz.h): a small recorded history is exported, the
 // JSON parsed back with a minimal reader, and held to the checklist of shared/reference/memory-viz-format.md
 // section 7 (what the viewer needs to draw) and to the allocator's own figures.
 #include <doctest/doctest.h>
@@ -19,7 +19,7 @@
 #include "helpers.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/memory_category.h"
-#include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/reports/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "tests/support/json.h"
 

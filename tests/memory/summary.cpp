@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "helpers.h"
-#include "bytegrad/memory/memory_summary.h"
+#include "bytegrad/reports/memory_summary.h"
 
 using namespace bytegrad;
 using namespace bytegrad::testing;
@@ -89,7 +89,7 @@ TEST_CASE("memory_summary after section 13's \"del e\" equals the measured outpu
   auto allocator = make_allocator();
   Section13 v(*allocator);
   v.run_through("del e (segment whole again)");
-  const std::string summary = allocator->memory_summary();
+  const std::string summary = memory_summary(*allocator);
   CHECK(summary == kMeasuredSummary);
   check_layout(summary);
   CHECK(lines_of(summary).size() == 47);
@@ -103,7 +103,7 @@ TEST_CASE("memory_summary(abbreviated=true) drops the \"from ... pool\" rows") {
   for (const std::string& line : lines_of(kMeasuredSummary))
     if (line.find("      from large pool") == std::string::npos && line.find("      from small pool") == std::string::npos)
       expected += line + "\n";
-  const std::string abbreviated = allocator->memory_summary(true);
+  const std::string abbreviated = memory_summary(*allocator, true);
   CHECK(abbreviated == expected);
   CHECK(lines_of(abbreviated).size() == 47 - 9 * 2);  // 9 pool metrics lose two rows each
   check_layout(abbreviated);
@@ -111,13 +111,13 @@ TEST_CASE("memory_summary(abbreviated=true) drops the \"from ... pool\" rows") {
 
 TEST_CASE("memory_summary layout holds in other states") {
   auto allocator = make_allocator({}, {64 * MiB, 0});
-  check_layout(allocator->memory_summary());  // fresh: all zero
+  check_layout(memory_summary(*allocator));  // fresh: all zero
   allocator->malloc(40 * MiB);
   try {
     allocator->malloc(30 * MiB);
   } catch (const std::exception&) {
   }
-  const std::string summary = allocator->memory_summary();
+  const std::string summary = memory_summary(*allocator);
   check_layout(summary);
   // Line 4: "  {_:9} CUDA OOMs: {num_ooms:<12d} | {_:6} cudaMalloc retries: {num_alloc_retries:<8d}  "
   CHECK(lines_of(summary)[3] == "|            CUDA OOMs: 1            |        cudaMalloc retries: 1         |");

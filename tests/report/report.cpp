@@ -1,4 +1,4 @@
-// The history's categories (memory/history.h) and the report's replay of the allocator (memory/memory_report.h):
+// The history's categories (memory/history.h) and the report's replay of the allocator (reports/memory_report.h):
 //  - a Linear + Adam step on sim with history on: the categories of chosen entries are what the program did
 //    to those blocks, and at every entry the recorded bytes per category sum to the allocated bytes replayed
 //    from the entries' block bytes, and equal the bytes per category replayed entry by entry;
@@ -15,9 +15,9 @@
 
 #include "bytegrad/core/json.h"
 #include "bytegrad/memory/device_allocators.h"
-#include "bytegrad/memory/memory_report.h"
-#include "bytegrad/memory/memory_story.h"
-#include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/reports/memory_report.h"
+#include "bytegrad/reports/memory_story.h"
+#include "bytegrad/reports/memory_viz.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/ops.h"

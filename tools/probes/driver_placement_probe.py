@@ -16,7 +16,7 @@ and prints its log of mmap/munmap/cudaMalloc/cudaMemcpyAsync calls, with `## beg
 MMAP_TRACE_MAPS=1 also the anonymous mappings of 1 MiB or more at each call.
 
 Findings (H100, driver 580.159.04, PyTorch 2.11, 16 CPU cores; outputs in
-tests/data/pytorch_probes/driver_placement/):
+docs/evidence/driver_placement/):
  - The driver reserves address space for a new region with mmap(NULL, R + 32 MiB - 4 KiB, PROT_NONE), R the
    request rounded up to 32 MiB, and unmaps the unaligned low part: a 32 MiB-aligned region at the top of
    the highest free gap of the process's address space (the kernel's top-down mmap). Freed regions are

@@ -2,7 +2,7 @@
 .to('cuda'): in a fresh region below every earlier segment, or among them. Asked because in PyTorch 2.11's
 GPT-2 recordings with default workspaces it lands in a fresh region, and in seed001's among the earlier
 segments. Each N runs in a fresh process, with PyTorch's default cuBLAS workspaces. Recorded on the H100:
-tests/data/pytorch_probes/driver_placement/lt_workspace_probe.txt (fresh at 4 and 8 MB, among the earlier
+docs/evidence/driver_placement/lt_workspace_probe.txt (fresh at 4 and 8 MB, among the earlier
 segments from 12 to 256 MB: the amount moved does not explain the GPT-2 recordings).
 
   python3 lt_workspace_placement_probe.py [N_MB ...]        (prints one line per run)

@@ -8,11 +8,6 @@ namespace {
 thread_local std::shared_ptr<const std::string> current;
 }
 
-const std::string& current_module_name() {
-  static const std::string none;
-  return current ? *current : none;
-}
-
 std::shared_ptr<const std::string> current_module_name_ptr() { return current; }
 
 ModuleScope::ModuleScope(std::string name) : scope_(current, std::make_shared<const std::string>(std::move(name))) {}

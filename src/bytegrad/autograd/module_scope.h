@@ -11,9 +11,8 @@
 
 namespace bytegrad {
 
-// The innermost live ModuleScope's name on this thread ("" when none, or at a model's top level).
-const std::string& current_module_name();
-// The same, shared (what a node keeps); null when none.
+// The innermost live ModuleScope's name on this thread, shared (what a node keeps); null when none (or at a
+// model's top level).
 std::shared_ptr<const std::string> current_module_name_ptr();
 
 // Names the running module for its lifetime; nested scopes restore the outer name when they end.

@@ -204,19 +204,9 @@ class KernelBackend {
   virtual void copy_to_host_unchecked(void* host, const StridedView& src) = 0;
 };
 
-// cpu and sim share the CPU backend; meta's backend computes nothing; cuda's uses the GPU.
-KernelBackend& backend_for(Device device);
-
-// A foreach batch on `device`'s backend for the scope's lifetime (KernelBackend::begin_foreach).
-class ForeachBatch {
- public:
-  explicit ForeachBatch(Device device) : backend_(backend_for(device)) { backend_.begin_foreach(); }
-  ~ForeachBatch() noexcept(false) { backend_.end_foreach(); }  // launches what was held back
-  ForeachBatch(const ForeachBatch&) = delete;
-  ForeachBatch& operator=(const ForeachBatch&) = delete;
-
- private:
-  KernelBackend& backend_;
-};
+// The kernels that compute on `device`: cpu and sim share the CPU backend; meta's computes nothing; cuda's
+// uses the GPU. Ops call tensor/device_backend.h's backend_for, which also notes the CUDA driver's
+// allocations PyTorch's kernel launches make; kernels only compute.
+KernelBackend& kernel_backend(Device device);
 
 }  // namespace bytegrad

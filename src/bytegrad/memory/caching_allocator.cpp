@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "bytegrad/memory/memory_summary.h"
 #include "bytegrad/memory/out_of_memory.h"
 
 namespace bytegrad {
@@ -655,25 +654,15 @@ DeviceStats CachingAllocator::stats() const {
   return stats_;
 }
 
-int64_t CachingAllocator::memory_allocated() const {
+Stat CachingAllocator::all_pools(StatArray DeviceStats::*stat) const {
   std::lock_guard lock(mutex_);
-  return stats_.allocated_bytes.all().current;
+  return (stats_.*stat).all();
 }
 
-int64_t CachingAllocator::max_memory_allocated() const {
-  std::lock_guard lock(mutex_);
-  return stats_.allocated_bytes.all().peak;
-}
-
-int64_t CachingAllocator::memory_reserved() const {
-  std::lock_guard lock(mutex_);
-  return stats_.reserved_bytes.all().current;
-}
-
-int64_t CachingAllocator::max_memory_reserved() const {
-  std::lock_guard lock(mutex_);
-  return stats_.reserved_bytes.all().peak;
-}
+int64_t CachingAllocator::memory_allocated() const { return all_pools(&DeviceStats::allocated_bytes).current; }
+int64_t CachingAllocator::max_memory_allocated() const { return all_pools(&DeviceStats::allocated_bytes).peak; }
+int64_t CachingAllocator::memory_reserved() const { return all_pools(&DeviceStats::reserved_bytes).current; }
+int64_t CachingAllocator::max_memory_reserved() const { return all_pools(&DeviceStats::reserved_bytes).peak; }
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
@@ -750,10 +739,6 @@ PeakRecord CachingAllocator::peak_record() const {
 void CachingAllocator::reset_accumulated_stats() {
   std::lock_guard lock(mutex_);
   stats_.reset_accumulated();
-}
-
-std::string CachingAllocator::memory_summary(bool abbreviated) const {
-  return format_memory_summary(memory_stats(), device_index_, abbreviated);
 }
 
 RawMemory::Info CachingAllocator::mem_get_info() {

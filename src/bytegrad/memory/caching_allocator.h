@@ -84,10 +84,8 @@ class CachingAllocator {
   int64_t max_memory_reserved() const;
   void reset_peak_stats();
   void reset_accumulated_stats();
-  // PyTorch's 75-column memory_summary() table.
-  std::string memory_summary(bool abbreviated = false) const;
 
-  MemorySnapshot snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (memory_viz.h)
+  MemorySnapshot snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (reports/memory_viz.h)
   void record_history(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
   bool history_enabled() const;  // whether record_history(true) is in effect
   // For tools that read the history from a point on (MemoryStory, MemoryProbe): while attached, the
@@ -124,6 +122,8 @@ class CachingAllocator {
  private:
   struct Block;
   struct ExpandableSegment;
+  // One of stats_'s arrays for all pools together, read under the lock.
+  Stat all_pools(StatArray DeviceStats::*stat) const;
   struct BlockOrder {
     bool operator()(const Block* a, const Block* b) const;
   };

@@ -204,4 +204,9 @@ void set_default_device(Device device) {
   r.default_device = device;
 }
 
+void note_driver_allocations(Device device, uint32_t what) {
+  if (device.type == DeviceType::cpu || what == 0) return;
+  caching_allocator(device).note_driver_allocations(what);
+}
+
 }  // namespace bytegrad

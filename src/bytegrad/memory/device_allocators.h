@@ -75,4 +75,8 @@ bool cuda_is_available();
 Device default_device();
 void set_default_device(Device device);
 
+// The CUDA driver's own allocations at a kernel launch or a new cuBLAS handle (raw_memory.h's DriverAllocation
+// flags), noted to `device`'s allocator; nothing for cpu. Ops note them (tensor/device_backend.h).
+void note_driver_allocations(Device device, uint32_t what);
+
 }  // namespace bytegrad

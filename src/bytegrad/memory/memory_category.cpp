@@ -2,10 +2,16 @@
 
 namespace bytegrad {
 
-namespace {
-thread_local MemoryCategory birth_category = MemoryCategory::other;
-thread_local MemoryPhase phase = MemoryPhase::forward;
-}  // namespace
+namespace detail {
+MemoryCategory& thread_birth_category() {
+  thread_local MemoryCategory category = MemoryCategory::other;
+  return category;
+}
+MemoryPhase& thread_phase() {
+  thread_local MemoryPhase phase = MemoryPhase::forward;
+  return phase;
+}
+}  // namespace detail
 
 std::string_view category_name(MemoryCategory category) {
   switch (category) {
@@ -21,9 +27,7 @@ std::string_view category_name(MemoryCategory category) {
   return "other";
 }
 
-CategoryScope::CategoryScope(MemoryCategory category) : previous_(birth_category) { birth_category = category; }
-CategoryScope::~CategoryScope() { birth_category = previous_; }
-MemoryCategory current_birth_category() { return birth_category; }
+MemoryCategory current_birth_category() { return detail::thread_birth_category(); }
 
 std::string_view phase_name(MemoryPhase p) {
   switch (p) {
@@ -34,8 +38,6 @@ std::string_view phase_name(MemoryPhase p) {
   return "forward";
 }
 
-PhaseScope::PhaseScope(MemoryPhase p) : previous_(phase) { phase = p; }
-PhaseScope::~PhaseScope() { phase = previous_; }
-MemoryPhase current_phase() { return phase; }
+MemoryPhase current_phase() { return detail::thread_phase(); }
 
 }  // namespace bytegrad

@@ -33,33 +33,36 @@ std::string_view category_name(MemoryCategory category);  // "parameter", "optim
 // Bytes per category, indexed by MemoryCategory.
 using CategoryBytes = std::array<int64_t, kMemoryCategoryCount>;
 
-// The category blocks allocated on this thread are born with, for the scope's lifetime (nestable).
-class CategoryScope {
+// Sets one of the thread's settings below for the scope's lifetime and puts the one before back when the
+// scope ends, so scopes nest. `setting` returns the thread's variable.
+template <typename Value, Value& (*setting)()>
+class ThreadSettingScope {
  public:
-  explicit CategoryScope(MemoryCategory category);
-  ~CategoryScope();
-  CategoryScope(const CategoryScope&) = delete;
-  CategoryScope& operator=(const CategoryScope&) = delete;
+  explicit ThreadSettingScope(Value value) : previous_(setting()) { setting() = value; }
+  ~ThreadSettingScope() { setting() = previous_; }
+  ThreadSettingScope(const ThreadSettingScope&) = delete;
+  ThreadSettingScope& operator=(const ThreadSettingScope&) = delete;
 
  private:
-  MemoryCategory previous_;
+  Value previous_;
 };
+
+namespace detail {
+MemoryCategory& thread_birth_category();
+}  // namespace detail
+
+// The category blocks allocated on this thread are born with, for the scope's lifetime (nestable).
+using CategoryScope = ThreadSettingScope<MemoryCategory, detail::thread_birth_category>;
 MemoryCategory current_birth_category();
 
 // What the program is doing, for the peak report: forward (the default), backward (set by the autograd
 // engine), optimizer_step (set by optimizers' step()).
 enum class MemoryPhase : uint8_t { forward, backward, optimizer_step };
 std::string_view phase_name(MemoryPhase phase);
-class PhaseScope {
- public:
-  explicit PhaseScope(MemoryPhase phase);
-  ~PhaseScope();
-  PhaseScope(const PhaseScope&) = delete;
-  PhaseScope& operator=(const PhaseScope&) = delete;
-
- private:
-  MemoryPhase previous_;
-};
+namespace detail {
+MemoryPhase& thread_phase();
+}  // namespace detail
+using PhaseScope = ThreadSettingScope<MemoryPhase, detail::thread_phase>;
 MemoryPhase current_phase();
 
 }  // namespace bytegrad

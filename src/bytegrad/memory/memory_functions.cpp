@@ -47,10 +47,6 @@ std::map<std::string, int64_t> memory_stats(Device device) {
   return cached_device(device, "memory_stats").memory_stats();
 }
 
-std::string memory_summary(Device device, bool abbreviated) {
-  return cached_device(device, "memory_summary").memory_summary(abbreviated);
-}
-
 void set_per_process_memory_fraction(double fraction, Device device) {
   cached_device(device, "set_per_process_memory_fraction").set_memory_fraction(fraction);
 }

@@ -27,8 +27,7 @@ void reset_accumulated_memory_stats(Device device = default_device());
 void empty_cache(Device device = default_device());
 // PyTorch's 122 statistics by PyTorch's keys ("allocated_bytes.all.current", ...).
 std::map<std::string, int64_t> memory_stats(Device device = default_device());
-// PyTorch's memory_summary table.
-std::string memory_summary(Device device = default_device(), bool abbreviated = false);
+// memory_summary(device) is a report: reports/memory_summary.h.
 // Caps what the allocator may reserve at fraction * the device's total memory (0..1).
 void set_per_process_memory_fraction(double fraction, Device device = default_device());
 // (free, total) bytes of the device as the driver reports them (torch.cuda.mem_get_info); sim and meta

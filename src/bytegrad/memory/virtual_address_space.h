@@ -15,7 +15,7 @@
 // The driver and cuBLAS allocate for themselves from the same addresses, and so move later segments
 // (tools/probes/driver_allocations_probe.py and driver_first_launch_probe.py, which asked the driver for
 // every allocation between PyTorch's segments after each op; recorded in
-// tests/data/pytorch_probes/driver_placement/). DriverAllocation names what a kernel launch or a new
+// docs/evidence/driver_placement/). DriverAllocation names what a kernel launch or a new
 // cuBLAS handle makes it allocate; each is placed by the rule above, except the launch heap, which comes
 // with a reservation of its own.
 #pragma once

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "bytegrad/kernels/driver_allocations.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 
 namespace bytegrad::nn::init {

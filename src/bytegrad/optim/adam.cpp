@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "bytegrad/autograd/grad_mode.h"
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/kernels/kernel_profile.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/memory_category.h"

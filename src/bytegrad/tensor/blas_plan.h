@@ -18,7 +18,7 @@
 // B's, A's, then the result copy.
 #pragma once
 
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <utility>
 
-#include "bytegrad/kernels/driver_allocations.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/memory_category.h"
 #include "bytegrad/memory/device_allocators.h"

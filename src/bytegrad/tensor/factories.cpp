@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "bytegrad/core/checked_convert.h"
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/tensor.h"

@@ -304,7 +304,6 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     std::optional<double> scale = std::nullopt);
 
 enum class SdpaBackend { cudnn_attention, flash_attention, efficient_attention, math };
-std::string_view sdpa_backend_name(SdpaBackend backend);
 // The backend PyTorch 2.11 runs for these inputs on an H100 (sdp_utils.cpp's select_sdp_backend; the rule and
 // its evidence are written beside the definition).
 SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal = false);

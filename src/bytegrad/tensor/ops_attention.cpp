@@ -634,16 +634,6 @@ int64_t flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t
   return 1;
 }
 
-std::string_view sdpa_backend_name(SdpaBackend backend) {
-  switch (backend) {
-    case SdpaBackend::cudnn_attention: return "cudnn_attention";
-    case SdpaBackend::flash_attention: return "flash_attention";
-    case SdpaBackend::efficient_attention: return "efficient_attention";
-    case SdpaBackend::math: return "math";
-  }
-  return "?";
-}
-
 // PyTorch 2.11's select_sdp_backend (sdp_utils.cpp) on an H100 (sm90) with cuDNN 9.19, where
 // priority_order puts cuDNN first: cuDNN, flash, memory-efficient, math, each taken when its constraints
 // hold. Only the constraints that bytegrad's inputs can fail are checked (no mask, no dropout, dense

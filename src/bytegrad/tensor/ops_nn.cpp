@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "bytegrad/kernels/driver_allocations.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/autocast.h"
@@ -142,7 +142,7 @@ DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
   // (events.jsonl "dropout [1024, 1024]": alloc 1048576, then alloc 4194304).
   Tensor mask = empty_elementwise_output(x.sizes(), ScalarType::bool_, x.device(), {&x});
   Tensor out = empty_elementwise_output(x.sizes(), x.dtype(), x.device(), {&x});
-  // One fused kernel that draws with curand (driver_allocations.h).
+  // One fused kernel that draws with curand (device_backend.h).
   if (x.numel() != 0) note_driver_allocations(x.device(), kModuleGlobals | kLaunchHeap);
   if (x.is_meta()) return {out, mask};
   // The keep/drop draws come from the process generator on the host (host scratch, one double each), in

@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/memory_overlap.h"
 #include "bytegrad/tensor/tensor.h"

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "bytegrad/core/checked_convert.h"
-#include "bytegrad/kernels/backend.h"
-#include "bytegrad/kernels/driver_allocations.h"
+#include "bytegrad/tensor/device_backend.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/tensor.h"

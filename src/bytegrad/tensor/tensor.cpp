@@ -7,7 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/memory/device_allocators.h"
@@ -458,7 +458,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   }
   if (is_meta()) {  // no values to move; the copy only counts as a write
     (void)src.expand(sizes());  // but the source must broadcast to the destination, from any device
-    // The meta backend moves nothing, but a copy PyTorch would run as a kernel is noted (driver_allocations.h).
+    // The meta backend moves nothing, but a copy PyTorch would run as a kernel is noted (device_backend.h).
     if (src.device() == device()) backend_for(device()).copy(view_for_kernels(), src.expand(sizes()).view_for_kernels());
     bump_version();
     record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "bytegrad/memory/memory_functions.h"
-#include "bytegrad/memory/memory_story.h"
+#include "bytegrad/reports/memory_story.h"
 
 namespace bytegrad::testing {
 

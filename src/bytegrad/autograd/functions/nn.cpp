@@ -1,7 +1,7 @@
 // Derivatives of the neural-network ops: (log_)softmax save their result; masked_fill and where save
 // their masks; embedding saves its indices; dropout saves its mask; triu/tril (for masks) save nothing.
 #include "bytegrad/autograd/functions/formulas.h"
-#include "bytegrad/kernels/backend.h"
+#include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::formulas {

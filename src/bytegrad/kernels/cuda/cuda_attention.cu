@@ -233,9 +233,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardPara
 // ---------------------------------------------------------------------------------- backward: dk, dv
 
 template <typename T, typename Acc>
-struct BackwardParams {
-  Rows<T> dq, dk, dv;
-  Rows<const T> dout, q, k, v, out;
+struct BackwardParams : BackwardOperands<T> {
   Rows<const Acc> lse;
   Shape4 n;
   Acc scale;
@@ -543,15 +541,8 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   dispatch_floating(q.dtype, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_of<T>;
-    BackwardParams<T, Acc> p{rows_of<T>(dq),
-                             rows_of<T>(dk),
-                             rows_of<T>(dv),
-                             rows_of<const T>(dout),
-                             rows_of<const T>(q),
-                             rows_of<const T>(k),
-                             rows_of<const T>(v),
-                             rows_of<const T>(out),
-                             {static_cast<const Acc*>(lse.data), lse.strides[0], lse.strides[1], lse.strides[2]},
+    BackwardParams<T, Acc> p{backward_operands_of<T>(dq, dk, dv, dout, q, k, v, out),
+                             rows_of<const Acc>(lse),
                              n,
                              static_cast<Acc>(scale),
                              is_causal,

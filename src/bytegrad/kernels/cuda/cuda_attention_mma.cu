@@ -24,7 +24,6 @@
 // workspace the backward is three kernels: delta and zeros for the float dQ accumulator (16-byte accesses),
 // dk/dv per key block with dQ += dS K added to the accumulator (sm_90: 16-byte vector reductions, red.v4.f32)
 // and lse and delta staged asynchronously beside each query tile, then dq = scale * accumulator.
-// BYTEGRAD_ATTENTION_FIRST_KERNELS=1 runs the first kernels instead (16 rows a warp everywhere), for comparison.
 //
 // Fragments (PTX ISA, mma.m16n8k16 with .row.col): lane = 4 g + t. A (16 x 16) holds rows g and g + 8,
 // columns 2t, 2t + 1 and 2t + 8, 2t + 9; B (16 x 8) holds rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g;
@@ -253,106 +252,6 @@ struct ForwardParams {
   bool paired_out;  // out takes two elements per store
 };
 
-template <typename T, int kD>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardParams<T> p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(128) unsigned char smem[];
-  constexpr size_t ob = operand_bytes<T, kD>();
-  constexpr int ld = operand_ld<kD>();
-  T* q_s = reinterpret_cast<T*>(smem);
-  T* k_s[2] = {reinterpret_cast<T*>(smem + ob), reinterpret_cast<T*>(smem + 2 * ob)};
-  T* v_s[2] = {reinterpret_cast<T*>(smem + 3 * ob), reinterpret_cast<T*>(smem + 4 * ob)};
-
-  const int64_t row_blocks = (p.n.Sq + kRows - 1) / kRows;
-  const int64_t bh = blockIdx.x / row_blocks, q0 = (blockIdx.x % row_blocks) * kRows;
-  const int64_t b = bh / p.n.H, h = bh % p.n.H;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t warp_row0 = q0 + warp * kWarpRows;
-  const int64_t row[2] = {warp_row0 + g, warp_row0 + g + 8};  // this thread's two rows
-  int64_t visible_end[2];  // keys j < visible_end[r] are visible to row r
-#pragma unroll
-  for (int r = 0; r < 2; ++r) visible_end[r] = p.causal ? min(p.n.Sk, row[r] + 1) : p.n.Sk;
-
-  const int64_t keys = p.causal ? min(p.n.Sk, min(p.n.Sq, q0 + kRows)) : p.n.Sk;
-  const int tiles = static_cast<int>((keys + kTileRows - 1) / kTileRows);
-  stage_rows<T, kD>(q_s, p.q, b, h, q0, p.n.Sq, p.n.D, p.vectorised);
-  if (tiles > 0) {
-    stage_rows<T, kD>(k_s[0], p.k, b, h, 0, p.n.Sk, p.n.D, p.vectorised);
-    stage_rows<T, kD>(v_s[0], p.v, b, h, 0, p.n.Sk, p.n.D, p.vectorised);
-  }
-  commit_copies();
-
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // base 2; l is this thread's part of the row sum
-  float o[kD / 8][4];
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-
-  for (int tile = 0; tile < tiles; ++tile) {
-    const int stage = tile % 2;
-    const int64_t t0 = static_cast<int64_t>(tile) * kTileRows;
-    wait_copies(0);
-    __syncthreads();  // this tile is staged, and every warp is done with the other stage
-    if (tile + 1 < tiles) {
-      stage_rows<T, kD>((stage ? k_s[0] : k_s[1]), p.k, b, h, t0 + kTileRows, p.n.Sk, p.n.D, p.vectorised);
-      stage_rows<T, kD>((stage ? v_s[0] : v_s[1]), p.v, b, h, t0 + kTileRows, p.n.Sk, p.n.D, p.vectorised);
-    }
-    commit_copies();
-    if (p.causal && t0 > warp_row0 + kWarpRows - 1) continue;  // no row of this warp sees the tile
-    float s[kTileCols][4];
-    products_with_rows<T, kD>(s, q_s + warp * kWarpRows * ld, (stage ? k_s[1] : k_s[0]));
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < kTileCols; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        const int64_t key = t0 + 8 * j + 2 * t + e % 2;
-        s[j][e] = key < visible_end[r] ? s[j][e] * p.scale_log2 : -INFINITY;
-        tile_max[r] = fmaxf(tile_max[r], s[j][e]);
-      }
-    float correction[2], m_use[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // the row's four threads (t = 0..3) agree on its maximum
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet keeps p = 0
-      correction[r] = exp2f(m[r] - m_use[r]);         // 0 while m is -inf
-      m[r] = m_new;
-      l[r] *= correction[r];
-    }
-#pragma unroll
-    for (int j = 0; j < kTileCols; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - m_use[e / 2]);
-        l[e / 2] += s[j][e];
-      }
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      o[n][0] *= correction[0];
-      o[n][1] *= correction[0];
-      o[n][2] *= correction[1];
-      o[n][3] *= correction[1];
-    }
-    uint32_t pa[kTileCols / 2][4];
-    as_a_operand<T>(pa, s);
-    accumulate<T, kD>(o, pa, (stage ? v_s[1] : v_s[0]));
-  }
-  wait_copies(0);
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    if (t == 0 && p.lse.data && row[r] < p.n.Sq)
-      *p.lse.at(b, h, row[r]) = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
-  }
-  store_tile_rows<T, kD>(p.out, o, b, h, warp_row0, p.n.Sq, p.n.D, inv[0], inv[1], false);
-#endif
-}
-
 // The forward as run: each warp owns kM row tiles (32 rows for heads up to 64, so each K/V fragment read from
 // shared memory serves two mma rows), the block 4 warps of them (128 rows), its Q fragments held in registers
 // for the whole key loop. The longest (causal: last) row blocks are launched first; the causal mask and the
@@ -550,9 +449,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward2_kernel(Fo
 // ------------------------------------------------------------------------------------------ backward
 
 template <typename T>
-struct BackwardParams {
-  Rows<T> dq, dk, dv;
-  Rows<const T> dout, q, k, v, out;
+struct BackwardParams : BackwardOperands<T> {
   Rows<const float> lse;
   Shape n;
   float scale, scale_log2;
@@ -682,10 +579,9 @@ __global__ void flash_backward_dq_convert2_kernel(BackwardParams<T> p) {
 #endif
 }
 
-// One key block per thread block; query tiles stream through shared memory. kAccumulateDq (with scratch):
-// also dQ += dS K for the tile's queries over the block's keys, added atomically to p.dq_acc, so dq needs
-// no second pass over the scores.
-template <typename T, int kD, bool kAccumulateDq>
+// One key block per thread block; query tiles stream through shared memory (the path without scratch; dq
+// follows in flash_backward_dq_kernel).
+template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
@@ -697,7 +593,6 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
   T* do_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
   float* delta_s[2] = {reinterpret_cast<float*>(smem + 6 * ob), reinterpret_cast<float*>(smem + 6 * ob) + kRows};
   float* lse2_s[2] = {delta_s[1] + kRows, delta_s[1] + 2 * kRows};
-  T* ds_s = reinterpret_cast<T*>(lse2_s[1] + kRows);  // kAccumulateDq: dS^T, the block's keys x the tile's queries
 
   const int64_t key_blocks = (p.n.Sk + kRows - 1) / kRows;
   const int64_t bh = blockIdx.x / key_blocks, k0 = (blockIdx.x % key_blocks) * kRows;
@@ -753,38 +648,6 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
     as_a_operand<T>(dsa, dp);
     accumulate<T, kD>(dv, pa, (stage ? do_s[1] : do_s[0]));
     accumulate<T, kD>(dk, dsa, (stage ? q_s[1] : q_s[0]));
-    if constexpr (kAccumulateDq) {
-      // dS^T to shared memory, then each warp takes 16 of the tile's queries: dQ rows += dS (16 x 64 keys) K,
-      // the A operand read transposed out of dS^T.
-#pragma unroll
-      for (int j = 0; j < kTileCols; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<uint32_t*>(ds_s + (warp * kWarpRows + g + 8 * r) * kProbLd + 8 * j + 2 * t) =
-              pack<T>(dp[j][2 * r], dp[j][2 * r + 1]);
-      __syncthreads();
-      uint32_t dsq[kTileCols / 2][4];
-#pragma unroll
-      for (int k = 0; k < kTileCols / 2; ++k)
-        ldmatrix_x4_trans(dsq[k], ds_s + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows +
-                                      ((lane / 8) % 2) * 8);
-      float dq[kD / 8][4];
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-      accumulate<T, kD>(dq, dsq, k_s);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t i = t0 + warp * kWarpRows + g + 8 * r;
-        if (i >= p.n.Sq) continue;
-        float* row = p.dq_acc + ((b * p.n.H + h) * p.n.Sq + i) * p.n.D;
-#pragma unroll
-        for (int n = 0; n < kD / 8; ++n) {
-          const int d = 8 * n + 2 * t;
-          if (d < p.n.D) atomicAdd(row + d, dq[n][2 * r]);
-          if (d + 1 < p.n.D) atomicAdd(row + d + 1, dq[n][2 * r + 1]);
-        }
-      }
-    }
   }
   wait_copies(0);
   store_tile_rows<T, kD>(p.dk, dk, b, h, warp_key0, p.n.Sk, p.n.D, p.scale, p.scale, false);
@@ -1069,15 +932,6 @@ bool paired_rows(const StridedView& v) {
          v.strides[2] % 2 == 0 && v.strides[3] == 1;
 }
 
-// BYTEGRAD_ATTENTION_FIRST_KERNELS=1: the first tensor-core kernels (16 rows a warp), kept for comparison.
-bool use_first_kernels() {
-  static const bool first = [] {
-    const char* v = std::getenv("BYTEGRAD_ATTENTION_FIRST_KERNELS");
-    return v != nullptr && v[0] == '1';
-  }();
-  return first;
-}
-
 bool rows_aligned(const StridedView& v) {
   const auto address = reinterpret_cast<uintptr_t>(v.data);
   return address % 16 == 0 && v.strides[0] % 8 == 0 && v.strides[1] % 8 == 0 && v.strides[2] % 8 == 0;
@@ -1101,7 +955,7 @@ bool attention_uses_tensor_cores(ScalarType dtype, int64_t D, int64_t Dv) {
   // The kernels' bodies exist only where they were compiled for sm_80 or later (CMAKE_CUDA_ARCHITECTURES).
   static const bool compiled_for_tensor_cores = [] {
     cudaFuncAttributes attributes{};
-    return cudaFuncGetAttributes(&attributes, flash_forward_kernel<__nv_bfloat16, 64>) == cudaSuccess &&
+    return cudaFuncGetAttributes(&attributes, flash_forward2_kernel<__nv_bfloat16, 64, 64, false, 2>) == cudaSuccess &&
            attributes.binaryVersion >= 80;
   }();
   return (dtype == ScalarType::bfloat16 || dtype == ScalarType::float16) && D == Dv && D > 0 && D <= 128 &&
@@ -1121,11 +975,6 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
                            : Rows<float>{nullptr, 0, 0, 0},
                        rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
                        static_cast<float>(scale) * kLog2e, is_causal, vectorised, paired_rows(out)};
-    if (use_first_kernels()) {
-      const size_t smem = 5 * operand_bytes<T, kD>();  // q, and k and v in two stages
-      launch(flash_forward_kernel<T, kD>, n.B * n.H * ((n.Sq + kRows - 1) / kRows), smem, "flash_forward_kernel", p);
-      return;
-    }
     constexpr int kBlockRows = ForwardShape<kD>::kBlockRows;
     const int64_t blocks = n.B * n.H * ((n.Sq + kBlockRows - 1) / kBlockRows);
     // q, and k and v in two stages
@@ -1155,15 +1004,8 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
   dispatch_tensor_core(q.dtype, n.D, [&](auto tag, auto head) {
     using T = typename decltype(tag)::type;
     constexpr int kD = decltype(head)::value;
-    BackwardParams<T> p{rows_of<T>(dq),
-                        rows_of<T>(dk),
-                        rows_of<T>(dv),
-                        rows_of<const T>(dout),
-                        rows_of<const T>(q),
-                        rows_of<const T>(k),
-                        rows_of<const T>(v),
-                        rows_of<const T>(out),
-                        {static_cast<const float*>(lse.data), lse.strides[0], lse.strides[1], lse.strides[2]},
+    BackwardParams<T> p{backward_operands_of<T>(dq, dk, dv, dout, q, k, v, out),
+                        rows_of<const float>(lse),
                         n,
                         static_cast<float>(scale),
                         static_cast<float>(scale) * kLog2e,
@@ -1179,20 +1021,17 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
     const int64_t key_blocks = n.B * n.H * ((n.Sk + kRows - 1) / kRows);
     if (with_scratch) {
       const int64_t rows = n.B * n.H * n.Sq;
-      if (p.vector_rows && !use_first_kernels())
+      if (p.vector_rows)
         launch(flash_backward_prepare2_kernel<T>,
                std::min<int64_t>((std::max(rows, accumulator_floats / 4) + kThreads - 1) / kThreads, 65536), 0,
                "flash_backward_prepare2_kernel", p);
       else
         launch(flash_backward_prepare_kernel<T>, (rows + kWarps - 1) / kWarps, 0, "flash_backward_prepare_kernel", p);
-      if (n.Sk > 0 && use_first_kernels())
-        launch(flash_backward_dkdv_kernel<T, kD, true>, key_blocks, smem + sizeof(T) * kRows * kProbLd,
-               "flash_backward_dkdv_kernel", p);
-      else if (n.Sk > 0)  // three resident blocks for heads up to 64 (168 registers, 75 KB of shared memory)
+      if (n.Sk > 0)  // three resident blocks for heads up to 64 (168 registers, 75 KB of shared memory)
         launch(flash_backward_dkdv2_kernel<T, kD, 3>, key_blocks, smem + 2 * sizeof(T) * kRows * kProbLd,
                "flash_backward_dkdv2_kernel", p);
       const int64_t total = accumulator_floats;
-      if (p.vector_rows && !use_first_kernels())
+      if (p.vector_rows)
         launch(flash_backward_dq_convert2_kernel<T>, std::min<int64_t>((total / 8 + kThreads - 1) / kThreads, 65536),
                0, "flash_backward_dq_convert2_kernel", p);
       else
@@ -1200,7 +1039,7 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
                "flash_backward_dq_convert_kernel", p);
       return;
     }
-    if (n.Sk > 0) launch(flash_backward_dkdv_kernel<T, kD, false>, key_blocks, smem, "flash_backward_dkdv_kernel", p);
+    if (n.Sk > 0) launch(flash_backward_dkdv_kernel<T, kD>, key_blocks, smem, "flash_backward_dkdv_kernel", p);
     if (n.Sq > 0)
       launch(flash_backward_dq_kernel<T, kD>, n.B * n.H * ((n.Sq + kRows - 1) / kRows), smem,
              "flash_backward_dq_kernel", p);

@@ -22,4 +22,20 @@ Rows<T> rows_of(const StridedView& v) {
   return {static_cast<T*>(v.data), v.strides[0], v.strides[1], v.strides[2]};
 }
 
+// The backward's operands, the first members of both backends' parameters: the gradients it writes and the
+// tensors it reads.
+template <typename T>
+struct BackwardOperands {
+  Rows<T> dq, dk, dv;
+  Rows<const T> dout, q, k, v, out;
+};
+
+template <typename T>
+BackwardOperands<T> backward_operands_of(const StridedView& dq, const StridedView& dk, const StridedView& dv,
+                                         const StridedView& dout, const StridedView& q, const StridedView& k,
+                                         const StridedView& v, const StridedView& out) {
+  return {rows_of<T>(dq),      rows_of<T>(dk),      rows_of<T>(dv),      rows_of<const T>(dout),
+          rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), rows_of<const T>(out)};
+}
+
 }  // namespace bytegrad::cuda

@@ -1,9 +1,13 @@
-#include "bytegrad/memory/memory_summary.h"
+#include "bytegrad/reports/memory_summary.h"
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include <array>
 #include <vector>
+
+#include "bytegrad/memory/device_allocators.h"
 
 namespace bytegrad {
 
@@ -104,6 +108,17 @@ std::string format_memory_summary(const std::map<std::string, int64_t>& stats, i
   std::string out;
   for (const std::string& line : lines) out += "|" + line + "|\n";
   return out;
+}
+
+std::string memory_summary(const CachingAllocator& allocator, bool abbreviated) {
+  return format_memory_summary(allocator.memory_stats(), allocator.device_index(), abbreviated);
+}
+
+std::string memory_summary(Device device, bool abbreviated) {
+  if (!device.uses_caching_allocator())
+    throw std::invalid_argument(fmt::format("memory_summary({}): {} memory is not cached; use a cuda, sim or meta device",
+                                            device.str(), device.str()));
+  return memory_summary(caching_allocator(device), abbreviated);
 }
 
 }  // namespace bytegrad

@@ -1,4 +1,4 @@
-#include "bytegrad/memory/memory_report.h"
+#include "bytegrad/reports/memory_report.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 
 #include "bytegrad/core/json.h"
 #include "bytegrad/memory/device_allocators.h"
-#include "bytegrad/memory/memory_report_page.h"
+#include "bytegrad/reports/memory_report_page.h"
 
 namespace bytegrad {
 

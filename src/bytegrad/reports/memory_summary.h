@@ -5,7 +5,15 @@
 #include <map>
 #include <string>
 
+#include "bytegrad/core/device.h"
+#include "bytegrad/memory/device_allocators.h"  // default_device
+
 namespace bytegrad {
+
+// PyTorch's 75-column memory_summary() table for an allocator, and for a device's allocator
+// (torch.cuda.memory_summary; `cpu` is not cached and throws std::invalid_argument).
+std::string memory_summary(const CachingAllocator& allocator, bool abbreviated = false);
+std::string memory_summary(Device device = default_device(), bool abbreviated = false);
 
 // Every line is 75 columns wrapped in |...|; each cell's unit is chosen from the `all` row of its metric
 // and column, and values are floor-divided into that unit.

@@ -1,13 +1,10 @@
-#include "bytegrad/kernels/driver_allocations.h"
+// backend_for (device_backend.h): each device's kernels wrapped by a backend that notes, before every call,
+// the allocations PyTorch's kernel for it makes the CUDA driver do.
+#include <stdexcept>
 
-#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/device_backend.h"
 
 namespace bytegrad {
-
-void note_driver_allocations(Device device, uint32_t what) {
-  if (device.type == DeviceType::cpu || what == 0) return;
-  caching_allocator(device).note_driver_allocations(what);
-}
 
 namespace {
 
@@ -175,10 +172,28 @@ class DriverAllocationsBackend final : public KernelBackend {
   KernelBackend& inner_;
 };
 
+// Never freed: backends live as long as the process.
+KernelBackend& with_driver_allocations(KernelBackend& inner) { return *new DriverAllocationsBackend(inner); }
+
 }  // namespace
 
-KernelBackend& with_driver_allocations(KernelBackend& inner) {
-  return *new DriverAllocationsBackend(inner);  // never freed: backends live as long as the process
+KernelBackend& backend_for(Device device) {
+  switch (device.type) {
+    case DeviceType::cpu: return kernel_backend(device);
+    case DeviceType::sim: {
+      static KernelBackend& sim = with_driver_allocations(kernel_backend(device));
+      return sim;
+    }
+    case DeviceType::meta: {
+      static KernelBackend& meta = with_driver_allocations(kernel_backend(device));
+      return meta;
+    }
+    case DeviceType::cuda: {
+      static KernelBackend& cuda = with_driver_allocations(kernel_backend(device));
+      return cuda;
+    }
+  }
+  throw std::logic_error("backend_for: unknown device type");
 }
 
 }  // namespace bytegrad

@@ -1,4 +1,4 @@
-#include "bytegrad/memory/memory_ledger.h"
+#include "bytegrad/reports/memory_ledger.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "bytegrad/memory/memory_story.h"
+#include "bytegrad/reports/memory_story.h"
 #include "bytegrad/memory/memory_functions.h"
 
 #include <fmt/format.h>

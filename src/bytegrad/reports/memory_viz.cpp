@@ -1,4 +1,4 @@
-#include "bytegrad/memory/memory_viz.h"
+#include "bytegrad/reports/memory_viz.h"
 
 #include <fmt/format.h>
 

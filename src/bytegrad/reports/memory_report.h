@@ -31,7 +31,7 @@
 #include "bytegrad/memory/block_categories.h"
 #include "bytegrad/memory/caching_allocator.h"
 #include "bytegrad/memory/memory_category.h"
-#include "bytegrad/memory/memory_story.h"
+#include "bytegrad/reports/memory_story.h"
 
 namespace bytegrad {
 
