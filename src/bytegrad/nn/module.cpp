@@ -94,7 +94,7 @@ Module::~Module() {
 std::string Module::name() const {
   if (!parent_) return "";
   std::string path = name_in_parent_;
-  for (const Module* m = parent_; m->parent_; m = m->parent_) path = m->name_in_parent_ + "." + path;
+  for (const Module* m = parent_; m->parent_; m = m->parent_) path.insert(0, m->name_in_parent_ + ".");
   return path;
 }
 
