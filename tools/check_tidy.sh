@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs clang-tidy with the checks of .clang-tidy (every one an error) and fails on any finding.
-#   tools/check_tidy.sh            every check over the library (src/) and the programs (programs/, tools/)
+#   tools/check_tidy.sh            every check over the library (src/) and the programs (programs/, tools/):
+#                                  what CI runs (about 20 CPU-minutes)
 #   tools/check_tidy.sh --fast     the same files without the static analyzer (clang-analyzer-*), which is
-#                                  two thirds of the time: what CI runs
+#                                  two thirds of the time
 #   tools/check_tidy.sh [--fast] FILE...   only these .cpp files (they must be in the compile database)
 # Installs Debian's clang-tidy (clang-tidy 14, with run-clang-tidy) when missing. The compile database
 # comes from a CPU-only configure into build-tidy/ (BYTEGRAD_WITH_CUDA=OFF): clang cannot read the .cu files
