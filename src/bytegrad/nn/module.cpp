@@ -154,9 +154,10 @@ void Module::add_child(std::string name, std::shared_ptr<Module> child) {
 
 void Module::refresh_memory_roles() {
   const std::string path = name();
+  const std::string prefix = path.empty() ? "" : path + ".";
   std::vector<MemoryRole> roles;
   for (const auto& [entries, role] : {std::pair{&parameters_, MemoryCategory::parameter}, std::pair{&buffers_, MemoryCategory::buffer}})
-    for (const auto& [name, t] : *entries) roles.emplace_back(t, role, path.empty() ? name : path + "." + name);
+    for (const auto& [name, t] : *entries) roles.emplace_back(t, role, prefix + name);
   memory_roles_ = std::move(roles);
 }
 
