@@ -195,11 +195,9 @@ int run(int argc, char** argv) {
       if (a == "slow") t.config.attention = nn::AttentionKind::slow;
       else if (a == "sdpa") t.config.attention = nn::AttentionKind::sdpa;
       else return usage_error("--attention '" + a + "': expected slow or sdpa");
-    } else if (arg == "--amp" || arg == "--attention") {
-      return usage_error(arg + " is a gpt2 option");
     } else if (arg == "--checkpoint" && gpt) {
       t.config.checkpoint_blocks = true;
-    } else if (arg == "--checkpoint") {
+    } else if (arg == "--amp" || arg == "--attention" || arg == "--checkpoint") {
       return usage_error(arg + " is a gpt2 option");
     } else {
       return usage_error("unknown option '" + arg + "'");

@@ -302,7 +302,7 @@ int run(int argc, char** argv) {
       std::cout << "usage: bytegrad-walkthrough [NAME|all]... [--device sim|meta|cuda] [--default-workspace]"
                    " [--expandable-segments] [--json] [--list] [--memory-viz DIR] [--html DIR]\n";
       return 0;
-    } else if (arg.rfind("-", 0) == 0) {
+    } else if (arg.rfind('-', 0) == 0) {
       return usage_error("unknown option '" + arg + "': expected NAME or one of " + kOptions);
     } else {
       options.names.push_back(arg);

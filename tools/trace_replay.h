@@ -14,11 +14,11 @@
 namespace bytegrad {
 
 struct TraceEvent {
-  enum Kind { alloc, free } kind;
-  uint64_t address;  // identifies the block in the recorded run
-  uint64_t size;     // alloc: bytes requested
-  uint64_t stream;
-  size_t line = 0;   // its line in the trace (0 when not read from one)
+  enum Kind { alloc, free } kind = alloc;
+  uint64_t address = 0;  // identifies the block in the recorded run
+  uint64_t size = 0;     // alloc: bytes requested
+  uint64_t stream = 0;
+  size_t line = 0;  // its line in the trace (0 when not read from one)
 };
 
 // Reads alloc/free lines; segment_* lines and comments are skipped. Throws std::runtime_error naming

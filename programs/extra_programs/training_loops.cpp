@@ -70,6 +70,7 @@ void x_grad_accumulation(ScenarioRecorder& r) {
   auto model = mlp(on, {512, 512, 1});
   optim::SGD opt(model->parameters(), 0.01);
   std::vector<Tensor> batches;
+  batches.reserve(4);
   for (int i = 0; i < 4; ++i) batches.push_back(randn({64, 512}, device(on)));
   r.mark("setup");
   Tensor loss;

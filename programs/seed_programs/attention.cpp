@@ -32,8 +32,9 @@ void run_seed004_attention_function(ScenarioRecorder& r) {
 
   // Python's def fa(x): its locals (attn, the rebound x) die when it returns. A C++ local dies at its
   // scope's closing brace, so a lambda (or any { } block) gives the same lifetimes; the parameter is a
-  // handle copy, so rebinding it inside leaves the caller's x alive, as in Python.
-  auto fa = [&](Tensor x) {
+  // handle copy, so rebinding it inside leaves the caller's x alive, as in Python. (q, k and v are captured
+  // by name: clang before 16 rejects a lambda that names a structured binding of the enclosing function.)
+  auto fa = [&, &q = q, &k = k, &v = v](Tensor x) {
     const Tensor attn = matmul(q, k) * 0.125;
     r.mark("in_fn_after_matmul");
     x = matmul(attn, v).transpose(1, 2).reshape({B, L, C});  // reshape of a non-contiguous view: a copy
@@ -58,7 +59,7 @@ void run_seed004_x_plus_1(ScenarioRecorder& r) {
   auto [q, k, v, x] = AttentionInputs(r.device());
   r.mark("initial");
 
-  auto fa = [&](Tensor x) {
+  auto fa = [&, &q = q, &k = k, &v = v](Tensor x) {
     (void)(x + 1);  // the result is a temporary, freed at the semicolon: only the peak remembers it
     r.mark("in_fn_x_plus_1_unassigned");
     const Tensor attn = matmul(q, k) * 0.125;
@@ -69,7 +70,7 @@ void run_seed004_x_plus_1(ScenarioRecorder& r) {
   fa(x);
   r.mark("after_fn");
 
-  auto fb = [&](Tensor x) {
+  auto fb = [&, &q = q, &k = k, &v = v](Tensor x) {
     x = x + 1;  // a new 4 MiB tensor; the caller's x is still alive through its own handle
     r.mark("fb_x_eq_x_plus_1");
     const Tensor attn = matmul(q, k) * 0.125;

@@ -93,7 +93,7 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
   std::vector<Tensor> recompute() {
     std::vector<Tensor> recomputed;
     {
-      RngStateRestorer restore_after(get_rng_state());
+      RngStateRestorer restore_after{get_rng_state()};
       set_rng_state(rng_state_);
       EnableGradGuard grad;
       std::optional<AutocastGuard> autocast;

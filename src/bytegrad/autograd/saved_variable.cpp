@@ -8,7 +8,7 @@
 
 namespace bytegrad {
 
-SavedVariable::SavedVariable(const Tensor& tensor, std::string saved_by, std::string operand)
+SavedVariable::SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand)
     : saved_version_(tensor.defined() ? tensor.version() : 0),
       defined_(tensor.defined()),
       operand_(std::move(operand)),

@@ -18,7 +18,7 @@ class SavedVariable {
  public:
   SavedVariable() = default;
   // `saved_by` is the node's name ("MulBackward0"), `operand` what the tensor is to it ("other").
-  SavedVariable(const Tensor& tensor, std::string saved_by, std::string operand = {});
+  SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand = {});
 
   bool defined() const { return defined_; }
   bool released() const { return released_; }

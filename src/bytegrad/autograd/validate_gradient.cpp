@@ -31,8 +31,7 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
   Shape dims;
   for (int64_t d = 0; d < grad.dim(); ++d) {
-    if (d < lead) dims.push_back(d);
-    else if (shape[d - lead] == 1 && grad.sizes()[d] != 1) dims.push_back(d);
+    if (d < lead || (shape[d - lead] == 1 && grad.sizes()[d] != 1)) dims.push_back(d);
   }
   if (dims.empty()) return grad.view(shape);
   Tensor reduced = sum(grad, dims, /*keepdim=*/true);

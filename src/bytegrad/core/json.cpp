@@ -209,7 +209,7 @@ void write(std::string& out, const Value& v, int indent, int depth) {
   auto newline = [&](int level) {
     if (indent < 0) return;
     out += '\n';
-    out.append(static_cast<size_t>(indent * level), ' ');
+    out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
   };
   const char* separator = indent < 0 ? ", " : ",";
   auto container = [&](char open, char close, size_t count, auto&& element) {

@@ -27,6 +27,10 @@ struct Value {
   std::vector<Value> items;
   std::vector<std::pair<std::string, Value>> members;  // in document order
 
+  // Declared so that clang (before 16, with libstdc++ 12) does not check std::pair<std::string, Value>
+  // for a default constructor while Value is still incomplete, which it rejects.
+  Value() = default;
+
   bool is_number() const { return kind == Kind::number; }
   bool is_integer() const { return is_number() && text.find_first_of(".eE") == std::string::npos; }
   // The accessors throw Error when the value is not of the kind asked for.

@@ -45,7 +45,7 @@ using real_t = std::conditional_t<std::is_floating_point_v<M>, M, double>;
 
 template <typename M>
 BYTEGRAD_HOST_DEVICE bool is_nan(M x) {
-  if constexpr (std::is_floating_point_v<M>) return x != x;
+  if constexpr (std::is_floating_point_v<M>) return x != x;  // NOLINT(misc-redundant-expression): NaN test
   else return false;
 }
 

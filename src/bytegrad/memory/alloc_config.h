@@ -12,7 +12,7 @@
 
 namespace bytegrad {
 
-inline constexpr size_t kMiB = 1024 * 1024;
+inline constexpr size_t kMiB = size_t{1024} * 1024;
 inline constexpr size_t kRoundupPower2Intervals = 16;  // slots for [1 MiB, 2 MiB) ... [32 GiB, 64 GiB)
 
 struct AllocatorConfig {

@@ -137,11 +137,11 @@ class CachingAllocator {
     uint64_t search_count = 0;  // get_free_block calls, the clock that ages blocks for garbage collection
   };
   struct Request {
-    size_t requested;  // bytes asked for
-    size_t size;       // rounded block size
-    size_t segment_size;
-    StreamId stream;
-    BlockPool* pool;
+    size_t requested = 0;  // bytes asked for
+    size_t size = 0;       // rounded block size
+    size_t segment_size = 0;
+    StreamId stream = 0;
+    BlockPool* pool = nullptr;
     Block* block = nullptr;
   };
 

@@ -153,7 +153,8 @@ class HostBackedRawMemory final : public PlacedRawMemory {
   // Replacing the pages with an inaccessible mapping returns them to the host and traps stray use.
   void decommit(void* ptr, size_t bytes) override {
     mark_in_use(ptr, bytes, true);  // the shadow of released pages is clean again
-    mmap(ptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    // Should the remap fail, the old pages stay mapped: still correct, only not returned nor trapped.
+    (void)mmap(ptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   }
 
  public:

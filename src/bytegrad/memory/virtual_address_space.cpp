@@ -59,7 +59,7 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     if (bytes > 0) allocate((bytes + kChunk - 1) / kChunk * kChunk);
   }
   if (what & kBlasHandle) {
-    constexpr size_t kHandleSmall = 129 * 1024;  // 128 KiB and 1 KiB
+    constexpr size_t kHandleSmall = size_t{129} * 1024;  // 128 KiB and 1 KiB
     allocate(64 * kMiB);
     if (blas_chunk_left_ < kHandleSmall) {
       allocate(kChunk);

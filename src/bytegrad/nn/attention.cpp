@@ -1,6 +1,7 @@
 #include "bytegrad/nn/attention.h"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -67,7 +68,8 @@ Tensor MultiheadSelfAttention::forward(const Tensor& input, const std::optional<
     Tensor scores = matmul(q, k.transpose(-2, -1));
     scores = scores * (1.0 / std::sqrt(static_cast<double>(D)));
     if (mask.defined())
-      scores = mask.dtype() == ScalarType::bool_ ? masked_fill(scores, mask, -INFINITY) : scores + mask;
+      scores = mask.dtype() == ScalarType::bool_ ? masked_fill(scores, mask, -std::numeric_limits<double>::infinity())
+                                                 : scores + mask;
     const Tensor attn = softmax(scores, -1);
     scores = Tensor();
     out = matmul(attn, v).transpose(1, 2).reshape({B, L, C});

@@ -95,7 +95,7 @@ Module::~Module() {
 std::string Module::name() const {
   if (!parent_) return "";
   std::string path = name_in_parent_;
-  for (const Module* m = parent_; m->parent_; m = m->parent_) path = m->name_in_parent_ + "." + path;
+  for (const Module* m = parent_; m->parent_; m = m->parent_) path.insert(0, m->name_in_parent_ + ".");
   return path;
 }
 
@@ -155,9 +155,10 @@ void Module::add_child(std::string name, std::shared_ptr<Module> child) {
 
 void Module::refresh_memory_roles() {
   const std::string path = name();
+  const std::string prefix = path.empty() ? "" : path + ".";
   std::vector<MemoryRole> roles;
   for (const auto& [entries, role] : {std::pair{&parameters_, MemoryCategory::parameter}, std::pair{&buffers_, MemoryCategory::buffer}})
-    for (const auto& [name, t] : *entries) roles.emplace_back(t, role, path.empty() ? name : path + "." + name);
+    for (const auto& [name, t] : *entries) roles.emplace_back(t, role, prefix + name);
   memory_roles_ = std::move(roles);
 }
 

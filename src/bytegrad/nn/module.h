@@ -46,6 +46,7 @@ class Module {
   Tensor register_parameter(std::string name, const Tensor& tensor);  // sets requires_grad, as nn.Parameter
   Tensor register_buffer(std::string name, const Tensor& tensor);
   template <typename M>
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): `name` is moved; clang-tidy 14 misses it in a template
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
     add_child(std::move(name), module);
     return module;

@@ -35,6 +35,7 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
 
 Adam::Adam(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), false) {}
 
+// NOLINTNEXTLINE(performance-unnecessary-value-param): every caller moves its groups in; nothing is copied
 Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
     : Optimizer(all_params(groups)), decoupled_weight_decay_(decoupled_weight_decay), state_(params_.size()) {
   const char* name = decoupled_weight_decay ? "AdamW" : "Adam";

@@ -71,6 +71,7 @@ void SGD::multi_tensor_step() {
     if (params_[i].grad().defined()) with_grad.push_back(i);
   if (with_grad.empty()) return;
   std::vector<Tensor> grads;
+  grads.reserve(with_grad.size());
   for (size_t i : with_grad) grads.push_back(params_[i].grad());
   if (weight_decay_ != 0) {  // torch._foreach_add(grads, params, alpha=wd): a new list of temporaries
     std::vector<Tensor> decayed;

@@ -40,6 +40,7 @@ namespace {
 
 std::vector<OpBytes> largest_first(const std::map<std::string, int64_t>& by_op) {
   std::vector<OpBytes> sorted;
+  sorted.reserve(by_op.size());
   for (const auto& [op, bytes] : by_op) sorted.push_back({op, bytes});
   std::stable_sort(sorted.begin(), sorted.end(), [](const OpBytes& a, const OpBytes& b) { return a.bytes > b.bytes; });
   return sorted;

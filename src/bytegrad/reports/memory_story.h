@@ -93,9 +93,9 @@ class MemoryStory {
 
  private:
   struct LiveBlock {
-    size_t bytes;
+    size_t bytes = 0;
     std::string tag;
-    bool this_mark;  // allocated since the last mark
+    bool this_mark = false;  // allocated since the last mark
   };
   Device device_;
   uint64_t allocator_id_ = 0;  // the allocator being read (a reconfigured device gets a new one)

@@ -162,6 +162,7 @@ std::string to_json(const std::vector<const MemorySnapshot*>& snapshots) {
 
 std::string memory_viz_json(const std::vector<MemorySnapshot>& snapshots) {
   std::vector<const MemorySnapshot*> pointers;
+  pointers.reserve(snapshots.size());
   for (const MemorySnapshot& snap : snapshots) pointers.push_back(&snap);
   return to_json(pointers);
 }

@@ -875,7 +875,7 @@ Tensor convert_boolean_mask(const Tensor& mask, ScalarType dtype) {
 // _safe_softmax(x, dim): softmax, with rows whose every score is -inf giving 0 instead of NaN. The output is
 // the recorded softmax's (SoftmaxBackward0 saves it); the fix-up writes it in place below autograd.
 Tensor safe_softmax(const Tensor& x, int64_t dim) {
-  const Tensor out = softmax(x, dim);
+  Tensor out = softmax(x, dim);  // not const: returned by move
   const Tensor masked = eq(x, -std::numeric_limits<double>::infinity());
   const Tensor masked_rows = amin(masked, {dim}, true);
   // PyTorch's where(masked_rows, zero, out) takes a 0-d zero: made for its block; the fill writes 0 directly

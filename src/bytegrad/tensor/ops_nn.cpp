@@ -237,7 +237,7 @@ int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 // int64 indices only: int32 indices (fewer passes, other tiles) would need their own recording.
 int64_t radix_sort_pairs_temp_bytes(int64_t n, int64_t key_bytes, int64_t value_bytes) {
   const int64_t tiles = (n + 4607) / 4608;
-  return 255 + align256(n * key_bytes) + align256(n * value_bytes) + 8 * 256 * 8 + 256 + align256(tiles * 1024);
+  return 255 + align256(n * key_bytes) + align256(n * value_bytes) + int64_t{8} * 256 * 8 + 256 + align256(tiles * 1024);
 }
 // DeviceScan::ExclusiveSum over int64 (tiles of 896 items; [786, 1024) fits the records) and
 // DeviceSelect::UniqueByKey (recorded constant up to 65536 items; tiles of 4096 assumed above): a 256-byte

@@ -157,7 +157,7 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
   // The device's SM count, as PyTorch reads the current device's (sim and meta: the H100's 132).
   const int64_t sm_count =
       input.device().type == DeviceType::cpu ? 0 : device_launch_limits(input.device()).multiprocessor_count;
-  const bool partial = want_gamma_beta && M > 64 * 1024 && N / 32 < sm_count / 2;
+  const bool partial = want_gamma_beta && M > int64_t{64} * 1024 && N / 32 < sm_count / 2;
   const int64_t R = partial ? std::min((M + 31) / 32, (int64_t{64} * 1024 / 2) / blocks_x) : 1;
   Tensor dgamma_blocks, dbeta_blocks;
   if (partial) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -213,14 +214,14 @@ std::string Tensor::str() const {
     const ShownValues shown = shown_values(*this, numel() > kThreshold);
     const std::vector<double>& values = shown.values;
     ValueFormat f;
-    double max_abs = 0, min_abs = INFINITY;
+    double max_abs = 0, min_abs = std::numeric_limits<double>::infinity();
     for (double v : values) {
       if (!std::isfinite(v)) continue;
       if (v != std::floor(v)) f.integral = false;
       max_abs = std::max(max_abs, std::fabs(v));
       if (v != 0) min_abs = std::min(min_abs, std::fabs(v));
     }
-    if (is_floating_point(dtype()) && !f.integral && (max_abs >= 1e8 || (min_abs < 1e-4 && min_abs != INFINITY)))
+    if (is_floating_point(dtype()) && !f.integral && (max_abs >= 1e8 || (min_abs < 1e-4 && std::isfinite(min_abs))))
       f.scientific = true;
     for (double v : values) f.width = std::max<int>(f.width, static_cast<int>(format_value(v, dtype(), {f.integral, f.scientific, 1}).size()));
     if (dim() == 0) body = format_value(values[0], dtype(), f);

@@ -55,7 +55,7 @@ inline char* element_at(const StridedView& t, int64_t b, int64_t h, int64_t i, i
 // The dropout factor z_ij of element (b, h, i, j): 1 / (1 - p) when kept, 0 when dropped, 1 without dropout.
 struct DropoutFactor {
   DropoutDraw draw;
-  int64_t H, Sq, Sk;
+  int64_t H = 0, Sq = 0, Sk = 0;
   double at(int64_t b, int64_t h, int64_t i, int64_t j) const {
     if (!draw.active) return 1.0;
     const uint64_t index = static_cast<uint64_t>(((b * H + h) * Sq + i) * Sk + j);

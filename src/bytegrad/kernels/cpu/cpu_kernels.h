@@ -176,9 +176,9 @@ inline std::vector<size_t> memory_order(const std::vector<int64_t>& sizes, const
 // Convenience: walk views of one shape (the first view's sizes).
 template <size_t N, typename Row>
 void for_each_row(const std::array<const StridedView*, N>& views, Row&& row, WalkOrder walk = WalkOrder::memory) {
-  std::array<const std::vector<int64_t>*, N> strides;
-  std::array<char*, N> base;
-  std::array<size_t, N> element_sizes;
+  std::array<const std::vector<int64_t>*, N> strides{};
+  std::array<char*, N> base{};
+  std::array<size_t, N> element_sizes{};
   for (size_t k = 0; k < N; ++k) {
     if (views[k]->sizes.size() != views[0]->sizes.size())
       throw std::logic_error("cpu backend: operands of one loop must have the same rank");

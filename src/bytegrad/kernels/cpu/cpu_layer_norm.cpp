@@ -83,8 +83,10 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
           out[n] = convert<T>(r * (g[n] - sum_g * inv_n - xhat[n] * sum_g_xhat * inv_n));
       }
     }
-    for (size_t i = 0; i < dw.size(); ++i) static_cast<T*>(dweight_partials->data)[i] = convert<T>(dw[i]);
-    for (size_t i = 0; i < db.size(); ++i) static_cast<T*>(dbias_partials->data)[i] = convert<T>(db[i]);
+    if (dweight_partials)
+      for (size_t i = 0; i < dw.size(); ++i) static_cast<T*>(dweight_partials->data)[i] = convert<T>(dw[i]);
+    if (dbias_partials)
+      for (size_t i = 0; i < db.size(); ++i) static_cast<T*>(dbias_partials->data)[i] = convert<T>(db[i]);
   });
 }
 

@@ -1,6 +1,7 @@
 // Softmax and log-softmax along one dimension, forward and backward. Each slice along `dim` is processed
 // in double (max-subtracted, so large inputs do not overflow).
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
@@ -14,8 +15,8 @@ namespace {
 template <size_t N, typename Slice>
 void for_each_slice(const std::array<const StridedView*, N>& views, int64_t dim, Slice&& slice) {
   std::array<StridedView, N> rest;
-  std::array<const StridedView*, N> rest_ptrs;
-  std::array<int64_t, N> along;
+  std::array<const StridedView*, N> rest_ptrs{};
+  std::array<int64_t, N> along{};
   for (size_t k = 0; k < N; ++k) {
     rest[k] = drop_dim(*views[k], dim);
     rest_ptrs[k] = &rest[k];
@@ -23,7 +24,7 @@ void for_each_slice(const std::array<const StridedView*, N>& views, int64_t dim,
   }
   for_each_row<N>(rest_ptrs, [&](std::array<char*, N> p, const std::array<int64_t, N>& s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-      std::array<char*, N> at;
+      std::array<char*, N> at{};
       for (size_t k = 0; k < N; ++k) at[k] = p[k] + i * s[k] * static_cast<int64_t>(element_size(views[k]->dtype));
       slice(at, along);
     }
@@ -47,7 +48,7 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
     for_each_slice<2>({&out, &in}, dim, [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* x = reinterpret_cast<const T*>(p[1]);
-      double max_value = -INFINITY;
+      double max_value = -std::numeric_limits<double>::infinity();
       for (int64_t i = 0; i < length; ++i) max_value = std::max(max_value, convert<double>(x[i * s[1]]));
       double total = 0;
       for (int64_t i = 0; i < length; ++i) total += std::exp(convert<double>(x[i * s[1]]) - max_value);
