@@ -11,12 +11,7 @@
 #include <type_traits>
 
 #include "bytegrad/core/op_table.h"
-
-#if defined(__CUDACC__)
-#define BYTEGRAD_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define BYTEGRAD_HOST_DEVICE inline
-#endif
+#include "bytegrad/kernels/host_device.h"
 
 namespace bytegrad::pointwise {
 
