@@ -25,7 +25,6 @@ namespace {
 
 using namespace bytegrad;
 
-
 // Median milliseconds of one call of f, after `warmup` untimed calls. Each sample times `calls_per_sample`
 // back-to-back calls (so launch and event overheads of short kernels are amortised) and divides.
 double median_ms(const std::function<void()>& f, int calls_per_sample = 1, int warmup = 3, int repeats = 15) {
@@ -59,11 +58,13 @@ double plain_sgemm_ms(int n, int calls_per_sample) {
   BYTEGRAD_CUBLAS_CHECK(cublasCreate(&handle));
   BYTEGRAD_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   const float alpha = 1, beta = 0;
-  const double ms = median_ms([&] {
-    BYTEGRAD_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha,
-                                      static_cast<const float*>(b.data_ptr()), n, static_cast<const float*>(a.data_ptr()),
-                                      n, &beta, static_cast<float*>(c.data_ptr()), n));
-  }, calls_per_sample);
+  const double ms = median_ms(
+      [&] {
+        BYTEGRAD_CUBLAS_CHECK(
+            cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, static_cast<const float*>(b.data_ptr()), n,
+                        static_cast<const float*>(a.data_ptr()), n, &beta, static_cast<float*>(c.data_ptr()), n));
+      },
+      calls_per_sample);
   BYTEGRAD_CUBLAS_CHECK(cublasDestroy(handle));
   return ms;
 }
@@ -100,7 +101,8 @@ int main() {
     const double copy_bytes = 256.0 * 1024 * 1024;
     double memcpy_gbps = 0;
     {
-      Tensor src = on_gpu_empty({static_cast<int64_t>(copy_bytes / 4)}), dst = on_gpu_empty({static_cast<int64_t>(copy_bytes / 4)});
+      Tensor src = on_gpu_empty({static_cast<int64_t>(copy_bytes / 4)}),
+             dst = on_gpu_empty({static_cast<int64_t>(copy_bytes / 4)});
       const double ms = median_ms([&] {
         BYTEGRAD_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(copy_bytes),
                                             cudaMemcpyDeviceToDevice, 0));
@@ -127,11 +129,11 @@ int main() {
     {
       const int64_t n = static_cast<int64_t>(copy_bytes / 4);  // 256 MiB per operand
       Tensor a = on_gpu_randn({n}), b = on_gpu_randn({n}), c = on_gpu_empty({n});
-      const double ms = median_ms([&] {
-        gpu.binary(BinaryOp::add, c.view_for_kernels(), a.view_for_kernels(), b.view_for_kernels(), 1.0);
-      });
+      const double ms = median_ms(
+          [&] { gpu.binary(BinaryOp::add, c.view_for_kernels(), a.view_for_kernels(), b.view_for_kernels(), 1.0); });
       const double rate = gbps(3 * copy_bytes, ms);
-      row("backend add fp32", "3 x 256 MiB", ms, fmt("%.0f GB/s", rate), fmt("%.0f%% of memcpy", 100 * rate / memcpy_gbps));
+      row("backend add fp32", "3 x 256 MiB", ms, fmt("%.0f GB/s", rate),
+          fmt("%.0f%% of memcpy", 100 * rate / memcpy_gbps));
     }
     {
       const Shape shape{64 * 8 * 32, 32};

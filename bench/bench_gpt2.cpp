@@ -64,8 +64,7 @@ double median_step_ms(Device d, int64_t batch, int64_t seq, int steps, const std
     step();
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
-  if (kernel_profiling_enabled())
-    fmt::print("{} x {} tokens:\n{}\n", batch, seq, kernel_profile_report(steps));
+  if (kernel_profiling_enabled()) fmt::print("{} x {} tokens:\n{}\n", batch, seq, kernel_profile_report(steps));
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }

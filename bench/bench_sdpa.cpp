@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   for (const Shape s : {Shape{4, 12, 256, 64}, Shape{8, 12, 1024, 64}, Shape{4, 8, 1024, 128}}) {
     for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float32}) {
       // q, k, v as nanoGPT makes them: views of one (B, T, 3C) projection.
-      const Tensor qkv = randn({s.B, s.T, 3 * s.H * s.D}, TensorOptions{ScalarType::float32, d}).to(dtype).requires_grad_();
+      const Tensor qkv =
+          randn({s.B, s.T, 3 * s.H * s.D}, TensorOptions{ScalarType::float32, d}).to(dtype).requires_grad_();
       const std::vector<Tensor> parts = qkv.split(s.H * s.D, 2);
       auto heads = [&](const Tensor& t) { return t.view({s.B, s.T, s.H, s.D}).transpose(1, 2); };
       const Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);

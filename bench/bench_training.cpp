@@ -77,12 +77,14 @@ double median_big_products_us(Device d, int64_t n, int steps) {
 // only N; STEPS timed steps per size (default 200 on cuda and meta, fewer on cpu and sim).
 int main(int argc, char** argv) {
   const Device d = argc > 1 ? Device::parse(argv[1]) : default_device();
-  const std::vector<int64_t> sizes = argc > 2 ? std::vector<int64_t>{std::stoll(argv[2])} : std::vector<int64_t>{256, 1024, 4096};
+  const std::vector<int64_t> sizes =
+      argc > 2 ? std::vector<int64_t>{std::stoll(argv[2])} : std::vector<int64_t>{256, 1024, 4096};
   fmt::print("seed MLP training step on {} (median of timed steps, device synchronized)\n", d.str());
   fmt::print("{:>6} {:>12} {:>22} {:>10}\n", "n", "us/step", "us two n^3 products", "ratio");
   for (int64_t n : sizes) {
-    const int steps = argc > 3 ? std::stoi(argv[3])
-                      : d.type == DeviceType::cuda || d.type == DeviceType::meta ? 200 : (n >= 4096 ? 3 : 20);
+    const int steps = argc > 3                                                   ? std::stoi(argv[3])
+                      : d.type == DeviceType::cuda || d.type == DeviceType::meta ? 200
+                                                                                 : (n >= 4096 ? 3 : 20);
     const double step = median_step_us(d, n, steps);
     const double floor = median_big_products_us(d, n, steps);
     fmt::print("{:>6} {:>12.1f} {:>22.1f} {:>10.2f}\n", n, step, floor, step / floor);

@@ -14,8 +14,8 @@ namespace {
 int64_t previous = 0;
 void report(const char* phase, Device on, const char* why) {
   const int64_t now = memory_allocated(on);
-  std::printf("%-12s allocated %-26s %s%s\n", phase, human_bytes(now).c_str(),
-              now >= previous ? "+" : "", (human_bytes(now - previous) + "  " + why).c_str());
+  std::printf("%-12s allocated %-26s %s%s\n", phase, human_bytes(now).c_str(), now >= previous ? "+" : "",
+              (human_bytes(now - previous) + "  " + why).c_str());
   previous = now;
 }
 

@@ -17,13 +17,12 @@
 // (CUBLAS_WORKSPACE_CONFIG=:0:0). Prints `peak_allocated <bytes>` and `peak_reserved <bytes>`, each on its
 // own line, then the categories at the peak (memory_ledger.h's peak_report). --alloc-conf SETTING runs with
 // that allocator setting (BYTEGRAD_ALLOC_CONF's syntax, as PYTORCH_CUDA_ALLOC_CONF: "would
-// expandable_segments:True have fit?" is one flag). --limit SIZE (bytes, or with KiB/MiB/GiB/KB/MB/GB) caps the allocator as
-// torch.cuda.set_per_process_memory_fraction does, and adds `fits yes|no` (with the out-of-memory report when
-// not); with --max-batch the last line is
-// `max_batch <N>`, the largest batch whose two steps fit (0 when none does). --marks first prints the
-// figures at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden
-// files' layout (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a snapshot
-// PyTorch's memory_viz viewer opens (reports/memory_viz.h).
+// expandable_segments:True have fit?" is one flag). --limit SIZE (bytes, or with KiB/MiB/GiB/KB/MB/GB) caps the
+// allocator as torch.cuda.set_per_process_memory_fraction does, and adds `fits yes|no` (with the out-of-memory report
+// when not); with --max-batch the last line is `max_batch <N>`, the largest batch whose two steps fit (0 when none
+// does). --marks first prints the figures at every mark of the run (model, data, s0_forward, ...) as one JSON document,
+// in the golden files' layout (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a
+// snapshot PyTorch's memory_viz viewer opens (reports/memory_viz.h).
 //
 //   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
 //                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]
@@ -78,7 +77,8 @@ int64_t positive_integer(const std::string& option, const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || value < 1) throw std::invalid_argument(option + " needs a positive integer, got '" + text + "'");
+  if (used != text.size() || value < 1)
+    throw std::invalid_argument(option + " needs a positive integer, got '" + text + "'");
   return value;
 }
 
@@ -137,8 +137,8 @@ int run(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
       return argv[++i];
     };
-    if (!gpt && (arg == "--n-layer" || arg == "--n-head" || arg == "--n-embd" || arg == "--vocab" ||
-                 arg == "--block" || arg == "--seq"))
+    if (!gpt && (arg == "--n-layer" || arg == "--n-head" || arg == "--n-embd" || arg == "--vocab" || arg == "--block" ||
+                 arg == "--seq"))
       return usage_error(arg + " is a gpt2 option");
     if (gpt && (arg == "--sizes" || arg == "--inplace-relu")) return usage_error(arg + " is an mlp option");
     if (arg == "--sizes") {
@@ -213,8 +213,8 @@ int run(int argc, char** argv) {
     // Whether the file can be written is known before the run (minutes, for a large model), not after.
     std::ofstream probe(memory_viz, std::ios::binary | std::ios::app);
     if (!probe) {
-      std::cerr << "bytegrad-estimate: cannot write the --memory-viz file '" << memory_viz << "': " << std::strerror(errno)
-                << '\n';
+      std::cerr << "bytegrad-estimate: cannot write the --memory-viz file '" << memory_viz
+                << "': " << std::strerror(errno) << '\n';
       return 1;
     }
   }
@@ -249,7 +249,8 @@ int run(int argc, char** argv) {
   if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n' << peak.explanation;
   if (max_batch)
     std::cout << "max_batch "
-              << (gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace)) << '\n';
+              << (gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace))
+              << '\n';
   return 0;
 }
 

@@ -17,16 +17,16 @@
 namespace bytegrad::programs {
 
 // Training loops.
-void x_mlp_adam_train(ScenarioRecorder& r);               // MLP, cross-entropy, Adam (single-tensor), 3 steps
-void x_mlp_sgd_momentum_mse(ScenarioRecorder& r);         // deeper MLP, mse_loss, SGD with momentum
-void x_grad_accumulation(ScenarioRecorder& r);            // 4 micro-batches per step, zero_grad keeping grads
-void x_seed_mlp_bias_adam_default(ScenarioRecorder& r);   // the seed MLP with biases, Adam's default (foreach)
+void x_mlp_adam_train(ScenarioRecorder& r);              // MLP, cross-entropy, Adam (single-tensor), 3 steps
+void x_mlp_sgd_momentum_mse(ScenarioRecorder& r);        // deeper MLP, mse_loss, SGD with momentum
+void x_grad_accumulation(ScenarioRecorder& r);           // 4 micro-batches per step, zero_grad keeping grads
+void x_seed_mlp_bias_adam_default(ScenarioRecorder& r);  // the seed MLP with biases, Adam's default (foreach)
 // Graph lifetimes.
-void x_no_grad_and_detach(ScenarioRecorder& r);           // no_grad forward, a detached hidden, grads set to None
-void x_inplace_ops(ScenarioRecorder& r);                  // mul_, add_, relu_ on activations, leaves and weights
-void x_retain_graph(ScenarioRecorder& r);                 // backward(retain_graph) twice, then freeing
-void x_checkpoint_deep(ScenarioRecorder& r);              // a deep MLP plain, then checkpoint_sequential
-void x_mean_sum_reductions(ScenarioRecorder& r);          // broadcasting, sum/mean over dims, scalar losses
+void x_no_grad_and_detach(ScenarioRecorder& r);   // no_grad forward, a detached hidden, grads set to None
+void x_inplace_ops(ScenarioRecorder& r);          // mul_, add_, relu_ on activations, leaves and weights
+void x_retain_graph(ScenarioRecorder& r);         // backward(retain_graph) twice, then freeing
+void x_checkpoint_deep(ScenarioRecorder& r);      // a deep MLP plain, then checkpoint_sequential
+void x_mean_sum_reductions(ScenarioRecorder& r);  // broadcasting, sum/mean over dims, scalar losses
 // LayerNorm and masked attention.
 void x_layernorm_mlp(ScenarioRecorder& r);
 void x_tiny_transformer_adamw(ScenarioRecorder& r);

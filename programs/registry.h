@@ -10,7 +10,7 @@
 namespace bytegrad::programs {
 
 struct Program {
-  std::string name;                     // the scenario's name, a key of its golden file
+  std::string name;  // the scenario's name, a key of its golden file
   void (*run)(ScenarioRecorder&);
   bool has_golden = false;              // shared/golden/[gpt2/]scenarios/<name>.json exists for it
   bool needs_simulated_device = false;  // reconfigures the device: sim or meta only

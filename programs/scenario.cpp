@@ -13,10 +13,10 @@ namespace bytegrad::programs {
 
 const std::vector<StepField>& golden_step_fields() {
   static const std::vector<StepField> fields = {
-      {"allocated", &GoldenStep::allocated}, {"reserved", &GoldenStep::reserved},
+      {"allocated", &GoldenStep::allocated},         {"reserved", &GoldenStep::reserved},
       {"max_allocated", &GoldenStep::max_allocated}, {"max_reserved", &GoldenStep::max_reserved},
-      {"segments", &GoldenStep::segments}, {"blocks", &GoldenStep::blocks},
-      {"requested", &GoldenStep::requested}, {"inactive_split", &GoldenStep::inactive_split},
+      {"segments", &GoldenStep::segments},           {"blocks", &GoldenStep::blocks},
+      {"requested", &GoldenStep::requested},         {"inactive_split", &GoldenStep::inactive_split},
   };
   return fields;
 }

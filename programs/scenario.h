@@ -20,8 +20,8 @@ namespace bytegrad::programs {
 // One mark: the fields of a step in shared/golden/scenarios/*.json (see shared/golden/README.md).
 struct GoldenStep : MemoryFigures {
   std::string label;
-  std::string message;         // an error text the step carries (scenarios.py's A_oom step), else ""
-  std::string explanation;     // bytegrad's own: what the error means (OutOfMemoryError::report()), else ""
+  std::string message;      // an error text the step carries (scenarios.py's A_oom step), else ""
+  std::string explanation;  // bytegrad's own: what the error means (OutOfMemoryError::report()), else ""
   // bytegrad's own, not in the goldens: allocated bytes by category (memory_category.h) at the mark.
   CategoryBytes ledger{};
 };
@@ -48,11 +48,11 @@ std::vector<GoldenStep> read_golden_scenario(const std::string& path);
 // The same from a parsed document (any JSON object with a "steps" array: a probe file, or one of its
 // parts); `where` names it in errors.
 std::vector<GoldenStep> golden_steps(const json::Value& document, const std::string& where);
-// shared/golden/scenarios/NAME.json (or shared/golden/gpt2/scenarios/NAME.json where only that exists), under the shared folder this build was configured with: the runs
-// with CUBLAS_WORKSPACE_CONFIG=:0:0; with default_workspace, scenarios-default-workspace/NAME.json (the
-// same programs with PyTorch's default cuBLAS workspaces); with expandable_segments,
-// scenarios-expandable/NAME.json (:0:0 and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; there is no
-// set with both).
+// shared/golden/scenarios/NAME.json (or shared/golden/gpt2/scenarios/NAME.json where only that exists), under the
+// shared folder this build was configured with: the runs with CUBLAS_WORKSPACE_CONFIG=:0:0; with default_workspace,
+// scenarios-default-workspace/NAME.json (the same programs with PyTorch's default cuBLAS workspaces); with
+// expandable_segments, scenarios-expandable/NAME.json (:0:0 and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; there
+// is no set with both).
 std::string golden_scenario_path(const std::string& name, bool default_workspace = false,
                                  bool expandable_segments = false);
 

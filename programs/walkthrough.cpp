@@ -8,8 +8,9 @@
 // NAME is a seed program or a GPT-2 one (g_gpt2_tiny_fp32, g_gpt2_small_fp32: run by name, not by "all");
 // several names run one after another, in the order given.
 // --json prints one {"name", "steps": [{"label", "allocated", "reserved", "max_allocated",
-// "max_reserved", "segments", "blocks", "requested", "inactive_split", "ledger"}]} object per scenario, one per line. The seed documents' figures
-// are PyTorch's with CUBLAS_WORKSPACE_CONFIG=:0:0 (shared/golden/scenarios), so that is the default here.
+// "max_reserved", "segments", "blocks", "requested", "inactive_split", "ledger"}]} object per scenario, one per line.
+// The seed documents' figures are PyTorch's with CUBLAS_WORKSPACE_CONFIG=:0:0 (shared/golden/scenarios), so that is the
+// default here.
 // --default-workspace runs with PyTorch's default cuBLAS workspaces instead (the variable unset) and
 // compares with shared/golden/scenarios-default-workspace: the forward thread's 32 MiB (+1 MiB cuBLASLt)
 // and the autograd device thread's own 32 MiB in backward.
@@ -61,10 +62,10 @@ struct Options {
   Device device = cuda_is_available() ? Device{DeviceType::cuda, 0} : kMeta;
   bool device_chosen = false;  // --device given
   bool json = false;
-  bool default_workspace = false;  // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
+  bool default_workspace = false;    // PyTorch's default cuBLAS workspaces, against scenarios-default-workspace
   bool expandable_segments = false;  // BYTEGRAD_ALLOC_CONF has expandable_segments:True: scenarios-expandable
-  std::string memory_viz_dir;      // where to write each scenario's memory_viz JSON ("" = none)
-  std::string html_dir;            // where to write each scenario's HTML report ("" = none)
+  std::string memory_viz_dir;        // where to write each scenario's memory_viz JSON ("" = none)
+  std::string html_dir;              // where to write each scenario's HTML report ("" = none)
 };
 
 // A line of the --html index: a scenario's page and what it found.
@@ -136,7 +137,7 @@ int walk(const Program& program, const Options& options) {
     keep_recording();
     if (!options.json) {
       std::cout << fmt::format("\n== {} on {}{}\n", program.name, options.device.str(),
-                               has_golden          ? ""
+                               has_golden           ? ""
                                : program.has_golden ? " (no PyTorch golden with these settings)"
                                                     : " (no PyTorch golden: a bytegrad-only scenario)");
     }
@@ -150,15 +151,14 @@ int walk(const Program& program, const Options& options) {
       if (want && !same) ++differing;
       const std::string change = story ? story->since_last_mark(s.label) : "";
       if (!options.json) {
-        std::cout << fmt::format("{} {:<26} allocated {}  reserved {}  peak {}  segments {}  blocks {}\n",
-                                 want ? (same ? "ok" : "!!") : "  ", s.label,
-                                 bytes_figure(s.allocated, want, &GoldenStep::allocated),
-                                 bytes_figure(s.reserved, want, &GoldenStep::reserved),
-                                 bytes_figure(s.max_allocated, want, &GoldenStep::max_allocated),
-                                 figure(s.segments, want, &GoldenStep::segments), figure(s.blocks, want, &GoldenStep::blocks));
+        std::cout << fmt::format(
+            "{} {:<26} allocated {}  reserved {}  peak {}  segments {}  blocks {}\n",
+            want ? (same ? "ok" : "!!") : "  ", s.label, bytes_figure(s.allocated, want, &GoldenStep::allocated),
+            bytes_figure(s.reserved, want, &GoldenStep::reserved),
+            bytes_figure(s.max_allocated, want, &GoldenStep::max_allocated),
+            figure(s.segments, want, &GoldenStep::segments), figure(s.blocks, want, &GoldenStep::blocks));
         const int64_t delta = s.allocated - previous;
-        std::cout << fmt::format("   {:<26} {}{}: {}\n", "", delta > 0 ? "+" : "", human_bytes(delta),
-                                 change);
+        std::cout << fmt::format("   {:<26} {}{}: {}\n", "", delta > 0 ? "+" : "", human_bytes(delta), change);
         std::string by_category;  // what each category did since the previous mark
         for (MemoryCategory c : kMemoryCategories) {
           const int64_t change = s.ledger[static_cast<size_t>(c)] - previous_ledger[static_cast<size_t>(c)];
@@ -168,8 +168,7 @@ int walk(const Program& program, const Options& options) {
         }
         if (!by_category.empty()) std::cout << fmt::format("   {:<26} by category: {}\n", "", by_category);
         // The notes explain the runs without expandable segments (segments, their sizes and splits).
-        if (const std::string note = options.expandable_segments ? "" : mark_note(program.name, s.label);
-            !note.empty())
+        if (const std::string note = options.expandable_segments ? "" : mark_note(program.name, s.label); !note.empty())
           std::cout << fmt::format("   {:<26} {}\n", "", note);
         if (!s.message.empty()) std::cout << "   error: " << s.message << '\n';
         if (!s.explanation.empty()) {  // indented under the error, line by line
@@ -245,9 +244,10 @@ constexpr const char* kOptions =
 void write_report_index(const std::string& dir, const Device& device) {
   std::string rows;
   for (const ReportLink& l : report_links)
-    rows += fmt::format("<tr><td class=l><a href=\"{0}.html\">{0}</a></td><td>{1}</td><td>{2}<br><small>{3}</small></td>"
-                        "<td class=l>{4}</td></tr>\n",
-                        l.name, l.marks, l.peak, human_bytes(l.peak), l.verdict);
+    rows += fmt::format(
+        "<tr><td class=l><a href=\"{0}.html\">{0}</a></td><td>{1}</td><td>{2}<br><small>{3}</small></td>"
+        "<td class=l>{4}</td></tr>\n",
+        l.name, l.marks, l.peak, human_bytes(l.peak), l.verdict);
   const std::string page = fmt::format(R"(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
@@ -259,7 +259,8 @@ td,th{{border:1px solid #d6dbe0;padding:3px 8px;text-align:right}} .l{{text-alig
 at any event, and every mark's figures.</p>
 <table><tr><th class=l>scenario</th><th>marks</th><th>max_allocated (bytes)</th><th class=l>against PyTorch 2.11</th></tr>
 {1}</table></body></html>
-)", device.str(), rows);
+)",
+                                       device.str(), rows);
   std::ofstream out(dir + "/index.html");
   out << page;
   if (!out.flush()) throw std::runtime_error("cannot write " + dir + "/index.html");
@@ -341,7 +342,8 @@ int run(int argc, char** argv) {
   else setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
   if (options.expandable_segments) {
     const char* conf = std::getenv("BYTEGRAD_ALLOC_CONF");
-    const std::string text = conf && *conf ? std::string(conf) + ",expandable_segments:True" : "expandable_segments:True";
+    const std::string text =
+        conf && *conf ? std::string(conf) + ",expandable_segments:True" : "expandable_segments:True";
     setenv("BYTEGRAD_ALLOC_CONF", text.c_str(), 1);
   }
   try {
@@ -355,8 +357,10 @@ int run(int argc, char** argv) {
         "bytegrad walkthrough on {}: each mark shows bytegrad's figure, PyTorch 2.11's from an H100 where it\n"
         "differs, and what changed since the previous mark (the ops whose blocks appeared or were freed).\n"
         "CUBLAS_WORKSPACE_CONFIG={}{}\n{}",
-        options.device.str(), options.default_workspace ? "(unset: PyTorch's default workspaces)" : std::getenv("CUBLAS_WORKSPACE_CONFIG"),
-        std::getenv("BYTEGRAD_ALLOC_CONF") ? fmt::format("  BYTEGRAD_ALLOC_CONF={}", std::getenv("BYTEGRAD_ALLOC_CONF")) : "",
+        options.device.str(),
+        options.default_workspace ? "(unset: PyTorch's default workspaces)" : std::getenv("CUBLAS_WORKSPACE_CONFIG"),
+        std::getenv("BYTEGRAD_ALLOC_CONF") ? fmt::format("  BYTEGRAD_ALLOC_CONF={}", std::getenv("BYTEGRAD_ALLOC_CONF"))
+                                           : "",
         options.device_chosen || options.device.type == DeviceType::cuda
             ? ""
             : "No GPU here: running on meta (every figure exact, no values computed). --device sim computes every\n"

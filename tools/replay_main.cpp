@@ -36,7 +36,8 @@ std::ifstream open_file(const std::string& path) {
   if (error || !std::filesystem::exists(status)) throw std::runtime_error("cannot open " + path + ": no such file");
   if (std::filesystem::is_directory(status)) throw std::runtime_error("cannot read " + path + ": it is a directory");
   if (!std::filesystem::is_regular_file(status))
-    throw std::runtime_error("cannot read " + path + ": it is not a regular file (a FIFO, device or socket); give a "
+    throw std::runtime_error("cannot read " + path +
+                             ": it is not a regular file (a FIFO, device or socket); give a "
                              "file, or '-' to read the trace from standard input");
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
@@ -71,7 +72,9 @@ int main(int argc, char** argv) {
     else if (arg == "-h" || arg == "--help") return usage();
     else if (arg.size() > 1 && arg[0] == '-') return bad_argument("unknown option " + bytegrad::quote_excerpt(arg));
     else if (trace_path.empty()) trace_path = arg;
-    else return bad_argument("one TRACE only: got " + bytegrad::quote_excerpt(trace_path) + " and " + bytegrad::quote_excerpt(arg));
+    else
+      return bad_argument("one TRACE only: got " + bytegrad::quote_excerpt(trace_path) + " and " +
+                          bytegrad::quote_excerpt(arg));
   }
   if (trace_path.empty()) return bad_argument("no TRACE given");
   try {

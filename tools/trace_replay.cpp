@@ -103,7 +103,9 @@ std::vector<TraceEvent> parse_trace(std::istream& in, const std::string& source)
     if (action == "alloc") event.kind = TraceEvent::alloc;
     else if (action == "free") event.kind = TraceEvent::free;
     else if (action == "segment_alloc" || action == "segment_free") continue;  // the allocator decides these
-    else fail(fmt::format("unknown action {} (expected alloc, free, segment_alloc or segment_free)", quote_excerpt(action)));
+    else
+      fail(fmt::format("unknown action {} (expected alloc, free, segment_alloc or segment_free)",
+                       quote_excerpt(action)));
     const char* names[] = {"address", "size", "stream"};
     uint64_t* values[] = {&event.address, &event.size, &event.stream};
     for (size_t i = 0; i < 3; ++i) {
@@ -119,10 +121,9 @@ std::vector<TraceEvent> parse_trace(std::istream& in, const std::string& source)
   }
   if (in.bad()) throw std::runtime_error(fmt::format("{}: cannot read (after line {})", source, line_number));
   if (events.empty())
-    throw std::runtime_error(fmt::format("{}: no alloc or free events ({} lines read): an empty trace", source,
-                                         line_number));
-  if (auto conflict = live_address_conflict(events))
-    throw std::runtime_error(fmt::format("{} {}", source, *conflict));
+    throw std::runtime_error(
+        fmt::format("{}: no alloc or free events ({} lines read): an empty trace", source, line_number));
+  if (auto conflict = live_address_conflict(events)) throw std::runtime_error(fmt::format("{} {}", source, *conflict));
   return events;
 }
 

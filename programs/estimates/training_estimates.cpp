@@ -63,7 +63,8 @@ void train_mlp(const MLPTraining& t, ScenarioRecorder* r, Device on) {
   mark("model");
   std::unique_ptr<optim::Optimizer> opt;
   if (t.optimizer == MLPOptimizer::sgd)
-    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-2, .momentum = 0.9, .foreach = t.foreach});
+    opt = std::make_unique<optim::SGD>(model->parameters(),
+                                       optim::SGDOptions{.lr = 1e-2, .momentum = 0.9, .foreach = t.foreach});
   else if (t.optimizer == MLPOptimizer::adam)
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3, .foreach = t.foreach});
   else if (t.optimizer == MLPOptimizer::adamw)

@@ -95,7 +95,7 @@ void x_retain_graph(ScenarioRecorder& r) {
   // the chain is cut where a C++ temporary would outlive it.
   Tensor loss;
   {
-    Tensor hidden = tanh(lin1(x));  // TanhBackward0 keeps its result
+    Tensor hidden = tanh(lin1(x));        // TanhBackward0 keeps its result
     Tensor prob = sigmoid(lin2(hidden));  // SigmoidBackward0 keeps its result
     loss = prob.sum();
   }

@@ -63,8 +63,9 @@ class Block : public nn::Module {
 void x_layernorm_mlp(ScenarioRecorder& r) {
   const Device on = r.device();
   auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(256, 512, true, device(on)), std::make_shared<nn::LayerNorm>(512, 1e-5, true, true, device(on)),
-      std::make_shared<nn::GELU>(), std::make_shared<nn::Linear>(512, 256, true, device(on)),
+      std::make_shared<nn::Linear>(256, 512, true, device(on)),
+      std::make_shared<nn::LayerNorm>(512, 1e-5, true, true, device(on)), std::make_shared<nn::GELU>(),
+      std::make_shared<nn::Linear>(512, 256, true, device(on)),
       std::make_shared<nn::LayerNorm>(256, 1e-5, true, true, device(on)), std::make_shared<nn::Tanh>(),
       std::make_shared<nn::Linear>(256, 1, true, device(on))});
   Tensor x = randn({1024, 256}, device(on));

@@ -9,7 +9,9 @@
 
 namespace bytegrad::programs {
 
-nn::GPTConfig gpt2_tiny_config() { return {.n_layer = 2, .n_head = 2, .n_embd = 64, .vocab_size = 512, .block_size = 64}; }
+nn::GPTConfig gpt2_tiny_config() {
+  return {.n_layer = 2, .n_head = 2, .n_embd = 64, .vocab_size = 512, .block_size = 64};
+}
 
 nn::GPTConfig gpt2_small_config() {
   return {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024};

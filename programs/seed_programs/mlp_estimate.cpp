@@ -40,7 +40,7 @@ void run_seed001_mlp_estimate(ScenarioRecorder& r) {
   r.mark("loss");
   loss.backward();
   r.mark("backward");  // activations released, gradients (one per parameter) kept
-  out = Tensor();  // del out, loss
+  out = Tensor();      // del out, loss
   loss = Tensor();
   r.mark("del_out_loss");
   model->zero_grad(/*set_to_none=*/true);

@@ -74,9 +74,7 @@ TEST_CASE("leaving the outermost region frees the cached casts no graph saved; a
     }
     CHECK(is_autocast_enabled());
     y = fc.forward(x);
-    {
-      AutocastGuard inner(d.type, ScalarType::bfloat16);
-    }
+    { AutocastGuard inner(d.type, ScalarType::bfloat16); }
     CHECK(autocast_cache_size() == 2);  // the inner region's exit does not clear the cache
     // Live: bias cast block(32 * 2) = 512, weight cast 32 * 64 * 2 = 4096, input cast 8 * 64 * 2 = 1024,
     // output 8 * 32 * 2 = 512.
@@ -120,13 +118,13 @@ TEST_CASE("the policy: float32 ops cast up, lower-precision ops cast down, other
   const Tensor a = randn({4, 8}, f32(d));
   const Tensor h = randn({4, 8}, f32(d)).to(ScalarType::bfloat16);
   AutocastGuard autocast(d.type, ScalarType::bfloat16);
-  CHECK(matmul(a, h.t()).dtype() == ScalarType::bfloat16);     // lower precision
+  CHECK(matmul(a, h.t()).dtype() == ScalarType::bfloat16);  // lower precision
   CHECK(mm(a, a.t()).dtype() == ScalarType::bfloat16);
-  CHECK(softmax(h, -1).dtype() == ScalarType::float32);        // float32 unless a dtype is given
+  CHECK(softmax(h, -1).dtype() == ScalarType::float32);  // float32 unless a dtype is given
   CHECK(log_softmax(h, -1).dtype() == ScalarType::float32);
-  CHECK(exp(h).dtype() == ScalarType::float32);                // float32
+  CHECK(exp(h).dtype() == ScalarType::float32);  // float32
   CHECK(layer_norm(h, {8}).dtype() == ScalarType::float32);
-  CHECK(gelu(h).dtype() == ScalarType::bfloat16);              // not listed: its operand's dtype
+  CHECK(gelu(h).dtype() == ScalarType::bfloat16);  // not listed: its operand's dtype
   CHECK(gelu(a).dtype() == ScalarType::float32);
   CHECK(dot(a.flatten(), a.flatten()).dtype() == ScalarType::float32);  // promote: the widest operand
   CHECK(dot(h.flatten(), h.flatten()).dtype() == ScalarType::bfloat16);
@@ -197,7 +195,8 @@ TEST_CASE("softmax of a float16 input under float16 autocast: read as float16, w
 
 // log_softmax's half_to_float path, as softmax's (its events against PyTorch's recording are in
 // tests/programs/log_softmax_half.cpp): here the values and the gradient against the float32 path.
-TEST_CASE("log_softmax of a float16 input with dtype=float32: float32 values, a float16 gradient, as the float32 path") {
+TEST_CASE(
+    "log_softmax of a float16 input with dtype=float32: float32 values, a float16 gradient, as the float32 path") {
   const Device d = kSim;
   for (const int64_t dim : {int64_t{-1}, int64_t{0}}) {
     CAPTURE(dim);
@@ -255,8 +254,8 @@ TEST_CASE("sum of a bfloat16 (1024, 1024) under autocast: one float32 output, no
       AutocastGuard autocast(d.type, ScalarType::bfloat16);
       MemoryProbe probe(d);
       inside = allocation_events(d, [&] { s = sum(x); });
-      CHECK(probe.allocated_delta_is(512));             // the output's block, nothing else stays
-      CHECK(probe.peak_allocated_delta_is(512 * 3));    // output, staging buffer, semaphore
+      CHECK(probe.allocated_delta_is(512));           // the output's block, nothing else stays
+      CHECK(probe.peak_allocated_delta_is(512 * 3));  // output, staging buffer, semaphore
     }
     CHECK(s.dtype() == ScalarType::float32);
     CHECK(s.dim() == 0);

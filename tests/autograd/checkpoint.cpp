@@ -190,8 +190,9 @@ TEST_CASE("a recomputation that differs from the forward is named, and what it r
     } catch (const std::runtime_error& e) {
       CAPTURE(e.what());
       CHECK(contains(e.what(), "the recomputation differs from the forward pass"));
-      CHECK(contains(e.what(), "tensor at position 0:\nsaved metadata: {shape: [64, 64], dtype: float32, device: "
-                               "sim}\nrecomputed metadata: {shape: [32, 64], dtype: float32, device: sim}"));
+      CHECK(contains(e.what(),
+                     "tensor at position 0:\nsaved metadata: {shape: [64, 64], dtype: float32, device: "
+                     "sim}\nrecomputed metadata: {shape: [32, 64], dtype: float32, device: sim}"));
       CHECK(contains(e.what(), "tensor at position 2:"));
     }
     // The graph is still alive, yet nothing of the failed backward is: the root gradient (512) and the

@@ -56,14 +56,28 @@ TEST_CASE("reduction, product and view gradients match finite differences") {
     check_gradients([](auto& v) { return sum(matmul(v[0], v[1])); }, {r({2, 3, 4}, d), r({4, 5}, d)});
     check_gradients([](auto& v) { return sum(bmm(v[0], v[1]) * bmm(v[0], v[1])); }, {r({2, 3, 4}, d), r({2, 4, 2}, d)});
     check_gradients([](auto& v) { return sum(v[0].transpose(0, 1).reshape({-1}) * v[1]); }, {r({2, 3}, d), r({6}, d)});
-    check_gradients([](auto& v) { return sum(v[0].permute({2, 0, 1}).contiguous() * v[1]); }, {r({2, 3, 4}, d), r({4, 2, 3}, d)});
+    check_gradients(
+        [](auto& v) {
+          return sum(v[0].permute({2, 0, 1}).contiguous() * v[1]);
+        },
+        {r({2, 3, 4}, d), r({4, 2, 3}, d)});
     check_gradients([](auto& v) { return sum(v[0].select(1, 2) * v[0].slice(0, 1, 3).sum()); }, {r({3, 4}, d)});
-    check_gradients([](auto& v) { return sum(v[0].unsqueeze(0).expand({3, 2, 4}) * v[1]); }, {r({2, 4}, d), r({3, 2, 4}, d)});
-    check_gradients([](auto& v) {
-      auto rows = v[0].unbind(0);
-      return sum(stack({rows[2], rows[0]}, 1) * v[1]);
-    }, {r({3, 4}, d), r({4, 2}, d)});
-    check_gradients([](auto& v) { return sum(cat({v[0], v[1]}, 1) * cat({v[1], v[0]}, 1)); }, {r({2, 3}, d), r({2, 3}, d)});
+    check_gradients(
+        [](auto& v) {
+          return sum(v[0].unsqueeze(0).expand({3, 2, 4}) * v[1]);
+        },
+        {r({2, 4}, d), r({3, 2, 4}, d)});
+    check_gradients(
+        [](auto& v) {
+          auto rows = v[0].unbind(0);
+          return sum(stack({rows[2], rows[0]}, 1) * v[1]);
+        },
+        {r({3, 4}, d), r({4, 2}, d)});
+    check_gradients(
+        [](auto& v) {
+          return sum(cat({v[0], v[1]}, 1) * cat({v[1], v[0]}, 1));
+        },
+        {r({2, 3}, d), r({2, 3}, d)});
     const Device other = d == kCpu ? kSim : kCpu;
     check_gradients([&](auto& v) { return sum(v[0].to(other).to(d) * v[0]); }, {r({2, 3}, d)});  // to(device)
   }

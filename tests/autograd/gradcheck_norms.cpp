@@ -207,11 +207,11 @@ TEST_CASE("norm and var backward make PyTorch's temporaries in its order") {
     // then the product (x's gradient); the mask and the quotient die at the end of the expression.
     Tensor loss = sum(norm(x, {1}));
     const Events events = backward_events(loss);
-    const Events expected = {{"alloc", 4},  // the root gradient
-                             {"alloc", 2097152}, {"alloc", 1024}, {"alloc", 2097152}, {"free", 1024},
-                             {"free", 2097152},
-                             {"free", 4096},  // the saved result (1024 floats), released after the node
-                             {"free", 4}};
+    const Events expected = {
+        {"alloc", 4},  // the root gradient
+        {"alloc", 2097152}, {"alloc", 1024}, {"alloc", 2097152}, {"free", 1024},
+        {"free", 2097152},  {"free", 4096},  // the saved result (1024 floats), released after the node
+        {"free", 4}};
     CHECK(events == expected);
   }
   x.set_grad(Tensor());
@@ -221,9 +221,10 @@ TEST_CASE("norm and var backward make PyTorch's temporaries in its order") {
     // scaled grad (1024 floats), then the product (x's gradient); the temporaries die in reverse order.
     Tensor loss = sum(var(x, {1}));
     const Events events = backward_events(loss);
-    const Events expected = {{"alloc", 4},    {"alloc", 4096}, {"alloc", 2097152}, {"alloc", 4096},
-                             {"alloc", 2097152}, {"free", 4096}, {"free", 2097152}, {"free", 4096},
-                             {"free", 4}};  // var saves only self (x): nothing else to release
+    const Events expected = {
+        {"alloc", 4},   {"alloc", 4096},   {"alloc", 2097152}, {"alloc", 4096}, {"alloc", 2097152},
+        {"free", 4096}, {"free", 2097152}, {"free", 4096},     {"free", 4}};  // var saves only self (x): nothing else
+                                                                              // to release
     CHECK(events == expected);
   }
   x.set_grad(Tensor());

@@ -66,7 +66,7 @@ TEST_CASE("backward(gradient) with a 0-d gradient on another device moves it to 
   fresh_sim();
   {
     Tensor x = ones({3, 4}, sim_f32).requires_grad_();
-    Tensor loss = sum(x * 3.0);  // the product (512) is not kept: a product by a number saves nothing
+    Tensor loss = sum(x * 3.0);       // the product (512) is not kept: a product by a number saves nothing
     CHECK(allocated() == 512 + 512);  // x and the 0-d loss
     caching_allocator(kSim).reset_peak_stats();
     loss.backward(scalar_tensor(0.5, TensorOptions{ScalarType::float64, kCpu}));
@@ -158,8 +158,9 @@ TEST_CASE("an unpack hook's undefined tensor is named; what the hooks gave back 
       loss.backward();
       FAIL("expected an error");
     } catch (const std::runtime_error& e) {
-      CHECK(contains(e.what(), "the unpack hook returned an undefined tensor for the saved tensor 'other' of "
-                               "MulBackward0 (a float32 tensor of shape [3, 4])"));
+      CHECK(contains(e.what(),
+                     "the unpack hook returned an undefined tensor for the saved tensor 'other' of "
+                     "MulBackward0 (a float32 tensor of shape [3, 4])"));
     }
     // During backward: the root gradient (512) and the sim copy of `self` the unpack hook made (512). Both are
     // gone once backward has failed, although the graph (and its packed cpu copies) is still alive.

@@ -21,7 +21,8 @@ const char* const kViewOfLeaf = "a view of a leaf Variable that requires grad is
 
 struct Figures {
   int64_t allocated, reserved;
-  Figures() : allocated(caching_allocator(kSim).memory_allocated()), reserved(caching_allocator(kSim).memory_reserved()) {}
+  Figures()
+      : allocated(caching_allocator(kSim).memory_allocated()), reserved(caching_allocator(kSim).memory_reserved()) {}
   bool operator==(const Figures&) const = default;
 };
 

@@ -126,23 +126,23 @@ TEST_CASE("the first backward allocates and frees in PyTorch's order") {
       events.emplace_back(std::string(trace_action_name(e.action)), e.size);
   caching_allocator(kSim).record_history(false);
   const std::vector<std::pair<std::string, size_t>> expected = {
-      {"alloc", 4},                // root gradient ones_like(loss)
-      {"alloc", 2097152},          // grad_h = grad @ W2 (1024*512*4)
-      {"alloc", 4096},             // contiguous copy of the expanded grad for cuBLAS
+      {"alloc", 4},        // root gradient ones_like(loss)
+      {"alloc", 2097152},  // grad_h = grad @ W2 (1024*512*4)
+      {"alloc", 4096},     // contiguous copy of the expanded grad for cuBLAS
       {"free_requested", 4096},
-      {"alloc", 2048},             // W2's gradient (1*512*4)
-      {"alloc", 4096},             // the copy again, for the weight product
+      {"alloc", 2048},  // W2's gradient (1*512*4)
+      {"alloc", 4096},  // the copy again, for the weight product
       {"free_requested", 4096},
-      {"alloc", 4},                // b2's gradient: grad summed down to (1)
-      {"free_requested", 2097152}, // h released with lin2's saved tensors
-      {"alloc", 524288},           // W1's gradient (512*256*4)
-      {"alloc", 2048},             // b1's gradient (512*4)
-      {"alloc", 4194304},          // its sum kernel's staging buffer (kernels/reduce_scratch.h)
-      {"alloc", 16},               // and semaphores (4 grid columns)
+      {"alloc", 4},                 // b2's gradient: grad summed down to (1)
+      {"free_requested", 2097152},  // h released with lin2's saved tensors
+      {"alloc", 524288},            // W1's gradient (512*256*4)
+      {"alloc", 2048},              // b1's gradient (512*4)
+      {"alloc", 4194304},           // its sum kernel's staging buffer (kernels/reduce_scratch.h)
+      {"alloc", 16},                // and semaphores (4 grid columns)
       {"free_requested", 16},
       {"free_requested", 4194304},
-      {"free_requested", 2097152}, // grad_h consumed
-      {"free_requested", 4},       // the root gradient, when backward returns
+      {"free_requested", 2097152},  // grad_h consumed
+      {"free_requested", 4},        // the root gradient, when backward returns
   };
   CHECK(events == expected);
 }

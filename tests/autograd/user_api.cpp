@@ -55,12 +55,11 @@ TEST_CASE("TensorOptions::requires_grad makes the factory's tensor a leaf that r
     CHECK(p.allocated_delta_is(512));  // 2*3*4 = 24 -> one 512-byte block, nothing else
     Tensor b = zeros({3}, device(kSim).with_requires_grad());
     CHECK(b.requires_grad());
-    for (const Tensor& t : {ones({2}, TensorOptions{}.with_device(kSim).with_requires_grad()),
-                            full({2}, 3.0, {.device = kSim, .requires_grad = true}),
-                            empty({2}, {.device = kSim, .requires_grad = true}),
-                            rand({2}, {.device = kSim, .requires_grad = true}),
-                            arange(4.0, {.device = kSim, .requires_grad = true}),
-                            tensor({1.0, 2.0}, {.device = kSim, .requires_grad = true})})
+    for (const Tensor& t :
+         {ones({2}, TensorOptions{}.with_device(kSim).with_requires_grad()),
+          full({2}, 3.0, {.device = kSim, .requires_grad = true}), empty({2}, {.device = kSim, .requires_grad = true}),
+          rand({2}, {.device = kSim, .requires_grad = true}), arange(4.0, {.device = kSim, .requires_grad = true}),
+          tensor({1.0, 2.0}, {.device = kSim, .requires_grad = true})})
       CHECK(t.requires_grad());
     CHECK_FALSE(randn({2}, device(kSim)).requires_grad());
     // Gradients flow into it as into any leaf.
@@ -147,8 +146,9 @@ TEST_CASE("saved_tensors names each node's module, charges blocks once per stora
   CHECK(contains(table, "fc2"));
   CHECK(contains(table, "1.00 KiB (1024 B)"));
   CHECK(contains(table, "1.50 KiB (1536 B)"));
-  CHECK(contains(table, "4 saved tensors in 3 storages: 4.50 KiB (4608 B) in blocks, 1.00 KiB (1024 B) held only by "
-                        "the graph"));
+  CHECK(contains(table,
+                 "4 saved tensors in 3 storages: 4.50 KiB (4608 B) in blocks, 1.00 KiB (1024 B) held only by "
+                 "the graph"));
   std::ostringstream streamed;
   streamed << report;
   CHECK(streamed.str() == table);
@@ -169,7 +169,7 @@ TEST_CASE("module names follow the model's path; a multi-input forward names its
     Tensor forward(const Tensor& x) override { return (*proj)(x); }
     Tensor forward(const Tensor& x, const Tensor& y) {
       auto scope = module_scope();
-      return (*proj)(x) * y;
+      return (*proj)(x)*y;
     }
     std::shared_ptr<nn::Linear> proj;
   };

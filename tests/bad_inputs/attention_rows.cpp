@@ -31,7 +31,9 @@ std::vector<Row> attention_rows() {
   };
   return {
       {"sdpa with an int64 attn_mask", E::invalid_argument, "bool or float",
-       [=](Fixture& f) { sdpa(f.a, f.ints.view({2, 3}), 0.0); }},
+       [=](Fixture& f) {
+         sdpa(f.a, f.ints.view({2, 3}), 0.0);
+       }},
       {"sdpa with a mask that does not broadcast to the scores", E::invalid_argument, "cannot be broadcast",
        [=](Fixture& f) { sdpa(f.a, f.flags, 0.0); }},
       {"sdpa with a mask of more dims than the scores", E::invalid_argument, "[3, 3]",
@@ -73,7 +75,9 @@ std::vector<Row> attention_rows() {
       {"sdpa on 1-d inputs", E::invalid_argument, "at least 2-dimensional",
        [=](Fixture& f) { sdpa(f.a.select(0, 0), std::nullopt, 0.0); }},
       {"sdpa on an integer query", E::invalid_argument, "",
-       [=](Fixture& f) { sdpa(f.ints.view({2, 3}), std::nullopt, 0.0); }},
+       [=](Fixture& f) {
+         sdpa(f.ints.view({2, 3}), std::nullopt, 0.0);
+       }},
       {"MultiheadSelfAttention on a 1-d input", E::invalid_argument, "unbatched (L, 4)",
        [](Fixture& f) {
          nn::MultiheadSelfAttention attn(4, 2, true, TensorOptions{ScalarType::float32, kCpu});

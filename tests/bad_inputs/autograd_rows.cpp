@@ -70,14 +70,20 @@ std::vector<Row> autograd_rows() {
       {"a node returning a gradient of an incompatible shape", E::runtime_error,
        "Function FixedGradientBackward returned an invalid gradient at index 0 - got [4, 3] but expected shape "
        "compatible with [3, 4]",
-       [sim_f32](Fixture& f) { sum(through_fixed_gradient(f.leaf, ones({4, 3}, sim_f32))).backward(); }},
+       [sim_f32](Fixture& f) {
+         sum(through_fixed_gradient(f.leaf, ones({4, 3}, sim_f32))).backward();
+       }},
       // -------------------------------------------------------------------- .grad assignment
       {"set_grad with another dtype", E::invalid_argument,
        "assigned grad has data of a different type: attempting to assign a gradient with dtype float64 to a "
        "tensor with dtype float32",
-       [](Fixture& f) { f.leaf.set_grad(ones({3, 4}, TensorOptions{ScalarType::float64, kSim})); }},
+       [](Fixture& f) {
+         f.leaf.set_grad(ones({3, 4}, TensorOptions{ScalarType::float64, kSim}));
+       }},
       {"set_grad with an integer gradient", E::invalid_argument, "with dtype int64 to a tensor with dtype float32",
-       [](Fixture& f) { f.leaf.set_grad(zeros({3, 4}, TensorOptions{ScalarType::int64, kSim})); }},
+       [](Fixture& f) {
+         f.leaf.set_grad(zeros({3, 4}, TensorOptions{ScalarType::int64, kSim}));
+       }},
       {"set_grad with a gradient on another device", E::invalid_argument,
        "assigned grad has data located on a different device: attempting to assign a gradient on cpu to a tensor "
        "on sim",
@@ -88,8 +94,7 @@ std::vector<Row> autograd_rows() {
        [](Fixture& f) { f.leaf.set_grad(f.b); }},
       {"set_grad with a gradient that only broadcasts", E::invalid_argument, "of size [4] to a tensor of size [3, 4]",
        [](Fixture& f) { f.leaf.set_grad(f.a[0]); }},
-      {"set_grad with the tensor itself", E::invalid_argument, "own grad",
-       [](Fixture& f) { f.a.set_grad(f.a); }},
+      {"set_grad with the tensor itself", E::invalid_argument, "own grad", [](Fixture& f) { f.a.set_grad(f.a); }},
       // ------------------------------------------------------------------ saved-tensor hooks
       // (f.a needs no gradient, so MulBackward0 saves only it, as 'other': the factor leaf's gradient needs)
       {"an unpack hook returning an undefined tensor", E::runtime_error,
@@ -141,8 +146,8 @@ std::vector<Row> autograd_rows() {
        [](Fixture& f) {
          auto calls = std::make_shared<int>(0);
          // x * x saves both factors; x * x.detach() only the detached one (x's gradient needs it alone).
-         Tensor y = checkpoint(
-             [calls](const Tensor& x) { return (*calls)++ == 0 ? sum(x * x) : sum(x * x.detach()); }, f.leaf);
+         Tensor y = checkpoint([calls](const Tensor& x) { return (*calls)++ == 0 ? sum(x * x) : sum(x * x.detach()); },
+                               f.leaf);
          y.backward();
        }},
   };

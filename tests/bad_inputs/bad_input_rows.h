@@ -31,7 +31,6 @@
 using namespace bytegrad;
 using namespace bytegrad::testing;
 
-
 namespace bytegrad::bad_inputs {
 
 using namespace bytegrad;
@@ -61,11 +60,11 @@ struct Row {
 };
 
 // One table per area (a file each), concatenated by the runner.
-std::vector<Row> core_rows();      // factories, views, ops, indexing, autograd, nn, allocator, configuration
-std::vector<Row> scalar_rows();    // values that must fit their dtype; integer and bool arithmetic; host buffers
-std::vector<Row> overlap_rows();   // writes whose source overlaps their destination; views and shapes
-std::vector<Row> autograd_rows();  // gradients' dtype and device; hooks; checkpointing
-std::vector<Row> tool_rows();      // optimizers, modules, memory tools, settings, the programs' inputs
-std::vector<Row> attention_rows(); // scaled_dot_product_attention and attention modules
+std::vector<Row> core_rows();       // factories, views, ops, indexing, autograd, nn, allocator, configuration
+std::vector<Row> scalar_rows();     // values that must fit their dtype; integer and bool arithmetic; host buffers
+std::vector<Row> overlap_rows();    // writes whose source overlaps their destination; views and shapes
+std::vector<Row> autograd_rows();   // gradients' dtype and device; hooks; checkpointing
+std::vector<Row> tool_rows();       // optimizers, modules, memory tools, settings, the programs' inputs
+std::vector<Row> attention_rows();  // scaled_dot_product_attention and attention modules
 
 }  // namespace bytegrad::bad_inputs

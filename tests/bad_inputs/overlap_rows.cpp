@@ -12,7 +12,8 @@ namespace {
 Tensor square_view_of(const Tensor& a) { return a.view({12}).slice(0, 0, 9).view({3, 3}); }
 
 // PyTorch's two sentences (MemoryOverlap.cpp).
-constexpr const char* kPartial = "some elements of the input tensor and the written-to tensor refer to a single memory location";
+constexpr const char* kPartial =
+    "some elements of the input tensor and the written-to tensor refer to a single memory location";
 constexpr const char* kInternal = "more than one element of the written-to tensor refers to a single memory location";
 
 }  // namespace
@@ -22,9 +23,15 @@ std::vector<Row> overlap_rows() {
   return {
       // ------------------------------------------------------------ an input partly over the destination
       {"copy_ from its own transpose", E::invalid_argument, kPartial,
-       [](Fixture& f) { const Tensor x = square_view_of(f.a); x.copy_(x.t()); }},
+       [](Fixture& f) {
+         const Tensor x = square_view_of(f.a);
+         x.copy_(x.t());
+       }},
       {"add_ of its own transpose", E::invalid_argument, kPartial,
-       [](Fixture& f) { const Tensor x = square_view_of(f.a); x.add_(x.t()); }},
+       [](Fixture& f) {
+         const Tensor x = square_view_of(f.a);
+         x.add_(x.t());
+       }},
       {"mul_ by its own transpose, as another view of the storage", E::invalid_argument, kPartial,
        [](Fixture& f) { square_view_of(f.a).mul_(square_view_of(f.a).t()); }},
       {"copy_ shifted by one element", E::invalid_argument, kPartial,
@@ -49,15 +56,25 @@ std::vector<Row> overlap_rows() {
        [](Fixture& f) { f.flags.slice(0, 1, 4).masked_fill_(f.flags.slice(0, 0, 3), 1.0); }},
       // ------------------------------------------------------------ a destination that shares elements
       {"mul_ into an expanded view", E::invalid_argument, kInternal,
-       [](Fixture& f) { f.a.select(0, 0).expand({3, 4}).mul_(2.0); }},
+       [](Fixture& f) {
+         f.a.select(0, 0).expand({3, 4}).mul_(2.0);
+       }},
       {"copy_ into an expanded view", E::invalid_argument, kInternal,
-       [](Fixture& f) { f.a.select(0, 0).expand({3, 4}).copy_(f.leaf.detach()); }},
+       [](Fixture& f) {
+         f.a.select(0, 0).expand({3, 4}).copy_(f.leaf.detach());
+       }},
       {"sqrt_ into an expanded view", E::invalid_argument, "dimension 0 of size 3 has stride 0",
-       [](Fixture& f) { sqrt_(f.a.select(1, 0).unsqueeze(0).expand({3, 3})); }},
+       [](Fixture& f) {
+         sqrt_(f.a.select(1, 0).unsqueeze(0).expand({3, 3}));
+       }},
       {"relu_ into a stride-0 as_strided view", E::invalid_argument, kInternal,
-       [](Fixture& f) { f.a.as_strided({2, 2}, {0, 1}, 0).relu_(); }},
+       [](Fixture& f) {
+         f.a.as_strided({2, 2}, {0, 1}, 0).relu_();
+       }},
       {"addcmul_ into an expanded view", E::invalid_argument, kInternal,
-       [](Fixture& f) { addcmul_(f.a.select(0, 0).expand({3, 4}), f.leaf.detach(), f.leaf.detach()); }},
+       [](Fixture& f) {
+         addcmul_(f.a.select(0, 0).expand({3, 4}), f.leaf.detach(), f.leaf.detach());
+       }},
       {"add_ of itself into an expanded view", E::invalid_argument, kInternal,
        [](Fixture& f) {
          const Tensor e = f.a.select(0, 0).expand({3, 4});
@@ -77,15 +94,22 @@ std::vector<Row> overlap_rows() {
       {"slice of a 0-d tensor", E::invalid_argument, "slice() cannot be applied to a 0-dim tensor",
        [](Fixture& f) { f.a.select(0, 0).select(0, 0).slice(0, 0, 1); }},
       {"cat with a 0-d tensor after a valid one", E::invalid_argument, "zero-dimensional tensor (at position 1)",
-       [](Fixture& f) { cat({f.a, f.a.select(0, 0).select(0, 0)}, 0); }},
-      {"cat of a legacy empty tensor and a mismatched one", E::invalid_argument, "sizes must match except in dimension 0",
-       [](Fixture& f) { cat({f.a, f.a.view({12}).slice(0, 0, 0), f.b}, 0); }},
+       [](Fixture& f) {
+         cat({f.a, f.a.select(0, 0).select(0, 0)}, 0);
+       }},
+      {"cat of a legacy empty tensor and a mismatched one", E::invalid_argument,
+       "sizes must match except in dimension 0",
+       [](Fixture& f) {
+         cat({f.a, f.a.view({12}).slice(0, 0, 0), f.b}, 0);
+       }},
       {"linear with a 0-d input", E::invalid_argument, "need to be at least 1D, but they are 0D and 2D",
        [](Fixture& f) { linear(f.a.select(0, 0).select(0, 0), f.a); }},
       {"linear with a 1-d weight and a bias (addmm wants a matrix)", E::invalid_argument, "2-d",
        [](Fixture& f) { linear(f.a, f.a.select(0, 0), f.a.select(0, 0).select(0, 0)); }},
       {"linear with a 3-d weight", E::invalid_argument, "must be 1-d or 2-d",
-       [](Fixture& f) { linear(f.a, f.a.view({3, 2, 2})); }},
+       [](Fixture& f) {
+         linear(f.a, f.a.view({3, 2, 2}));
+       }},
   };
 }
 

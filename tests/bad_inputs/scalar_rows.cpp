@@ -23,7 +23,8 @@ std::vector<Row> scalar_rows() {
   using S = ScalarType;
   return {
       // -------------------------------------------------------- values that do not fit the dtype
-      {"full(1e39) into float32", E::invalid_argument, "value 1e+39 cannot be converted to type float32 without overflow",
+      {"full(1e39) into float32", E::invalid_argument,
+       "value 1e+39 cannot be converted to type float32 without overflow",
        [](Fixture&) { full({2}, 1e39, on_sim(S::float32)); }},
       {"full(65520) into float16", E::invalid_argument, "value 65520 cannot be converted to type float16",
        [](Fixture&) { full({2}, 65520.0, on_sim(S::float16)); }},
@@ -53,31 +54,42 @@ std::vector<Row> scalar_rows() {
        [](Fixture&) { cpu_zeros(S::uint8).fill_(300); }},
       {"fill_(1e39) on float32 (the fixture's own tensor)", E::invalid_argument, "fill_: value 1e+39",
        [](Fixture& f) { f.a.fill_(1e39); }},
-      {"fill_(NaN) on int64 (the fixture's own tensor)", E::invalid_argument, "fill_: value nan cannot be converted to type int64",
-       [](Fixture& f) { f.ints.fill_(kNan); }},
+      {"fill_(NaN) on int64 (the fixture's own tensor)", E::invalid_argument,
+       "fill_: value nan cannot be converted to type int64", [](Fixture& f) { f.ints.fill_(kNan); }},
       {"masked_fill_(300) on uint8", E::invalid_argument, "masked_fill_: value 300 cannot be converted to type uint8",
        [](Fixture&) { cpu_zeros(S::uint8).masked_fill_(cpu_mask(), 300); }},
       {"masked_fill_(3e9) on int32", E::invalid_argument, "masked_fill_: value 3000000000",
        [](Fixture&) { cpu_zeros(S::int32).masked_fill_(cpu_mask(), 3e9); }},
       {"masked_fill_(NaN) on the fixture's int64 tensor", E::invalid_argument, "masked_fill_: value nan",
        [](Fixture& f) { f.ints.slice(0, 0, 4).masked_fill_(f.flags, kNan); }},
-      {"masked_fill(1e39) on float32", E::invalid_argument, "masked_fill: value 1e+39 cannot be converted to type float32",
+      {"masked_fill(1e39) on float32", E::invalid_argument,
+       "masked_fill: value 1e+39 cannot be converted to type float32",
        [](Fixture& f) { masked_fill(f.a.slice(1, 0, 4).select(0, 0), f.flags, 1e39); }},
       {"constant_pad_nd with a value beyond uint8", E::invalid_argument, "constant_pad_nd: value 256",
-       [](Fixture&) { constant_pad_nd(cpu_zeros(S::uint8), {1, 1}, 256); }},
+       [](Fixture&) {
+         constant_pad_nd(cpu_zeros(S::uint8), {1, 1}, 256);
+       }},
       {"tensor([300]) as uint8", E::invalid_argument, "tensor: value 300 cannot be converted to type uint8",
-       [](Fixture&) { tensor({1.0, 300.0}, on_sim(S::uint8)); }},
+       [](Fixture&) {
+         tensor({1.0, 300.0}, on_sim(S::uint8));
+       }},
       {"tensor([NaN]) as int64", E::invalid_argument, "tensor: value nan cannot be converted to type int64",
-       [](Fixture&) { tensor({{1.0, kNan}}, on_sim(S::int64)); }},
+       [](Fixture&) {
+         tensor({{1.0, kNan}}, on_sim(S::int64));
+       }},
       {"from_vector of 2^31 into int32", E::invalid_argument, "value 2147483648 cannot be converted to type int32",
        [](Fixture&) { from_vector({0x1p31}, {1}, on_sim(S::int32)); }},
       {"scalar_tensor(-1e3) as uint8", E::invalid_argument, "value -1000 cannot be converted to type uint8",
        [](Fixture&) { scalar_tensor(-1000, on_sim(S::uint8)); }},
-      {"fill_from_host of a value beyond int32", E::invalid_argument, "value 10000000000 cannot be converted to type int32",
-       [](Fixture&) { fill_from_host(cpu_zeros(S::int32).slice(0, 0, 2), std::vector<double>{1.0, 1e10}); }},
+      {"fill_from_host of a value beyond int32", E::invalid_argument,
+       "value 10000000000 cannot be converted to type int32",
+       [](Fixture&) {
+         fill_from_host(cpu_zeros(S::int32).slice(0, 0, 2), std::vector<double>{1.0, 1e10});
+       }},
       {"arange past uint8", E::invalid_argument, "arange: value 299 cannot be converted to type uint8",
        [](Fixture&) { arange(0.0, 300.0, 1.0, on_sim(S::uint8)); }},
-      {"arange of negative values into uint8", E::invalid_argument, "arange: value -3 cannot be converted to type uint8",
+      {"arange of negative values into uint8", E::invalid_argument,
+       "arange: value -3 cannot be converted to type uint8",
        [](Fixture&) { arange(-3.0, 3.0, 1.0, on_sim(S::uint8)); }},
       {"arange past float16", E::invalid_argument, "arange: value 69999 cannot be converted to type float16",
        [](Fixture&) { arange(0.0, 70000.0, 1.0, on_sim(S::float16)); }},
@@ -125,46 +137,57 @@ std::vector<Row> scalar_rows() {
        [](Fixture& f) { 1.0 - f.flags; }},
       {"bool.sub_(scalar) on the fixture's tensor", E::invalid_argument, "with a bool tensor is not supported",
        [](Fixture& f) { f.flags.sub_(1.0); }},
-      {"int64 add with alpha 0.5", E::invalid_argument, "For integral input tensors, argument alpha must not be a floating point number",
+      {"int64 add with alpha 0.5", E::invalid_argument,
+       "For integral input tensors, argument alpha must not be a floating point number",
        [](Fixture& f) { add(f.ints, f.ints, 0.5); }},
-      {"int64 sub with alpha 0.5", E::invalid_argument, "argument alpha must not be a floating point number (alpha = 0.5",
-       [](Fixture& f) { sub(f.ints, f.ints, 0.5); }},
-      {"int64 add_ with alpha 1.5 on the fixture's tensor", E::invalid_argument, "argument alpha must not be a floating point number",
-       [](Fixture& f) { f.ints.add_(f.ints, 1.5); }},
-      {"int64 add of a scalar with alpha 0.5", E::invalid_argument, "argument alpha must not be a floating point number",
-       [](Fixture& f) { f.ints.add(2.0, 0.5); }},
+      {"int64 sub with alpha 0.5", E::invalid_argument,
+       "argument alpha must not be a floating point number (alpha = 0.5", [](Fixture& f) { sub(f.ints, f.ints, 0.5); }},
+      {"int64 add_ with alpha 1.5 on the fixture's tensor", E::invalid_argument,
+       "argument alpha must not be a floating point number", [](Fixture& f) { f.ints.add_(f.ints, 1.5); }},
+      {"int64 add of a scalar with alpha 0.5", E::invalid_argument,
+       "argument alpha must not be a floating point number", [](Fixture& f) { f.ints.add(2.0, 0.5); }},
       {"bool add with alpha 0.5", E::invalid_argument, "argument alpha must not be a floating point number",
        [](Fixture& f) { add(f.flags, f.flags, 0.5); }},
-      {"int64 add_ of 2.5 on the fixture's tensor", E::invalid_argument, "result type Float can't be cast to the desired output type Long",
-       [](Fixture& f) { f.ints.add_(2.5); }},
-      {"int64 mul_ by NaN on the fixture's tensor", E::invalid_argument, "result type Float can't be cast to the desired output type Long",
-       [](Fixture& f) { f.ints.mul_(kNan); }},
+      {"int64 add_ of 2.5 on the fixture's tensor", E::invalid_argument,
+       "result type Float can't be cast to the desired output type Long", [](Fixture& f) { f.ints.add_(2.5); }},
+      {"int64 mul_ by NaN on the fixture's tensor", E::invalid_argument,
+       "result type Float can't be cast to the desired output type Long", [](Fixture& f) { f.ints.mul_(kNan); }},
       // (int64 + 2.5, int64 * inf, int64 ** 0.5 and bool + 2 compute in float32 / int64 as in PyTorch: valid
       // inputs, tested with values in tests/fuzz/regressions.cpp.)
       {"bool.mul_(2) on the fixture's tensor (result type int64)", E::invalid_argument,
        "result type Long can't be cast to the desired output type Bool", [](Fixture& f) { f.flags.mul_(2.0); }},
       // ----------------------------------------------------------------- host buffers, bounded
       {"fill_from_host of 2 values into 3x4", E::invalid_argument, "2 host values for the 12 elements",
-       [](Fixture& f) { fill_from_host(f.a, std::vector<double>{1.0, 2.0}); }},
+       [](Fixture& f) {
+         fill_from_host(f.a, std::vector<double>{1.0, 2.0});
+       }},
       {"fill_from_host of 13 values into 3x4", E::invalid_argument, "13 host values for the 12 elements",
        [](Fixture& f) { fill_from_host(f.a, std::vector<double>(13, 1.0)); }},
       {"fill_from_host of 2 values into a transposed 3x4", E::invalid_argument, "2 host values for the 12 elements",
-       [](Fixture& f) { fill_from_host(f.a.t(), std::vector<double>{1.0, 2.0}); }},
+       [](Fixture& f) {
+         fill_from_host(f.a.t(), std::vector<double>{1.0, 2.0});
+       }},
       {"fill_from_host from a pointer and a short count", E::invalid_argument, "3 host values for the 12 elements",
        [](Fixture& f) {
          const double values[12] = {};
          fill_from_host(f.c, std::span<const double>(values, 3));
        }},
       {"fill_from_host of no values into a meta tensor", E::invalid_argument, "0 host values for the 6 elements",
-       [](Fixture&) { fill_from_host(empty({2, 3}, device("meta")), std::span<const double>()); }},
+       [](Fixture&) {
+         fill_from_host(empty({2, 3}, device("meta")), std::span<const double>());
+       }},
       {"from_vector with too many values", E::invalid_argument, "4 values do not fill shape [3]",
-       [](Fixture&) { from_vector({1, 2, 3, 4}, {3}, on_sim(S::float32)); }},
-      {"copy_from_host with a short buffer", E::invalid_argument, "a host buffer of 8 bytes (2 float32 values) for 12 elements",
+       [](Fixture&) {
+         from_vector({1, 2, 3, 4}, {3}, on_sim(S::float32));
+       }},
+      {"copy_from_host with a short buffer", E::invalid_argument,
+       "a host buffer of 8 bytes (2 float32 values) for 12 elements",
        [](Fixture& f) {
          const float two[2] = {1.0f, 2.0f};
          backend_for(kSim).copy_from_host(f.a.view_for_kernels(), std::as_bytes(std::span(two)));
        }},
-      {"copy_to_host into a short buffer", E::invalid_argument, "a host buffer of 16 bytes (4 float32 values) for 12 elements",
+      {"copy_to_host into a short buffer", E::invalid_argument,
+       "a host buffer of 16 bytes (4 float32 values) for 12 elements",
        [](Fixture& f) {
          float four[4] = {};
          backend_for(kCpu).copy_to_host(std::as_writable_bytes(std::span(four)), f.c.view_for_kernels());
@@ -172,7 +195,8 @@ std::vector<Row> scalar_rows() {
       // ------------------------------------------------------------------- probabilities
       {"dropout with p = NaN", E::invalid_argument, "probability has to be between 0 and 1, but got nan",
        [](Fixture& f) { dropout(f.a, kNan); }},
-      {"dropout with p = NaN in eval", E::invalid_argument, "but got nan", [](Fixture& f) { dropout(f.a, kNan, false); }},
+      {"dropout with p = NaN in eval", E::invalid_argument, "but got nan",
+       [](Fixture& f) { dropout(f.a, kNan, false); }},
       {"an nn::Dropout(NaN) refuses at the call (PyTorch accepts the module)", E::invalid_argument, "but got nan",
        [](Fixture& f) {
          nn::Dropout module(kNan);

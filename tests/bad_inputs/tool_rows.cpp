@@ -35,25 +35,40 @@ std::vector<Row> tool_rows() {
       {"Adam with lr -1", E::invalid_argument, "Adam: Invalid learning rate: -1",
        [](Fixture& f) { optim::Adam({f.leaf}, -1.0); }},
       {"Adam with beta1 NaN", E::invalid_argument, "Invalid beta parameter at index 0: nan",
-       [](Fixture& f) { optim::Adam({f.leaf}, 1e-3, {kNaN, 0.999}); }},
+       [](Fixture& f) {
+         optim::Adam({f.leaf}, 1e-3, {kNaN, 0.999});
+       }},
       {"Adam with beta1 1.0", E::invalid_argument, "Invalid beta parameter at index 0: 1",
-       [](Fixture& f) { optim::Adam({f.leaf}, 1e-3, {1.0, 0.999}); }},
+       [](Fixture& f) {
+         optim::Adam({f.leaf}, 1e-3, {1.0, 0.999});
+       }},
       {"Adam with beta2 NaN", E::invalid_argument, "Invalid beta parameter at index 1: nan",
-       [](Fixture& f) { optim::Adam({f.leaf}, 1e-3, {0.9, kNaN}); }},
+       [](Fixture& f) {
+         optim::Adam({f.leaf}, 1e-3, {0.9, kNaN});
+       }},
       {"Adam with beta2 -0.1", E::invalid_argument, "Invalid beta parameter at index 1: -0.1",
-       [](Fixture& f) { optim::Adam({f.leaf}, 1e-3, {0.9, -0.1}); }},
+       [](Fixture& f) {
+         optim::Adam({f.leaf}, 1e-3, {0.9, -0.1});
+       }},
       {"Adam with eps NaN", E::invalid_argument, "Invalid epsilon value: nan",
-       [](Fixture& f) { optim::Adam({f.leaf}, 1e-3, {0.9, 0.999}, kNaN); }},
+       [](Fixture& f) {
+         optim::Adam({f.leaf}, 1e-3, {0.9, 0.999}, kNaN);
+       }},
       {"Adam with weight_decay NaN", E::invalid_argument, "Invalid weight_decay value: nan",
-       [](Fixture& f) { optim::Adam({f.leaf}, 1e-3, {0.9, 0.999}, 1e-8, kNaN); }},
+       [](Fixture& f) {
+         optim::Adam({f.leaf}, 1e-3, {0.9, 0.999}, 1e-8, kNaN);
+       }},
       {"AdamW with lr NaN", E::invalid_argument, "AdamW: Invalid learning rate: nan",
        [](Fixture& f) { optim::AdamW({f.leaf}, kNaN); }},
       {"AdamW with weight_decay -1", E::invalid_argument, "AdamW: Invalid weight_decay value: -1",
-       [](Fixture& f) { optim::AdamW({f.leaf}, 1e-3, {0.9, 0.999}, 1e-8, -1.0); }},
+       [](Fixture& f) {
+         optim::AdamW({f.leaf}, 1e-3, {0.9, 0.999}, 1e-8, -1.0);
+       }},
       {"Adam with a second group's beta2 NaN", E::invalid_argument, "Invalid beta parameter at index 1: nan",
        [](Fixture& f) {
          optim::Adam({AdamParamGroup{{f.leaf}, {}},
-                      AdamParamGroup{{f.a.detach().requires_grad_()}, adam_options([](AdamOptions& o) { o.betas.second = kNaN; })}});
+                      AdamParamGroup{{f.a.detach().requires_grad_()},
+                                     adam_options([](AdamOptions& o) { o.betas.second = kNaN; })}});
        }},
       // PyTorch's SGD checks `lr < 0` and `momentum < 0`, which NaN passes (its parameters all become NaN):
       // refused here, a deliberate difference.
@@ -72,7 +87,8 @@ std::vector<Row> tool_rows() {
       {"Adam with one parameter in two groups", E::invalid_argument,
        "some parameters appear in more than one parameter group",
        [](Fixture& f) {
-         optim::Adam({AdamParamGroup{{f.leaf}, {}}, AdamParamGroup{{f.leaf}, adam_options([](AdamOptions& o) { o.lr = 0.1; })}});
+         optim::Adam({AdamParamGroup{{f.leaf}, {}},
+                      AdamParamGroup{{f.leaf}, adam_options([](AdamOptions& o) { o.lr = 0.1; })}});
        }},
       {"AdamW with one parameter in groups 0 and 2 of three", E::invalid_argument, "groups 0 and 2",
        [](Fixture& f) {
@@ -106,11 +122,13 @@ std::vector<Row> tool_rows() {
       {"expandable_segments:true in lower case", E::invalid_argument,
        "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got 'true'",
        [](Fixture&) { AllocatorConfig::parse("expandable_segments:true"); }},
-      {"expandable_segments:1", E::invalid_argument, "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got '1'",
+      {"expandable_segments:1", E::invalid_argument,
+       "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got '1'",
        [](Fixture&) { AllocatorConfig::parse("expandable_segments:1"); }},
       {"release_lock_on_cudamalloc:true", E::invalid_argument, "release_lock_on_cudamalloc: Expected 'True' or 'False'",
        [](Fixture&) { AllocatorConfig::parse("release_lock_on_cudamalloc:true"); }},
-      {"pinned_use_background_threads:0", E::invalid_argument, "pinned_use_background_threads: Expected 'True' or 'False'",
+      {"pinned_use_background_threads:0", E::invalid_argument,
+       "pinned_use_background_threads: Expected 'True' or 'False'",
        [](Fixture&) { AllocatorConfig::parse("pinned_use_background_threads:0"); }},
       {"pinned_num_register_threads above 128", E::invalid_argument, "less than or equal to 128",
        [](Fixture&) { AllocatorConfig::parse("pinned_num_register_threads:1024"); }},
@@ -121,7 +139,8 @@ std::vector<Row> tool_rows() {
        }},
       // ------------------------------------------------------------------- the cuBLAS workspace settings
       {"set_blas_workspace_config(\"0:0\"), a colon forgotten", E::invalid_argument,
-       "CUBLAS_WORKSPACE_CONFIG='0:0': set_blas_workspace_config takes ':SIZE:COUNT' pairs and nothing else; found '0' at character 1",
+       "CUBLAS_WORKSPACE_CONFIG='0:0': set_blas_workspace_config takes ':SIZE:COUNT' pairs and nothing else; found '0' "
+       "at character 1",
        [](Fixture&) { set_blas_workspace_config("0:0"); }},
       {"set_blas_workspace_config of garbage", E::invalid_argument, "found 'g' at character 1",
        [](Fixture&) { set_blas_workspace_config("garbage"); }},

@@ -18,8 +18,8 @@ int main() {
   // An empty report is the whole page (memory_report_page.html, embedded at build time) with its two holes
   // filled: it begins with the doctype, ends with </html>, and keeps no @@TITLE@@ or @@DATA@@.
   const std::string page = memory_report_html(MemorySnapshot{}, {}, PeakRecord{}, "meta");
-  const bool page_whole = page.rfind("<!DOCTYPE html>", 0) == 0 && page.ends_with("</html>\n") &&
-                          page.find("@@") == std::string::npos;
+  const bool page_whole =
+      page.rfind("<!DOCTYPE html>", 0) == 0 && page.ends_with("</html>\n") && page.find("@@") == std::string::npos;
   std::printf("report page: %zu bytes%s\n", page.size(), page_whole ? "" : ", not the whole page");
   return check && page_whole ? 0 : 1;
 }

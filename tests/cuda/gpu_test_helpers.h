@@ -31,9 +31,9 @@ inline void require_gpu() {
 inline KernelBackend& cpu() { return backend_for(kCpu); }
 inline KernelBackend& gpu() { return backend_for(kCuda); }
 
-inline const std::vector<ScalarType> kAllDtypes = {ScalarType::float32, ScalarType::float64, ScalarType::float16,
+inline const std::vector<ScalarType> kAllDtypes = {ScalarType::float32,  ScalarType::float64, ScalarType::float16,
                                                    ScalarType::bfloat16, ScalarType::int64,   ScalarType::int32,
-                                                   ScalarType::uint8,   ScalarType::bool_};
+                                                   ScalarType::uint8,    ScalarType::bool_};
 inline const std::vector<ScalarType> kFloatDtypes = {ScalarType::float32, ScalarType::float64, ScalarType::float16,
                                                      ScalarType::bfloat16};
 

@@ -93,8 +93,8 @@ void compare(const Shape6& s, ScalarType dtype, bool packed, bool causal, bool e
 TEST_CASE("attention forward and backward: cuda matches the cpu reference") {
   require_gpu();
   manual_seed(71);
-  const std::vector<Shape6> packed_shapes = {{2, 2, 64, 64, 32, 32}, {1, 4, 100, 100, 64, 64},
-                                             {3, 5, 77, 77, 48, 48}, {1, 2, 37, 37, 128, 128}};
+  const std::vector<Shape6> packed_shapes = {
+      {2, 2, 64, 64, 32, 32}, {1, 4, 100, 100, 64, 64}, {3, 5, 77, 77, 48, 48}, {1, 2, 37, 37, 128, 128}};
   for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16, ScalarType::float32, ScalarType::float64})
     for (const Shape6& s : packed_shapes)
       for (bool causal : {true, false}) compare(s, dtype, true, causal, false, std::nullopt);
@@ -102,16 +102,19 @@ TEST_CASE("attention forward and backward: cuda matches the cpu reference") {
   // contiguous inputs, Sq != Sk (both ways), Dv != D, odd sizes, a given scale, head dims up to 256
   // (the 16-bit ones with D == Dv <= 128 run on the tensor-core kernels: Sq != Sk across 64-row tiles, and
   // D = 20, whose rows are not 16-byte aligned, through their element-wise loads)
-  const std::vector<Shape6> other_shapes = {{2, 3, 5, 9, 8, 16},       {1, 2, 33, 7, 16, 8},   {2, 1, 1, 1, 8, 8},
-                                            {1, 1, 70, 130, 24, 40},   {1, 2, 50, 50, 256, 256}, {1, 2, 33, 100, 64, 64},
-                                            {2, 3, 130, 70, 32, 32},   {1, 2, 45, 45, 20, 20}, {1, 1, 200, 200, 128, 128}};
+  const std::vector<Shape6> other_shapes = {
+      {2, 3, 5, 9, 8, 16},     {1, 2, 33, 7, 16, 8},     {2, 1, 1, 1, 8, 8},
+      {1, 1, 70, 130, 24, 40}, {1, 2, 50, 50, 256, 256}, {1, 2, 33, 100, 64, 64},
+      {2, 3, 130, 70, 32, 32}, {1, 2, 45, 45, 20, 20},   {1, 1, 200, 200, 128, 128}};
   for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16, ScalarType::float16})
     for (const Shape6& s : other_shapes)
       for (bool causal : {true, false}) compare(s, dtype, false, causal, false, 0.37);
   // The memory-efficient op where PyTorch sends 16-bit calls to it (causal with one key and several queries,
   // head dims above 256: the SIMT kernel's 16-columns-a-lane instantiation), and float32 above 256.
-  const std::vector<Shape6> efficient_shapes = {{2, 2, 16, 1, 64, 64},    {1, 3, 40, 1, 160, 160},
-                                                {1, 2, 37, 90, 264, 264}, {1, 1, 50, 50, 512, 512},
+  const std::vector<Shape6> efficient_shapes = {{2, 2, 16, 1, 64, 64},
+                                                {1, 3, 40, 1, 160, 160},
+                                                {1, 2, 37, 90, 264, 264},
+                                                {1, 1, 50, 50, 512, 512},
                                                 {1, 2, 33, 70, 320, 136}};
   for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16, ScalarType::float32})
     for (const Shape6& s : efficient_shapes)
@@ -135,10 +138,9 @@ TEST_CASE("attention backward on tensor cores without scratch: the two-kernel pa
                                                                             rc.output, rc.logsumexp, causal, sc);
       const Tensor dq = empty_like(in.q.gpu), dk = empty_like(in.k.gpu), dv = empty_like(in.v.gpu);
       gpu().attention_backward(dq.view_for_kernels(), dk.view_for_kernels(), dv.view_for_kernels(),
-                               in.grad.gpu.view_for_kernels(), in.q.gpu.view_for_kernels(),
-                               in.k.gpu.view_for_kernels(), in.v.gpu.view_for_kernels(),
-                               rg.output.view_for_kernels(), rg.logsumexp.view_for_kernels(), sc, causal,
-                               DeviceScratch{}, AttentionExtras{});
+                               in.grad.gpu.view_for_kernels(), in.q.gpu.view_for_kernels(), in.k.gpu.view_for_kernels(),
+                               in.v.gpu.view_for_kernels(), rg.output.view_for_kernels(),
+                               rg.logsumexp.view_for_kernels(), sc, causal, DeviceScratch{}, AttentionExtras{});
       for (auto [got, want, what] : {std::tuple{dq, gc.grad_query, "dq"}, std::tuple{dk, gc.grad_key, "dk"},
                                      std::tuple{dv, gc.grad_value, "dv"}})
         check_close(got.to(kCpu), want, 6e-2, 6e-2 * std::max(1.0, max_abs(want)), what);
@@ -278,7 +280,10 @@ TEST_CASE("sdpa dropout on cuda (math backend): keep fraction, determinism, one 
   const double p = 0.25;
   const TensorOptions f64{ScalarType::float64, kCuda};
   const Tensor q = zeros({N, L, 16}, f64), k = randn({N, S, 16}, f64);
-  const Tensor v = eq(arange(S, f64).view({S, 1}), arange(S, f64).view({1, S})).to(ScalarType::float64).expand({N, S, S}).contiguous();
+  const Tensor v = eq(arange(S, f64).view({S, 1}), arange(S, f64).view({1, S}))
+                       .to(ScalarType::float64)
+                       .expand({N, S, S})
+                       .contiguous();
   auto run = [&](uint64_t seed) {
     manual_seed(seed);
     return scaled_dot_product_attention(q, k, v, std::nullopt, p).to(kCpu);
@@ -339,9 +344,25 @@ struct FusedCase {
 const std::vector<FusedCase> kFusedCases{
     {"efficient f32 bool LS, 37 keys", ScalarType::float32, 40, 37, 64, "bool", {40, 37}, false, false, 0.0},
     {"efficient f32 float B1LS grad", ScalarType::float32, 40, 48, 64, "float", {2, 1, 40, 48}, true, false, 0.0},
-    {"efficient f32 float LS grad, 37 keys, causal", ScalarType::float32, 40, 37, 32, "float", {40, 37}, true, true,
+    {"efficient f32 float LS grad, 37 keys, causal",
+     ScalarType::float32,
+     40,
+     37,
+     32,
+     "float",
+     {40, 37},
+     true,
+     true,
      0.0},
-    {"efficient f32 dropout, float mask grad", ScalarType::float32, 40, 40, 64, "float", {2, 1, 40, 40}, true, false,
+    {"efficient f32 dropout, float mask grad",
+     ScalarType::float32,
+     40,
+     40,
+     64,
+     "float",
+     {2, 1, 40, 40},
+     true,
+     false,
      0.2},
     {"efficient f32 dropout causal", ScalarType::float32, 70, 70, 64, "none", {}, false, true, 0.25},
     {"efficient bf16 float LS grad", ScalarType::bfloat16, 40, 40, 64, "float", {40, 40}, true, false, 0.0},

@@ -62,8 +62,8 @@ TEST_CASE("copy converts between all 8 dtypes, from transposed, sliced and expan
     for (ScalarType to : kAllDtypes) {
       const bool negative = !is_unsigned_like(from) && !is_unsigned_like(to);
       Pair src = from_values(exact_values(12 * 9, negative, from == ScalarType::bool_), shape, from);
-      const std::string what = std::string("copy ") + std::string(scalar_type_name(from)) + " -> " +
-                               std::string(scalar_type_name(to));
+      const std::string what =
+          std::string("copy ") + std::string(scalar_type_name(from)) + " -> " + std::string(scalar_type_name(to));
       {  // transposed source into a contiguous destination
         Pair s = src.map(transposed);
         Pair dst = empty_pair({9, 12}, to);
@@ -104,7 +104,8 @@ TEST_CASE("copy rounds float32 to float16 and bfloat16 to nearest even, as PyTor
 
 TEST_CASE("unary ops match cpu on transposed inputs (float32, float64, float16, bfloat16)") {
   require_gpu();
-  std::vector<UnaryOp> ops = {UnaryOp::neg, UnaryOp::abs, UnaryOp::exp, UnaryOp::log, UnaryOp::sqrt, UnaryOp::logical_not};
+  std::vector<UnaryOp> ops = {UnaryOp::neg, UnaryOp::abs,  UnaryOp::exp,
+                              UnaryOp::log, UnaryOp::sqrt, UnaryOp::logical_not};
 #define BYTEGRAD_ACTIVATION_FORWARD(op, ...) ops.push_back(UnaryOp::op);  // every activation row
   BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_FORWARD)
 #undef BYTEGRAD_ACTIVATION_FORWARD
@@ -136,13 +137,13 @@ TEST_CASE("unary ops match cpu on transposed inputs (float32, float64, float16, 
 
 TEST_CASE("binary ops match cpu with broadcast and transposed operands") {
   require_gpu();
-  std::vector<BinaryOp> arithmetic = {BinaryOp::add,  BinaryOp::sub,     BinaryOp::mul,    BinaryOp::div,
-                                      BinaryOp::pow,  BinaryOp::maximum, BinaryOp::minimum};
+  std::vector<BinaryOp> arithmetic = {BinaryOp::add, BinaryOp::sub,     BinaryOp::mul,    BinaryOp::div,
+                                      BinaryOp::pow, BinaryOp::maximum, BinaryOp::minimum};
 #define BYTEGRAD_ACTIVATION_BACKWARD(op, ...) arithmetic.push_back(BinaryOp::op##_backward);  // every activation row
   BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_BACKWARD)
 #undef BYTEGRAD_ACTIVATION_BACKWARD
-  const std::vector<BinaryOp> to_bool = {BinaryOp::eq, BinaryOp::ne, BinaryOp::lt, BinaryOp::le, BinaryOp::gt,
-                                         BinaryOp::ge, BinaryOp::logical_and, BinaryOp::logical_or};
+  const std::vector<BinaryOp> to_bool = {BinaryOp::eq, BinaryOp::ne, BinaryOp::lt,          BinaryOp::le,
+                                         BinaryOp::gt, BinaryOp::ge, BinaryOp::logical_and, BinaryOp::logical_or};
   for (ScalarType dtype : kFloatDtypes) {
     Pair a_base = random_pair({24, 17}, dtype);
     Pair b_row = random_pair({17}, dtype);
@@ -183,8 +184,8 @@ TEST_CASE("binary ops match cpu with broadcast and transposed operands") {
 
 TEST_CASE("binary ops on operands of two dtypes match cpu (the mixed-dtype path)") {
   require_gpu();
-  const std::vector<BinaryOp> arithmetic = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div,
-                                            BinaryOp::maximum, BinaryOp::minimum};
+  const std::vector<BinaryOp> arithmetic = {BinaryOp::add, BinaryOp::sub,     BinaryOp::mul,
+                                            BinaryOp::div, BinaryOp::maximum, BinaryOp::minimum};
   const std::vector<BinaryOp> to_bool = {BinaryOp::eq, BinaryOp::lt, BinaryOp::ge, BinaryOp::logical_and};
   struct Types {
     ScalarType a, b, common;
@@ -256,10 +257,11 @@ TEST_CASE("binary_scalar matches cpu, scalar second and first, with pow's specia
       double scalar;
       bool scalar_first;
     };
-    const std::vector<Case> cases = {{BinaryOp::add, 1.5, false},  {BinaryOp::sub, 1.5, true},  {BinaryOp::mul, -3.0, false},
-                                     {BinaryOp::div, 7.0, false},  {BinaryOp::div, 7.0, true},  {BinaryOp::pow, 2.0, false},
-                                     {BinaryOp::pow, 0.5, false},  {BinaryOp::pow, -1.0, false}, {BinaryOp::pow, 1.7, false},
-                                     {BinaryOp::pow, 2.0, true},   {BinaryOp::maximum, 0.1, false}, {BinaryOp::gt, 0.25, false}};
+    const std::vector<Case> cases = {
+        {BinaryOp::add, 1.5, false}, {BinaryOp::sub, 1.5, true},      {BinaryOp::mul, -3.0, false},
+        {BinaryOp::div, 7.0, false}, {BinaryOp::div, 7.0, true},      {BinaryOp::pow, 2.0, false},
+        {BinaryOp::pow, 0.5, false}, {BinaryOp::pow, -1.0, false},    {BinaryOp::pow, 1.7, false},
+        {BinaryOp::pow, 2.0, true},  {BinaryOp::maximum, 0.1, false}, {BinaryOp::gt, 0.25, false}};
     for (const Case& c : cases) {
       const bool needs_positive = c.op == BinaryOp::pow || (c.op == BinaryOp::div && c.scalar_first);
       Pair in = needs_positive ? positive : a;
@@ -277,8 +279,9 @@ TEST_CASE("where and masked_fill with broadcast masks") {
   for (ScalarType dtype : {ScalarType::float32, ScalarType::int64, ScalarType::float16}) {
     Pair a = random_pair({8, 12}, ScalarType::float32, 10.0);
     a = on_both(a.cpu.to(dtype));
-    Pair b = on_both(random_pair({12}, ScalarType::float32, 10.0).cpu.to(dtype))
-                 .map([](const Tensor& t) { return t.unsqueeze(0).expand({8, 12}); });
+    Pair b = on_both(random_pair({12}, ScalarType::float32, 10.0).cpu.to(dtype)).map([](const Tensor& t) {
+      return t.unsqueeze(0).expand({8, 12});
+    });
     Pair mask_row = from_values({1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1, 1}, {12}, ScalarType::bool_);
     Pair mask = mask_row.map([](const Tensor& t) { return t.unsqueeze(0).expand({8, 12}); });
     Pair out = empty_pair({8, 12}, dtype);
@@ -286,8 +289,9 @@ TEST_CASE("where and masked_fill with broadcast masks") {
     gpu().where(out.gpu_view(), mask.gpu_view(), a.gpu_view(), b.gpu_view());
     check_close(out, 0, 0, "where");
 
-    Pair column_mask = from_values({0, 1, 1, 0, 0, 0, 1, 0}, {8, 1}, ScalarType::bool_)
-                           .map([](const Tensor& t) { return t.expand({8, 12}); });
+    Pair column_mask = from_values({0, 1, 1, 0, 0, 0, 1, 0}, {8, 1}, ScalarType::bool_).map([](const Tensor& t) {
+      return t.expand({8, 12});
+    });
     cpu().masked_fill(out.cpu_view(), column_mask.cpu_view(), -7.0);
     gpu().masked_fill(out.gpu_view(), column_mask.gpu_view(), -7.0);
     check_close(out, 0, 0, "masked_fill");

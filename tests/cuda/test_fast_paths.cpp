@@ -39,9 +39,11 @@ TEST_CASE("foreach batches on cuda: unary, binary_scalar and ternary over many t
         backend.ternary(TernaryOp::addcmul, v(as[k]), v(as[k]), v(bs[k]), v(bs[k]), 0.05);
       for (size_t k = 0; k < selfs.size(); ++k) backend.unary(UnaryOp::abs, v(roots[k]), v(as[k]));
       for (size_t k = 0; k < selfs.size(); ++k) backend.unary(UnaryOp::sqrt, v(roots[k]), v(roots[k]));
-      for (size_t k = 0; k < selfs.size(); ++k) backend.binary_scalar(BinaryOp::add, v(roots[k]), v(roots[k]), 1e-3, false);
       for (size_t k = 0; k < selfs.size(); ++k)
-        backend.ternary(TernaryOp::addcdiv, v(selfs[k]), v(selfs[k]), v(as[k]), v(roots[k]), -0.01 * static_cast<double>(k + 1));
+        backend.binary_scalar(BinaryOp::add, v(roots[k]), v(roots[k]), 1e-3, false);
+      for (size_t k = 0; k < selfs.size(); ++k)
+        backend.ternary(TernaryOp::addcdiv, v(selfs[k]), v(selfs[k]), v(as[k]), v(roots[k]),
+                        -0.01 * static_cast<double>(k + 1));
       backend.end_foreach();
     };
     run(cpu(), false);
@@ -65,10 +67,10 @@ TEST_CASE("a foreach batch launches what it holds before a call it cannot hold, 
     KernelBackend& backend = on_gpu ? gpu() : cpu();
     auto v = [&](const Pair& p) { return on_gpu ? p.gpu_view() : p.cpu_view(); };
     backend.begin_foreach();
-    backend.binary_scalar(BinaryOp::mul, v(x), v(x), 3.0, false);   // held back
-    backend.copy(v(y), v(x));                                        // launches the multiplication first
-    backend.unary(UnaryOp::neg, v(strided_out), v(strided));         // transposed input: not held back
-    backend.binary_scalar(BinaryOp::add, v(y), v(y), 1.0, false);    // held back until end_foreach
+    backend.binary_scalar(BinaryOp::mul, v(x), v(x), 3.0, false);  // held back
+    backend.copy(v(y), v(x));                                      // launches the multiplication first
+    backend.unary(UnaryOp::neg, v(strided_out), v(strided));       // transposed input: not held back
+    backend.binary_scalar(BinaryOp::add, v(y), v(y), 1.0, false);  // held back until end_foreach
     backend.end_foreach();
   }
   check_close(x);
@@ -111,7 +113,8 @@ TEST_CASE("AdamW foreach steps on cuda match cpu (many parameters, both groups, 
 TEST_CASE("addmm with a fused bias (cuBLASLt epilogue) matches cpu, and odd shapes fall back correctly") {
   require_gpu();
   for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16}) {
-    for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{64, 96, 130}, {1024, 768, 2304}, {7, 3, 5}, {33, 65, 1}}) {
+    for (auto [M, K, N] :
+         {std::tuple<int64_t, int64_t, int64_t>{64, 96, 130}, {1024, 768, 2304}, {7, 3, 5}, {33, 65, 1}}) {
       Pair x = random_pair({M, K}, dtype);
       Pair w = random_pair({N, K}, dtype, 0.1);
       Pair b = random_pair({N}, dtype);
@@ -127,8 +130,11 @@ TEST_CASE("addmm with a fused bias (cuBLASLt epilogue) matches cpu, and odd shap
 TEST_CASE("column sums (bias gradients) over leading dimensions match cpu") {
   require_gpu();
   for (ScalarType dtype : {ScalarType::float32, ScalarType::float16, ScalarType::float64}) {
-    for (auto [shape, out_shape] : {std::pair<Shape, Shape>{{8192, 768}, {1, 768}}, {{1000, 33}, {1, 33}},
-                                    {{4, 256, 2304}, {1, 1, 2304}}, {{3, 5, 64}, {1, 1, 64}}, {{129, 32}, {1, 32}},
+    for (auto [shape, out_shape] : {std::pair<Shape, Shape>{{8192, 768}, {1, 768}},
+                                    {{1000, 33}, {1, 33}},
+                                    {{4, 256, 2304}, {1, 1, 2304}},
+                                    {{3, 5, 64}, {1, 1, 64}},
+                                    {{129, 32}, {1, 32}},
                                     {{17, 40}, {1, 40}}}) {
       Pair in = random_pair(shape, dtype);
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean}) {

@@ -25,12 +25,14 @@ const char* layout_name(Layout l) {
 Pair operand(Layout layout, int64_t B, int64_t R, int64_t C, ScalarType dtype) {
   switch (layout) {
     case Layout::contiguous: return random_pair({B, R, C}, dtype);
-    case Layout::transposed: return random_pair({B, C, R}, dtype).map([](const Tensor& t) { return t.transpose(1, 2); });
+    case Layout::transposed:
+      return random_pair({B, C, R}, dtype).map([](const Tensor& t) { return t.transpose(1, 2); });
     case Layout::padded_rows:
       return random_pair({B, R, C + 5}, dtype).map([C](const Tensor& t) { return t.slice(2, 0, C); });
     case Layout::expanded_batch:
       return random_pair({R, C}, dtype).map([B](const Tensor& t) { return t.unsqueeze(0).expand({B, -1, -1}); });
-    case Layout::permuted_batch: return random_pair({R, B, C}, dtype).map([](const Tensor& t) { return t.transpose(0, 1); });
+    case Layout::permuted_batch:
+      return random_pair({R, B, C}, dtype).map([](const Tensor& t) { return t.transpose(0, 1); });
     case Layout::inner_step_two:
       return random_pair({B, R, 2 * C}, dtype).map([](const Tensor& t) { return t.slice(2, 0, std::nullopt, 2); });
   }
@@ -104,7 +106,10 @@ TEST_CASE("gemm writes transposed and strided outputs (the latter through a temp
     };
     const std::vector<OutCase> cases = {
         {"transposed out", [](const Tensor& t) { return t.transpose(1, 2); }, {B, N, M}, 0},
-        {"inner stride 2 out", [](const Tensor& t) { return t.slice(2, 0, std::nullopt, 2); }, {B, M, 2 * N}, B * M * N * 4},
+        {"inner stride 2 out",
+         [](const Tensor& t) { return t.slice(2, 0, std::nullopt, 2); },
+         {B, M, 2 * N},
+         B * M * N * 4},
     };
     for (const OutCase& c : cases) {
       for (double beta : {0.0, 1.0}) {

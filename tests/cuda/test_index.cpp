@@ -5,13 +5,16 @@
 namespace bytegrad::testing {
 namespace {
 
-Pair indices(const std::vector<double>& values, const Shape& shape) { return from_values(values, shape, ScalarType::int64); }
+Pair indices(const std::vector<double>& values, const Shape& shape) {
+  return from_values(values, shape, ScalarType::int64);
+}
 
 TEST_CASE("index_select along each dimension of a transposed input") {
   require_gpu();
   for (ScalarType dtype : {ScalarType::float32, ScalarType::int64, ScalarType::float16}) {
-    Pair in = on_both(random_pair({10, 8}, ScalarType::float32, 10).cpu.to(dtype))
-                  .map([](const Tensor& t) { return t.transpose(0, 1); });  // (8, 10)
+    Pair in = on_both(random_pair({10, 8}, ScalarType::float32, 10).cpu.to(dtype)).map([](const Tensor& t) {
+      return t.transpose(0, 1);
+    });  // (8, 10)
     Pair idx = indices({3, 0, 7, 3, 1}, {5});
     for (int64_t dim = 0; dim < 2; ++dim) {
       Shape shape = in.cpu.sizes();
@@ -38,7 +41,9 @@ TEST_CASE("index_add accumulates repeated indices") {
       cpu().index_add(out.cpu_view(), dim, idx.cpu_view(), source.cpu_view());
       gpu().index_add(out.gpu_view(), dim, idx.gpu_view(), source.gpu_view());
       // 16-bit floats: atomics add in a different order and round after every add.
-      const double rtol = dtype == ScalarType::float16 ? 4e-3 : dtype == ScalarType::bfloat16 ? 3e-2 : default_rtol(dtype);
+      const double rtol = dtype == ScalarType::float16    ? 4e-3
+                          : dtype == ScalarType::bfloat16 ? 3e-2
+                                                          : default_rtol(dtype);
       check_close(out, rtol, rtol * 10, "index_add dim " + std::to_string(dim));
     }
   }

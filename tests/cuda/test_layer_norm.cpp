@@ -35,8 +35,10 @@ void compare_layer_norm(const Shape& shape, const Shape& norm, ScalarType dtype,
   const LayerNormGrads gg =
       native_layer_norm_backward(dy.gpu, x.gpu, norm, rg.mean, rg.rstd, opt(w.gpu), opt(b.gpu), mask);
   check_close(gg.grad_input, gc.grad_input, rtol * 4, rtol * 4 * std::max(1.0, max_abs(gc.grad_input)), "grad_input");
-  if (affine) check_close(gg.grad_weight, gc.grad_weight, rtol, rtol * std::max(1.0, max_abs(gc.grad_weight)), "grad_weight");
-  if (affine && bias) check_close(gg.grad_bias, gc.grad_bias, rtol, rtol * std::max(1.0, max_abs(gc.grad_bias)), "grad_bias");
+  if (affine)
+    check_close(gg.grad_weight, gc.grad_weight, rtol, rtol * std::max(1.0, max_abs(gc.grad_weight)), "grad_weight");
+  if (affine && bias)
+    check_close(gg.grad_bias, gc.grad_bias, rtol, rtol * std::max(1.0, max_abs(gc.grad_bias)), "grad_bias");
 }
 
 TEST_CASE("layer_norm forward and backward: cuda matches cpu") {
@@ -47,8 +49,8 @@ TEST_CASE("layer_norm forward and backward: cuda matches cpu") {
     compare_layer_norm({3, 5, 7}, {7}, dtype, true, false);
     compare_layer_norm({2, 3, 100}, {3, 100}, dtype, true, true);  // 2-d normalized shape
     compare_layer_norm({64, 256}, {256}, dtype, false, false);
-    compare_layer_norm({16, 3000}, {3000}, dtype, true, true);     // block per row
-    compare_layer_norm({5, 1}, {1}, dtype, true, true);            // one element per row: output = bias
+    compare_layer_norm({16, 3000}, {3000}, dtype, true, true);  // block per row
+    compare_layer_norm({5, 1}, {1}, dtype, true, true);         // one element per row: output = bias
   }
   // a large common offset: the two-pass variance keeps rstd right in float32
   compare_layer_norm({32, 512}, {512}, ScalarType::float32, true, true, 1000.0);

@@ -52,11 +52,15 @@ TEST_CASE("copy_to_host of transposed, sliced, expanded and column views allocat
     Pair base = on_both(random_pair({40, 70}, ScalarType::float32, 5.0).cpu.to(dtype));
     const std::vector<std::function<Tensor(const Tensor&)>> views = {
         [](const Tensor& t) { return t.transpose(0, 1); },
-        [](const Tensor& t) { return t.slice(1, 3, 60); },                    // rows at a pitch (cudaMemcpy2D)
+        [](const Tensor& t) { return t.slice(1, 3, 60); },  // rows at a pitch (cudaMemcpy2D)
         [](const Tensor& t) { return t.slice(0, 1, std::nullopt, 3).slice(1, 2, 9); },
-        [](const Tensor& t) { return t.select(1, 5); },                       // a column: stride 70
-        [](const Tensor& t) { return t.select(0, 2).unsqueeze(0).expand({4, 70}); },
-        [](const Tensor& t) { return t.view({40, 7, 10}).permute({2, 0, 1}); },
+        [](const Tensor& t) { return t.select(1, 5); },  // a column: stride 70
+        [](const Tensor& t) {
+          return t.select(0, 2).unsqueeze(0).expand({4, 70});
+        },
+        [](const Tensor& t) {
+          return t.view({40, 7, 10}).permute({2, 0, 1});
+        },
     };
     for (const auto& view : views) {
       Pair v = base.map(view);
@@ -81,8 +85,7 @@ TEST_CASE("copy_from_host then copy_to_host round-trips every dtype") {
 TEST_CASE("gemm rejects integer dtypes before allocating anything") {
   require_gpu();
   Tensor a = empty({2, 3, 3}, TensorOptions{}.with_dtype(ScalarType::int64).with_device(kCuda));
-  CHECK_THROWS_AS(gemm_into(a, a, a, 1.0, 0.0),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(gemm_into(a, a, a, 1.0, 0.0), std::invalid_argument);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ Shape kept_shape(const Shape& in, const std::vector<bool>& reduced) {
 
 TEST_CASE("reduce over every combination of dimensions, all ops, float32 and float16") {
   require_gpu();
-  const std::vector<ReduceOp> ops = {ReduceOp::sum, ReduceOp::mean, ReduceOp::prod,   ReduceOp::max,
+  const std::vector<ReduceOp> ops = {ReduceOp::sum, ReduceOp::mean,   ReduceOp::prod,   ReduceOp::max,
                                      ReduceOp::min, ReduceOp::argmax, ReduceOp::argmin, ReduceOp::norm};
   for (ScalarType dtype : {ScalarType::float32, ScalarType::float16, ScalarType::float64}) {
     // (5, 300, 7) seen through a permutation, so no reduced dimension is innermost in memory by accident.
@@ -99,9 +99,9 @@ TEST_CASE("float16 and bfloat16 inputs reduced into float32 outputs (sum, prod a
         Pair out = empty_pair(kept_shape(in.cpu.sizes(), reduced), ScalarType::float32);
         cpu().reduce(op, out.cpu_view(), in.cpu_view());
         gpu().reduce(op, out.gpu_view(), in.gpu_view());
-        check_close(out, 1e-4, 1e-4 * std::max(1.0, max_abs(out.cpu)),
-                    "16-bit into float32: op " + std::to_string(static_cast<int>(op)) + " mask " +
-                        std::to_string(mask));
+        check_close(
+            out, 1e-4, 1e-4 * std::max(1.0, max_abs(out.cpu)),
+            "16-bit into float32: op " + std::to_string(static_cast<int>(op)) + " mask " + std::to_string(mask));
       }
     }
     // A whole (1024, 1024) sum and norm: one output from a million inputs (the block-per-output kernel).
@@ -138,8 +138,9 @@ TEST_CASE("argmax, argmin and max(dim) take the first of equal values and propag
 TEST_CASE("reduce_with_indices along each dimension of a transposed input") {
   require_gpu();
   for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16, ScalarType::int32}) {
-    Pair in = on_both(random_pair({9, 70, 4}, ScalarType::float32, 100.0).cpu.to(dtype))
-                  .map([](const Tensor& t) { return t.transpose(0, 2); });  // (4, 70, 9)
+    Pair in = on_both(random_pair({9, 70, 4}, ScalarType::float32, 100.0).cpu.to(dtype)).map([](const Tensor& t) {
+      return t.transpose(0, 2);
+    });  // (4, 70, 9)
     for (int64_t dim = 0; dim < 3; ++dim) {
       Shape out_shape = in.cpu.sizes();
       out_shape[dim] = 1;
@@ -198,8 +199,8 @@ TEST_CASE("softmax_backward writing a float16 gradient from float32 operands (lo
     if (transpose) x = x.map([](const Tensor& t) { return t.transpose(0, 1); });
     for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
       for (bool log : {false, true}) {
-        const std::string what = std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim) +
-                                 " of " + std::to_string(shape.size()) + "-d";
+        const std::string what = std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim) + " of " +
+                                 std::to_string(shape.size()) + "-d";
         Pair y = empty_pair(x.cpu.sizes(), ScalarType::float32);
         cpu().softmax(y.cpu_view(), x.cpu_view(), dim, log);
         Pair output = on_both(y.cpu);

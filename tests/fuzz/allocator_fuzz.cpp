@@ -58,9 +58,9 @@ Episode random_episode(std::mt19937& rng) {
 // Corrupts a valid setting so that it must be refused: an unknown key, a value below a floor, a non-power
 // of two, a threshold outside (0, 1), or a dangling key.
 std::string broken_alloc_conf(std::mt19937& rng, const std::string& valid) {
-  static const char* kBroken[] = {"max_split_size_mb:19",        "unknown_option:1",
-                                  "roundup_power2_divisions:3",  "garbage_collection_threshold:1.0",
-                                  "max_non_split_rounding_mb:x", "large_segment_size_mb:",
+  static const char* kBroken[] = {"max_split_size_mb:19",           "unknown_option:1",
+                                  "roundup_power2_divisions:3",     "garbage_collection_threshold:1.0",
+                                  "max_non_split_rounding_mb:x",    "large_segment_size_mb:",
                                   "roundup_power2_divisions:[3:4]", "expandable_segments:maybe"};
   const std::string bad = kBroken[rng() % std::size(kBroken)];
   return valid.empty() ? bad : valid + "," + bad;
@@ -68,8 +68,8 @@ std::string broken_alloc_conf(std::mt19937& rng, const std::string& valid) {
 
 double random_fraction(std::mt19937& rng) {
   switch (rng() % 10) {
-    case 0: return -0.25;  // refused
-    case 1: return 1.5;    // refused
+    case 0: return -0.25;                                     // refused
+    case 1: return 1.5;                                       // refused
     case 2: return std::numeric_limits<double>::quiet_NaN();  // refused
     case 3: return 0.0;
     case 4: return 1.0;
@@ -79,9 +79,9 @@ double random_fraction(std::mt19937& rng) {
 
 size_t random_size(std::mt19937& rng, const Episode& episode) {
   switch (rng() % 200) {
-    case 0: return kOneExaByte + rng() % 4096;                // refused outright
+    case 0: return kOneExaByte + rng() % 4096;  // refused outright
     case 1: return std::numeric_limits<size_t>::max() - rng() % 4096;
-    case 2: return kOneExaByte - 1 - rng() % 4096;            // tried, and out of memory
+    case 2: return kOneExaByte - 1 - rng() % 4096;              // tried, and out of memory
     case 3: return episode.capacity.total_bytes + rng() % MiB;  // more than the card
     default: return random_request_size(rng, episode.max_request);
   }
@@ -147,20 +147,20 @@ TEST_CASE("fuzz: the caching allocator under random configurations, fractions an
     checked.free_all_and_flush();
     ok = checked.ok();
     const auto& c = checked.counts();
-    total.mallocs += c.mallocs, total.cache_hits += c.cache_hits, total.frees += c.frees,
-        total.flushes += c.flushes, total.ooms += c.ooms, total.too_large += c.too_large,
-        total.fractions += c.fractions, total.peak_resets += c.peak_resets;
+    total.mallocs += c.mallocs, total.cache_hits += c.cache_hits, total.frees += c.frees, total.flushes += c.flushes,
+        total.ooms += c.ooms, total.too_large += c.too_large, total.fractions += c.fractions,
+        total.peak_resets += c.peak_resets;
     done += steps;
     ++episodes;
   }
   configure_simulated_device(kSim, {});  // the modelled H100 again, default settings
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MESSAGE("allocator fuzz, seed " << seed << ": " << done << " operations in " << episodes << " episodes, "
-                                  << seconds << " s: " << total.mallocs << " mallocs (" << total.cache_hits
-                                  << " from the cache, " << total.ooms << " OOMs, " << total.too_large
-                                  << " over 1 EB), " << total.frees << " frees, " << total.flushes << " empty_cache, "
-                                  << total.fractions << " fractions, " << total.peak_resets << " peak resets, "
-                                  << refused_configs << " broken settings refused");
+  MESSAGE("allocator fuzz, seed " << seed << ": " << done << " operations in " << episodes << " episodes, " << seconds
+                                  << " s: " << total.mallocs << " mallocs (" << total.cache_hits << " from the cache, "
+                                  << total.ooms << " OOMs, " << total.too_large << " over 1 EB), " << total.frees
+                                  << " frees, " << total.flushes << " empty_cache, " << total.fractions
+                                  << " fractions, " << total.peak_resets << " peak resets, " << refused_configs
+                                  << " broken settings refused");
   CHECK(done == operations);
   // The run must have reached what it is meant to test (true for any seed at the CI default and above).
   if (operations >= 10000) {

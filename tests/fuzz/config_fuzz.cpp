@@ -52,13 +52,50 @@ std::string mutate(std::mt19937& rng, std::string text, const std::vector<std::s
 
 // ------------------------------------------------------------------------------------ BYTEGRAD_ALLOC_CONF
 
-const std::vector<std::string> kAllocTokens = {
-    "max_split_size_mb", "max_non_split_rounding_mb", "large_segment_size_mb", "roundup_power2_divisions",
-    "garbage_collection_threshold", "expandable_segments", "backend", "release_lock_on_cudamalloc",
-    "pinned_num_register_threads", "pinned_use_cuda_host_register", "unknown_key", ":", ":", ",", ",", "[", "]",
-    ">", " ", "0", "1", "2", "3", "4", "19", "20", "21", "64", "1024", "4096", "18446744073709551615",
-    "18446744073709551616", "99999999999999999999999", "-1", "0.5", "1.0", "0.0", "1e-3", "nan", "inf", "True",
-    "False", "native", "cudaMallocAsync"};
+const std::vector<std::string> kAllocTokens = {"max_split_size_mb",
+                                               "max_non_split_rounding_mb",
+                                               "large_segment_size_mb",
+                                               "roundup_power2_divisions",
+                                               "garbage_collection_threshold",
+                                               "expandable_segments",
+                                               "backend",
+                                               "release_lock_on_cudamalloc",
+                                               "pinned_num_register_threads",
+                                               "pinned_use_cuda_host_register",
+                                               "unknown_key",
+                                               ":",
+                                               ":",
+                                               ",",
+                                               ",",
+                                               "[",
+                                               "]",
+                                               ">",
+                                               " ",
+                                               "0",
+                                               "1",
+                                               "2",
+                                               "3",
+                                               "4",
+                                               "19",
+                                               "20",
+                                               "21",
+                                               "64",
+                                               "1024",
+                                               "4096",
+                                               "18446744073709551615",
+                                               "18446744073709551616",
+                                               "99999999999999999999999",
+                                               "-1",
+                                               "0.5",
+                                               "1.0",
+                                               "0.0",
+                                               "1e-3",
+                                               "nan",
+                                               "inf",
+                                               "True",
+                                               "False",
+                                               "native",
+                                               "cudaMallocAsync"};
 
 // The tokens the parser splits text into (whitespace dropped; ':' ',' '[' ']' on their own).
 std::vector<std::string> alloc_tokens_of(const std::string& text) {
@@ -107,10 +144,28 @@ bool same_settings(const AllocatorConfig& a, const AllocatorConfig& b) {
 
 // ---------------------------------------------------------------------------------- CUBLAS_WORKSPACE_CONFIG
 
-const std::vector<std::string> kWorkspaceTokens = {":", ":", ":", "0", "1", "2", "8", "16", "4096", "4096:8", ":0:0",
-                                                   ":4096:8", ":16:8", "18014398509481984",
-                                                   "18446744073709551615", "99999999999999999999", "-", " ", "a",
-                                                   "::", ",", "00"};
+const std::vector<std::string> kWorkspaceTokens = {":",
+                                                   ":",
+                                                   ":",
+                                                   "0",
+                                                   "1",
+                                                   "2",
+                                                   "8",
+                                                   "16",
+                                                   "4096",
+                                                   "4096:8",
+                                                   ":0:0",
+                                                   ":4096:8",
+                                                   ":16:8",
+                                                   "18014398509481984",
+                                                   "18446744073709551615",
+                                                   "99999999999999999999",
+                                                   "-",
+                                                   " ",
+                                                   "a",
+                                                   "::",
+                                                   ",",
+                                                   "00"};
 
 // The workspace bytes the text asks for: PyTorch's ":SIZE:COUNT" pairs found left to right (SIZE in KiB),
 // summed; std::nullopt when the sum does not fit in 64 bits; `fallback` when there is no pair.
@@ -232,9 +287,9 @@ TEST_CASE("fuzz: BYTEGRAD_ALLOC_CONF parsing") {
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MESSAGE("BYTEGRAD_ALLOC_CONF fuzz, seed " << seed << ": " << inputs << " inputs in " << seconds << " s: "
-                                            << accepted << " parsed (" << valid << " known valid, values checked), "
-                                            << refused << " refused");
+  MESSAGE("BYTEGRAD_ALLOC_CONF fuzz, seed " << seed << ": " << inputs << " inputs in " << seconds << " s: " << accepted
+                                            << " parsed (" << valid << " known valid, values checked), " << refused
+                                            << " refused");
   CHECK(accepted + refused == inputs);
   if (inputs >= 1000) CHECK(refused > 0);
 }
@@ -269,7 +324,7 @@ TEST_CASE("fuzz: CUBLAS_WORKSPACE_CONFIG parsing (set_blas_workspace_config)") {
       if (expected || message.rfind("CUBLAS_WORKSPACE_CONFIG=", 0) != 0 || message.size() > kMaxMessage ||
           blas_workspace_bytes(kMeta) != before) {
         FAIL_CHECK("a bad refusal (the previous setting must stay): " << message.substr(0, 2 * kMaxMessage) << " ("
-                                                                     << message.size() << " characters)");
+                                                                      << message.size() << " characters)");
         break;
       }
     }

@@ -71,8 +71,10 @@ inline GeneratedAllocConf random_alloc_conf(std::mt19937& rng) {
   }
   if (pick(3) == 0) {
     const int percent = 1 + static_cast<int>(pick(99));
-    want.garbage_collection_threshold = std::stod("0." + std::string(percent < 10 ? "0" : "") + std::to_string(percent));
-    options.push_back("garbage_collection_threshold:0." + std::string(percent < 10 ? "0" : "") + std::to_string(percent));
+    want.garbage_collection_threshold =
+        std::stod("0." + std::string(percent < 10 ? "0" : "") + std::to_string(percent));
+    options.push_back("garbage_collection_threshold:0." + std::string(percent < 10 ? "0" : "") +
+                      std::to_string(percent));
   }
   if (pick(2)) {
     if (pick(3) == 0) {  // one count for every interval

@@ -247,8 +247,8 @@ std::string describe(const Plan& plan) {
     const ViewSpec& v = plan.views[i];
     const StorageSpec& s = plan.storages[v.storage];
     out << "\n  input " << i << ": " << name(s.dtype) << (s.other_device ? " (other device)" : "") << " sizes "
-        << shape_text(v.sizes) << " strides " << shape_text(v.strides) << " offset " << v.offset << " ("
-        << v.layout << ") over storage " << v.storage << " of " << s.values.size() << " values";
+        << shape_text(v.sizes) << " strides " << shape_text(v.strides) << " offset " << v.offset << " (" << v.layout
+        << ") over storage " << v.storage << " of " << s.values.size() << " values";
     const Host h = host_view(plan, static_cast<int>(i));
     if (h.v.size() <= 32) {
       out << ": {";
@@ -320,7 +320,9 @@ struct Gen {
   ScalarType dtype() { return one_of(kDtypes); }
   ScalarType float_dtype() { return one_of(kFloatDtypes); }
   // Mostly `preferred`, sometimes any dtype (so that dtype rules are exercised).
-  ScalarType dtype_like(ScalarType preferred, int other_percent = 20) { return chance(other_percent) ? dtype() : preferred; }
+  ScalarType dtype_like(ScalarType preferred, int other_percent = 20) {
+    return chance(other_percent) ? dtype() : preferred;
+  }
 
   // A new storage and a view of `sizes` over it in a random layout.
   int tensor(Plan& plan, ScalarType t, const Shape& sizes, bool other_device = false) {
@@ -378,7 +380,8 @@ struct Gen {
     StorageSpec storage{t, Values(n), false};
     for (double& v : storage.values) v = value(t);
     plan.storages.push_back(std::move(storage));
-    plan.views.push_back({static_cast<int>(plan.storages.size()) - 1, sizes, contiguous_strides(sizes), 0, "contiguous"});
+    plan.views.push_back(
+        {static_cast<int>(plan.storages.size()) - 1, sizes, contiguous_strides(sizes), 0, "contiguous"});
     return static_cast<int>(plan.views.size()) - 1;
   }
 
@@ -445,8 +448,8 @@ struct Expect {
   std::string refused_class;  // its class
   ScalarType dtype = ScalarType::float32;
   Shape sizes;
-  int written = -1;           // the view an in-place form writes (its values after the call are checked)
-  bool values_known = true;   // false where PyTorch's result depends on its kernel's order (internal overlap)
+  int written = -1;          // the view an in-place form writes (its values after the call are checked)
+  bool values_known = true;  // false where PyTorch's result depends on its kernel's order (internal overlap)
   bool undefined_result = false;
   double tolerance_scale = 1;  // reductions over many elements
   bool check_inputs_unchanged = true;
@@ -563,7 +566,8 @@ void check_devices(Expect& e, const Plan& plan, const std::vector<int>& views) {
 }
 
 void check_dtype_rule(Expect& e, DtypeRule rule, ScalarType t, const std::string& op) {
-  if (rule == DtypeRule::floating && !is_float(t)) e.refuse("dtype", op + ": the table's floating rule refuses " + name(t));
+  if (rule == DtypeRule::floating && !is_float(t))
+    e.refuse("dtype", op + ": the table's floating rule refuses " + name(t));
   if (rule == DtypeRule::not_bool && is_bool(t)) e.refuse("dtype", op + ": the table refuses bool");
 }
 
@@ -587,8 +591,12 @@ double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 double silu_ref(double x) { return x / (1 + std::exp(-x)); }  // PyTorch's formula (-inf gives NaN, as its kernel)
 
 // Integer arithmetic in 64 bits with two's complement wrap (then wrapped to the dtype by to_dtype_value).
-int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
-int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+int64_t wrap_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
 
 // An exact 64-bit result wrapped to `t` while still exact (a double would drop the low bits that a narrow
 // type keeps).
@@ -614,10 +622,12 @@ double binary_ref(std::string_view op, double a, double b, double alpha, ScalarT
     const double sign = op == "sub" ? -1 : 1;
     if (is_bool(t)) return (a + sign * alpha * b) != 0 ? 1 : 0;
     if (integral)
-      return wrapped_to(wrap_add(static_cast<int64_t>(a), wrap_mul(static_cast<int64_t>(sign * alpha), static_cast<int64_t>(b))), t);
+      return wrapped_to(
+          wrap_add(static_cast<int64_t>(a), wrap_mul(static_cast<int64_t>(sign * alpha), static_cast<int64_t>(b))), t);
     return a + sign * alpha * b;
   }
-  if (op == "mul") return is_bool(t) ? (a != 0 && b != 0) : integral ? wrapped_to(wrap_mul(int64_t(a), int64_t(b)), t) : a * b;
+  if (op == "mul")
+    return is_bool(t) ? (a != 0 && b != 0) : integral ? wrapped_to(wrap_mul(int64_t(a), int64_t(b)), t) : a * b;
   if (op == "div") return a / b;
   if (op == "pow") {
     if (is_bool(t)) return (a != 0 || b == 0) ? 1 : 0;
@@ -694,7 +704,6 @@ double tolerance(ScalarType t) {
     default: return 0;
   }
 }
-
 
 struct Driver {
   std::function<Plan(Gen&)> make;
@@ -773,7 +782,9 @@ namespace {
 // ------------------------------------------------------------------------------ pointwise drivers
 
 // Values of `in` broadcast to `out_sizes`, converted to the computation type `t`.
-double at_broadcast(const Host& in, const Shape& out_sizes, int64_t k) { return in.v[broadcast_source(out_sizes, in.sizes, k)]; }
+double at_broadcast(const Host& in, const Shape& out_sizes, int64_t k) {
+  return in.v[broadcast_source(out_sizes, in.sizes, k)];
+}
 
 // The in-place unary forms the API has.
 std::function<void(const Tensor&)> unary_in_place(std::string_view op) {
@@ -795,37 +806,36 @@ void add_pointwise_drivers(Drivers& drivers) {
     const std::string op(op_name(id));
     const DtypeRule rule = op_info(id).dtypes;
     UnaryCall call = fn;
-    drivers[id] = Driver{
-        [op](Gen& g) {
-          g.specials = true;
-          Plan p;
-          g.tensor(p, g.dtype(), g.shape());
-          p.in_place = unary_in_place(op) && g.chance(35);
-          return p;
-        },
-        [op, rule](const Plan& p) {
-          Expect e;
-          const ScalarType t = p.storages[0].dtype;
-          check_dtype_rule(e, rule, t, op);
-          if (op == "relu" && is_bool(t)) e.refuse("intarith", "relu: Boolean inputs not supported");
-          e.dtype = rule == DtypeRule::to_bool ? ScalarType::bool_ : t;
-          e.sizes = p.views[0].sizes;
-          if (p.in_place) {
-            e.written = 0;
-            check_in_place_overlap(e, p, 0, {0});
-          }
-          return e;
-        },
-        [op](const std::vector<Host>& in, const Plan&, const Expect& e) {
-          Values out;
-          for (double x : in[0].v) out.push_back(unary_ref(op, x, e.dtype));
-          return out;
-        },
-        [op, call](const std::vector<Tensor>& in, const Plan& p) {
-          if (!p.in_place) return call(in[0]);
-          unary_in_place(op)(in[0]);
-          return in[0];
-        }};
+    drivers[id] = Driver{[op](Gen& g) {
+                           g.specials = true;
+                           Plan p;
+                           g.tensor(p, g.dtype(), g.shape());
+                           p.in_place = unary_in_place(op) && g.chance(35);
+                           return p;
+                         },
+                         [op, rule](const Plan& p) {
+                           Expect e;
+                           const ScalarType t = p.storages[0].dtype;
+                           check_dtype_rule(e, rule, t, op);
+                           if (op == "relu" && is_bool(t)) e.refuse("intarith", "relu: Boolean inputs not supported");
+                           e.dtype = rule == DtypeRule::to_bool ? ScalarType::bool_ : t;
+                           e.sizes = p.views[0].sizes;
+                           if (p.in_place) {
+                             e.written = 0;
+                             check_in_place_overlap(e, p, 0, {0});
+                           }
+                           return e;
+                         },
+                         [op](const std::vector<Host>& in, const Plan&, const Expect& e) {
+                           Values out;
+                           for (double x : in[0].v) out.push_back(unary_ref(op, x, e.dtype));
+                           return out;
+                         },
+                         [op, call](const std::vector<Tensor>& in, const Plan& p) {
+                           if (!p.in_place) return call(in[0]);
+                           unary_in_place(op)(in[0]);
+                           return in[0];
+                         }};
   }
 
   // ---- binary rows (two tensors)
@@ -860,25 +870,34 @@ void add_pointwise_drivers(Drivers& drivers) {
           check_devices(e, p, {0, 1});
           const Host a = host_view(p, 0), b = host_view(p, 1);
           const std::optional<Shape> shape = broadcast_shapes({a.sizes, b.sizes});
-          if (!shape) e.refuse("broadcast", "shapes " + shape_text(a.sizes) + " and " + shape_text(b.sizes) + " do not broadcast");
+          if (!shape)
+            e.refuse("broadcast",
+                     "shapes " + shape_text(a.sizes) + " and " + shape_text(b.sizes) + " do not broadcast");
           if (a.dtype != b.dtype) e.tag("promotion");
           const ScalarType rt = result_type({{a.dtype, a.sizes.empty()}, {b.dtype, b.sizes.empty()}});
-          if (rule == DtypeRule::floating && !is_float(rt)) e.refuse("dtype", op + ": result type " + name(rt) + " is not floating");
-          if (op == "sub" && (is_bool(a.dtype) || is_bool(b.dtype))) e.refuse("intarith", "subtraction with a bool tensor");
+          if (rule == DtypeRule::floating && !is_float(rt))
+            e.refuse("dtype", op + ": result type " + name(rt) + " is not floating");
+          if (op == "sub" && (is_bool(a.dtype) || is_bool(b.dtype)))
+            e.refuse("intarith", "subtraction with a bool tensor");
           if (op == "pow" && is_bool(rt)) e.refuse("intarith", "pow is not implemented for bool");
-          if (op == "relu_backward" && is_bool(rt)) e.refuse("intarith", "threshold_backward is not implemented for bool");
+          if (op == "relu_backward" && is_bool(rt))
+            e.refuse("intarith", "threshold_backward is not implemented for bool");
           if (op == "pow" && !is_float(rt)) e.tag("intarith");
           const double alpha = p.scalars[0];
           if (has_alpha && alpha != 1) {
             e.tag("scalar");
-            if (!is_float(rt) && alpha != std::trunc(alpha)) e.refuse("scalar", "a fractional alpha with integral tensors");
+            if (!is_float(rt) && alpha != std::trunc(alpha))
+              e.refuse("scalar", "a fractional alpha with integral tensors");
           }
           e.dtype = rule == DtypeRule::to_bool ? ScalarType::bool_ : rt;
           e.sizes = shape.value_or(Shape{});
           if (p.in_place) {
             e.written = 0;
-            if (shape && *shape != a.sizes) e.refuse("broadcast", "the broadcast shape " + shape_text(*shape) + " is not self's " + shape_text(a.sizes));
-            if (!may_cast(e.dtype, a.dtype)) e.refuse("promotion", "result type " + name(e.dtype) + " can't be cast to " + name(a.dtype));
+            if (shape && *shape != a.sizes)
+              e.refuse("broadcast",
+                       "the broadcast shape " + shape_text(*shape) + " is not self's " + shape_text(a.sizes));
+            if (!may_cast(e.dtype, a.dtype))
+              e.refuse("promotion", "result type " + name(e.dtype) + " can't be cast to " + name(a.dtype));
             e.dtype = a.dtype;
             check_in_place_overlap(e, p, 0, {1});
           }
@@ -919,86 +938,88 @@ void add_pointwise_drivers(Drivers& drivers) {
     const bool scalar_first = kernel.order == OperandOrder::scalar_first;
     const DtypeRule rule = op_info(id).dtypes;
     const bool has_in_place = !scalar_first && (k == "add" || k == "sub" || k == "mul" || k == "div");
-    drivers[id] = Driver{
-        [has_in_place](Gen& g) {
-          g.specials = true;
-          Plan p;
-          g.tensor(p, g.dtype(), g.shape());
-          p.scalars = {g.scalar()};
-          p.in_place = has_in_place && g.chance(35);
-          return p;
-        },
-        [op, k, rule, scalar_first](const Plan& p) {
-          Expect e;
-          const Host x = host_view(p, 0);
-          const double s = p.scalars[0];
-          const ScalarType rt = result_type({{x.dtype, x.sizes.empty()}, wrapped(s)});
-          if (rt != x.dtype) e.tag("scalar");
-          if (rule == DtypeRule::floating && !is_float(rt)) e.refuse("dtype", op + ": result type " + name(rt) + " is not floating");
-          if (k == "sub" && is_bool(x.dtype)) e.refuse("intarith", "subtraction with a bool tensor");
-          if (k == "pow") {
-            if (!is_float(rt)) e.tag("intarith");
-            if (!scalar_first && is_integral(x.dtype, true) && s == std::trunc(s) && s < 0)
-              e.refuse("intarith", "integers to negative integer powers");
-            if (is_bool(rt)) e.refuse("intarith", "pow is not implemented for bool");
-          }
-          const bool in_range = x.dtype == ScalarType::uint8   ? s >= 0 && s <= 255
-                                : x.dtype == ScalarType::bool_ ? s == 0 || s == 1
-                                                               : fits(s, x.dtype);
-          if (rule == DtypeRule::to_bool && is_integral(x.dtype, true) && rt == x.dtype && !in_range) {
-            // A comparison with a number outside the tensor's dtype (uint8 > -2): whether PyTorch wraps the
-            // number first is the scalar rules' business, so only shapes and dtypes are checked here.
-            e.tag("scalar");
-            e.values_known = false;
-          }
-          e.dtype = rule == DtypeRule::to_bool ? ScalarType::bool_ : rt;
-          e.sizes = x.sizes;
-          if (p.in_place) {
-            e.written = 0;
-            if (!may_cast(e.dtype, x.dtype)) e.refuse("scalar", "result type " + name(e.dtype) + " can't be cast to " + name(x.dtype));
-            e.dtype = x.dtype;
-            check_in_place_overlap(e, p, 0, {});
-          }
-          return e;
-        },
-        [k, scalar_first](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-          const double s = p.scalars[0];
-          const ScalarType rt = result_type({{in[0].dtype, in[0].sizes.empty()}, wrapped(s)});
-          Values out;
-          for (double x : in[0].v) {
-            double v = scalar_first ? binary_ref(k, s, x, 1, rt) : binary_ref(k, x, s, 1, rt);
-            // PyTorch computes a float tensor to the power 0.5 as sqrt and -0.5 as rsqrt (so (-inf) ** 0.5 is
-            // NaN and (-0) ** -0.5 is -inf, where std::pow gives inf).
-            if (k == "pow" && !scalar_first && s == 0.5 && is_float(rt)) v = std::sqrt(x);
-            if (k == "pow" && !scalar_first && s == -0.5 && is_float(rt)) v = 1 / std::sqrt(x);
-            if (e.dtype != rt && !is_bool(e.dtype)) v = to_dtype_value(to_dtype_value(v, rt), e.dtype);
-            out.push_back(v);
-          }
-          return out;
-        },
-        [k, scalar_first](const std::vector<Tensor>& in, const Plan& p) {
-          const Tensor& x = in[0];
-          const double s = p.scalars[0];
-          if (p.in_place) {
-            if (k == "add") x.add_(s);
-            else if (k == "sub") x.sub_(s);
-            else if (k == "mul") x.mul_(s);
-            else x.div_(s);
-            return x;
-          }
-          if (k == "add") return bytegrad::add(x, s);
-          if (k == "sub") return scalar_first ? bytegrad::sub(s, x) : bytegrad::sub(x, s);
-          if (k == "mul") return bytegrad::mul(x, s);
-          if (k == "div") return scalar_first ? bytegrad::div(s, x) : bytegrad::div(x, s);
-          if (k == "pow") return scalar_first ? bytegrad::pow(s, x) : bytegrad::pow(x, s);
-          if (k == "eq") return bytegrad::eq(x, s);
-          if (k == "ne") return bytegrad::ne(x, s);
-          if (k == "lt") return bytegrad::lt(x, s);
-          if (k == "le") return bytegrad::le(x, s);
-          if (k == "gt") return bytegrad::gt(x, s);
-          if (k == "ge") return bytegrad::ge(x, s);
-          throw std::logic_error("op fuzz: no call for scalar kernel " + k);
-        }};
+    drivers[id] =
+        Driver{[has_in_place](Gen& g) {
+                 g.specials = true;
+                 Plan p;
+                 g.tensor(p, g.dtype(), g.shape());
+                 p.scalars = {g.scalar()};
+                 p.in_place = has_in_place && g.chance(35);
+                 return p;
+               },
+               [op, k, rule, scalar_first](const Plan& p) {
+                 Expect e;
+                 const Host x = host_view(p, 0);
+                 const double s = p.scalars[0];
+                 const ScalarType rt = result_type({{x.dtype, x.sizes.empty()}, wrapped(s)});
+                 if (rt != x.dtype) e.tag("scalar");
+                 if (rule == DtypeRule::floating && !is_float(rt))
+                   e.refuse("dtype", op + ": result type " + name(rt) + " is not floating");
+                 if (k == "sub" && is_bool(x.dtype)) e.refuse("intarith", "subtraction with a bool tensor");
+                 if (k == "pow") {
+                   if (!is_float(rt)) e.tag("intarith");
+                   if (!scalar_first && is_integral(x.dtype, true) && s == std::trunc(s) && s < 0)
+                     e.refuse("intarith", "integers to negative integer powers");
+                   if (is_bool(rt)) e.refuse("intarith", "pow is not implemented for bool");
+                 }
+                 const bool in_range = x.dtype == ScalarType::uint8   ? s >= 0 && s <= 255
+                                       : x.dtype == ScalarType::bool_ ? s == 0 || s == 1
+                                                                      : fits(s, x.dtype);
+                 if (rule == DtypeRule::to_bool && is_integral(x.dtype, true) && rt == x.dtype && !in_range) {
+                   // A comparison with a number outside the tensor's dtype (uint8 > -2): whether PyTorch wraps the
+                   // number first is the scalar rules' business, so only shapes and dtypes are checked here.
+                   e.tag("scalar");
+                   e.values_known = false;
+                 }
+                 e.dtype = rule == DtypeRule::to_bool ? ScalarType::bool_ : rt;
+                 e.sizes = x.sizes;
+                 if (p.in_place) {
+                   e.written = 0;
+                   if (!may_cast(e.dtype, x.dtype))
+                     e.refuse("scalar", "result type " + name(e.dtype) + " can't be cast to " + name(x.dtype));
+                   e.dtype = x.dtype;
+                   check_in_place_overlap(e, p, 0, {});
+                 }
+                 return e;
+               },
+               [k, scalar_first](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+                 const double s = p.scalars[0];
+                 const ScalarType rt = result_type({{in[0].dtype, in[0].sizes.empty()}, wrapped(s)});
+                 Values out;
+                 for (double x : in[0].v) {
+                   double v = scalar_first ? binary_ref(k, s, x, 1, rt) : binary_ref(k, x, s, 1, rt);
+                   // PyTorch computes a float tensor to the power 0.5 as sqrt and -0.5 as rsqrt (so (-inf) ** 0.5 is
+                   // NaN and (-0) ** -0.5 is -inf, where std::pow gives inf).
+                   if (k == "pow" && !scalar_first && s == 0.5 && is_float(rt)) v = std::sqrt(x);
+                   if (k == "pow" && !scalar_first && s == -0.5 && is_float(rt)) v = 1 / std::sqrt(x);
+                   if (e.dtype != rt && !is_bool(e.dtype)) v = to_dtype_value(to_dtype_value(v, rt), e.dtype);
+                   out.push_back(v);
+                 }
+                 return out;
+               },
+               [k, scalar_first](const std::vector<Tensor>& in, const Plan& p) {
+                 const Tensor& x = in[0];
+                 const double s = p.scalars[0];
+                 if (p.in_place) {
+                   if (k == "add") x.add_(s);
+                   else if (k == "sub") x.sub_(s);
+                   else if (k == "mul") x.mul_(s);
+                   else x.div_(s);
+                   return x;
+                 }
+                 if (k == "add") return bytegrad::add(x, s);
+                 if (k == "sub") return scalar_first ? bytegrad::sub(s, x) : bytegrad::sub(x, s);
+                 if (k == "mul") return bytegrad::mul(x, s);
+                 if (k == "div") return scalar_first ? bytegrad::div(s, x) : bytegrad::div(x, s);
+                 if (k == "pow") return scalar_first ? bytegrad::pow(s, x) : bytegrad::pow(x, s);
+                 if (k == "eq") return bytegrad::eq(x, s);
+                 if (k == "ne") return bytegrad::ne(x, s);
+                 if (k == "lt") return bytegrad::lt(x, s);
+                 if (k == "le") return bytegrad::le(x, s);
+                 if (k == "gt") return bytegrad::gt(x, s);
+                 if (k == "ge") return bytegrad::ge(x, s);
+                 throw std::logic_error("op fuzz: no call for scalar kernel " + k);
+               }};
   }
 }
 
@@ -1035,100 +1056,102 @@ void add_structured_drivers(Drivers& drivers) {
     std::string kind;
     bool has_dims;
   };
-  const Reduction kReductions[] = {{OpId::sum, "sum", false},   {OpId::sum_dims, "sum", true},  {OpId::mean, "mean", false},
-                                   {OpId::mean_dims, "mean", true}, {OpId::prod, "prod", false}, {OpId::max, "max", false},
-                                   {OpId::min, "min", false},   {OpId::amax, "amax", true},     {OpId::amin, "amin", true},
-                                   {OpId::norm, "norm", true},  {OpId::var, "var", true},       {OpId::std, "std", true}};
+  const Reduction kReductions[] = {
+      {OpId::sum, "sum", false},       {OpId::sum_dims, "sum", true}, {OpId::mean, "mean", false},
+      {OpId::mean_dims, "mean", true}, {OpId::prod, "prod", false},   {OpId::max, "max", false},
+      {OpId::min, "min", false},       {OpId::amax, "amax", true},    {OpId::amin, "amin", true},
+      {OpId::norm, "norm", true},      {OpId::var, "var", true},      {OpId::std, "std", true}};
   for (const Reduction& r : kReductions) {
     const DtypeRule rule = op_info(r.id).dtypes;
     const std::string kind = r.kind, op(op_name(r.id));
     const bool has_dims = r.has_dims;
-    row(r.id, Driver{
-        [kind, has_dims, one_tensor](Gen& g) {
-          Plan p;
-          g.specials = g.chance(20);
-          const int x = one_tensor(g.dtype(), g, p);
-          if (kind == "prod")  // small factors, so that products stay exact
-            for (double& v : p.storages[0].values) v = std::fmod(v, 3);
-          if (has_dims) p.shape = random_dims(g, p.views[x].sizes.size());
-          p.ints = {g.chance(40) ? 1 : 0};  // keepdim
-          p.scalars = {static_cast<double>(g.pick(3))};  // correction (var, std)
-          return p;
-        },
-        [kind, has_dims, rule, op](const Plan& p) {
-          Expect e;
-          const Host x = host_view(p, 0);
-          check_dtype_rule(e, rule, x.dtype, op);
-          std::vector<size_t> dims;
-          if (has_dims) {
-            const auto wrapped_dims = wrap_dims(p.shape, x.sizes.size());
-            if (!wrapped_dims) e.refuse("dims", "dims " + shape_text(p.shape) + " out of range or repeated");
-            else dims = *wrapped_dims;
-          }
-          if (x.sizes.empty()) dims.clear();
-          const bool keepdim = has_dims && p.ints[0];
-          if ((kind == "max" || kind == "min") && x.v.empty()) e.refuse("empty", "max()/min() of an empty tensor");
-          if (kind == "amax" || kind == "amin") {
-            for (size_t d = 0; d < x.sizes.size(); ++d) {
-              const bool reduced = dims.empty() || std::find(dims.begin(), dims.end(), d) != dims.end();
-              if (reduced && x.sizes[d] == 0) e.refuse("empty", "amax/amin over a dimension of size 0");
-            }
-          }
-          e.sizes = reduced_shape(x.sizes, dims, keepdim);
-          e.dtype = (kind == "sum" || kind == "prod") && !is_float(x.dtype) ? ScalarType::int64 : x.dtype;
-          e.tolerance_scale = 1 + std::sqrt(static_cast<double>(x.v.size()));
-          return e;
-        },
-        [kind](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-          std::vector<size_t> dims;
-          if (!p.shape.empty() && !in[0].sizes.empty()) dims = *wrap_dims(p.shape, in[0].sizes.size());
-          (void)e;
-          Values out;
-          for (const Values& group : reduction_groups(in[0], dims)) {
-            const double n = static_cast<double>(group.size());
-            if (kind == "sum") out.push_back(sum_of(group));
-            else if (kind == "mean") out.push_back(sum_of(group) / n);
-            else if (kind == "prod") {
-              int64_t integral = 1;
-              double floating = 1;
-              for (double v : group) integral = wrap_mul(integral, static_cast<int64_t>(v)), floating *= v;
-              out.push_back(is_float(in[0].dtype) ? floating : static_cast<double>(integral));
-            } else if (kind == "norm") {
-              double s = 0;
-              for (double v : group) s += v * v;
-              out.push_back(std::sqrt(s));
-            } else if (kind == "var" || kind == "std") {
-              const double mean = sum_of(group) / n, correction = p.scalars[0];
-              double s = 0;
-              for (double v : group) s += (v - mean) * (v - mean);
-              const double var = s / std::max(0.0, n - correction);
-              out.push_back(kind == "var" ? var : std::sqrt(var));
-            } else {
-              const bool largest = kind == "max" || kind == "amax";
-              double best = group[0];
-              for (double v : group) {
-                if (std::isnan(v) || std::isnan(best)) best = std::numeric_limits<double>::quiet_NaN();
-                else best = largest ? std::max(best, v) : std::min(best, v);
-              }
-              out.push_back(best);
-            }
-          }
-          return out;
-        },
-        [kind, has_dims](const std::vector<Tensor>& in, const Plan& p) {
-          const Tensor& x = in[0];
-          const bool keepdim = p.ints[0] != 0;
-          if (kind == "sum") return has_dims ? sum(x, p.shape, keepdim) : sum(x);
-          if (kind == "mean") return has_dims ? mean(x, p.shape, keepdim) : mean(x);
-          if (kind == "prod") return prod(x);
-          if (kind == "max") return max(x);
-          if (kind == "min") return min(x);
-          if (kind == "amax") return amax(x, p.shape, keepdim);
-          if (kind == "amin") return amin(x, p.shape, keepdim);
-          if (kind == "norm") return norm(x, p.shape, keepdim);
-          if (kind == "var") return var(x, p.shape, keepdim, p.scalars[0]);
-          return bytegrad::std(x, p.shape, keepdim, p.scalars[0]);
-        }});
+    row(r.id, Driver{[kind, has_dims, one_tensor](Gen& g) {
+                       Plan p;
+                       g.specials = g.chance(20);
+                       const int x = one_tensor(g.dtype(), g, p);
+                       if (kind == "prod")  // small factors, so that products stay exact
+                         for (double& v : p.storages[0].values) v = std::fmod(v, 3);
+                       if (has_dims) p.shape = random_dims(g, p.views[x].sizes.size());
+                       p.ints = {g.chance(40) ? 1 : 0};               // keepdim
+                       p.scalars = {static_cast<double>(g.pick(3))};  // correction (var, std)
+                       return p;
+                     },
+                     [kind, has_dims, rule, op](const Plan& p) {
+                       Expect e;
+                       const Host x = host_view(p, 0);
+                       check_dtype_rule(e, rule, x.dtype, op);
+                       std::vector<size_t> dims;
+                       if (has_dims) {
+                         const auto wrapped_dims = wrap_dims(p.shape, x.sizes.size());
+                         if (!wrapped_dims)
+                           e.refuse("dims", "dims " + shape_text(p.shape) + " out of range or repeated");
+                         else dims = *wrapped_dims;
+                       }
+                       if (x.sizes.empty()) dims.clear();
+                       const bool keepdim = has_dims && p.ints[0];
+                       if ((kind == "max" || kind == "min") && x.v.empty())
+                         e.refuse("empty", "max()/min() of an empty tensor");
+                       if (kind == "amax" || kind == "amin") {
+                         for (size_t d = 0; d < x.sizes.size(); ++d) {
+                           const bool reduced = dims.empty() || std::find(dims.begin(), dims.end(), d) != dims.end();
+                           if (reduced && x.sizes[d] == 0) e.refuse("empty", "amax/amin over a dimension of size 0");
+                         }
+                       }
+                       e.sizes = reduced_shape(x.sizes, dims, keepdim);
+                       e.dtype = (kind == "sum" || kind == "prod") && !is_float(x.dtype) ? ScalarType::int64 : x.dtype;
+                       e.tolerance_scale = 1 + std::sqrt(static_cast<double>(x.v.size()));
+                       return e;
+                     },
+                     [kind](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+                       std::vector<size_t> dims;
+                       if (!p.shape.empty() && !in[0].sizes.empty()) dims = *wrap_dims(p.shape, in[0].sizes.size());
+                       (void)e;
+                       Values out;
+                       for (const Values& group : reduction_groups(in[0], dims)) {
+                         const double n = static_cast<double>(group.size());
+                         if (kind == "sum") out.push_back(sum_of(group));
+                         else if (kind == "mean") out.push_back(sum_of(group) / n);
+                         else if (kind == "prod") {
+                           int64_t integral = 1;
+                           double floating = 1;
+                           for (double v : group) integral = wrap_mul(integral, static_cast<int64_t>(v)), floating *= v;
+                           out.push_back(is_float(in[0].dtype) ? floating : static_cast<double>(integral));
+                         } else if (kind == "norm") {
+                           double s = 0;
+                           for (double v : group) s += v * v;
+                           out.push_back(std::sqrt(s));
+                         } else if (kind == "var" || kind == "std") {
+                           const double mean = sum_of(group) / n, correction = p.scalars[0];
+                           double s = 0;
+                           for (double v : group) s += (v - mean) * (v - mean);
+                           const double var = s / std::max(0.0, n - correction);
+                           out.push_back(kind == "var" ? var : std::sqrt(var));
+                         } else {
+                           const bool largest = kind == "max" || kind == "amax";
+                           double best = group[0];
+                           for (double v : group) {
+                             if (std::isnan(v) || std::isnan(best)) best = std::numeric_limits<double>::quiet_NaN();
+                             else best = largest ? std::max(best, v) : std::min(best, v);
+                           }
+                           out.push_back(best);
+                         }
+                       }
+                       return out;
+                     },
+                     [kind, has_dims](const std::vector<Tensor>& in, const Plan& p) {
+                       const Tensor& x = in[0];
+                       const bool keepdim = p.ints[0] != 0;
+                       if (kind == "sum") return has_dims ? sum(x, p.shape, keepdim) : sum(x);
+                       if (kind == "mean") return has_dims ? mean(x, p.shape, keepdim) : mean(x);
+                       if (kind == "prod") return prod(x);
+                       if (kind == "max") return max(x);
+                       if (kind == "min") return min(x);
+                       if (kind == "amax") return amax(x, p.shape, keepdim);
+                       if (kind == "amin") return amin(x, p.shape, keepdim);
+                       if (kind == "norm") return norm(x, p.shape, keepdim);
+                       if (kind == "var") return var(x, p.shape, keepdim, p.scalars[0]);
+                       return bytegrad::std(x, p.shape, keepdim, p.scalars[0]);
+                     }});
   }
   // var/std with a correction reaching n: PyTorch divides by max(0, n - correction) (inf or NaN).
 
@@ -1141,101 +1164,108 @@ void add_structured_drivers(Drivers& drivers) {
                                   Product{OpId::dot, "dot"}, Product{OpId::mv, "mv"}}) {
     const std::string kind = prod_row.kind, op(op_name(prod_row.id));
     const DtypeRule rule = op_info(prod_row.id).dtypes;
-    row(prod_row.id, Driver{
-        [kind](Gen& g) {
-          Plan p;
-          const ScalarType t = g.dtype(), u = g.dtype_like(t, 10);
-          const int64_t b = g.dim_size(), n = g.dim_size(), m = g.dim_size(), q = g.dim_size();
-          const int64_t m2 = g.chance(8) ? m + 1 : m;  // mismatched inner sizes
-          if (kind == "mm") g.tensor(p, t, {n, m}), g.tensor(p, u, {m2, q});
-          if (kind == "bmm") g.tensor(p, t, {b, n, m}), g.tensor(p, u, {g.chance(8) ? b + 1 : b, m2, q});
-          if (kind == "dot") g.tensor(p, t, {m}), g.tensor(p, u, {m2});
-          if (kind == "mv") g.tensor(p, t, {n, m}), g.tensor(p, u, {m2});
-          if (kind == "addmm") {
-            const Shape bias_shapes[] = {{n, q}, {q}, {1, q}, {n, 1}, {}, {q + 1}};
-            g.tensor(p, g.dtype_like(t, 10), g.one_of(bias_shapes));
-            g.tensor(p, t, {n, m}), g.tensor(p, u, {m2, q});
-            const double kFactors[] = {1, 2, 0, 0.5}, kIntegral[] = {1, 2, 0, -1};
-            // Integral tensors take integral factors (a fractional one is the scalar rules' business).
-            if (is_float(t)) p.scalars = {g.one_of(kFactors), g.one_of(kFactors)};  // beta, alpha
-            else p.scalars = {g.one_of(kIntegral), g.one_of(kIntegral)};
-          }
-          // Rank errors now and then: a 1-d operand where 2-d is needed.
-          if (g.chance(4) && kind != "dot" && !p.views[0].sizes.empty()) {
-            const Shape& s = p.views[0].sizes;
-            const int fewer = g.tensor(p, p.storages[p.views[0].storage].dtype, Shape(s.begin(), s.end() - 1));
-            p.views[0] = p.views[fewer];
-            p.views.pop_back();
-          }
-          return p;
-        },
-        [kind, rule, op](const Plan& p) {
-          Expect e;
-          check_devices(e, p, {0, 1});
-          std::vector<Host> in;
-          for (size_t i = 0; i < p.views.size(); ++i) in.push_back(host_view(p, static_cast<int>(i)));
-          const Host& a = in[kind == "addmm" ? 1 : 0];
-          const Host& b = in[kind == "addmm" ? 2 : 1];
-          for (const Host& h : in)
-            if (h.dtype != in[0].dtype) e.refuse("promotion", op + ": operands of different dtypes");
-          check_dtype_rule(e, rule, a.dtype, op);
-          const size_t ra = kind == "bmm" ? 3 : kind == "dot" ? 1 : 2, rb = kind == "bmm" ? 3 : kind == "mm" || kind == "addmm" ? 2 : 1;
-          if (a.sizes.size() != ra || b.sizes.size() != rb) {
-            e.refuse("shape", op + ": operand ranks");
-            return e;
-          }
-          if (a.sizes.back() != b.sizes[kind == "bmm" ? 1 : 0]) e.refuse("shape", op + ": inner sizes differ");
-          if (kind == "bmm" && a.sizes[0] != b.sizes[0]) e.refuse("shape", "bmm: batch sizes differ");
-          if (kind == "mm" || kind == "addmm") e.sizes = {a.sizes[0], b.sizes[1]};
-          if (kind == "bmm") e.sizes = {a.sizes[0], a.sizes[1], b.sizes[2]};
-          if (kind == "mv") e.sizes = {a.sizes[0]};
-          if (kind == "addmm") {
-            const auto shape = broadcast_shapes({in[0].sizes, e.sizes});
-            if (!shape || *shape != e.sizes) e.refuse("broadcast", "addmm: bias does not broadcast to the product");
-            if (!is_float(a.dtype) && (p.scalars[0] != std::trunc(p.scalars[0]) || p.scalars[1] != std::trunc(p.scalars[1])))
-              e.tag("scalar");
-          }
-          e.dtype = a.dtype;
-          e.tolerance_scale = 1 + a.sizes.back();
-          return e;
-        },
-        [kind](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-          const Host& a = in[kind == "addmm" ? 1 : 0];
-          const Host& b = in[kind == "addmm" ? 2 : 1];
-          const int64_t inner = a.sizes.back();
-          Values out(numel_of(e.sizes));
-          if (kind == "dot") {
-            double s = 0;
-            for (int64_t k = 0; k < inner; ++k) s += a.v[k] * b.v[k];
-            out[0] = s;
-            return out;
-          }
-          const int64_t batches = kind == "bmm" ? a.sizes[0] : 1, rows = a.sizes[a.sizes.size() - 2];
-          const int64_t cols = kind == "mv" ? 1 : b.sizes.back();
-          for (int64_t bi = 0; bi < batches; ++bi)
-            for (int64_t i = 0; i < rows; ++i)
-              for (int64_t j = 0; j < cols; ++j) {
-                double s = 0;
-                for (int64_t k = 0; k < inner; ++k)
-                  s += a.v[(bi * rows + i) * inner + k] * b.v[(bi * inner + k) * cols + j];
-                out[(bi * rows + i) * cols + j] = s;
-              }
-          if (kind == "addmm") {
-            const double beta = p.scalars[0], alpha = p.scalars[1];
-            for (size_t k = 0; k < out.size(); ++k)
-              out[k] = alpha * out[k] + (beta == 0 ? 0 : beta * at_broadcast(in[0], e.sizes, k));
-          }
-          if (!is_float(a.dtype))
-            for (double& v : out) v = to_dtype_value(v, a.dtype);
-          return out;
-        },
-        [kind](const std::vector<Tensor>& in, const Plan& p) {
-          if (kind == "mm") return mm(in[0], in[1]);
-          if (kind == "bmm") return bmm(in[0], in[1]);
-          if (kind == "addmm") return addmm(in[0], in[1], in[2], p.scalars[0], p.scalars[1]);
-          if (kind == "dot") return dot(in[0], in[1]);
-          return mv(in[0], in[1]);
-        }});
+    row(prod_row.id,
+        Driver{[kind](Gen& g) {
+                 Plan p;
+                 const ScalarType t = g.dtype(), u = g.dtype_like(t, 10);
+                 const int64_t b = g.dim_size(), n = g.dim_size(), m = g.dim_size(), q = g.dim_size();
+                 const int64_t m2 = g.chance(8) ? m + 1 : m;  // mismatched inner sizes
+                 if (kind == "mm") g.tensor(p, t, {n, m}), g.tensor(p, u, {m2, q});
+                 if (kind == "bmm") g.tensor(p, t, {b, n, m}), g.tensor(p, u, {g.chance(8) ? b + 1 : b, m2, q});
+                 if (kind == "dot") g.tensor(p, t, {m}), g.tensor(p, u, {m2});
+                 if (kind == "mv") g.tensor(p, t, {n, m}), g.tensor(p, u, {m2});
+                 if (kind == "addmm") {
+                   const Shape bias_shapes[] = {{n, q}, {q}, {1, q}, {n, 1}, {}, {q + 1}};
+                   g.tensor(p, g.dtype_like(t, 10), g.one_of(bias_shapes));
+                   g.tensor(p, t, {n, m}), g.tensor(p, u, {m2, q});
+                   const double kFactors[] = {1, 2, 0, 0.5}, kIntegral[] = {1, 2, 0, -1};
+                   // Integral tensors take integral factors (a fractional one is the scalar rules' business).
+                   if (is_float(t)) p.scalars = {g.one_of(kFactors), g.one_of(kFactors)};  // beta, alpha
+                   else p.scalars = {g.one_of(kIntegral), g.one_of(kIntegral)};
+                 }
+                 // Rank errors now and then: a 1-d operand where 2-d is needed.
+                 if (g.chance(4) && kind != "dot" && !p.views[0].sizes.empty()) {
+                   const Shape& s = p.views[0].sizes;
+                   const int fewer = g.tensor(p, p.storages[p.views[0].storage].dtype, Shape(s.begin(), s.end() - 1));
+                   p.views[0] = p.views[fewer];
+                   p.views.pop_back();
+                 }
+                 return p;
+               },
+               [kind, rule, op](const Plan& p) {
+                 Expect e;
+                 check_devices(e, p, {0, 1});
+                 std::vector<Host> in;
+                 for (size_t i = 0; i < p.views.size(); ++i) in.push_back(host_view(p, static_cast<int>(i)));
+                 const Host& a = in[kind == "addmm" ? 1 : 0];
+                 const Host& b = in[kind == "addmm" ? 2 : 1];
+                 for (const Host& h : in)
+                   if (h.dtype != in[0].dtype) e.refuse("promotion", op + ": operands of different dtypes");
+                 check_dtype_rule(e, rule, a.dtype, op);
+                 const size_t ra = kind == "bmm"   ? 3
+                                   : kind == "dot" ? 1
+                                                   : 2,
+                              rb = kind == "bmm"                     ? 3
+                                   : kind == "mm" || kind == "addmm" ? 2
+                                                                     : 1;
+                 if (a.sizes.size() != ra || b.sizes.size() != rb) {
+                   e.refuse("shape", op + ": operand ranks");
+                   return e;
+                 }
+                 if (a.sizes.back() != b.sizes[kind == "bmm" ? 1 : 0]) e.refuse("shape", op + ": inner sizes differ");
+                 if (kind == "bmm" && a.sizes[0] != b.sizes[0]) e.refuse("shape", "bmm: batch sizes differ");
+                 if (kind == "mm" || kind == "addmm") e.sizes = {a.sizes[0], b.sizes[1]};
+                 if (kind == "bmm") e.sizes = {a.sizes[0], a.sizes[1], b.sizes[2]};
+                 if (kind == "mv") e.sizes = {a.sizes[0]};
+                 if (kind == "addmm") {
+                   const auto shape = broadcast_shapes({in[0].sizes, e.sizes});
+                   if (!shape || *shape != e.sizes)
+                     e.refuse("broadcast", "addmm: bias does not broadcast to the product");
+                   if (!is_float(a.dtype) &&
+                       (p.scalars[0] != std::trunc(p.scalars[0]) || p.scalars[1] != std::trunc(p.scalars[1])))
+                     e.tag("scalar");
+                 }
+                 e.dtype = a.dtype;
+                 e.tolerance_scale = 1 + a.sizes.back();
+                 return e;
+               },
+               [kind](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+                 const Host& a = in[kind == "addmm" ? 1 : 0];
+                 const Host& b = in[kind == "addmm" ? 2 : 1];
+                 const int64_t inner = a.sizes.back();
+                 Values out(numel_of(e.sizes));
+                 if (kind == "dot") {
+                   double s = 0;
+                   for (int64_t k = 0; k < inner; ++k) s += a.v[k] * b.v[k];
+                   out[0] = s;
+                   return out;
+                 }
+                 const int64_t batches = kind == "bmm" ? a.sizes[0] : 1, rows = a.sizes[a.sizes.size() - 2];
+                 const int64_t cols = kind == "mv" ? 1 : b.sizes.back();
+                 for (int64_t bi = 0; bi < batches; ++bi)
+                   for (int64_t i = 0; i < rows; ++i)
+                     for (int64_t j = 0; j < cols; ++j) {
+                       double s = 0;
+                       for (int64_t k = 0; k < inner; ++k)
+                         s += a.v[(bi * rows + i) * inner + k] * b.v[(bi * inner + k) * cols + j];
+                       out[(bi * rows + i) * cols + j] = s;
+                     }
+                 if (kind == "addmm") {
+                   const double beta = p.scalars[0], alpha = p.scalars[1];
+                   for (size_t k = 0; k < out.size(); ++k)
+                     out[k] = alpha * out[k] + (beta == 0 ? 0 : beta * at_broadcast(in[0], e.sizes, k));
+                 }
+                 if (!is_float(a.dtype))
+                   for (double& v : out) v = to_dtype_value(v, a.dtype);
+                 return out;
+               },
+               [kind](const std::vector<Tensor>& in, const Plan& p) {
+                 if (kind == "mm") return mm(in[0], in[1]);
+                 if (kind == "bmm") return bmm(in[0], in[1]);
+                 if (kind == "addmm") return addmm(in[0], in[1], in[2], p.scalars[0], p.scalars[1]);
+                 if (kind == "dot") return dot(in[0], in[1]);
+                 return mv(in[0], in[1]);
+               }});
   }
   add_view_drivers(drivers);
   add_copy_drivers(drivers);
@@ -1291,29 +1321,28 @@ struct ViewOutcome {
 void view_row(Drivers& drivers, OpId id, std::function<void(Gen&, Plan&)> make_args,
               std::function<ViewOutcome(const Host&, const Plan&)> outcome,
               std::function<Tensor(const Tensor&, const Plan&)> call) {
-  drivers[id] = Driver{
-      [make_args](Gen& g) {
-        Plan p;
-        g.specials = true;
-        g.tensor(p, g.dtype(), g.shape());
-        make_args(g, p);
-        return p;
-      },
-      [outcome](const Plan& p) {
-        Expect e;
-        const Host x = host_view(p, 0);
-        const ViewOutcome o = outcome(x, p);
-        if (!o.refusal.empty()) e.refuse(o.klass.empty() ? "shape" : o.klass, o.refusal);
-        e.dtype = x.dtype;
-        e.sizes = o.sizes;
-        e.undefined_result = o.undefined;
-        return e;
-      },
-      [outcome](const std::vector<Host>& in, const Plan& p, const Expect&) {
-        const ViewOutcome o = outcome(in[0], p);
-        return logical_view(in[0], o.sizes, o.strides, o.offset);
-      },
-      [call](const std::vector<Tensor>& in, const Plan& p) { return call(in[0], p); }};
+  drivers[id] = Driver{[make_args](Gen& g) {
+                         Plan p;
+                         g.specials = true;
+                         g.tensor(p, g.dtype(), g.shape());
+                         make_args(g, p);
+                         return p;
+                       },
+                       [outcome](const Plan& p) {
+                         Expect e;
+                         const Host x = host_view(p, 0);
+                         const ViewOutcome o = outcome(x, p);
+                         if (!o.refusal.empty()) e.refuse(o.klass.empty() ? "shape" : o.klass, o.refusal);
+                         e.dtype = x.dtype;
+                         e.sizes = o.sizes;
+                         e.undefined_result = o.undefined;
+                         return e;
+                       },
+                       [outcome](const std::vector<Host>& in, const Plan& p, const Expect&) {
+                         const ViewOutcome o = outcome(in[0], p);
+                         return logical_view(in[0], o.sizes, o.strides, o.offset);
+                       },
+                       [call](const std::vector<Tensor>& in, const Plan& p) { return call(in[0], p); }};
 }
 
 // Wraps a dim for an op over `rank` dims (0-d tensors take 0 and -1); nullopt when out of range.
@@ -1324,14 +1353,21 @@ std::optional<int64_t> wrap(int64_t dim, int64_t rank) {
 }
 
 void add_view_drivers(Drivers& drivers) {
-  view_row(drivers, OpId::view,
+  view_row(
+      drivers, OpId::view,
       [](Gen& g, Plan& p) {
         const Shape& s = p.views[0].sizes;
         Shape target = s;
         switch (g.pick(5)) {
           case 0: target = g.shape(); break;
           case 1: std::shuffle(target.begin(), target.end(), g.rng); break;
-          case 2: if (target.size() >= 2) { const size_t i = g.pick(target.size() - 1); target[i] *= target[i + 1]; target.erase(target.begin() + i + 1); } break;
+          case 2:
+            if (target.size() >= 2) {
+              const size_t i = g.pick(target.size() - 1);
+              target[i] *= target[i + 1];
+              target.erase(target.begin() + i + 1);
+            }
+            break;
           case 3: target.insert(target.begin() + g.pick(target.size() + 1), 1); break;
           default: target = {numel_of(s)}; break;
         }
@@ -1358,14 +1394,16 @@ void add_view_drivers(Drivers& drivers) {
           o.refusal = "view: shape " + shape_text(p.shape) + " is invalid for " + std::to_string(n) + " elements";
           return o;
         }
-        if (!view_strides(p.views[0].sizes, p.views[0].strides, target)) o.refusal = "view: size and stride incompatible";
+        if (!view_strides(p.views[0].sizes, p.views[0].strides, target))
+          o.refusal = "view: size and stride incompatible";
         o.sizes = target;
         o.strides = contiguous_strides(target);
         return o;
       },
       [](const Tensor& x, const Plan& p) { return x.view(p.shape); });
 
-  view_row(drivers, OpId::t, [](Gen&, Plan&) {},
+  view_row(
+      drivers, OpId::t, [](Gen&, Plan&) {},
       [](const Host& x, const Plan&) {
         ViewOutcome o;
         if (x.sizes.size() > 2) o.refusal = "t() expects a tensor with <= 2 dimensions";
@@ -1376,8 +1414,12 @@ void add_view_drivers(Drivers& drivers) {
       },
       [](const Tensor& x, const Plan&) { return x.t(); });
 
-  view_row(drivers, OpId::transpose,
-      [](Gen& g, Plan& p) { const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size()); p.ints = {g.pick(2 * r + 1) - r, g.pick(2 * r + 1) - r}; },
+  view_row(
+      drivers, OpId::transpose,
+      [](Gen& g, Plan& p) {
+        const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size());
+        p.ints = {g.pick(2 * r + 1) - r, g.pick(2 * r + 1) - r};
+      },
       [](const Host& x, const Plan& p) {
         ViewOutcome o;
         const auto a = wrap(p.ints[0], x.sizes.size()), b = wrap(p.ints[1], x.sizes.size());
@@ -1389,12 +1431,14 @@ void add_view_drivers(Drivers& drivers) {
       },
       [](const Tensor& x, const Plan& p) { return x.transpose(p.ints[0], p.ints[1]); });
 
-  view_row(drivers, OpId::permute,
+  view_row(
+      drivers, OpId::permute,
       [](Gen& g, Plan& p) {
         Shape order(p.views[0].sizes.size());
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), g.rng);
-        for (int64_t& d : order) if (g.chance(20)) d -= static_cast<int64_t>(order.size());
+        for (int64_t& d : order)
+          if (g.chance(20)) d -= static_cast<int64_t>(order.size());
         if (g.chance(8) && !order.empty()) order[0] = order.back();
         if (g.chance(5)) order.push_back(0);
         p.shape = order;
@@ -1412,7 +1456,8 @@ void add_view_drivers(Drivers& drivers) {
       },
       [](const Tensor& x, const Plan& p) { return x.permute(p.shape); });
 
-  view_row(drivers, OpId::expand,
+  view_row(
+      drivers, OpId::expand,
       [](Gen& g, Plan& p) {
         Shape target;
         const int64_t extra = g.pick(3);
@@ -1439,15 +1484,20 @@ void add_view_drivers(Drivers& drivers) {
             continue;
           }
           const int64_t have = x.sizes[i - lead], want = p.shape[i] == -1 ? have : p.shape[i];
-          if (have != want && have != 1) o.refusal = "expand: size " + std::to_string(want) + " for a dimension of " + std::to_string(have);
+          if (have != want && have != 1)
+            o.refusal = "expand: size " + std::to_string(want) + " for a dimension of " + std::to_string(have);
           o.sizes.push_back(want), o.strides.push_back(have == want ? strides[i - lead] : 0);
         }
         return o;
       },
       [](const Tensor& x, const Plan& p) { return x.expand(p.shape); });
 
-  view_row(drivers, OpId::unsqueeze,
-      [](Gen& g, Plan& p) { const int64_t r = p.views[0].sizes.size(); p.ints = {g.pick(2 * r + 5) - r - 2}; },
+  view_row(
+      drivers, OpId::unsqueeze,
+      [](Gen& g, Plan& p) {
+        const int64_t r = p.views[0].sizes.size();
+        p.ints = {g.pick(2 * r + 5) - r - 2};
+      },
       [](const Host& x, const Plan& p) {
         ViewOutcome o;
         const int64_t r = x.sizes.size();
@@ -1465,21 +1515,30 @@ void add_view_drivers(Drivers& drivers) {
       },
       [](const Tensor& x, const Plan& p) { return x.unsqueeze(p.ints[0]); });
 
-  view_row(drivers, OpId::squeeze,
-      [](Gen& g, Plan& p) { const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size()); p.ints = {g.pick(2 * r + 1) - r}; },
+  view_row(
+      drivers, OpId::squeeze,
+      [](Gen& g, Plan& p) {
+        const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size());
+        p.ints = {g.pick(2 * r + 1) - r};
+      },
       [](const Host& x, const Plan& p) {
         ViewOutcome o;
         const auto d = wrap(p.ints[0], x.sizes.size());
         o.sizes = x.sizes;
         o.strides = contiguous_strides(x.sizes);
         if (!d) o.refusal = "squeeze: dimension out of range", o.klass = "dims";
-        else if (!x.sizes.empty() && x.sizes[*d] == 1) o.sizes.erase(o.sizes.begin() + *d), o.strides.erase(o.strides.begin() + *d);
+        else if (!x.sizes.empty() && x.sizes[*d] == 1)
+          o.sizes.erase(o.sizes.begin() + *d), o.strides.erase(o.strides.begin() + *d);
         return o;
       },
       [](const Tensor& x, const Plan& p) { return x.squeeze(p.ints[0]); });
 
-  view_row(drivers, OpId::select,
-      [](Gen& g, Plan& p) { const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size()); p.ints = {g.pick(2 * r + 1) - r, g.pick(9) - 4}; },
+  view_row(
+      drivers, OpId::select,
+      [](Gen& g, Plan& p) {
+        const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size());
+        p.ints = {g.pick(2 * r + 1) - r, g.pick(9) - 4};
+      },
       [](const Host& x, const Plan& p) {
         ViewOutcome o;
         if (x.sizes.empty()) {
@@ -1506,11 +1565,13 @@ void add_view_drivers(Drivers& drivers) {
 
   // slice(dim, start, end, step): kNone for an absent start or end.
   static constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
-  view_row(drivers, OpId::slice,
+  view_row(
+      drivers, OpId::slice,
       [](Gen& g, Plan& p) {
         const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size());
         const int64_t kSteps[] = {1, 1, 2, 3, 0, -1};
-        p.ints = {g.pick(2 * r + 1) - r, g.chance(20) ? kNone : g.pick(13) - 6, g.chance(20) ? kNone : g.pick(13) - 6, g.one_of(kSteps)};
+        p.ints = {g.pick(2 * r + 1) - r, g.chance(20) ? kNone : g.pick(13) - 6, g.chance(20) ? kNone : g.pick(13) - 6,
+                  g.one_of(kSteps)};
       },
       [](const Host& x, const Plan& p) {
         ViewOutcome o;
@@ -1549,7 +1610,8 @@ void add_view_drivers(Drivers& drivers) {
 
   // unbind and split: part k of the parts (the count is checked inside the call).
   auto parts_row = [&](OpId id, bool split) {
-    view_row(drivers, id,
+    view_row(
+        drivers, id,
         [split](Gen& g, Plan& p) {
           const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size());
           p.ints = {g.pick(2 * r + 1) - r, g.pick(4), split ? g.pick(5) - (g.chance(10) ? 2 : 0) : 0};
@@ -1569,7 +1631,9 @@ void add_view_drivers(Drivers& drivers) {
           int64_t count = size, part_size = 1;
           if (split) {
             if (split_size < 0 || (split_size == 0 && size != 0)) {
-              o.refusal = "split: split_size " + std::to_string(split_size) + " for a dimension of " + std::to_string(size), o.klass = "index";
+              o.refusal =
+                  "split: split_size " + std::to_string(split_size) + " for a dimension of " + std::to_string(size),
+              o.klass = "index";
               return o;
             }
             count = split_size == 0 ? 1 : std::max<int64_t>(1, (size + split_size - 1) / split_size);
@@ -1590,9 +1654,11 @@ void add_view_drivers(Drivers& drivers) {
         [split](const Tensor& x, const Plan& p) {
           const std::vector<Tensor> parts = split ? x.split(p.ints[2], p.ints[0]) : x.unbind(p.ints[0]);
           const int64_t size = x.size(p.ints[0]), split_size = p.ints[2];
-          const size_t expected = split ? (split_size == 0 ? 1 : std::max<int64_t>(1, (size + split_size - 1) / split_size)) : size;
+          const size_t expected =
+              split ? (split_size == 0 ? 1 : std::max<int64_t>(1, (size + split_size - 1) / split_size)) : size;
           if (parts.size() != expected)
-            throw std::logic_error("op fuzz: " + std::to_string(parts.size()) + " parts, expected " + std::to_string(expected));
+            throw std::logic_error("op fuzz: " + std::to_string(parts.size()) + " parts, expected " +
+                                   std::to_string(expected));
           return parts.empty() ? Tensor() : parts[p.ints[1] % parts.size()];
         });
   };
@@ -1606,7 +1672,16 @@ namespace {
 
 // A Python-number argument that may not fit the tensor's dtype (fill_, masked_fill, constant_pad_nd).
 double fill_value(Gen& g) {
-  const double kOutOfRange[] = {300, -1, 1e39, 1e6, 70000, 2.5, 0.5, 2, 3e9, std::numeric_limits<double>::quiet_NaN(),
+  const double kOutOfRange[] = {300,
+                                -1,
+                                1e39,
+                                1e6,
+                                70000,
+                                2.5,
+                                0.5,
+                                2,
+                                3e9,
+                                std::numeric_limits<double>::quiet_NaN(),
                                 std::numeric_limits<double>::infinity()};
   return g.chance(25) ? g.one_of(kOutOfRange) : g.scalar();
 }
@@ -1618,80 +1693,81 @@ double filled(double value, ScalarType t) { return is_bool(t) ? (value != 0) : t
 void add_copy_drivers(Drivers& drivers) {
   // clone, to_dtype, to_device: a copy of x (converted).
   auto copy_like = [&](OpId id, int kind) {
-    drivers[id] = Driver{
-        [kind](Gen& g) {
-          Plan p;
-          g.specials = kind != 1;
-          g.tensor(p, g.dtype(), g.shape());
-          p.ints = {static_cast<int64_t>(g.pick(8))};  // to_dtype's target
-          return p;
-        },
-        [kind](const Plan& p) {
-          Expect e;
-          e.dtype = kind == 1 ? kDtypes[p.ints[0]] : p.storages[0].dtype;
-          e.sizes = p.views[0].sizes;
-          return e;
-        },
-        [](const std::vector<Host>& in, const Plan&, const Expect& e) {
-          Values out = in[0].v;
-          for (double& v : out) v = to_dtype_value(v, e.dtype);
-          return out;
-        },
-        [kind](const std::vector<Tensor>& in, const Plan& p) {
-          if (kind == 0) return in[0].clone();
-          if (kind == 1) return in[0].to(kDtypes[p.ints[0]]);
-          const Device d = in[0].device();
-          return in[0].to(d.type == DeviceType::meta ? d : other_device_of(d));
-        }};
+    drivers[id] = Driver{[kind](Gen& g) {
+                           Plan p;
+                           g.specials = kind != 1;
+                           g.tensor(p, g.dtype(), g.shape());
+                           p.ints = {static_cast<int64_t>(g.pick(8))};  // to_dtype's target
+                           return p;
+                         },
+                         [kind](const Plan& p) {
+                           Expect e;
+                           e.dtype = kind == 1 ? kDtypes[p.ints[0]] : p.storages[0].dtype;
+                           e.sizes = p.views[0].sizes;
+                           return e;
+                         },
+                         [](const std::vector<Host>& in, const Plan&, const Expect& e) {
+                           Values out = in[0].v;
+                           for (double& v : out) v = to_dtype_value(v, e.dtype);
+                           return out;
+                         },
+                         [kind](const std::vector<Tensor>& in, const Plan& p) {
+                           if (kind == 0) return in[0].clone();
+                           if (kind == 1) return in[0].to(kDtypes[p.ints[0]]);
+                           const Device d = in[0].device();
+                           return in[0].to(d.type == DeviceType::meta ? d : other_device_of(d));
+                         }};
   };
   copy_like(OpId::clone, 0);
   copy_like(OpId::to_dtype, 1);
   copy_like(OpId::to_device, 2);
 
   // dst.copy_(src): src broadcast to dst's shape, converted to dst's dtype, from any device.
-  drivers[OpId::copy] = Driver{
-      [](Gen& g) {
-        Plan p;
-        const std::vector<Shape> shapes = g.broadcastable(2, g.chance(8));
-        const int dst = g.tensor(p, g.dtype(), shapes[0]);
-        if (g.chance(30)) g.alias(p, dst, shapes[1]);
-        else g.tensor(p, g.dtype(), shapes[1], g.chance(15));
-        p.in_place = true;
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        const Host dst = host_view(p, 0), src = host_view(p, 1);
-        const auto shape = broadcast_shapes({dst.sizes, src.sizes});
-        if (!shape || *shape != dst.sizes)
-          e.refuse("broadcast", "copy_: source of shape " + shape_text(src.sizes) + " does not broadcast to " + shape_text(dst.sizes));
-        if (p.storages[p.views[1].storage].other_device) e.tag("device");
-        if (dst.dtype != src.dtype) e.tag("promotion");
-        // copy_ of a tensor onto itself returns at once (is_same); otherwise TensorIterator's overlap checks.
-        if (!(p.views[0].sizes == p.views[1].sizes && p.views[0].strides == p.views[1].strides &&
-              p.views[0].offset == p.views[1].offset && shares_storage(p, 0, 1)))
-          check_in_place_overlap(e, p, 0, {1});
-        // PyTorch's copy_impl returns for a meta self after the broadcast check, before the overlap checks.
-        e.meta_skips_refusal = e.refused_class == "overlap";
-        e.written = 0;
-        e.dtype = dst.dtype;
-        e.sizes = dst.sizes;
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan&, const Expect& e) {
-        Values out(numel_of(e.sizes));
-        for (size_t k = 0; k < out.size(); ++k) out[k] = to_dtype_value(at_broadcast(in[1], e.sizes, k), e.dtype);
-        return out;
-      },
-      [](const std::vector<Tensor>& in, const Plan& p) {
-        if (!p.in_place) {  // the out-of-place twin: src broadcast and converted
-          Tensor out = empty(in[0].sizes(), TensorOptions{in[0].dtype(), in[0].device()});
-          out.copy_(in[1]);
-          return out;
-        }
-        in[0].copy_(in[1]);
-        return in[0];
-      }};
+  drivers[OpId::copy] =
+      Driver{[](Gen& g) {
+               Plan p;
+               const std::vector<Shape> shapes = g.broadcastable(2, g.chance(8));
+               const int dst = g.tensor(p, g.dtype(), shapes[0]);
+               if (g.chance(30)) g.alias(p, dst, shapes[1]);
+               else g.tensor(p, g.dtype(), shapes[1], g.chance(15));
+               p.in_place = true;
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               const Host dst = host_view(p, 0), src = host_view(p, 1);
+               const auto shape = broadcast_shapes({dst.sizes, src.sizes});
+               if (!shape || *shape != dst.sizes)
+                 e.refuse("broadcast", "copy_: source of shape " + shape_text(src.sizes) + " does not broadcast to " +
+                                           shape_text(dst.sizes));
+               if (p.storages[p.views[1].storage].other_device) e.tag("device");
+               if (dst.dtype != src.dtype) e.tag("promotion");
+               // copy_ of a tensor onto itself returns at once (is_same); otherwise TensorIterator's overlap checks.
+               if (!(p.views[0].sizes == p.views[1].sizes && p.views[0].strides == p.views[1].strides &&
+                     p.views[0].offset == p.views[1].offset && shares_storage(p, 0, 1)))
+                 check_in_place_overlap(e, p, 0, {1});
+               // PyTorch's copy_impl returns for a meta self after the broadcast check, before the overlap checks.
+               e.meta_skips_refusal = e.refused_class == "overlap";
+               e.written = 0;
+               e.dtype = dst.dtype;
+               e.sizes = dst.sizes;
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan&, const Expect& e) {
+               Values out(numel_of(e.sizes));
+               for (size_t k = 0; k < out.size(); ++k)
+                 out[k] = to_dtype_value(at_broadcast(in[1], e.sizes, k), e.dtype);
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) {
+               if (!p.in_place) {  // the out-of-place twin: src broadcast and converted
+                 Tensor out = empty(in[0].sizes(), TensorOptions{in[0].dtype(), in[0].device()});
+                 out.copy_(in[1]);
+                 return out;
+               }
+               in[0].copy_(in[1]);
+               return in[0];
+             }};
 
   // cat and stack: 1-3 tensors of one shape but for the joined dim (cat) or of one shape (stack).
   auto join_row = [&](OpId id, bool stacking) {
@@ -1753,7 +1829,8 @@ void add_copy_drivers(Drivers& drivers) {
               continue;
             }
             for (size_t d = 0; d < s.size(); ++d)
-              if (static_cast<int64_t>(d) != *w && (*shape)[d] != s[d]) e.refuse("shape", "cat: sizes differ outside the joined dim");
+              if (static_cast<int64_t>(d) != *w && (*shape)[d] != s[d])
+                e.refuse("shape", "cat: sizes differ outside the joined dim");
             (*shape)[*w] += s[*w];
           }
           if (stacking && shape) {
@@ -1777,7 +1854,8 @@ void add_copy_drivers(Drivers& drivers) {
           if (numel_of(e.sizes) == 0) return out;
           const int64_t r = stacking ? static_cast<int64_t>(e.sizes.size()) : 0;
           size_t rank = 0;
-          for (const Host& h : in) if (h.sizes != Shape{0} || stacking) rank = h.sizes.size();
+          for (const Host& h : in)
+            if (h.sizes != Shape{0} || stacking) rank = h.sizes.size();
           const int64_t dim = stacking ? (p.ints[0] < 0 ? p.ints[0] + r : p.ints[0]) : *wrap(p.ints[0], rank);
           int64_t outer = 1;
           for (int64_t d = 0; d < dim; ++d) outer *= e.sizes[d];
@@ -1789,7 +1867,9 @@ void add_copy_drivers(Drivers& drivers) {
             }
           return out;
         },
-        [stacking](const std::vector<Tensor>& in, const Plan& p) { return stacking ? stack(in, p.ints[0]) : cat(in, p.ints[0]); }};
+        [stacking](const std::vector<Tensor>& in, const Plan& p) {
+          return stacking ? stack(in, p.ints[0]) : cat(in, p.ints[0]);
+        }};
   };
   join_row(OpId::cat, false);
   join_row(OpId::stack, true);
@@ -1870,7 +1950,8 @@ void add_copy_drivers(Drivers& drivers) {
           if (p.scalars[0] != 0) e.tag("scalar");
           if (may_overlap_itself(p.views[0]) || std::count(p.views[0].strides.begin(), p.views[0].strides.end(), 0))
             e.tag("overlap");  // fill_ is exempt from the overlap rules
-          if (!fits(p.scalars[0], t)) e.refuse("scalar", "value cannot be converted to " + name(t) + " without overflow");
+          if (!fits(p.scalars[0], t))
+            e.refuse("scalar", "value cannot be converted to " + name(t) + " without overflow");
           e.dtype = t;
           e.sizes = p.views[0].sizes;
           e.written = 0;
@@ -1902,7 +1983,8 @@ ScalarType index_dtype(Gen& g, int other_percent) {
 // Index values in [0, size), sometimes one out of range (negative or too large).
 void index_values(Gen& g, StorageSpec& s, int64_t size) {
   for (double& v : s.values) v = size > 0 ? static_cast<double>(g.pick(size)) : 0;
-  if (!s.values.empty() && g.chance(8)) s.values[g.pick(s.values.size())] = g.chance(50) ? -1 : static_cast<double>(size);
+  if (!s.values.empty() && g.chance(8))
+    s.values[g.pick(s.values.size())] = g.chance(50) ? -1 : static_cast<double>(size);
   if (s.dtype == ScalarType::bool_ || s.dtype == ScalarType::uint8)
     for (double& v : s.values) v = std::fabs(v) > 1 && s.dtype == ScalarType::bool_ ? 1 : std::fabs(v);
 }
@@ -1940,260 +2022,271 @@ Values softmax_ref(const Host& x, int64_t dim, bool log) {
 }
 
 void add_nn_drivers(Drivers& drivers) {
-  drivers[OpId::index_select] = Driver{
-      [](Gen& g) {
-        Plan p;
-        Shape s = g.shape(3);
-        if (s.empty()) s = {g.dim_size()};
-        g.tensor(p, g.dtype(), s);
-        const int64_t r = s.size(), dim = g.pick(2 * r + 1) - r;
-        const int i = g.contiguous(p, index_dtype(g, 10), {g.dim_size()});
-        const auto w = wrap(dim, r);
-        index_values(g, p.storages[p.views[i].storage], w ? s[*w] : 1);
-        p.ints = {dim};
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        const Host x = host_view(p, 0), index = host_view(p, 1);
-        if (index.dtype != ScalarType::int64 && index.dtype != ScalarType::int32) e.refuse("dtype", "index_select: index must be int64 or int32");
-        const auto d = wrap(p.ints[0], x.sizes.size());
-        if (!d) return e.refuse("dims", "index_select: dimension out of range");
-        if (!indices_in_range(index, x.sizes[*d])) e.refuse("index", "index_select: index out of range");
-        e.dtype = x.dtype;
-        e.sizes = x.sizes;
-        e.sizes[*d] = numel_of(index.sizes);
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-        const int64_t d = *wrap(p.ints[0], in[0].sizes.size());
-        Values out(numel_of(e.sizes));
-        const Shape xs = contiguous_strides(in[0].sizes), os = contiguous_strides(e.sizes);
-        for (size_t k = 0; k < out.size(); ++k) {
-          int64_t rest = k, at = 0;
-          for (size_t j = 0; j < e.sizes.size(); ++j) {
-            int64_t c = rest / os[j];
-            rest %= os[j];
-            if (static_cast<int64_t>(j) == d) c = static_cast<int64_t>(in[1].v[c]);
-            at += c * xs[j];
-          }
-          out[k] = in[0].v[at];
-        }
-        return out;
-      },
-      [](const std::vector<Tensor>& in, const Plan& p) { return index_select(in[0], p.ints[0], in[1]); }};
+  drivers[OpId::index_select] =
+      Driver{[](Gen& g) {
+               Plan p;
+               Shape s = g.shape(3);
+               if (s.empty()) s = {g.dim_size()};
+               g.tensor(p, g.dtype(), s);
+               const int64_t r = s.size(), dim = g.pick(2 * r + 1) - r;
+               const int i = g.contiguous(p, index_dtype(g, 10), {g.dim_size()});
+               const auto w = wrap(dim, r);
+               index_values(g, p.storages[p.views[i].storage], w ? s[*w] : 1);
+               p.ints = {dim};
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               const Host x = host_view(p, 0), index = host_view(p, 1);
+               if (index.dtype != ScalarType::int64 && index.dtype != ScalarType::int32)
+                 e.refuse("dtype", "index_select: index must be int64 or int32");
+               const auto d = wrap(p.ints[0], x.sizes.size());
+               if (!d) return e.refuse("dims", "index_select: dimension out of range");
+               if (!indices_in_range(index, x.sizes[*d])) e.refuse("index", "index_select: index out of range");
+               e.dtype = x.dtype;
+               e.sizes = x.sizes;
+               e.sizes[*d] = numel_of(index.sizes);
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+               const int64_t d = *wrap(p.ints[0], in[0].sizes.size());
+               Values out(numel_of(e.sizes));
+               const Shape xs = contiguous_strides(in[0].sizes), os = contiguous_strides(e.sizes);
+               for (size_t k = 0; k < out.size(); ++k) {
+                 int64_t rest = k, at = 0;
+                 for (size_t j = 0; j < e.sizes.size(); ++j) {
+                   int64_t c = rest / os[j];
+                   rest %= os[j];
+                   if (static_cast<int64_t>(j) == d) c = static_cast<int64_t>(in[1].v[c]);
+                   at += c * xs[j];
+                 }
+                 out[k] = in[0].v[at];
+               }
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) { return index_select(in[0], p.ints[0], in[1]); }};
 
-  drivers[OpId::gather] = Driver{
-      [](Gen& g) {
-        Plan p;
-        Shape s = g.shape(3);
-        if (s.empty()) s = {1 + g.pick(3)};
-        g.tensor(p, g.dtype(), s);
-        const int64_t r = s.size(), dim = g.pick(2 * r + 1) - r;
-        Shape is = s;
-        for (int64_t& v : is) v = g.chance(10) ? v + 1 : g.pick(v + 1);
-        if (g.chance(5)) is.push_back(1);
-        const auto w = wrap(dim, r);
-        if (w) is[*w] = g.dim_size();
-        const int i = g.contiguous(p, index_dtype(g, 10), is);
-        index_values(g, p.storages[p.views[i].storage], w ? s[*w] : 1);
-        p.ints = {dim};
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        const Host x = host_view(p, 0), index = host_view(p, 1);
-        // PyTorch 2.11 takes int32 indices too (probed).
-        if (index.dtype != ScalarType::int64 && index.dtype != ScalarType::int32) e.refuse("dtype", "gather: index must be int64 or int32");
-        const auto d = wrap(p.ints[0], x.sizes.size());
-        if (!d) return e.refuse("dims", "gather: dimension out of range");
-        if (index.sizes.size() != x.sizes.size()) return e.refuse("shape", "gather: index and input ranks differ");
-        for (size_t j = 0; j < x.sizes.size(); ++j)
-          if (static_cast<int64_t>(j) != *d && index.sizes[j] > x.sizes[j]) e.refuse("shape", "gather: index larger than input");
-        if (!indices_in_range(index, x.sizes[*d])) e.refuse("index", "gather: index out of range");
-        e.dtype = x.dtype;
-        e.sizes = index.sizes;
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-        const int64_t d = *wrap(p.ints[0], in[0].sizes.size());
-        Values out(numel_of(e.sizes));
-        const Shape xs = contiguous_strides(in[0].sizes), os = contiguous_strides(e.sizes);
-        for (size_t k = 0; k < out.size(); ++k) {
-          int64_t rest = k, at = 0;
-          for (size_t j = 0; j < e.sizes.size(); ++j) {
-            int64_t c = rest / os[j];
-            rest %= os[j];
-            if (static_cast<int64_t>(j) == d) c = static_cast<int64_t>(in[1].v[k]);
-            at += c * xs[j];
-          }
-          out[k] = in[0].v[at];
-        }
-        return out;
-      },
-      [](const std::vector<Tensor>& in, const Plan& p) { return gather(in[0], p.ints[0], in[1]); }};
+  drivers[OpId::gather] =
+      Driver{[](Gen& g) {
+               Plan p;
+               Shape s = g.shape(3);
+               if (s.empty()) s = {1 + g.pick(3)};
+               g.tensor(p, g.dtype(), s);
+               const int64_t r = s.size(), dim = g.pick(2 * r + 1) - r;
+               Shape is = s;
+               for (int64_t& v : is) v = g.chance(10) ? v + 1 : g.pick(v + 1);
+               if (g.chance(5)) is.push_back(1);
+               const auto w = wrap(dim, r);
+               if (w) is[*w] = g.dim_size();
+               const int i = g.contiguous(p, index_dtype(g, 10), is);
+               index_values(g, p.storages[p.views[i].storage], w ? s[*w] : 1);
+               p.ints = {dim};
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               const Host x = host_view(p, 0), index = host_view(p, 1);
+               // PyTorch 2.11 takes int32 indices too (probed).
+               if (index.dtype != ScalarType::int64 && index.dtype != ScalarType::int32)
+                 e.refuse("dtype", "gather: index must be int64 or int32");
+               const auto d = wrap(p.ints[0], x.sizes.size());
+               if (!d) return e.refuse("dims", "gather: dimension out of range");
+               if (index.sizes.size() != x.sizes.size())
+                 return e.refuse("shape", "gather: index and input ranks differ");
+               for (size_t j = 0; j < x.sizes.size(); ++j)
+                 if (static_cast<int64_t>(j) != *d && index.sizes[j] > x.sizes[j])
+                   e.refuse("shape", "gather: index larger than input");
+               if (!indices_in_range(index, x.sizes[*d])) e.refuse("index", "gather: index out of range");
+               e.dtype = x.dtype;
+               e.sizes = index.sizes;
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+               const int64_t d = *wrap(p.ints[0], in[0].sizes.size());
+               Values out(numel_of(e.sizes));
+               const Shape xs = contiguous_strides(in[0].sizes), os = contiguous_strides(e.sizes);
+               for (size_t k = 0; k < out.size(); ++k) {
+                 int64_t rest = k, at = 0;
+                 for (size_t j = 0; j < e.sizes.size(); ++j) {
+                   int64_t c = rest / os[j];
+                   rest %= os[j];
+                   if (static_cast<int64_t>(j) == d) c = static_cast<int64_t>(in[1].v[k]);
+                   at += c * xs[j];
+                 }
+                 out[k] = in[0].v[at];
+               }
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) { return gather(in[0], p.ints[0], in[1]); }};
 
-  drivers[OpId::embedding] = Driver{
-      [](Gen& g) {
-        Plan p;
-        const int64_t n = 1 + g.pick(5), dim = g.dim_size();
-        g.tensor(p, g.dtype(), g.chance(5) ? Shape{n} : Shape{n, dim});
-        const int i = g.contiguous(p, index_dtype(g, 8), g.shape(2));
-        index_values(g, p.storages[p.views[i].storage], n);
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        const Host w = host_view(p, 0), index = host_view(p, 1);
-        if (w.sizes.size() != 2) return e.refuse("shape", "embedding: weight must be 2-D");
-        if (index.dtype != ScalarType::int64 && index.dtype != ScalarType::int32) e.refuse("dtype", "embedding: indices must be int64 or int32");
-        if (!indices_in_range(index, w.sizes[0])) e.refuse("index", "embedding: index out of range");
-        e.dtype = w.dtype;
-        e.sizes = index.sizes;
-        e.sizes.push_back(w.sizes[1]);
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan&, const Expect&) {
-        Values out;
-        const int64_t dim = in[0].sizes[1];
-        for (double i : in[1].v)
-          for (int64_t j = 0; j < dim; ++j) out.push_back(in[0].v[static_cast<int64_t>(i) * dim + j]);
-        return out;
-      },
-      [](const std::vector<Tensor>& in, const Plan&) { return embedding(in[0], in[1]); }};
+  drivers[OpId::embedding] = Driver{[](Gen& g) {
+                                      Plan p;
+                                      const int64_t n = 1 + g.pick(5), dim = g.dim_size();
+                                      g.tensor(p, g.dtype(), g.chance(5) ? Shape{n} : Shape{n, dim});
+                                      const int i = g.contiguous(p, index_dtype(g, 8), g.shape(2));
+                                      index_values(g, p.storages[p.views[i].storage], n);
+                                      return p;
+                                    },
+                                    [](const Plan& p) {
+                                      Expect e;
+                                      const Host w = host_view(p, 0), index = host_view(p, 1);
+                                      if (w.sizes.size() != 2)
+                                        return e.refuse("shape", "embedding: weight must be 2-D");
+                                      if (index.dtype != ScalarType::int64 && index.dtype != ScalarType::int32)
+                                        e.refuse("dtype", "embedding: indices must be int64 or int32");
+                                      if (!indices_in_range(index, w.sizes[0]))
+                                        e.refuse("index", "embedding: index out of range");
+                                      e.dtype = w.dtype;
+                                      e.sizes = index.sizes;
+                                      e.sizes.push_back(w.sizes[1]);
+                                      return e;
+                                    },
+                                    [](const std::vector<Host>& in, const Plan&, const Expect&) {
+                                      Values out;
+                                      const int64_t dim = in[0].sizes[1];
+                                      for (double i : in[1].v)
+                                        for (int64_t j = 0; j < dim; ++j)
+                                          out.push_back(in[0].v[static_cast<int64_t>(i) * dim + j]);
+                                      return out;
+                                    },
+                                    [](const std::vector<Tensor>& in, const Plan&) { return embedding(in[0], in[1]); }};
 
   for (const bool log : {false, true}) {
     const OpId id = log ? OpId::log_softmax : OpId::softmax;
-    drivers[id] = Driver{
-        [](Gen& g) {
-          Plan p;
-          g.specials = g.chance(20);
-          g.tensor(p, g.dtype_like(g.float_dtype(), 15), g.shape());
-          const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size());
-          p.ints = {g.pick(2 * r + 1) - r};
-          return p;
-        },
-        [id](const Plan& p) {
-          Expect e;
-          const Host x = host_view(p, 0);
-          check_dtype_rule(e, op_info(id).dtypes, x.dtype, std::string(op_name(id)));
-          if (!wrap(p.ints[0], x.sizes.size())) e.refuse("dims", "softmax: dimension out of range");
-          e.dtype = x.dtype;
-          e.sizes = x.sizes;
-          e.tolerance_scale = 4;
-          return e;
-        },
-        [log](const std::vector<Host>& in, const Plan& p, const Expect&) {
-          return softmax_ref(in[0], *wrap(p.ints[0], in[0].sizes.size()) * (in[0].sizes.empty() ? 0 : 1), log);
-        },
-        [log](const std::vector<Tensor>& in, const Plan& p) { return log ? log_softmax(in[0], p.ints[0]) : softmax(in[0], p.ints[0]); }};
+    drivers[id] =
+        Driver{[](Gen& g) {
+                 Plan p;
+                 g.specials = g.chance(20);
+                 g.tensor(p, g.dtype_like(g.float_dtype(), 15), g.shape());
+                 const int64_t r = std::max<int64_t>(1, p.views[0].sizes.size());
+                 p.ints = {g.pick(2 * r + 1) - r};
+                 return p;
+               },
+               [id](const Plan& p) {
+                 Expect e;
+                 const Host x = host_view(p, 0);
+                 check_dtype_rule(e, op_info(id).dtypes, x.dtype, std::string(op_name(id)));
+                 if (!wrap(p.ints[0], x.sizes.size())) e.refuse("dims", "softmax: dimension out of range");
+                 e.dtype = x.dtype;
+                 e.sizes = x.sizes;
+                 e.tolerance_scale = 4;
+                 return e;
+               },
+               [log](const std::vector<Host>& in, const Plan& p, const Expect&) {
+                 return softmax_ref(in[0], *wrap(p.ints[0], in[0].sizes.size()) * (in[0].sizes.empty() ? 0 : 1), log);
+               },
+               [log](const std::vector<Tensor>& in, const Plan& p) {
+                 return log ? log_softmax(in[0], p.ints[0]) : softmax(in[0], p.ints[0]);
+               }};
   }
 
-  drivers[OpId::masked_fill] = Driver{
-      [](Gen& g) {
-        Plan p;
-        const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
-        g.tensor(p, g.dtype(), shapes[0]);
-        g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[1], g.chance(3));
-        p.scalars = {fill_value(g)};
-        p.in_place = g.chance(35);
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        check_devices(e, p, {0, 1});
-        const Host x = host_view(p, 0), mask = host_view(p, 1);
-        if (!is_bool(mask.dtype)) e.refuse("dtype", "masked_fill only supports boolean masks");
-        const auto shape = broadcast_shapes({x.sizes, mask.sizes});
-        if (!shape) e.refuse("broadcast", "mask does not broadcast");
-        if (p.in_place && shape && *shape != x.sizes) e.refuse("broadcast", "mask does not broadcast to self");
-        e.tag("scalar");
-        if (!fits(p.scalars[0], x.dtype)) e.refuse("scalar", "value cannot be converted to " + name(x.dtype));
-        e.dtype = x.dtype;
-        e.sizes = p.in_place ? x.sizes : shape.value_or(Shape{});
-        if (p.in_place) {
-          e.written = 0;
-          // masked_fill_ only warns on an expanded self (deprecated), so its values are the kernel's.
-          if (may_overlap_itself(p.views[0])) e.tag("overlap"), e.values_known = false;
-        }
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-        Values out(numel_of(e.sizes));
-        for (size_t k = 0; k < out.size(); ++k)
-          out[k] = at_broadcast(in[1], e.sizes, k) != 0 ? filled(p.scalars[0], in[0].dtype) : at_broadcast(in[0], e.sizes, k);
-        return out;
-      },
-      [](const std::vector<Tensor>& in, const Plan& p) {
-        if (!p.in_place) return masked_fill(in[0], in[1], p.scalars[0]);
-        in[0].masked_fill_(in[1], p.scalars[0]);
-        return in[0];
-      }};
+  drivers[OpId::masked_fill] =
+      Driver{[](Gen& g) {
+               Plan p;
+               const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
+               g.tensor(p, g.dtype(), shapes[0]);
+               g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[1], g.chance(3));
+               p.scalars = {fill_value(g)};
+               p.in_place = g.chance(35);
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               check_devices(e, p, {0, 1});
+               const Host x = host_view(p, 0), mask = host_view(p, 1);
+               if (!is_bool(mask.dtype)) e.refuse("dtype", "masked_fill only supports boolean masks");
+               const auto shape = broadcast_shapes({x.sizes, mask.sizes});
+               if (!shape) e.refuse("broadcast", "mask does not broadcast");
+               if (p.in_place && shape && *shape != x.sizes) e.refuse("broadcast", "mask does not broadcast to self");
+               e.tag("scalar");
+               if (!fits(p.scalars[0], x.dtype)) e.refuse("scalar", "value cannot be converted to " + name(x.dtype));
+               e.dtype = x.dtype;
+               e.sizes = p.in_place ? x.sizes : shape.value_or(Shape{});
+               if (p.in_place) {
+                 e.written = 0;
+                 // masked_fill_ only warns on an expanded self (deprecated), so its values are the kernel's.
+                 if (may_overlap_itself(p.views[0])) e.tag("overlap"), e.values_known = false;
+               }
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+               Values out(numel_of(e.sizes));
+               for (size_t k = 0; k < out.size(); ++k)
+                 out[k] = at_broadcast(in[1], e.sizes, k) != 0 ? filled(p.scalars[0], in[0].dtype)
+                                                               : at_broadcast(in[0], e.sizes, k);
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) {
+               if (!p.in_place) return masked_fill(in[0], in[1], p.scalars[0]);
+               in[0].masked_fill_(in[1], p.scalars[0]);
+               return in[0];
+             }};
 
-  drivers[OpId::where] = Driver{
-      [](Gen& g) {
-        Plan p;
-        g.specials = true;
-        const std::vector<Shape> shapes = g.broadcastable(3, g.chance(6));
-        g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[0]);
-        const ScalarType t = g.dtype();
-        g.tensor(p, t, shapes[1], g.chance(3));
-        g.tensor(p, g.dtype_like(t, 30), shapes[2]);
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        check_devices(e, p, {0, 1, 2});
-        const Host c = host_view(p, 0), a = host_view(p, 1), b = host_view(p, 2);
-        if (!is_bool(c.dtype)) e.refuse("dtype", "where expected condition to be a boolean tensor");
-        const auto shape = broadcast_shapes({c.sizes, a.sizes, b.sizes});
-        if (!shape) e.refuse("broadcast", "where: shapes do not broadcast");
-        if (a.dtype != b.dtype) e.tag("promotion");
-        e.dtype = result_type({{a.dtype, a.sizes.empty()}, {b.dtype, b.sizes.empty()}});
-        e.sizes = shape.value_or(Shape{});
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan&, const Expect& e) {
-        Values out(numel_of(e.sizes));
-        for (size_t k = 0; k < out.size(); ++k)
-          out[k] = at_broadcast(in[0], e.sizes, k) != 0 ? at_broadcast(in[1], e.sizes, k) : at_broadcast(in[2], e.sizes, k);
-        return out;
-      },
-      [](const std::vector<Tensor>& in, const Plan&) { return where(in[0], in[1], in[2]); }};
+  drivers[OpId::where] = Driver{[](Gen& g) {
+                                  Plan p;
+                                  g.specials = true;
+                                  const std::vector<Shape> shapes = g.broadcastable(3, g.chance(6));
+                                  g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[0]);
+                                  const ScalarType t = g.dtype();
+                                  g.tensor(p, t, shapes[1], g.chance(3));
+                                  g.tensor(p, g.dtype_like(t, 30), shapes[2]);
+                                  return p;
+                                },
+                                [](const Plan& p) {
+                                  Expect e;
+                                  check_devices(e, p, {0, 1, 2});
+                                  const Host c = host_view(p, 0), a = host_view(p, 1), b = host_view(p, 2);
+                                  if (!is_bool(c.dtype))
+                                    e.refuse("dtype", "where expected condition to be a boolean tensor");
+                                  const auto shape = broadcast_shapes({c.sizes, a.sizes, b.sizes});
+                                  if (!shape) e.refuse("broadcast", "where: shapes do not broadcast");
+                                  if (a.dtype != b.dtype) e.tag("promotion");
+                                  e.dtype = result_type({{a.dtype, a.sizes.empty()}, {b.dtype, b.sizes.empty()}});
+                                  e.sizes = shape.value_or(Shape{});
+                                  return e;
+                                },
+                                [](const std::vector<Host>& in, const Plan&, const Expect& e) {
+                                  Values out(numel_of(e.sizes));
+                                  for (size_t k = 0; k < out.size(); ++k)
+                                    out[k] = at_broadcast(in[0], e.sizes, k) != 0 ? at_broadcast(in[1], e.sizes, k)
+                                                                                  : at_broadcast(in[2], e.sizes, k);
+                                  return out;
+                                },
+                                [](const std::vector<Tensor>& in, const Plan&) { return where(in[0], in[1], in[2]); }};
 
-  drivers[OpId::dropout] = Driver{
-      [](Gen& g) {
-        Plan p;
-        g.tensor(p, g.dtype_like(g.float_dtype(), 15), g.shape());
-        const double kP[] = {0, 0.5, 0.25, 1, 0.5, -0.1, 1.5, std::numeric_limits<double>::quiet_NaN()};
-        p.scalars = {g.one_of(kP)};
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        const Host x = host_view(p, 0);
-        const double prob = p.scalars[0];
-        if (!(prob >= 0 && prob <= 1)) e.refuse("scalar", "dropout probability has to be between 0 and 1");
-        // PyTorch returns the input for p == 0 and multiplies by 0 for p == 1 whatever its dtype; only a
-        // real draw (0 < p < 1) needs a floating tensor.
-        if (prob > 0 && prob < 1 && !x.v.empty()) check_dtype_rule(e, DtypeRule::floating, x.dtype, "dropout");
-        e.dtype = x.dtype;
-        e.sizes = x.sizes;
-        e.custom_check = [](const Values& got, const std::vector<Host>& in, const Plan& plan) -> std::string {
-          const double prob = plan.scalars[0];
-          if (got.size() != in[0].v.size()) return "wrong number of values";
-          for (size_t k = 0; k < got.size(); ++k) {
-            const double kept = prob == 1 ? 0 : in[0].v[k] / (1 - prob);
-            const double tol = tolerance(in[0].dtype) * (1 + std::fabs(kept));
-            if (got[k] != 0 && std::fabs(got[k] - kept) > tol)
-              return "value " + std::to_string(k) + " is " + std::to_string(got[k]) + ", neither 0 nor " + std::to_string(kept);
-          }
-          return "";
-        };
-        return e;
-      },
-      nullptr,
-      [](const std::vector<Tensor>& in, const Plan& p) { return dropout(in[0], p.scalars[0]); }};
+  drivers[OpId::dropout] =
+      Driver{[](Gen& g) {
+               Plan p;
+               g.tensor(p, g.dtype_like(g.float_dtype(), 15), g.shape());
+               const double kP[] = {0, 0.5, 0.25, 1, 0.5, -0.1, 1.5, std::numeric_limits<double>::quiet_NaN()};
+               p.scalars = {g.one_of(kP)};
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               const Host x = host_view(p, 0);
+               const double prob = p.scalars[0];
+               if (!(prob >= 0 && prob <= 1)) e.refuse("scalar", "dropout probability has to be between 0 and 1");
+               // PyTorch returns the input for p == 0 and multiplies by 0 for p == 1 whatever its dtype; only a
+               // real draw (0 < p < 1) needs a floating tensor.
+               if (prob > 0 && prob < 1 && !x.v.empty()) check_dtype_rule(e, DtypeRule::floating, x.dtype, "dropout");
+               e.dtype = x.dtype;
+               e.sizes = x.sizes;
+               e.custom_check = [](const Values& got, const std::vector<Host>& in, const Plan& plan) -> std::string {
+                 const double prob = plan.scalars[0];
+                 if (got.size() != in[0].v.size()) return "wrong number of values";
+                 for (size_t k = 0; k < got.size(); ++k) {
+                   const double kept = prob == 1 ? 0 : in[0].v[k] / (1 - prob);
+                   const double tol = tolerance(in[0].dtype) * (1 + std::fabs(kept));
+                   if (got[k] != 0 && std::fabs(got[k] - kept) > tol)
+                     return "value " + std::to_string(k) + " is " + std::to_string(got[k]) + ", neither 0 nor " +
+                            std::to_string(kept);
+                 }
+                 return "";
+               };
+               return e;
+             },
+             nullptr, [](const std::vector<Tensor>& in, const Plan& p) { return dropout(in[0], p.scalars[0]); }};
 }
 
 }  // namespace
@@ -2261,33 +2354,36 @@ void add_more_nn_drivers(Drivers& drivers) {
       }};
 
   for (const bool upper : {true, false}) {
-    drivers[upper ? OpId::triu : OpId::tril] = Driver{
-        [](Gen& g) {
-          Plan p;
-          g.tensor(p, g.dtype(), g.shape());
-          p.ints = {g.pick(7) - 3};
-          return p;
-        },
-        [](const Plan& p) {
-          Expect e;
-          const Host x = host_view(p, 0);
-          if (x.sizes.size() < 2) e.refuse("shape", "triu/tril: input tensor must have at least 2 dimensions");
-          e.dtype = x.dtype;
-          e.sizes = x.sizes;
-          return e;
-        },
-        [upper](const std::vector<Host>& in, const Plan& p, const Expect&) {
-          const Host& x = in[0];
-          const int64_t rows = x.sizes[x.sizes.size() - 2], cols = x.sizes.back();
-          Values out = x.v;
-          for (size_t k = 0; k < out.size(); ++k) {
-            const int64_t j = static_cast<int64_t>(k) % cols, i = (static_cast<int64_t>(k) / cols) % std::max<int64_t>(rows, 1);
-            const bool keep = upper ? j - i >= p.ints[0] : j - i <= p.ints[0];
-            if (!keep) out[k] = 0;
-          }
-          return out;
-        },
-        [upper](const std::vector<Tensor>& in, const Plan& p) { return upper ? triu(in[0], p.ints[0]) : tril(in[0], p.ints[0]); }};
+    drivers[upper ? OpId::triu : OpId::tril] =
+        Driver{[](Gen& g) {
+                 Plan p;
+                 g.tensor(p, g.dtype(), g.shape());
+                 p.ints = {g.pick(7) - 3};
+                 return p;
+               },
+               [](const Plan& p) {
+                 Expect e;
+                 const Host x = host_view(p, 0);
+                 if (x.sizes.size() < 2) e.refuse("shape", "triu/tril: input tensor must have at least 2 dimensions");
+                 e.dtype = x.dtype;
+                 e.sizes = x.sizes;
+                 return e;
+               },
+               [upper](const std::vector<Host>& in, const Plan& p, const Expect&) {
+                 const Host& x = in[0];
+                 const int64_t rows = x.sizes[x.sizes.size() - 2], cols = x.sizes.back();
+                 Values out = x.v;
+                 for (size_t k = 0; k < out.size(); ++k) {
+                   const int64_t j = static_cast<int64_t>(k) % cols,
+                                 i = (static_cast<int64_t>(k) / cols) % std::max<int64_t>(rows, 1);
+                   const bool keep = upper ? j - i >= p.ints[0] : j - i <= p.ints[0];
+                   if (!keep) out[k] = 0;
+                 }
+                 return out;
+               },
+               [upper](const std::vector<Tensor>& in, const Plan& p) {
+                 return upper ? triu(in[0], p.ints[0]) : tril(in[0], p.ints[0]);
+               }};
   }
 
   // The fused attention ops: q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv), contiguous.
@@ -2358,85 +2454,90 @@ void add_more_nn_drivers(Drivers& drivers) {
           const bool causal = p.ints[0] != 0;
           const std::optional<double> scale = p.scalars[0] == 0 ? std::nullopt : std::optional<double>(p.scalars[0]);
           if (kind == 0) return scaled_dot_product_cudnn_attention(in[0], in[1], in[2], false, causal, scale).output;
-          if (kind == 1) return scaled_dot_product_efficient_attention(in[0], in[1], in[2], false, causal, scale).output;
+          if (kind == 1)
+            return scaled_dot_product_efficient_attention(in[0], in[1], in[2], false, causal, scale).output;
           return scaled_dot_product_flash_attention(in[0], in[1], in[2], causal, scale).output;
         }};
   }
 
-  drivers[OpId::nll_loss] = Driver{
-      [](Gen& g) {
-        Plan p;
-        const int64_t n = g.dim_size(), c = 1 + g.pick(4);
-        const bool batched = g.chance(75);
-        g.tensor(p, g.dtype_like(g.float_dtype(), 10), batched ? Shape{n, c} : Shape{c});
-        const int t = g.contiguous(p, g.chance(92) ? ScalarType::int64 : ScalarType::int32, batched ? Shape{n} : Shape{});
-        StorageSpec& target = p.storages[p.views[t].storage];
-        index_values(g, target, c);
-        for (double& v : target.values) if (g.chance(10)) v = -100;
-        p.ints = {g.pick(3)};  // reduction: none, mean, sum
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        const Host x = host_view(p, 0), t = host_view(p, 1);
-        check_dtype_rule(e, DtypeRule::floating, x.dtype, "nll_loss");
-        if (t.dtype != ScalarType::int64) e.refuse("dtype", "nll_loss: target must be int64");
-        for (double v : t.v)
-          if (v != -100 && (v < 0 || v >= x.sizes.back())) e.refuse("index", "nll_loss: target out of bounds");
-        e.dtype = x.dtype;
-        e.sizes = p.ints[0] == 0 && x.sizes.size() == 2 ? Shape{x.sizes[0]} : Shape{};
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan& p, const Expect&) {
-        const int64_t c = in[0].sizes.back();
-        Values losses;
-        double total = 0, count = 0;
-        for (size_t i = 0; i < in[1].v.size(); ++i) {
-          const double t = in[1].v[i];
-          const double loss = t == -100 ? 0 : -in[0].v[i * c + static_cast<int64_t>(t)];
-          losses.push_back(loss);
-          total += loss;
-          count += t == -100 ? 0 : 1;
-        }
-        if (p.ints[0] == 0) return losses;
-        return Values{p.ints[0] == 2 ? total : total / count};
-      },
-      [](const std::vector<Tensor>& in, const Plan& p) {
-        return nll_loss(in[0], in[1], static_cast<Reduction>(p.ints[0]));
-      }};
+  drivers[OpId::nll_loss] = Driver{[](Gen& g) {
+                                     Plan p;
+                                     const int64_t n = g.dim_size(), c = 1 + g.pick(4);
+                                     const bool batched = g.chance(75);
+                                     g.tensor(p, g.dtype_like(g.float_dtype(), 10), batched ? Shape{n, c} : Shape{c});
+                                     const int t = g.contiguous(p, g.chance(92) ? ScalarType::int64 : ScalarType::int32,
+                                                                batched ? Shape{n} : Shape{});
+                                     StorageSpec& target = p.storages[p.views[t].storage];
+                                     index_values(g, target, c);
+                                     for (double& v : target.values)
+                                       if (g.chance(10)) v = -100;
+                                     p.ints = {g.pick(3)};  // reduction: none, mean, sum
+                                     return p;
+                                   },
+                                   [](const Plan& p) {
+                                     Expect e;
+                                     const Host x = host_view(p, 0), t = host_view(p, 1);
+                                     check_dtype_rule(e, DtypeRule::floating, x.dtype, "nll_loss");
+                                     if (t.dtype != ScalarType::int64)
+                                       e.refuse("dtype", "nll_loss: target must be int64");
+                                     for (double v : t.v)
+                                       if (v != -100 && (v < 0 || v >= x.sizes.back()))
+                                         e.refuse("index", "nll_loss: target out of bounds");
+                                     e.dtype = x.dtype;
+                                     e.sizes = p.ints[0] == 0 && x.sizes.size() == 2 ? Shape{x.sizes[0]} : Shape{};
+                                     return e;
+                                   },
+                                   [](const std::vector<Host>& in, const Plan& p, const Expect&) {
+                                     const int64_t c = in[0].sizes.back();
+                                     Values losses;
+                                     double total = 0, count = 0;
+                                     for (size_t i = 0; i < in[1].v.size(); ++i) {
+                                       const double t = in[1].v[i];
+                                       const double loss = t == -100 ? 0 : -in[0].v[i * c + static_cast<int64_t>(t)];
+                                       losses.push_back(loss);
+                                       total += loss;
+                                       count += t == -100 ? 0 : 1;
+                                     }
+                                     if (p.ints[0] == 0) return losses;
+                                     return Values{p.ints[0] == 2 ? total : total / count};
+                                   },
+                                   [](const std::vector<Tensor>& in, const Plan& p) {
+                                     return nll_loss(in[0], in[1], static_cast<Reduction>(p.ints[0]));
+                                   }};
 
-  drivers[OpId::mse_loss] = Driver{
-      [](Gen& g) {
-        Plan p;
-        const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
-        const ScalarType t = g.dtype_like(g.float_dtype(), 10);
-        g.tensor(p, t, shapes[0]);
-        g.tensor(p, t, g.chance(70) ? shapes[0] : shapes[1]);
-        p.ints = {g.pick(3)};
-        return p;
-      },
-      [](const Plan& p) {
-        Expect e;
-        const Host a = host_view(p, 0), b = host_view(p, 1);
-        check_dtype_rule(e, DtypeRule::floating, a.dtype, "mse_loss");
-        const auto shape = broadcast_shapes({a.sizes, b.sizes});
-        if (!shape) e.refuse("broadcast", "mse_loss: shapes do not broadcast");
-        e.dtype = a.dtype;
-        e.sizes = p.ints[0] == 0 ? shape.value_or(Shape{}) : Shape{};
-        e.tolerance_scale = 4;
-        return e;
-      },
-      [](const std::vector<Host>& in, const Plan& p, const Expect&) {
-        const Shape shape = *broadcast_shapes({in[0].sizes, in[1].sizes});
-        Values out(numel_of(shape));
-        for (size_t k = 0; k < out.size(); ++k) {
-          const double d = at_broadcast(in[0], shape, k) - at_broadcast(in[1], shape, k);
-          out[k] = d * d;
-        }
-        if (p.ints[0] == 0) return out;
-        return Values{p.ints[0] == 2 ? sum_of(out) : sum_of(out) / out.size()};
-      },
-      [](const std::vector<Tensor>& in, const Plan& p) { return mse_loss(in[0], in[1], static_cast<Reduction>(p.ints[0])); }};
+  drivers[OpId::mse_loss] = Driver{[](Gen& g) {
+                                     Plan p;
+                                     const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
+                                     const ScalarType t = g.dtype_like(g.float_dtype(), 10);
+                                     g.tensor(p, t, shapes[0]);
+                                     g.tensor(p, t, g.chance(70) ? shapes[0] : shapes[1]);
+                                     p.ints = {g.pick(3)};
+                                     return p;
+                                   },
+                                   [](const Plan& p) {
+                                     Expect e;
+                                     const Host a = host_view(p, 0), b = host_view(p, 1);
+                                     check_dtype_rule(e, DtypeRule::floating, a.dtype, "mse_loss");
+                                     const auto shape = broadcast_shapes({a.sizes, b.sizes});
+                                     if (!shape) e.refuse("broadcast", "mse_loss: shapes do not broadcast");
+                                     e.dtype = a.dtype;
+                                     e.sizes = p.ints[0] == 0 ? shape.value_or(Shape{}) : Shape{};
+                                     e.tolerance_scale = 4;
+                                     return e;
+                                   },
+                                   [](const std::vector<Host>& in, const Plan& p, const Expect&) {
+                                     const Shape shape = *broadcast_shapes({in[0].sizes, in[1].sizes});
+                                     Values out(numel_of(shape));
+                                     for (size_t k = 0; k < out.size(); ++k) {
+                                       const double d = at_broadcast(in[0], shape, k) - at_broadcast(in[1], shape, k);
+                                       out[k] = d * d;
+                                     }
+                                     if (p.ints[0] == 0) return out;
+                                     return Values{p.ints[0] == 2 ? sum_of(out) : sum_of(out) / out.size()};
+                                   },
+                                   [](const std::vector<Tensor>& in, const Plan& p) {
+                                     return mse_loss(in[0], in[1], static_cast<Reduction>(p.ints[0]));
+                                   }};
 
   // lerp_, addcmul_, addcdiv_: self updated in place from operands broadcast to its shape.
   struct Update {
@@ -2447,73 +2548,74 @@ void add_more_nn_drivers(Drivers& drivers) {
     const OpId id = u.id;
     const int operands = u.operands;
     const std::string op(op_name(id));
-    drivers[id] = Driver{
-        [operands](Gen& g) {
-          Plan p;
-          g.specials = true;
-          const std::vector<Shape> shapes = g.broadcastable(1 + operands, g.chance(6));
-          const ScalarType t = g.dtype_like(g.float_dtype(), 12);
-          const int self = g.tensor(p, t, shapes[0]);
-          for (int i = 1; i <= operands; ++i) {
-            if (g.chance(15)) g.alias(p, self, shapes[i]);
-            else g.tensor(p, g.dtype_like(t, 8), shapes[i], g.chance(3));
-          }
-          p.scalars = {g.scalar()};
-          p.in_place = true;
-          return p;
-        },
-        [operands, op](const Plan& p) {
-          Expect e;
-          std::vector<int> all, inputs;
-          for (int i = 0; i <= operands; ++i) all.push_back(i);
-          for (int i = 1; i <= operands; ++i) inputs.push_back(i);
-          check_devices(e, p, all);
-          std::vector<Shape> shapes;
-          std::vector<Operand> types;
-          for (int i : all) {
-            const ViewSpec& v = p.views[i];
-            shapes.push_back(v.sizes);
-            types.push_back({p.storages[v.storage].dtype, v.sizes.empty()});
-            if (types.back().dtype != types[0].dtype) e.tag("promotion");
-          }
-          const ScalarType self = types[0].dtype;
-          check_dtype_rule(e, DtypeRule::floating, self, op);
-          if (op == "lerp")
-            for (const Operand& o : types)
-              if (o.dtype != self) e.refuse("promotion", "lerp: expected dtype " + name(self) + " for end");
-          const ScalarType rt = result_type(types);
-          if (!may_cast(rt, self)) e.refuse("promotion", op + ": result type " + name(rt) + " can't be cast to " + name(self));
-          const auto shape = broadcast_shapes(shapes);
-          if (!shape) e.refuse("broadcast", op + ": shapes do not broadcast");
-          else if (*shape != p.views[0].sizes) e.refuse("broadcast", op + ": the broadcast shape is not self's");
-          check_in_place_overlap(e, p, 0, inputs);
-          e.dtype = self;
-          e.sizes = p.views[0].sizes;
-          e.written = 0;
-          e.tolerance_scale = 4;
-          return e;
-        },
-        [op](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-          Values out(numel_of(e.sizes));
-          const double w = p.scalars[0];
-          for (size_t k = 0; k < out.size(); ++k) {
-            const double s = in[0].v[k], a = at_broadcast(in[1], e.sizes, k);
-            // PyTorch's lerp: from self below weight 0.5, from end above (exact at both ends).
-            if (op == "lerp") out[k] = std::fabs(w) < 0.5 ? s + w * (a - s) : a - (a - s) * (1 - w);
-            else {
-              const double b = at_broadcast(in[2], e.sizes, k);
-              out[k] = op == "addcmul" ? s + w * a * b : s + w * (a / b);
-            }
-          }
-          return out;
-        },
-        [op](const std::vector<Tensor>& in, const Plan& p) {
-          const Tensor self = p.in_place ? in[0] : in[0].clone();
-          if (op == "lerp") lerp_(self, in[1], p.scalars[0]);
-          else if (op == "addcmul") addcmul_(self, in[1], in[2], p.scalars[0]);
-          else addcdiv_(self, in[1], in[2], p.scalars[0]);
-          return self;
-        }};
+    drivers[id] =
+        Driver{[operands](Gen& g) {
+                 Plan p;
+                 g.specials = true;
+                 const std::vector<Shape> shapes = g.broadcastable(1 + operands, g.chance(6));
+                 const ScalarType t = g.dtype_like(g.float_dtype(), 12);
+                 const int self = g.tensor(p, t, shapes[0]);
+                 for (int i = 1; i <= operands; ++i) {
+                   if (g.chance(15)) g.alias(p, self, shapes[i]);
+                   else g.tensor(p, g.dtype_like(t, 8), shapes[i], g.chance(3));
+                 }
+                 p.scalars = {g.scalar()};
+                 p.in_place = true;
+                 return p;
+               },
+               [operands, op](const Plan& p) {
+                 Expect e;
+                 std::vector<int> all, inputs;
+                 for (int i = 0; i <= operands; ++i) all.push_back(i);
+                 for (int i = 1; i <= operands; ++i) inputs.push_back(i);
+                 check_devices(e, p, all);
+                 std::vector<Shape> shapes;
+                 std::vector<Operand> types;
+                 for (int i : all) {
+                   const ViewSpec& v = p.views[i];
+                   shapes.push_back(v.sizes);
+                   types.push_back({p.storages[v.storage].dtype, v.sizes.empty()});
+                   if (types.back().dtype != types[0].dtype) e.tag("promotion");
+                 }
+                 const ScalarType self = types[0].dtype;
+                 check_dtype_rule(e, DtypeRule::floating, self, op);
+                 if (op == "lerp")
+                   for (const Operand& o : types)
+                     if (o.dtype != self) e.refuse("promotion", "lerp: expected dtype " + name(self) + " for end");
+                 const ScalarType rt = result_type(types);
+                 if (!may_cast(rt, self))
+                   e.refuse("promotion", op + ": result type " + name(rt) + " can't be cast to " + name(self));
+                 const auto shape = broadcast_shapes(shapes);
+                 if (!shape) e.refuse("broadcast", op + ": shapes do not broadcast");
+                 else if (*shape != p.views[0].sizes) e.refuse("broadcast", op + ": the broadcast shape is not self's");
+                 check_in_place_overlap(e, p, 0, inputs);
+                 e.dtype = self;
+                 e.sizes = p.views[0].sizes;
+                 e.written = 0;
+                 e.tolerance_scale = 4;
+                 return e;
+               },
+               [op](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+                 Values out(numel_of(e.sizes));
+                 const double w = p.scalars[0];
+                 for (size_t k = 0; k < out.size(); ++k) {
+                   const double s = in[0].v[k], a = at_broadcast(in[1], e.sizes, k);
+                   // PyTorch's lerp: from self below weight 0.5, from end above (exact at both ends).
+                   if (op == "lerp") out[k] = std::fabs(w) < 0.5 ? s + w * (a - s) : a - (a - s) * (1 - w);
+                   else {
+                     const double b = at_broadcast(in[2], e.sizes, k);
+                     out[k] = op == "addcmul" ? s + w * a * b : s + w * (a / b);
+                   }
+                 }
+                 return out;
+               },
+               [op](const std::vector<Tensor>& in, const Plan& p) {
+                 const Tensor self = p.in_place ? in[0] : in[0].clone();
+                 if (op == "lerp") lerp_(self, in[1], p.scalars[0]);
+                 else if (op == "addcmul") addcmul_(self, in[1], in[2], p.scalars[0]);
+                 else addcdiv_(self, in[1], in[2], p.scalars[0]);
+                 return self;
+               }};
   }
 }
 
@@ -2533,7 +2635,6 @@ Figures figures(Device device) {
           stats.at("active.all.current"), stats.at("requested_bytes.all.current")};
 }
 
-
 std::vector<Tensor> materialize(const Plan& plan, Device device) {
   std::vector<Tensor> storages;
   for (const StorageSpec& s : plan.storages) {
@@ -2544,7 +2645,6 @@ std::vector<Tensor> materialize(const Plan& plan, Device device) {
   for (const ViewSpec& v : plan.views) views.push_back(storages[v.storage].as_strided(v.sizes, v.strides, v.offset));
   return views;
 }
-
 
 // Compares values with the output dtype's tolerance; NaN matches NaN, infinities match in sign. A reference
 // beyond a 16-bit float's range expects an infinity.
@@ -2587,8 +2687,8 @@ struct Runner {
     Failure& f = failures[row + ": " + kind];
     if (f.count++ == 0) {
       std::ostringstream out;
-      out << row << " on " << device.str() << ": " << kind << ": " << detail << "\n  reproduce: BYTEGRAD_FUZZ_SEED=" << seed
-          << " BYTEGRAD_FUZZ_OP_CASE=" << index << describe(plan);
+      out << row << " on " << device.str() << ": " << kind << ": " << detail
+          << "\n  reproduce: BYTEGRAD_FUZZ_SEED=" << seed << " BYTEGRAD_FUZZ_OP_CASE=" << index << describe(plan);
       f.first = out.str();
     }
   }
@@ -2661,8 +2761,10 @@ struct Runner {
         fail(row, "accepted what PyTorch refuses [" + expect.refused_class + "]", index, plan, device, expect.rule);
         return;
       }
-      if (figures(kSim) != sim_before) fail(row, "a refusal changed the sim device's figures", index, plan, device, error);
-      if (figures(kMeta) != meta_before) fail(row, "a refusal changed the meta device's figures", index, plan, device, error);
+      if (figures(kSim) != sim_before)
+        fail(row, "a refusal changed the sim device's figures", index, plan, device, error);
+      if (figures(kMeta) != meta_before)
+        fail(row, "a refusal changed the meta device's figures", index, plan, device, error);
       const std::string changed = read_inputs_unchanged(-1);
       if (!changed.empty()) fail(row, "a refusal changed an input", index, plan, device, changed + " (" + error + ")");
       return;
@@ -2716,8 +2818,8 @@ struct Runner {
         ++in_place_checked;
         try {
           const Tensor reference = driver.call(materialize(out_of_place, device), out_of_place);
-          const std::string diff = compare_values(result.tolist(), reference.to(result.dtype()).tolist(), result.dtype(),
-                                                  2 * expect.tolerance_scale);
+          const std::string diff = compare_values(result.tolist(), reference.to(result.dtype()).tolist(),
+                                                  result.dtype(), 2 * expect.tolerance_scale);
           if (!diff.empty()) fail(row, "in-place and out-of-place forms differ", index, plan, device, diff);
         } catch (const std::exception& e) {
           fail(row, "the out-of-place form refused what the in-place form did", index, plan, device, e.what());
@@ -2821,11 +2923,11 @@ TEST_CASE("fuzz: every op-table row on random shapes, layouts, dtypes and device
     MESSAGE(f.count << " x " << f.first);
   }
   MESSAGE("op fuzz, seed " << runner.seed << ": " << runner.cases << " cases over " << order.size() << " rows in "
-                           << seconds << " s: " << runner.valid << " valid, " << runner.refused << " refused by the oracle, "
-                           << runner.skipped << " skipped, " << runner.in_place_checked
+                           << seconds << " s: " << runner.valid << " valid, " << runner.refused
+                           << " refused by the oracle, " << runner.skipped << " skipped, " << runner.in_place_checked
                            << " in-place forms compared with their out-of-place forms, " << runner.meta_checked
-                           << " meta runs compared with sim; " << failing << " failures in "
-                           << runner.failures.size() << " kinds");
+                           << " meta runs compared with sim; " << failing << " failures in " << runner.failures.size()
+                           << " kinds");
   CHECK(failing == 0);
   if (!only_case && rows.empty() && runner.skip.empty() && iterations >= 10000) {
     for (OpId id : order) {

@@ -214,7 +214,7 @@ TEST_CASE("regression: in-place scalar ops refuse a promoted result type, before
 
 TEST_CASE("regression: relu, pow and relu_backward refuse bool tensors, as PyTorch has no bool kernel") {
   const Tensor mask = from_vector({1, 0}, {2}, TensorOptions{ScalarType::bool_, kSim});
-  CHECK_THROWS_AS(relu(mask), std::invalid_argument);  // "Boolean inputs not supported for relu"
+  CHECK_THROWS_AS(relu(mask), std::invalid_argument);       // "Boolean inputs not supported for relu"
   CHECK_THROWS_AS(pow(mask, mask), std::invalid_argument);  // "pow_cuda" not implemented for 'Bool'
   CHECK_THROWS_AS(relu_backward(mask, mask), std::invalid_argument);
   const Tensor counts = from_vector({2, 3}, {2}, TensorOptions{ScalarType::int64, kSim});

@@ -26,9 +26,9 @@ namespace {
 
 std::vector<std::string> seed_traces() {
   std::vector<std::string> traces;
-  for (const std::string& dir : {std::string(BYTEGRAD_SHARED_DIR) + "/golden/traces",
-                                std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_random",
-                                std::string(BYTEGRAD_TEST_DATA_DIR) + "/bad_traces"}) {
+  for (const std::string& dir :
+       {std::string(BYTEGRAD_SHARED_DIR) + "/golden/traces", std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_random",
+        std::string(BYTEGRAD_TEST_DATA_DIR) + "/bad_traces"}) {
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       if (entry.path().extension() != ".trace") continue;
       std::ifstream in(entry.path(), std::ios::binary);
@@ -41,9 +41,28 @@ std::vector<std::string> seed_traces() {
 }
 
 // Pieces that make the reader's decisions: actions, separators, numbers at the edges of 64 bits, signs.
-const char* const kTokens[] = {"alloc", "free", "segment_alloc", "segment_free", " ", "\t", "\r", "\n", "#", "-",
-                               "+", "0", "00", "-512", "18446744073709551615", "18446744073709551616",
-                               "99999999999999999999999", "1e3", "0x10", "\n\n", "alloc 1 512 0\n", "free 1 512 0\n",
+const char* const kTokens[] = {"alloc",
+                               "free",
+                               "segment_alloc",
+                               "segment_free",
+                               " ",
+                               "\t",
+                               "\r",
+                               "\n",
+                               "#",
+                               "-",
+                               "+",
+                               "0",
+                               "00",
+                               "-512",
+                               "18446744073709551615",
+                               "18446744073709551616",
+                               "99999999999999999999999",
+                               "1e3",
+                               "0x10",
+                               "\n\n",
+                               "alloc 1 512 0\n",
+                               "free 1 512 0\n",
                                "alloc 140390543917056 1024 0\n",
                                ""};  // "": a NUL byte
 
@@ -160,7 +179,8 @@ TEST_CASE("fuzz: the trace reader and replay on mutated real traces") {
       // "fuzz.trace line N: ..." with 1 <= N <= lines, or "fuzz.trace: no alloc or free events (N lines read)".
       size_t line = 0;
       const bool numbered = std::sscanf(message.c_str(), "fuzz.trace line %zu:", &line) == 1;
-      const bool no_events = message.rfind("fuzz.trace: no alloc or free events (" + std::to_string(lines) + " lines read)", 0) == 0;
+      const bool no_events =
+          message.rfind("fuzz.trace: no alloc or free events (" + std::to_string(lines) + " lines read)", 0) == 0;
       if (!((numbered && line >= 1 && line <= lines) || no_events)) {
         FAIL_CHECK("the refusal names no line of the input: " << message);
         break;
@@ -183,8 +203,8 @@ TEST_CASE("fuzz: the trace reader and replay on mutated real traces") {
     SimulatedCapacity capacity;
     const bool small_sim = rng() % 8 == 0;
     if (small_sim) capacity.total_bytes = 256 << 20, capacity.context_bytes = 8 << 20;
-    CachingAllocator allocator(small_sim ? make_host_backed_raw_memory(capacity) : make_address_only_raw_memory(capacity),
-                               AllocatorConfig{});
+    CachingAllocator allocator(
+        small_sim ? make_host_backed_raw_memory(capacity) : make_address_only_raw_memory(capacity), AllocatorConfig{});
     try {
       const ReplayResult result = replay_trace(events, allocator);
       ++replayed;

@@ -81,8 +81,9 @@ Browser browse(const std::string& url, const std::string& extra, const std::stri
       quote(chromium) + " --headless --no-sandbox --disable-gpu --no-first-run --no-default-browser-check" +
       " --disable-extensions --disable-background-networking --disable-component-update --disable-sync" +
       " --disable-dev-shm-usage" +
-      " --host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr --v=0 --user-data-dir=" + quote(profile.string()) +
-      " " + extra + " " + quote(url) + " >" + quote(dom.string()) + " 2>" + quote(log.string());
+      " --host-resolver-rules='MAP * ~NOTFOUND' --enable-logging=stderr --v=0 --user-data-dir=" +
+      quote(profile.string()) + " " + extra + " " + quote(url) + " >" + quote(dom.string()) + " 2>" +
+      quote(log.string());
   const int status = run(command);
   Browser b{read(dom), read(log)};
   fs::remove_all(profile);
@@ -143,8 +144,8 @@ const Report& report() {
     Report made;
     const fs::path dir = out_dir / "walkthrough";
     fs::remove_all(dir);
-    const int status = run(quote(BYTEGRAD_WALKTHROUGH) + " " + kScenario + " --device meta --html " + quote(dir.string()) +
-                           " >" + quote((out_dir / "walkthrough.txt").string()) + " 2>&1");
+    const int status = run(quote(BYTEGRAD_WALKTHROUGH) + " " + kScenario + " --device meta --html " +
+                           quote(dir.string()) + " >" + quote((out_dir / "walkthrough.txt").string()) + " 2>&1");
     INFO(read(out_dir / "walkthrough.txt"));
     REQUIRE(status == 0);  // every mark equal to PyTorch's
     made.page = dir / (kScenario + ".html");
@@ -241,8 +242,8 @@ TEST_CASE("html: a screenshot of the report, kept with the test output") {
   const Report& r = report();
   const fs::path png = out_dir / (kScenario + ".png");
   fs::remove(png);
-  const Browser b = browse(file_url(r.page), "--hide-scrollbars --window-size=1280,2400 --screenshot=" + quote(png.string()),
-                           "screenshot");
+  const Browser b = browse(
+      file_url(r.page), "--hide-scrollbars --window-size=1280,2400 --screenshot=" + quote(png.string()), "screenshot");
   CHECK(console_lines(b.log).empty());
   REQUIRE(fs::exists(png));
   const std::string bytes = read(png);

@@ -83,7 +83,8 @@ TEST_CASE("ledger: seed001's categories as arithmetic") {
   CHECK(at(zero_grad.ledger, MemoryCategory::parameter) == parameters);
 }
 
-TEST_CASE("ledger: PyTorch's default workspaces are `workspace`: 32 MiB + 1 MiB forward, 32 MiB for backward's thread") {
+TEST_CASE(
+    "ledger: PyTorch's default workspaces are `workspace`: 32 MiB + 1 MiB forward, 32 MiB for backward's thread") {
   const std::vector<GoldenStep> steps =
       run_scenario("seed001_mlp_estimate", kMeta, run_seed001_mlp_estimate, Workspaces::pytorch_default);
   CHECK(at(step(steps, "forward").ledger, MemoryCategory::workspace) == 33554432 + 1048576);

@@ -183,9 +183,10 @@ TEST_CASE("MemoryProbe: a failed check says expected, actual and the ops behind 
   CHECK_FALSE(static_cast<bool>(wrong));
   std::ostringstream printed;
   printed << wrong;
-  CHECK(printed.str() == "allocated delta on sim: expected 1.00 KiB (1024 B), got 2.00 KiB (2048 B), "
-                         "1.00 KiB (1024 B) more; blocks made since the probe and still live, by op: "
-                         "+1024 ones, +1024 relu");
+  CHECK(printed.str() ==
+        "allocated delta on sim: expected 1.00 KiB (1024 B), got 2.00 KiB (2048 B), "
+        "1.00 KiB (1024 B) more; blocks made since the probe and still live, by op: "
+        "+1024 ones, +1024 relu");
 }
 
 TEST_CASE("MemoryProbe refuses figures from an allocator it did not start on") {
@@ -206,9 +207,9 @@ TEST_CASE("MemoryStory: what each mark added and freed, by op, in block bytes an
   CHECK(first.net_bytes() == 8192);
   CHECK(first.str() == "+4.00 KiB (4096 B) ones, +4.00 KiB (4096 B) relu");
 
-  a = Tensor();                           // freed: made before the mark
+  a = Tensor();  // freed: made before the mark
   {
-    Tensor t = b * 2;                     // made and freed between the marks
+    Tensor t = b * 2;  // made and freed between the marks
   }
   Tensor c = empty({100}, device(kSim));  // 400 B requested, a 512-byte block
   const MemoryChange second = story.mark();
@@ -247,8 +248,8 @@ TEST_CASE("MemoryStory: each story reads the history on its own; another's end o
   Tensor d;
   {
     MemoryProbe probe(kSim);
-    a = Tensor();                                  // made before the third story: not in its account
-    d = ones({512, 1024}, device(kSim));           // 512 * 1024 * 4 = 2097152 B
+    a = Tensor();                         // made before the third story: not in its account
+    d = ones({512, 1024}, device(kSim));  // 512 * 1024 * 4 = 2097152 B
     CHECK(probe.allocated_delta() == 2097152 - four_mib);
   }
   CHECK(third.mark().str() == "+2.00 MiB (2097152 B) ones");
@@ -261,8 +262,8 @@ TEST_CASE("MemoryStory keeps its marks; write_memory_report writes them into one
   MemoryStory story(kSim);
   Tensor a = ones({1024}, device(kSim));  // 4096 B
   story.mark("ones");
-  Tensor b = relu(a);                     // 4096 B more
-  story.mark();                           // named "mark 2"
+  Tensor b = relu(a);  // 4096 B more
+  story.mark();        // named "mark 2"
   REQUIRE(story.marks().size() == 2);
   CHECK(story.marks()[0].label == "ones");
   CHECK(story.marks()[0].allocated == 4096);
@@ -285,7 +286,7 @@ TEST_CASE("memory_ledger: parameters, gradients, optimizer state and activations
   auto model = std::make_shared<nn::Sequential>();
   model->push_back(std::make_shared<nn::Linear>(64, 256, true, device(kSim)));  // weight 64*256*4 = 65536, bias 1024
   model->push_back(std::make_shared<nn::ReLU>());
-  model->push_back(std::make_shared<nn::Linear>(256, 1, true, device(kSim)));   // weight 1024, bias 4 -> 512
+  model->push_back(std::make_shared<nn::Linear>(256, 1, true, device(kSim)));  // weight 1024, bias 4 -> 512
   const int64_t parameters = 65536 + 1024 + 1024 + 512;
   Tensor x = randn({32, 64}, device(kSim));  // 8192 B, a leaf: other
 

@@ -31,7 +31,9 @@ TEST_CASE("nll_loss and cross_entropy reject bad targets with messages naming sh
   e = error_of([&] { nll_loss(log_probs, zeros({4, 1}, TensorOptions{ScalarType::int64, kSim})); });
   CHECK(contains(e, "multi-target"));
 
-  e = error_of([&] { nll_loss(zeros({4, 5}, TensorOptions{ScalarType::int64, kSim}), zeros({4}, TensorOptions{ScalarType::int64, kSim})); });
+  e = error_of([&] {
+    nll_loss(zeros({4, 5}, TensorOptions{ScalarType::int64, kSim}), zeros({4}, TensorOptions{ScalarType::int64, kSim}));
+  });
   CHECK(contains(e, "floating-point"));
 
   // A target outside [0, C) (and not ignore_index) is an error on the cpu backend (sim).

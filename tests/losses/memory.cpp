@@ -113,7 +113,9 @@ TEST_CASE("nll_loss_backward allocates one zeroed input-sized gradient") {
   CHECK(allocated() == 0);
 }
 
-TEST_CASE("mse_loss: a 0-d output holding an input-sized block, an input-sized temporary; backward one gradient per operand") {
+TEST_CASE(
+    "mse_loss: a 0-d output holding an input-sized block, an input-sized temporary; backward one gradient per "
+    "operand") {
   fresh(kSim);
   {
     const int64_t in_bytes = 64 * 33 * 4;  // 8448 -> block 8704

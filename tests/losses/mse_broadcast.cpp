@@ -51,7 +51,9 @@ TEST_CASE("mse_loss warns with PyTorch's text, once per pair of shapes, and broa
   CHECK(loss.sizes() == Shape{7, 7});  // (7, 1) against (7,): every input row against every target
   CHECK(stderr_of([&] { mse_loss(input, target); }) == "");  // the same shapes again: already warned
   // Other shapes warn again; equal shapes never do.
-  CHECK(contains(stderr_of([&] { mse_loss(ones({7, 1}, device(kSim)), zeros({1, 7}, device(kSim))); }),
+  CHECK(contains(stderr_of([&] {
+                   mse_loss(ones({7, 1}, device(kSim)), zeros({1, 7}, device(kSim)));
+                 }),
                  "Using a target size (torch.Size([1, 7])) that is different to the input size (torch.Size([7, 1]))"));
   CHECK(stderr_of([&] { mse_loss(input, ones({7, 1}, device(kSim))); }) == "");
 }

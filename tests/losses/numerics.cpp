@@ -78,8 +78,8 @@ TEST_CASE("cross_entropy forward and gradient match float64 finite differences")
     CHECK(loss.grad_fn_name() == "NllLossBackward0");
     CHECK(loss.item() == doctest::Approx(reference_cross_entropy(x, n, c, t, reduction)).epsilon(1e-12));
     loss.backward();
-    const auto numeric =
-        finite_difference([&](const std::vector<double>& v) { return reference_cross_entropy(v, n, c, t, reduction); }, x);
+    const auto numeric = finite_difference(
+        [&](const std::vector<double>& v) { return reference_cross_entropy(v, n, c, t, reduction); }, x);
     CHECK(max_abs_diff(logits.grad().tolist(), numeric) < 1e-8);
     // The ignored row gets no gradient at all.
     for (int64_t j = 0; j < c; ++j) CHECK(logits.grad().tolist()[2 * c + j] == 0.0);
@@ -134,8 +134,10 @@ TEST_CASE("mse_loss forward and both gradients match float64 finite differences"
     CHECK(loss.grad_fn_name() == "MseLossBackward0");
     CHECK(loss.item() == doctest::Approx(reference(x, y)).epsilon(1e-12));
     loss.backward();
-    CHECK(max_abs_diff(input.grad().tolist(), finite_difference([&](const std::vector<double>& v) { return reference(v, y); }, x)) < 1e-7);
-    CHECK(max_abs_diff(target.grad().tolist(), finite_difference([&](const std::vector<double>& v) { return reference(x, v); }, y)) < 1e-7);
+    CHECK(max_abs_diff(input.grad().tolist(),
+                       finite_difference([&](const std::vector<double>& v) { return reference(v, y); }, x)) < 1e-7);
+    CHECK(max_abs_diff(target.grad().tolist(),
+                       finite_difference([&](const std::vector<double>& v) { return reference(x, v); }, y)) < 1e-7);
   }
   // none: elementwise squares.
   const Tensor a = tensor({1.0, -2.0, 3.0}, TensorOptions{ScalarType::float32, kSim});

@@ -20,7 +20,8 @@ void check_rejected(const std::string& text, std::initializer_list<std::string> 
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
     for (const std::string& name : names)
-      CHECK_MESSAGE(message.find(name) != std::string::npos, "message '" << message << "' should name '" << name << "'");
+      CHECK_MESSAGE(message.find(name) != std::string::npos,
+                    "message '" << message << "' should name '" << name << "'");
   }
 }
 
@@ -142,9 +143,7 @@ TEST_CASE("config: errors name the key or value at fault") {
   SUBCASE("key without value") { check_rejected("max_split_size_mb", {"max_split_size_mb"}); }
   SUBCASE("key and colon without value") { check_rejected("max_split_size_mb:", {"max_split_size_mb"}); }
   SUBCASE("wrong separator") { check_rejected("max_split_size_mb=100", {"max_split_size_mb=100"}); }
-  SUBCASE("missing comma between options") {
-    check_rejected("max_split_size_mb:100:200", {"max_split_size_mb"});
-  }
+  SUBCASE("missing comma between options") { check_rejected("max_split_size_mb:100:200", {"max_split_size_mb"}); }
   SUBCASE("boolean option with a non-boolean") {
     check_rejected("expandable_segments:maybe", {"expandable_segments", "maybe"});
   }
@@ -152,12 +151,13 @@ TEST_CASE("config: errors name the key or value at fault") {
   SUBCASE("boolean options take only True or False, as PyTorch 2.11 (its message, with the token's index)") {
     // PyTorch 2.11 (tests/data/pytorch_probes/bad_inputs): "Expected 'True' or 'False' at index 2 in
     // ConfigTokenizer but got 'true'" for expandable_segments:true, :1 and release_lock_on_cudamalloc:true.
-    for (const std::string setting : {"expandable_segments:true", "expandable_segments:1", "expandable_segments:false",
-                                      "release_lock_on_cudamalloc:true", "pinned_use_background_threads:0",
-                                      "pinned_use_cuda_host_register:yes"}) {
+    for (const std::string setting :
+         {"expandable_segments:true", "expandable_segments:1", "expandable_segments:false",
+          "release_lock_on_cudamalloc:true", "pinned_use_background_threads:0", "pinned_use_cuda_host_register:yes"}) {
       const std::string key = setting.substr(0, setting.find(':'));
       const std::string value = setting.substr(setting.find(':') + 1);
-      check_rejected(setting, {key, "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got '" + value + "'"});
+      check_rejected(setting,
+                     {key, "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got '" + value + "'"});
     }
     // After another option the index counts every token before the value: "max_split_size_mb", ":", "64",
     // ",", "expandable_segments", ":" are 0 to 5.

@@ -44,7 +44,8 @@ void use_once(CachingAllocator& allocator) {
 
 }  // namespace
 
-TEST_CASE("device registry: a bad BYTEGRAD_ALLOC_CONF on reset_device keeps the previous allocator and its statistics") {
+TEST_CASE(
+    "device registry: a bad BYTEGRAD_ALLOC_CONF on reset_device keeps the previous allocator and its statistics") {
   const Device device{DeviceType::sim, 11};
   reset_device(device);
   CachingAllocator& before = caching_allocator(device);

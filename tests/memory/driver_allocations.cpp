@@ -56,7 +56,7 @@ TEST_CASE("cuBLAS handles: 64 MiB each, and 129 KiB each from a shared 2 MiB chu
   space.note_driver_allocations(kBlasHandle, kH100Threads);  // 64 MiB: a new region; the chunk: T
   CHECK(space.allocate(2 * MiB) == T + 74 * MiB);
   for (int handle = 2; handle <= 15; ++handle) space.note_driver_allocations(kBlasHandle, kH100Threads);
-  CHECK(space.allocate(2 * MiB) == T + 76 * MiB);  // 15 x 129 KiB fit in one chunk: no second chunk yet
+  CHECK(space.allocate(2 * MiB) == T + 76 * MiB);            // 15 x 129 KiB fit in one chunk: no second chunk yet
   space.note_driver_allocations(kBlasHandle, kH100Threads);  // the 16th takes a new chunk
   CHECK(space.allocate(2 * MiB) == T + 80 * MiB);
   // Every handle's 64 MiB was a region of its own, 16 x 64 MiB below T - 414 MiB.

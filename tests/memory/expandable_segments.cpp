@@ -23,8 +23,8 @@ constexpr int64_t kLargePage = 20 * MiB;  // 20971520
 AllocatorConfig expandable() { return AllocatorConfig::parse("expandable_segments:True"); }
 
 std::unique_ptr<CachingAllocator> make_on(const char* device, AllocatorConfig config, SimulatedCapacity capacity = {}) {
-  std::unique_ptr<RawMemory> raw = std::string(device) == "sim" ? make_host_backed_raw_memory(capacity)
-                                                                : make_address_only_raw_memory(capacity);
+  std::unique_ptr<RawMemory> raw =
+      std::string(device) == "sim" ? make_host_backed_raw_memory(capacity) : make_address_only_raw_memory(capacity);
   return std::make_unique<CachingAllocator>(std::move(raw), std::move(config));
 }
 

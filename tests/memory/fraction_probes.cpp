@@ -49,8 +49,7 @@ void replay_fraction_probe(const std::filesystem::path& path) {
       op >> name >> bytes;
       try {
         live[name] = allocator.malloc(bytes);
-      } catch (const OutOfMemoryError&) {
-      }
+      } catch (const OutOfMemoryError&) {}
     } else if (kind == "free") {
       op >> name;
       if (auto it = live.find(name); it != live.end()) {

@@ -61,9 +61,9 @@ TEST_CASE("garbage collection needs a memory fraction") {
 
 TEST_CASE("garbage collection only considers whole free segments of the large pool") {
   auto allocator = make_allocator(AllocatorConfig::parse("garbage_collection_threshold:0.1"), {100 * MiB, 0});
-  allocator->set_memory_fraction(1.0);  // collect above 10 MiB reserved
-  void* small = allocator->malloc(1);   // a 2 MiB small segment
-  allocator->free(small);               // whole and free, but in the small pool
+  allocator->set_memory_fraction(1.0);       // collect above 10 MiB reserved
+  void* small = allocator->malloc(1);        // a 2 MiB small segment
+  allocator->free(small);                    // whole and free, but in the small pool
   void* split = allocator->malloc(5 * MiB);  // a 20 MiB large segment, split (15 MiB free tail)
   // Reserved 22 MiB > 10 MiB, yet there is no candidate: the small segment is not in the large pool, the
   // large one is split. A new 30 MiB segment is made without releasing anything.

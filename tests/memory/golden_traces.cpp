@@ -85,8 +85,8 @@ void check_expandable_trace(const std::string& name) {
   const AllocatorConfig config = AllocatorConfig::parse("expandable_segments:True");
   for (const char* device : {"sim", "meta"}) {
     INFO("trace " << name << " with expandable segments on " << device);
-    std::unique_ptr<RawMemory> raw = std::string(device) == "sim" ? make_host_backed_raw_memory({})
-                                                                  : make_address_only_raw_memory({});
+    std::unique_ptr<RawMemory> raw =
+        std::string(device) == "sim" ? make_host_backed_raw_memory({}) : make_address_only_raw_memory({});
     CachingAllocator allocator(std::move(raw), config);
     const ReplayResult result = replay_trace(events, allocator);
     const auto difference = first_difference(result.lines, golden);

@@ -27,10 +27,9 @@ inline constexpr size_t MiB = 1024 * KiB;
 inline constexpr size_t GiB = 1024 * MiB;
 
 // A simulated device: host memory posing as a GPU (the H100 80GB of the goldens by default).
-inline std::unique_ptr<CachingAllocator> make_allocator(AllocatorConfig config = {},
-                                                        SimulatedCapacity capacity = {}, int device_index = 0) {
-  return std::make_unique<CachingAllocator>(make_host_backed_raw_memory(capacity), std::move(config),
-                                            device_index);
+inline std::unique_ptr<CachingAllocator> make_allocator(AllocatorConfig config = {}, SimulatedCapacity capacity = {},
+                                                        int device_index = 0) {
+  return std::make_unique<CachingAllocator>(make_host_backed_raw_memory(capacity), std::move(config), device_index);
 }
 
 // memory_stats()[key], failing the test if the key does not exist.
@@ -50,8 +49,8 @@ struct Section13 {
   explicit Section13(CachingAllocator& allocator) : alloc(allocator) {}
 
   CachingAllocator& alloc;
-  void *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *e = nullptr, *f = nullptr, *g = nullptr,
-       *h = nullptr, *k = nullptr;
+  void *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *e = nullptr, *f = nullptr, *g = nullptr, *h = nullptr,
+       *k = nullptr;
   std::vector<void*> many;  // the 5000 fp32 scalars
 
   struct Step {

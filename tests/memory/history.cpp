@@ -43,9 +43,9 @@ TEST_CASE("history: nothing is recorded until record_history(true)") {
 TEST_CASE("history: the entries of malloc, free and empty_cache, in the measured order") {
   auto allocator = make_allocator();
   allocator->record_history(true);
-  const auto start_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+  const auto start_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
 
   // A malloc that needs a new segment logs segment_alloc, then alloc (size: the unrounded request).
   void* p = allocator->malloc(1000);
@@ -114,9 +114,9 @@ TEST_CASE("history: an OOM logs the retry's segment_free, then oom with the roun
 TEST_CASE("history: a snapshot appends a snapshot entry of the active bytes") {
   auto allocator = make_allocator();
   allocator->record_history(true);
-  void* a = allocator->malloc(1);        // 512
-  allocator->malloc(1048577);            // 1049088
-  allocator->malloc(3000);               // 3072
+  void* a = allocator->malloc(1);  // 512
+  allocator->malloc(1048577);      // 1049088
+  allocator->malloc(3000);         // 3072
   allocator->free(a);
   const MemorySnapshot snap = allocator->snapshot();
   REQUIRE_FALSE(snap.trace.empty());
@@ -192,9 +192,9 @@ TEST_CASE("history: AllocationScope tags the entries made inside it") {
 
 TEST_CASE("snapshot: segments, blocks, states and sums") {
   auto allocator = make_allocator();
-  void* small1 = allocator->malloc(1000);     // 1024 in a 2 MiB small segment
-  void* small2 = allocator->malloc(5000);     // 5120
-  void* large = allocator->malloc(1048577);   // 1049088 in a 20 MiB large segment
+  void* small1 = allocator->malloc(1000);    // 1024 in a 2 MiB small segment
+  void* small2 = allocator->malloc(5000);    // 5120
+  void* large = allocator->malloc(1048577);  // 1049088 in a 20 MiB large segment
   allocator->free(small1);
   const MemorySnapshot snap = allocator->snapshot();
   REQUIRE(snap.segments.size() == 2);

@@ -74,7 +74,12 @@ TEST_CASE("randomized invariants: roundup_power2_divisions:4") {
 }
 
 TEST_CASE("randomized invariants: mixed options on a small device") {
-  run_variant({"mixed", "max_split_size_mb:24,max_non_split_rounding_mb:24,roundup_power2_divisions:[2:4,>:2]",
-               {256 * MiB, 0}, 48 * MiB, 0, 3000, true},
+  run_variant({"mixed",
+               "max_split_size_mb:24,max_non_split_rounding_mb:24,roundup_power2_divisions:[2:4,>:2]",
+               {256 * MiB, 0},
+               48 * MiB,
+               0,
+               3000,
+               true},
               12345);
 }

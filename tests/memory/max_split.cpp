@@ -29,7 +29,7 @@ TEST_CASE("8.4 max_split_size_mb:100, measured behaviour") {
     CHECK(stat(*allocator, "num_device_alloc") == 1);
     CHECK(stat(*allocator, "allocated_bytes.all.current") == 157286400);
     CHECK(stat(*allocator, "requested_bytes.all.current") == 146800640);  // 140 MiB
-    CHECK(stat(*allocator, "inactive_split.all.current") == 0);          // nothing split off
+    CHECK(stat(*allocator, "inactive_split.all.current") == 0);           // nothing split off
     CHECK(stat(*allocator, "oversize_allocations.current") == 1);
     const MemorySnapshot snap = allocator->snapshot();
     REQUIRE(snap.segments.size() == 1);

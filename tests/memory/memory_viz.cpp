@@ -94,8 +94,8 @@ struct Checked {
   uint64_t active_blocks = 0;
   uint64_t reserved_bytes = 0;
   uint64_t segments = 0;
-  uint64_t viewer_final_requested = 0;  // the Active Memory Timeline's last height, replayed as the viewer does
-  uint64_t viewer_final_reserved = 0;   // the Active Cached Segment Timeline's
+  uint64_t viewer_final_requested = 0;         // the Active Memory Timeline's last height, replayed as the viewer does
+  uint64_t viewer_final_reserved = 0;          // the Active Cached Segment Timeline's
   std::map<uint64_t, std::string> block_tags;  // active block address -> its frame's name
 };
 
@@ -397,7 +397,8 @@ TEST_CASE("memory_viz: several devices share one file, device_traces indexed by 
   CHECK(devices == std::set<int64_t>{0, 2});
 
   // Two snapshots of one device index cannot be told apart by the viewer.
-  CHECK_THROWS_AS(memory_viz_json(std::vector<MemorySnapshot>{dev0->snapshot(), dev0->snapshot()}), std::invalid_argument);
+  CHECK_THROWS_AS(memory_viz_json(std::vector<MemorySnapshot>{dev0->snapshot(), dev0->snapshot()}),
+                  std::invalid_argument);
   // Nothing at all is still a valid (empty) document.
   const Json empty = parse_json(memory_viz_json(std::vector<MemorySnapshot>{}));
   CHECK(empty["segments"].size() == 0);
@@ -451,8 +452,9 @@ TEST_CASE("memory_viz: tags are escaped, and dump_memory_viz writes the file") {
   check_document(doc);
   CHECK(frame_name(doc["device_traces"][0][1]["frames"]) == "odd \"tag\"\\\n\x01");
 
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("bytegrad_memory_viz_" + std::to_string(::getpid()) + ".json")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("bytegrad_memory_viz_" + std::to_string(::getpid()) + ".json"))
+          .string();
   dump_memory_viz(path, std::vector<MemorySnapshot>{snap});
   std::ifstream in(path, std::ios::binary);
   std::stringstream written;

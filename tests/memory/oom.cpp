@@ -140,9 +140,9 @@ TEST_CASE("OOM: \"Tried to allocate\" is the segment size") {
 
 TEST_CASE("OOM: the retry releases fully free cached segments, and they stay released") {
   auto allocator = make_allocator({}, k64MiB);
-  void* a = allocator->malloc(20 * MiB);  // 20 MiB segment
-  allocator->malloc(30 * MiB);            // 30 MiB segment
-  allocator->free(a);                     // cached, whole
+  void* a = allocator->malloc(20 * MiB);                              // 20 MiB segment
+  allocator->malloc(30 * MiB);                                        // 30 MiB segment
+  allocator->free(a);                                                 // cached, whole
   CHECK(stat(*allocator, "reserved_bytes.all.current") == 52428800);  // 50 MiB
 
   SUBCASE("still too large after the flush: OOM, with the cached segment gone") {
@@ -204,11 +204,12 @@ TEST_CASE("OOM: the measured 200 GiB example (7.1, 7.2) on the simulated H100") 
         std::map<std::string, int64_t>{{"num_alloc_retries", 1}, {"num_ooms", 1}, {"num_sync_all_streams", 1}});
   const size_t total = 85017493504, context = kSimDefaultContextBytes, segments = 20 * MiB;
   const std::string message = e.what();
-  CHECK(message == expected_message({200 * GiB, total, total - context - segments, context + segments,
-                                     std::nullopt, 7 * MiB, 20 * MiB}));
+  CHECK(message == expected_message({200 * GiB, total, total - context - segments, context + segments, std::nullopt,
+                                     7 * MiB, 20 * MiB}));
   // The parts that do not depend on the context size, as measured:
-  CHECK(message.rfind("CUDA out of memory. Tried to allocate 200.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which ",
-                      0) == 0);
+  CHECK(message.rfind(
+            "CUDA out of memory. Tried to allocate 200.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which ", 0) ==
+        0);
   CHECK(message.find("Of the allocated memory 7.00 MiB is allocated by PyTorch, and 13.00 MiB is reserved by PyTorch "
                      "but unallocated.") != std::string::npos);
 }
@@ -246,10 +247,9 @@ TEST_CASE("memory fraction: allowed = (size_t)(f * total), tested only for new s
     // 2 MiB rounds to 2097152 > 1 MiB: large pool, 20 MiB segment; 32 + 20 > 32.
     const OutOfMemoryError e = expect_oom(*allocator, 2 * MiB);
     // allocated: 30 MiB + two 512-byte blocks.
-    CHECK(std::string(e.what()) == expected_message({20 * MiB, 64 * MiB, 32 * MiB, 32 * MiB, 32 * MiB,
-                                                     30 * MiB + 1024, 32 * MiB}));
-    CHECK(std::string(e.what()).find("memory in use. 32.00 MiB allowed; Of the allocated memory") !=
-          std::string::npos);
+    CHECK(std::string(e.what()) ==
+          expected_message({20 * MiB, 64 * MiB, 32 * MiB, 32 * MiB, 32 * MiB, 30 * MiB + 1024, 32 * MiB}));
+    CHECK(std::string(e.what()).find("memory in use. 32.00 MiB allowed; Of the allocated memory") != std::string::npos);
     CHECK(stat(*allocator, "num_ooms") == 1);
     CHECK(stat(*allocator, "num_alloc_retries") == 1);
   }
@@ -259,9 +259,8 @@ TEST_CASE("memory fraction: allowed = (size_t)(f * total), tested only for new s
     allocator->set_memory_fraction(33554431.0 / 67108864.0);
     const OutOfMemoryError e = expect_oom(*allocator, 32 * MiB);  // 32 MiB segment > 33554431
     CHECK(e.segment_bytes == 32 * MiB);
-    CHECK(std::string(e.what()) ==
-          expected_message({32 * MiB, 64 * MiB, 64 * MiB, 0, size_t{33554431}, 0, 0}));
-    allocator->malloc(30 * MiB);                    // 30 MiB <= 33554431
+    CHECK(std::string(e.what()) == expected_message({32 * MiB, 64 * MiB, 64 * MiB, 0, size_t{33554431}, 0, 0}));
+    allocator->malloc(30 * MiB);                              // 30 MiB <= 33554431
     CHECK_THROWS_AS(allocator->malloc(1), OutOfMemoryError);  // + 2 MiB = 33554432 > 33554431
   }
   SUBCASE("the cap truncates f * total") {
@@ -303,7 +302,7 @@ TEST_CASE("memory fraction: allowed = (size_t)(f * total), tested only for new s
 }
 
 TEST_CASE("memory fraction: the measured H100 examples (7.2, 8.2)") {
-  auto allocator = make_allocator();  // total 85017493504
+  auto allocator = make_allocator();         // total 85017493504
   void* seven = allocator->malloc(7 * MiB);  // 7 MiB alive in a 20 MiB segment, 13 MiB free tail
   const size_t total = 85017493504, context = kSimDefaultContextBytes, segments = 20 * MiB;
 
@@ -312,8 +311,8 @@ TEST_CASE("memory fraction: the measured H100 examples (7.2, 8.2)") {
     CHECK(allocator->memory_fraction() == 0.009999999999529509);  // measured
     const OutOfMemoryError e = expect_oom(*allocator, 1 * GiB);
     // allowed = (size_t)(0.01 * 85017493504) = 850174935 -> "810.79 MiB" (measured).
-    CHECK(std::string(e.what()) == expected_message({1 * GiB, total, total - context - segments,
-                                                     context + segments, size_t{850174935}, 7 * MiB, 20 * MiB}));
+    CHECK(std::string(e.what()) == expected_message({1 * GiB, total, total - context - segments, context + segments,
+                                                     size_t{850174935}, 7 * MiB, 20 * MiB}));
     CHECK(std::string(e.what()).find("Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 79.18 GiB") !=
           std::string::npos);
     CHECK(std::string(e.what()).find("memory in use. 810.79 MiB allowed; Of the allocated memory 7.00 MiB is "
@@ -372,7 +371,7 @@ TEST_CASE("OOM report: no room, by category, with the largest live blocks") {
   CHECK(text.find("not fragmentation") != std::string::npos);
   CHECK(text.find("optimizer_state") != std::string::npos);
   CHECK(text.find("(31457280 B)") != std::string::npos);  // a 30 MiB block, exact: 30 * 1048576
-  const OutOfMemoryError copy = e;  // exceptions are copied: the report goes with them
+  const OutOfMemoryError copy = e;                        // exceptions are copied: the report goes with them
   CHECK(&copy.report() == &r);
   allocator->free(weights);
 }
@@ -390,9 +389,9 @@ TEST_CASE("OOM report: fragmentation, 50 MiB cached in two 25 MiB pieces cannot 
   CHECK(r.cached_free_bytes == 50 * MiB);
   CHECK(r.cached_free_pieces == 2);
   CHECK(r.largest_free_piece == 25 * MiB);
-  CHECK(r.device_free == 40 * MiB);        // 100 - 60
-  CHECK(r.segment_bytes == 46 * MiB);      // 45 MiB rounded up to a 2 MiB multiple
-  CHECK(r.fragmentation_caused());          // 50 MiB cached + 40 MiB of room >= 45 MiB, no piece fits
+  CHECK(r.device_free == 40 * MiB);    // 100 - 60
+  CHECK(r.segment_bytes == 46 * MiB);  // 45 MiB rounded up to a 2 MiB multiple
+  CHECK(r.fragmentation_caused());     // 50 MiB cached + 40 MiB of room >= 45 MiB, no piece fits
   CHECK(r.str().find("fragmentation made it fail") != std::string::npos);
 }
 

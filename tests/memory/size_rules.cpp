@@ -16,7 +16,7 @@ TEST_CASE("section 1 constants") {
   CHECK(kMinLargeAlloc == 10485760);
   CHECK(kRoundLarge == 2097152);
   const AllocatorConfig defaults;
-  CHECK(defaults.large_segment_size == 20971520);          // kLargeBuffer
+  CHECK(defaults.large_segment_size == 20971520);           // kLargeBuffer
   CHECK(defaults.max_non_split_rounding_size == 20971520);  // default 20 MiB
   CHECK(defaults.max_split_size == SIZE_MAX);
   CHECK(defaults.garbage_collection_threshold == 0.0);
@@ -25,15 +25,15 @@ TEST_CASE("section 1 constants") {
 
 TEST_CASE("2.1 round_size with the default config: 512 minimum, 512 multiples") {
   const AllocatorConfig config;
-  CHECK(round_size(1, config) == 512);    // n < 512 -> 512
-  CHECK(round_size(4, config) == 512);    // torch.empty(1) fp32 (section 13)
+  CHECK(round_size(1, config) == 512);  // n < 512 -> 512
+  CHECK(round_size(4, config) == 512);  // torch.empty(1) fp32 (section 13)
   CHECK(round_size(511, config) == 512);
   CHECK(round_size(512, config) == 512);
   CHECK(round_size(513, config) == 1024);  // ceil(513 / 512) * 512
   CHECK(round_size(1000, config) == 1024);
   CHECK(round_size(1048576, config) == 1048576);
-  CHECK(round_size(1048577, config) == 1049088);  // measured (2.3)
-  CHECK(round_size(9436672, config) == 9436672);  // already a 512 multiple (section 13, e)
+  CHECK(round_size(1048577, config) == 1049088);    // measured (2.3)
+  CHECK(round_size(9436672, config) == 9436672);    // already a 512 multiple (section 13, e)
   CHECK(round_size(26214401, config) == 26214912);  // 25 MiB + 1 -> next 512 multiple: 26214400 + 512
   // Without power-2 rounding nothing is rounded to a power of two.
   CHECK(round_size(1228800, config) == 1228800);
@@ -80,10 +80,10 @@ TEST_CASE("2.2 a division count of 1 means no power-2 rounding (2.11: the test i
 TEST_CASE("2.2 interval slots: floor(log2(n)) - 20, clamped to 0..15") {
   AllocatorConfig config;
   for (size_t i = 0; i < kRoundupPower2Intervals; ++i) config.roundup_power2_divisions[i] = size_t{1} << i;
-  CHECK(config.divisions_for(1000) == 1);               // below 1 MiB: slot 0
-  CHECK(config.divisions_for(1 * MiB) == 1);            // [1, 2) MiB: slot 0
+  CHECK(config.divisions_for(1000) == 1);     // below 1 MiB: slot 0
+  CHECK(config.divisions_for(1 * MiB) == 1);  // [1, 2) MiB: slot 0
   CHECK(config.divisions_for(2 * MiB - 1) == 1);
-  CHECK(config.divisions_for(2 * MiB) == 2);            // [2, 4) MiB: slot 1
+  CHECK(config.divisions_for(2 * MiB) == 2);                    // [2, 4) MiB: slot 1
   CHECK(config.divisions_for(32 * GiB) == (size_t{1} << 15));   // [32, 64) GiB: slot 15
   CHECK(config.divisions_for(128 * GiB) == (size_t{1} << 15));  // 64 GiB and above: clamped to slot 15
 }
@@ -129,13 +129,13 @@ TEST_CASE("4.7 should_split") {
   // Large pool: split iff the remainder is > 1 MiB (strictly).
   CHECK_FALSE(should_split(PoolKind::large, 26 * MiB, 25 * MiB, config));  // remainder exactly 1 MiB (measured)
   CHECK(should_split(PoolKind::large, 26 * MiB, 25 * MiB - 512, config));  // remainder 1 MiB + 512
-  CHECK_FALSE(should_split(PoolKind::large, 20 * MiB, 20447232, config));   // 19.5 MiB: remainder 0.5 MiB
-  CHECK(should_split(PoolKind::large, 20 * MiB, 1049088, config));          // c of section 13
+  CHECK_FALSE(should_split(PoolKind::large, 20 * MiB, 20447232, config));  // 19.5 MiB: remainder 0.5 MiB
+  CHECK(should_split(PoolKind::large, 20 * MiB, 1049088, config));         // c of section 13
   // ... and only for requests below max_split_size.
   const AllocatorConfig capped = AllocatorConfig::parse("max_split_size_mb:100");
-  CHECK_FALSE(should_split(PoolKind::large, 150 * MiB, 100 * MiB, capped));       // s >= max_split_size
-  CHECK(should_split(PoolKind::large, 150 * MiB, 100 * MiB - 512, capped));       // s < max_split_size
-  CHECK_FALSE(should_split(PoolKind::large, 150 * MiB, 140 * MiB, capped));       // section 8.4
+  CHECK_FALSE(should_split(PoolKind::large, 150 * MiB, 100 * MiB, capped));  // s >= max_split_size
+  CHECK(should_split(PoolKind::large, 150 * MiB, 100 * MiB - 512, capped));  // s < max_split_size
+  CHECK_FALSE(should_split(PoolKind::large, 150 * MiB, 140 * MiB, capped));  // section 8.4
 }
 
 TEST_CASE("4.7/4.8 through the allocator: unsplit blocks are handed out whole") {

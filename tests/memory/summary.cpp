@@ -61,8 +61,7 @@ const char* const kMeasuredSummary =
     "| Oversize allocations  |       0    |       0    |       0    |       0    |\n"
     "|---------------------------------------------------------------------------|\n"
     "| Oversize GPU segments |       0    |       0    |       0    |       0    |\n"
-    "|===========================================================================|\n"
-    ;
+    "|===========================================================================|\n";
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -101,7 +100,8 @@ TEST_CASE("memory_summary(abbreviated=true) drops the \"from ... pool\" rows") {
   v.run_through("del e (segment whole again)");
   std::string expected;
   for (const std::string& line : lines_of(kMeasuredSummary))
-    if (line.find("      from large pool") == std::string::npos && line.find("      from small pool") == std::string::npos)
+    if (line.find("      from large pool") == std::string::npos &&
+        line.find("      from small pool") == std::string::npos)
       expected += line + "\n";
   const std::string abbreviated = memory_summary(*allocator, true);
   CHECK(abbreviated == expected);
@@ -115,8 +115,7 @@ TEST_CASE("memory_summary layout holds in other states") {
   allocator->malloc(40 * MiB);
   try {
     allocator->malloc(30 * MiB);
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   const std::string summary = memory_summary(*allocator);
   check_layout(summary);
   // Line 4: "  {_:9} CUDA OOMs: {num_ooms:<12d} | {_:6} cudaMalloc retries: {num_alloc_retries:<8d}  "
@@ -128,10 +127,10 @@ TEST_CASE("memory_summary cell units follow the all row of each column") {
   // bytes: f"{sz:6d} {prefix}", stepping to the next prefix while the all-row value is >= 768 * 1024 of the
   // current unit (sz //= 1024); counts: f"{cnt:7d} {prefix} ", stepping while >= 750 * 1000 (cnt //= 1000).
   std::map<std::string, int64_t> stats;
-  stats["allocated_bytes.all.current"] = 786431;      // < 768 KiB: "786431 B  "
+  stats["allocated_bytes.all.current"] = 786431;  // < 768 KiB: "786431 B  "
   stats["allocated_bytes.large_pool.current"] = 786000;
-  stats["allocated_bytes.all.peak"] = 786432;         // 768 KiB: "   768 KiB"
-  stats["allocated_bytes.small_pool.peak"] = 1023;    // unit from the all row: 1023 // 1024 = "     0 KiB"
+  stats["allocated_bytes.all.peak"] = 786432;          // 768 KiB: "   768 KiB"
+  stats["allocated_bytes.small_pool.peak"] = 1023;     // unit from the all row: 1023 // 1024 = "     0 KiB"
   stats["allocated_bytes.all.allocated"] = 805306368;  // 768 MiB: "   768 MiB"
   stats["allocated_bytes.all.freed"] = 1048576;        // 1 MiB: "  1024 KiB"
   stats["allocation.all.current"] = 749999;            // "  749999   "

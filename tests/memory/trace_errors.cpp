@@ -94,7 +94,8 @@ TEST_CASE("parse_trace: a long bad line is quoted in at most 80 characters, with
     const std::string message = parse_error("alloc 4096 1 0\n" + std::string(10'000'000, '7') + "\n");
     CHECK(has(message, "line 2: longer than 65536 characters"));
     CHECK(message.size() < 300);
-    CHECK(has(parse_error("alloc 4096 1 0\n" + std::string(65536, 'z') + "\n"), "line 2: expected"));  // at the cap: read
+    CHECK(
+        has(parse_error("alloc 4096 1 0\n" + std::string(65536, 'z') + "\n"), "line 2: expected"));  // at the cap: read
   }
   CHECK(quote_excerpt("short") == "'short'");
   CHECK(quote_excerpt(std::string(80, 'a')) == "'" + std::string(80, 'a') + "'");
@@ -122,8 +123,7 @@ TEST_CASE("replay_trace: hand-made events with a live address allocated twice ch
   auto allocator = make_allocator();
   void* kept = allocator->malloc(512);
   const auto stats = allocator->memory_stats();
-  const std::vector<TraceEvent> events = {{TraceEvent::alloc, 4096, 100, 0},
-                                          {TraceEvent::alloc, 4096, 200, 0}};
+  const std::vector<TraceEvent> events = {{TraceEvent::alloc, 4096, 100, 0}, {TraceEvent::alloc, 4096, 200, 0}};
   try {
     (void)replay_trace(events, *allocator);
     FAIL("replay_trace must throw std::invalid_argument");

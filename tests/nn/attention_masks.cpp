@@ -54,7 +54,8 @@ TEST_CASE("triu / tril: values, batches, diagonals, gradient, one allocation") {
   CHECK(m.tolist() == std::vector<double>{0, 1, 1, 0, 0, 1, 0, 0, 0});
   manual_seed(31);
   Tensor w = randn({3, 4}, f64());
-  check_gradients([&](auto& v) { return sum(triu(v[0], 1) * w) + sum(tril(v[0], -1) * w * w); }, {randn({3, 4}, f64())});
+  check_gradients([&](auto& v) { return sum(triu(v[0], 1) * w) + sum(tril(v[0], -1) * w * w); },
+                  {randn({3, 4}, f64())});
   CHECK_THROWS_WITH_AS(triu(ones({3})), doctest::Contains("at least 2 dimensions"), std::invalid_argument);
   // memory: ones (L*L bytes) then triu's result, the ones freed at once, as torch.triu(torch.ones(...), 1)
   fresh_sim();
@@ -63,7 +64,8 @@ TEST_CASE("triu / tril: values, batches, diagonals, gradient, one allocation") {
 }
 
 TEST_CASE("masked softmax: PyTorch's events for masked_fill / float mask / masked_fill_ probes, on sim") {
-  static const std::regex case_re(R"re(((masked_fill causal|add float mask|masked_fill_ inplace) \[([0-9]+),([0-9]+),([0-9]+),([0-9]+)\]))re");
+  static const std::regex case_re(
+      R"re(((masked_fill causal|add float mask|masked_fill_ inplace) \[([0-9]+),([0-9]+),([0-9]+),([0-9]+)\]))re");
   int matched = 0, total = 0;
   for (const Json& row : probe_rows("ops")) {
     const std::string& case_name = row["case"].string();
@@ -184,10 +186,10 @@ TEST_CASE("MultiheadSelfAttention masks: memory on sim (B=2, L=8, C=16, H=4)") {
 TEST_CASE("MultiheadSelfAttention masks: bad masks are clear errors") {
   nn::MultiheadSelfAttention attn(4, 2, true, device(kCpu));
   Tensor x = randn({2, 3, 4}, device(kCpu));
-  CHECK_THROWS_WITH_AS(attn(x, ones({3, 3}, TensorOptions{ScalarType::bool_, kCpu}), true), doctest::Contains("not both"),
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(attn(x, ones({4, 3}, TensorOptions{ScalarType::bool_, kCpu})), doctest::Contains("cannot be broadcast"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(attn(x, ones({3, 3}, TensorOptions{ScalarType::bool_, kCpu}), true),
+                       doctest::Contains("not both"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(attn(x, ones({4, 3}, TensorOptions{ScalarType::bool_, kCpu})),
+                       doctest::Contains("cannot be broadcast"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(attn(x, ones({3, 3}, TensorOptions{ScalarType::int64, kCpu})), doctest::Contains("must be bool"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(attn(x, ones({3, 3}, TensorOptions{ScalarType::bool_, kSim})), doctest::Contains("device"),

@@ -56,10 +56,12 @@ TEST_CASE("Dropout: training gradient is mask / (1 - p); eval is the identity") 
   nn::Dropout drop(0.3);
   CHECK(drop.parameters().empty());
   // The same seed before every evaluation draws the same mask, so finite differences see one function.
-  check_gradients([&](auto& v) {
-    manual_seed(99);
-    return sum(drop(v[0]) * w);
-  }, {randn({4, 6}, f64())});
+  check_gradients(
+      [&](auto& v) {
+        manual_seed(99);
+        return sum(drop(v[0]) * w);
+      },
+      {randn({4, 6}, f64())});
   drop.eval();
   Tensor x = randn({4, 6}, f64());
   Tensor y = drop(x);

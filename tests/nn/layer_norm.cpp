@@ -65,7 +65,6 @@ std::vector<LayerNormCase> read_layernorm_cases() {
   return cases;
 }
 
-
 // Runs one probe as the probe script does: LayerNorm(norm, affine, bias), x (requires grad per the case),
 // g; forward, backward(g), then a no_grad forward whose output is still held when recording stops. Values
 // do not change allocations, so inputs are filled with constants (randn of 33M elements per case is slow).
@@ -119,8 +118,8 @@ TEST_CASE("LayerNorm: every PyTorch layernorm probe, event for event, on sim and
 
 TEST_CASE("layer_norm: forward matches a float64 reference; mean and rstd shapes and dtypes") {
   manual_seed(21);
-  for (const auto& shapes : std::vector<std::pair<Shape, Shape>>{{{4, 6}, {6}}, {{2, 3, 5}, {3, 5}},
-                                                                  {{7}, {7}}, {{2, 2, 3, 4}, {4}}}) {
+  for (const auto& shapes :
+       std::vector<std::pair<Shape, Shape>>{{{4, 6}, {6}}, {{2, 3, 5}, {3, 5}}, {{7}, {7}}, {{2, 2, 3, 4}, {4}}}) {
     const Shape shape = shapes.first, norm = shapes.second;
     CAPTURE(shape_str(shape));
     Tensor x = randn(shape, f64()) * 3.0 + 10.0;  // a large common offset: the two-pass variance handles it
@@ -213,9 +212,11 @@ TEST_CASE("layer_norm: the graph keeps mean and rstd until backward (saved tenso
 
 TEST_CASE("layer_norm: bad input is a clear error naming the problem") {
   Tensor x = randn({4, 8}, device(kCpu));
-  CHECK_THROWS_WITH_AS(layer_norm(x, {7}), doctest::Contains("expected input with shape [*, 7], but got input of size [4, 8]"),
+  CHECK_THROWS_WITH_AS(layer_norm(x, {7}),
+                       doctest::Contains("expected input with shape [*, 7], but got input of size [4, 8]"),
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(layer_norm(x, {4, 8, 1}), doctest::Contains("normalized_shape=[4, 8, 1]"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(layer_norm(x, {4, 8, 1}), doctest::Contains("normalized_shape=[4, 8, 1]"),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(layer_norm(x, {}), doctest::Contains("at least 1-dimensional"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(layer_norm(x, {8}, ones({4}, device(kCpu))),
                        doctest::Contains("expected weight to be of same shape as normalized_shape, but got weight of "
@@ -224,13 +225,11 @@ TEST_CASE("layer_norm: bad input is a clear error naming the problem") {
   CHECK_THROWS_WITH_AS(layer_norm(x, {8}, ones({8}, device(kCpu)), zeros({2, 4}, device(kCpu))),
                        doctest::Contains("bias"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(layer_norm(x, {8}, ones({8}, TensorOptions{ScalarType::float64, kCpu})),
-                       doctest::Contains("dtype mismatch"),
-                       std::invalid_argument);
+                       doctest::Contains("dtype mismatch"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(layer_norm(x, {8}, ones({8}, device(kSim))), doctest::Contains("same device"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(layer_norm(zeros({4, 8}, TensorOptions{ScalarType::int64, kCpu}), {8}),
-                       doctest::Contains("floating-point"),
-                       std::invalid_argument);
+                       doctest::Contains("floating-point"), std::invalid_argument);
   CHECK_THROWS_AS(nn::LayerNorm(Shape{}), std::invalid_argument);
   CHECK_THROWS_AS(nn::LayerNorm(8, 1e-5, true, true, dtype(ScalarType::int32)), std::invalid_argument);
 }

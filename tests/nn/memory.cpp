@@ -55,7 +55,7 @@ TEST_CASE("MultiheadSelfAttention (B=2, L=8, C=16, H=4) forward and backward mem
     CHECK(peak() == params + input + 3072 + 2 * 1024 + 2048 + 1024 + 1024 + 1024);  // 16384
 
     Tensor loss = sum(y);  // 0-d: 512
-    y = Tensor();           // only the graph holds y's producer now; y's block (1024) is freed
+    y = Tensor();          // only the graph holds y's producer now; y's block (1024) is freed
     CHECK(allocated() == params + input + saved + 512);
     loss.backward();
     // Saved tensors released; gradients stay: params' grads 3072 + 512 + 1024 + 512 = 5120, x.grad 1024.

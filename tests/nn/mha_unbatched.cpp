@@ -83,7 +83,8 @@ TEST_CASE("MultiheadSelfAttention unbatched: PyTorch's recording of the decompos
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("# case ", 0) == 0) {
-      open = line.find("name=mha_bytegrad_unsqueezed ") != std::string::npos && line.find("mode=plain") != std::string::npos;
+      open = line.find("name=mha_bytegrad_unsqueezed ") != std::string::npos &&
+             line.find("mode=plain") != std::string::npos;
       continue;
     }
     if (!open) continue;

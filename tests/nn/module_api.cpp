@@ -48,7 +48,7 @@ class Model : public nn::Module {
     scale = register_parameter("scale", ones({300}, device(on)));
     running = register_buffer("running", zeros({600}, device(on)));
   }
-  Tensor forward(const Tensor& input) override { return (*lin)(input) * 2.0; }
+  Tensor forward(const Tensor& input) override { return (*lin)(input)*2.0; }
   std::shared_ptr<nn::Linear> lin;
   Tensor scale, running;
 };
@@ -99,8 +99,7 @@ TEST_CASE("ModuleList: children named 0, 1, ...; append, extend, indexing, itera
   list.extend({std::make_shared<nn::Linear>(2, 1, false, device(kSim))});
   CHECK(list.size() == 5);
   // nn.ModuleList([Linear(4, 8), ReLU(), Linear(8, 2), ReLU(), Linear(2, 1, bias=False)]).named_parameters():
-  CHECK(parameter_names(list) ==
-        std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight"});
+  CHECK(parameter_names(list) == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight"});
   CHECK(list[0]->name() == "0");
   CHECK(list[-1] == list[4]);  // Python's negative index
   CHECK_THROWS_AS(list[5], std::out_of_range);
@@ -125,8 +124,7 @@ TEST_CASE("ModuleList: children named 0, 1, ...; append, extend, indexing, itera
 
 TEST_CASE("ModuleDict: children by key in insertion order; replacing keeps the position; lookups") {
   fresh_sim();
-  nn::ModuleDict dict{{"encoder", std::make_shared<nn::Linear>(4, 8, kSim)},
-                      {"act", std::make_shared<nn::ReLU>()}};
+  nn::ModuleDict dict{{"encoder", std::make_shared<nn::Linear>(4, 8, kSim)}, {"act", std::make_shared<nn::ReLU>()}};
   dict.insert("decoder", std::make_shared<nn::Linear>(8, 4, kSim));
   CHECK(dict.size() == 3);
   CHECK(dict.keys() == std::vector<std::string>{"encoder", "act", "decoder"});

@@ -209,7 +209,7 @@ Replayed replay(const RecordedCase& c, Device device) {
   const MemorySnapshot snapshot = allocator.snapshot();
   const std::vector<TraceEntry>& trace = snapshot.trace;
   const std::string fwd_tag = r.backend == SdpaBackend::cudnn_attention ? "scaled_dot_product_cudnn_attention"
-                                                                         : "scaled_dot_product_efficient_attention";
+                                                                        : "scaled_dot_product_efficient_attention";
   const std::string bwd_tag = fwd_tag + "_backward";
   for (size_t i = first_entry; i < trace.size(); ++i) {
     const TraceEntry& e = trace[i];
@@ -251,7 +251,8 @@ TEST_CASE("sdpa.events: every recorded case's allocations and frees, forward and
     CAPTURE(c.name);
     REQUIRE(c.marks.size() == 4);
     const bool half = c.dtype != ScalarType::float32;
-    const std::string aten = half ? "aten._scaled_dot_product_cudnn_attention" : "aten._scaled_dot_product_efficient_attention";
+    const std::string aten =
+        half ? "aten._scaled_dot_product_cudnn_attention" : "aten._scaled_dot_product_efficient_attention";
     const AllocationEvents& recorded_forward = op_events(c, aten + ".default");
     const AllocationEvents& recorded_backward = op_events(c, aten + "_backward.default");
     std::vector<Device> devices{kMeta};
@@ -260,7 +261,8 @@ TEST_CASE("sdpa.events: every recorded case's allocations and frees, forward and
       CAPTURE(device.str());
       const Replayed r = replay(c, device);
       CHECK(r.backend == (half ? SdpaBackend::cudnn_attention : SdpaBackend::efficient_attention));
-      CHECK(r.grad_fn == (half ? "ScaledDotProductCudnnAttentionBackward0" : "ScaledDotProductEfficientAttentionBackward0"));
+      CHECK(r.grad_fn ==
+            (half ? "ScaledDotProductCudnnAttentionBackward0" : "ScaledDotProductEfficientAttentionBackward0"));
       INFO("recorded forward " << show(recorded_forward) << "\nreplayed forward " << show(r.forward));
       CHECK(r.forward == recorded_forward);
       const AllocationEvents replayed_backward = backward_span(r, c, recorded_backward.size());
@@ -279,8 +281,9 @@ TEST_CASE("sdpa.events: every recorded case's allocations and frees, forward and
   }
 }
 
-TEST_CASE("the backend PyTorch 2.11 picks on an H100: cuDNN for 16-bit floats, flash for their odd head dims, "
-          "memory-efficient for float32, else math") {
+TEST_CASE(
+    "the backend PyTorch 2.11 picks on an H100: cuDNN for 16-bit floats, flash for their odd head dims, "
+    "memory-efficient for float32, else math") {
   fresh(kMeta);
   auto qkv_views = [](int64_t B, int64_t H, int64_t T, int64_t D, ScalarType dtype) {
     const Tensor qkv = empty({B, T, 3 * H * D}, TensorOptions{dtype, kMeta});
@@ -369,8 +372,9 @@ TEST_CASE("scaled_dot_product_attention on float64 takes the math path, whose gr
   const TensorOptions f64{ScalarType::float64, kSim};
   const Tensor q = randn({1, 2, 4, 3}, f64), k = randn({1, 2, 5, 3}, f64), v = randn({1, 2, 5, 2}, f64);
   const Tensor w = randn({1, 2, 4, 2}, f64);
-  check_gradients([&](const std::vector<Tensor>& x) { return sum(scaled_dot_product_attention(x[0], x[1], x[2], true) * w); },
-                  {q, k, v});
+  check_gradients(
+      [&](const std::vector<Tensor>& x) { return sum(scaled_dot_product_attention(x[0], x[1], x[2], true) * w); },
+      {q, k, v});
   Tensor qg = q.detach();
   qg.requires_grad_(true);
   CHECK(scaled_dot_product_attention(qg, k, v, true).grad_fn_name() != "ScaledDotProductCudnnAttentionBackward0");
@@ -388,7 +392,7 @@ TEST_CASE("without a gradient the fused forward keeps no logsumexp, and frees se
     const AllocationEvents events = allocation_events(device, [&] { y = scaled_dot_product_attention(q, k, v, true); });
     // seed, offset, the output (2*2*16*32*2 bytes), the 256-byte workspace; the seed and offset dropped with the
     // op's other results (PyTorch's tuple, destroyed in order).
-    const AllocationEvents want = {{"alloc", 8},   {"alloc", 8}, {"alloc", 4096}, {"alloc", 256},
+    const AllocationEvents want = {{"alloc", 8},  {"alloc", 8}, {"alloc", 4096}, {"alloc", 256},
                                    {"free", 256}, {"free", 8},  {"free", 8}};
     INFO(show(events));
     CHECK(events == want);
@@ -404,13 +408,15 @@ TEST_CASE("libtorch's argument order (attn_mask, dropout_p, is_causal) is the sa
     const TensorOptions bf16{ScalarType::bfloat16, device};
     const Tensor q = randn({1, 2, 8, 16}, bf16), k = randn({1, 2, 8, 16}, bf16), v = randn({1, 2, 8, 16}, bf16);
     Tensor short_form, libtorch_form;
-    const AllocationEvents want = allocation_events(device, [&] { short_form = scaled_dot_product_attention(q, k, v, true); });
+    const AllocationEvents want =
+        allocation_events(device, [&] { short_form = scaled_dot_product_attention(q, k, v, true); });
     const AllocationEvents got =
         allocation_events(device, [&] { libtorch_form = scaled_dot_product_attention(q, k, v, {}, 0.0, true); });
     CHECK(got == want);
     CHECK(libtorch_form.sizes() == short_form.sizes());
     CHECK(libtorch_form.strides() == short_form.strides());
-    if (device == kSim) CHECK(max(abs(libtorch_form.to(ScalarType::float32) - short_form.to(ScalarType::float32))).item() == 0.0);
+    if (device == kSim)
+      CHECK(max(abs(libtorch_form.to(ScalarType::float32) - short_form.to(ScalarType::float32))).item() == 0.0);
     // a mask that keeps every key is no mask (cuDNN with a mask: tests/nn/sdpa_mask.cpp and sdpa_fused_mask.cpp)
     const Tensor mask = ones({8, 8}, TensorOptions{ScalarType::bool_, device});
     const Tensor masked = scaled_dot_product_attention(q, k, v, mask, 0.0, false);
@@ -424,7 +430,11 @@ TEST_CASE("nanoGPT with sdpa: no bias buffer, GPT-2 small's model and data marks
   // shared/golden/gpt2/scenarios/g_gpt2_small_bf16_sdpa.json: model 498558976 allocated, 555745280 reserved;
   // data 498575360 (the slow path's model mark is 552298496: twelve 4 MiB `bias` buffers and their blocks).
   fresh(kMeta);
-  nn::GPTConfig config{.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024,
+  nn::GPTConfig config{.n_layer = 12,
+                       .n_head = 12,
+                       .n_embd = 768,
+                       .vocab_size = 50257,
+                       .block_size = 1024,
                        .attention = nn::AttentionKind::sdpa};
   {
     // As programs/gpt2_programs/gpt2_training.cpp builds it on meta: on a second meta device, then moved.
@@ -441,8 +451,9 @@ TEST_CASE("nanoGPT with sdpa: no bias buffer, GPT-2 small's model and data marks
   fresh(Device{DeviceType::meta, 1});
 }
 
-TEST_CASE("nanoGPT with sdpa in bfloat16: each attention's forward and backward events as in the GPT-2 small "
-          "training program (meta)") {
+TEST_CASE(
+    "nanoGPT with sdpa in bfloat16: each attention's forward and backward events as in the GPT-2 small "
+    "training program (meta)") {
   // g_gpt2_small_bf16_sdpa.events: GPT-2 small, batch 4 x 256, under autocast. Built here in bfloat16 instead
   // (autocast is not bytegrad's yet), the attention's inputs and gradients are the same bf16 tensors, so its
   // twelve forward sections (seed, offset, output, logsumexp, workspace) and twelve backward sections (dq, dk,
@@ -456,7 +467,11 @@ TEST_CASE("nanoGPT with sdpa in bfloat16: each attention's forward and backward 
   REQUIRE(recorded_backward.size() == 24);
 
   fresh(kMeta);
-  nn::GPTConfig config{.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024,
+  nn::GPTConfig config{.n_layer = 12,
+                       .n_head = 12,
+                       .n_embd = 768,
+                       .vocab_size = 50257,
+                       .block_size = 1024,
                        .attention = nn::AttentionKind::sdpa};
   std::vector<AllocationEvents> forward, backward;
   {
@@ -528,7 +543,8 @@ TEST_CASE("nanoGPT with sdpa computes what the slow path computes, in float32 an
       nn::GPT::Output out = model.forward(x, y);
       losses[kind] = out.loss.item();
       out.loss.backward();
-      for (const auto& [name, p] : model.named_parameters()) grads[kind][name] = p.grad().to(ScalarType::float64).tolist();
+      for (const auto& [name, p] : model.named_parameters())
+        grads[kind][name] = p.grad().to(ScalarType::float64).tolist();
     }
     CHECK(std::isfinite(losses[1]));
     CHECK(losses[1] == doctest::Approx(losses[0]).epsilon(bf16 ? 2e-2 : 1e-5));

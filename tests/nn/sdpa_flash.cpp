@@ -2,7 +2,8 @@
 // the same recording), against tests/data/pytorch_probes/sdpa_flash (tools/probes/sdpa_flash_probe.py), and
 // its memory-efficient backend (16-bit head dims above 256, causal calls with one key, float32 head dims above
 // 64), against tests/data/pytorch_probes/sdpa_efficient (tools/probes/sdpa_efficient_probe.py):
-//  - every recorded case (flash.events, flash_splits.events, efficient.events) replayed on sim and meta: the whole allocation
+//  - every recorded case (flash.events, flash_splits.events, efficient.events) replayed on sim and meta: the whole
+//  allocation
 //    and free sequence from the case's start mark to its `freed` mark, allocated / reserved at each mark, the
 //    fused op's forward allocations, the output's strides and grad_fn;
 //  - the backend rule against torch._fused_sdp_choice over the recorded grids (flash_choices*.txt);
@@ -267,8 +268,9 @@ TEST_CASE("sdpa_flash/flash_splits.events: key-split forwards, padded head dims 
   check_replays("sdpa_flash/flash_splits.events", 16);
 }
 
-TEST_CASE("sdpa_efficient/efficient.events: the memory-efficient backend for 16-bit head dims above 256, causal "
-          "calls with one key, and float32 head dims above 64, on sim and meta") {
+TEST_CASE(
+    "sdpa_efficient/efficient.events: the memory-efficient backend for 16-bit head dims above 256, causal "
+    "calls with one key, and float32 head dims above 64, on sim and meta") {
   check_replays("sdpa_efficient/efficient.events", 44);
 }
 
@@ -333,16 +335,17 @@ TEST_CASE("flash_num_splits: the key splits of the recorded forwards") {
   CHECK(flash_num_splits(1, 2, 64, 1, 200) == 1);
 }
 
-TEST_CASE("the flash and 16-bit memory-efficient paths' values and gradients on sim equal the math composition "
-          "(float64)") {
+TEST_CASE(
+    "the flash and 16-bit memory-efficient paths' values and gradients on sim equal the math composition "
+    "(float64)") {
   struct Case {
     int64_t B, H, Sq, Sk, D;
     bool causal, split;
     std::optional<double> scale;
     SdpaBackend backend = SdpaBackend::flash_attention;
   };
-  const std::vector<Case> shapes = {{2, 3, 9, 9, 20, true, true, std::nullopt},   // padded to 24, nanoGPT's views
-                                    {1, 2, 7, 11, 12, false, false, 0.4},         // Sq != Sk, padded to 16
+  const std::vector<Case> shapes = {{2, 3, 9, 9, 20, true, true, std::nullopt},    // padded to 24, nanoGPT's views
+                                    {1, 2, 7, 11, 12, false, false, 0.4},          // Sq != Sk, padded to 16
                                     {2, 2, 6, 1, 16, false, false, std::nullopt},  // Sk == 1, unpadded
                                     {1, 1, 1, 1, 20, true, false, std::nullopt},   // Sq == Sk == 1, causal
                                     {1, 2, 5, 5, 60, true, false, std::nullopt},
@@ -367,11 +370,12 @@ TEST_CASE("the flash and 16-bit memory-efficient paths' values and gradients on 
       Tensor q, k, v, qkv;
       if (s.split) {
         // q, k, v as the transposed views of one (B, T, 3C) leaf
-        qkv = cat({q0.transpose(1, 2).reshape({s.B, s.Sq, s.H * s.D}), k0.transpose(1, 2).reshape({s.B, s.Sk, s.H * s.D}),
-                   v0.transpose(1, 2).reshape({s.B, s.Sk, s.H * s.D})},
-                  2)
-                  .to(dtype)
-                  .detach();
+        qkv =
+            cat({q0.transpose(1, 2).reshape({s.B, s.Sq, s.H * s.D}), k0.transpose(1, 2).reshape({s.B, s.Sk, s.H * s.D}),
+                 v0.transpose(1, 2).reshape({s.B, s.Sk, s.H * s.D})},
+                2)
+                .to(dtype)
+                .detach();
         qkv.requires_grad_(true);
         std::vector<Tensor> parts = qkv.split(s.H * s.D, 2);
         q = parts[0].view({s.B, s.Sq, s.H, s.D}).transpose(1, 2);
@@ -406,8 +410,9 @@ TEST_CASE("the flash and 16-bit memory-efficient paths' values and gradients on 
   }
 }
 
-TEST_CASE("the flash op itself (float32, beyond PyTorch) equals the math composition tightly, and refuses bad "
-          "shapes") {
+TEST_CASE(
+    "the flash op itself (float32, beyond PyTorch) equals the math composition tightly, and refuses bad "
+    "shapes") {
   fresh(kSim);
   manual_seed(31);
   const TensorOptions f32{ScalarType::float32, kSim};
@@ -430,15 +435,15 @@ TEST_CASE("the flash op itself (float32, beyond PyTorch) equals the math composi
     check_close_to_reference(v.grad().to(ScalarType::float64).tolist(), ref.dv, 2e-5, "dv");
   }
   const TensorOptions bf{ScalarType::bfloat16, kMeta};
-  CHECK_THROWS_WITH_AS(scaled_dot_product_flash_attention(empty({1, 1, 4, 20}, bf), empty({1, 1, 4, 20}, bf),
-                                                          empty({1, 1, 4, 20}, bf)),
-                       doctest::Contains("multiple of 8"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      scaled_dot_product_flash_attention(empty({1, 1, 4, 20}, bf), empty({1, 1, 4, 20}, bf), empty({1, 1, 4, 20}, bf)),
+      doctest::Contains("multiple of 8"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(scaled_dot_product_flash_attention(empty({1, 1, 4, 264}, bf), empty({1, 1, 4, 264}, bf),
                                                           empty({1, 1, 4, 264}, bf)),
                        doctest::Contains("at most 256"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(scaled_dot_product_flash_attention(empty({1, 1, 4, 16}, bf), empty({1, 1, 4, 16}, bf),
-                                                          empty({1, 1, 4, 8}, bf)),
-                       doctest::Contains("D == Dv"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      scaled_dot_product_flash_attention(empty({1, 1, 4, 16}, bf), empty({1, 1, 4, 16}, bf), empty({1, 1, 4, 8}, bf)),
+      doctest::Contains("D == Dv"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(scaled_dot_product_flash_attention(empty({1, 1, 16, 4}, bf).transpose(2, 3),
                                                           empty({1, 1, 4, 16}, bf), empty({1, 1, 4, 16}, bf)),
                        doctest::Contains("contiguous last dimension"), std::invalid_argument);

@@ -4,11 +4,11 @@
 //  - the backend rule with masks and dropout against torch._fused_sdp_choice over the recorded grid;
 //  - every recorded case replayed on sim and meta, the math backend's (3-d inputs, float64, head dims the fused
 //    kernels refuse; masks, causal, dropout, no-grad) and the fused kernels' (memory-efficient and cuDNN with
-//    bool, additive and gradient-requiring masks, and dropout on all three fused backends): the allocation and free sequence from the case's start mark
-//    to its `freed` mark and the marks' positions in it, the output's strides and grad_fn, the gradients'
-//    strides. The cuBLAS workspaces (33554432-byte blocks PyTorch keeps per handle for the process; the
-//    recording's first bmm of a stream allocates one) are left out of both sequences: the GPT-2 goldens check
-//    them, and the replay runs without (CUBLAS_WORKSPACE_CONFIG=:0:0);
+//    bool, additive and gradient-requiring masks, and dropout on all three fused backends): the allocation and free
+//    sequence from the case's start mark to its `freed` mark and the marks' positions in it, the output's strides and
+//    grad_fn, the gradients' strides. The cuBLAS workspaces (33554432-byte blocks PyTorch keeps per handle for the
+//    process; the recording's first bmm of a stream allocates one) are left out of both sequences: the GPT-2 goldens
+//    check them, and the replay runs without (CUBLAS_WORKSPACE_CONFIG=:0:0);
 //  - values and gradients against the float64 reference with masks, 3-d inputs, 16-bit inputs;
 //  - dropout: the keep fraction, determinism under manual_seed, the same mask in forward and backward;
 //  - the fused kernels with masks and dropout (tests/nn/sdpa_fused_mask.cpp has their values).
@@ -298,10 +298,12 @@ TEST_CASE("the backend rule with masks and dropout equals torch._fused_sdp_choic
     std::optional<Tensor> mask;
     if (mask_kind != "none") {
       const int64_t b = dims == 4 ? B : B * H;
-      const std::map<std::string, Shape> shapes{
-          {"LS", {L, S}},       {"11LS", {1, 1, L, S}}, {"B1LS", {b, 1, L, S}}, {"BHLS", {b, H, L, S}},
-          {"1HLS", {1, H, L, S}}, {"HLS", {H, L, S}},     {"1S", {1, S}},         {"BLS", {b, L, S}},
-          {"1LS", {1, L, S}},   {"S", {S}},             {"B111", {b, 1, 1, 1}}, {"11L1", {1, 1, L, 1}}};
+      const std::map<std::string, Shape> shapes{{"LS", {L, S}},         {"11LS", {1, 1, L, S}},
+                                                {"B1LS", {b, 1, L, S}}, {"BHLS", {b, H, L, S}},
+                                                {"1HLS", {1, H, L, S}}, {"HLS", {H, L, S}},
+                                                {"1S", {1, S}},         {"BLS", {b, L, S}},
+                                                {"1LS", {1, L, S}},     {"S", {S}},
+                                                {"B111", {b, 1, 1, 1}}, {"11L1", {1, 1, L, 1}}};
       mask = empty(shapes.at(code), mask_kind == "bool" ? TensorOptions{ScalarType::bool_, kMeta} : o);
     }
     const Tensor q = empty(qs, o).requires_grad_(rg != 0), k = empty(ks, o).requires_grad_(rg != 0),
@@ -336,8 +338,9 @@ TEST_CASE("sdpa with masks, causal, 3-d and 2-d inputs: values and gradients aga
     };
     for (int variant = 0; variant < 4; ++variant) {
       CAPTURE(variant);
-      const std::optional<Tensor> mask =
-          variant == 1 ? std::optional<Tensor>(keep) : variant == 2 ? std::optional<Tensor>(additive) : std::nullopt;
+      const std::optional<Tensor> mask = variant == 1   ? std::optional<Tensor>(keep)
+                                         : variant == 2 ? std::optional<Tensor>(additive)
+                                                        : std::nullopt;
       const bool causal = variant == 3;
       const Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true),
                    vg = v.detach().requires_grad_(true);
@@ -357,7 +360,8 @@ TEST_CASE("sdpa with masks, causal, 3-d and 2-d inputs: values and gradients aga
       CHECK(scaled_dot_product_attention(q, k, v, keep, 0.0).tolist() ==
             scaled_dot_product_attention(q, k, v, as_float, 0.0).tolist());
       const Tensor q64 = q.to(ScalarType::float64), k64 = k.to(ScalarType::float64), v64 = v.to(ScalarType::float64);
-      const Tensor scores = matmul(q64, k64.transpose(-2, -1)) * (1.0 / std::sqrt(8.0)) + as_float.to(ScalarType::float64);
+      const Tensor scores =
+          matmul(q64, k64.transpose(-2, -1)) * (1.0 / std::sqrt(8.0)) + as_float.to(ScalarType::float64);
       const Tensor explicit_out = matmul(softmax(scores, -1), v64);
       check_close_to_reference(scaled_dot_product_attention(q64, k64, v64, keep, 0.0).tolist(), explicit_out.tolist(),
                                1e-12, "explicit");
@@ -384,8 +388,9 @@ TEST_CASE("sdpa with masks, causal, 3-d and 2-d inputs: values and gradients aga
   }
 }
 
-TEST_CASE("sdpa dropout (math backend): keep fraction, determinism under manual_seed, one mask for forward and "
-          "backward") {
+TEST_CASE(
+    "sdpa dropout (math backend): keep fraction, determinism under manual_seed, one mask for forward and "
+    "backward") {
   for (Device device : {kCpu, kSim}) {
     CAPTURE(device.str());
     const TensorOptions f64{ScalarType::float64, device};
@@ -393,7 +398,10 @@ TEST_CASE("sdpa dropout (math backend): keep fraction, determinism under manual_
     const int64_t N = 8, L = 64, S = 64;
     const double p = 0.25;
     const Tensor q = zeros({N, L, 16}, f64), k = randn({N, S, 16}, f64);
-    const Tensor v = eq(arange(S, f64).view({S, 1}), arange(S, f64).view({1, S})).to(ScalarType::float64).expand({N, S, S}).contiguous();
+    const Tensor v = eq(arange(S, f64).view({S, 1}), arange(S, f64).view({1, S}))
+                         .to(ScalarType::float64)
+                         .expand({N, S, S})
+                         .contiguous();
     auto run = [&](uint64_t seed) {
       manual_seed(seed);
       return scaled_dot_product_attention(q, k, v, std::nullopt, p);
@@ -451,8 +459,9 @@ TEST_CASE("sdpa refusals: mask dtype and shape, dropout_p outside [0, 1], mask w
                            doctest::Contains("is_causal"), std::invalid_argument);
       CHECK(allocated(device) == before64);
     }
-    CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q.select(0, 0).select(0, 0).select(0, 0), k, v, std::nullopt, 0.0),
-                         doctest::Contains("at least 2-dimensional"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+        scaled_dot_product_attention(q.select(0, 0).select(0, 0).select(0, 0), k, v, std::nullopt, 0.0),
+        doctest::Contains("at least 2-dimensional"), std::invalid_argument);
     // (B, L, E) against (B, H, S, E): the batch dimensions (2) and (2, 3) do not broadcast
     CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q.select(1, 0), k, v, std::nullopt, 0.0),
                          doctest::Contains("broadcast"), std::invalid_argument);

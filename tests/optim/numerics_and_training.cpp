@@ -48,8 +48,9 @@ TEST_CASE("two Adam and AdamW steps match a float64 reference") {
   const std::vector<double> g2 = {-0.3, 0.4, 0.2, -1.0, 0.9, 0.01};
   for (bool decoupled : {false, true}) {
     const Tensor p = from_vector(p0, {6}, TensorOptions{ScalarType::float32, kSim}).requires_grad_();
-    std::unique_ptr<Adam> opt = decoupled ? std::make_unique<AdamW>(std::vector<Tensor>{p}, 0.1, std::pair{0.9, 0.99}, 1e-8, 0.1)
-                                          : std::make_unique<Adam>(std::vector<Tensor>{p}, 0.1, std::pair{0.9, 0.99}, 1e-8, 0.1);
+    std::unique_ptr<Adam> opt =
+        decoupled ? std::make_unique<AdamW>(std::vector<Tensor>{p}, 0.1, std::pair{0.9, 0.99}, 1e-8, 0.1)
+                  : std::make_unique<Adam>(std::vector<Tensor>{p}, 0.1, std::pair{0.9, 0.99}, 1e-8, 0.1);
     p.set_grad(from_vector(g1, {6}, TensorOptions{ScalarType::float32, kSim}));
     opt->step();
     p.set_grad(from_vector(g2, {6}, TensorOptions{ScalarType::float32, kSim}));
@@ -84,8 +85,8 @@ TEST_CASE("a tiny MLP regression trains below its threshold with Adam and with S
   fresh(kSim);
   for (TinyOptimizer which : {TinyOptimizer::adam, TinyOptimizer::sgd_momentum}) {
     const TrainingLosses losses = train_tiny_regression(kSim, which);
-    MESSAGE("sim, " << std::string(which == TinyOptimizer::adam ? "Adam" : "SGD") << ": loss " << losses.first
-                    << " -> " << losses.last);
+    MESSAGE("sim, " << std::string(which == TinyOptimizer::adam ? "Adam" : "SGD") << ": loss " << losses.first << " -> "
+                    << losses.last);
     CHECK(losses.first > 1.0);  // the target's variance is about 1 + 4 + 0.25 + 9
     CHECK(losses.last < 0.05);  // the stated threshold
   }

@@ -50,7 +50,8 @@ void check_program(const std::string& name) {
     for (Device d : devices) {
       CAPTURE(name);
       CAPTURE(d.str());
-      const std::string setting = workspaces == Workspaces::none ? "CUBLAS_WORKSPACE_CONFIG=:0:0" : "default workspaces";
+      const std::string setting =
+          workspaces == Workspaces::none ? "CUBLAS_WORKSPACE_CONFIG=:0:0" : "default workspaces";
       CAPTURE(setting);
       const std::vector<GoldenStep> got = run_scenario(name, d, program_named(name), workspaces);
       const std::string differences = differing_marks(got, want);

@@ -53,8 +53,8 @@ TEST_CASE("every golden program with expandable segments matches scenarios-expan
 }
 
 TEST_CASE("seed000 with expandable segments: memory_summary() at loop_end equals PyTorch's") {
-  for (const char* name : {"seed000_builtin_sum", "seed000_torch_sum", "seed000_wide_builtin_sum",
-                           "seed000_wide_torch_sum"}) {
+  for (const char* name :
+       {"seed000_builtin_sum", "seed000_torch_sum", "seed000_wide_builtin_sum", "seed000_wide_torch_sum"}) {
     const json::Value document = golden_document(name);
     const std::string want = document["notes"]["summary"].string();
     for (Device d : {kSim, kMeta}) {

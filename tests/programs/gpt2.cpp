@@ -68,7 +68,7 @@ TEST_CASE("g_gpt2_small_bf16_sdpa: bfloat16 autocast and scaled_dot_product_atte
 namespace {
 
 struct HeldOutCase {
-  const char* name;  // its training: gpt2_probes.h's held_out_training
+  const char* name;                              // its training: gpt2_probes.h's held_out_training
   bool placement_exact_with_default_workspaces;  // see below
   bool placement_exact_without_workspaces = true;
   // Where placement is not exact: allocated and the peaks still are (only where blocks sit differs).
@@ -90,8 +90,8 @@ void check_held_out(const std::string& dir, const HeldOutCase& c, Workspaces wor
   // above); their allocation sequences are the same.
   const std::vector<std::string> placement =
       c.sizes_exact ? std::vector<std::string>{"reserved", "max_reserved", "segments", "inactive_split"}
-                    : std::vector<std::string>{"allocated", "reserved", "max_allocated", "max_reserved", "segments",
-                                               "inactive_split"};
+                    : std::vector<std::string>{"allocated",    "reserved", "max_allocated",
+                                               "max_reserved", "segments", "inactive_split"};
   check_marks(got.steps, probe.steps,
               (default_workspace ? c.placement_exact_with_default_workspaces : c.placement_exact_without_workspaces)
                   ? std::vector<std::string>{}
@@ -102,8 +102,8 @@ void check_held_out(const std::string& dir, const HeldOutCase& c, Workspaces wor
 
 TEST_CASE("GPT-2 beyond the goldens: single-tensor AdamW, 4096 tokens (sort-based embedding backward), other sizes") {
   const HeldOutCase cases[] = {
-      {"tiny_single", true}, {"small_single", true}, {"small_4x1024", true}, {"mid_8x512", true},
-      {"mid_single_8x512", true},
+      {"tiny_single", true}, {"small_single", true},     {"small_4x1024", true},
+      {"mid_8x512", true},   {"mid_single_8x512", true},
   };
   for (const HeldOutCase& c : cases)
     for (Workspaces w : {Workspaces::none, Workspaces::pytorch_default}) check_held_out("heldout", c, w);
@@ -199,8 +199,8 @@ void check_checkpointed_small(const std::string& name, std::optional<ScalarType>
   const bool default_workspace = workspaces == Workspaces::pytorch_default;
   CAPTURE(name);
   CAPTURE(default_workspace);
-  const std::string dir = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/gpt2/heldout_amp/" +
-                          (default_workspace ? "xd/" : "x0/");
+  const std::string dir =
+      std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/gpt2/heldout_amp/" + (default_workspace ? "xd/" : "x0/");
   const GPTTraining t{.config = checkpointed(gpt2_small_config()), .batch = 4, .seq = 256, .amp = amp};
   ScenarioRecorder r(name, kMeta);
   std::vector<std::pair<std::string, Requests>> got;

@@ -114,8 +114,7 @@ std::optional<GPTTraining> held_out_training(const std::string& name) {
 
 std::string gpt_probe_path(const std::string& dir, const std::string& name, bool default_workspace) {
   return std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/gpt2/" + dir + "/" +
-         (default_workspace ? "xd/" : "x0/") +
-         name + ".json";
+         (default_workspace ? "xd/" : "x0/") + name + ".json";
 }
 
 GPTProbe read_gpt_probe(const std::string& path) {

@@ -155,7 +155,8 @@ TEST_CASE("GPT-2 probe sweep against PyTorch (a report; runs when BYTEGRAD_GPT2_
   for (const auto& [name, paths] : files) width = std::max(width, name.size());
   int exact = 0, compared = 0;
   std::cout << "bytegrad (" << sweep_device().str() << ") against PyTorch: " << dir.string() << "\n"
-            << std::left << std::setw(static_cast<int>(width)) << "case" << "  ws  result\n";
+            << std::left << std::setw(static_cast<int>(width)) << "case"
+            << "  ws  result\n";
   for (const auto& [name, paths] : files) {
     std::string config;
     for (int ws = 0; ws < 2; ++ws) {
@@ -171,7 +172,8 @@ TEST_CASE("GPT-2 probe sweep against PyTorch (a report; runs when BYTEGRAD_GPT2_
                 << (ws ? "xd" : "x0") << "  " << cell.text << '\n';
       if (!cell.details.empty()) std::cout << cell.details << (cell.details.back() == '\n' ? "" : "\n");
     }
-    std::cout << std::setw(static_cast<int>(width)) << "" << "      (" << config << ")\n";
+    std::cout << std::setw(static_cast<int>(width)) << ""
+              << "      (" << config << ")\n";
   }
   std::cout << exact << " of " << compared << " exact at every mark\n";
 }
@@ -187,16 +189,38 @@ TEST_CASE("GPT-2 probe sweep against PyTorch (a report; runs when BYTEGRAD_GPT2_
 //    inactive_split.
 TEST_CASE("GPT-2 sweep recorded in PyTorch: requests at every mark, max-batch answers, and the exact cases") {
   const std::filesystem::path dir = sweep_directory("sweep");
-  const std::vector<std::string> exact_cases = {
-      "x0/medium_2x256", "xd/medium_2x256", "x0/mid_adam_single_8x512", "x0/mid_ckpt_4x300", "xd/mid_ckpt_4x300",
-      "xd/mid_fp16_sdpa_6x320", "x0/mid_sgd_bf16_8x512", "xd/mid_sgd_bf16_8x512", "x0/mid_sgd_single_8x512",
-      "x0/small_1x1024", "xd/small_1x1024", "x0/small_8x1024", "xd/small_8x1024", "x0/small_adam_4x256",
-      "xd/small_adam_4x256", "x0/small_fp16_4x256", "xd/small_fp16_4x256", "xd/small_sgd_4x256", "x0/small_vpad_8x128",
-      "xd/small_vpad_8x128", "x0/small_vpad_bf16_sdpa_4x512", "xd/small_vpad_bf16_sdpa_4x512",
-      "x0/tiny_adam_bf16_sdpa_1x37", "xd/tiny_adam_bf16_sdpa_1x37", "x0/tiny_fp16_4x64", "xd/tiny_fp16_4x64",
-      "x0/w512_h4_bf16_12x200", "xd/w512_h4_bf16_12x200", "x0/w512_vpad_8x256", "xd/w512_vpad_8x256"};
-  const std::vector<std::string> request_fields_only = {"allocated", "max_allocated", "reserved", "max_reserved",
-                                                        "segments", "inactive_split"};
+  const std::vector<std::string> exact_cases = {"x0/medium_2x256",
+                                                "xd/medium_2x256",
+                                                "x0/mid_adam_single_8x512",
+                                                "x0/mid_ckpt_4x300",
+                                                "xd/mid_ckpt_4x300",
+                                                "xd/mid_fp16_sdpa_6x320",
+                                                "x0/mid_sgd_bf16_8x512",
+                                                "xd/mid_sgd_bf16_8x512",
+                                                "x0/mid_sgd_single_8x512",
+                                                "x0/small_1x1024",
+                                                "xd/small_1x1024",
+                                                "x0/small_8x1024",
+                                                "xd/small_8x1024",
+                                                "x0/small_adam_4x256",
+                                                "xd/small_adam_4x256",
+                                                "x0/small_fp16_4x256",
+                                                "xd/small_fp16_4x256",
+                                                "xd/small_sgd_4x256",
+                                                "x0/small_vpad_8x128",
+                                                "xd/small_vpad_8x128",
+                                                "x0/small_vpad_bf16_sdpa_4x512",
+                                                "xd/small_vpad_bf16_sdpa_4x512",
+                                                "x0/tiny_adam_bf16_sdpa_1x37",
+                                                "xd/tiny_adam_bf16_sdpa_1x37",
+                                                "x0/tiny_fp16_4x64",
+                                                "xd/tiny_fp16_4x64",
+                                                "x0/w512_h4_bf16_12x200",
+                                                "xd/w512_h4_bf16_12x200",
+                                                "x0/w512_vpad_8x256",
+                                                "xd/w512_vpad_8x256"};
+  const std::vector<std::string> request_fields_only = {"allocated",    "max_allocated", "reserved",
+                                                        "max_reserved", "segments",      "inactive_split"};
   int cases = 0;
   for (const char* sub : {"x0", "xd"}) {
     for (const auto& entry : std::filesystem::directory_iterator(dir / sub)) {

@@ -48,17 +48,25 @@ constexpr ScalarType f16 = ScalarType::float16, bf16 = ScalarType::bfloat16, f32
 
 const std::map<std::string, HalfCase>& cases() {
   static const std::map<std::string, HalfCase> all = {
-      {"log_softmax f16 dim-1 dtype=f32", {{64, 1000}, f16, false, [](const Tensor& x) { return log_softmax(x, -1, f32); }}},
+      {"log_softmax f16 dim-1 dtype=f32",
+       {{64, 1000}, f16, false, [](const Tensor& x) { return log_softmax(x, -1, f32); }}},
       {"log_softmax f16 dim-1 autocast_f16",
-       {{64, 1000}, f16, false,
+       {{64, 1000},
+        f16,
+        false,
         [](const Tensor& x) { return under_fp16_autocast(x, [](const Tensor& v) { return log_softmax(v, -1); }); }}},
-      {"log_softmax f16 dim0 dtype=f32", {{64, 1000}, f16, false, [](const Tensor& x) { return log_softmax(x, 0, f32); }}},
-      {"log_softmax f16.t() dim-1 dtype=f32", {{1000, 64}, f16, true, [](const Tensor& x) { return log_softmax(x, -1, f32); }}},
-      {"log_softmax bf16 dim-1 dtype=f32", {{64, 1000}, bf16, false, [](const Tensor& x) { return log_softmax(x, -1, f32); }}},
+      {"log_softmax f16 dim0 dtype=f32",
+       {{64, 1000}, f16, false, [](const Tensor& x) { return log_softmax(x, 0, f32); }}},
+      {"log_softmax f16.t() dim-1 dtype=f32",
+       {{1000, 64}, f16, true, [](const Tensor& x) { return log_softmax(x, -1, f32); }}},
+      {"log_softmax bf16 dim-1 dtype=f32",
+       {{64, 1000}, bf16, false, [](const Tensor& x) { return log_softmax(x, -1, f32); }}},
       {"log_softmax f16 dim-1", {{64, 1000}, f16, false, [](const Tensor& x) { return log_softmax(x, -1); }}},
       {"softmax f16 dim-1 dtype=f32", {{64, 1000}, f16, false, [](const Tensor& x) { return softmax(x, -1, f32); }}},
       {"softmax f16 dim-1 autocast_f16",
-       {{64, 1000}, f16, false,
+       {{64, 1000},
+        f16,
+        false,
         [](const Tensor& x) { return under_fp16_autocast(x, [](const Tensor& v) { return softmax(v, -1); }); }}},
   };
   return all;

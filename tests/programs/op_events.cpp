@@ -58,10 +58,17 @@ Events without_workspaces(const Events& events) {
     const auto& [what, bytes] = events[i];
     if (what == "alloc" && bytes == kCublas) {
       bool freed = false;
-      for (size_t j = i + 1; j < events.size(); ++j) freed = freed || (events[j] == std::make_pair(std::string("free"), kCublas));
-      if (!freed) { after_workspace = true; continue; }
+      for (size_t j = i + 1; j < events.size(); ++j)
+        freed = freed || (events[j] == std::make_pair(std::string("free"), kCublas));
+      if (!freed) {
+        after_workspace = true;
+        continue;
+      }
     }
-    if (after_workspace && what == "alloc" && bytes == kCublasLt) { after_workspace = false; continue; }
+    if (after_workspace && what == "alloc" && bytes == kCublasLt) {
+      after_workspace = false;
+      continue;
+    }
     after_workspace = false;
     out.push_back(events[i]);
   }
@@ -143,9 +150,7 @@ std::optional<OpCase> op_case(const std::string& name) {
       if (bias) in.push_back(rg({out_f}, d));
       return in;
     };
-    c.op = [bias](const std::vector<Tensor>& in) {
-      return bias ? linear(in[0], in[1], in[2]) : linear(in[0], in[1]);
-    };
+    c.op = [bias](const std::vector<Tensor>& in) { return bias ? linear(in[0], in[1], in[2]) : linear(in[0], in[1]); };
     c.heavy = rows * in_f * out_f > (int64_t{1} << 32);
   } else if (starts("embedding ")) {
     const int64_t v = n[0], dim = n[1], count = n[2];
@@ -304,8 +309,9 @@ TEST_CASE("op_table events: every op_table case forward and backward as PyTorch;
     CAPTURE(op);
     const auto listed = unary_rows_not_recorded().find(op);
     if (listed == unary_rows_not_recorded().end()) {
-      CHECK_MESSAGE(recorded.count(op) == 1, "no recorded events for this unary row: add its cases to the "
-                                             "probe's op_table_cases() (docs/adding-an-op.md)");
+      CHECK_MESSAGE(recorded.count(op) == 1,
+                    "no recorded events for this unary row: add its cases to the "
+                    "probe's op_table_cases() (docs/adding-an-op.md)");
     } else {
       CHECK_MESSAGE(recorded.count(op) == 0, "recorded now: remove it from unary_rows_not_recorded()");
       MESSAGE("not recorded: " << op << ": " << listed->second);
@@ -328,8 +334,7 @@ TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1
     }
     std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)> make;
     if (opt == "sgd") make = [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.1); };
-    if (opt == "sgd_momentum")
-      make = [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.1, 0.9); };
+    if (opt == "sgd_momentum") make = [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.1, 0.9); };
     if (opt == "sgd_momentum_foreach")
       make = [](std::vector<Tensor> p) {
         return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .foreach = true});
@@ -348,9 +353,13 @@ TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1
     if (opt == "adamw_single") make = [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, 1e-3); };
     // torch.optim.Adam(params, lr) on CUDA: the multi-tensor path.
     if (opt == "adam_default")
-      make = [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, optim::AdamOptions{.foreach = true}); };
+      make = [](std::vector<Tensor> p) {
+        return std::make_unique<optim::Adam>(p, optim::AdamOptions{.foreach = true});
+      };
     if (opt == "adamw_default")
-      make = [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, optim::AdamOptions{.foreach = true}); };
+      make = [](std::vector<Tensor> p) {
+        return std::make_unique<optim::AdamW>(p, optim::AdamOptions{.foreach = true});
+      };
 
     if (!make) {
       MESSAGE("not compared: " << name << " (bytegrad has no such optimizer path)");

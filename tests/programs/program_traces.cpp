@@ -51,7 +51,8 @@ void check_trace(const std::string& name, Workspaces workspaces) {
     Events events;
     for (size_t i = seen; i < trace.size(); ++i) {
       if (trace[i].action == TraceAction::alloc) events.emplace_back("alloc", static_cast<int64_t>(trace[i].size));
-      if (trace[i].action == TraceAction::free_completed) events.emplace_back("free", static_cast<int64_t>(trace[i].size));
+      if (trace[i].action == TraceAction::free_completed)
+        events.emplace_back("free", static_cast<int64_t>(trace[i].size));
     }
     seen = trace.size();
     got.emplace_back(step.label, std::move(events));

@@ -25,9 +25,9 @@ std::string write_temp(const std::string& text) {
 TEST_CASE("every golden scenario file reads, with its step count") {
   // Counts from the files (one step per r.mark in shared/golden/scenarios.py).
   const std::vector<std::pair<std::string, size_t>> files = {
-      {"seed000_builtin_sum", 8}, {"seed000_torch_sum", 8}, {"seed000_wide_builtin_sum", 8},
-      {"seed000_wide_torch_sum", 8}, {"seed001_mlp_estimate", 14}, {"seed002_small_linear", 4},
-      {"seed003_randn", 20}, {"seed004_attention_function", 4}, {"seed004_attention_global", 3},
+      {"seed000_builtin_sum", 8},    {"seed000_torch_sum", 8},          {"seed000_wide_builtin_sum", 8},
+      {"seed000_wide_torch_sum", 8}, {"seed001_mlp_estimate", 14},      {"seed002_small_linear", 4},
+      {"seed003_randn", 20},         {"seed004_attention_function", 4}, {"seed004_attention_global", 3},
       {"seed004_x_plus_1", 9}};
   for (const auto& [name, count] : files) {
     CAPTURE(name);

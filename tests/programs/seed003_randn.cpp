@@ -41,9 +41,9 @@ TEST_CASE("seed003_randn scaled down: sim agrees with meta at every mark, with t
   REQUIRE(on_sim.size() == golden("seed003_randn").size());  // the same 20 marks
   // The golden's figures with its 960495616-byte block replaced by the scaled one:
   CHECK(step(on_sim, "big1").max_allocated == kBigBlock + 512);  // the 2x3 still held while big1 is drawn
-  CHECK(step(on_sim, "B_assign6").reserved == 2 * kBigBlock);   // code B: two segments, reused
+  CHECK(step(on_sim, "B_assign6").reserved == 2 * kBigBlock);    // code B: two segments, reused
   CHECK(step(on_sim, "B_assign6").max_allocated == 2 * kBigBlock);
-  CHECK(step(on_sim, "A_alloc6").reserved == 6 * kBigBlock);    // code A: one segment per live tensor
+  CHECK(step(on_sim, "A_alloc6").reserved == 6 * kBigBlock);  // code A: one segment per live tensor
   CHECK(step(on_sim, "A_cleared").reserved == 0);
   CHECK(step(on_sim, "bigger_after_big").allocated == kBiggerBlock);
   CHECK(step(on_sim, "bigger_after_big").reserved == kBigBlock + kBiggerBlock);

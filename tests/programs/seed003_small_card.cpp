@@ -40,7 +40,8 @@ TEST_CASE("seed003 code A on a 6 GiB card fails at the sixth tensor with PyTorch
   for (int i = 0; i < 5; ++i) {
     CAPTURE(i);
     CHECK(steps[i].label == "A_alloc" + std::to_string(i + 1));
-    const GoldenStep& g = *std::find_if(want.begin(), want.end(), [&](const GoldenStep& s) { return s.label == steps[i].label; });
+    const GoldenStep& g =
+        *std::find_if(want.begin(), want.end(), [&](const GoldenStep& s) { return s.label == steps[i].label; });
     check_marks({steps[i]}, {g}, {"max_allocated", "max_reserved"});
   }
 
@@ -50,12 +51,14 @@ TEST_CASE("seed003 code A on a 6 GiB card fails at the sixth tensor with PyTorch
   CHECK(oom.blocks == 5);
   const std::string expected =
       "CUDA out of memory. Tried to allocate " + format_size(tensor_block) + ". GPU 0 has a total capacity of " +
-      format_size(total) + " of which " + format_size(free) + " is free. Including non-PyTorch memory, this process has " +
-      format_size(context + held) + " memory in use. Of the allocated memory " + format_size(held) +
-      " is allocated by PyTorch, and " + format_size(0) +
+      format_size(total) + " of which " + format_size(free) +
+      " is free. Including non-PyTorch memory, this process has " + format_size(context + held) +
+      " memory in use. Of the allocated memory " + format_size(held) + " is allocated by PyTorch, and " +
+      format_size(0) +
       " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
-      "Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
+      "Management  "
+      "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
   CHECK(oom.message == expected);
 
   const GoldenStep& cleared = steps[6];

@@ -64,11 +64,11 @@ TEST_CASE("history: a Linear + Adam step on sim, each block's category as the pr
   CachingAllocator& allocator = caching_allocator(kSim);
   allocator.record_history(true);
   manual_seed(0);
-  nn::Linear linear(64, 32, kSim);                  // weight 32*64*4 = 8192 B; bias 32*4 = 128 B -> 512
-  Tensor x = randn({16, 64}, device(kSim));         // 16*64*4 = 4096
-  Tensor target = randn({16, 32}, device(kSim));    // 16*32*4 = 2048
+  nn::Linear linear(64, 32, kSim);                // weight 32*64*4 = 8192 B; bias 32*4 = 128 B -> 512
+  Tensor x = randn({16, 64}, device(kSim));       // 16*64*4 = 4096
+  Tensor target = randn({16, 32}, device(kSim));  // 16*32*4 = 2048
   optim::Adam adam(linear.parameters(), 1e-3);
-  Tensor out = linear(x);                           // 16*32*4 = 2048, saved by mse_loss's node
+  Tensor out = linear(x);  // 16*32*4 = 2048, saved by mse_loss's node
   Tensor loss = mse_loss(out, target);
   loss.backward();
   adam.step();
@@ -100,8 +100,10 @@ TEST_CASE("history: a Linear + Adam step on sim, each block's category as the pr
   CHECK(grad_categories.back() == MemoryCategory::gradient);
   // Adam's state: exp_avg and exp_avg_sq per parameter, born optimizer_state.
   for (size_t p = 0; p < 2; ++p) {
-    CHECK(categories_of(trace, address_of(adam.state(p).exp_avg)) == std::vector<MemoryCategory>{MemoryCategory::optimizer_state});
-    CHECK(categories_of(trace, address_of(adam.state(p).exp_avg_sq)) == std::vector<MemoryCategory>{MemoryCategory::optimizer_state});
+    CHECK(categories_of(trace, address_of(adam.state(p).exp_avg)) ==
+          std::vector<MemoryCategory>{MemoryCategory::optimizer_state});
+    CHECK(categories_of(trace, address_of(adam.state(p).exp_avg_sq)) ==
+          std::vector<MemoryCategory>{MemoryCategory::optimizer_state});
   }
 
   // At every entry: the recorded bytes per category sum to the allocated bytes replayed from the entries

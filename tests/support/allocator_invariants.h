@@ -30,8 +30,8 @@ namespace bytegrad::testing {
 // mid (1 .. 10 MiB) and uniform large (10 MiB .. max_request).
 inline size_t random_request_size(std::mt19937& rng, size_t max_request) {
   constexpr size_t MiB = size_t{1} << 20;
-  static const size_t kBoundaries[] = {1, 511, 512, 513, 4096, 1048575, 1048576, 1048577,
-                                       9 * MiB, 10 * MiB - 1, 10 * MiB, 25 * MiB, 25 * MiB + 1, 26 * MiB};
+  static const size_t kBoundaries[] = {1,       511,     512,          513,      4096,     1048575,      1048576,
+                                       1048577, 9 * MiB, 10 * MiB - 1, 10 * MiB, 25 * MiB, 25 * MiB + 1, 26 * MiB};
   auto log_uniform = [&](double lo, double hi) {
     std::uniform_real_distribution<double> exponent(std::log2(lo), std::log2(hi));
     return std::max<size_t>(1, static_cast<size_t>(std::exp2(exponent(rng))));
@@ -98,16 +98,19 @@ class CheckedAllocator {
     StreamId stream;
   };
   struct Counts {
-    long mallocs = 0, cache_hits = 0, frees = 0, flushes = 0, ooms = 0, too_large = 0, fractions = 0,
-         peak_resets = 0;
+    long mallocs = 0, cache_hits = 0, frees = 0, flushes = 0, ooms = 0, too_large = 0, fractions = 0, peak_resets = 0;
   };
 
   // `capacity` is what the allocator's sim device was made with (mem_get_info is checked against it). With
   // `fill_blocks`, every block handed out is stamped with a pattern that is checked when it is freed, so two
   // live blocks that overlap, or a block written by the allocator, are caught.
   CheckedAllocator(CachingAllocator& allocator, SimulatedCapacity capacity, bool fill_blocks = false)
-      : allocator_(allocator), config_(allocator.config()), capacity_(capacity), fill_blocks_(fill_blocks),
-        stats_(allocator.stats()), snap_(allocator.snapshot()) {
+      : allocator_(allocator),
+        config_(allocator.config()),
+        capacity_(capacity),
+        fill_blocks_(fill_blocks),
+        stats_(allocator.stats()),
+        snap_(allocator.snapshot()) {
     ok_ = check(stats_, false);
   }
 
@@ -211,8 +214,9 @@ class CheckedAllocator {
     if (!expect(block != nullptr, "a free never releases its segment")) return;
     expect(block->state == BlockState::inactive, "the freed block is cached");
     expect(stats_.num_device_free == before.num_device_free, "a free releases no segment");
-    expect(stats_.allocated_bytes.all().current == before.allocated_bytes.all().current - static_cast<int64_t>(freed_size),
-           "allocated_bytes falls by the block's size");
+    expect(
+        stats_.allocated_bytes.all().current == before.allocated_bytes.all().current - static_cast<int64_t>(freed_size),
+        "allocated_bytes falls by the block's size");
     ok_ = ok_ && check(before, false);
   }
 
@@ -362,9 +366,10 @@ class CheckedAllocator {
       previous_end = segment.address + segment.total_size;
       if (!expect_here(!segment.blocks.empty(), "a segment has blocks")) continue;
       if (segment.pool == PoolKind::small) expect_here(segment.total_size == 2097152, "small segments are 2 MiB");
-      else expect_here(segment.total_size == config_.large_segment_size ||
-                           (segment.total_size % 2097152 == 0 && segment.total_size > 1048576),
-                       "large segments: large_segment_size or 2 MiB multiples");
+      else
+        expect_here(segment.total_size == config_.large_segment_size ||
+                        (segment.total_size % 2097152 == 0 && segment.total_size > 1048576),
+                    "large segments: large_segment_size or 2 MiB multiples");
       uintptr_t address = segment.address;
       bool previous_free = false;
       size_t allocated = 0, requested = 0;
@@ -416,29 +421,33 @@ class CheckedAllocator {
     for (size_t t = 0; t < kNumStatTypes; ++t) {
       const auto type = static_cast<StatType>(t);
       expect_here(stats.allocation[type].current == allocation[t], "allocation == allocated blocks", kPool[t]);
-      expect_here(stats.allocated_bytes[type].current == allocated_bytes[t], "allocated_bytes == their sizes", kPool[t]);
+      expect_here(stats.allocated_bytes[type].current == allocated_bytes[t], "allocated_bytes == their sizes",
+                  kPool[t]);
       expect_here(stats.active[type].current == allocation[t], "active == allocation", kPool[t]);
       expect_here(stats.active_bytes[type].current == allocated_bytes[t], "active_bytes == allocated_bytes", kPool[t]);
-      expect_here(stats.requested_bytes[type].current == requested_bytes[t], "requested_bytes == the requests", kPool[t]);
+      expect_here(stats.requested_bytes[type].current == requested_bytes[t], "requested_bytes == the requests",
+                  kPool[t]);
       expect_here(stats.segment[type].current == segments[t], "segment == segments", kPool[t]);
       expect_here(stats.reserved_bytes[type].current == reserved_bytes[t], "reserved_bytes == segment sizes", kPool[t]);
       expect_here(stats.inactive_split[type].current == inactive_split[t], "inactive_split", kPool[t]);
-      expect_here(stats.inactive_split_bytes[type].current == inactive_split_bytes[t], "inactive_split_bytes", kPool[t]);
+      expect_here(stats.inactive_split_bytes[type].current == inactive_split_bytes[t], "inactive_split_bytes",
+                  kPool[t]);
     }
     expect_here(stats.oversize_allocations.current == oversize_allocations, "oversize_allocations");
     expect_here(stats.oversize_segments.current == oversize_segments, "oversize_segments");
     // allocated == the sum of the live requests, rounded (split blocks may be larger than the rounding:
     // should_split keeps a small remainder with the block).
     int64_t rounded_requests = 0;
-    for (const auto& [address, live] : live_) rounded_requests += static_cast<int64_t>(round_size(live.requested, config_));
+    for (const auto& [address, live] : live_)
+      rounded_requests += static_cast<int64_t>(round_size(live.requested, config_));
     expect_here(stats.allocated_bytes.all().current >= rounded_requests, "allocated >= the live requests rounded");
 
     // Stat bookkeeping (section 6): with no accumulated resets, current == allocated - freed; peaks never
     // fall (unless reset); `all` moves with exactly one pool type each time.
-    const StatArray DeviceStats::*arrays[] = {&DeviceStats::allocation,     &DeviceStats::segment,
-                                              &DeviceStats::active,         &DeviceStats::inactive_split,
+    const StatArray DeviceStats::*arrays[] = {&DeviceStats::allocation,      &DeviceStats::segment,
+                                              &DeviceStats::active,          &DeviceStats::inactive_split,
                                               &DeviceStats::allocated_bytes, &DeviceStats::reserved_bytes,
-                                              &DeviceStats::active_bytes,   &DeviceStats::inactive_split_bytes,
+                                              &DeviceStats::active_bytes,    &DeviceStats::inactive_split_bytes,
                                               &DeviceStats::requested_bytes};
     for (const auto member : arrays) {
       const StatArray& a = stats.*member;
@@ -450,7 +459,8 @@ class CheckedAllocator {
         expect_here(peaks_reset || s.peak >= b.by_type[t].peak, "peaks never fall");
         expect_here(s.current >= 0, "current >= 0");
       }
-      expect_here(a.all().allocated == a[kSmallPool].allocated + a[kLargePool].allocated, "all.allocated == small + large");
+      expect_here(a.all().allocated == a[kSmallPool].allocated + a[kLargePool].allocated,
+                  "all.allocated == small + large");
       expect_here(a.all().freed == a[kSmallPool].freed + a[kLargePool].freed, "all.freed == small + large");
     }
     for (const Stat* s : {&stats.oversize_allocations, &stats.oversize_segments})

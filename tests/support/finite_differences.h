@@ -37,8 +37,8 @@ inline std::vector<double> finite_difference(const std::function<double(const st
 }
 
 // Compares autograd's gradient of scalar f at each input with central finite differences in float64.
-inline void check_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                            std::vector<Tensor> inputs, double tolerance = 1e-6) {
+inline void check_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
+                            double tolerance = 1e-6) {
   for (Tensor& x : inputs) x.requires_grad_(true);
   Tensor out = f(inputs);
   REQUIRE(out.numel() == 1);

@@ -79,30 +79,58 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::sqrt, one_positive({3, 4}), [](auto& v) { return sqrt(v[0]); });
     row(OpId::logical_not, one({3, 4}), [](auto& v) { return logical_not(v[0]); });
     // ---- activations: built from the table's rows (sample column), forward and fused backward
-#define BYTEGRAD_ACTIVATION_SAMPLE(op, dtypes, saves, node, autocast, cuda, module, sample)                   \
-  row(OpId::op, one_in(#sample, {3, 4}), [](auto& v) { return op(v[0]); });                                 \
-  row(OpId::op##_backward, grad_and_saved(#sample, {3, 4}), [](auto& v) { return op##_backward(v[0], v[1]); }, 2);
+#define BYTEGRAD_ACTIVATION_SAMPLE(op, dtypes, saves, node, autocast, cuda, module, sample) \
+  row(OpId::op, one_in(#sample, {3, 4}), [](auto& v) { return op(v[0]); });                 \
+  row(                                                                                      \
+      OpId::op##_backward, grad_and_saved(#sample, {3, 4}), [](auto& v) { return op##_backward(v[0], v[1]); }, 2);
     BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_SAMPLE)
 #undef BYTEGRAD_ACTIVATION_SAMPLE
     // ---- binary (broadcasting where the op allows it)
-    row(OpId::add, two({3, 4}, {4}), [](auto& v) { return add(v[0], v[1], 0.5); }, 2);
-    row(OpId::sub, two({3, 4}, {3, 1}), [](auto& v) { return sub(v[0], v[1], 2.0); }, 2);
-    row(OpId::mul, two({3, 4}, {3, 4}), [](auto& v) { return v[0] * v[1]; }, 2);
-    row(OpId::div, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), positive({3, 4}, d)}; },
+    row(
+        OpId::add, two({3, 4}, {4}), [](auto& v) { return add(v[0], v[1], 0.5); }, 2);
+    row(
+        OpId::sub, two({3, 4}, {3, 1}), [](auto& v) { return sub(v[0], v[1], 2.0); }, 2);
+    row(
+        OpId::mul, two({3, 4}, {3, 4}), [](auto& v) { return v[0] * v[1]; }, 2);
+    row(
+        OpId::div,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), positive({3, 4}, d)};
+        },
         [](auto& v) { return v[0] / v[1]; }, 2);
-    row(OpId::pow, [](Device d) { return std::vector<Tensor>{positive({3, 4}, d), r({3, 4}, d)}; },
+    row(
+        OpId::pow,
+        [](Device d) {
+          return std::vector<Tensor>{positive({3, 4}, d), r({3, 4}, d)};
+        },
         [](auto& v) { return pow(v[0], v[1]); }, 2);
-    row(OpId::maximum, two({3, 4}, {3, 4}), [](auto& v) { return maximum(v[0], v[1]); }, 2);
-    row(OpId::minimum, two({3, 4}, {3, 4}), [](auto& v) { return minimum(v[0], v[1]); }, 2);
-    row(OpId::eq, two({3, 4}, {3, 4}), [](auto& v) { return eq(v[0], v[0] * 1.0); }, 2);
-    row(OpId::ne, two({3, 4}, {3, 4}), [](auto& v) { return ne(v[0], v[1]); }, 2);
-    row(OpId::lt, two({3, 4}, {3, 4}), [](auto& v) { return lt(v[0], v[1]); }, 2);
-    row(OpId::le, two({3, 4}, {3, 4}), [](auto& v) { return le(v[0], v[1]); }, 2);
-    row(OpId::gt, two({3, 4}, {3, 4}), [](auto& v) { return gt(v[0], v[1]); }, 2);
-    row(OpId::ge, two({3, 4}, {3, 4}), [](auto& v) { return ge(v[0], v[1]); }, 2);
-    row(OpId::logical_and, [](Device d) { return std::vector<Tensor>{mask({3, 4}, d), mask({3, 4}, d)}; },
+    row(
+        OpId::maximum, two({3, 4}, {3, 4}), [](auto& v) { return maximum(v[0], v[1]); }, 2);
+    row(
+        OpId::minimum, two({3, 4}, {3, 4}), [](auto& v) { return minimum(v[0], v[1]); }, 2);
+    row(
+        OpId::eq, two({3, 4}, {3, 4}), [](auto& v) { return eq(v[0], v[0] * 1.0); }, 2);
+    row(
+        OpId::ne, two({3, 4}, {3, 4}), [](auto& v) { return ne(v[0], v[1]); }, 2);
+    row(
+        OpId::lt, two({3, 4}, {3, 4}), [](auto& v) { return lt(v[0], v[1]); }, 2);
+    row(
+        OpId::le, two({3, 4}, {3, 4}), [](auto& v) { return le(v[0], v[1]); }, 2);
+    row(
+        OpId::gt, two({3, 4}, {3, 4}), [](auto& v) { return gt(v[0], v[1]); }, 2);
+    row(
+        OpId::ge, two({3, 4}, {3, 4}), [](auto& v) { return ge(v[0], v[1]); }, 2);
+    row(
+        OpId::logical_and,
+        [](Device d) {
+          return std::vector<Tensor>{mask({3, 4}, d), mask({3, 4}, d)};
+        },
         [](auto& v) { return logical_and(v[0], v[1]); }, 0);
-    row(OpId::logical_or, [](Device d) { return std::vector<Tensor>{mask({3, 4}, d), mask({3, 4}, d)}; },
+    row(
+        OpId::logical_or,
+        [](Device d) {
+          return std::vector<Tensor>{mask({3, 4}, d), mask({3, 4}, d)};
+        },
         [](auto& v) { return logical_or(v[0], v[1]); }, 0);
     // ---- with a Python-number operand
     row(OpId::add_scalar, one({3, 4}), [](auto& v) { return v[0] + 2.0; });
@@ -133,12 +161,20 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::var, one({3, 4}), [](auto& v) { return var(v[0], {1}); });
     row(OpId::std, one({3, 4}), [](auto& v) { return std(v[0], {0}, true); });
     // ---- matrix products
-    row(OpId::mm, two({3, 4}, {4, 2}), [](auto& v) { return mm(v[0], v[1]); }, 2);
-    row(OpId::bmm, two({2, 3, 4}, {2, 4, 5}), [](auto& v) { return bmm(v[0], v[1]); }, 2);
-    row(OpId::addmm, [](Device d) { return std::vector<Tensor>{r({2}, d), r({3, 4}, d), r({4, 2}, d)}; },
+    row(
+        OpId::mm, two({3, 4}, {4, 2}), [](auto& v) { return mm(v[0], v[1]); }, 2);
+    row(
+        OpId::bmm, two({2, 3, 4}, {2, 4, 5}), [](auto& v) { return bmm(v[0], v[1]); }, 2);
+    row(
+        OpId::addmm,
+        [](Device d) {
+          return std::vector<Tensor>{r({2}, d), r({3, 4}, d), r({4, 2}, d)};
+        },
         [](auto& v) { return addmm(v[0], v[1], v[2], 0.5, 2.0); }, 3);
-    row(OpId::dot, two({5}, {5}), [](auto& v) { return matmul(v[0], v[1]); }, 2);
-    row(OpId::mv, two({3, 4}, {4}), [](auto& v) { return matmul(v[0], v[1]); }, 2);
+    row(
+        OpId::dot, two({5}, {5}), [](auto& v) { return matmul(v[0], v[1]); }, 2);
+    row(
+        OpId::mv, two({3, 4}, {4}), [](auto& v) { return matmul(v[0], v[1]); }, 2);
     // ---- views
     row(OpId::view, one({3, 4}), [](auto& v) { return v[0].view({2, 6}); });
     row(OpId::t, one({3, 4}), [](auto& v) { return v[0].t(); });
@@ -153,54 +189,99 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::split, one({5, 4}), [](auto& v) { return v[0].split(2, 0)[1]; });
     // ---- copies and joins
     row(OpId::clone, one({3, 4}), [](auto& v) { return v[0].clone(); });
-    row(OpId::to_dtype, one({3, 4}), [](auto& v) { return v[0].to(ScalarType::float32); }, 1, 0.1);
+    row(
+        OpId::to_dtype, one({3, 4}), [](auto& v) { return v[0].to(ScalarType::float32); }, 1, 0.1);
     row(OpId::to_device, one({3, 4}), [](auto& v) { return v[0].to(other_device(v[0].device())); });
     row(OpId::copy, one({3, 4}), [](auto& v) {
       Tensor out = zeros({3, 4}, TensorOptions{ScalarType::float64, v[0].device()});
       out.copy_(v[0]);
       return out;
     });
-    row(OpId::cat, two({2, 4}, {3, 4}), [](auto& v) { return cat({v[0], v[1]}, 0); }, 2);
-    row(OpId::stack, two({3, 4}, {3, 4}), [](auto& v) { return stack({v[0], v[1]}, 1); }, 2);
+    row(
+        OpId::cat, two({2, 4}, {3, 4}),
+        [](auto& v) {
+          return cat({v[0], v[1]}, 0);
+        },
+        2);
+    row(
+        OpId::stack, two({3, 4}, {3, 4}),
+        [](auto& v) {
+          return stack({v[0], v[1]}, 1);
+        },
+        2);
     row(OpId::constant_pad_nd, one({2, 3, 5}), [](auto& v) { return constant_pad_nd(v[0], {1, 2, -1, 0}, 0.5); });
     // ---- indexing and nn
-    row(OpId::index_select, [](Device d) { return std::vector<Tensor>{r({4, 3}, d), indices({2, 0, 2}, d)}; },
+    row(
+        OpId::index_select,
+        [](Device d) {
+          return std::vector<Tensor>{r({4, 3}, d), indices({2, 0, 2}, d)};
+        },
         [](auto& v) { return v[0].index_select(0, v[1]); });
-    row(OpId::gather, [](Device d) { return std::vector<Tensor>{r({2, 3}, d), indices({2, 0, 1, 1}, d).view({2, 2})}; },
+    row(
+        OpId::gather,
+        [](Device d) {
+          return std::vector<Tensor>{r({2, 3}, d), indices({2, 0, 1, 1}, d).view({2, 2})};
+        },
         [](auto& v) { return v[0].gather(1, v[1]); });
-    row(OpId::embedding, [](Device d) { return std::vector<Tensor>{r({5, 3}, d), indices({4, 0, 4, 1}, d)}; },
+    row(
+        OpId::embedding,
+        [](Device d) {
+          return std::vector<Tensor>{r({5, 3}, d), indices({4, 0, 4, 1}, d)};
+        },
         [](auto& v) { return embedding(v[0], v[1]); });
     row(OpId::softmax, one({3, 4}), [](auto& v) { return softmax(v[0], 1); });
     row(OpId::log_softmax, one({3, 4}), [](auto& v) { return log_softmax(v[0], 0); });
-    row(OpId::masked_fill, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), mask({4}, d)}; },
+    row(
+        OpId::masked_fill,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), mask({4}, d)};
+        },
         [](auto& v) { return masked_fill(v[0], v[1], 0.5); });
-    row(OpId::where, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), r({3, 4}, d), mask({3, 4}, d)}; },
+    row(
+        OpId::where,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), r({3, 4}, d), mask({3, 4}, d)};
+        },
         [](auto& v) { return where(v[2], v[0], v[1]); }, 2);
     // The same mask every call (finite differences call it again), so reseed first.
     row(OpId::dropout, one({3, 4}), [](auto& v) {
       manual_seed(7);
       return dropout(v[0], 0.5);
     });
-    row(OpId::native_layer_norm, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), r({4}, d), r({4}, d)}; },
+    row(
+        OpId::native_layer_norm,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), r({4}, d), r({4}, d)};
+        },
         [](auto& v) { return layer_norm(v[0], {4}, v[1], v[2]); }, 3);
     // scaled_dot_product_attention's fused backends, called as ops (float64 would take the math path through
     // scaled_dot_product_attention): causal with Sq < Sk (top-left aligned) and Dv != D; a scale given.
     auto attention_inputs = [](Device d) {
       return std::vector<Tensor>{r({2, 2, 3, 4}, d), r({2, 2, 5, 4}, d), r({2, 2, 5, 3}, d)};
     };
-    row(OpId::scaled_dot_product_cudnn_attention, attention_inputs,
+    row(
+        OpId::scaled_dot_product_cudnn_attention, attention_inputs,
         [](auto& v) { return scaled_dot_product_cudnn_attention(v[0], v[1], v[2], true, true).output; }, 3);
-    row(OpId::scaled_dot_product_efficient_attention, attention_inputs,
+    row(
+        OpId::scaled_dot_product_efficient_attention, attention_inputs,
         [](auto& v) { return scaled_dot_product_efficient_attention(v[0], v[1], v[2], true, false, 0.7).output; }, 3);
-    row(OpId::scaled_dot_product_flash_attention,
-        [](Device d) { return std::vector<Tensor>{r({2, 2, 3, 8}, d), r({2, 2, 5, 8}, d), r({2, 2, 5, 8}, d)}; },
+    row(
+        OpId::scaled_dot_product_flash_attention,
+        [](Device d) {
+          return std::vector<Tensor>{r({2, 2, 3, 8}, d), r({2, 2, 5, 8}, d), r({2, 2, 5, 8}, d)};
+        },
         [](auto& v) { return scaled_dot_product_flash_attention(v[0], v[1], v[2], false, 0.6).output; }, 3);
     row(OpId::triu, one({3, 4}), [](auto& v) { return triu(v[0], 1); });
     row(OpId::tril, one({3, 4}), [](auto& v) { return tril(v[0], -1); });
     // ---- losses
-    row(OpId::nll_loss, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), indices({1, 3, 0}, d)}; },
+    row(
+        OpId::nll_loss,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), indices({1, 3, 0}, d)};
+        },
         [](auto& v) { return nll_loss(log_softmax(v[0], 1), v[1]); });
-    row(OpId::mse_loss, two({3, 4}, {3, 4}), [](auto& v) { return mse_loss(v[0], v[1]); }, 2);
+    row(
+        OpId::mse_loss, two({3, 4}, {3, 4}), [](auto& v) { return mse_loss(v[0], v[1]); }, 2);
     // ---- in-place updates (on a copy, so inputs stay as made)
     row(OpId::fill, one({3, 4}), [](auto& v) {
       Tensor out = v[0].clone();
@@ -212,23 +293,36 @@ inline const std::map<OpId, OpSample>& op_samples() {
       out.zero_();
       return out;
     });
-    row(OpId::lerp, two({3, 4}, {3, 4}), [](auto& v) {
-      Tensor out = v[0].clone();
-      lerp_(out, v[1], 0.25);
-      return out;
-    }, 2);
-    row(OpId::addcmul, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), r({3, 4}, d), r({4}, d)}; },
+    row(
+        OpId::lerp, two({3, 4}, {3, 4}),
+        [](auto& v) {
+          Tensor out = v[0].clone();
+          lerp_(out, v[1], 0.25);
+          return out;
+        },
+        2);
+    row(
+        OpId::addcmul,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), r({3, 4}, d), r({4}, d)};
+        },
         [](auto& v) {
           Tensor out = v[0].clone();
           addcmul_(out, v[1], v[2], 0.5);
           return out;
-        }, 3);
-    row(OpId::addcdiv, [](Device d) { return std::vector<Tensor>{r({3, 4}, d), r({3, 4}, d), positive({3, 4}, d)}; },
+        },
+        3);
+    row(
+        OpId::addcdiv,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), r({3, 4}, d), positive({3, 4}, d)};
+        },
         [](auto& v) {
           Tensor out = v[0].clone();
           addcdiv_(out, v[1], v[2], 0.5);
           return out;
-        }, 3);
+        },
+        3);
     return m;
   }();
   return samples;

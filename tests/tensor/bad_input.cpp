@@ -38,7 +38,10 @@ TEST_CASE("shapes whose element count overflows int64 are refused, naming the sh
     CHECK(contains(message, "more than int64 can count"));
     CHECK_THROWS_AS(empty({int64_t{1} << 32, int64_t{1} << 32}, bytegrad::device(d)), std::length_error);
     CHECK_THROWS_AS(empty({(int64_t{1} << 62) + 1, 16}, bytegrad::device(d)), std::length_error);
-    CHECK(contains(error_of([&] { zeros({(int64_t{1} << 62) + 1, 16}, bytegrad::device(d)); }), "[4611686018427387905, 16]"));
+    CHECK(contains(error_of([&] {
+                     zeros({(int64_t{1} << 62) + 1, 16}, bytegrad::device(d));
+                   }),
+                   "[4611686018427387905, 16]"));
     // Elements that fit but bytes that do not: 2^61 float32 elements are 2^63 bytes.
     message = error_of([&] { empty({int64_t{1} << 61}, bytegrad::device(d)); });
     CHECK(contains(message, "overflowed"));
@@ -52,8 +55,8 @@ TEST_CASE("shapes whose element count overflows int64 are refused, naming the sh
 
 TEST_CASE("negative sizes and strides are refused, naming the shape") {
   const Figures before(kSim);
-  CHECK_THROWS_WITH_AS(empty({2, -3}, bytegrad::device(kSim)), doctest::Contains("negative dimension -3 in shape [2, -3]"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(empty({2, -3}, bytegrad::device(kSim)),
+                       doctest::Contains("negative dimension -3 in shape [2, -3]"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(empty_strided({2, 3}, {-3, 1}, bytegrad::device(kSim)), doctest::Contains("negative strides"),
                        std::invalid_argument);
   CHECK(Figures(kSim) == before);
@@ -81,14 +84,16 @@ TEST_CASE("as_strided past the end of the storage is refused, as PyTorch's setSt
     const Tensor neighbour = ones({2, 3}, bytegrad::device(d));
     const Figures before(d);
     std::string message = error_of([&] { x.as_strided({2, 4}, {4, 1}, 0); });
-    CHECK(contains(message, "as_strided: sizes [2, 4], strides [4, 1], storage offset 0, and itemsize 4 requiring a "
-                            "storage size of 32 are out of bounds for storage of size 24"));
+    CHECK(contains(message,
+                   "as_strided: sizes [2, 4], strides [4, 1], storage offset 0, and itemsize 4 requiring a "
+                   "storage size of 32 are out of bounds for storage of size 24"));
     CHECK_THROWS_AS(x.as_strided({2, 4}, {4, 1}, 0), std::out_of_range);
-    CHECK_THROWS_AS(x.as_strided({1}, {1}, 6), std::out_of_range);                      // one past the end
+    CHECK_THROWS_AS(x.as_strided({1}, {1}, 6), std::out_of_range);                       // one past the end
     CHECK_THROWS_AS(x.as_strided({2}, {1}, int64_t{1} << 40), std::out_of_range);        // far away
     CHECK_THROWS_AS(x.as_strided({2}, {1}, (int64_t{1} << 62) + 5), std::length_error);  // bytes overflow
     CHECK_THROWS_WITH_AS(x.as_strided({3}, {-1}, 2), doctest::Contains("negative strides"), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(x.as_strided({3}, {1}, -1), doctest::Contains("negative storage offset"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(x.as_strided({3}, {1}, -1), doctest::Contains("negative storage offset"),
+                         std::invalid_argument);
     // In bounds, including the last element and an empty view anywhere.
     CHECK(x.as_strided({2, 2}, {3, 1}, 1).numel() == 4);
     CHECK(x.as_strided({1}, {1}, 5).numel() == 1);

@@ -23,22 +23,33 @@ TEST_CASE("binary ops with broadcasting match a float64 reference") {
     const Tensor a = randn({4, 1, 5}, bytegrad::device(device));
     const Tensor b = randn({3, 5}, bytegrad::device(device));
     const Shape out{4, 3, 5};
-    CHECK(relative_error(add(a, b), reference_binary(a, b, out, [](double x, double y) { return x + y; })) < kFloat32Tolerance);
-    CHECK(relative_error(add(a, b, 2.5), reference_binary(a, b, out, [](double x, double y) { return x + 2.5 * y; })) < kFloat32Tolerance);
-    CHECK(relative_error(sub(a, b, 0.5), reference_binary(a, b, out, [](double x, double y) { return x - 0.5 * y; })) < kFloat32Tolerance);
-    CHECK(relative_error(a * b, reference_binary(a, b, out, [](double x, double y) { return x * y; })) < kFloat32Tolerance);
+    CHECK(relative_error(add(a, b), reference_binary(a, b, out, [](double x, double y) { return x + y; })) <
+          kFloat32Tolerance);
+    CHECK(relative_error(add(a, b, 2.5), reference_binary(a, b, out, [](double x, double y) { return x + 2.5 * y; })) <
+          kFloat32Tolerance);
+    CHECK(relative_error(sub(a, b, 0.5), reference_binary(a, b, out, [](double x, double y) { return x - 0.5 * y; })) <
+          kFloat32Tolerance);
+    CHECK(relative_error(a * b, reference_binary(a, b, out, [](double x, double y) { return x * y; })) <
+          kFloat32Tolerance);
     const Tensor positive = abs(b) + 0.5;
-    CHECK(relative_error(a / positive, reference_binary(a, positive, out, [](double x, double y) { return x / y; })) < kFloat32Tolerance);
-    CHECK(relative_error(pow(positive, a), reference_binary(positive, a, out, [](double x, double y) { return std::pow(x, y); })) < kFloat32Tolerance);
-    CHECK(relative_error(maximum(a, b), reference_binary(a, b, out, [](double x, double y) { return std::max(x, y); })) == 0);
-    CHECK(relative_error(minimum(a, b), reference_binary(a, b, out, [](double x, double y) { return std::min(x, y); })) == 0);
+    CHECK(relative_error(a / positive, reference_binary(a, positive, out, [](double x, double y) { return x / y; })) <
+          kFloat32Tolerance);
+    CHECK(relative_error(pow(positive, a), reference_binary(positive, a, out, [](double x, double y) {
+                           return std::pow(x, y);
+                         })) < kFloat32Tolerance);
+    CHECK(relative_error(maximum(a, b),
+                         reference_binary(a, b, out, [](double x, double y) { return std::max(x, y); })) == 0);
+    CHECK(relative_error(minimum(a, b),
+                         reference_binary(a, b, out, [](double x, double y) { return std::min(x, y); })) == 0);
 
     // Transposed operands: (5, 4).t() is a (4, 5) view with strides (1, 4).
     const Tensor t = randn({5, 4}, bytegrad::device(device)).t();
     const Tensor c = randn({4, 5}, bytegrad::device(device));
     CHECK_FALSE(t.is_contiguous());
-    CHECK(relative_error(t + c, reference_binary(t, c, {4, 5}, [](double x, double y) { return x + y; })) < kFloat32Tolerance);
-    CHECK(relative_error(t * t, reference_binary(t, t, {4, 5}, [](double x, double y) { return x * y; })) < kFloat32Tolerance);
+    CHECK(relative_error(t + c, reference_binary(t, c, {4, 5}, [](double x, double y) { return x + y; })) <
+          kFloat32Tolerance);
+    CHECK(relative_error(t * t, reference_binary(t, t, {4, 5}, [](double x, double y) { return x * y; })) <
+          kFloat32Tolerance);
   }
 }
 
@@ -70,12 +81,16 @@ TEST_CASE("unary ops on a transposed input match a float64 reference") {
     CHECK(relative_error(abs(x), reference_unary(x, [](double v) { return std::fabs(v); })) == 0);
     CHECK(relative_error(relu(x), reference_unary(x, [](double v) { return v > 0 ? v : 0; })) == 0);
     CHECK(relative_error(exp(x), reference_unary(x, [](double v) { return std::exp(v); })) < kFloat32Tolerance);
-    CHECK(relative_error(log(positive), reference_unary(positive, [](double v) { return std::log(v); })) < kFloat32Tolerance);
-    CHECK(relative_error(sqrt(positive), reference_unary(positive, [](double v) { return std::sqrt(v); })) < kFloat32Tolerance);
-    CHECK(relative_error(sigmoid(x), reference_unary(x, [](double v) { return 1 / (1 + std::exp(-v)); })) < kFloat32Tolerance);
+    CHECK(relative_error(log(positive), reference_unary(positive, [](double v) { return std::log(v); })) <
+          kFloat32Tolerance);
+    CHECK(relative_error(sqrt(positive), reference_unary(positive, [](double v) { return std::sqrt(v); })) <
+          kFloat32Tolerance);
+    CHECK(relative_error(sigmoid(x), reference_unary(x, [](double v) { return 1 / (1 + std::exp(-v)); })) <
+          kFloat32Tolerance);
     CHECK(relative_error(tanh(x), reference_unary(x, [](double v) { return std::tanh(v); })) < kFloat32Tolerance);
     CHECK(relative_error(gelu(x), reference_unary(x, gelu_reference)) < kFloat32Tolerance);
-    CHECK(relative_error(silu(x), reference_unary(x, [](double v) { return v / (1 + std::exp(-v)); })) < kFloat32Tolerance);
+    CHECK(relative_error(silu(x), reference_unary(x, [](double v) { return v / (1 + std::exp(-v)); })) <
+          kFloat32Tolerance);
   }
 }
 
@@ -131,7 +146,9 @@ TEST_CASE("in-place ops compute what their out-of-place forms compute") {
     z -= 1;
     z *= x;
     z /= 2;
-    CHECK(relative_error(z, reference_binary(relu(x), x, {3, 4}, [](double r, double v) { return (r + v - 1) * v / 2; })) < kFloat32Tolerance);
+    CHECK(relative_error(z, reference_binary(relu(x), x, {3, 4}, [](double r, double v) {
+                           return (r + v - 1) * v / 2;
+                         })) < kFloat32Tolerance);
     z.fill_(7);
     CHECK(z.tolist() == std::vector<double>(12, 7.0));
     z.zero_();
@@ -172,11 +189,17 @@ TEST_CASE("activation gradients match float64 references") {
   const Tensor grad = randn({5, 3}, bytegrad::device(kSim));
   const Tensor x = randn({5, 3}, bytegrad::device(kSim));
   const Tensor s = sigmoid(x), t = tanh(x), r = relu(x);
-  CHECK(relative_error(sigmoid_backward(grad, s), reference_binary(grad, s, {5, 3}, [](double g, double y) { return g * (1 - y) * y; })) < kFloat32Tolerance);
-  CHECK(relative_error(tanh_backward(grad, t), reference_binary(grad, t, {5, 3}, [](double g, double y) { return g * (1 - y * y); })) < kFloat32Tolerance);
-  CHECK(relative_error(relu_backward(grad, r), reference_binary(grad, r, {5, 3}, [](double g, double y) { return y > 0 ? g : 0; })) == 0);
+  CHECK(relative_error(sigmoid_backward(grad, s), reference_binary(grad, s, {5, 3}, [](double g, double y) {
+                         return g * (1 - y) * y;
+                       })) < kFloat32Tolerance);
+  CHECK(relative_error(tanh_backward(grad, t), reference_binary(grad, t, {5, 3}, [](double g, double y) {
+                         return g * (1 - y * y);
+                       })) < kFloat32Tolerance);
+  CHECK(relative_error(relu_backward(grad, r),
+                       reference_binary(grad, r, {5, 3}, [](double g, double y) { return y > 0 ? g : 0; })) == 0);
   const auto gelu_grad = [](double g, double v) {
-    return g * (0.5 * (1 + std::erf(v / std::numbers::sqrt2)) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * std::numbers::pi));
+    return g * (0.5 * (1 + std::erf(v / std::numbers::sqrt2)) +
+                v * std::exp(-0.5 * v * v) / std::sqrt(2 * std::numbers::pi));
   };
   CHECK(relative_error(gelu_backward(grad, x), reference_binary(grad, x, {5, 3}, gelu_grad)) < kFloat32Tolerance);
   const auto silu_grad = [](double g, double v) {  // PyTorch's silu_backward: g * s * (1 + v * (1 - s))

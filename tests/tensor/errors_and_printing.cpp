@@ -37,7 +37,9 @@ TEST_CASE("shape, dtype and device mismatches name the op and both operands") {
   CHECK(contains(message, "mm"));
   CHECK(contains(message, "shape=[2, 3]"));
   CHECK(contains(message, "shape=[4, 5]"));
-  message = error_of([&] { matmul(zeros({3, 2, 3}, bytegrad::device(kSim)), zeros({2, 3, 2}, bytegrad::device(kSim))); });
+  message = error_of([&] {
+    matmul(zeros({3, 2, 3}, bytegrad::device(kSim)), zeros({2, 3, 2}, bytegrad::device(kSim)));
+  });
   CHECK(contains(message, "matmul"));
   CHECK(contains(message, "shape=[3, 2, 3]"));
   message = error_of([&] { bmm(zeros({3, 2, 3}, bytegrad::device(kSim)), zeros({2, 3, 2}, bytegrad::device(kSim))); });
@@ -87,10 +89,11 @@ TEST_CASE("reprs of more than 1000 elements are summarized as PyTorch's, reading
   // 3-d: the slices, and the "..." between them, are separated by a blank line.
   const std::string cube = arange(1331.0, ints).view({11, 11, 11}).str();
   CHECK(cube.rfind("tensor([[[   0,    1,    2,  ...,    8,    9,   10],\n", 0) == 0);
-  CHECK(contains(cube, "[ 341,  342,  343,  ...,  349,  350,  351],\n"
-                       "         [ 352,  353,  354,  ...,  360,  361,  362]],\n\n"
-                       "        ...,\n\n"
-                       "        [[ 968,  969,  970,  ...,  976,  977,  978],\n"));
+  CHECK(contains(cube,
+                 "[ 341,  342,  343,  ...,  349,  350,  351],\n"
+                 "         [ 352,  353,  354,  ...,  360,  361,  362]],\n\n"
+                 "        ...,\n\n"
+                 "        [[ 968,  969,  970,  ...,  976,  977,  978],\n"));
   // 2^30 expanded elements (PyTorch 2.11 on the H100: 55 characters on cuda:0) and a 2^15 x 2^15 view:
   // each element shown is read on its own, so both take milliseconds (the whole tensor was copied first).
   const Tensor one = ones({1}, TensorOptions{ScalarType::float32, kSim});

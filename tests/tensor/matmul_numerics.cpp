@@ -40,7 +40,7 @@ TEST_CASE("matmul follows torch.matmul for every rank combination") {
     // Transposed and sliced operands.
     check_matmul(r({7, 5}).t(), r({4, 7}).t());
     check_matmul(r({3, 7, 5}).transpose(1, 2), r({3, 4, 7}).transpose(1, 2));
-    check_matmul(r({5, 14}).slice(1, 0, 14, 2), r({7, 4}));  // column stride 2: neither stride is 1
+    check_matmul(r({5, 14}).slice(1, 0, 14, 2), r({7, 4}));    // column stride 2: neither stride is 1
     check_matmul(r({3, 5, 7}).permute({1, 0, 2}), r({7, 4}));  // not foldable: batched
     check_matmul(r({5, 1}).expand({5, 7}), r({7, 4}));         // a broadcast column
   }
@@ -88,7 +88,8 @@ TEST_CASE("mm, bmm, addmm, linear and outer match float64 references") {
 
 TEST_CASE("matmul kernels for float64, float16, bfloat16 and int64") {
   manual_seed(22);
-  check_matmul(randn({4, 6}, TensorOptions{ScalarType::float64, kSim}), randn({2, 6, 3}, TensorOptions{ScalarType::float64, kSim}));
+  check_matmul(randn({4, 6}, TensorOptions{ScalarType::float64, kSim}),
+               randn({2, 6, 3}, TensorOptions{ScalarType::float64, kSim}));
   for (ScalarType type : {ScalarType::float16, ScalarType::bfloat16}) {
     CAPTURE(scalar_type_name(type));
     const Tensor a = randn({4, 6}, TensorOptions{type, kSim}), b = randn({6, 3}, TensorOptions{type, kSim});

@@ -27,27 +27,96 @@ TEST_CASE("elementwise ops allocate one output of numel * element_size, scalars 
   {
     const Tensor a = randn({16, 32, 32}, on(kSim)), b = randn({16, 32, 32}, on(kSim));
     const int64_t output = 16 * 32 * 32 * 4;  // 65536
-    { MemoryProbe p(kSim); Tensor c = a + b; CHECK(p.allocated_delta_is(output)); CHECK(p.blocks_delta() == 1); }
-    { MemoryProbe p(kSim); Tensor c = a + 1; CHECK(p.allocated_delta_is(output)); CHECK(p.blocks_delta() == 1); }  // no tensor for the 1
-    { MemoryProbe p(kSim); Tensor c = 2 * a; CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = a * 0.125; CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = exp(a); CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = gelu(a); CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = pow(a, 2); CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = -a; CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = where(a > 0, a, b); CHECK(p.peak_allocated_delta_is(16 * 32 * 32 * 1 + output)); CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = masked_fill(a, a > 0, 0); CHECK(p.allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor c = a > b; CHECK(p.allocated_delta_is(16 * 32 * 32 * 1)); }  // bool: 16384
-    { MemoryProbe p(kSim); Tensor c = a == 0.5; CHECK(p.allocated_delta_is(16 * 32 * 32 * 1)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = a + b;
+      CHECK(p.allocated_delta_is(output));
+      CHECK(p.blocks_delta() == 1);
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = a + 1;
+      CHECK(p.allocated_delta_is(output));
+      CHECK(p.blocks_delta() == 1);
+    }  // no tensor for the 1
+    {
+      MemoryProbe p(kSim);
+      Tensor c = 2 * a;
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = a * 0.125;
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = exp(a);
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = gelu(a);
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = pow(a, 2);
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = -a;
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = where(a > 0, a, b);
+      CHECK(p.peak_allocated_delta_is(16 * 32 * 32 * 1 + output));
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = masked_fill(a, a > 0, 0);
+      CHECK(p.allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = a > b;
+      CHECK(p.allocated_delta_is(16 * 32 * 32 * 1));
+    }  // bool: 16384
+    {
+      MemoryProbe p(kSim);
+      Tensor c = a == 0.5;
+      CHECK(p.allocated_delta_is(16 * 32 * 32 * 1));
+    }
     // Broadcast: (16, 1, 32) + (32, 32) -> (16, 32, 32).
     const Tensor row = randn({16, 1, 32}, on(kSim)), square = randn({32, 32}, on(kSim));
-    { MemoryProbe p(kSim); Tensor c = row + square; CHECK(c.sizes() == Shape{16, 32, 32}); CHECK(p.allocated_delta_is(output)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = row + square;
+      CHECK(c.sizes() == Shape{16, 32, 32});
+      CHECK(p.allocated_delta_is(output));
+    }
     // A small result still takes a whole 512-byte block: (3, 4) float32 = 48 bytes requested.
     const Tensor small = ones({3, 4}, on(kSim));
-    { MemoryProbe p(kSim); Tensor c = small + small; CHECK(p.allocated_delta_is(512)); CHECK(p.requested_delta() == 3 * 4 * 4); }
+    {
+      MemoryProbe p(kSim);
+      Tensor c = small + small;
+      CHECK(p.allocated_delta_is(512));
+      CHECK(p.requested_delta() == 3 * 4 * 4);
+    }
     // A transposed operand gives a transposed (dense) output, as TensorIterator lays it out.
-    { const Tensor t = a.transpose(1, 2); Tensor c = t + t; CHECK(c.strides() == t.strides()); }
-    { const Tensor t = a.transpose(1, 2); Tensor c = t + 1; CHECK(c.strides() == t.strides()); }
+    {
+      const Tensor t = a.transpose(1, 2);
+      Tensor c = t + t;
+      CHECK(c.strides() == t.strides());
+    }
+    {
+      const Tensor t = a.transpose(1, 2);
+      Tensor c = t + 1;
+      CHECK(c.strides() == t.strides());
+    }
   }
   CHECK(allocated() == 0);
 }
@@ -120,13 +189,46 @@ TEST_CASE("reductions allocate their result; to a scalar, one 0-d block of 512 b
   fresh(kSim);
   {
     const Tensor x = randn({16, 32, 32}, on(kSim));
-    { MemoryProbe p(kSim); Tensor s = sum(x); CHECK(p.allocated_delta_is(512)); CHECK(p.requested_delta() == 4); CHECK(p.blocks_delta() == 1); }
-    { MemoryProbe p(kSim); Tensor s = mean(x); CHECK(p.allocated_delta_is(512)); CHECK(p.requested_delta() == 4); }
-    { MemoryProbe p(kSim); Tensor s = max(x); CHECK(p.requested_delta() == 4); }
-    { MemoryProbe p(kSim); Tensor s = argmax(x); CHECK(p.allocated_delta_is(512)); CHECK(p.requested_delta() == 8); }  // int64
-    { MemoryProbe p(kSim); Tensor s = sum(x, {0}); CHECK(p.allocated_delta_is(32 * 32 * 4)); }
-    { MemoryProbe p(kSim); Tensor s = sum(x, {1, 2}, true); CHECK(p.requested_delta() == 16 * 4); CHECK(p.allocated_delta_is(512)); }
-    { MemoryProbe p(kSim); Tensor s = mean(x.transpose(0, 2), {2}); CHECK(p.allocated_delta_is(32 * 32 * 4)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor s = sum(x);
+      CHECK(p.allocated_delta_is(512));
+      CHECK(p.requested_delta() == 4);
+      CHECK(p.blocks_delta() == 1);
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor s = mean(x);
+      CHECK(p.allocated_delta_is(512));
+      CHECK(p.requested_delta() == 4);
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor s = max(x);
+      CHECK(p.requested_delta() == 4);
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor s = argmax(x);
+      CHECK(p.allocated_delta_is(512));
+      CHECK(p.requested_delta() == 8);
+    }  // int64
+    {
+      MemoryProbe p(kSim);
+      Tensor s = sum(x, {0});
+      CHECK(p.allocated_delta_is(32 * 32 * 4));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor s = sum(x, {1, 2}, true);
+      CHECK(p.requested_delta() == 16 * 4);
+      CHECK(p.allocated_delta_is(512));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor s = mean(x.transpose(0, 2), {2});
+      CHECK(p.allocated_delta_is(32 * 32 * 4));
+    }
     {
       // values (float32) then indices (int64): 32*32*4 + 32*32*8 = 12288
       MemoryProbe p(kSim);
@@ -143,8 +245,18 @@ TEST_CASE("softmax allocates its output, plus a temporary copy of a non-contiguo
   {
     const Tensor x = randn({16, 32, 32}, on(kSim));
     const int64_t output = 16 * 32 * 32 * 4;
-    { MemoryProbe p(kSim); Tensor y = softmax(x, -1); CHECK(p.allocated_delta_is(output)); CHECK(p.peak_allocated_delta_is(output)); }
-    { MemoryProbe p(kSim); Tensor y = log_softmax(x.transpose(1, 2), -1); CHECK(p.allocated_delta_is(output)); CHECK(p.peak_allocated_delta_is(2 * output)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = softmax(x, -1);
+      CHECK(p.allocated_delta_is(output));
+      CHECK(p.peak_allocated_delta_is(output));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = log_softmax(x.transpose(1, 2), -1);
+      CHECK(p.allocated_delta_is(output));
+      CHECK(p.peak_allocated_delta_is(2 * output));
+    }
   }
   CHECK(allocated() == 0);
 }
@@ -155,36 +267,94 @@ TEST_CASE("matrix products allocate as PyTorch's decomposition does (workspace o
   {
     // (B,H,L,D) @ (B,H,D,L), both contiguous: views to (B*H, L, D), one bmm output.
     const Tensor q = randn({4, 2, 16, 8}, on(kSim)), k = randn({4, 2, 8, 16}, on(kSim));
-    { MemoryProbe p(kSim); Tensor a = matmul(q, k); CHECK(p.allocated_delta_is(4 * 2 * 16 * 16 * 4)); CHECK(p.peak_allocated_delta_is(p.allocated_delta())); CHECK(p.blocks_delta() == 1); }
+    {
+      MemoryProbe p(kSim);
+      Tensor a = matmul(q, k);
+      CHECK(p.allocated_delta_is(4 * 2 * 16 * 16 * 4));
+      CHECK(p.peak_allocated_delta_is(p.allocated_delta()));
+      CHECK(p.blocks_delta() == 1);
+    }
     // 3-d @ 2-d: the batch folds into rows, one mm.
     const Tensor x = randn({8, 16, 32}, on(kSim)), w = randn({32, 24}, on(kSim));
-    { MemoryProbe p(kSim); Tensor y = matmul(x, w); CHECK(p.allocated_delta_is(8 * 16 * 24 * 4)); CHECK(p.peak_allocated_delta_is(p.allocated_delta())); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = matmul(x, w);
+      CHECK(p.allocated_delta_is(8 * 16 * 24 * 4));
+      CHECK(p.peak_allocated_delta_is(p.allocated_delta()));
+    }
     // A permuted 3-d operand cannot fold: bmm over views, still one output.
     const Tensor permuted = randn({16, 8, 32}, on(kSim)).permute({1, 0, 2});
-    { MemoryProbe p(kSim); Tensor y = matmul(permuted, w); CHECK(p.allocated_delta_is(8 * 16 * 24 * 4)); CHECK(p.peak_allocated_delta_is(p.allocated_delta())); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = matmul(permuted, w);
+      CHECK(p.allocated_delta_is(8 * 16 * 24 * 4));
+      CHECK(p.peak_allocated_delta_is(p.allocated_delta()));
+    }
     // Batch broadcast (4,8,16,32) @ (8,32,16): the expanded rhs cannot be reshaped to (32,32,16) as a
     // view, so it is copied (4*8*32*16*4 = 65536, freed on return) before the bmm output (32*16*16*4).
     const Tensor lhs = randn({4, 8, 16, 32}, on(kSim)), rhs = randn({8, 32, 16}, on(kSim));
-    { MemoryProbe p(kSim); Tensor y = matmul(lhs, rhs); CHECK(p.allocated_delta_is(32 * 16 * 16 * 4)); CHECK(p.peak_allocated_delta_is(4 * 8 * 32 * 16 * 4 + 32 * 16 * 16 * 4)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = matmul(lhs, rhs);
+      CHECK(p.allocated_delta_is(32 * 16 * 16 * 4));
+      CHECK(p.peak_allocated_delta_is(4 * 8 * 32 * 16 * 4 + 32 * 16 * 16 * 4));
+    }
     // mm with an operand cuBLAS cannot read in place (column stride 2): cloned (64*32*4) after the output.
     const Tensor wide = randn({64, 64}, on(kSim)), right = randn({32, 16}, on(kSim));
-    { MemoryProbe p(kSim); Tensor y = mm(wide.slice(1, 0, 64, 2), right); CHECK(p.allocated_delta_is(64 * 16 * 4)); CHECK(p.peak_allocated_delta_is(64 * 16 * 4 + 64 * 32 * 4)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = mm(wide.slice(1, 0, 64, 2), right);
+      CHECK(p.allocated_delta_is(64 * 16 * 4));
+      CHECK(p.peak_allocated_delta_is(64 * 16 * 4 + 64 * 32 * 4));
+    }
     // A transposed operand is read in place.
-    { MemoryProbe p(kSim); Tensor y = mm(wide.t(), wide); CHECK(p.peak_allocated_delta_is(64 * 64 * 4)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = mm(wide.t(), wide);
+      CHECK(p.peak_allocated_delta_is(64 * 64 * 4));
+    }
     // dot: a 0-d result; mv: a vector.
     const Tensor u = randn({64}, on(kSim));
-    { MemoryProbe p(kSim); Tensor y = matmul(u, u); CHECK(p.allocated_delta_is(512)); CHECK(p.requested_delta() == 4); }
-    { MemoryProbe p(kSim); Tensor y = matmul(wide, u); CHECK(p.requested_delta() == 64 * 4); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = matmul(u, u);
+      CHECK(p.allocated_delta_is(512));
+      CHECK(p.requested_delta() == 4);
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = matmul(wide, u);
+      CHECK(p.requested_delta() == 64 * 4);
+    }
     // addmm: one output, the bias copied into it.
     const Tensor bias = randn({16}, on(kSim));
-    { MemoryProbe p(kSim); Tensor y = addmm(bias, wide.slice(1, 0, 32), right); CHECK(p.allocated_delta_is(64 * 16 * 4)); CHECK(p.peak_allocated_delta_is(p.allocated_delta())); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = addmm(bias, wide.slice(1, 0, 32), right);
+      CHECK(p.allocated_delta_is(64 * 16 * 4));
+      CHECK(p.peak_allocated_delta_is(p.allocated_delta()));
+    }
     // linear: 3-d contiguous input with bias folds to addmm (one output); a non-contiguous one goes
     // through matmul and adds the bias in place (still one output).
     const Tensor weight = randn({16, 32}, on(kSim));
-    { MemoryProbe p(kSim); Tensor y = linear(x, weight, bias); CHECK(y.sizes() == Shape{8, 16, 16}); CHECK(p.allocated_delta_is(8 * 16 * 16 * 4)); CHECK(p.peak_allocated_delta_is(p.allocated_delta())); }
-    { MemoryProbe p(kSim); Tensor y = linear(randn({8, 32, 16}, on(kSim)).transpose(1, 2), weight, bias); CHECK(p.allocated_delta_is(8 * 16 * 16 * 4)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = linear(x, weight, bias);
+      CHECK(y.sizes() == Shape{8, 16, 16});
+      CHECK(p.allocated_delta_is(8 * 16 * 16 * 4));
+      CHECK(p.peak_allocated_delta_is(p.allocated_delta()));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = linear(randn({8, 32, 16}, on(kSim)).transpose(1, 2), weight, bias);
+      CHECK(p.allocated_delta_is(8 * 16 * 16 * 4));
+    }
     // outer: the elementwise product of two views.
-    { MemoryProbe p(kSim); Tensor y = outer(u, u); CHECK(p.allocated_delta_is(64 * 64 * 4)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor y = outer(u, u);
+      CHECK(p.allocated_delta_is(64 * 64 * 4));
+    }
   }
   CHECK(allocated() == 0);
 }
@@ -202,7 +372,11 @@ TEST_CASE("a device's first matrix product parks the cuBLAS workspace after its 
       Tensor y = mm(a, b);
       CHECK(p.allocated_delta_is(output + workspace));
     }
-    { MemoryProbe p(kSim); Tensor y = mm(a, b); CHECK(p.allocated_delta_is(output)); }  // the workspace stays parked
+    {
+      MemoryProbe p(kSim);
+      Tensor y = mm(a, b);
+      CHECK(p.allocated_delta_is(output));
+    }  // the workspace stays parked
     const auto trace = caching_allocator(kSim).snapshot().trace;
     std::vector<std::string> alloc_tags;
     for (const auto& e : trace)
@@ -239,16 +413,49 @@ TEST_CASE("dropout, indexing and joining allocate their outputs") {
   {
     const Tensor x = randn({16, 32, 32}, on(kSim));
     // native_dropout: output (float32) then mask (bool): 65536 + 16384.
-    { MemoryProbe p(kSim); DropoutResult d = dropout_with_mask(x, 0.1); CHECK(p.allocated_delta_is(16 * 32 * 32 * 4 + 16 * 32 * 32 * 1)); CHECK(p.blocks_delta() == 2); }
-    { MemoryProbe p(kSim); Tensor d = dropout(x, 0.1, false); CHECK(p.allocated_delta_is(0)); }
+    {
+      MemoryProbe p(kSim);
+      DropoutResult d = dropout_with_mask(x, 0.1);
+      CHECK(p.allocated_delta_is(16 * 32 * 32 * 4 + 16 * 32 * 32 * 1));
+      CHECK(p.blocks_delta() == 2);
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor d = dropout(x, 0.1, false);
+      CHECK(p.allocated_delta_is(0));
+    }
     const Tensor table = randn({100, 32}, on(kSim));
     const Tensor ids = randint(0, 100, {4, 8}, on(kSim, ScalarType::int64));
-    { MemoryProbe p(kSim); Tensor e = embedding(table, ids); CHECK(p.allocated_delta_is(4 * 8 * 32 * 4)); }
+    {
+      MemoryProbe p(kSim);
+      Tensor e = embedding(table, ids);
+      CHECK(p.allocated_delta_is(4 * 8 * 32 * 4));
+    }
     // Non-contiguous indices are flattened by reshape, which copies them first: 4 * 8 * 8 bytes -> 512.
-    { MemoryProbe p(kSim); Tensor e = embedding(table, ids.t()); CHECK(p.allocated_delta_is(8 * 4 * 32 * 4)); CHECK(p.peak_allocated_delta_is(8 * 4 * 32 * 4 + 512)); }
-    { MemoryProbe p(kSim); Tensor g = gather(table, 1, randint(0, 32, {100, 4}, on(kSim, ScalarType::int64))); CHECK(p.requested_delta() == 100 * 4 * 4); CHECK(p.allocated_delta_is(2048)); }  // 1600 rounded up to 4 * 512
-    { MemoryProbe p(kSim); Tensor c = cat({table, table}, 1); CHECK(p.allocated_delta_is(100 * 64 * 4)); CHECK(p.blocks_delta() == 1); }
-    { MemoryProbe p(kSim); Tensor s = stack({table, table, table}); CHECK(p.allocated_delta_is(3 * 100 * 32 * 4)); CHECK(p.blocks_delta() == 1); }
+    {
+      MemoryProbe p(kSim);
+      Tensor e = embedding(table, ids.t());
+      CHECK(p.allocated_delta_is(8 * 4 * 32 * 4));
+      CHECK(p.peak_allocated_delta_is(8 * 4 * 32 * 4 + 512));
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor g = gather(table, 1, randint(0, 32, {100, 4}, on(kSim, ScalarType::int64)));
+      CHECK(p.requested_delta() == 100 * 4 * 4);
+      CHECK(p.allocated_delta_is(2048));
+    }  // 1600 rounded up to 4 * 512
+    {
+      MemoryProbe p(kSim);
+      Tensor c = cat({table, table}, 1);
+      CHECK(p.allocated_delta_is(100 * 64 * 4));
+      CHECK(p.blocks_delta() == 1);
+    }
+    {
+      MemoryProbe p(kSim);
+      Tensor s = stack({table, table, table});
+      CHECK(p.allocated_delta_is(3 * 100 * 32 * 4));
+      CHECK(p.blocks_delta() == 1);
+    }
   }
   CHECK(allocated() == 0);
 }
@@ -259,12 +466,38 @@ TEST_CASE("meta tensors allocate the same figures and compute nothing") {
   {
     const Tensor q = empty({64, 8, 32, 64}, on(kMeta)), k = empty({64, 8, 64, 32}, on(kMeta));
     CHECK(q.is_meta());
-    { MemoryProbe p(kMeta); Tensor a = matmul(q, k) * 0.125; CHECK(p.allocated_delta_is(64 * 8 * 32 * 32 * 4)); CHECK(p.peak_allocated_delta_is(2 * 64 * 8 * 32 * 32 * 4)); }
-    { MemoryProbe p(kMeta); Tensor s = sum(q); CHECK(p.requested_delta() == 4); CHECK(p.allocated_delta_is(512)); }
-    { MemoryProbe p(kMeta); Tensor r = q.transpose(1, 2).reshape({64, 32, 512}); CHECK(p.allocated_delta_is(64 * 8 * 32 * 64 * 4)); }
-    { MemoryProbe p(kMeta); Tensor y = softmax(q, -1); CHECK(p.allocated_delta_is(64 * 8 * 32 * 64 * 4)); }
-    { MemoryProbe p(kMeta); DropoutResult d = dropout_with_mask(q, 0.5); CHECK(p.allocated_delta_is(64 * 8 * 32 * 64 * 5)); }
-    { MemoryProbe p(kMeta); Tensor y = linear(q, empty({16, 64}, on(kMeta)), empty({16}, on(kMeta))); CHECK(p.allocated_delta_is(64 * 8 * 32 * 16 * 4)); }
+    {
+      MemoryProbe p(kMeta);
+      Tensor a = matmul(q, k) * 0.125;
+      CHECK(p.allocated_delta_is(64 * 8 * 32 * 32 * 4));
+      CHECK(p.peak_allocated_delta_is(2 * 64 * 8 * 32 * 32 * 4));
+    }
+    {
+      MemoryProbe p(kMeta);
+      Tensor s = sum(q);
+      CHECK(p.requested_delta() == 4);
+      CHECK(p.allocated_delta_is(512));
+    }
+    {
+      MemoryProbe p(kMeta);
+      Tensor r = q.transpose(1, 2).reshape({64, 32, 512});
+      CHECK(p.allocated_delta_is(64 * 8 * 32 * 64 * 4));
+    }
+    {
+      MemoryProbe p(kMeta);
+      Tensor y = softmax(q, -1);
+      CHECK(p.allocated_delta_is(64 * 8 * 32 * 64 * 4));
+    }
+    {
+      MemoryProbe p(kMeta);
+      DropoutResult d = dropout_with_mask(q, 0.5);
+      CHECK(p.allocated_delta_is(64 * 8 * 32 * 64 * 5));
+    }
+    {
+      MemoryProbe p(kMeta);
+      Tensor y = linear(q, empty({16, 64}, on(kMeta)), empty({16}, on(kMeta)));
+      CHECK(p.allocated_delta_is(64 * 8 * 32 * 16 * 4));
+    }
   }
   fresh(kMeta);
 }

@@ -23,7 +23,7 @@ TEST_CASE("has_internal_overlap: stride 0 over a size above 1 is yes, dense is n
   {
     const Tensor x = square();
     CHECK(has_internal_overlap(x) == MemOverlap::no);
-    CHECK(has_internal_overlap(x.t()) == MemOverlap::no);              // dense, permuted
+    CHECK(has_internal_overlap(x.t()) == MemOverlap::no);  // dense, permuted
     CHECK(has_internal_overlap(x.select(0, 0).expand({4, 3})) == MemOverlap::yes);
     CHECK(has_internal_overlap(x.select(0, 0).unsqueeze(0)) == MemOverlap::no);  // size 1: nothing shared
     CHECK(has_internal_overlap(x.as_strided({2, 2}, {1, 1}, 0)) == MemOverlap::too_hard);
@@ -42,11 +42,11 @@ TEST_CASE("get_overlap_status compares storages and byte ranges") {
     const Tensor flat = x.view({9});
     CHECK(get_overlap_status(x, x) == MemOverlapStatus::full);
     CHECK(get_overlap_status(x, x.view({3, 3})) == MemOverlapStatus::full);  // another handle, same layout
-    CHECK(get_overlap_status(x, x.t()) == MemOverlapStatus::partial);         // same bytes, other strides
+    CHECK(get_overlap_status(x, x.t()) == MemOverlapStatus::partial);        // same bytes, other strides
     CHECK(get_overlap_status(flat.slice(0, 1, 9), flat.slice(0, 0, 8)) == MemOverlapStatus::partial);
     CHECK(get_overlap_status(x.select(0, 0), x.select(0, 1)) == MemOverlapStatus::no);  // bytes 0-12 and 12-24
-    CHECK(get_overlap_status(x, other) == MemOverlapStatus::no);               // another storage
-    CHECK(get_overlap_status(x, x.slice(0, 0, 0)) == MemOverlapStatus::no);    // empty
+    CHECK(get_overlap_status(x, other) == MemOverlapStatus::no);                        // another storage
+    CHECK(get_overlap_status(x, x.slice(0, 0, 0)) == MemOverlapStatus::no);             // empty
     CHECK(get_overlap_status(x, x.select(0, 0).expand({3, 3})) == MemOverlapStatus::too_hard);
     CHECK(get_overlap_status(x.select(0, 0), x) == MemOverlapStatus::partial);  // inside the other
     // Meta tensors have no addresses; the rule reads storages and offsets, so it holds there too.
@@ -62,20 +62,23 @@ TEST_CASE("overlapping writes PyTorch refuses leave the destination as it was") 
     const Tensor x = square();
     const std::vector<double> before = x.tolist();
     const uint64_t version = x.version();
-    CHECK_THROWS_WITH_AS(x.copy_(x.t()), doctest::Contains("copy_: unsupported operation: some elements of the input tensor"),
+    CHECK_THROWS_WITH_AS(x.copy_(x.t()),
+                         doctest::Contains("copy_: unsupported operation: some elements of the input tensor"),
                          std::invalid_argument);
     CHECK_THROWS_AS(x.add_(x.t()), std::invalid_argument);
     CHECK_THROWS_AS(x.view({9}).slice(0, 1, 9).copy_(x.view({9}).slice(0, 0, 8)), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(x.select(0, 0).expand({2, 3}).add_(1.0),
-                         doctest::Contains("add_: unsupported operation: more than one element of the written-to tensor"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+        x.select(0, 0).expand({2, 3}).add_(1.0),
+        doctest::Contains("add_: unsupported operation: more than one element of the written-to tensor"),
+        std::invalid_argument);
     CHECK(x.tolist() == before);
     CHECK(x.version() == version);  // nothing was written, so nothing counted as a write
   }
   CHECK(allocated() == 0);
 }
 
-TEST_CASE("writes PyTorch allows: full overlap, disjoint views of one storage, an overlapping source that is not dense") {
+TEST_CASE(
+    "writes PyTorch allows: full overlap, disjoint views of one storage, an overlapping source that is not dense") {
   fresh(kSim);
   {
     // x.add_(x): every element reads itself before it is written. [0..8] * 2.
@@ -166,10 +169,12 @@ TEST_CASE("cat promotes over all its inputs into one output allocation, as PyTor
   }
   {
     // PyTorch's recorded results: int64 with float16 gives float16; bool with int32 gives int32.
-    const Tensor mixed = cat({full({1}, 1.0, on_sim(ScalarType::int64)), full({1}, 2.0, on_sim(ScalarType::float16))}, 0);
+    const Tensor mixed =
+        cat({full({1}, 1.0, on_sim(ScalarType::int64)), full({1}, 2.0, on_sim(ScalarType::float16))}, 0);
     CHECK(mixed.dtype() == ScalarType::float16);
     CHECK(mixed.tolist() == std::vector<double>{1, 2});
-    const Tensor counted = cat({full({1}, 1.0, on_sim(ScalarType::bool_)), full({1}, 2.0, on_sim(ScalarType::int32))}, 0);
+    const Tensor counted =
+        cat({full({1}, 1.0, on_sim(ScalarType::bool_)), full({1}, 2.0, on_sim(ScalarType::int32))}, 0);
     CHECK(counted.dtype() == ScalarType::int32);
     CHECK(counted.tolist() == std::vector<double>{1, 2});
     // stack goes through cat: the same promotion.

@@ -121,14 +121,14 @@ TEST_CASE("mixed-dtype binary ops match a float64 reference on cpu and sim") {
     exact(minimum(b, a), reference_binary(b, a, out, [](double x, double y) { return std::min(x, y); }));
     // alpha scales b in float: a + float(alpha * b).
     exact(add(a, b, 2.5), reference_binary(a, b, out, [](double x, double y) { return x + to_f32(2.5 * y); }));
-    CHECK(relative_error(pow(positive, a), reference_binary(positive, a, out, [](double x, double y) {
-            return std::pow(x, y);
-          })) < 1e-5);
+    CHECK(relative_error(pow(positive, a),
+                         reference_binary(positive, a, out, [](double x, double y) { return std::pow(x, y); })) < 1e-5);
 
     // Comparisons compare in the result type; with float32 and bfloat16 operands that is exact.
     const auto cmp = [&](const Tensor& got, const Tensor& x, const Tensor& y, auto f) {
       CHECK(got.dtype() == b8);
-      CHECK(got.tolist() == reference_binary(x, y, got.sizes(), [&](double p, double q) { return f(p, q) ? 1.0 : 0.0; }));
+      CHECK(got.tolist() ==
+            reference_binary(x, y, got.sizes(), [&](double p, double q) { return f(p, q) ? 1.0 : 0.0; }));
     };
     cmp(lt(a, b), a, b, [](double p, double q) { return p < q; });
     cmp(ge(b, a), b, a, [](double p, double q) { return p >= q; });
@@ -148,7 +148,8 @@ TEST_CASE("mixed-dtype binary ops match a float64 reference on cpu and sim") {
 
     // float32 with float64: float64 arithmetic, exact against the float64 reference.
     const Tensor wide = random_in({3, 6}, f64, d) / 3.0;
-    CHECK((b.to(f32) * wide).tolist() == reference_binary(b.to(f32), wide, {3, 6}, [](double x, double y) { return x * y; }));
+    CHECK((b.to(f32) * wide).tolist() ==
+          reference_binary(b.to(f32), wide, {3, 6}, [](double x, double y) { return x * y; }));
     // 0.1f is above 0.1 in float64: compared in float64, not in float32.
     const Tensor tenth32 = full({2}, 0.1, on(d, f32)), tenth64 = full({2}, 0.1, on(d, f64));
     CHECK(gt(tenth32, tenth64).tolist() == std::vector<double>{1, 1});
@@ -207,21 +208,74 @@ TEST_CASE("mixed dtypes allocate only the output: one block of numel * element_s
       const Tensor h = zeros({4, 64, 64}, on(d, f16));
       const Tensor row = zeros({64}, on(d, bf16));
       const Tensor s = zeros({}, on(d, f32));
-      const int64_t f32_out = 4 * 64 * 64 * 4;  // 65536
+      const int64_t f32_out = 4 * 64 * 64 * 4;   // 65536
       const int64_t bf16_out = 4 * 64 * 64 * 2;  // 32768
       const int64_t bool_out = 4 * 64 * 64 * 1;  // 16384
       // (peak == bytes: nothing transient, no converted copy of either operand)
-      { MemoryProbe p(d); Tensor c = a + b; CHECK(c.dtype() == f32); CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); CHECK(p.blocks_delta() == 1); }
-      { MemoryProbe p(d); Tensor c = b * a; CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); CHECK(p.blocks_delta() == 1); }
-      { MemoryProbe p(d); Tensor c = b / a; CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); }
-      { MemoryProbe p(d); Tensor c = h + b; CHECK(c.dtype() == f32); CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); }
-      { MemoryProbe p(d); Tensor c = a + row; CHECK(p.allocated_delta_is(f32_out)); CHECK(p.peak_allocated_delta_is(f32_out)); }  // broadcast
+      {
+        MemoryProbe p(d);
+        Tensor c = a + b;
+        CHECK(c.dtype() == f32);
+        CHECK(p.allocated_delta_is(f32_out));
+        CHECK(p.peak_allocated_delta_is(f32_out));
+        CHECK(p.blocks_delta() == 1);
+      }
+      {
+        MemoryProbe p(d);
+        Tensor c = b * a;
+        CHECK(p.allocated_delta_is(f32_out));
+        CHECK(p.peak_allocated_delta_is(f32_out));
+        CHECK(p.blocks_delta() == 1);
+      }
+      {
+        MemoryProbe p(d);
+        Tensor c = b / a;
+        CHECK(p.allocated_delta_is(f32_out));
+        CHECK(p.peak_allocated_delta_is(f32_out));
+      }
+      {
+        MemoryProbe p(d);
+        Tensor c = h + b;
+        CHECK(c.dtype() == f32);
+        CHECK(p.allocated_delta_is(f32_out));
+        CHECK(p.peak_allocated_delta_is(f32_out));
+      }
+      {
+        MemoryProbe p(d);
+        Tensor c = a + row;
+        CHECK(p.allocated_delta_is(f32_out));
+        CHECK(p.peak_allocated_delta_is(f32_out));
+      }  // broadcast
       // the 0-d float32 with bfloat16: a bfloat16 result
-      { MemoryProbe p(d); Tensor c = b + s; CHECK(c.dtype() == bf16); CHECK(p.allocated_delta_is(bf16_out)); CHECK(p.peak_allocated_delta_is(bf16_out)); }
-      { MemoryProbe p(d); Tensor c = a < b; CHECK(p.allocated_delta_is(bool_out)); CHECK(p.peak_allocated_delta_is(bool_out)); CHECK(p.blocks_delta() == 1); }
-      { MemoryProbe p(d); Tensor c = eq(b, h); CHECK(p.allocated_delta_is(bool_out)); CHECK(p.peak_allocated_delta_is(bool_out)); }
+      {
+        MemoryProbe p(d);
+        Tensor c = b + s;
+        CHECK(c.dtype() == bf16);
+        CHECK(p.allocated_delta_is(bf16_out));
+        CHECK(p.peak_allocated_delta_is(bf16_out));
+      }
+      {
+        MemoryProbe p(d);
+        Tensor c = a < b;
+        CHECK(p.allocated_delta_is(bool_out));
+        CHECK(p.peak_allocated_delta_is(bool_out));
+        CHECK(p.blocks_delta() == 1);
+      }
+      {
+        MemoryProbe p(d);
+        Tensor c = eq(b, h);
+        CHECK(p.allocated_delta_is(bool_out));
+        CHECK(p.peak_allocated_delta_is(bool_out));
+      }
       // In place, either way round: nothing.
-      { MemoryProbe p(d); b.add_(a); a.mul_(b); b.sub_(s); CHECK(p.allocated_delta_is(0)); CHECK(p.peak_allocated_delta_is(0)); }
+      {
+        MemoryProbe p(d);
+        b.add_(a);
+        a.mul_(b);
+        b.sub_(s);
+        CHECK(p.allocated_delta_is(0));
+        CHECK(p.peak_allocated_delta_is(0));
+      }
     }
     CHECK(allocated(d) == 0);
   }
@@ -242,8 +296,9 @@ TEST_CASE("where converts an operand of another dtype first, as PyTorch's where_
       // Both converted (float16 with bfloat16 is float32): a's copy at its own shape (64*4 = 256 bytes
       // requested), then b's, then the output; b's copy freed first.
       events = allocation_events(d, [&] { Tensor c = where(cond, row, b); });
-      CHECK(events == AllocationEvents{{"alloc", 256}, {"alloc", 16384}, {"alloc", 16384}, {"free", 16384},
-                                       {"free", 256}, {"free", 16384}});
+      CHECK(events ==
+            AllocationEvents{
+                {"alloc", 256}, {"alloc", 16384}, {"alloc", 16384}, {"free", 16384}, {"free", 256}, {"free", 16384}});
       // One dtype: the output only.
       events = allocation_events(d, [&] { Tensor c = where(cond, a, a); });
       CHECK(events == AllocationEvents{{"alloc", 16384}, {"free", 16384}});
@@ -286,11 +341,11 @@ TEST_CASE("in-place ops write self's dtype and refuse a result type that cannot 
     const Tensor ints = tensor({1, 2}, on(d, i64));
     const Tensor flags = tensor({1, 0}, on(d, b8));
     const Tensor floats = tensor({0.5, 0.25}, on(d, f32));
-    for (const Refusal& r : {Refusal{"add_", ints, floats, "float32", "int64"},
-                             Refusal{"mul_", ints, floats.to(bf16), "bfloat16", "int64"},
-                             Refusal{"sub_", flags, ints, "int64", "bool"},
-                             Refusal{"add_", flags, floats, "float32", "bool"},
-                             Refusal{"div_", tensor({4, 6}, on(d, i32)), floats, "float32", "int32"}}) {
+    for (const Refusal& r :
+         {Refusal{"add_", ints, floats, "float32", "int64"},
+          Refusal{"mul_", ints, floats.to(bf16), "bfloat16", "int64"}, Refusal{"sub_", flags, ints, "int64", "bool"},
+          Refusal{"add_", flags, floats, "float32", "bool"},
+          Refusal{"div_", tensor({4, 6}, on(d, i32)), floats, "float32", "int32"}}) {
       CAPTURE(r.op);
       const std::vector<double> before = r.self.tolist();
       auto run = [&] {

@@ -56,8 +56,8 @@ TEST_CASE("sum, mean, max, min and argmax match float64 references") {
       const Tensor kept = sum(x, {dim}, /*keepdim=*/true);
       CHECK(kept.sizes() == (dim == 0 ? Shape{1, 23} : Shape{37, 1}));
       CHECK(relative_error(mean(x, {dim}), reduce_matrix(v, 37, 23, dim, [](const std::vector<double>& l) {
-              return total(l) / static_cast<double>(l.size());
-            })) < kFloat32Tolerance);
+                             return total(l) / static_cast<double>(l.size());
+                           })) < kFloat32Tolerance);
       const ValuesIndices best = max(x, dim);
       CHECK(best.values.tolist() == reduce_matrix(v, 37, 23, dim, [](const std::vector<double>& l) {
               return *std::max_element(l.begin(), l.end());

@@ -42,10 +42,10 @@ Shape parse_ints(const std::string& text) {
 
 std::vector<ReduceCase> read_reduce_cases() {
   static const std::regex case_re(R"re((\w+) \[([0-9, ]*)\](\.t\(\))? dims=(None|\(([0-9, ]*)\)) (\w+))re");
-  static const std::map<std::string, ScalarType> dtypes = {
-      {"f32", ScalarType::float32}, {"f16", ScalarType::float16}, {"bf16", ScalarType::bfloat16},
-      {"f64", ScalarType::float64}, {"i64", ScalarType::int64},   {"i32", ScalarType::int32},
-      {"u8", ScalarType::uint8},    {"bool", ScalarType::bool_}};
+  static const std::map<std::string, ScalarType> dtypes = {{"f32", ScalarType::float32},   {"f16", ScalarType::float16},
+                                                           {"bf16", ScalarType::bfloat16}, {"f64", ScalarType::float64},
+                                                           {"i64", ScalarType::int64},     {"i32", ScalarType::int32},
+                                                           {"u8", ScalarType::uint8},      {"bool", ScalarType::bool_}};
   std::vector<ReduceCase> cases;
   for (const Json& row : probe_rows("reduce")) {
     const std::string& name = row["case"].string();
@@ -73,7 +73,7 @@ std::vector<Tensor> run_case(const ReduceCase& c, const Tensor& x) {
   if (op == "mean") return {c.all_dims ? mean(x) : mean(x, c.dims)};
   if (op == "prod" && c.all_dims) return {prod(x)};
   if (op == "norm") return {c.all_dims ? norm(x) : norm(x, c.dims)};  // x.norm(), x.norm(dim=dims)
-  if (op == "var") return {c.all_dims ? var(x) : var(x, c.dims)};      // x.var(), x.var(dims)
+  if (op == "var") return {c.all_dims ? var(x) : var(x, c.dims)};     // x.var(), x.var(dims)
   if (op == "amax") return {c.all_dims ? amax(x) : amax(x, c.dims)};
   if (op == "argmax") return {c.all_dims ? argmax(x) : argmax(x, d0)};
   if (op == "max" || op == "min") {
@@ -84,13 +84,11 @@ std::vector<Tensor> run_case(const ReduceCase& c, const Tensor& x) {
   return {};
 }
 
-size_t results_count(const ReduceCase& c) {
-  return (c.op == "max" || c.op == "min") && !c.all_dims ? 2 : 1;
-}
+size_t results_count(const ReduceCase& c) { return (c.op == "max" || c.op == "min") && !c.all_dims ? 2 : 1; }
 
 bool supported(const ReduceCase& c) {
-  return c.op == "sum" || c.op == "mean" || (c.op == "prod" && c.all_dims) || c.op == "amax" ||
-         c.op == "argmax" || c.op == "max" || c.op == "min" || c.op == "norm" || c.op == "var";
+  return c.op == "sum" || c.op == "mean" || (c.op == "prod" && c.all_dims) || c.op == "amax" || c.op == "argmax" ||
+         c.op == "max" || c.op == "min" || c.op == "norm" || c.op == "var";
 }
 
 // Runs every case on `on` and checks its events; reports how many matched, had scratch, were skipped (by op).

@@ -38,7 +38,7 @@ TEST_CASE("overflows follows c10's rule at each dtype's edges") {
   CHECK(overflows(256.0, S::uint8));
   CHECK_FALSE(overflows(-255.0, S::uint8));  // a negative int wraps, as a Python int does in PyTorch
   CHECK(overflows(-256.0, S::uint8));
-  CHECK(overflows(-1.5, S::uint8));          // not a whole number: no wrap
+  CHECK(overflows(-1.5, S::uint8));  // not a whole number: no wrap
   CHECK_FALSE(overflows(2147483647.0, S::int32));
   CHECK(overflows(2147483648.0, S::int32));
   CHECK_FALSE(overflows(-2147483648.0, S::int32));
@@ -62,8 +62,8 @@ TEST_CASE("full, fill_ and masked_fill_ take every value that fits, with PyTorch
   CHECK(full({2}, 65504, sim(ScalarType::float16)).tolist() == std::vector<double>{65504, 65504});
   const std::vector<double> half_nan = full({2}, kNan, sim(ScalarType::float16)).tolist();
   CHECK((std::isnan(half_nan[0]) && std::isnan(half_nan[1])));
-  CHECK(full({2}, 2.5, sim(ScalarType::int64)).tolist() == std::vector<double>{2, 2});     // truncated, as PyTorch
-  CHECK(full({2}, 2, sim(ScalarType::bool_)).tolist() == std::vector<double>{1, 1});       // any nonzero is true
+  CHECK(full({2}, 2.5, sim(ScalarType::int64)).tolist() == std::vector<double>{2, 2});  // truncated, as PyTorch
+  CHECK(full({2}, 2, sim(ScalarType::bool_)).tolist() == std::vector<double>{1, 1});    // any nonzero is true
   CHECK(full({2}, kNan, sim(ScalarType::bool_)).tolist() == std::vector<double>{1, 1});
   CHECK(full({1}, -2147483648.0, sim(ScalarType::int32)).item() == -2147483648.0);
   CHECK(full({1}, 3e38, sim(ScalarType::bfloat16)).item() > 2.9e38);
@@ -114,7 +114,8 @@ TEST_CASE("integer pow: negative tensor exponents compute as PyTorch's (1, +-1, 
   const Tensor exponent = tensor({-1.0, -1.0, -2.0, -1.0, -2.0}, sim(ScalarType::int64));
   CHECK(pow(base, exponent).tolist() == std::vector<double>{1, 0, 0, -1, 1});
   CHECK(pow(base, 2.0).tolist() == std::vector<double>{1, 4, 9, 1, 1});
-  CHECK(pow(2.0, tensor({-1.0, 1.0}, sim(ScalarType::int64))).tolist() == std::vector<double>{0, 2});  // PyTorch: [0, 2]
+  CHECK(pow(2.0, tensor({-1.0, 1.0}, sim(ScalarType::int64))).tolist() ==
+        std::vector<double>{0, 2});  // PyTorch: [0, 2]
   CHECK_THROWS_AS(pow(base, -1.0), std::invalid_argument);
 }
 

@@ -31,11 +31,23 @@ std::string rejection_of(const char* text) {
 }  // namespace
 
 TEST_CASE("CUBLAS_WORKSPACE_CONFIG: valid settings give their sizes") {
-  { ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", ":4096:8"); CHECK(blas_workspace_bytes(kSim) == 4096 * 1024 * 8); }
-  { ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", ":4096:2:16:8"); CHECK(blas_workspace_bytes(kSim) == 8519680); }
-  { ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", ":0:0"); CHECK(blas_workspace_bytes(kSim) == 0); }
+  {
+    ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", ":4096:8");
+    CHECK(blas_workspace_bytes(kSim) == 4096 * 1024 * 8);
+  }
+  {
+    ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", ":4096:2:16:8");
+    CHECK(blas_workspace_bytes(kSim) == 8519680);
+  }
+  {
+    ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+    CHECK(blas_workspace_bytes(kSim) == 0);
+  }
   // No ":SIZE:COUNT" pair at all: PyTorch warns and keeps its default (32 MiB on the H100), and so do we.
-  { ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", "garbage"); CHECK(blas_workspace_bytes(kSim) == 32 * 1024 * 1024); }
+  {
+    ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", "garbage");
+    CHECK(blas_workspace_bytes(kSim) == 32 * 1024 * 1024);
+  }
 }
 
 TEST_CASE("CUBLAS_WORKSPACE_CONFIG: numbers out of range and overflowing totals name the variable, text and syntax") {
@@ -83,7 +95,10 @@ TEST_CASE("CUBLAS_WORKSPACE_CONFIG: a rejected setting allocates no workspace an
 
 TEST_CASE("CUBLASLT_WORKSPACE_SIZE: a non-number or an overflowing size names the variable") {
   ScopedEnv workspace("CUBLAS_WORKSPACE_CONFIG", ":4096:8");
-  { ScopedEnv env("CUBLASLT_WORKSPACE_SIZE", "2048"); CHECK(blas_lt_workspace_bytes(kSim) == 2048 * 1024); }
+  {
+    ScopedEnv env("CUBLASLT_WORKSPACE_SIZE", "2048");
+    CHECK(blas_lt_workspace_bytes(kSim) == 2048 * 1024);
+  }
   for (const char* bad : {"abc", "-1", "99999999999999999999999", "18014398509481984"}) {
     CAPTURE(bad);
     ScopedEnv env("CUBLASLT_WORKSPACE_SIZE", bad);
@@ -127,5 +142,8 @@ TEST_CASE("set_blas_workspace_config: only ':SIZE:COUNT' pairs; a forgotten colo
   set_blas_workspace_config(":4096:2:16:8");
   CHECK(blas_workspace_bytes(kSim) == 4096 * 1024 * 2 + 16 * 1024 * 8);  // 8519680
   set_blas_workspace_config(std::nullopt);
-  { ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", "0:0"); CHECK(blas_workspace_bytes(kSim) == 32 * 1024 * 1024); }
+  {
+    ScopedEnv env("CUBLAS_WORKSPACE_CONFIG", "0:0");
+    CHECK(blas_workspace_bytes(kSim) == 32 * 1024 * 1024);
+  }
 }

@@ -128,13 +128,13 @@ TEST_CASE("8 threads allocate and free on one sim device: exact statistics after
   std::atomic<int> ready{0};
   std::array<ThreadCounts, 8> counts;
   std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i)
-    threads.emplace_back([&, i] { counts[i] = allocate_and_free(i, 1500, ready); });
+  for (int i = 0; i < 8; ++i) threads.emplace_back([&, i] { counts[i] = allocate_and_free(i, 1500, ready); });
   for (auto& thread : threads) thread.join();
   const DeviceStats end = allocator.stats();
 
   int64_t allocations = 0, requested = 0;
-  for (const ThreadCounts& c : counts) allocations += c.tensor_allocations + c.raw_allocations, requested += c.requested_bytes;
+  for (const ThreadCounts& c : counts)
+    allocations += c.tensor_allocations + c.raw_allocations, requested += c.requested_bytes;
   CHECK(allocations > 8 * 500);
   CHECK(end.allocated_bytes.all().current == start.allocated_bytes.all().current);
   CHECK(end.allocation.all().current == start.allocation.all().current);

@@ -36,7 +36,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     if (!grad_mode_enabled() && new_grad.use_count() == 1 && obeys_layout_contract(new_grad, variable_)) {
       set_grad_of(meta, new_grad.alias(), variable_);
     } else {
-      Tensor copy = empty_strided(variable_.sizes(), variable_.strides(), TensorOptions{variable_.dtype(), variable_.device()});
+      Tensor copy =
+          empty_strided(variable_.sizes(), variable_.strides(), TensorOptions{variable_.dtype(), variable_.device()});
       copy.copy_(new_grad);
       set_grad_of(meta, copy, variable_);
     }

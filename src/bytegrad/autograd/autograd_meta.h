@@ -11,11 +11,11 @@
 namespace bytegrad {
 
 struct AutogradMeta {
-  bool requires_grad = false;         // set by the user on leaves
-  Tensor grad;                        // .grad (leaves, or non-leaves that retain_grad); set with set_grad_of
-  MemoryRole grad_role;               // the `gradient` role of grad's block, while it is the .grad
-  std::shared_ptr<Node> grad_fn;      // the node that produced this tensor (null for leaves)
-  uint32_t output_nr = 0;             // which output of grad_fn
+  bool requires_grad = false;            // set by the user on leaves
+  Tensor grad;                           // .grad (leaves, or non-leaves that retain_grad); set with set_grad_of
+  MemoryRole grad_role;                  // the `gradient` role of grad's block, while it is the .grad
+  std::shared_ptr<Node> grad_fn;         // the node that produced this tensor (null for leaves)
+  uint32_t output_nr = 0;                // which output of grad_fn
   std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad, while a graph uses it
   // For a differentiable view (a recorded view op's output: view, select, slice, transpose, ...), the
   // tensor it is a view of, as PyTorch's view._base: a view of a view points at the first base. Held weakly

@@ -49,8 +49,8 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
     if (!recomputed_state) recomputed_state = std::make_shared<std::vector<Tensor>>(recompute());
     auto& recomputed = *static_cast<std::vector<Tensor>*>(recomputed_state.get());
     if (!recomputed.at(slot.index).defined())
-      throw std::logic_error(fmt::format("checkpoint: saved tensor {} was unpacked twice in one backward pass",
-                                         slot.index));
+      throw std::logic_error(
+          fmt::format("checkpoint: saved tensor {} was unpacked twice in one backward pass", slot.index));
     Tensor t = std::move(recomputed[slot.index]);  // handed over: held by the node from now on
     recomputed[slot.index] = Tensor();
     return t;
@@ -101,8 +101,7 @@ class CheckpointFrame final : public SavedTensorHooks, public std::enable_shared
       SavedTensorHooksScope scope(std::make_shared<Recorder>(recomputed, forward_metadata_.size()));
       try {
         function_(inputs_);  // outputs (and the recomputed graph) are dropped
-      } catch (const RecomputedEnough&) {
-      }
+      } catch (const RecomputedEnough&) {}
     }
     check_matches_forward(recomputed);
     return recomputed;

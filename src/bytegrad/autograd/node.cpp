@@ -7,7 +7,7 @@ namespace bytegrad {
 namespace {
 // Per thread, like PyTorch's: creation order within the thread that ran the forward pass.
 thread_local uint64_t next_sequence_nr = 0;
-}
+}  // namespace
 
 Node::Node() : module_(current_module_name_ptr()), sequence_nr_(next_sequence_nr++) {}
 

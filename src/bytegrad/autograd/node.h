@@ -38,9 +38,9 @@ struct SavedTensorReport {
   Shape sizes;
   ScalarType dtype = ScalarType::float32;
   Device device;
-  size_t bytes = 0;           // numel * element size of the saved view
-  size_t block_bytes = 0;     // the allocator's block behind its storage (rounded, as memory_allocated counts)
-  size_t charged_bytes = 0;   // block_bytes for the first entry naming a storage, 0 for later ones
+  size_t bytes = 0;             // numel * element size of the saved view
+  size_t block_bytes = 0;       // the allocator's block behind its storage (rounded, as memory_allocated counts)
+  size_t charged_bytes = 0;     // block_bytes for the first entry naming a storage, 0 for later ones
   bool shares_storage = false;  // the storage is also held by something else (a parameter, a live tensor,
                                 // another saved tensor)
   bool graph_only = false;      // nothing but this graph's saved tensors holds the storage: the graph's

@@ -17,8 +17,7 @@ namespace {
 // arguments; a `no_grad` row has none.
 using Formula = std::shared_ptr<FormulaNode> (*)(const OpRecord&);
 
-#define BYTEGRAD_DISPATCH_grad(op) \
-  [](const OpRecord& r) { return formulas::op(r, r.args_of<OpId::op>()); },
+#define BYTEGRAD_DISPATCH_grad(op) [](const OpRecord& r) { return formulas::op(r, r.args_of<OpId::op>()); },
 #define BYTEGRAD_DISPATCH_no_grad(op) nullptr,
 #define BYTEGRAD_DISPATCH_UNARY(op, dtypes, grad, ...) BYTEGRAD_DISPATCH_##grad(op)
 #define BYTEGRAD_DISPATCH_BINARY(op, dtypes, args, grad, ...) BYTEGRAD_DISPATCH_##grad(op)
@@ -61,9 +60,10 @@ class GraphRecorder final : public AutogradHook {
     std::shared_ptr<FormulaNode> node = make(record);
     // An out-of-place op that saves an input must save it before its output exists (begin_recording).
     if (!record.in_place && node->saves_inputs())
-      throw std::logic_error(fmt::format("autograd: {} saves an input, so it must be recorded with "
-                                         "begin_recording before it computes (tensor/autograd_hook.h)",
-                                         op_name(record.op)));
+      throw std::logic_error(
+          fmt::format("autograd: {} saves an input, so it must be recorded with "
+                      "begin_recording before it computes (tensor/autograd_hook.h)",
+                      op_name(record.op)));
     NodeInProgress(std::move(node), std::move(record)).finish(outputs);
   }
 
@@ -73,18 +73,21 @@ class GraphRecorder final : public AutogradHook {
     const std::string_view name = op_name(op);
     const AutogradMeta* meta = autograd_meta(self);
     if (meta && meta->requires_grad && !meta->grad_fn)
-      throw std::runtime_error(fmt::format("a leaf tensor that requires grad ({}) is being used in an in-place "
-                                           "operation ({}_); do it inside a NoGradGuard or on a clone",
-                                           describe(self), name));
+      throw std::runtime_error(
+          fmt::format("a leaf tensor that requires grad ({}) is being used in an in-place "
+                      "operation ({}_); do it inside a NoGradGuard or on a clone",
+                      describe(self), name));
     // PyTorch's check_inplace: a view (with history) of a leaf that requires grad may not be modified
     // in place either, as that would change the leaf behind autograd's back.
     if (meta && meta->grad_fn) {
       const Tensor base = view_base(self);
       const AutogradMeta* base_meta = autograd_meta(base);
       if (base_meta && base_meta->requires_grad && !base_meta->grad_fn)
-        throw std::runtime_error(fmt::format("a view of a leaf Variable that requires grad is being used in an "
-                                             "in-place operation. ({}_ on {}, a view of the leaf {}; do it inside a "
-                                             "NoGradGuard or on a clone)", name, describe(self), describe(base)));
+        throw std::runtime_error(
+            fmt::format("a view of a leaf Variable that requires grad is being used in an "
+                        "in-place operation. ({}_ on {}, a view of the leaf {}; do it inside a "
+                        "NoGradGuard or on a clone)",
+                        name, describe(self), describe(base)));
     }
     if (needs_graph(inputs) && !kFormulas[static_cast<size_t>(op)]) throw no_formula(op, true);
   }
@@ -100,9 +103,10 @@ class GraphRecorder final : public AutogradHook {
   }
 
   static std::logic_error no_formula(OpId op, bool in_place) {
-    return std::logic_error(fmt::format("autograd: {}{} is not differentiable in bytegrad (marked no_grad in "
-                                        "core/op_table.h); call it under a NoGradGuard or on detached tensors",
-                                        op_name(op), in_place ? "_" : ""));
+    return std::logic_error(
+        fmt::format("autograd: {}{} is not differentiable in bytegrad (marked no_grad in "
+                    "core/op_table.h); call it under a NoGradGuard or on detached tensors",
+                    op_name(op), in_place ? "_" : ""));
   }
 
   // Between begin and finish: the node, and the record (its inputs) for a view's base.

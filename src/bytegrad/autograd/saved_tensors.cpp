@@ -112,8 +112,9 @@ std::string SavedTensors::table() const {
   }
   std::string out;
   for (const Row& r : rows) {
-    std::string line = fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>{}}  {}", r.node, w[0], r.module,
-                                   w[1], r.name, w[2], r.shape, w[3], r.dtype, w[4], r.device, w[5], r.block, w[6], r.held);
+    std::string line =
+        fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>{}}  {}", r.node, w[0], r.module, w[1], r.name,
+                    w[2], r.shape, w[3], r.dtype, w[4], r.device, w[5], r.block, w[6], r.held);
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }

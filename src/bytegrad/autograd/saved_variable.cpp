@@ -58,15 +58,15 @@ Tensor SavedVariable::unpack(const std::string& node_name) const {
         "Trying to backward through the graph a second time (or directly access saved tensors after they have "
         "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
         "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
-        "if you need to access saved tensors after calling backward. (" + node_name + " needed them.)");
+        "if you need to access saved tensors after calling backward. (" +
+        node_name + " needed them.)");
   if (hooks_) return unpack_from_hooks(node_name);
   if (data_.version() != saved_version_)
     throw std::runtime_error(fmt::format(
         "one of the variables needed for gradient computation has been modified by an inplace operation: the "
         "{} tensor of shape {} on {} saved by {} is at version {}; it was saved at version {}. Find the "
         "in-place op that changed it after the forward pass (or clone it before modifying).",
-        scalar_type_name(dtype_), shape_str(sizes_), data_.device().str(), node_name, data_.version(),
-        saved_version_));
+        scalar_type_name(dtype_), shape_str(sizes_), data_.device().str(), node_name, data_.version(), saved_version_));
   return data_;
 }
 

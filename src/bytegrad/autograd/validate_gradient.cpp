@@ -78,9 +78,10 @@ Tensor validate_gradient(Tensor grad, const GradientMetadata& expected, const Gr
     // backward(gradient) takes only the root's own shape (PyTorch's _make_grads); a node's gradient may be
     // one the receiver's shape broadcasts to, and is summed down.
     if (!from_node)
-      refuse(fmt::format("Mismatch in shape: grad_output[{0}] has a shape of {1} and output[{0}] has a shape of {2}: "
-                         "the gradient does not match the root's shape",
-                         source.index, shape_str(grad.sizes()), shape_str(expected.sizes)));
+      refuse(
+          fmt::format("Mismatch in shape: grad_output[{0}] has a shape of {1} and output[{0}] has a shape of {2}: "
+                      "the gradient does not match the root's shape",
+                      source.index, shape_str(grad.sizes()), shape_str(expected.sizes)));
     if (!expandable_to(expected.sizes, grad.sizes()))
       refuse(fmt::format("got {} but expected shape compatible with {}", shape_str(grad.sizes()),
                          shape_str(expected.sizes)));

@@ -20,8 +20,8 @@ enum class GradientEntry { root, node_output, assigned };
 
 struct GradientSource {
   GradientEntry entry;
-  size_t index = 0;           // the root's position among backward's roots, or the node's output number
-  std::string_view node;      // node_output: the node that returned it (e.g. "MulBackward0")
+  size_t index = 0;       // the root's position among backward's roots, or the node's output number
+  std::string_view node;  // node_output: the node that returned it (e.g. "MulBackward0")
 };
 
 // `grad` (defined) as the receiver described by `expected` takes it; throws std::invalid_argument for a

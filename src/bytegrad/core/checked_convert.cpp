@@ -12,10 +12,10 @@ namespace {
 // The largest finite value of a floating dtype.
 double largest_finite(ScalarType dtype) {
   switch (dtype) {
-    case ScalarType::float32: return 0x1.fffffep127;     // FLT_MAX
-    case ScalarType::float16: return 65504.0;            // (2 - 2^-10) * 2^15
-    case ScalarType::bfloat16: return 0x1.fep127;        // (2 - 2^-7) * 2^127
-    default: return 0x1.fffffffffffffp1023;              // DBL_MAX
+    case ScalarType::float32: return 0x1.fffffep127;  // FLT_MAX
+    case ScalarType::float16: return 65504.0;         // (2 - 2^-10) * 2^15
+    case ScalarType::bfloat16: return 0x1.fep127;     // (2 - 2^-7) * 2^127
+    default: return 0x1.fffffffffffffp1023;           // DBL_MAX
   }
 }
 

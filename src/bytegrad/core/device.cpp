@@ -30,8 +30,7 @@ Device Device::parse(std::string_view text) {
   else if (kind == "sim") device.type = DeviceType::sim;
   else if (kind == "meta") device.type = DeviceType::meta;
   else
-    throw std::invalid_argument("unknown device '" + std::string(text) +
-                                "': expected cpu, cuda[:N], sim[:N] or meta");
+    throw std::invalid_argument("unknown device '" + std::string(text) + "': expected cpu, cuda[:N], sim[:N] or meta");
   if (colon != std::string_view::npos) {
     std::string_view digits = text.substr(colon + 1);
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), device.index);

@@ -62,7 +62,8 @@ class Parser {
       v.kind = Value::Kind::array;
       ++pos_;
       if (!consume(']')) {
-        do v.items.push_back(value()); while (consume(','));
+        do v.items.push_back(value());
+        while (consume(','));
         expect(']');
       }
     } else if (c == '"') {
@@ -125,7 +126,9 @@ class Parser {
         case 'r': out += '\r'; break;
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
-        case '"': case '\\': case '/': out += e; break;
+        case '"':
+        case '\\':
+        case '/': out += e; break;
         case 'u': append_utf8(out, code_point()); break;
         default: fail("bad escape");
       }
@@ -182,7 +185,8 @@ class Parser {
     return true;
   }
   void ws() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
       ++pos_;
   }
   char peek() {
@@ -358,7 +362,8 @@ void append_quoted(std::string& out, std::string_view text) {
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+        if (static_cast<unsigned char>(c) < 0x20)
+          fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
         else out += c;  // UTF-8 bytes pass through
     }
   }

@@ -98,10 +98,10 @@ struct Attention {
 }  // namespace op_args
 
 // Any op's arguments (an op's own type is ArgsOf<op>, core/op_table.h).
-using OpArgs = std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_args::Dim, op_args::Dims,
-                            op_args::Variance, op_args::Transpose, op_args::Permutation, op_args::Select,
-                            op_args::Slice, op_args::Split, op_args::SourceDevice, op_args::Addmm,
-                            op_args::Diagonal, op_args::Dropout, op_args::LossReduction, op_args::NllLoss,
-                            op_args::LayerNorm, op_args::Pad, op_args::Attention>;
+using OpArgs =
+    std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_args::Dim, op_args::Dims, op_args::Variance,
+                 op_args::Transpose, op_args::Permutation, op_args::Select, op_args::Slice, op_args::Split,
+                 op_args::SourceDevice, op_args::Addmm, op_args::Diagonal, op_args::Dropout, op_args::LossReduction,
+                 op_args::NllLoss, op_args::LayerNorm, op_args::Pad, op_args::Attention>;
 
 }  // namespace bytegrad

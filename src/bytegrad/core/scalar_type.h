@@ -28,8 +28,6 @@ inline constexpr bool is_floating_point(ScalarType type) {
          type == ScalarType::bfloat16;
 }
 
-
-
 // "float32", "int64", "bool", ... (PyTorch's names without the "torch." prefix).
 inline std::string_view scalar_type_name(ScalarType type) {
   switch (type) {
@@ -63,7 +61,8 @@ inline constexpr ScalarType promote_types(ScalarType a, ScalarType b) {
     }
     return 0;
   };
-  if ((a == ScalarType::float16 && b == ScalarType::bfloat16) || (a == ScalarType::bfloat16 && b == ScalarType::float16))
+  if ((a == ScalarType::float16 && b == ScalarType::bfloat16) ||
+      (a == ScalarType::bfloat16 && b == ScalarType::float16))
     return ScalarType::float32;
   return rank(a) >= rank(b) ? a : b;
 }
@@ -114,6 +113,5 @@ class ResultTypeState {
   };
   Slot dimensioned_, zero_dim_;
 };
-
 
 }  // namespace bytegrad

@@ -24,7 +24,8 @@ std::string element_count_text(const Shape& sizes) {
   }
   std::string digits;
   if (exact_fits) {
-    for (unsigned __int128 v = exact; v > 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + int(v % 10)));
+    for (unsigned __int128 v = exact; v > 0; v /= 10)
+      digits.insert(digits.begin(), static_cast<char>('0' + int(v % 10)));
     return fmt::format("{} (2^{:.4g})", digits, log2_count);
   }
   return fmt::format("about 2^{:.4g}", log2_count);
@@ -42,7 +43,8 @@ std::optional<int64_t> checked_numel(const Shape& sizes) {
 
 void check_shape(const char* op, const Shape& sizes) {
   for (int64_t s : sizes)
-    if (s < 0) throw std::invalid_argument(fmt::format("{}: negative dimension {} in shape {}", op, s, shape_str(sizes)));
+    if (s < 0)
+      throw std::invalid_argument(fmt::format("{}: negative dimension {} in shape {}", op, s, shape_str(sizes)));
   if (!checked_numel(sizes))
     throw std::length_error(fmt::format("{}: the shape {} has {} elements, more than int64 can count", op,
                                         shape_str(sizes), element_count_text(sizes)));

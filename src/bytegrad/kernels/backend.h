@@ -18,7 +18,6 @@
 
 namespace bytegrad {
 
-
 // UnaryOp and BinaryOp (the pointwise kernels' ops) are the op table's unary and binary rows
 // (core/op_table.h); what each computes is in kernels/pointwise_math.h. add/sub scale their second
 // operand by alpha (a + alpha * b); the *_backward ops fuse an activation's gradient as PyTorch does (a:
@@ -98,8 +97,7 @@ class KernelBackend {
   virtual void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
                              bool scalar_first = false) = 0;
   // out[i] = cond[i] ? a[i] : b[i]; all broadcast to out's sizes, cond is bool.
-  virtual void where(const StridedView& out, const StridedView& cond, const StridedView& a,
-                     const StridedView& b) = 0;
+  virtual void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) = 0;
   // out[i] = mask[i] ? value : out[i]; mask (bool) broadcast to out's sizes.
   virtual void masked_fill(const StridedView& out, const StridedView& mask, double value) = 0;
 
@@ -118,19 +116,17 @@ class KernelBackend {
   virtual void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) = 0;
   // grad_in = gradient of (log_)softmax given grad_out and the forward's output. The three share one dtype,
   // except that a float16 grad_in from float32 operands (log_softmax's half_to_float gradient) is accepted.
-  virtual void softmax_backward(const StridedView& grad_in, const StridedView& grad_out,
-                                const StridedView& output, int64_t dim, bool log) = 0;
+  virtual void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
+                                int64_t dim, bool log) = 0;
 
   // Batched matrix product as described (gemm_args.h): the op layer has chosen the layout and made every
   // copy (tensor/blas_plan.h), so a backend only computes.
   virtual void gemm(const GemmArgs& args) = 0;
 
   // out = in.index_select(dim, index): out's size at dim equals index's length (int64 indices).
-  virtual void index_select(const StridedView& out, const StridedView& in, int64_t dim,
-                            const StridedView& index) = 0;
+  virtual void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) = 0;
   // out.index_add_(dim, index, source): out[.., index[i], ..] += source[.., i, ..].
-  virtual void index_add(const StridedView& out, int64_t dim, const StridedView& index,
-                         const StridedView& source) = 0;
+  virtual void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) = 0;
   // out[i][j] = in[i][index[i][j]] along dim (index int64, out has index's sizes).
   virtual void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) = 0;
   // out[i][index[i][j]] += source[i][j] along dim.

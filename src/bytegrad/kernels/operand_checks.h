@@ -43,7 +43,8 @@ inline NllGeometry nll_geometry(const StridedView& input, const StridedView& tar
 inline bool softmax_backward_half_to_float(const StridedView& grad_in, const StridedView& grad_out,
                                            const StridedView& output, const char* backend) {
   if (grad_out.dtype != output.dtype)
-    throw std::invalid_argument(std::string(backend) + " backend: softmax_backward: grad_out and output differ in dtype");
+    throw std::invalid_argument(std::string(backend) +
+                                " backend: softmax_backward: grad_out and output differ in dtype");
   if (grad_in.dtype == grad_out.dtype) return false;
   if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
     throw std::invalid_argument(std::string(backend) +

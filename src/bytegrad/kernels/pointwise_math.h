@@ -195,14 +195,20 @@ BYTEGRAD_HOST_DEVICE M pow_scalar_exponent(M x, M exponent) {
 }
 
 // A binary op with a Python-number operand: `scalar` converted to M (the op layer passes a tensor of the
-// type computed in: int_tensor + 0.5 arrives as float32), `exact` the number itself (comparisons use it, so int_tensor > 0.5 means
-// what it says). PyTorch's scalar fast paths: pow through pow_scalar_exponent, and floating division by a
+// type computed in: int_tensor + 0.5 arrives as float32), `exact` the number itself (comparisons use it, so int_tensor
+// > 0.5 means what it says). PyTorch's scalar fast paths: pow through pow_scalar_exponent, and floating division by a
 // scalar through its reciprocal.
 template <typename M>
 BYTEGRAD_HOST_DEVICE M binary_with_scalar(BinaryOp op, M x, M scalar, double exact, bool scalar_first) {
   switch (op) {
-    case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le: case BinaryOp::gt:
-    case BinaryOp::ge: case BinaryOp::logical_and: case BinaryOp::logical_or: {
+    case BinaryOp::eq:
+    case BinaryOp::ne:
+    case BinaryOp::lt:
+    case BinaryOp::le:
+    case BinaryOp::gt:
+    case BinaryOp::ge:
+    case BinaryOp::logical_and:
+    case BinaryOp::logical_or: {
       const double v = static_cast<double>(x);
       return static_cast<M>(scalar_first ? binary<double>(op, exact, v, 1.0) : binary<double>(op, v, exact, 1.0));
     }

@@ -47,7 +47,7 @@ struct ReduceDeviceLimits {
 };
 
 struct ReduceScratch {
-  int64_t buffer_bytes = 0;     // 0: no global reduction, nothing is allocated
+  int64_t buffer_bytes = 0;  // 0: no global reduction, nothing is allocated
   int64_t semaphore_bytes = 0;
   bool global() const { return buffer_bytes > 0; }
 };

@@ -11,9 +11,7 @@ namespace bytegrad {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::invalid_argument("BYTEGRAD_ALLOC_CONF: " + what);
-}
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("BYTEGRAD_ALLOC_CONF: " + what); }
 
 // Splits into words and the punctuation PyTorch's syntax uses (`:` `,` `[` `]`); whitespace is ignored.
 std::vector<std::string> tokenize(std::string_view text) {
@@ -50,7 +48,8 @@ class TokenReader {
   }
   void expect(const std::string& symbol, const std::string& context) {
     std::string token = next(context);
-    if (token != symbol) fail("expected '" + symbol + "' after " + quote_setting(context) + ", found " + quote_setting(token));
+    if (token != symbol)
+      fail("expected '" + symbol + "' after " + quote_setting(context) + ", found " + quote_setting(token));
   }
 
  private:
@@ -98,9 +97,7 @@ size_t parse_mb_at_least_20(const std::string& text, const std::string& key) {
   return mb * kMiB;
 }
 
-size_t slot_for_interval_mb(size_t mb) {
-  return std::min<size_t>(std::bit_width(mb) - 1, kRoundupPower2Intervals - 1);
-}
+size_t slot_for_interval_mb(size_t mb) { return std::min<size_t>(std::bit_width(mb) - 1, kRoundupPower2Intervals - 1); }
 
 void parse_roundup_power2_divisions(TokenReader& in, AllocatorConfig& config) {
   const std::string key = "roundup_power2_divisions";
@@ -135,15 +132,15 @@ void parse_roundup_power2_divisions(TokenReader& in, AllocatorConfig& config) {
         fail("option " + key + ": each interval must be a power of two in MB, got " + quote_setting(interval));
       size_t slot = slot_for_interval_mb(mb);
       if (first) {  // the first key also covers every smaller interval
-        std::fill(config.roundup_power2_divisions.begin(), config.roundup_power2_divisions.begin() + slot,
-                  divisions);
+        std::fill(config.roundup_power2_divisions.begin(), config.roundup_power2_divisions.begin() + slot, divisions);
         first = false;
       }
       config.roundup_power2_divisions[slot] = divisions;
       last_slot = slot;
     }
     if (in.peek() == ",") in.next(key);
-    else if (in.peek() != "]") fail("option " + key + ": expected ',' or ']' in the list, found " + quote_setting(in.peek()));
+    else if (in.peek() != "]")
+      fail("option " + key + ": expected ',' or ']' in the list, found " + quote_setting(in.peek()));
   }
   in.next(key);  // the closing ]
 }
@@ -191,7 +188,8 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
     } else if (key == "backend") {
       std::string value = in.next(key + ":");
       if (value != "native")
-        fail("option backend:" + quote_setting(value) + " is not supported; bytegrad implements the native caching allocator");
+        fail("option backend:" + quote_setting(value) +
+             " is not supported; bytegrad implements the native caching allocator");
     } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
                key == "pinned_use_background_threads" || key == "graph_capture_record_stream_reuse") {
       const size_t index = in.index();
@@ -210,7 +208,8 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
     } else {
       fail("unrecognized option " + quote_setting(key));
     }
-    if (!in.done() && in.peek() != ",") fail("expected ',' after option " + key + ", found " + quote_setting(in.peek()));
+    if (!in.done() && in.peek() != ",")
+      fail("expected ',' after option " + key + ", found " + quote_setting(in.peek()));
   }
   return config;
 }

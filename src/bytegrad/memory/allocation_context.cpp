@@ -39,7 +39,8 @@ const std::string* intern(std::string_view tag) {
     std::lock_guard lock(*mutex);
     interned = &*table->emplace(tag).first;
   }
-  if (!tag_cache_gone) cache.map.emplace(*interned, interned);  // keyed by a view of the interned text, which never moves
+  if (!tag_cache_gone)
+    cache.map.emplace(*interned, interned);  // keyed by a view of the interned text, which never moves
   return interned;
 }
 

@@ -114,7 +114,8 @@ void BlockCategories::rebirth(MemoryCategory from, MemoryCategory to, std::vecto
 }
 
 std::string BlockCategories::module_owner(const Entry& e) {
-  const bool by_module = e.role_owner_category == MemoryCategory::parameter || e.role_owner_category == MemoryCategory::buffer;
+  const bool by_module =
+      e.role_owner_category == MemoryCategory::parameter || e.role_owner_category == MemoryCategory::buffer;
   return by_module && e.roles[index_of(e.role_owner_category)] > 0 ? e.role_owner : std::string();
 }
 
@@ -135,8 +136,9 @@ std::vector<LedgerBlock> BlockCategories::largest(size_t n) const {
   for (const Entry* e = live_; e; e = e->next) order.push_back(e);
   const size_t count = std::min(n, order.size());
   // Largest first, ties by address so the report does not depend on the list's order.
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(),
-                    [](const Entry* a, const Entry* b) { return a->bytes != b->bytes ? a->bytes > b->bytes : a->ptr < b->ptr; });
+  std::partial_sort(
+      order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(),
+      [](const Entry* a, const Entry* b) { return a->bytes != b->bytes ? a->bytes > b->bytes : a->ptr < b->ptr; });
   std::vector<LedgerBlock> blocks;
   for (size_t i = 0; i < count; ++i) blocks.push_back(ledger_block(*order[i]));
   return blocks;

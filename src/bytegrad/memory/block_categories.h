@@ -98,7 +98,9 @@ class BlockCategories {
   // minutes). A free of one of them makes the list stale; the next read rebuilds it with one walk.
   void note_alloc_in_top(const Entry& e);
   void rebuild_top() const;
-  static bool larger(const Entry* a, const Entry* b) { return a->bytes != b->bytes ? a->bytes > b->bytes : a->ptr < b->ptr; }
+  static bool larger(const Entry* a, const Entry* b) {
+    return a->bytes != b->bytes ? a->bytes > b->bytes : a->ptr < b->ptr;
+  }
   mutable std::array<const Entry*, kPeakBlocks> top_{};
   mutable size_t top_count_ = 0;
   mutable bool top_stale_ = false;

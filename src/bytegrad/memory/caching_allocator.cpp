@@ -23,7 +23,7 @@ struct CachingAllocator::Block {
   ExpandableSegment* segment = nullptr;  // the expandable segment this block lies in, if any
   Block* prev = nullptr;
   Block* next = nullptr;
-  uint64_t gc_count_base = 0;  // the pool's search count when this block was last cached
+  uint64_t gc_count_base = 0;   // the pool's search count when this block was last cached
   BlockCategoryEntry category;  // while allocated: what the block is for (block_categories.h)
   // tie_address - ptr for the block's segment (mod 2^64): best fit orders equal sizes by ptr + tie_shift,
   // which keeps the order of blocks inside a segment and puts segments where RawMemory::tie_address says.
@@ -72,9 +72,8 @@ CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConf
     : raw_(std::move(raw)), config_(std::move(config)), device_index_(device_index) {
   static std::atomic<uint64_t> allocators_made{0};
   id_ = ++allocators_made;
-  stats_.max_split_size = config_.max_split_size == std::numeric_limits<size_t>::max()
-                              ? -1
-                              : static_cast<int64_t>(config_.max_split_size);
+  stats_.max_split_size =
+      config_.max_split_size == std::numeric_limits<size_t>::max() ? -1 : static_cast<int64_t>(config_.max_split_size);
 }
 
 CachingAllocator::~CachingAllocator() {

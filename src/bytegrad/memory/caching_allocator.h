@@ -85,7 +85,8 @@ class CachingAllocator {
   void reset_peak_stats();
   void reset_accumulated_stats();
 
-  MemorySnapshot snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (reports/memory_viz.h)
+  MemorySnapshot
+  snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (reports/memory_viz.h)
   void record_history(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
   bool history_enabled() const;  // whether record_history(true) is in effect
   // For tools that read the history from a point on (MemoryStory, MemoryProbe): while attached, the
@@ -134,7 +135,7 @@ class CachingAllocator {
     PoolKind kind;
     std::set<Block*, BlockOrder> free_blocks;
     std::set<Block*, AddressOrder> unmapped;  // expandable segments' ranges without pages, by (stream, address)
-    uint64_t search_count = 0;  // get_free_block calls, the clock that ages blocks for garbage collection
+    uint64_t search_count = 0;                // get_free_block calls, the clock that ages blocks for garbage collection
   };
   struct Request {
     size_t requested = 0;  // bytes asked for

@@ -134,8 +134,7 @@ class CudaRawMemory final : public RawMemory {
     if (threads_on_card_ == 0) {
       int sms = 0, threads = 0;
       check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_), "cudaDeviceGetAttribute");
-      check(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, index_),
-            "cudaDeviceGetAttribute");
+      check(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, index_), "cudaDeviceGetAttribute");
       threads_on_card_ = size_t(sms) * size_t(threads);
     }
     modelled_addresses_.note_driver_allocations(what, threads_on_card_);
@@ -210,8 +209,8 @@ class CudaRawMemory final : public RawMemory {
   int index_;
   bool driver_ties_;
   VirtualAddressSpace modelled_addresses_;
-  size_t threads_on_card_ = 0;  // SMs x threads per SM, read when first needed
-  std::unordered_map<const void*, uintptr_t> tie_addresses_;  // segment -> its modelled address
+  size_t threads_on_card_ = 0;                                 // SMs x threads per SM, read when first needed
+  std::unordered_map<const void*, uintptr_t> tie_addresses_;   // segment -> its modelled address
   std::map<uintptr_t, CUmemGenericAllocationHandle> handles_;  // mapped page address -> its allocation
 };
 
@@ -231,8 +230,8 @@ int cuda_compute_capability_major(int index) {
 DeviceLaunchLimits cuda_launch_limits(int index) {
   DeviceLaunchLimits limits;
   if (cudaDeviceGetAttribute(&limits.multiprocessor_count, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&limits.max_threads_per_multiprocessor, cudaDevAttrMaxThreadsPerMultiProcessor,
-                             index) != cudaSuccess) {
+      cudaDeviceGetAttribute(&limits.max_threads_per_multiprocessor, cudaDevAttrMaxThreadsPerMultiProcessor, index) !=
+          cudaSuccess) {
     (void)cudaGetLastError();
     return {};
   }

@@ -50,8 +50,7 @@ std::unique_ptr<CachingAllocator> make_allocator(Device device, SimulatedCapacit
                                  " CUDA device(s) visible");
       raw = make_cuda_raw_memory(device.index);
       break;
-    case DeviceType::cpu:
-      throw std::invalid_argument("cpu memory is not cached: use host_allocator()");
+    case DeviceType::cpu: throw std::invalid_argument("cpu memory is not cached: use host_allocator()");
   }
   return std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index);
 }
@@ -64,8 +63,8 @@ void replace_allocator(Registry& r, Device device, SimulatedCapacity capacity) {
   DeviceKey key{device.type, device.index};
   auto it = r.allocators.find(key);
   if (it != r.allocators.end() && it->second->memory_allocated() != 0)
-    throw std::logic_error("cannot reset " + device.str() + " while " +
-                           std::to_string(it->second->memory_allocated()) + " bytes are still allocated on it");
+    throw std::logic_error("cannot reset " + device.str() + " while " + std::to_string(it->second->memory_allocated()) +
+                           " bytes are still allocated on it");
   std::unique_ptr<CachingAllocator> fresh;
   if (device.type == DeviceType::cuda) AllocatorConfig::from_environment();
   else fresh = make_allocator(device, capacity);

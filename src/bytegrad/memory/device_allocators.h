@@ -58,7 +58,7 @@ class HostAllocator {
 };
 HostAllocator& host_allocator();
 
-int cuda_device_count();  // 0 when built without CUDA or when no GPU is visible
+int cuda_device_count();                       // 0 when built without CUDA or when no GPU is visible
 int cuda_compute_capability_major(int index);  // 0 when unknown
 
 // cudaDeviceProp's multiProcessorCount and maxThreadsPerMultiProcessor: the real card's on cuda, the

@@ -56,7 +56,8 @@ void History::set_capacity(size_t max_entries) {
   max_entries = max_entries == 0 ? 1 : max_entries;
   if (max_entries == max_entries_) return;
   std::vector<TraceEntry> ordered = entries();
-  if (ordered.size() > max_entries) ordered.erase(ordered.begin(), ordered.end() - static_cast<std::ptrdiff_t>(max_entries));
+  if (ordered.size() > max_entries)
+    ordered.erase(ordered.begin(), ordered.end() - static_cast<std::ptrdiff_t>(max_entries));
   ring_ = std::move(ordered);
   next_ = 0;
   max_entries_ = max_entries;
@@ -66,10 +67,17 @@ void History::record(TraceAction action, uintptr_t address, size_t size, StreamI
                      TraceCategories categories, size_t device_free) {
   if (!enabled()) return;
   auto now = std::chrono::system_clock::now().time_since_epoch();
-  TraceEntry entry{action, address, size, stream,
-                   std::chrono::duration_cast<std::chrono::microseconds>(now).count(), device_free,
-                   current_allocation_tag(), categories.block_size, categories.category,
-                   categories.previous_category, totals};
+  TraceEntry entry{action,
+                   address,
+                   size,
+                   stream,
+                   std::chrono::duration_cast<std::chrono::microseconds>(now).count(),
+                   device_free,
+                   current_allocation_tag(),
+                   categories.block_size,
+                   categories.category,
+                   categories.previous_category,
+                   totals};
   ++recorded_;
   if (ring_.size() < max_entries_) {
     ring_.push_back(std::move(entry));

@@ -40,15 +40,15 @@ std::string_view trace_action_name(TraceAction action);
 
 struct TraceEntry {
   TraceAction action;
-  uintptr_t address = 0;   // block or segment address (0 for oom and snapshot)
-  size_t size = 0;         // alloc/free: requested bytes; segment: its size; map/unmap: the pages' bytes;
-                           // oom: rounded block size
+  uintptr_t address = 0;  // block or segment address (0 for oom and snapshot)
+  size_t size = 0;        // alloc/free: requested bytes; segment: its size; map/unmap: the pages' bytes;
+                          // oom: rounded block size
   StreamId stream = 0;
   int64_t time_us = 0;     // microseconds since the epoch
   size_t device_free = 0;  // oom only: free device memory after the cache flush
   std::string tag;         // the allocation context at the time (see allocation_context.h)
   // alloc, free_requested, free_completed and category only (else 0 / `other`):
-  size_t block_size = 0;   // the block's bytes, as memory_allocated() counts them
+  size_t block_size = 0;                                     // the block's bytes, as memory_allocated() counts them
   MemoryCategory category = MemoryCategory::other;           // alloc: the birth category; free: the
                                                              // category it had; category: the new one
   MemoryCategory previous_category = MemoryCategory::other;  // category: the one it had before
@@ -70,7 +70,7 @@ struct TraceCategories {
 class History {
  public:
   bool enabled() const { return user_enabled_ || observers_ > 0; }  // whether entries are recorded now
-  bool user_enabled() const { return user_enabled_; }                // whether record_history(true) is in effect
+  bool user_enabled() const { return user_enabled_; }               // whether record_history(true) is in effect
   // The user's switch. Turning it on keeps at most `max_entries` (the oldest are overwritten) and keeps the
   // entries already recorded for observers; turning it off clears the history unless an observer remains.
   void set_enabled(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
@@ -91,8 +91,8 @@ class History {
   int64_t observers_ = 0;
   size_t max_entries_ = std::numeric_limits<size_t>::max();
   std::vector<TraceEntry> ring_;
-  size_t next_ = 0;       // where the next entry goes once the ring is full
-  uint64_t recorded_ = 0; // entries recorded so far
+  size_t next_ = 0;        // where the next entry goes once the ring is full
+  uint64_t recorded_ = 0;  // entries recorded so far
 };
 
 }  // namespace bytegrad

@@ -24,8 +24,8 @@ enum class MemoryCategory : uint8_t {
 };
 inline constexpr int kMemoryCategoryCount = 8;
 inline constexpr std::array<MemoryCategory, kMemoryCategoryCount> kMemoryCategories = {
-    MemoryCategory::parameter,  MemoryCategory::buffer,     MemoryCategory::gradient,
-    MemoryCategory::optimizer_state, MemoryCategory::workspace, MemoryCategory::activation,
+    MemoryCategory::parameter,          MemoryCategory::buffer,    MemoryCategory::gradient,
+    MemoryCategory::optimizer_state,    MemoryCategory::workspace, MemoryCategory::activation,
     MemoryCategory::autograd_temporary, MemoryCategory::other};
 
 std::string_view category_name(MemoryCategory category);  // "parameter", "optimizer_state", ...

@@ -12,8 +12,8 @@ namespace {
 // The device's caching allocator; cpu has none, so `what` names the function that needs one.
 CachingAllocator& cached_device(Device device, const char* what) {
   if (!device.uses_caching_allocator())
-    throw std::invalid_argument(fmt::format("{}({}): {} memory is not cached; use a cuda, sim or meta device",
-                                            what, device.str(), device.str()));
+    throw std::invalid_argument(fmt::format("{}({}): {} memory is not cached; use a cuda, sim or meta device", what,
+                                            device.str(), device.str()));
   return caching_allocator(device);
 }
 

@@ -11,19 +11,19 @@ namespace bytegrad {
 
 std::string out_of_memory_message(const OutOfMemoryReport& r) {
   std::string message = "CUDA out of memory. Tried to allocate " + format_size(r.segment_bytes) + ". GPU " +
-                        std::to_string(r.device_index) + " has a total capacity of " +
-                        format_size(r.device_total) + " of which " + format_size(r.device_free) + " is free. ";
+                        std::to_string(r.device_index) + " has a total capacity of " + format_size(r.device_total) +
+                        " of which " + format_size(r.device_free) + " is free. ";
   if (r.process_in_use)
-    message += "Including non-PyTorch memory, this process has " + format_size(*r.process_in_use) +
-               " memory in use. ";
+    message += "Including non-PyTorch memory, this process has " + format_size(*r.process_in_use) + " memory in use. ";
   if (r.allowed_bytes) message += format_size(*r.allowed_bytes) + " allowed; ";
   // No CUDA graphs or memory pools here, so nothing is held in private pools.
-  message += "Of the allocated memory " + format_size(r.allocated_bytes) + " is allocated by PyTorch, and " +
-             format_size(r.reserved_bytes - r.allocated_bytes) +
-             " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
-             "Memory Management  "
-             "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
+  message +=
+      "Of the allocated memory " + format_size(r.allocated_bytes) + " is allocated by PyTorch, and " +
+      format_size(r.reserved_bytes - r.allocated_bytes) +
+      " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+      "Memory Management  "
+      "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
   return message;
 }
 
@@ -57,19 +57,22 @@ std::string OutOfMemoryReport::str() const {
     const int64_t b = categories[static_cast<size_t>(c)];
     if (b != 0) text += fmt::format("  {:<20} {:>26}\n", category_name(c), human_bytes(b));
   }
-  text += fmt::format("reserved {} = allocated + {} cached free, all in segments that hold live blocks "
-                      "(empty_cache cannot return it); the {} pool has {} free pieces, the largest {}\n",
-                      human(reserved_bytes), human(cached_free_bytes), pool == PoolKind::small ? "small" : "large",
-                      cached_free_pieces, human(largest_free_piece));
+  text += fmt::format(
+      "reserved {} = allocated + {} cached free, all in segments that hold live blocks "
+      "(empty_cache cannot return it); the {} pool has {} free pieces, the largest {}\n",
+      human(reserved_bytes), human(cached_free_bytes), pool == PoolKind::small ? "small" : "large", cached_free_pieces,
+      human(largest_free_piece));
   if (fragmentation_caused())
-    text += fmt::format("fragmentation made it fail: the {} block does not fit in any free piece, but the cached "
-                        "free bytes and the room left would hold it were they one piece; "
-                        "expandable_segments:True lets segments grow in place instead\n",
-                        human(block_bytes));
+    text += fmt::format(
+        "fragmentation made it fail: the {} block does not fit in any free piece, but the cached "
+        "free bytes and the room left would hold it were they one piece; "
+        "expandable_segments:True lets segments grow in place instead\n",
+        human(block_bytes));
   else
-    text += fmt::format("not fragmentation: even in one piece, the cached free bytes and the room left ({}) "
-                        "cannot hold the {} block; live memory must shrink (the largest blocks below)\n",
-                        human(cached_free_bytes + room), human(block_bytes));
+    text += fmt::format(
+        "not fragmentation: even in one piece, the cached free bytes and the room left ({}) "
+        "cannot hold the {} block; live memory must shrink (the largest blocks below)\n",
+        human(cached_free_bytes + room), human(block_bytes));
   if (!largest_live.empty()) {
     text += "largest live blocks:\n";
     for (const LedgerBlock& b : largest_live)
@@ -81,8 +84,10 @@ std::string OutOfMemoryReport::str() const {
 std::ostream& operator<<(std::ostream& out, const OutOfMemoryReport& report) { return out << report.str(); }
 
 const OutOfMemoryReport& OutOfMemoryError::report() const {
-  if (!report_) throw std::logic_error("this OutOfMemoryError has no report: the request was refused before any "
-                                       "attempt (more than 1 EB)");
+  if (!report_)
+    throw std::logic_error(
+        "this OutOfMemoryError has no report: the request was refused before any "
+        "attempt (more than 1 EB)");
   return *report_;
 }
 

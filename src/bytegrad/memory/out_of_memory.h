@@ -39,9 +39,9 @@ struct OutOfMemoryReport {
   size_t reserved_bytes = 0;
   CategoryBytes categories{};
   MemoryPhase phase = MemoryPhase::forward;
-  size_t cached_free_bytes = 0;    // reserved - allocated
-  size_t cached_free_pieces = 0;   // free blocks in the request's pool
-  size_t largest_free_piece = 0;   // the largest of them (0 when none)
+  size_t cached_free_bytes = 0;   // reserved - allocated
+  size_t cached_free_pieces = 0;  // free blocks in the request's pool
+  size_t largest_free_piece = 0;  // the largest of them (0 when none)
   std::vector<LedgerBlock> largest_live;
 
   // Room for a new segment: what the device has free, or under a cap what the cap leaves.

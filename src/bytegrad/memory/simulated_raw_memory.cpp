@@ -117,8 +117,8 @@ class PlacedRawMemory : public SimulatedRawMemory {
   uintptr_t reserve_addresses(size_t bytes) final { return addresses_.allocate(bytes); }
   void release_addresses(uintptr_t address, size_t bytes) final { addresses_.release(address, bytes); }
   void note_driver_allocations(uint32_t what) final {
-    addresses_.note_driver_allocations(what, size_t(capacity().multiprocessor_count) *
-                                                 size_t(capacity().max_threads_per_multiprocessor));
+    addresses_.note_driver_allocations(
+        what, size_t(capacity().multiprocessor_count) * size_t(capacity().max_threads_per_multiprocessor));
   }
   bool map_at(uintptr_t address, size_t bytes) final { return commit(reinterpret_cast<void*>(address), bytes); }
   void unmap_at(uintptr_t address, size_t bytes) final { decommit(reinterpret_cast<void*>(address), bytes); }

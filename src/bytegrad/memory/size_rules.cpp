@@ -17,8 +17,7 @@ size_t round_size(size_t requested, const AllocatorConfig& config) {
   if (requested < kMinBlockSize) return kMinBlockSize;
   size_t divisions = config.divisions_for(requested);
   // Since PyTorch 2.5 a division count of 1 means "off" (the test is > 1, not > 0).
-  if (divisions > 1 && requested > kMinBlockSize * divisions)
-    return roundup_power2_next_division(requested, divisions);
+  if (divisions > 1 && requested > kMinBlockSize * divisions) return roundup_power2_next_division(requested, divisions);
   return kMinBlockSize * ((requested + kMinBlockSize - 1) / kMinBlockSize);
 }
 

@@ -8,9 +8,9 @@ namespace {
 
 template <typename Fn>
 void for_each_array(DeviceStats& stats, Fn&& fn) {
-  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
-                           &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
-                           &stats.inactive_split_bytes, &stats.requested_bytes})
+  for (StatArray* array :
+       {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split, &stats.allocated_bytes,
+        &stats.reserved_bytes, &stats.active_bytes, &stats.inactive_split_bytes, &stats.requested_bytes})
     for (Stat& stat : array->by_type) fn(stat);
   fn(stats.oversize_allocations);
   fn(stats.oversize_segments);
@@ -36,12 +36,15 @@ void DeviceStats::reset_accumulated() {
 
 std::map<std::string, int64_t> DeviceStats::flatten() const {
   static const char* const kPoolNames[kNumStatTypes] = {"all", "small_pool", "large_pool"};
-  const std::pair<const char*, const StatArray*> arrays[] = {
-      {"allocation", &allocation},         {"segment", &segment},
-      {"active", &active},                 {"inactive_split", &inactive_split},
-      {"allocated_bytes", &allocated_bytes}, {"reserved_bytes", &reserved_bytes},
-      {"active_bytes", &active_bytes},     {"inactive_split_bytes", &inactive_split_bytes},
-      {"requested_bytes", &requested_bytes}};
+  const std::pair<const char*, const StatArray*> arrays[] = {{"allocation", &allocation},
+                                                             {"segment", &segment},
+                                                             {"active", &active},
+                                                             {"inactive_split", &inactive_split},
+                                                             {"allocated_bytes", &allocated_bytes},
+                                                             {"reserved_bytes", &reserved_bytes},
+                                                             {"active_bytes", &active_bytes},
+                                                             {"inactive_split_bytes", &inactive_split_bytes},
+                                                             {"requested_bytes", &requested_bytes}};
   std::map<std::string, int64_t> out;
   for (const auto& [name, array] : arrays)
     for (size_t type = 0; type < kNumStatTypes; ++type)

@@ -66,7 +66,7 @@ struct DeviceStats {
   int64_t num_sync_all_streams = 0;
   int64_t num_device_alloc = 0;
   int64_t num_device_free = 0;
-  int64_t max_split_size = -1;     // configured value; "unlimited" reads as -1
+  int64_t max_split_size = -1;  // configured value; "unlimited" reads as -1
 
   void reset_peaks();
   void reset_accumulated();

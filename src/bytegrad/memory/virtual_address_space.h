@@ -50,9 +50,9 @@ class VirtualAddressSpace {
   std::map<uintptr_t, size_t> gaps_;  // free ranges inside reserved regions, by address
   uintptr_t bottom_;                  // start of the lowest region reserved so far
   uintptr_t limit_;
-  uint32_t driver_done_ = 0;          // one-time DriverAllocation flags already placed
-  bool globals_chunk_ = false;        // a 2 MiB chunk of small driver allocations exists
-  size_t blas_chunk_left_ = 0;        // room left in cuBLAS's chunk
+  uint32_t driver_done_ = 0;    // one-time DriverAllocation flags already placed
+  bool globals_chunk_ = false;  // a 2 MiB chunk of small driver allocations exists
+  size_t blas_chunk_left_ = 0;  // room left in cuBLAS's chunk
 };
 
 }  // namespace bytegrad

@@ -20,9 +20,7 @@ class Activation : public Module {
 
  public:
   Activation() = default;
-  explicit Activation(bool inplace)
-    requires kHasInPlace
-      : inplace_(inplace) {}
+  explicit Activation(bool inplace) requires kHasInPlace : inplace_(inplace) {}
 
   Tensor forward(const Tensor& input) override {
     if constexpr (kHasInPlace) {
@@ -39,21 +37,23 @@ class Activation : public Module {
 };
 
 // x.op_() where Tensor has that member (a template, so a missing member only removes the overload).
-#define BYTEGRAD_ACTIVATION_IN_PLACE(op) \
-  template <typename T>                  \
-  static auto in_place(const T& x) -> decltype(x.op##_()) { return x.op##_(); }
+#define BYTEGRAD_ACTIVATION_IN_PLACE(op)                  \
+  template <typename T>                                   \
+  static auto in_place(const T& x)->decltype(x.op##_()) { \
+    return x.op##_();                                     \
+  }
 
 // The module class Name whose forward is bytegrad::op (its Op in nn::activation_ops).
-#define BYTEGRAD_ACTIVATION_MODULE(Name, op)                            \
-  namespace activation_ops {                                            \
-  struct Name {                                                         \
-    static Tensor apply(const Tensor& x) { return ::bytegrad::op(x); }  \
-    BYTEGRAD_ACTIVATION_IN_PLACE(op)                                    \
-  };                                                                    \
-  }                                                                     \
-  class Name : public Activation<activation_ops::Name> {                \
-   public:                                                              \
-    using Activation<activation_ops::Name>::Activation;                 \
+#define BYTEGRAD_ACTIVATION_MODULE(Name, op)                           \
+  namespace activation_ops {                                           \
+  struct Name {                                                        \
+    static Tensor apply(const Tensor& x) { return ::bytegrad::op(x); } \
+    BYTEGRAD_ACTIVATION_IN_PLACE(op)                                   \
+  };                                                                   \
+  }                                                                    \
+  class Name : public Activation<activation_ops::Name> {               \
+   public:                                                             \
+    using Activation<activation_ops::Name>::Activation;                \
   }
 
 #define BYTEGRAD_ACTIVATION_MODULE_ROW(op, dtypes, saves, node, autocast, cuda, module, ...) \

@@ -10,8 +10,7 @@
 
 namespace bytegrad::nn {
 
-MultiheadSelfAttention::MultiheadSelfAttention(int64_t embed_dim, int64_t num_heads, bool bias,
-                                               TensorOptions options)
+MultiheadSelfAttention::MultiheadSelfAttention(int64_t embed_dim, int64_t num_heads, bool bias, TensorOptions options)
     : embed_dim_(embed_dim), num_heads_(num_heads) {
   if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads != 0)
     throw std::invalid_argument(fmt::format(
@@ -26,8 +25,10 @@ Tensor MultiheadSelfAttention::forward(const Tensor& input) { return forward(inp
 Tensor MultiheadSelfAttention::forward(const Tensor& input, const std::optional<Tensor>& attn_mask, bool is_causal) {
   if (!input.defined()) throw std::invalid_argument("MultiheadSelfAttention: input is an undefined tensor");
   if ((input.dim() != 2 && input.dim() != 3) || input.sizes()[input.dim() - 1] != embed_dim_)
-    throw std::invalid_argument(fmt::format("MultiheadSelfAttention: expected input (B, L, {0}) or unbatched (L, {0}), "
-                                            "got {1}", embed_dim_, describe(input)));
+    throw std::invalid_argument(
+        fmt::format("MultiheadSelfAttention: expected input (B, L, {0}) or unbatched (L, {0}), "
+                    "got {1}",
+                    embed_dim_, describe(input)));
   // Unbatched (L, E), as nn.MultiheadAttention accepts it: a batch of one (views only, so the memory is that of
   // the (1, L, E) call), the batch dimension dropped from the result.
   if (input.dim() == 2) return forward(input.unsqueeze(0), attn_mask, is_causal).squeeze(0);
@@ -42,9 +43,10 @@ Tensor MultiheadSelfAttention::forward(const Tensor& input, const std::optional<
       throw std::invalid_argument(fmt::format("MultiheadSelfAttention: attn_mask {} is not on the input's device {}",
                                               describe(mask), input.device().str()));
     if (mask.dtype() != ScalarType::bool_ && mask.dtype() != input.dtype())
-      throw std::invalid_argument(fmt::format("MultiheadSelfAttention: attn_mask {} must be bool (true = masked out) "
-                                              "or of the input's dtype {} (added to the scores)",
-                                              describe(mask), scalar_type_name(input.dtype())));
+      throw std::invalid_argument(
+          fmt::format("MultiheadSelfAttention: attn_mask {} must be bool (true = masked out) "
+                      "or of the input's dtype {} (added to the scores)",
+                      describe(mask), scalar_type_name(input.dtype())));
     bool broadcastable = mask.dim() <= 4;
     const Shape scores_shape{B, H, L, L};
     for (int64_t i = 0; broadcastable && i < mask.dim(); ++i) {
@@ -52,9 +54,10 @@ Tensor MultiheadSelfAttention::forward(const Tensor& input, const std::optional<
       broadcastable = s == 1 || s == scores_shape[3 - i];
     }
     if (!broadcastable)
-      throw std::invalid_argument(fmt::format("MultiheadSelfAttention: attn_mask of shape {} cannot be broadcast to "
-                                              "the scores' shape {} (B, H, L, L)",
-                                              shape_str(mask.sizes()), shape_str(scores_shape)));
+      throw std::invalid_argument(
+          fmt::format("MultiheadSelfAttention: attn_mask of shape {} cannot be broadcast to "
+                      "the scores' shape {} (B, H, L, L)",
+                      shape_str(mask.sizes()), shape_str(scores_shape)));
   } else if (is_causal) {
     mask = triu(ones({L, L}, TensorOptions{ScalarType::bool_, input.device()}), 1);
   }

@@ -15,9 +15,10 @@ namespace {
 
 void check_config(const GPTConfig& c) {
   if (c.n_layer < 0 || c.n_head < 1 || c.n_embd < 1 || c.vocab_size < 1 || c.block_size < 1)
-    throw std::invalid_argument(fmt::format("GPT: invalid config (n_layer {}, n_head {}, n_embd {}, vocab_size {}, "
-                                            "block_size {})", c.n_layer, c.n_head, c.n_embd, c.vocab_size,
-                                            c.block_size));
+    throw std::invalid_argument(
+        fmt::format("GPT: invalid config (n_layer {}, n_head {}, n_embd {}, vocab_size {}, "
+                    "block_size {})",
+                    c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size));
   if (c.n_embd % c.n_head != 0)
     throw std::invalid_argument(fmt::format("GPT: n_embd {} is not a multiple of n_head {}", c.n_embd, c.n_head));
 }
@@ -118,8 +119,8 @@ GPT::GPT(const GPTConfig& config, TensorOptions options) : config_(config) {
   h_ = std::make_shared<ModuleList>();
   for (int64_t i = 0; i < config.n_layer; ++i) h_->push_back(std::make_shared<Block>(config, options));
   ln_f_ = std::make_shared<LayerNorm>(config.n_embd, 1e-5, true, true, options);
-  transformer_ = register_module(
-      "transformer", std::make_shared<ModuleDict>(ModuleDict{{"wte", wte_}, {"wpe", wpe_}, {"h", h_}, {"ln_f", ln_f_}}));
+  transformer_ = register_module("transformer", std::make_shared<ModuleDict>(ModuleDict{
+                                                    {"wte", wte_}, {"wpe", wpe_}, {"h", h_}, {"ln_f", ln_f_}}));
   lm_head_ = register_module("lm_head", std::make_shared<Linear>(config.n_embd, config.vocab_size, false, options));
   wte_->set_weight(lm_head_->weight());  // weight tying: one parameter in both modules
 }

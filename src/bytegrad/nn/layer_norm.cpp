@@ -15,8 +15,8 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
     throw std::invalid_argument("LayerNorm: normalized_shape must have at least one dimension");
   for (int64_t s : normalized_shape_)
     if (s < 0)
-      throw std::invalid_argument(fmt::format("LayerNorm: normalized_shape {} has a negative size",
-                                              shape_str(normalized_shape_)));
+      throw std::invalid_argument(
+          fmt::format("LayerNorm: normalized_shape {} has a negative size", shape_str(normalized_shape_)));
   if (!is_floating_point(options.resolved_dtype()))
     throw std::invalid_argument(fmt::format("LayerNorm: parameters must be floating point, got {}",
                                             scalar_type_name(options.resolved_dtype())));

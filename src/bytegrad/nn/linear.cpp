@@ -7,8 +7,8 @@ namespace bytegrad::nn {
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias, TensorOptions options) {
   const double bound = init::fan_in_bound(in_features);
-  weight_ = register_parameter("weight",
-                               init::uniform_(init::empty_parameter({out_features, in_features}, options), bound));
+  weight_ =
+      register_parameter("weight", init::uniform_(init::empty_parameter({out_features, in_features}, options), bound));
   if (bias) bias_ = register_parameter("bias", init::uniform_(init::empty_parameter({out_features}, options), bound));
 }
 

@@ -112,7 +112,8 @@ void Module::check_new_name(const std::string& name, const char* kind) const {
 
 Tensor Module::register_parameter(std::string name, const Tensor& tensor) {
   check_new_name(name, "parameter");
-  if (!tensor.defined()) throw std::invalid_argument(fmt::format("register_parameter: '{}' is an undefined tensor", name));
+  if (!tensor.defined())
+    throw std::invalid_argument(fmt::format("register_parameter: '{}' is an undefined tensor", name));
   tensor.requires_grad_(true);
   auto it = find_entry(parameters_, name);
   if (it != parameters_.end()) it->second = tensor;
@@ -134,7 +135,10 @@ Tensor Module::register_buffer(std::string name, const Tensor& tensor) {
 void Module::add_child(std::string name, std::shared_ptr<Module> child) {
   check_new_name(name, "module");
   if (!child) throw std::invalid_argument(fmt::format("register_module: '{}' is a null module", name));
-  if (child.get() == this) throw std::invalid_argument(fmt::format("register_module: '{}' is the module itself ({}): a module can't be its own child", name, describe_module(*this)));
+  if (child.get() == this)
+    throw std::invalid_argument(
+        fmt::format("register_module: '{}' is the module itself ({}): a module can't be its own child", name,
+                    describe_module(*this)));
   // A module inside its own subtree would make every walk of the tree (name(), parameters(), to()) endless.
   std::unordered_set<const Module*> visited;
   if (subtree_contains(*child, this, visited))
@@ -157,7 +161,8 @@ void Module::refresh_memory_roles() {
   const std::string path = name();
   const std::string prefix = path.empty() ? "" : path + ".";
   std::vector<MemoryRole> roles;
-  for (const auto& [entries, role] : {std::pair{&parameters_, MemoryCategory::parameter}, std::pair{&buffers_, MemoryCategory::buffer}})
+  for (const auto& [entries, role] :
+       {std::pair{&parameters_, MemoryCategory::parameter}, std::pair{&buffers_, MemoryCategory::buffer}})
     for (const auto& [name, t] : *entries) roles.emplace_back(t, role, prefix + name);
   memory_roles_ = std::move(roles);
 }

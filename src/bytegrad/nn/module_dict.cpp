@@ -10,7 +10,9 @@ ModuleDict::ModuleDict(std::initializer_list<Item> items) {
 
 ModuleDict::ModuleDict(const std::vector<Item>& items) { update(items); }
 
-void ModuleDict::insert(std::string key, std::shared_ptr<Module> module) { register_module(std::move(key), std::move(module)); }
+void ModuleDict::insert(std::string key, std::shared_ptr<Module> module) {
+  register_module(std::move(key), std::move(module));
+}
 
 ModuleDict& ModuleDict::update(const std::vector<Item>& items) {
   for (const auto& [key, module] : items) insert(key, module);
@@ -36,7 +38,8 @@ std::vector<std::string> ModuleDict::keys() const {
 }
 
 Tensor ModuleDict::forward(const Tensor&) {
-  throw std::logic_error("Module [ModuleDict] is missing the required \"forward\" function (look its modules up by key)");
+  throw std::logic_error(
+      "Module [ModuleDict] is missing the required \"forward\" function (look its modules up by key)");
 }
 
 }  // namespace bytegrad::nn

@@ -42,8 +42,15 @@ Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
   size_t begin = 0;
   for (const AdamParamGroup& group : groups) {
     const AdamOptions& o = group.options;
-    Group g{begin, begin + group.params.size(), o.lr, o.betas.first, o.betas.second, o.eps,
-            o.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0.0), o.amsgrad, o.foreach};
+    Group g{begin,
+            begin + group.params.size(),
+            o.lr,
+            o.betas.first,
+            o.betas.second,
+            o.eps,
+            o.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0.0),
+            o.amsgrad,
+            o.foreach};
     begin = g.end;
     check_at_least_zero(name, "learning rate", g.lr);
     check_at_least_zero(name, "epsilon value", g.eps);
@@ -165,7 +172,8 @@ void Adam::multi_tensor_step(const Group& g) {
       for (size_t i : with_grad) params_[i].mul_(1.0 - lr * weight_decay);
     } else {
       std::vector<Tensor> decayed;  // torch._foreach_add(grads, params, alpha=wd): a new list
-      for (size_t k = 0; k < with_grad.size(); ++k) decayed.push_back(grads[k].add(params_[with_grad[k]], weight_decay));
+      for (size_t k = 0; k < with_grad.size(); ++k)
+        decayed.push_back(grads[k].add(params_[with_grad[k]], weight_decay));
       grads.swap(decayed);
       decayed.clear();  // the .grad references: nothing is freed
     }

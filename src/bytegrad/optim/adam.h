@@ -45,8 +45,8 @@ using AdamParamGroup = ParamGroup<AdamOptions>;
 
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
-       double eps = 1e-8, double weight_decay = 0.0, bool amsgrad = false);
+  Adam(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999}, double eps = 1e-8,
+       double weight_decay = 0.0, bool amsgrad = false);
   Adam(std::vector<Tensor> params, const AdamOptions& options);
   // torch.optim.Adam([{"params": ..., "weight_decay": ...}, ...]): one options set per group.
   explicit Adam(std::vector<AdamParamGroup> groups);
@@ -81,8 +81,8 @@ class Adam : public Optimizer {
 // the moment updates); same state and temporaries as Adam without weight decay.
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
-        double eps = 1e-8, double weight_decay = 1e-2, bool amsgrad = false);
+  AdamW(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999}, double eps = 1e-8,
+        double weight_decay = 1e-2, bool amsgrad = false);
   AdamW(std::vector<Tensor> params, const AdamOptions& options);
   explicit AdamW(std::vector<AdamParamGroup> groups);
 };

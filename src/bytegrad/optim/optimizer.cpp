@@ -16,8 +16,8 @@ Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
   for (const Tensor& p : params_) {
     if (!p.defined()) throw std::invalid_argument("optimizer: a parameter is an undefined tensor");
     if (!p.is_leaf())
-      throw std::invalid_argument(fmt::format("optimizer can only optimize leaf tensors, got {} (grad_fn {})",
-                                              describe(p), p.grad_fn_name()));
+      throw std::invalid_argument(
+          fmt::format("optimizer can only optimize leaf tensors, got {} (grad_fn {})", describe(p), p.grad_fn_name()));
   }
 }
 

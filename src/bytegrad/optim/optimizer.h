@@ -45,7 +45,7 @@ class Optimizer {
 // nan"), prefixed by the optimizer's name. Written as `low <= value` (and `value < high`) so that NaN,
 // which compares false to everything, is refused too. Each throws std::invalid_argument.
 void check_at_least_zero(const char* optimizer, const char* what, double value);  // "learning rate", ...
-void check_beta(const char* optimizer, int index, double beta);                     // 0 <= beta < 1
+void check_beta(const char* optimizer, int index, double beta);                   // 0 <= beta < 1
 void check_not_nan(const char* optimizer, const char* what, double value);
 
 }  // namespace bytegrad::optim

@@ -53,12 +53,13 @@ std::string MemoryLedger::str() const {
   text += category_table(bytes, allocated);
   text += fmt::format("reserved {} = allocated {}\n", human_bytes(reserved), human_bytes(allocated));
   text += fmt::format("  of which requested {} and rounding {}\n", human_bytes(requested), human_bytes(rounding));
-  text += fmt::format("  + cached free {}: {} in segments with live blocks (empty_cache cannot return it), "
-                      "{} in whole free segments\n",
-                      human_bytes(cached_free), human_bytes(cached_in_split_segments), human_bytes(cached_whole_segments));
-  text += fmt::format("device {}: reserved {}, driver context and other holders {}, free {}\n",
-                      human_bytes(device_total), human_bytes(reserved), human_bytes(outside_allocator),
-                      human_bytes(device_free));
+  text += fmt::format(
+      "  + cached free {}: {} in segments with live blocks (empty_cache cannot return it), "
+      "{} in whole free segments\n",
+      human_bytes(cached_free), human_bytes(cached_in_split_segments), human_bytes(cached_whole_segments));
+  text +=
+      fmt::format("device {}: reserved {}, driver context and other holders {}, free {}\n", human_bytes(device_total),
+                  human_bytes(reserved), human_bytes(outside_allocator), human_bytes(device_free));
   if (!largest.empty()) text += "largest live blocks:\n" + block_table(largest);
   return text;
 }

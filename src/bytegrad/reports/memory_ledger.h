@@ -29,14 +29,14 @@ struct MemoryLedger {
   CategoryBytes bytes{};  // indexed by MemoryCategory; sums to `allocated`
   int64_t allocated = 0;
   int64_t requested = 0;
-  int64_t rounding = 0;            // allocated - requested
+  int64_t rounding = 0;  // allocated - requested
   int64_t reserved = 0;
-  int64_t cached_free = 0;         // reserved - allocated
-  int64_t cached_in_split_segments = 0;   // free pieces of segments holding live blocks (inactive_split_bytes)
-  int64_t cached_whole_segments = 0;      // free segments empty_cache would return
+  int64_t cached_free = 0;               // reserved - allocated
+  int64_t cached_in_split_segments = 0;  // free pieces of segments holding live blocks (inactive_split_bytes)
+  int64_t cached_whole_segments = 0;     // free segments empty_cache would return
   int64_t device_total = 0;
   int64_t device_free = 0;
-  int64_t outside_allocator = 0;   // device_total - device_free - reserved: driver context and other holders
+  int64_t outside_allocator = 0;  // device_total - device_free - reserved: driver context and other holders
   std::vector<LedgerBlock> largest;
 
   int64_t operator[](MemoryCategory c) const { return bytes[static_cast<size_t>(c)]; }

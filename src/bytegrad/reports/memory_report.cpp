@@ -140,7 +140,8 @@ AllocatorState allocator_state_before_history(const MemorySnapshot& snapshot) {
 
 AllocatorState allocator_state_after(const MemorySnapshot& snapshot, size_t index) {
   if (index >= snapshot.trace.size())
-    throw std::out_of_range(fmt::format("allocator_state_after: entry {} of a history of {}", index, snapshot.trace.size()));
+    throw std::out_of_range(
+        fmt::format("allocator_state_after: entry {} of a history of {}", index, snapshot.trace.size()));
   AllocatorState state = allocator_state_before_history(snapshot);
   for (size_t i = 0; i <= index; ++i) apply_trace_entry(state, snapshot.trace[i]);
   return state;
@@ -179,7 +180,8 @@ uintptr_t address_base(const MemorySnapshot& snapshot) {
 }
 
 template <typename Get>
-void write_column(std::string& out, const char* name, const std::vector<TraceEntry>& trace, Get get, bool first = false) {
+void write_column(std::string& out, const char* name, const std::vector<TraceEntry>& trace, Get get,
+                  bool first = false) {
   fmt::format_to(Out(out), "{}\"{}\": [", first ? "" : ",\n", name);
   for (size_t i = 0; i < trace.size(); ++i) fmt::format_to(Out(out), "{}{}", i ? "," : "", get(trace[i]));
   out += ']';
@@ -238,7 +240,8 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
     return e.action == TraceAction::oom || e.action == TraceAction::snapshot ? 0 : e.address - base;
   };
   out += "\"events\": {";
-  write_column(out, "action", trace, [](const TraceEntry& e) { return static_cast<int>(e.action); }, true);
+  write_column(
+      out, "action", trace, [](const TraceEntry& e) { return static_cast<int>(e.action); }, true);
   write_column(out, "address", trace, offset);
   write_column(out, "size", trace, [&](const TraceEntry& e) { return is_block_entry(e) ? e.block_size : e.size; });
   write_column(out, "requested", trace, [&](const TraceEntry& e) { return is_block_entry(e) ? e.size : 0; });
@@ -271,13 +274,13 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
     out += i ? ",\n" : "\n";
     out += "{\"label\": ";
     json::append_quoted(out, m.label);
-    fmt::format_to(Out(out),
-                   ", \"event\": {}, \"figures\": {{\"allocated\": {}, \"reserved\": {}, \"max_allocated\": {}, "
-                   "\"max_reserved\": {}, \"segments\": {}, \"blocks\": {}, \"requested\": {}, \"inactive_split\": {}}}, "
-                   "\"ledger\": [{}], \"change\": ",
-                   m.event < static_cast<int64_t>(trace.size()) ? m.event : -1, m.allocated, m.reserved,
-                   m.max_allocated, m.max_reserved, m.segments, m.blocks, m.requested, m.inactive_split,
-                   fmt::join(m.ledger, ", "));
+    fmt::format_to(
+        Out(out),
+        ", \"event\": {}, \"figures\": {{\"allocated\": {}, \"reserved\": {}, \"max_allocated\": {}, "
+        "\"max_reserved\": {}, \"segments\": {}, \"blocks\": {}, \"requested\": {}, \"inactive_split\": {}}}, "
+        "\"ledger\": [{}], \"change\": ",
+        m.event < static_cast<int64_t>(trace.size()) ? m.event : -1, m.allocated, m.reserved, m.max_allocated,
+        m.max_reserved, m.segments, m.blocks, m.requested, m.inactive_split, fmt::join(m.ledger, ", "));
     json::append_quoted(out, m.change.str());
     out += "}";
   }
@@ -292,7 +295,8 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
     else if (e.action == TraceAction::free_requested) allocated -= static_cast<int64_t>(e.block_size);
     if (e.action == TraceAction::alloc && allocated == peak.allocated) peak_event = static_cast<int64_t>(i);
   }
-  fmt::format_to(Out(out), "\"peak\": {{\"allocated\": {}, \"phase\": \"{}\", \"bytes\": [{}], \"event\": {}, \"largest\": [",
+  fmt::format_to(Out(out),
+                 "\"peak\": {{\"allocated\": {}, \"phase\": \"{}\", \"bytes\": [{}], \"event\": {}, \"largest\": [",
                  peak.allocated, phase_name(peak.phase), fmt::join(peak.bytes, ", "), peak_event);
   for (size_t i = 0; i < peak.largest.size(); ++i) {
     const LedgerBlock& b = peak.largest[i];

@@ -36,8 +36,8 @@
 namespace bytegrad {
 
 struct MemoryReportOptions {
-  std::string title;            // the page's heading; "" = "bytegrad memory report: <device>"
-  std::string subtitle;         // a line under it (e.g. "all 14 marks equal PyTorch's"); may be ""
+  std::string title;     // the page's heading; "" = "bytegrad memory report: <device>"
+  std::string subtitle;  // a line under it (e.g. "all 14 marks equal PyTorch's"); may be ""
 };
 
 // The whole page as a string, for the story's device as it is now (its allocator's snapshot and history,
@@ -60,10 +60,10 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
 // A live block in a replayed state.
 struct StateBlock {
   uintptr_t address = 0;
-  size_t size = 0;            // block bytes
-  size_t requested = 0;       // bytes asked for
+  size_t size = 0;                                  // block bytes
+  size_t requested = 0;                             // bytes asked for
   MemoryCategory category = MemoryCategory::other;  // at that moment
-  std::string tag;            // the op that allocated it ("" when its alloc predates the history)
+  std::string tag;                                  // the op that allocated it ("" when its alloc predates the history)
 };
 // A segment (one cudaMalloc), or one contiguous mapped range of an expandable segment (as snapshot() lists
 // them).
@@ -75,9 +75,9 @@ struct StateSegment {
 struct AllocatorState {
   std::map<uintptr_t, StateSegment> segments;  // by address
   std::map<uintptr_t, StateBlock> blocks;      // live blocks, by address
-  CategoryBytes bytes{};               // block bytes per category
-  int64_t allocated() const;           // sum of block sizes
-  int64_t reserved() const;            // sum of segment sizes
+  CategoryBytes bytes{};                       // block bytes per category
+  int64_t allocated() const;                   // sum of block sizes
+  int64_t reserved() const;                    // sum of segment sizes
 };
 
 // The state just before the history's first entry: the snapshot's segments and live blocks with every entry

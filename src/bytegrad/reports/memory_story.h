@@ -34,11 +34,11 @@ struct OpBytes {
 };
 
 struct MemoryChange {
-  std::vector<OpBytes> added;   // blocks made since the previous mark and alive now, by op, largest first
-  std::vector<OpBytes> freed;   // blocks made before the previous mark and freed since, by op, largest first
-  int64_t transient_blocks = 0; // made and freed again between the two marks
+  std::vector<OpBytes> added;        // blocks made since the previous mark and alive now, by op, largest first
+  std::vector<OpBytes> freed;        // blocks made before the previous mark and freed since, by op, largest first
+  int64_t transient_blocks = 0;      // made and freed again between the two marks
   bool device_reconfigured = false;  // the device got a new allocator: its history starts now
-  int64_t net_bytes() const;    // sum(added) - sum(freed)
+  int64_t net_bytes() const;         // sum(added) - sum(freed)
   // "+4.00 MiB (4194304 B) linear, -512 B sum (earlier); 3 transient blocks", or "no change".
   std::string str() const;
 };
@@ -69,8 +69,8 @@ struct StoryMark : MemoryFigures {
   // The index, in the device allocator's history (snapshot().trace), of the `snapshot` entry this mark
   // logged; -1 once that history is gone (the device got a new allocator after the mark).
   int64_t event = -1;
-  CategoryBytes ledger{};      // allocated bytes by category (sums to `allocated`)
-  MemoryChange change;         // what changed since the previous mark
+  CategoryBytes ledger{};  // allocated bytes by category (sums to `allocated`)
+  MemoryChange change;     // what changed since the previous mark
 };
 
 class MemoryStory {
@@ -98,9 +98,9 @@ class MemoryStory {
     bool this_mark = false;  // allocated since the last mark
   };
   Device device_;
-  uint64_t allocator_id_ = 0;  // the allocator being read (a reconfigured device gets a new one)
-  uint64_t next_entry_ = 0;    // the sequence number of the first history entry not read yet
-  std::map<uintptr_t, LiveBlock> live_;      // blocks allocated while recording
+  uint64_t allocator_id_ = 0;            // the allocator being read (a reconfigured device gets a new one)
+  uint64_t next_entry_ = 0;              // the sequence number of the first history entry not read yet
+  std::map<uintptr_t, LiveBlock> live_;  // blocks allocated while recording
   std::vector<StoryMark> marks_;
 };
 

@@ -48,8 +48,7 @@ using Formatter = std::string (*)(int64_t, int64_t);
 
 }  // namespace
 
-std::string format_memory_summary(const std::map<std::string, int64_t>& stats, int device_index,
-                                  bool abbreviated) {
+std::string format_memory_summary(const std::map<std::string, int64_t>& stats, int device_index, bool abbreviated) {
   static constexpr const char* kFields[4] = {"current", "peak", "allocated", "freed"};
   const std::string rule(75, '-');
   const std::string double_rule(75, '=');
@@ -78,8 +77,7 @@ std::string format_memory_summary(const std::map<std::string, int64_t>& stats, i
       {"segment", "GPU reserved segments", format_count},
       {"inactive_split", "Non-releasable allocs", format_count},
   };
-  auto row = [&](const std::string& name, const std::string& prefix, Formatter format,
-                 const std::string& unit_prefix) {
+  auto row = [&](const std::string& name, const std::string& prefix, Formatter format, const std::string& unit_prefix) {
     std::string line = fmt::format(" {:<21} ", name);
     for (const char* field : kFields)
       line += "| " + format(get(stats, prefix + field), get(stats, unit_prefix + field)) + " ";
@@ -116,8 +114,8 @@ std::string memory_summary(const CachingAllocator& allocator, bool abbreviated) 
 
 std::string memory_summary(Device device, bool abbreviated) {
   if (!device.uses_caching_allocator())
-    throw std::invalid_argument(fmt::format("memory_summary({}): {} memory is not cached; use a cuda, sim or meta device",
-                                            device.str(), device.str()));
+    throw std::invalid_argument(fmt::format(
+        "memory_summary({}): {} memory is not cached; use a cuda, sim or meta device", device.str(), device.str()));
   return memory_summary(caching_allocator(device), abbreviated);
 }
 

@@ -115,9 +115,8 @@ void write_trace(std::string& out, const MemorySnapshot& snap, uint64_t shift) {
 void write_settings(std::string& out, const AllocatorConfig& config) {
   out += R"({"PYTORCH_CUDA_ALLOC_CONF": )";
   json::append_quoted(out, config.raw);
-  const int64_t max_split = config.max_split_size == std::numeric_limits<size_t>::max()
-                                ? -1
-                                : static_cast<int64_t>(config.max_split_size);
+  const int64_t max_split =
+      config.max_split_size == std::numeric_limits<size_t>::max() ? -1 : static_cast<int64_t>(config.max_split_size);
   fmt::format_to(Out(out),
                  R"(, "max_split_size": {}, "garbage_collection_threshold": {}, "expandable_segments": {}, )"
                  R"("release_lock_on_cudamalloc": false, "roundup_power2_divisions": {{)",
@@ -134,9 +133,10 @@ std::string to_json(const std::vector<const MemorySnapshot*>& snapshots) {
     if (snap.device_index < 0)
       throw std::invalid_argument(fmt::format("memory_viz: negative device index {}", snap.device_index));
     if (!by_device.emplace(snap.device_index, &snap).second)
-      throw std::invalid_argument(fmt::format(
-          "memory_viz: two snapshots of device {}; the viewer tells devices apart by index only, so export "
-          "them to separate files", snap.device_index));
+      throw std::invalid_argument(
+          fmt::format("memory_viz: two snapshots of device {}; the viewer tells devices apart by index only, so export "
+                      "them to separate files",
+                      snap.device_index));
   }
   std::map<int, uint64_t> shifts;
   for (const auto& [device, snap] : by_device) shifts[device] = address_shift(*snap);

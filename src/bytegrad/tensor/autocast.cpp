@@ -46,8 +46,8 @@ AutocastGuard::AutocastGuard(DeviceType device_type, ScalarType dtype, bool enab
         "AutocastGuard: autocast on {} is not supported; bytegrad follows PyTorch's CUDA policy on cuda, sim and meta",
         device_type_name(device_type)));
   if (enabled && dtype != ScalarType::float16 && dtype != ScalarType::bfloat16)
-    throw std::invalid_argument(fmt::format("AutocastGuard: the autocast dtype must be float16 or bfloat16, not {}",
-                                            scalar_type_name(dtype)));
+    throw std::invalid_argument(
+        fmt::format("AutocastGuard: the autocast dtype must be float16 or bfloat16, not {}", scalar_type_name(dtype)));
   AutocastState& s = state();
   previous_enabled_ = s.enabled;
   previous_dtype_ = s.dtype;

@@ -79,11 +79,11 @@ class AutocastGuard {
   bool previous_cache_enabled_;
 };
 
-bool is_autocast_enabled();                 // inside an enabled region on this thread
-ScalarType autocast_dtype();                // the region's lower-precision dtype
+bool is_autocast_enabled();   // inside an enabled region on this thread
+ScalarType autocast_dtype();  // the region's lower-precision dtype
 bool is_autocast_cache_enabled();
-void clear_autocast_cache();                // torch.clear_autocast_cache()
-size_t autocast_cache_size();               // number of cached casts (for tests and explanations)
+void clear_autocast_cache();   // torch.clear_autocast_cache()
+size_t autocast_cache_size();  // number of cached casts (for tests and explanations)
 
 namespace autocast {
 
@@ -186,7 +186,7 @@ auto run(Op&& op, const Operands&... operands) {
 
 // First line of a wrapped public op: when autocast applies, returns `op(operands...)` run under `policy`
 // (autocast::CastPolicy's name); otherwise falls through to the op's own body.
-#define BYTEGRAD_AUTOCAST(policy, op, ...)                                        \
-  if (::bytegrad::autocast::active())                                             \
-  return ::bytegrad::autocast::run<::bytegrad::autocast::CastPolicy::policy>(     \
+#define BYTEGRAD_AUTOCAST(policy, op, ...)                                    \
+  if (::bytegrad::autocast::active())                                         \
+  return ::bytegrad::autocast::run<::bytegrad::autocast::CastPolicy::policy>( \
       [](const auto&... operands) { return op(operands...); }, __VA_ARGS__)

@@ -8,7 +8,7 @@ namespace {
 std::atomic<AutogradHook*> installed_hook{nullptr};
 std::atomic<RequiresGradSetter> installed_setter{nullptr};
 thread_local bool recording_paused = false;
-}
+}  // namespace
 
 bool autograd_recording_paused() { return recording_paused; }
 AutogradRecordingPause::AutogradRecordingPause() : scope_(recording_paused, true) {}

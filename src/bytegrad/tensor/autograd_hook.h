@@ -20,12 +20,12 @@ namespace bytegrad {
 // arguments. Build one with make_record<OpId::x>(...), which checks the arguments' type at compile time.
 struct OpRecord {
   OpId op;
-  bool in_place = false;        // add_, sqrt_, masked_fill_, ...: outputs[0] is the modified tensor
-  std::vector<Tensor> inputs;   // tensor operands in signature order (undefined where optional and absent)
+  bool in_place = false;       // add_, sqrt_, masked_fill_, ...: outputs[0] is the modified tensor
+  std::vector<Tensor> inputs;  // tensor operands in signature order (undefined where optional and absent)
   // Every result of the kernel, in PyTorch's order (result0, result1, ...: native_layer_norm's output, mean,
   // rstd); for in-place ops the modified tensor. Empty while the op is begun (see OpRecording).
   std::vector<Tensor> outputs;
-  OpArgs args;                  // ArgsOf<op>
+  OpArgs args;  // ArgsOf<op>
 
   template <OpId id>
   const ArgsOf<id>& args_of() const {
@@ -139,8 +139,8 @@ OpRecording begin_recording(std::vector<Tensor> inputs, ArgsOf<id> args = {}) {
 // The arguments made only when the op is recorded (wrapped dims: an invalid one is then reported by the
 // computation's own checks, in their order, when nothing is recorded).
 template <OpId id, typename MakeArgs>
-  requires std::is_invocable_r_v<ArgsOf<id>, MakeArgs>
-OpRecording begin_recording(std::vector<Tensor> inputs, MakeArgs&& make_args) {
+requires std::is_invocable_r_v<ArgsOf<id>, MakeArgs> OpRecording begin_recording(std::vector<Tensor> inputs,
+                                                                                 MakeArgs&& make_args) {
   AutogradHook* hook = autograd_hook();
   if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
   return OpRecording(hook->begin(OpRecord{id, false, std::move(inputs), {}, make_args()}));

@@ -16,9 +16,10 @@ namespace {
 // copy or workspace. The CPU backend multiplies integers too.
 void check_dtype(const Tensor& out) {
   if (out.device().type == DeviceType::cuda && !is_floating_point(out.dtype()))
-    throw std::invalid_argument(fmt::format("matrix products on cuda support float32, float64, float16 and bfloat16, "
-                                            "not {}",
-                                            scalar_type_name(out.dtype())));
+    throw std::invalid_argument(
+        fmt::format("matrix products on cuda support float32, float64, float16 and bfloat16, "
+                    "not {}",
+                    scalar_type_name(out.dtype())));
 }
 
 // A tensor of t's sizes laid out with `strides`, holding t's values when copy_values (a result that
@@ -111,8 +112,7 @@ GemmPlan GemmPlan::matrix(const Tensor& out, const Tensor& mat1, const Tensor& m
   return plan;
 }
 
-GemmPlan GemmPlan::batched(const Tensor& out, const Tensor& batch1, const Tensor& batch2, double alpha,
-                           double beta) {
+GemmPlan GemmPlan::batched(const Tensor& out, const Tensor& batch1, const Tensor& batch2, double alpha, double beta) {
   check_dtype(out);
   GemmPlan plan;
   plan.out_ = out;
@@ -192,8 +192,7 @@ void gemm_into(const Tensor& out, const Tensor& a, const Tensor& b, double alpha
   if (out.dim() != 3 || a.dim() != 3 || b.dim() != 3)
     throw std::invalid_argument("gemm_into takes (B, M, K) @ (B, K, N) -> (B, M, N)");
   const int64_t batches = out.sizes()[0], M = out.sizes()[1], N = out.sizes()[2], K = a.sizes()[2];
-  if (a.sizes()[0] != batches || b.sizes()[0] != batches || a.sizes()[1] != M || b.sizes()[1] != K ||
-      b.sizes()[2] != N)
+  if (a.sizes()[0] != batches || b.sizes()[0] != batches || a.sizes()[1] != M || b.sizes()[1] != K || b.sizes()[2] != N)
     throw std::invalid_argument("gemm_into: operand shapes do not match");
   if (a.dtype() != out.dtype() || b.dtype() != out.dtype() || a.device() != out.device() || b.device() != out.device())
     throw std::invalid_argument("gemm_into: operands and output must share one dtype and device");

@@ -231,11 +231,13 @@ void check_blas_settings(Device device) { blas_lt_workspace_bytes(device); }
 
 BlasWorkspace blas_workspace(Device device) {
   check_blas_settings(device);  // a bad CUBLASLT_WORKSPACE_SIZE is refused before the cuBLAS workspace is parked
-  return owned_workspace(device, blas_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublas; });
+  return owned_workspace(
+      device, blas_workspace_bytes(device), [](Workspaces & w) -> auto& { return w.cublas; });
 }
 
 BlasWorkspace blas_lt_workspace(Device device) {
-  return owned_workspace(device, blas_lt_workspace_bytes(device), [](Workspaces& w) -> auto& { return w.cublaslt; });
+  return owned_workspace(
+      device, blas_lt_workspace_bytes(device), [](Workspaces & w) -> auto& { return w.cublaslt; });
 }
 
 void clear_blas_workspaces() {

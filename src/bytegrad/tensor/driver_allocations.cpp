@@ -98,8 +98,8 @@ class DriverAllocationsBackend final : public KernelBackend {
     note(out, kGlobals);
     inner_.softmax(out, in, dim, log);
   }
-  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
-                        int64_t dim, bool log) override {
+  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                        bool log) override {
     note(grad_in, log ? kGlobals : kElementwise);
     inner_.softmax_backward(grad_in, grad_out, output, dim, log);
   }
@@ -155,10 +155,10 @@ class DriverAllocationsBackend final : public KernelBackend {
     note(out, kGlobals);
     inner_.attention_forward(out, lse, q, k, v, scale, is_causal, extras);
   }
-  void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv,
-                          const StridedView& dout, const StridedView& q, const StridedView& k, const StridedView& v,
-                          const StridedView& out, const StridedView& lse, double scale, bool is_causal,
-                          DeviceScratch scratch, const AttentionExtras& extras) override {
+  void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
+                          const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
+                          const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
+                          const AttentionExtras& extras) override {
     note(dq, kGlobals);
     inner_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch, extras);
   }

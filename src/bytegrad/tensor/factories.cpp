@@ -19,8 +19,10 @@ RequiresGradSetter requires_grad_setter_for(const TensorOptions& options) {
   if (!options.requires_grad) return nullptr;
   const ScalarType dtype = options.resolved_dtype();
   if (!is_floating_point(dtype))
-    throw std::invalid_argument(fmt::format("Only Tensors of floating point dtype can require gradients (asked for "
-                                            "a {} tensor with requires_grad)", scalar_type_name(dtype)));
+    throw std::invalid_argument(
+        fmt::format("Only Tensors of floating point dtype can require gradients (asked for "
+                    "a {} tensor with requires_grad)",
+                    scalar_type_name(dtype)));
   RequiresGradSetter setter = requires_grad_setter();
   if (!setter) throw std::logic_error("TensorOptions::requires_grad needs the autograd layer: link bytegrad_autograd");
   return setter;
@@ -80,11 +82,14 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   }
   if (step == 0.0) throw std::invalid_argument("arange: step must be nonzero");
   if ((end - start) / step < 0)
-    throw std::invalid_argument(fmt::format("arange: the range [{}, {}) with step {} has the wrong sign", start, end, step));
+    throw std::invalid_argument(
+        fmt::format("arange: the range [{}, {}) with step {} has the wrong sign", start, end, step));
   const double steps = std::ceil((end - start) / step);
   if (!(steps < 0x1p63))
-    throw std::length_error(fmt::format("arange: the range [{}, {}) with step {} has {} elements, more than int64 can "
-                                        "count", start, end, step, steps));
+    throw std::length_error(
+        fmt::format("arange: the range [{}, {}) with step {} has {} elements, more than int64 can "
+                    "count",
+                    start, end, step, steps));
   const auto count = static_cast<int64_t>(steps);
   // Every value written must fit the dtype (the first and the last are the extremes), negative ones into
   // uint8 included: the kernel computes them itself, so none is wrapped; bytegrad refuses instead.
@@ -106,7 +111,8 @@ Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, 
 
 Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions options) {
   if (static_cast<int64_t>(values.size()) != shape_numel(sizes))
-    throw std::invalid_argument(fmt::format("from_vector: {} values do not fill shape {}", values.size(), shape_str(sizes)));
+    throw std::invalid_argument(
+        fmt::format("from_vector: {} values do not fill shape {}", values.size(), shape_str(sizes)));
   // Values for integer dtypes must fit (torch.tensor's rule; floating dtypes round, to inf beyond their
   // range): checked before allocating, fill_from_host checks again.
   if (!is_floating_point(options.resolved_dtype()))

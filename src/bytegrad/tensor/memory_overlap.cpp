@@ -27,7 +27,8 @@ int64_t first_shared_dimension(const Tensor& t) {
 
 // A tensor with its layout, for the messages: the shapes alone cannot show why two tensors overlap.
 std::string layout(const Tensor& t) {
-  return fmt::format("{} with strides {} at storage offset {}", describe(t), shape_str(t.strides()), t.storage_offset());
+  return fmt::format("{} with strides {} at storage offset {}", describe(t), shape_str(t.strides()),
+                     t.storage_offset());
 }
 
 }  // namespace

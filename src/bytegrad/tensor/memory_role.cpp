@@ -21,8 +21,7 @@ std::string memory_role_owner(const Tensor& tensor) {
   return storage->allocator()->block_owner(storage->data());
 }
 
-MemoryRole::MemoryRole(MemoryRole&& other) noexcept
-    : storage_(std::exchange(other.storage_, {})), role_(other.role_) {}
+MemoryRole::MemoryRole(MemoryRole&& other) noexcept : storage_(std::exchange(other.storage_, {})), role_(other.role_) {}
 
 MemoryRole& MemoryRole::operator=(MemoryRole&& other) noexcept {
   if (this != &other) {

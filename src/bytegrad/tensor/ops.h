@@ -21,8 +21,8 @@
 // computes in float32 and bool_tensor + 2 in int64, the output of that dtype being the only allocation.
 // In place, such a promoted result is refused (int64.add_(2.5): "result type Float can't be cast"), and so
 // are an integer to a negative scalar power, subtraction with a bool operand and a fractional alpha on an
-// integral computation, as PyTorch refuses them. Comparisons with a scalar are exact (done in double). A value that becomes an
-// element (full, fill_, masked_fill, constant_pad_nd, tensor() into integer dtypes) must fit its dtype
+// integral computation, as PyTorch refuses them. Comparisons with a scalar are exact (done in double). A value that
+// becomes an element (full, fill_, masked_fill, constant_pad_nd, tensor() into integer dtypes) must fit its dtype
 // (core/checked_convert.h). Float-only ops (the op table's `floating` rows: div, the transcendental
 // functions and activations but relu, mean, softmax, ...) reject integer tensors (for div: a result type
 // that is not floating) instead of returning float as PyTorch does.
@@ -48,7 +48,8 @@ namespace bytegrad {
 #define BYTEGRAD_DECLARE_UNARY(op, ...) Tensor op(const Tensor& x);
 #define BYTEGRAD_BINARY_EXTRA_None
 #define BYTEGRAD_BINARY_EXTRA_Alpha , double alpha = 1.0
-#define BYTEGRAD_DECLARE_BINARY(op, dtypes, args, ...) Tensor op(const Tensor& a, const Tensor& b BYTEGRAD_BINARY_EXTRA_##args);
+#define BYTEGRAD_DECLARE_BINARY(op, dtypes, args, ...) \
+  Tensor op(const Tensor& a, const Tensor& b BYTEGRAD_BINARY_EXTRA_##args);
 BYTEGRAD_UNARY_OPS(BYTEGRAD_DECLARE_UNARY)
 BYTEGRAD_BINARY_OPS(BYTEGRAD_DECLARE_BINARY)
 #undef BYTEGRAD_DECLARE_UNARY
@@ -157,9 +158,9 @@ Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false, std::optio
 // element or over `dims` (empty: every dimension, as dim=None); correction 1 (unbiased) by default, 0 for
 // the population variance (var(x, {}, false, 0.0) over everything); n <= correction gives inf/NaN as
 // PyTorch. Note the argument order: keepdim before correction (libtorch's var(x, dim, correction, keepdim)
-// puts it last); there is deliberately no var(x, correction) overload, which var(x, {1}) would pick. Floating dtypes only. One output, then
-// PyTorch's Welford kernel's scratch (16-byte accumulator, 32 for float64; 2 values per thread). Gradient
-// (2 / (n - correction)) * grad * (x - x.mean(dims, true)) (var saves self; std saves self and result and
+// puts it last); there is deliberately no var(x, correction) overload, which var(x, {1}) would pick. Floating dtypes
+// only. One output, then PyTorch's Welford kernel's scratch (16-byte accumulator, 32 for float64; 2 values per thread).
+// Gradient (2 / (n - correction)) * grad * (x - x.mean(dims, true)) (var saves self; std saves self and result and
 // first forms grad / (2 * result), 0 where result == 0).
 Tensor var(const Tensor& x);
 Tensor var(const Tensor& x, const Shape& dims, bool keepdim = false, double correction = 1.0);
@@ -230,8 +231,7 @@ struct LayerNormResult {
   Tensor rstd;
 };
 LayerNormResult native_layer_norm(const Tensor& input, const Shape& normalized_shape,
-                                  const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
-                                  double eps);
+                                  const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps);
 struct LayerNormGrads {
   Tensor grad_input, grad_weight, grad_bias;  // undefined where output_mask is false
 };
@@ -243,16 +243,18 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
                                           const Tensor& mean, const Tensor& rstd, const std::optional<Tensor>& weight,
                                           const std::optional<Tensor>& bias, std::array<bool, 3> output_mask);
 // F.layer_norm: native_layer_norm's output (mean and rstd live only as long as the graph needs them).
-Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
-                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
+                  const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
+                  double eps = 1e-5);
 
 // ------------------------------------------------------------------------- scaled dot-product attention
 // (ops_attention.cpp) F.scaled_dot_product_attention(query, key, value, is_causal=..., scale=...) without a
-// mask or dropout (inputs that are not 4-d: the math backend, as below): query (B, H, Sq, D), key (B, H, Sk, D), value (B, H, Sk, Dv), one floating dtype; the
-// result is (B, H, Sq, Dv). is_causal masks key j for query i where j > i (top-left aligned); scale defaults
-// to 1 / sqrt(D). The computation and its memory are those of the backend PyTorch 2.11 picks on an H100
-// (select_sdpa_backend), on every device:
-//  - cuDNN (float16/bfloat16, head dims multiples of 8 up to 256, Sk > 1): forward allocates the philox seed and offset (8 bytes
+// mask or dropout (inputs that are not 4-d: the math backend, as below): query (B, H, Sq, D), key (B, H, Sk, D), value
+// (B, H, Sk, Dv), one floating dtype; the result is (B, H, Sq, Dv). is_causal masks key j for query i where j > i
+// (top-left aligned); scale defaults to 1 / sqrt(D). The computation and its memory are those of the backend
+// PyTorch 2.11 picks on an H100 (select_sdpa_backend), on every device:
+//  - cuDNN (float16/bfloat16, head dims multiples of 8 up to 256, Sk > 1): forward allocates the philox seed and offset
+//  (8 bytes
 //    each), the output in query's dimension order (GPT-2's transposed views give a (B, Sq, H, Dv) layout, so
 //    y.transpose(1, 2) is contiguous), the float32 logsumexp (B, H, Sq) when a gradient will be computed, and
 //    a 256-byte workspace freed at once. Recorded as ScaledDotProductCudnnAttentionBackward0, which keeps q, k,
@@ -460,7 +462,7 @@ Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const T
 // (ops_inplace.cpp) For optimizers: each writes self and allocates nothing (operands broadcast to self's
 // shape, one dtype and device). Recorded under their names, so using them on tensors that need a graph is
 // a clear error (no derivatives are defined): call them inside a NoGradGuard.
-const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight);             // self += w * (end - self)
+const Tensor& lerp_(const Tensor& self, const Tensor& end, double weight);  // self += w * (end - self)
 const Tensor& addcmul_(const Tensor& self, const Tensor& a, const Tensor& b, double value = 1.0);  // += v*a*b
 const Tensor& addcdiv_(const Tensor& self, const Tensor& a, const Tensor& b, double value = 1.0);  // += v*a/b
 const Tensor& sqrt_(const Tensor& self);

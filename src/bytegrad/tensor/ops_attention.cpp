@@ -61,19 +61,22 @@ Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, co
   check_qkv_tensors(op, q, k, v);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"query", &q}, {"key", &k}, {"value", &v}})
     if (t->dim() != 4)
-      throw std::invalid_argument(fmt::format("{}: expected {} of 4 dimensions (batch, heads, sequence, head dim), "
-                                              "got {}", op, name, describe(*t)));
+      throw std::invalid_argument(
+          fmt::format("{}: expected {} of 4 dimensions (batch, heads, sequence, head dim), "
+                      "got {}",
+                      op, name, describe(*t)));
   const Dims n{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   if (k.size(0) != n.B || v.size(0) != n.B || k.size(1) != n.H || v.size(1) != n.H)
-    throw std::invalid_argument(fmt::format("{}: query {}, key {} and value {} must share batch size and number of "
-                                            "heads (grouped-query attention is not supported)",
-                                            op, describe(q), describe(k), describe(v)));
+    throw std::invalid_argument(
+        fmt::format("{}: query {}, key {} and value {} must share batch size and number of "
+                    "heads (grouped-query attention is not supported)",
+                    op, describe(q), describe(k), describe(v)));
   if (k.size(3) != n.D)
-    throw std::invalid_argument(fmt::format("{}: query {} and key {} must share the head dimension", op,
-                                            describe(q), describe(k)));
+    throw std::invalid_argument(
+        fmt::format("{}: query {} and key {} must share the head dimension", op, describe(q), describe(k)));
   if (v.size(2) != n.Sk)
-    throw std::invalid_argument(fmt::format("{}: key {} and value {} must share the sequence length", op,
-                                            describe(k), describe(v)));
+    throw std::invalid_argument(
+        fmt::format("{}: key {} and value {} must share the sequence length", op, describe(k), describe(v)));
   return n;
 }
 
@@ -81,8 +84,8 @@ Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, co
 void check_fused_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   for (const Tensor* t : {&q, &k, &v})
     if (!last_dim_contiguous(*t))
-      throw std::invalid_argument(fmt::format("{}: {} must have a contiguous last dimension (stride 1)", op,
-                                              describe(*t)));
+      throw std::invalid_argument(
+          fmt::format("{}: {} must have a contiguous last dimension (stride 1)", op, describe(*t)));
 }
 
 double resolve_scale(const Tensor& q, std::optional<double> scale) {
@@ -98,14 +101,16 @@ void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Ten
                      const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal) {
   check_qkv_tensors(op, q, k, v);
   if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
-    throw std::invalid_argument(fmt::format("{}: expected query, key and value to be at least 2-dimensional, got "
-                                            "query {}, key {}, value {}", op, describe(q), describe(k), describe(v)));
+    throw std::invalid_argument(
+        fmt::format("{}: expected query, key and value to be at least 2-dimensional, got "
+                    "query {}, key {}, value {}",
+                    op, describe(q), describe(k), describe(v)));
   if (k.size(-1) != q.size(-1))
-    throw std::invalid_argument(fmt::format("{}: query {} and key {} must share the last (embedding) dimension", op,
-                                            describe(q), describe(k)));
+    throw std::invalid_argument(
+        fmt::format("{}: query {} and key {} must share the last (embedding) dimension", op, describe(q), describe(k)));
   if (v.size(-2) != k.size(-2))
-    throw std::invalid_argument(fmt::format("{}: key {} and value {} must share the sequence length (dimension -2)",
-                                            op, describe(k), describe(v)));
+    throw std::invalid_argument(fmt::format("{}: key {} and value {} must share the sequence length (dimension -2)", op,
+                                            describe(k), describe(v)));
   const Shape q_batch(q.sizes().begin(), q.sizes().end() - 2), k_batch(k.sizes().begin(), k.sizes().end() - 2),
       v_batch(v.sizes().begin(), v.sizes().end() - 2);
   const Shape batch = broadcast_shapes(op, broadcast_shapes(op, q_batch, k_batch), v_batch);
@@ -116,12 +121,13 @@ void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Ten
   const Tensor& mask = *attn_mask;
   if (!mask.defined()) throw std::invalid_argument(fmt::format("{}: attn_mask is an undefined tensor", op));
   if (mask.device() != q.device())
-    throw std::invalid_argument(fmt::format("{}: attn_mask {} is not on the device of query {}", op, describe(mask),
-                                            describe(q)));
+    throw std::invalid_argument(
+        fmt::format("{}: attn_mask {} is not on the device of query {}", op, describe(mask), describe(q)));
   if (mask.dtype() != ScalarType::bool_ && mask.dtype() != ScalarType::float32 && mask.dtype() != q.dtype())
-    throw std::invalid_argument(fmt::format("{}: expected attn_mask dtype to be bool or float or to match query "
-                                            "dtype, but got attn_mask {} and query {}",
-                                            op, describe(mask), describe(q)));
+    throw std::invalid_argument(
+        fmt::format("{}: expected attn_mask dtype to be bool or float or to match query "
+                    "dtype, but got attn_mask {} and query {}",
+                    op, describe(mask), describe(q)));
   Shape scores = batch;
   scores.push_back(q.size(-2));
   scores.push_back(k.size(-2));
@@ -131,9 +137,10 @@ void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Ten
     fits = m == 1 || m == scores[scores.size() - static_cast<size_t>(i)];
   }
   if (!fits)
-    throw std::invalid_argument(fmt::format("{}: attn_mask of shape {} cannot be broadcast to the attention scores' "
-                                            "shape {} (batch..., L, S)", op, shape_str(mask.sizes()),
-                                            shape_str(scores)));
+    throw std::invalid_argument(
+        fmt::format("{}: attn_mask of shape {} cannot be broadcast to the attention scores' "
+                    "shape {} (batch..., L, S)",
+                    op, shape_str(mask.sizes()), shape_str(scores)));
   (void)is_causal;  // with a mask: refused by the math backend only (scaled_dot_product_attention)
 }
 
@@ -148,7 +155,9 @@ bool needs_graph(const std::vector<Tensor>& inputs) {
 // refuse; bytegrad computes them for tests and gradchecks).
 bool is_half(ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; }
 
-ScalarType lse_dtype(ScalarType input) { return input == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32; }
+ScalarType lse_dtype(ScalarType input) {
+  return input == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32;
+}
 
 // at::empty_like(t) (preserve_format): t's strides when t is dense, else a dense layout keeping t's dimension
 // order (infer_dense_strides; TensorIterator's rule for one operand gives the same order).
@@ -197,8 +206,8 @@ struct KernelExtras {
 void check_attention_bias(const char* op, const Tensor& bias, const Tensor& q, const Dims& n, bool exact) {
   if (!bias.defined()) return;
   if (bias.device() != q.device())
-    throw std::invalid_argument(fmt::format("{}: attn_bias {} is not on the device of query {}", op, describe(bias),
-                                            describe(q)));
+    throw std::invalid_argument(
+        fmt::format("{}: attn_bias {} is not on the device of query {}", op, describe(bias), describe(q)));
   if (bias.dtype() != q.dtype() && bias.dtype() != ScalarType::float32 && bias.dtype() != ScalarType::float64)
     throw std::invalid_argument(fmt::format("{}: attn_bias {} must be floating (float32, float64 or query's dtype {})",
                                             op, describe(bias), scalar_type_name(q.dtype())));
@@ -254,9 +263,10 @@ constexpr int64_t kCudnnForwardWorkspace = 256;
 // refuses it ("Dropout probability cannot be 1 as corresponding scale wont be well formed").
 void check_cudnn_dropout(const char* op, double dropout_p) {
   if (dropout_p >= 1.0)
-    throw std::invalid_argument(fmt::format("{}: dropout probability cannot be 1 on the cuDNN backend (PyTorch's cuDNN "
-                                            "frontend refuses it: the scale 1 / (1 - p) is not finite), got {}",
-                                            op, dropout_p));
+    throw std::invalid_argument(
+        fmt::format("{}: dropout probability cannot be 1 on the cuDNN backend (PyTorch's cuDNN "
+                    "frontend refuses it: the scale 1 / (1 - p) is not finite), got {}",
+                    op, dropout_p));
 }
 
 AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
@@ -450,7 +460,8 @@ AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const
   g.grad_key = empty({n.B, n.Sk, n.H, n.D}, like_q).transpose(1, 2);
   g.grad_value = empty({n.B, n.Sk, n.H, n.Dv}, like_q).transpose(1, 2);
   if (bias_requires_grad)
-    g.grad_bias = empty({n.B, n.H, n.Sq, (n.Sk + 15) / 16 * 16}, TensorOptions{bias.dtype(), q.device()}).slice(3, 0, n.Sk);
+    g.grad_bias =
+        empty({n.B, n.H, n.Sq, (n.Sk + 15) / 16 * 16}, TensorOptions{bias.dtype(), q.device()}).slice(3, 0, n.Sk);
   if (n.B * n.H * n.Sq * n.Sk == 0) {
     // PyTorch zeroes the gradients of empty problems (grad_k, grad_v, grad_q).
     for (const Tensor* t : {&g.grad_key, &g.grad_value, &g.grad_query}) backend_of(q).fill(kv(*t), 0.0);
@@ -499,7 +510,8 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // dense, else the dense layout in t's dimension order. (Recorded: a contiguous (1, 1, 512, D) query gives an
 // output of strides (512 D, 512 D, D, 1), not (512 D, D, D, 1).)
 Tensor empty_like_exact(const Tensor& t) {
-  if (is_non_overlapping_and_dense(t)) return empty_strided(t.sizes(), t.strides(), TensorOptions{t.dtype(), t.device()});
+  if (is_non_overlapping_and_dense(t))
+    return empty_strided(t.sizes(), t.strides(), TensorOptions{t.dtype(), t.device()});
   return empty_preserving_layout(t);
 }
 int64_t flash_head_dim_rounded(int64_t D) { return round_up(D, D <= 128 ? 32 : 64); }
@@ -510,11 +522,15 @@ Dims check_flash_inputs(const char* op, const Tensor& q, const Tensor& k, const 
   const Dims n = check_attention_inputs(op, q, k, v);
   check_fused_inputs(op, q, k, v);
   if (n.D != n.Dv)
-    throw std::invalid_argument(fmt::format("{}: query {} and value {} must share the head dimension (flash "
-                                            "attention takes D == Dv)", op, describe(q), describe(v)));
+    throw std::invalid_argument(
+        fmt::format("{}: query {} and value {} must share the head dimension (flash "
+                    "attention takes D == Dv)",
+                    op, describe(q), describe(v)));
   if (n.D % 8 != 0 || n.D > 256)
-    throw std::invalid_argument(fmt::format("{}: the head dimension {} must be a multiple of 8 and at most 256 "
-                                            "(scaled_dot_product_attention pads it to a multiple of 8)", op, n.D));
+    throw std::invalid_argument(
+        fmt::format("{}: the head dimension {} must be a multiple of 8 and at most 256 "
+                    "(scaled_dot_product_attention pads it to a multiple of 8)",
+                    op, n.D));
   return n;
 }
 
@@ -536,8 +552,8 @@ AttentionResult flash_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     lse_accum = empty({splits, n.B, n.H, n.Sq}, f32);
     out_accum = empty({splits, n.B, n.H, n.Sq, flash_head_dim_rounded(n.D)}, f32);
   }
-  r.philox_seed = empty({2}, int64_on);   // rng_state
-  r.philox_offset = empty({}, int64_on);  // _unused
+  r.philox_seed = empty({2}, int64_on);                  // rng_state
+  r.philox_offset = empty({}, int64_on);                 // _unused
   if (dropout.p > 0.0) workspace_block(16, q.device());  // allocated and freed at once
   if (n.B > 0 && n.Sq > 0) {
     if (n.Sk == 0) {  // mha_fwd: an empty key set gives zeros and an infinite logsumexp
@@ -569,11 +585,10 @@ AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Ten
   const char* op = "scaled_dot_product_flash_attention_backward";
   AllocationScope scope(op);
   const Dims n = check_flash_inputs(op, q, k, v);
-  if (!logsumexp.defined())
-    throw std::invalid_argument(fmt::format("{}: the forward kept no logsumexp", op));
+  if (!logsumexp.defined()) throw std::invalid_argument(fmt::format("{}: the forward kept no logsumexp", op));
   if (grad_out.sizes() != out.sizes())
-    throw std::invalid_argument(fmt::format("{}: the gradient {} must have the output's sizes {}", op,
-                                            describe(grad_out), describe(out)));
+    throw std::invalid_argument(
+        fmt::format("{}: the gradient {} must have the output's sizes {}", op, describe(grad_out), describe(out)));
   const Tensor dout = grad_out.transpose(1, 2).contiguous().transpose(1, 2);
   const Tensor out_c = out.transpose(1, 2).contiguous().transpose(1, 2);
   AttentionGrads g;
@@ -587,9 +602,8 @@ AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Ten
   Tensor dq_accum = empty({n.B, sq_rounded, n.H, flash_head_dim_rounded(n.D)}, f32);
   if (n.Sq > 0) {
     const KernelExtras extras(Tensor(), Tensor(), dropout);
-    backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(dout), kv(q), kv(k),
-                                     kv(v), kv(out_c), kv(logsumexp), scale, is_causal, scratch_of(dq_accum),
-                                     extras.extras);
+    backend_of(q).attention_backward(kv(g.grad_query), kv(g.grad_key), kv(g.grad_value), kv(dout), kv(q), kv(k), kv(v),
+                                     kv(out_c), kv(logsumexp), scale, is_causal, scratch_of(dq_accum), extras.extras);
   } else {
     backend_of(q).fill(kv(g.grad_key), 0.0);
     backend_of(q).fill(kv(g.grad_value), 0.0);
@@ -600,7 +614,6 @@ AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Ten
 }
 
 // ------------------------------------------------------------------------------------- the selection
-
 
 }  // namespace
 
@@ -617,9 +630,7 @@ int64_t flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t
   const int64_t tiles = batch * heads * ((seqlen_q + 63) / 64);
   if (static_cast<float>(tiles) >= 0.8f * kSlots) return 1;
   const int64_t max_splits = std::min<int64_t>({128, kSlots, n_blocks});
-  auto eligible = [&](int64_t s) {
-    return s == 1 || (n_blocks + s - 1) / s != (n_blocks + s - 2) / (s - 1);
-  };
+  auto eligible = [&](int64_t s) { return s == 1 || (n_blocks + s - 1) / s != (n_blocks + s - 2) / (s - 1); };
   std::vector<float> efficiency(static_cast<size_t>(std::max<int64_t>(max_splits, 0)), 0.f);
   float best = 0.f;
   for (int64_t s = 1; s <= max_splits; ++s) {
@@ -659,8 +670,8 @@ SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Te
   const bool last_dims_unit = query.stride(-1) == 1 && key.stride(-1) == 1 && value.stride(-1) == 1;
   const bool last_dims_ok = last_dims_unit || n.D == 1;  // ignore_singleton_dim (cuDNN, flash)
   const bool nonempty = n.Sq > 0 && n.Sk > 0;
-  if (is_half(dtype) && last_dims_ok && nonempty && n.B <= 65535 && n.H <= 65535 && n.D % 8 == 0 &&
-      n.Dv % 8 == 0 && n.D <= 256 && n.Dv <= 256 && n.Sk != 1)
+  if (is_half(dtype) && last_dims_ok && nonempty && n.B <= 65535 && n.H <= 65535 && n.D % 8 == 0 && n.Dv % 8 == 0 &&
+      n.D <= 256 && n.Dv <= 256 && n.Sk != 1)
     return SdpaBackend::cudnn_attention;
   if (is_half(dtype) && last_dims_ok && nonempty && n.D == n.Dv && n.D <= 256 && (!is_causal || n.Sq == n.Sk))
     return SdpaBackend::flash_attention;
@@ -730,14 +741,15 @@ AttentionResult fused_forward(const char* op, std::vector<Tensor> inputs, bool c
 
 void check_dropout_p(const char* op, double dropout_p) {
   if (!(dropout_p >= 0.0 && dropout_p <= 1.0))
-    throw std::invalid_argument(fmt::format("{}: dropout probability has to be between 0 and 1, but got {}", op,
-                                            dropout_p));
+    throw std::invalid_argument(
+        fmt::format("{}: dropout probability has to be between 0 and 1, but got {}", op, dropout_p));
 }
 
 }  // namespace
 
 AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                                   bool compute_log_sumexp, bool is_causal, std::optional<double> scale) {
+                                                   bool compute_log_sumexp, bool is_causal,
+                                                   std::optional<double> scale) {
   return scaled_dot_product_cudnn_attention(query, key, value, std::nullopt, compute_log_sumexp, 0.0, is_causal, scale);
 }
 
@@ -751,7 +763,9 @@ AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Te
   const Tensor bias = defined_or_none(attn_bias);
   return fused_forward<OpId::scaled_dot_product_cudnn_attention>(
       op, attention_inputs(query, key, value, attn_bias), compute_log_sumexp, dropout_p, is_causal, s,
-      [&](const AttentionDropout& d) { return cudnn_forward(query, key, value, bias, compute_log_sumexp, is_causal, s, d); });
+      [&](const AttentionDropout& d) {
+        return cudnn_forward(query, key, value, bias, compute_log_sumexp, is_causal, s, d);
+      });
 }
 
 AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -818,9 +832,8 @@ AttentionGrads scaled_dot_product_cudnn_attention_backward(const Tensor& grad_ou
                                                            const Tensor& logsumexp, const AttentionDropout& dropout,
                                                            bool is_causal, double scale) {
   const Tensor bias = defined_or_none(attn_bias);
-  return without_recording([&] {
-    return cudnn_backward(grad_out, query, key, value, bias, out, logsumexp, is_causal, scale, dropout);
-  });
+  return without_recording(
+      [&] { return cudnn_backward(grad_out, query, key, value, bias, out, logsumexp, is_causal, scale, dropout); });
 }
 
 AttentionGrads scaled_dot_product_efficient_attention_backward(const Tensor& grad_out, const Tensor& query,
@@ -937,8 +950,9 @@ Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
                                          std::optional<double> scale) {
   check_sdpa_call("scaled_dot_product_attention_math", query, key, value, attn_mask, dropout_p, is_causal);
   if (attn_mask && attn_mask->defined() && is_causal)
-    throw std::invalid_argument("scaled_dot_product_attention_math: explicit attn_mask should not be set when "
-                                "is_causal=True (give one or the other)");
+    throw std::invalid_argument(
+        "scaled_dot_product_attention_math: explicit attn_mask should not be set when "
+        "is_causal=True (give one or the other)");
   const std::optional<Tensor> mask =
       attn_mask ? std::optional<Tensor>(convert_boolean_mask(*attn_mask, query.dtype())) : std::nullopt;
   MathOutputs r = attention_math(query, key, value, mask, dropout_p, is_causal, scale);
@@ -1011,8 +1025,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     case SdpaBackend::cudnn_attention:
       return output_of(scaled_dot_product_cudnn_attention(query, key, value, compute_log_sumexp, is_causal, scale));
     case SdpaBackend::efficient_attention:
-      return output_of(
-          scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale));
+      return output_of(scaled_dot_product_efficient_attention(query, key, value, compute_log_sumexp, is_causal, scale));
     case SdpaBackend::flash_attention: return flash_attention_padded(query, key, value, 0.0, is_causal, scale);
     case SdpaBackend::math: break;
   }
@@ -1032,9 +1045,11 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   // PyTorch 2.11's backend selection reads dimension -2 of the mask for 4-d 16-bit inputs and fails on a 1-d
   // mask, whatever the head dim (mask_choices.txt: IndexError in all 320 such rows; float32 and 3-d pass).
   if (mask && four_d && is_half(query.dtype()) && mask->dim() == 1)
-    throw std::out_of_range(fmt::format("{}: a 1-d attn_mask {} with 4-d {} inputs: PyTorch 2.11's backend "
-                                        "selection indexes its dimension -2 (IndexError: Dimension out of range); "
-                                        "give it as (1, S)", op, describe(*mask), scalar_type_name(query.dtype())));
+    throw std::out_of_range(
+        fmt::format("{}: a 1-d attn_mask {} with 4-d {} inputs: PyTorch 2.11's backend "
+                    "selection indexes its dimension -2 (IndexError: Dimension out of range); "
+                    "give it as (1, S)",
+                    op, describe(*mask), scalar_type_name(query.dtype())));
   const SdpaBackend backend = select_sdpa_backend(query, key, value, mask, dropout_p, is_causal);
   // PyTorch's should_compute_logsumexp looks at q, k and v; a mask that alone requires grad is counted here
   // too, so that its gradient can be computed (PyTorch would fail in backward).
@@ -1063,8 +1078,10 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     case SdpaBackend::math: break;
   }
   if (mask && is_causal)  // the math backend refuses both (the fused kernels apply both)
-    throw std::invalid_argument(fmt::format("{}: explicit attn_mask should not be set when is_causal=True on the math "
-                                            "backend (query {}; give one or the other)", op, describe(query)));
+    throw std::invalid_argument(
+        fmt::format("{}: explicit attn_mask should not be set when is_causal=True on the math "
+                    "backend (query {}; give one or the other)",
+                    op, describe(query)));
   // The math backend: a bool mask converted to query's dtype first (freed when the call returns, after the
   // math op's second output).
   const std::optional<Tensor> converted =

@@ -33,19 +33,24 @@ ScalarType result_dtype(DtypeRule rule, ScalarType operand) {
 // (PyTorch also refuses alpha=2.0 written as a float; a double cannot tell 2.0 from 2.)
 void check_alpha(const char* name, double alpha, ScalarType common) {
   if (is_integral(common, /*include_bool=*/true) && !(std::isfinite(alpha) && alpha == std::trunc(alpha)))
-    throw std::invalid_argument(fmt::format("{}: For integral input tensors, argument alpha must not be a floating "
-                                            "point number (alpha = {}, computing in {})",
-                                            name, alpha, scalar_type_name(common)));
+    throw std::invalid_argument(
+        fmt::format("{}: For integral input tensors, argument alpha must not be a floating "
+                    "point number (alpha = {}, computing in {})",
+                    name, alpha, scalar_type_name(common)));
 }
 
 // PyTorch's sub_check: subtraction refuses bool operands, pointing at the operator meant.
 void check_sub_operands(const char* name, ScalarType a, ScalarType b) {
   if (a == ScalarType::bool_ && b == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: Subtraction, the `-` operator, with two bool tensors is not "
-                                            "supported. Use logical_xor() (ne() for bools) instead.", name));
+    throw std::invalid_argument(
+        fmt::format("{}: Subtraction, the `-` operator, with two bool tensors is not "
+                    "supported. Use logical_xor() (ne() for bools) instead.",
+                    name));
   if (a == ScalarType::bool_ || b == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: Subtraction, the `-` operator, with a bool tensor is not supported. "
-                                            "If you are trying to invert a mask, use logical_not() instead.", name));
+    throw std::invalid_argument(
+        fmt::format("{}: Subtraction, the `-` operator, with a bool tensor is not supported. "
+                    "If you are trying to invert a mask, use logical_not() instead.",
+                    name));
 }
 
 // The type PyTorch computes `tensor op scalar` in: result_type(tensor, scalar) with the scalar a wrapped
@@ -71,22 +76,28 @@ void check_scalar_operand(const char* name, OpId op, ScalarType dtype, double sc
   if (op == OpId::sub_scalar || op == OpId::rsub_scalar) check_sub_operands(name, dtype, ScalarType::int64);
   if (op == OpId::pow_scalar && is_integral(common, /*include_bool=*/true) && scalar < 0 &&
       scalar == std::trunc(scalar))
-    throw std::invalid_argument(fmt::format("{}: Integers to negative integer powers are not allowed ({} base, "
-                                            "exponent {})", name, scalar_type_name(dtype), scalar));
+    throw std::invalid_argument(
+        fmt::format("{}: Integers to negative integer powers are not allowed ({} base, "
+                    "exponent {})",
+                    name, scalar_type_name(dtype), scalar));
   if (in_place && common != dtype)
-    throw std::invalid_argument(fmt::format("{}: result type {} can't be cast to the desired output type {} (a {} "
-                                            "tensor with the scalar {} computes in {})", name,
-                                            pytorch_type_name(common), pytorch_type_name(dtype),
-                                            scalar_type_name(dtype), scalar, scalar_type_name(common)));
+    throw std::invalid_argument(
+        fmt::format("{}: result type {} can't be cast to the desired output type {} (a {} "
+                    "tensor with the scalar {} computes in {})",
+                    name, pytorch_type_name(common), pytorch_type_name(dtype), scalar_type_name(dtype), scalar,
+                    scalar_type_name(common)));
   const DtypeRule rule = op_info(op).dtypes;
   if (rule == DtypeRule::floating && !is_floating_point(common))
-    throw std::invalid_argument(fmt::format("{}: a {} tensor with the scalar {} computes in {}, which is not a "
-                                            "floating-point type (bytegrad does not promote integers to float; "
-                                            "convert with .to(float32))", name, scalar_type_name(dtype), scalar,
-                                            scalar_type_name(common)));
+    throw std::invalid_argument(
+        fmt::format("{}: a {} tensor with the scalar {} computes in {}, which is not a "
+                    "floating-point type (bytegrad does not promote integers to float; "
+                    "convert with .to(float32))",
+                    name, scalar_type_name(dtype), scalar, scalar_type_name(common)));
   if (rule == DtypeRule::not_bool && common == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: a bool tensor with the scalar {} computes in bool, which {} does not "
-                                            "take", name, scalar, name));
+    throw std::invalid_argument(
+        fmt::format("{}: a bool tensor with the scalar {} computes in bool, which {} does not "
+                    "take",
+                    name, scalar, name));
 }
 
 // add(x, other, alpha) and sub with a scalar `other`: the kernel gets alpha * other, so the type computed in
@@ -155,7 +166,8 @@ Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar,
 // The result is computed in result_type(self, other) and written in self's dtype, which must be a type
 // that result can be cast to (PyTorch's canCast): float32.add_(bfloat16) and bfloat16.add_(float32) are
 // allowed, int64.add_(float32) is not; the check comes before anything is written.
-const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor& self, const Tensor& other, double alpha) {
+const Tensor& inplace_binary_compute(const char* name, BinaryOp op, const Tensor& self, const Tensor& other,
+                                     double alpha) {
   check_same_device(name, self, other);
   const ScalarType common = result_type(self, other);
   check_dtype_rule(name, dtype_rule(op), self, other, common);
@@ -227,8 +239,8 @@ Tensor unary_op(const Tensor& x) {
 template <BinaryOp op>
 Tensor binary_op(const Tensor& a, const Tensor& b, ArgsOf<op_id(op)> args = {}) {
   constexpr OpId id = op_id(op);
-  if (auto cast = autocast_by_row<id>([args](const Tensor& x, const Tensor& y) { return binary_op<op>(x, y, args); },
-                                      a, b))
+  if (auto cast =
+          autocast_by_row<id>([args](const Tensor& x, const Tensor& y) { return binary_op<op>(x, y, args); }, a, b))
     return *cast;
   double alpha = 1.0;
   if constexpr (std::is_same_v<ArgsOf<id>, op_args::Alpha>) alpha = args.alpha;
@@ -286,7 +298,7 @@ const Tensor& inplace_unary(const char* name, const Tensor& self) {
 // Every unary row of the op table is a free function and a Tensor member (the activations' rows among
 // them); every binary row a free function on two tensors (the activations' *_backward ops among them),
 // with alpha for the rows whose args are Alpha. tensor/ops.h declares them from the same rows.
-#define BYTEGRAD_DEFINE_UNARY(op, ...)                             \
+#define BYTEGRAD_DEFINE_UNARY(op, ...)                            \
   Tensor op(const Tensor& x) { return unary_op<UnaryOp::op>(x); } \
   Tensor Tensor::op() const { return unary_op<UnaryOp::op>(*this); }
 BYTEGRAD_UNARY_OPS(BYTEGRAD_DEFINE_UNARY)
@@ -468,8 +480,8 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
     throw std::invalid_argument(fmt::format("masked_fill_: the mask {} must be bool", describe(mask)));
   value = checked_convert(value, dtype(), "masked_fill_");
   if (broadcast_shapes("masked_fill_", *this, mask) != sizes())
-    throw std::invalid_argument(fmt::format("masked_fill_: the mask {} cannot be broadcast to {}", describe(mask),
-                                            describe(*this)));
+    throw std::invalid_argument(
+        fmt::format("masked_fill_: the mask {} cannot be broadcast to {}", describe(mask), describe(*this)));
   // PyTorch only warns (deprecated) for an expanded target: every element that shares a location gets the
   // same value wherever the mask is set. A mask that partly overlaps the target is refused.
   check_write_overlap("masked_fill_", *this, {&mask}, SharedDestination::allow);
@@ -498,8 +510,7 @@ const Tensor& fill_in_place(const char* name, const Tensor& self, double value) 
   self.bump_version();
   if constexpr (id == OpId::fill)
     record_for_autograd({self}, [&] { return make_in_place_record<id>({self}, {value}); });
-  else
-    record_for_autograd({self}, [&] { return make_in_place_record<id>({self}); });
+  else record_for_autograd({self}, [&] { return make_in_place_record<id>({self}); });
   return self;
 }
 

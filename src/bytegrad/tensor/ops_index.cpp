@@ -54,8 +54,8 @@ Tensor gather_compute(const Tensor& x, int64_t dim, const Tensor& index) {
   check_index_dtype("gather", index);
   dim = wrap_dim(dim, x.dim(), "gather");
   if (index.dim() != x.dim())
-    throw std::invalid_argument(fmt::format("gather: the index {} must have the rank of the input {}", describe(index),
-                                            describe(x)));
+    throw std::invalid_argument(
+        fmt::format("gather: the index {} must have the rank of the input {}", describe(index), describe(x)));
   for (int64_t d = 0; d < x.dim(); ++d)
     if (d != dim && index.sizes()[d] > x.sizes()[d])
       throw std::invalid_argument(fmt::format("gather: the index {} is larger than the input {} at dimension {}",
@@ -100,7 +100,8 @@ Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
     check_defined("cat", t);
     check_same_device("cat", tensors.front(), t);
     if (t.dim() == 0)
-      throw std::invalid_argument(fmt::format("cat: zero-dimensional tensor (at position {}) cannot be concatenated", i));
+      throw std::invalid_argument(
+          fmt::format("cat: zero-dimensional tensor (at position {}) cannot be concatenated", i));
     promotion.add(t.dtype(), true);
   }
   const ScalarType dtype = promotion.result();
@@ -115,13 +116,15 @@ Tensor cat_compute(const std::vector<Tensor>& tensors, int64_t dim) {
       shape[dim] = 0;
     }
     if (t.dim() != first->dim())
-      throw std::invalid_argument(fmt::format("cat: tensors must have the same rank, got {} and {}", describe(*first), describe(t)));
+      throw std::invalid_argument(
+          fmt::format("cat: tensors must have the same rank, got {} and {}", describe(*first), describe(t)));
     for (int64_t d = 0; d < t.dim(); ++d)
       if (d != dim && t.sizes()[d] != first->sizes()[d])
         throw std::invalid_argument(fmt::format("cat: sizes must match except in dimension {}, got {} and {}", dim,
                                                 describe(*first), describe(t)));
     if (__builtin_add_overflow(shape[dim], t.sizes()[dim], &shape[dim]))
-      throw std::length_error(fmt::format("cat: the sizes along dimension {} add up to more than int64 can count", dim));
+      throw std::length_error(
+          fmt::format("cat: the sizes along dimension {} add up to more than int64 can count", dim));
   }
   Tensor out = empty(shape, TensorOptions{dtype, tensors.front().device()});
   int64_t offset = 0;
@@ -179,8 +182,8 @@ Tensor constant_pad_nd_compute(const Tensor& x, const Shape& pad) {
     throw std::invalid_argument(fmt::format("{}: the pad list must have an even length, got {}", op, pad.size()));
   const int64_t padded_dims = static_cast<int64_t>(pad.size()) / 2;
   if (padded_dims > x.dim())
-    throw std::invalid_argument(fmt::format("{}: the pad list of length {} pads more dimensions than {} has", op,
-                                            pad.size(), describe(x)));
+    throw std::invalid_argument(
+        fmt::format("{}: the pad list of length {} pads more dimensions than {} has", op, pad.size(), describe(x)));
   Tensor cropped = x;
   Shape padded_shape = x.sizes();
   bool all_non_positive = true;
@@ -233,7 +236,9 @@ Tensor constant_pad_nd(const Tensor& x, const Shape& pad, double value) {
   return out;
 }
 
-Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return bytegrad::index_select(*this, dim, index); }
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
+  return bytegrad::index_select(*this, dim, index);
+}
 Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return bytegrad::gather(*this, dim, index); }
 
 }  // namespace bytegrad

@@ -35,9 +35,10 @@ ScalarType in_place_common_type(const char* op, const Tensor& self, std::initial
   if (!can_cast(common, self.dtype())) {
     std::string operands = describe(self);
     for (const Tensor* other : others) operands += ", " + describe(*other);
-    throw std::invalid_argument(fmt::format("{}: result type {} (of {}) can't be cast to the desired output type {} of "
-                                            "the in-place target", op, scalar_type_name(common), operands,
-                                            scalar_type_name(self.dtype())));
+    throw std::invalid_argument(
+        fmt::format("{}: result type {} (of {}) can't be cast to the desired output type {} of "
+                    "the in-place target",
+                    op, scalar_type_name(common), operands, scalar_type_name(self.dtype())));
   }
   return common;
 }

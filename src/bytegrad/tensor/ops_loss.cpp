@@ -49,10 +49,11 @@ void check_nll_operands(const char* op, const Tensor& log_probs, const Tensor& t
   if (target.dtype() != ScalarType::int64)
     throw std::invalid_argument(fmt::format("{}: the target {} must be int64 class indices", op, describe(target)));
   if (log_probs.dim() < 1 || log_probs.dim() > 2)
-    throw std::invalid_argument(fmt::format("{}: the input {} should be 1-d (C) or 2-d (N, C)", op, describe(log_probs)));
+    throw std::invalid_argument(
+        fmt::format("{}: the input {} should be 1-d (C) or 2-d (N, C)", op, describe(log_probs)));
   if (target.dim() > 1)
-    throw std::invalid_argument(fmt::format("{}: 0-d or 1-d target expected (multi-target not supported), got {}", op,
-                                            describe(target)));
+    throw std::invalid_argument(
+        fmt::format("{}: 0-d or 1-d target expected (multi-target not supported), got {}", op, describe(target)));
   const bool no_batch_dim = log_probs.dim() == 1 && target.dim() == 0;
   if (!no_batch_dim && (target.dim() == 0 || log_probs.sizes()[0] != target.sizes()[0]))
     throw std::invalid_argument(fmt::format("{}: size mismatch (got input: {}, target: {})", op,
@@ -120,7 +121,8 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index) {
   check_defined("cross_entropy", logits);
   if (logits.dim() < 1 || logits.dim() > 2)
-    throw std::invalid_argument(fmt::format("cross_entropy: logits {} should be 1-d (C) or 2-d (N, C)", describe(logits)));
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: logits {} should be 1-d (C) or 2-d (N, C)", describe(logits)));
   // PyTorch's cross_entropy_loss calls log_softmax with dtype = the logits' dtype, which autocast leaves alone
   // (fp32_set_opt_dtype only fills in a missing dtype) and which converts nothing: under autocast the
   // log-probabilities stay in the logits' dtype and nll_loss (float32 policy) casts them.

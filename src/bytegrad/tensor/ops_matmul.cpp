@@ -31,7 +31,8 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   check_same_device(op, a, b);
   check_same_dtype(op, a, b);
   if (a.dtype() == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: bool operands are not supported: {} and {}", op, describe(a), describe(b)));
+    throw std::invalid_argument(
+        fmt::format("{}: bool operands are not supported: {} and {}", op, describe(a), describe(b)));
   check_blas_settings(a.device());  // before the result (or a workspace) is allocated
 }
 
@@ -102,7 +103,8 @@ Tensor dot_compute(const Tensor& a, const Tensor& b) {
 Tensor mv_compute(const Tensor& m, const Tensor& v) {
   check_operands("mv", m, v);
   if (m.dim() != 2 || v.dim() != 1)
-    throw std::invalid_argument(fmt::format("mv: expected a 2-d and a 1-d operand, got {} and {}", describe(m), describe(v)));
+    throw std::invalid_argument(
+        fmt::format("mv: expected a 2-d and a 1-d operand, got {} and {}", describe(m), describe(v)));
   check_inner_sizes("mv", m, v, m.sizes()[1], v.sizes()[0]);
   Tensor out = empty({m.sizes()[0]}, TensorOptions{m.dtype(), m.device()});
   if (out.numel() == 0) return out;
@@ -215,8 +217,7 @@ Tensor matmul_impl(const Tensor& tensor1, const Tensor& tensor2) {
 // contiguous 1-d bias of the output's width, beta 1, floating types, and no dimension of 1.
 bool uses_lt_bias_epilogue(const Tensor& bias, const Tensor& a, const Tensor& b, double beta) {
   return beta == 1.0 && bias.dim() == 1 && bias.sizes()[0] == b.sizes()[1] && bias.is_contiguous() &&
-         is_floating_point(a.dtype()) && a.sizes()[0] > 1 && a.sizes()[1] > 1 && b.sizes()[0] > 1 &&
-         b.sizes()[1] > 1;
+         is_floating_point(a.dtype()) && a.sizes()[0] > 1 && a.sizes()[1] > 1 && b.sizes()[0] > 1 && b.sizes()[1] > 1;
 }
 
 Tensor addmm_compute(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
@@ -296,9 +297,9 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
   return addmm_impl(bias, a, b, beta, alpha);
 }
 
-// at::native::linear: both operands at least 1-d; addmm for 2-d input with a bias; a contiguous input with a 1-d bias (or any 3-d
-// contiguous input) is flattened to rows, fed to addmm and viewed back; otherwise matmul(x, w.t()) and
-// the bias added in place.
+// at::native::linear: both operands at least 1-d; addmm for 2-d input with a bias; a contiguous input with a 1-d bias
+// (or any 3-d contiguous input) is flattened to rows, fed to addmm and viewed back; otherwise matmul(x, w.t()) and the
+// bias added in place.
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
   BYTEGRAD_AUTOCAST(lower_precision_fp, linear, x, weight, bias);
   AllocationScope scope("linear");

@@ -90,8 +90,9 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   const ScalarType grad_dtype = input_dtype.value_or(output.dtype());
   const bool half_to_float = grad_dtype != output.dtype();
   if (half_to_float && (grad_dtype != ScalarType::float16 || output.dtype() != ScalarType::float32))
-    throw std::invalid_argument(fmt::format("{}: a {} gradient for a {} output: only float16 from float32 (half_to_float)",
-                                            name, scalar_type_name(grad_dtype), scalar_type_name(output.dtype())));
+    throw std::invalid_argument(
+        fmt::format("{}: a {} gradient for a {} output: only float16 from float32 (half_to_float)", name,
+                    scalar_type_name(grad_dtype), scalar_type_name(output.dtype())));
   Tensor grad_input = empty(output.sizes(), TensorOptions{grad_dtype, output.device()});
   // PyTorch's softmax_backward_cuda_out first computes tmp = grad * output into a new tensor (an elementwise
   // result, freed on return) and hands tmp to its kernel; ours fuses that product, so the block is only
@@ -114,7 +115,9 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   return grad_input;
 }
 
-Tensor Tensor::softmax(int64_t dim, std::optional<ScalarType> dtype) const { return bytegrad::softmax(*this, dim, dtype); }
+Tensor Tensor::softmax(int64_t dim, std::optional<ScalarType> dtype) const {
+  return bytegrad::softmax(*this, dim, dtype);
+}
 Tensor Tensor::log_softmax(int64_t dim, std::optional<ScalarType> dtype) const {
   return bytegrad::log_softmax(*this, dim, dtype);
 }
@@ -177,8 +180,9 @@ Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double sc
   AllocationScope scope("dropout_backward");
   check_same_device("native_dropout_backward", grad, mask);
   if (mask.dtype() != ScalarType::bool_ || mask.sizes() != grad.sizes())
-    throw std::invalid_argument(fmt::format("native_dropout_backward: the mask {} must be bool and shaped like the gradient {}",
-                                            describe(mask), describe(grad)));
+    throw std::invalid_argument(
+        fmt::format("native_dropout_backward: the mask {} must be bool and shaped like the gradient {}", describe(mask),
+                    describe(grad)));
   Tensor out = empty(grad.sizes(), TensorOptions{grad.dtype(), grad.device()});
   // Three passes over the one block (zeros, kept gradients, scale): the allocation is what PyTorch's fused
   // kernel makes.
@@ -237,7 +241,8 @@ int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 // int64 indices only: int32 indices (fewer passes, other tiles) would need their own recording.
 int64_t radix_sort_pairs_temp_bytes(int64_t n, int64_t key_bytes, int64_t value_bytes) {
   const int64_t tiles = (n + 4607) / 4608;
-  return 255 + align256(n * key_bytes) + align256(n * value_bytes) + int64_t{8} * 256 * 8 + 256 + align256(tiles * 1024);
+  return 255 + align256(n * key_bytes) + align256(n * value_bytes) + int64_t{8} * 256 * 8 + 256 +
+         align256(tiles * 1024);
 }
 // DeviceScan::ExclusiveSum over int64 (tiles of 896 items; [786, 1024) fits the records) and
 // DeviceSelect::UniqueByKey (recorded constant up to 65536 items; tiles of 4096 assumed above): a 256-byte
@@ -261,9 +266,9 @@ Tensor embedding_dense_backward(const Tensor& grad, const Tensor& indices, int64
   const TensorOptions index_options{indices.dtype(), indices.device()};
   const int64_t index_bytes = static_cast<int64_t>(element_size(indices.dtype()));
   auto accumulate = [&](const Tensor& grad_weight) {
-    backend_for(grad_weight.device()).index_add(grad_weight.view_for_kernels(), 0,
-                                                flat_indices.contiguous().view_for_kernels(),
-                                                flat_grad.view_for_kernels());
+    backend_for(grad_weight.device())
+        .index_add(grad_weight.view_for_kernels(), 0, flat_indices.contiguous().view_for_kernels(),
+                   flat_grad.view_for_kernels());
   };
   if (num_indices <= kEmbeddingSortThreshold) {
     // embedding_backward_feature_kernel straight into a zeroed gradient.

@@ -19,7 +19,6 @@ using namespace ops_detail;
 
 namespace {
 
-
 // The accumulation dtype of mean and rstd (PyTorch's toAccumulateType(dtype, is_cuda=true)).
 ScalarType stat_dtype(ScalarType input) {
   return input == ScalarType::float64 ? ScalarType::float64 : ScalarType::float32;
@@ -35,15 +34,17 @@ RowsCols check_inputs(const char* op, const Tensor& input, const Shape& normaliz
   check_defined(op, input);
   check_dtype_rule(op, OpId::native_layer_norm, input);
   if (normalized_shape.empty())
-    throw std::invalid_argument(fmt::format("{}: expected normalized_shape to be at least 1-dimensional, i.e., "
-                                            "containing at least one element, but got normalized_shape = []",
-                                            op));
+    throw std::invalid_argument(
+        fmt::format("{}: expected normalized_shape to be at least 1-dimensional, i.e., "
+                    "containing at least one element, but got normalized_shape = []",
+                    op));
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"weight", &weight}, {"bias", &bias}}) {
     if (!t->defined()) continue;
     if (t->sizes() != normalized_shape)
-      throw std::invalid_argument(fmt::format("{}: expected {} to be of same shape as normalized_shape, but got {} "
-                                              "of shape {} and normalized_shape = {}",
-                                              op, name, name, shape_str(t->sizes()), shape_str(normalized_shape)));
+      throw std::invalid_argument(
+          fmt::format("{}: expected {} to be of same shape as normalized_shape, but got {} "
+                      "of shape {} and normalized_shape = {}",
+                      op, name, name, shape_str(t->sizes()), shape_str(normalized_shape)));
     check_same_device(op, input, *t);
     check_same_dtype(op, input, *t);
   }
@@ -54,9 +55,10 @@ RowsCols check_inputs(const char* op, const Tensor& input, const Shape& normaliz
     std::string expected = "[*";
     for (int64_t s : normalized_shape) expected += fmt::format(", {}", s);
     expected += "]";
-    throw std::invalid_argument(fmt::format("{}: given normalized_shape={}, expected input with shape {}, but got "
-                                            "input of size {}",
-                                            op, shape_str(normalized_shape), expected, shape_str(input.sizes())));
+    throw std::invalid_argument(
+        fmt::format("{}: given normalized_shape={}, expected input with shape {}, but got "
+                    "input of size {}",
+                    op, shape_str(normalized_shape), expected, shape_str(input.sizes())));
   }
   const int64_t axis = ndim - nd;
   int64_t M = 1, N = 1;
@@ -169,10 +171,9 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
   const Tensor& db_target = partial ? dbeta_blocks : grads.grad_bias;
   const StridedView dw = dw_target.defined() ? kv(dw_target.view({R, N})) : StridedView{};
   const StridedView db = db_target.defined() ? kv(db_target.view({R, N})) : StridedView{};
-  backend_of(input).layer_norm_backward(grads.grad_input.defined() ? &dx : nullptr,
-                                        dw_target.defined() ? &dw : nullptr, db_target.defined() ? &db : nullptr,
-                                        rows_view(dY, M, N), rows_view(X, M, N), flat_view(mean_c), flat_view(rstd_c),
-                                        gamma.defined() ? &g : nullptr);
+  backend_of(input).layer_norm_backward(grads.grad_input.defined() ? &dx : nullptr, dw_target.defined() ? &dw : nullptr,
+                                        db_target.defined() ? &db : nullptr, rows_view(dY, M, N), rows_view(X, M, N),
+                                        flat_view(mean_c), flat_view(rstd_c), gamma.defined() ? &g : nullptr);
   if (partial) {
     // *dgamma = dgamma_blocks.sum(0): the reduction's result replaces (frees) the first allocation.
     if (dgamma_blocks.defined()) grads.grad_weight = sum(dgamma_blocks, {0}).view(gamma.sizes());

@@ -39,7 +39,8 @@ ReductionShapes reduction_shapes(const char* op, const Tensor& x, const Shape& d
     const int64_t wrapped = wrap_dim(d, x.dim(), op);
     if (x.dim() == 0) continue;
     if (reduced[wrapped])
-      throw std::invalid_argument(fmt::format("{}: dimension {} appears more than once in {}", op, wrapped, shape_str(dims)));
+      throw std::invalid_argument(
+          fmt::format("{}: dimension {} appears more than once in {}", op, wrapped, shape_str(dims)));
     reduced[wrapped] = true;
   }
   ReductionShapes shapes;
@@ -68,8 +69,7 @@ Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const Shape& di
     // tensor over dimensions of non-zero size gives an empty result (amax(zeros({0, 3}), {1}) is [0]).
     bool reduces_empty = dims.empty() || x.dim() == 0;
     for (int64_t d : dims) reduces_empty = reduces_empty || x.sizes()[wrap_dim(d, x.dim(), name)] == 0;
-    if (reduces_empty)
-      throw std::invalid_argument(fmt::format("{}: {} has no elements to reduce", name, describe(x)));
+    if (reduces_empty) throw std::invalid_argument(fmt::format("{}: {} has no elements to reduce", name, describe(x)));
   }
   ScalarType out_dtype = x.dtype();
   if ((op == ReduceOp::sum || op == ReduceOp::prod) && !is_floating_point(x.dtype())) out_dtype = ScalarType::int64;
@@ -152,7 +152,9 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<Scala
   // no dims: all of them, as sum(x, dim=[])
   return reduce_recorded<OpId::sum, OpId::sum_dims>(ReduceOp::sum, x, dims, keepdim, false, WholeInput::as_is, dtype);
 }
-Tensor mean(const Tensor& x) { return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, {}, false, true); }
+Tensor mean(const Tensor& x) {
+  return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, {}, false, true);
+}
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return reduce_recorded<OpId::mean, OpId::mean_dims>(ReduceOp::mean, x, dims, keepdim, false);
 }
@@ -212,8 +214,8 @@ Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim, std::optional
     throw std::invalid_argument(fmt::format(
         "norm: linalg.vector_norm expects a floating-point tensor, got {} (convert with .to(float32))", describe(x)));
   if (dtype && !is_floating_point(*dtype))
-    throw std::invalid_argument(fmt::format("norm: linalg.vector_norm: dtype should be floating point, but got {}",
-                                            scalar_type_name(*dtype)));
+    throw std::invalid_argument(
+        fmt::format("norm: linalg.vector_norm: dtype should be floating point, but got {}", scalar_type_name(*dtype)));
   if (dtype && promote_types(x.dtype(), *dtype) != *dtype)
     throw std::invalid_argument(fmt::format(
         "norm: linalg.vector_norm: the dtype of the input ({}) should be convertible without narrowing to the "

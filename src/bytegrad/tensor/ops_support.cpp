@@ -25,8 +25,8 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   check_defined(op, a);
   check_defined(op, b);
   if (a.device() != b.device())
-    throw std::invalid_argument(fmt::format("{}: expected both operands on the same device, got {} and {}", op,
-                                            describe(a), describe(b)));
+    throw std::invalid_argument(
+        fmt::format("{}: expected both operands on the same device, got {} and {}", op, describe(a), describe(b)));
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
@@ -38,15 +38,17 @@ void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
 
 void check_floating(const char* op, const Tensor& t) {
   if (!is_floating_point(t.dtype()))
-    throw std::invalid_argument(fmt::format(
-        "{}: {} is not a floating-point tensor (bytegrad does not promote integers to float; convert with .to(float32))", op,
-        describe(t)));
+    throw std::invalid_argument(
+        fmt::format("{}: {} is not a floating-point tensor (bytegrad does not promote integers to float; convert with "
+                    ".to(float32))",
+                    op, describe(t)));
 }
 
 void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t) {
   if (rule == DtypeRule::floating) check_floating(name, t);
   if (rule == DtypeRule::not_bool && t.dtype() == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: {} is a bool tensor, which {} does not take", name, describe(t), name));
+    throw std::invalid_argument(
+        fmt::format("{}: {} is a bool tensor, which {} does not take", name, describe(t), name));
 }
 
 void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& a, const Tensor& b, ScalarType common) {
@@ -54,17 +56,18 @@ void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& a, const T
   if (rule == DtypeRule::floating && !is_floating_point(common))
     throw std::invalid_argument(fmt::format(
         "{}: {} and {} promote to {}, which is not a floating-point type (bytegrad does not promote integers to "
-        "float; convert with .to(float32))", name, describe(a), describe(b), scalar_type_name(common)));
+        "float; convert with .to(float32))",
+        name, describe(a), describe(b), scalar_type_name(common)));
   if (rule == DtypeRule::not_bool && common == ScalarType::bool_)
-    throw std::invalid_argument(fmt::format("{}: {} and {} promote to bool, which {} does not take", name, describe(a),
-                                            describe(b), name));
+    throw std::invalid_argument(
+        fmt::format("{}: {} and {} promote to bool, which {} does not take", name, describe(a), describe(b), name));
 }
 
 void check_can_cast_to_self(const char* name, ScalarType common, const Tensor& self, const Tensor& other) {
   if (!can_cast(common, self.dtype()))
     throw std::invalid_argument(fmt::format(
-        "{}: result type {} (of {} and {}) can't be cast to the desired output type {} of the in-place target",
-        name, scalar_type_name(common), describe(self), describe(other), scalar_type_name(self.dtype())));
+        "{}: result type {} (of {} and {}) can't be cast to the desired output type {} of the in-place target", name,
+        scalar_type_name(common), describe(self), describe(other), scalar_type_name(self.dtype())));
 }
 
 Tensor to_dtype_preserving_strides(const Tensor& t, ScalarType dtype) {
@@ -95,7 +98,8 @@ void check_indices_in_range(const char* op, const Tensor& index, int64_t dim, in
     if (value < 0 || value >= size)
       throw std::out_of_range(fmt::format(
           "{}: index {} is out of range for dimension {} with size {} (valid indices are 0 to {}; negative indices are "
-          "not wrapped): index out of range in self", op, value, dim, size, size - 1));
+          "not wrapped): index out of range in self",
+          op, value, dim, size, size - 1));
   }
 }
 
@@ -106,8 +110,10 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
     const int64_t sa = i < ndim - a.size() ? 1 : a[i - (ndim - a.size())];
     const int64_t sb = i < ndim - b.size() ? 1 : b[i - (ndim - b.size())];
     if (sa != sb && sa != 1 && sb != 1)
-      throw std::invalid_argument(fmt::format("{}: shapes {} and {} cannot be broadcast together (size {} vs {} at "
-                                              "dimension {})", op, shape_str(a), shape_str(b), sa, sb, i));
+      throw std::invalid_argument(
+          fmt::format("{}: shapes {} and {} cannot be broadcast together (size {} vs {} at "
+                      "dimension {})",
+                      op, shape_str(a), shape_str(b), sa, sb, i));
     out[i] = sa == 1 ? sb : sa;
   }
   return out;
@@ -117,8 +123,8 @@ Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b) {
   try {
     return broadcast_shapes(op, a.sizes(), b.sizes());
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument(fmt::format("{}: the shapes of {} and {} cannot be broadcast together", op,
-                                            describe(a), describe(b)));
+    throw std::invalid_argument(
+        fmt::format("{}: the shapes of {} and {} cannot be broadcast together", op, describe(a), describe(b)));
   }
 }
 
@@ -228,13 +234,13 @@ Tensor reduction_input(ReduceOp op, const Tensor& in, const Tensor& out) {
   if (in.device().type == DeviceType::cpu) {
     if (!is_floating_point(in.dtype()) || is_floating_point(out.dtype())) return in;
   } else {
-    const bool gpu_lowp_to_f32 = (in.dtype() == ScalarType::float16 || in.dtype() == ScalarType::bfloat16) &&
-                                 out.dtype() == ScalarType::float32;
+    const bool gpu_lowp_to_f32 =
+        (in.dtype() == ScalarType::float16 || in.dtype() == ScalarType::bfloat16) && out.dtype() == ScalarType::float32;
     if (gpu_lowp_to_f32) return in;
   }
   const TensorOptions options{out.dtype(), in.device()};
-  Tensor cast = is_non_overlapping_and_dense(in) ? empty_strided(in.sizes(), in.strides(), options)
-                                                 : empty(in.sizes(), options);
+  Tensor cast =
+      is_non_overlapping_and_dense(in) ? empty_strided(in.sizes(), in.strides(), options) : empty(in.sizes(), options);
   backend_of(in).copy(kv(cast), kv(in));
   return cast;
 }
@@ -275,8 +281,7 @@ void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in, double corr
   allocate_scratch(scratch, op, out, input, false);
   if (op == ReduceOp::var || op == ReduceOp::std)
     backend_of(input).reduce_variance(kv(out), kv(input), correction, op == ReduceOp::std);
-  else
-    backend_of(input).reduce(op, kv(out), kv(input));
+  else backend_of(input).reduce(op, kv(out), kv(input));
 }
 
 void run_reduction_with_indices(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,

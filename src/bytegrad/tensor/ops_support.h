@@ -21,7 +21,9 @@ void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 void check_floating(const char* op, const Tensor& t);
 // The op table's dtype rule for an operand (core/op_table.h); `name` is the op as the user called it.
 void check_dtype_rule(const char* name, DtypeRule rule, const Tensor& t);
-inline void check_dtype_rule(const char* name, OpId op, const Tensor& t) { check_dtype_rule(name, op_info(op).dtypes, t); }
+inline void check_dtype_rule(const char* name, OpId op, const Tensor& t) {
+  check_dtype_rule(name, op_info(op).dtypes, t);
+}
 // The rule for a two-operand op, checked on the type it computes in: `common`, the operands' result type.
 // Operands of one dtype are checked (and named in the message) as above; operands of two dtypes are named
 // with the type they promote to.
@@ -54,16 +56,15 @@ Shape elementwise_output_strides(const Shape& sizes, std::initializer_list<const
 Tensor empty_elementwise_output(const Shape& sizes, ScalarType dtype, Device device,
                                 std::initializer_list<const Tensor*> inputs);
 
-
 // A TensorIterator reduction (sum, mean, prod, max, min, amax, argmax, ...) as PyTorch's CUDA kernel runs
 // it, on every device: `out` (and `indices`) have `in`'s rank with size 1 at each reduced dimension, and
 // are already allocated, as PyTorch's outputs are. On cuda, sim and meta this then makes the allocations
 // PyTorch's kernel makes (kernels/reduce_scratch.h): for a sum, prod or norm whose output dtype differs from
 // the input's, the copy of the input that make_reduction(_from_out_ty) casts to (an integer or bool sum's
 // int64 copy; none for a float16/bfloat16 input reduced into float32); when the launch splits outputs across
-// blocks, a staging buffer and a semaphore block (tagged "scratch"). They are freed, semaphores first, before this returns.
-// `dim` >= 0 selects reduce_with_indices (max/min along dim). var/std use `correction` (the divisor is
-// n - correction) and run through the backend's reduce_variance.
+// blocks, a staging buffer and a semaphore block (tagged "scratch"). They are freed, semaphores first, before this
+// returns. `dim` >= 0 selects reduce_with_indices (max/min along dim). var/std use `correction` (the divisor is n -
+// correction) and run through the backend's reduce_variance.
 void run_reduction(ReduceOp op, const Tensor& out, const Tensor& in, double correction = 1.0);
 void run_reduction_with_indices(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
                                 int64_t dim);

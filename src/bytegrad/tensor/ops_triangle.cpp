@@ -22,8 +22,8 @@ Tensor triangle_recorded(const Tensor& x, int64_t diagonal, bool upper) {
     AllocationScope scope(name);
     check_defined(name, x);
     if (x.dim() < 2)
-      throw std::invalid_argument(fmt::format("{}: input tensor must have at least 2 dimensions, got {}", name,
-                                              describe(x)));
+      throw std::invalid_argument(
+          fmt::format("{}: input tensor must have at least 2 dimensions, got {}", name, describe(x)));
     Tensor result = empty(x.sizes(), TensorOptions{x.dtype(), x.device()});
     backend_of(x).triangle(kv(result), kv(x), diagonal, upper);
     return result;

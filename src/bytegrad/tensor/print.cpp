@@ -25,7 +25,10 @@ double half_bits_to_double(uint16_t bits) {
       x = sign;
     } else {  // subnormal: normalize
       int e = -1;
-      do { ++e; mantissa <<= 1; } while (!(mantissa & 0x400u));
+      do {
+        ++e;
+        mantissa <<= 1;
+      } while (!(mantissa & 0x400u));
       x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mantissa & 0x3ffu) << 13);
     }
   } else if (exponent == 31) {
@@ -81,12 +84,14 @@ std::vector<double> Tensor::tolist() const {
   // Refused before anything is allocated: the doubles and the bytes copied from the device must fit in
   // this machine's memory (an expanded view counts every element it shows, as PyTorch's tolist does).
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
-  const double host_bytes = pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0;
+  const double host_bytes =
+      pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0;
   const double needed = static_cast<double>(numel()) * static_cast<double>(sizeof(double) + element_size());
   if (host_bytes > 0 && needed > host_bytes)
-    throw std::length_error(fmt::format("tolist: {} has {} elements: {:.4g} GiB of host memory as doubles and "
-                                        "copied bytes, more than this machine's {:.4g} GiB",
-                                        describe(*this), numel(), needed / 1073741824.0, host_bytes / 1073741824.0));
+    throw std::length_error(
+        fmt::format("tolist: {} has {} elements: {:.4g} GiB of host memory as doubles and "
+                    "copied bytes, more than this machine's {:.4g} GiB",
+                    describe(*this), numel(), needed / 1073741824.0, host_bytes / 1073741824.0));
   std::vector<char> host(nbytes());
   if (!host.empty()) backend_for(device()).copy_to_host(std::as_writable_bytes(std::span(host)), view_for_kernels());
   std::vector<double> values(static_cast<size_t>(numel()));
@@ -204,7 +209,8 @@ std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   std::vector<std::string> suffix;
   if (device().type != DeviceType::cpu) suffix.push_back(fmt::format("device='{}'", device().str()));
-  const bool default_dtype = dtype() == ScalarType::float32 || dtype() == ScalarType::int64 || dtype() == ScalarType::bool_;
+  const bool default_dtype =
+      dtype() == ScalarType::float32 || dtype() == ScalarType::int64 || dtype() == ScalarType::bool_;
   std::string body;
   if (is_meta()) {
     body = "...";
@@ -223,7 +229,9 @@ std::string Tensor::str() const {
     }
     if (is_floating_point(dtype()) && !f.integral && (max_abs >= 1e8 || (min_abs < 1e-4 && std::isfinite(min_abs))))
       f.scientific = true;
-    for (double v : values) f.width = std::max<int>(f.width, static_cast<int>(format_value(v, dtype(), {f.integral, f.scientific, 1}).size()));
+    for (double v : values)
+      f.width =
+          std::max<int>(f.width, static_cast<int>(format_value(v, dtype(), {f.integral, f.scientific, 1}).size()));
     if (dim() == 0) body = format_value(values[0], dtype(), f);
     else if (numel() == 0) body = "[]";
     else format_dim(body, shown, sizes(), 0, 0, dtype(), f, 7);

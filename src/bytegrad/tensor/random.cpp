@@ -45,14 +45,13 @@ std::vector<std::byte> encode(std::span<const double> values, ScalarType dtype, 
 
 void check_random_floating(const char* op, ScalarType dtype) {
   if (!is_floating_point(dtype))
-    throw std::invalid_argument(fmt::format("{}: not implemented for '{}' ({}): it draws floating-point values; "
-                                            "randint draws integers", op, pytorch_type_name(dtype),
-                                            scalar_type_name(dtype)));
+    throw std::invalid_argument(
+        fmt::format("{}: not implemented for '{}' ({}): it draws floating-point values; "
+                    "randint draws integers",
+                    op, pytorch_type_name(dtype), scalar_type_name(dtype)));
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 void manual_seed(uint64_t seed) {
   std::lock_guard lock(generator().mutex);
@@ -90,8 +89,8 @@ double random_normal() {
 void fill_from_host(const Tensor& t, std::span<const double> values) {
   // Checked before anything is allocated or written, meta included (its shape still says how many).
   if (static_cast<int64_t>(values.size()) != t.numel())
-    throw std::invalid_argument(fmt::format("fill_from_host: {} host values for the {} elements of {}", values.size(),
-                                            t.numel(), describe(t)));
+    throw std::invalid_argument(
+        fmt::format("fill_from_host: {} host values for the {} elements of {}", values.size(), t.numel(), describe(t)));
   if (t.is_meta()) return;  // no data to write
   const std::vector<std::byte> bytes = encode(values, t.dtype(), "fill_from_host");
   Tensor target = t.is_contiguous() ? t : empty(t.sizes(), TensorOptions{t.dtype(), t.device()});
@@ -233,7 +232,8 @@ Tensor randn_like(const Tensor& t) { return randn(t.sizes(), TensorOptions{t.dty
 
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options) {
   if (high <= low)
-    throw std::invalid_argument(fmt::format("randint: high must be greater than low, but got low={} >= high={}", low, high));
+    throw std::invalid_argument(
+        fmt::format("randint: high must be greater than low, but got low={} >= high={}", low, high));
   options.dtype = options.resolved_dtype(ScalarType::int64);  // torch.randint's default dtype
   // PyTorch's check_from_to_in_range: for integer and bool dtypes both low and high - 1 must be values of the
   // dtype (floating dtypes take any int64 bounds, rounding the values drawn).
@@ -243,15 +243,17 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
     return bound >= (dtype == ScalarType::uint8 ? 0 : INT64_MIN) && !overflows(static_cast<double>(bound), dtype);
   };
   if (!is_floating_point(dtype) && !(holds(low) && holds(high - 1)))
-    throw std::invalid_argument(fmt::format("randint: {} is out of bounds for {} (low = {}, high = {})",
-                                            holds(low) ? fmt::format("to - 1 = {}", high - 1) : fmt::format("from = {}", low),
-                                            scalar_type_name(dtype), low, high));
+    throw std::invalid_argument(
+        fmt::format("randint: {} is out of bounds for {} (low = {}, high = {})",
+                    holds(low) ? fmt::format("to - 1 = {}", high - 1) : fmt::format("from = {}", low),
+                    scalar_type_name(dtype), low, high));
   AllocationScope scope("randint");
   const double span = static_cast<double>(high) - static_cast<double>(low);  // high - low may overflow int64
   return random_tensor(sizes, options, [&](std::vector<double>& values) {
     uniform_chunk(values);
     // min: for spans beyond 2^53 the product can round up to high itself.
-    for (double& v : values) v = std::min(static_cast<double>(low) + std::floor(v * span), static_cast<double>(high - 1));
+    for (double& v : values)
+      v = std::min(static_cast<double>(low) + std::floor(v * span), static_cast<double>(high - 1));
   });
 }
 

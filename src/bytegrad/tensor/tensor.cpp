@@ -27,8 +27,8 @@ TensorImpl& Tensor::impl() const {
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t range = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dim 0 and -1
   if (dim < -range || dim >= range)
-    throw std::out_of_range(fmt::format("{}: dimension {} out of range for a {}-d tensor (expected [{}, {}])", op,
-                                        dim, ndim, -range, range - 1));
+    throw std::out_of_range(fmt::format("{}: dimension {} out of range for a {}-d tensor (expected [{}, {}])", op, dim,
+                                        ndim, -range, range - 1));
   return dim < 0 ? dim + range : dim;
 }
 
@@ -65,9 +65,7 @@ void* Tensor::data_ptr() const {
 
 bool Tensor::is_contiguous() const { return view_for_kernels().is_contiguous(); }
 
-StridedView Tensor::view_for_kernels() const {
-  return StridedView{data_ptr(), dtype(), sizes(), strides(), device()};
-}
+StridedView Tensor::view_for_kernels() const { return StridedView{data_ptr(), dtype(), sizes(), strides(), device()}; }
 
 size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& strides, int64_t storage_offset,
                          size_t element_size) {
@@ -92,9 +90,10 @@ size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& stride
   int64_t bytes = 0;
   overflowed = overflowed || __builtin_mul_overflow(elements, static_cast<int64_t>(element_size), &bytes);
   if (overflowed)
-    throw std::length_error(fmt::format("{}: storage size calculation overflowed with sizes {}, strides {} and storage "
-                                        "offset {} (more than int64 can count in bytes)", op, shape_str(sizes),
-                                        shape_str(strides), storage_offset));
+    throw std::length_error(
+        fmt::format("{}: storage size calculation overflowed with sizes {}, strides {} and storage "
+                    "offset {} (more than int64 can count in bytes)",
+                    op, shape_str(sizes), shape_str(strides), storage_offset));
   return static_cast<size_t>(bytes);
 }
 
@@ -102,7 +101,8 @@ size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& stride
 
 Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int64_t offset) const {
   if (new_sizes.size() != new_strides.size())
-    throw std::invalid_argument(fmt::format("as_strided: {} sizes but {} strides", new_sizes.size(), new_strides.size()));
+    throw std::invalid_argument(
+        fmt::format("as_strided: {} sizes but {} strides", new_sizes.size(), new_strides.size()));
   check_shape("as_strided", new_sizes);
   // PyTorch's setStorage check: every element must lie inside the storage (on meta too: its storage has a
   // size, only no bytes behind it).
@@ -110,8 +110,8 @@ Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int6
   if (needed > storage()->nbytes())
     throw std::out_of_range(fmt::format(
         "as_strided: sizes {}, strides {}, storage offset {}, and itemsize {} requiring a storage size of {} are out "
-        "of bounds for storage of size {}", shape_str(new_sizes), shape_str(new_strides), offset, element_size(),
-        needed, storage()->nbytes()));
+        "of bounds for storage of size {}",
+        shape_str(new_sizes), shape_str(new_strides), offset, element_size(), needed, storage()->nbytes()));
   auto out = std::make_shared<TensorImpl>();
   out->storage = storage();
   out->sizes = new_sizes;
@@ -150,7 +150,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
   std::optional<size_t> infer_at;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
-      if (infer_at) throw std::invalid_argument(fmt::format("{}: only one dimension can be inferred in {}", op, shape_str(shape)));
+      if (infer_at)
+        throw std::invalid_argument(fmt::format("{}: only one dimension can be inferred in {}", op, shape_str(shape)));
       infer_at = i;
     } else if (out[i] < 0) {
       throw std::invalid_argument(fmt::format("{}: invalid shape dimension {} in {}", op, out[i], shape_str(shape)));
@@ -162,13 +163,16 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
   for (int64_t size : out)
     if (size != -1) given.push_back(size);
   if (!checked_numel(given))
-    throw std::length_error(fmt::format("{}: the shape {} has more elements than int64 can count", op, shape_str(shape)));
+    throw std::length_error(
+        fmt::format("{}: the shape {} has more elements than int64 can count", op, shape_str(shape)));
   if (infer_at) {
     if (known == 0 || numel % known != 0)
-      throw std::invalid_argument(fmt::format("{}: shape {} is invalid for input of size {}", op, shape_str(shape), numel));
+      throw std::invalid_argument(
+          fmt::format("{}: shape {} is invalid for input of size {}", op, shape_str(shape), numel));
     out[*infer_at] = numel / known;
   } else if (known != numel) {
-    throw std::invalid_argument(fmt::format("{}: shape {} is invalid for input of size {}", op, shape_str(shape), numel));
+    throw std::invalid_argument(
+        fmt::format("{}: shape {} is invalid for input of size {}", op, shape_str(shape), numel));
   }
   return out;
 }
@@ -187,8 +191,8 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
   int64_t view_numel = 1;
   for (int64_t tensor_d = static_cast<int64_t>(old_sizes.size()) - 1; tensor_d >= 0; --tensor_d) {
     tensor_numel *= old_sizes[tensor_d];
-    bool chunk_ends = tensor_d == 0 || (old_sizes[tensor_d - 1] != 1 &&
-                                        old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
+    bool chunk_ends = tensor_d == 0 ||
+                      (old_sizes[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
     if (!chunk_ends) continue;
     while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
       new_strides[view_d] = view_numel * chunk_base_stride;
@@ -239,7 +243,8 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::t() const {
-  if (dim() > 2) throw std::invalid_argument(fmt::format("t: expects a tensor with <= 2 dimensions, got {}", describe(*this)));
+  if (dim() > 2)
+    throw std::invalid_argument(fmt::format("t: expects a tensor with <= 2 dimensions, got {}", describe(*this)));
   if (dim() < 2) return recorded<OpId::view>(*this, as_strided(sizes(), strides(), storage_offset()));
   Shape s = sizes(), st = strides();
   std::swap(s[0], s[1]);
@@ -306,7 +311,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int64_t n = sizes()[d];
   if (start < 0) start += n;
   if (start < 0 || length < 0 || start + length > n)
-    throw std::out_of_range(fmt::format("narrow: start {} + length {} exceeds dimension {} of size {}", start, length, d, n));
+    throw std::out_of_range(
+        fmt::format("narrow: start {} + length {} exceeds dimension {} of size {}", start, length, d, n));
   return slice(d, start, start + length);
 }
 
@@ -316,8 +322,10 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
   const int64_t n = sizes()[d];
   // As PyTorch: 0 only for a dimension of size 0 (one empty part).
   if (split_size < 0 || (split_size == 0 && n != 0))
-    throw std::invalid_argument(fmt::format("split: split_size must be positive (0 only for a dimension of size 0), "
-                                            "got {} for a dimension of size {}", split_size, n));
+    throw std::invalid_argument(
+        fmt::format("split: split_size must be positive (0 only for a dimension of size 0), "
+                    "got {} for a dimension of size {}",
+                    split_size, n));
   std::vector<Tensor> parts;
   // Views made directly (as unbind's): the graph gets one SplitBackward0 for all of them, as PyTorch's,
   // whose backward concatenates the parts' gradients into one block.
@@ -340,8 +348,8 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
 
 std::vector<Tensor> Tensor::unbind(int64_t d) const {
   if (dim() == 0)  // an IndexError in PyTorch
-    throw std::out_of_range(fmt::format("unbind: Dimension specified as {} but tensor has no dimensions ({})", d,
-                                        describe(*this)));
+    throw std::out_of_range(
+        fmt::format("unbind: Dimension specified as {} but tensor has no dimensions ({})", d, describe(*this)));
   d = wrap_dim(d, dim(), "unbind");
   std::vector<Tensor> parts;
   Shape s = sizes(), st = strides();
@@ -354,7 +362,8 @@ std::vector<Tensor> Tensor::unbind(int64_t d) const {
 
 Tensor Tensor::expand(const Shape& shape) const {
   if (static_cast<int64_t>(shape.size()) < dim())
-    throw std::invalid_argument(fmt::format("expand: the target shape {} has fewer dimensions than {}", shape_str(shape), describe(*this)));
+    throw std::invalid_argument(
+        fmt::format("expand: the target shape {} has fewer dimensions than {}", shape_str(shape), describe(*this)));
   const int64_t lead = static_cast<int64_t>(shape.size()) - dim();
   Shape s(shape.size()), st(shape.size());
   // Right to left, as PyTorch's inferExpandGeometry: a new leading dimension of size 1 gets the stride
@@ -366,13 +375,16 @@ Tensor Tensor::expand(const Shape& shape) const {
     int64_t stride = d >= 0 ? strides()[d] : (i + 1 < static_cast<int64_t>(shape.size()) ? s[i + 1] * st[i + 1] : 1);
     int64_t want = shape[i];
     if (want == -1) {
-      if (d < 0) throw std::invalid_argument(fmt::format("expand: -1 is not allowed in a new leading dimension ({})", shape_str(shape)));
+      if (d < 0)
+        throw std::invalid_argument(
+            fmt::format("expand: -1 is not allowed in a new leading dimension ({})", shape_str(shape)));
       want = size;
     }
     if (size != want) {
       if (size != 1)
-        throw std::invalid_argument(fmt::format("expand: the size {} of dimension {} of {} cannot be expanded to {} (target {})",
-                                                size, d, describe(*this), want, shape_str(shape)));
+        throw std::invalid_argument(
+            fmt::format("expand: the size {} of dimension {} of {} cannot be expanded to {} (target {})", size, d,
+                        describe(*this), want, shape_str(shape)));
       size = want;
       stride = 0;
     }
@@ -441,8 +453,8 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   check_in_place_for_autograd(OpId::copy, {*this, src});
   // As PyTorch's copy_impl: a source that is this very data (same storage, offset, sizes, strides and dtype)
   // is nothing to copy; no kernel runs.
-  if (src.defined() && shares_storage_with(src) && storage_offset() == src.storage_offset() &&
-      sizes() == src.sizes() && strides() == src.strides() && dtype() == src.dtype()) {
+  if (src.defined() && shares_storage_with(src) && storage_offset() == src.storage_offset() && sizes() == src.sizes() &&
+      strides() == src.strides() && dtype() == src.dtype()) {
     bump_version();
     record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });
     return *this;
@@ -456,10 +468,11 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     bump_version();
     return *this;
   }
-  if (is_meta()) {  // no values to move; the copy only counts as a write
+  if (is_meta()) {              // no values to move; the copy only counts as a write
     (void)src.expand(sizes());  // but the source must broadcast to the destination, from any device
     // The meta backend moves nothing, but a copy PyTorch would run as a kernel is noted (device_backend.h).
-    if (src.device() == device()) backend_for(device()).copy(view_for_kernels(), src.expand(sizes()).view_for_kernels());
+    if (src.device() == device())
+      backend_for(device()).copy(view_for_kernels(), src.expand(sizes()).view_for_kernels());
     bump_version();
     record_for_autograd({*this, src}, [&] { return make_in_place_record<OpId::copy>({*this, src}); });
     return *this;
@@ -503,8 +516,9 @@ Tensor Tensor::to(ScalarType target) const {
   Tensor out;
   {
     AllocationScope scope("to");
-    out = ops_detail::is_non_overlapping_and_dense(*this) ? empty_strided(sizes(), strides(), TensorOptions{target, device()})
-                                                          : empty(sizes(), TensorOptions{target, device()});
+    out = ops_detail::is_non_overlapping_and_dense(*this)
+              ? empty_strided(sizes(), strides(), TensorOptions{target, device()})
+              : empty(sizes(), TensorOptions{target, device()});
   }
   backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
   return recorded<OpId::to_dtype>(*this, out);

@@ -28,9 +28,18 @@ struct TensorOptions {
   // linked (bytegrad_autograd), as everything about gradients does.
   bool requires_grad = false;
 
-  TensorOptions& with_dtype(ScalarType t) { dtype = t; return *this; }
-  TensorOptions& with_device(Device d) { device = d; return *this; }
-  TensorOptions& with_requires_grad(bool on = true) { requires_grad = on; return *this; }
+  TensorOptions& with_dtype(ScalarType t) {
+    dtype = t;
+    return *this;
+  }
+  TensorOptions& with_device(Device d) {
+    device = d;
+    return *this;
+  }
+  TensorOptions& with_requires_grad(bool on = true) {
+    requires_grad = on;
+    return *this;
+  }
   ScalarType resolved_dtype(ScalarType fallback = ScalarType::float32) const { return dtype.value_or(fallback); }
   Device resolved_device() const;
 };
@@ -93,10 +102,10 @@ class Tensor {
   long use_count() const { return impl_.use_count(); }
 
   // ---- views: share storage, allocate nothing
-  Tensor view(const Shape& shape) const;      // throws if strides cannot express it (use reshape)
-  Tensor reshape(const Shape& shape) const;   // a view when possible, else a contiguous copy
+  Tensor view(const Shape& shape) const;     // throws if strides cannot express it (use reshape)
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a contiguous copy
   Tensor transpose(int64_t dim0, int64_t dim1) const;
-  Tensor t() const;                           // 2-D transpose (0-D and 1-D unchanged)
+  Tensor t() const;  // 2-D transpose (0-D and 1-D unchanged)
   Tensor permute(const Shape& order) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor operator[](int64_t index) const { return select(0, index); }
@@ -105,7 +114,7 @@ class Tensor {
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
   std::vector<Tensor> unbind(int64_t dim = 0) const;
-  Tensor expand(const Shape& shape) const;    // -1 keeps a size
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size
   Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
@@ -116,10 +125,10 @@ class Tensor {
   Tensor alias() const;
 
   // ---- copies
-  Tensor contiguous() const;  // itself when already contiguous
-  Tensor clone() const;       // a new contiguous tensor
+  Tensor contiguous() const;                     // itself when already contiguous
+  Tensor clone() const;                          // a new contiguous tensor
   const Tensor& copy_(const Tensor& src) const;  // in place, broadcasting src; converts dtype
-  Tensor to(Device device) const;   // itself when already there
+  Tensor to(Device device) const;                // itself when already there
   Tensor to(ScalarType dtype) const;
   Tensor cuda() const { return to(Device{DeviceType::cuda, 0}); }
   Tensor cpu() const { return to(Device{DeviceType::cpu, 0}); }
@@ -130,14 +139,14 @@ class Tensor {
   Tensor grad() const;                                      // undefined until a backward reaches it
   void set_grad(const Tensor& grad) const;                  // assign or (undefined) clear .grad
   bool is_leaf() const;
-  std::string grad_fn_name() const;                         // "" for leaves and plain tensors
+  std::string grad_fn_name() const;  // "" for leaves and plain tensors
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // shares storage and version, no history
 
   // ---- reading values (copies to the host; throws on meta)
-  double item() const;               // one element
+  double item() const;                 // one element
   std::vector<double> tolist() const;  // row-major, as doubles
-  std::string str() const;           // PyTorch-like repr
+  std::string str() const;             // PyTorch-like repr
 
   // ---- ops (defined in tensor/ops_*.cpp; free functions, operators and the rules in tensor/ops.h)
   Tensor add(const Tensor& other, double alpha = 1.0) const;

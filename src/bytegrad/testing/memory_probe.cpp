@@ -45,9 +45,7 @@ int64_t MemoryProbe::stat(const char* key) const { return caching_allocator(devi
 
 int64_t MemoryProbe::allocated_delta() const { return allocator().memory_allocated() - start_allocated_; }
 int64_t MemoryProbe::reserved_delta() const { return allocator().memory_reserved() - start_reserved_; }
-int64_t MemoryProbe::peak_allocated_delta() const {
-  return allocator().max_memory_allocated() - start_allocated_;
-}
+int64_t MemoryProbe::peak_allocated_delta() const { return allocator().max_memory_allocated() - start_allocated_; }
 int64_t MemoryProbe::blocks_delta() const {
   allocator();
   return stat("allocation.all.current") - start_blocks_;
@@ -111,8 +109,8 @@ std::string MemoryProbe::live_blocks_by_op() const {
 DeltaCheck MemoryProbe::check(const char* what, int64_t expected, int64_t actual) const {
   DeltaCheck result;
   result.passed = expected == actual;
-  result.message = fmt::format("{} on {}: expected {}, got {}", what, device_.str(), human_bytes(expected),
-                               human_bytes(actual));
+  result.message =
+      fmt::format("{} on {}: expected {}, got {}", what, device_.str(), human_bytes(expected), human_bytes(actual));
   if (!result.passed) {
     const int64_t difference = actual - expected;
     result.message += fmt::format(", {} {}; blocks made since the probe and still live, by op: {}",

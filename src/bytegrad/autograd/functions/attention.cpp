@@ -42,13 +42,12 @@ std::shared_ptr<FormulaNode> attention_node(const OpRecord& r, const op_args::At
       [a, backward, has_bias, dropout](const FormulaNode& n, TensorList& g) {
         TensorList out(has_bias ? 4 : 3);
         const bool bias_needs_grad = has_bias && n.needs_grad(kBias);
-        if (!g[0].defined() ||
-            !(n.needs_grad(kQuery) || n.needs_grad(kKey) || n.needs_grad(kValue) || bias_needs_grad))
+        if (!g[0].defined() || !(n.needs_grad(kQuery) || n.needs_grad(kKey) || n.needs_grad(kValue) || bias_needs_grad))
           return out;
         const std::optional<Tensor> bias = has_bias ? std::optional<Tensor>(n.saved("attn_bias")) : std::nullopt;
-        AttentionGrads grads = backward(g[0], n.saved("query"), n.saved("key"), n.saved("value"), bias,
-                                        n.saved("output"), n.saved("logsumexp"), dropout, bias_needs_grad,
-                                        a.is_causal, a.scale);
+        AttentionGrads grads =
+            backward(g[0], n.saved("query"), n.saved("key"), n.saved("value"), bias, n.saved("output"),
+                     n.saved("logsumexp"), dropout, bias_needs_grad, a.is_causal, a.scale);
         out[kQuery] = std::move(grads.grad_query);
         out[kKey] = std::move(grads.grad_key);
         out[kValue] = std::move(grads.grad_value);
@@ -86,8 +85,7 @@ AttentionGrads flash_backward(const Tensor& grad_out, const Tensor& q, const Ten
 
 AttentionGrads efficient_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const std::optional<Tensor>& bias, const Tensor& out, const Tensor& lse,
-                                  const AttentionDropout& dropout, bool bias_needs_grad, bool is_causal,
-                                  double scale) {
+                                  const AttentionDropout& dropout, bool bias_needs_grad, bool is_causal, double scale) {
   return scaled_dot_product_efficient_attention_backward(grad_out, q, k, v, bias, out, lse, dropout, bias_needs_grad,
                                                          is_causal, scale);
 }

@@ -9,10 +9,13 @@ namespace bytegrad::formulas {
 
 // inputs: log_probs, target; outputs: output, total_weight (not differentiable, saved after the kernel)
 std::shared_ptr<FormulaNode> nll_loss(const OpRecord& r, const op_args::NllLoss& args) {
-  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
-    return TensorList{nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(2), args.reduction, args.ignore_index),
-                      Tensor()};
-  }, /*differentiable_outputs=*/1);
+  auto node = make_node(
+      r,
+      [args](const FormulaNode& n, TensorList& g) {
+        return TensorList{
+            nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(2), args.reduction, args.ignore_index), Tensor()};
+      },
+      /*differentiable_outputs=*/1);
   node->save("self", r.inputs.at(0));
   node->save("target", r.inputs.at(1));
   node->save_output("total_weight", 1);

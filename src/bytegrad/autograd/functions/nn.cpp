@@ -49,9 +49,12 @@ std::shared_ptr<FormulaNode> where(const OpRecord& r, const op_args::None&) {  /
 // native_dropout: input self; outputs: output, mask (bool, not differentiable, saved after the kernel).
 // grad * mask / (1 - p)
 std::shared_ptr<FormulaNode> dropout(const OpRecord& r, const op_args::Dropout& args) {
-  auto node = make_node(r, [p = args.p](const FormulaNode& n, TensorList& g) {
-    return TensorList{native_dropout_backward(g[0], n.saved(0), 1.0 / (1.0 - p))};
-  }, /*differentiable_outputs=*/1);
+  auto node = make_node(
+      r,
+      [p = args.p](const FormulaNode& n, TensorList& g) {
+        return TensorList{native_dropout_backward(g[0], n.saved(0), 1.0 / (1.0 - p))};
+      },
+      /*differentiable_outputs=*/1);
   node->save_output("mask", 1);
   return node;
 }
@@ -60,8 +63,8 @@ std::shared_ptr<FormulaNode> dropout(const OpRecord& r, const op_args::Dropout& 
 std::shared_ptr<FormulaNode> index_select(const OpRecord& r, const op_args::Dim& args) {
   auto node = make_node_keeping_input_shape(r, [dim = args.dim](const FormulaNode& n, TensorList& g) {
     Tensor full = zeros(n.shapes.at(0), TensorOptions{g[0].dtype(), g[0].device()});
-    backend_for(full.device()).index_add(full.view_for_kernels(), dim, n.saved(0).view_for_kernels(),
-                                         g[0].view_for_kernels());
+    backend_for(full.device())
+        .index_add(full.view_for_kernels(), dim, n.saved(0).view_for_kernels(), g[0].view_for_kernels());
     return TensorList{full, Tensor()};
   });
   node->save("index", r.inputs.at(1));
@@ -79,16 +82,14 @@ std::shared_ptr<FormulaNode> embedding(const OpRecord& r, const op_args::None&) 
 
 // grad.triu(diagonal): saves nothing
 std::shared_ptr<FormulaNode> triu(const OpRecord& r, const op_args::Diagonal& args) {
-  return make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) {
-    return TensorList{bytegrad::triu(g[0], d)};
-  });
+  return make_node(
+      r, [d = args.diagonal](const FormulaNode&, TensorList& g) { return TensorList{bytegrad::triu(g[0], d)}; });
 }
 
 // grad.tril(diagonal): saves nothing
 std::shared_ptr<FormulaNode> tril(const OpRecord& r, const op_args::Diagonal& args) {
-  return make_node(r, [d = args.diagonal](const FormulaNode&, TensorList& g) {
-    return TensorList{bytegrad::tril(g[0], d)};
-  });
+  return make_node(
+      r, [d = args.diagonal](const FormulaNode&, TensorList& g) { return TensorList{bytegrad::tril(g[0], d)}; });
 }
 
 }  // namespace bytegrad::formulas

@@ -18,17 +18,20 @@ std::optional<Tensor> optional_of(const Tensor& t) { return t.defined() ? std::o
 // inputs: input, weight, bias (undefined where absent); outputs: output, mean, rstd (only the output
 // differentiable). The inputs are saved before the kernel runs, mean and rstd (result1, result2) after.
 std::shared_ptr<FormulaNode> native_layer_norm(const OpRecord& r, const op_args::LayerNorm& args) {
-  auto node = make_node(r, [shape = args.normalized_shape](const FormulaNode& n, TensorList& g) {
-    TensorList out(3);
-    if (!g[0].defined()) return out;
-    const std::array<bool, 3> mask = {n.needs_grad(0), n.needs_grad(1), n.needs_grad(2)};
-    LayerNormGrads grads = native_layer_norm_backward(g[0], n.saved(0), shape, n.saved(3), n.saved(4),
-                                                      optional_of(n.saved(1)), optional_of(n.saved(2)), mask);
-    out[0] = std::move(grads.grad_input);
-    out[1] = std::move(grads.grad_weight);
-    out[2] = std::move(grads.grad_bias);
-    return out;
-  }, /*differentiable_outputs=*/1);
+  auto node = make_node(
+      r,
+      [shape = args.normalized_shape](const FormulaNode& n, TensorList& g) {
+        TensorList out(3);
+        if (!g[0].defined()) return out;
+        const std::array<bool, 3> mask = {n.needs_grad(0), n.needs_grad(1), n.needs_grad(2)};
+        LayerNormGrads grads = native_layer_norm_backward(g[0], n.saved(0), shape, n.saved(3), n.saved(4),
+                                                          optional_of(n.saved(1)), optional_of(n.saved(2)), mask);
+        out[0] = std::move(grads.grad_input);
+        out[1] = std::move(grads.grad_weight);
+        out[2] = std::move(grads.grad_bias);
+        return out;
+      },
+      /*differentiable_outputs=*/1);
   node->save("input", r.inputs.at(0));
   node->save("weight", r.inputs.at(1));
   node->save("bias", r.inputs.at(2));

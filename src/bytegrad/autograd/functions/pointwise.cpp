@@ -78,13 +78,12 @@ std::shared_ptr<FormulaNode> neg(const OpRecord& r, const op_args::None&) {
 // `saves` column says, and backward is the row's fused op_backward(grad, saved): one allocation.
 #define BYTEGRAD_ACTIVATION_SAVE_result(node, r) node->save_output("result", 0)
 #define BYTEGRAD_ACTIVATION_SAVE_input(node, r) node->save("self", r.inputs.at(0))
-#define BYTEGRAD_ACTIVATION_FORMULA(op, dtypes, saves, ...)                                      \
-  std::shared_ptr<FormulaNode> op(const OpRecord& r, const op_args::None&) {                     \
-    auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {                           \
-      return TensorList{op##_backward(g[0], n.saved(0))};                                        \
-    });                                                                                          \
-    BYTEGRAD_ACTIVATION_SAVE_##saves(node, r);                                                   \
-    return node;                                                                                 \
+#define BYTEGRAD_ACTIVATION_FORMULA(op, dtypes, saves, ...)                                                            \
+  std::shared_ptr<FormulaNode> op(const OpRecord& r, const op_args::None&) {                                           \
+    auto node =                                                                                                        \
+        make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{op##_backward(g[0], n.saved(0))}; }); \
+    BYTEGRAD_ACTIVATION_SAVE_##saves(node, r);                                                                         \
+    return node;                                                                                                       \
   }
 BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_FORMULA)
 #undef BYTEGRAD_ACTIVATION_FORMULA
@@ -111,9 +110,7 @@ std::shared_ptr<FormulaNode> log(const OpRecord& r, const op_args::None&) {
 }
 
 std::shared_ptr<FormulaNode> sqrt(const OpRecord& r, const op_args::None&) {  // grad / (2 * result)
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{g[0] / (n.saved(0) * 2.0)};
-  });
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] / (n.saved(0) * 2.0)}; });
   node->save_output("result", 0);
   return node;
 }

@@ -24,9 +24,8 @@ Tensor expand_back(const Tensor& grad, const Shape& input_sizes, Shape dims, boo
 }  // namespace
 
 std::shared_ptr<FormulaNode> sum(const OpRecord& r, const op_args::None&) {
-  return make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{g[0].expand(n.shapes.at(0))};
-  });
+  return make_node_keeping_input_shape(
+      r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0].expand(n.shapes.at(0))}; });
 }
 
 std::shared_ptr<FormulaNode> sum_dims(const OpRecord& r, const op_args::Dims& args) {
@@ -95,9 +94,8 @@ std::shared_ptr<FormulaNode> norm(const OpRecord& r, const op_args::Dims& args) 
 
 // var.correction: saves self.
 std::shared_ptr<FormulaNode> var(const OpRecord& r, const op_args::Variance& args) {
-  auto node = make_node(r, [args](const FormulaNode& n, TensorList& g) {
-    return TensorList{var_backward(g[0], n.saved(0), args)};
-  });
+  auto node = make_node(
+      r, [args](const FormulaNode& n, TensorList& g) { return TensorList{var_backward(g[0], n.saved(0), args)}; });
   node->save("self", r.inputs.at(0));
   return node;
 }

@@ -6,9 +6,8 @@
 namespace bytegrad::formulas {
 
 std::shared_ptr<FormulaNode> view(const OpRecord& r, const op_args::None&) {  // also reshape when it returned a view
-  return make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{g[0].reshape(n.shapes.at(0))};
-  });
+  return make_node_keeping_input_shape(
+      r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0].reshape(n.shapes.at(0))}; });
 }
 
 std::shared_ptr<FormulaNode> t(const OpRecord& r, const op_args::None&) {
@@ -16,9 +15,8 @@ std::shared_ptr<FormulaNode> t(const OpRecord& r, const op_args::None&) {
 }
 
 std::shared_ptr<FormulaNode> transpose(const OpRecord& r, const op_args::Transpose& args) {
-  return make_node(r, [args](const FormulaNode&, TensorList& g) {
-    return TensorList{g[0].transpose(args.dim0, args.dim1)};
-  });
+  return make_node(
+      r, [args](const FormulaNode&, TensorList& g) { return TensorList{g[0].transpose(args.dim0, args.dim1)}; });
 }
 
 std::shared_ptr<FormulaNode> permute(const OpRecord& r, const op_args::Permutation& args) {  // the order is wrapped
@@ -40,9 +38,8 @@ std::shared_ptr<FormulaNode> unsqueeze(const OpRecord& r, const op_args::Dim& ar
 
 // back to the input's sizes (only size-1 dims return)
 std::shared_ptr<FormulaNode> squeeze(const OpRecord& r, const op_args::None&) {
-  return make_node_keeping_input_shape(r, [](const FormulaNode& n, TensorList& g) {
-    return TensorList{g[0].view(n.shapes.at(0))};
-  });
+  return make_node_keeping_input_shape(
+      r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0].view(n.shapes.at(0))}; });
 }
 
 // A full-size zero gradient with the incoming one copied into the selected part: one allocation.
@@ -67,9 +64,8 @@ std::shared_ptr<FormulaNode> slice(const OpRecord& r, const op_args::Slice& args
 std::shared_ptr<FormulaNode> constant_pad_nd(const OpRecord& r, const op_args::Pad& args) {
   Shape negated = args.pad;
   for (int64_t& p : negated) p = -p;
-  return make_node(r, [negated](const FormulaNode&, TensorList& g) {
-    return TensorList{bytegrad::constant_pad_nd(g[0], negated)};
-  });
+  return make_node(
+      r, [negated](const FormulaNode&, TensorList& g) { return TensorList{bytegrad::constant_pad_nd(g[0], negated)}; });
 }
 
 // unbind's outputs' gradients are stacked into one tensor (missing ones as zeros).
@@ -143,15 +139,13 @@ std::shared_ptr<FormulaNode> clone(const OpRecord& r, const op_args::None&) {
 }
 
 std::shared_ptr<FormulaNode> to_device(const OpRecord& r, const op_args::SourceDevice& args) {
-  return make_node(r, [source = args.device](const FormulaNode&, TensorList& g) {
-    return TensorList{g[0].to(source)};
-  });
+  return make_node(r,
+                   [source = args.device](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
 }
 
 std::shared_ptr<FormulaNode> to_dtype(const OpRecord& r, const op_args::None&) {
-  return make_node(r, [source = r.inputs.at(0).dtype()](const FormulaNode&, TensorList& g) {
-    return TensorList{g[0].to(source)};
-  });
+  return make_node(
+      r, [source = r.inputs.at(0).dtype()](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
 }
 
 }  // namespace bytegrad::formulas

@@ -47,9 +47,8 @@ double dot(const T* a, int64_t a_step, const T* b, int64_t b_step, int64_t n) {
 
 // Element (b, h, i, j) of a 4-d view of any floating dtype (the bias and its gradient).
 inline char* element_at(const StridedView& t, int64_t b, int64_t h, int64_t i, int64_t j) {
-  return static_cast<char*>(t.data) +
-         (b * t.strides[0] + h * t.strides[1] + i * t.strides[2] + j * t.strides[3]) *
-             static_cast<int64_t>(element_size(t.dtype));
+  return static_cast<char*>(t.data) + (b * t.strides[0] + h * t.strides[1] + i * t.strides[2] + j * t.strides[3]) *
+                                          static_cast<int64_t>(element_size(t.dtype));
 }
 
 // The dropout factor z_ij of element (b, h, i, j): 1 / (1 - p) when kept, 0 when dropped, 1 without dropout.
@@ -103,8 +102,8 @@ void dispatch_attention(const StridedView& q, const StridedView& k, const Stride
 
 void check_rank(const StridedView& v, size_t rank, const char* what) {
   if (v.sizes.size() != rank)
-    throw std::invalid_argument(std::string("cpu backend: attention: ") + what + " must have " +
-                                std::to_string(rank) + " dimensions");
+    throw std::invalid_argument(std::string("cpu backend: attention: ") + what + " must have " + std::to_string(rank) +
+                                " dimensions");
 }
 
 }  // namespace
@@ -182,8 +181,8 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
               const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
               const double zij = z.at(b, h, i, j);
               ds = p * (zij * dp - delta);
-              accumulate_row(dv_acc, dk_acc, dq_acc, p * zij, ds, scale, doi, dO.step(), qi, Q.step(), kj, K.step(),
-                             j, D, Dv);
+              accumulate_row(dv_acc, dk_acc, dq_acc, p * zij, ds, scale, doi, dO.step(), qi, Q.step(), kj, K.step(), j,
+                             D, Dv);
             }
             if (extras.grad_bias)
               store_from_double(element_at(*extras.grad_bias, b, h, i, j), extras.grad_bias->dtype, ds);

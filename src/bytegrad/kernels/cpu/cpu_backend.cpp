@@ -43,8 +43,8 @@ class CpuBackend final : public KernelBackend {
   void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) override {
     cpu::softmax(out, in, dim, log);
   }
-  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
-                        int64_t dim, bool log) override {
+  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                        bool log) override {
     cpu::softmax_backward(grad_in, grad_out, output, dim, log);
   }
 
@@ -72,9 +72,9 @@ class CpuBackend final : public KernelBackend {
                   const StridedView* weight, const StridedView* bias, double eps) override {
     cpu::layer_norm(y, mean, rstd, x, weight, bias, eps);
   }
-  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
-                           const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
-                           const StridedView* weight) override {
+  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
+                           const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
+                           const StridedView& mean, const StridedView& rstd, const StridedView* weight) override {
     cpu::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
   }
   void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {

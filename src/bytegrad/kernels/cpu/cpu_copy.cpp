@@ -24,10 +24,13 @@ void arange(const StridedView& out, double start, double step) {
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     int64_t next = 0;  // the loop walks out's elements in row-major order
-    for_each_row<1>({&out}, [&](std::array<char*, 1> p, const std::array<int64_t, 1>& s, int64_t n) {
-      T* o = reinterpret_cast<T*>(p[0]);
-      for (int64_t i = 0; i < n; ++i, ++next) o[i * s[0]] = convert<T>(start + static_cast<double>(next) * step);
-    }, WalkOrder::row_major);
+    for_each_row<1>(
+        {&out},
+        [&](std::array<char*, 1> p, const std::array<int64_t, 1>& s, int64_t n) {
+          T* o = reinterpret_cast<T*>(p[0]);
+          for (int64_t i = 0; i < n; ++i, ++next) o[i * s[0]] = convert<T>(start + static_cast<double>(next) * step);
+        },
+        WalkOrder::row_major);
   });
 }
 

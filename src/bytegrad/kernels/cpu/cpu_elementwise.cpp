@@ -125,11 +125,9 @@ void with_binary_functor(BinaryOp op, M alpha, Apply&& apply) {
 template <typename M, typename Apply>
 void with_scalar_functor(BinaryOp op, M scalar, double exact, bool scalar_first, Apply&& apply) {
   switch (op) {
-#define BYTEGRAD_SCALAR_CASE(name, ...)                                                         \
-  case BinaryOp::name:                                                                          \
-    return apply([=](M x) {                                                                     \
-      return pointwise::binary_with_scalar<M>(BinaryOp::name, x, scalar, exact, scalar_first); \
-    });
+#define BYTEGRAD_SCALAR_CASE(name, ...) \
+  case BinaryOp::name:                  \
+    return apply([=](M x) { return pointwise::binary_with_scalar<M>(BinaryOp::name, x, scalar, exact, scalar_first); });
     BYTEGRAD_BINARY_OPS(BYTEGRAD_SCALAR_CASE)
 #undef BYTEGRAD_SCALAR_CASE
   }
@@ -147,8 +145,7 @@ void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
     using M = opmath_t<T>;
     if (out.dtype == ScalarType::bool_ && in.dtype != ScalarType::bool_)
       with_unary_functor<M>(op, [&](auto f) { unary_loop<T, bool>(out, in, f); });
-    else
-      with_unary_functor<M>(op, [&](auto f) { unary_loop<T, T>(out, in, f); });
+    else with_unary_functor<M>(op, [&](auto f) { unary_loop<T, T>(out, in, f); });
   });
 }
 
@@ -182,8 +179,7 @@ void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, do
     const M typed = convert<M>(scalar);
     if (has_bool_output(op))
       with_scalar_functor<M>(op, typed, scalar, scalar_first, [&](auto f) { unary_loop<T, bool>(out, a, f); });
-    else
-      with_scalar_functor<M>(op, typed, scalar, scalar_first, [&](auto f) { unary_loop<T, T>(out, a, f); });
+    else with_scalar_functor<M>(op, typed, scalar, scalar_first, [&](auto f) { unary_loop<T, T>(out, a, f); });
   });
 }
 

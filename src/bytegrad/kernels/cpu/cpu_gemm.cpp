@@ -119,10 +119,8 @@ void gemm(const GemmArgs& args) {
         T* d = static_cast<T*>(g.c) + t * g.stride_c;
         if constexpr (std::is_floating_point_v<T>)
           gemm_eigen<T>(d, g.ldc, p, q, static_cast<T>(g.alpha), static_cast<T>(g.beta));
-        else if constexpr (is_reduced_float_v<T>)
-          gemm_reduced_float(d, g.ldc, p, q, g.alpha, g.beta);
-        else
-          gemm_integer(d, g.ldc, p, q, g.alpha, g.beta);
+        else if constexpr (is_reduced_float_v<T>) gemm_reduced_float(d, g.ldc, p, q, g.alpha, g.beta);
+        else gemm_integer(d, g.ldc, p, q, g.alpha, g.beta);
       }
     }
   });

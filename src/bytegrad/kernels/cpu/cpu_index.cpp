@@ -99,9 +99,9 @@ void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, 
       T* o = reinterpret_cast<T*>(p[0]);
       const T* x = reinterpret_cast<const T*>(p[2]);
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t at = checked_index(
-            load_index(p[1] + i * s[1] * static_cast<int64_t>(element_size(index.dtype)), index.dtype), size,
-            "scatter_add");
+        const int64_t at =
+            checked_index(load_index(p[1] + i * s[1] * static_cast<int64_t>(element_size(index.dtype)), index.dtype),
+                          size, "scatter_add");
         T& slot = o[i * s[0] + at * along];
         slot = convert<T>(convert<M>(slot) + convert<M>(x[i * s[2]]));
       }

@@ -32,8 +32,9 @@ inline constexpr bool is_float_like_v = std::is_floating_point_v<T> || is_reduce
 // The type arithmetic is done in: float for the 16-bit floats (as PyTorch's opmath), int64 for the narrow
 // integers and bool (so bool + bool and uint8 * uint8 do not surprise), the type itself otherwise.
 template <typename T>
-using opmath_t = std::conditional_t<is_reduced_float_v<T>, float,
-                                    std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, int64_t>, int64_t, T>>;
+using opmath_t =
+    std::conditional_t<is_reduced_float_v<T>, float,
+                       std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, int64_t>, int64_t, T>>;
 
 // Converts between any two element types (the 16-bit floats go through float; bool is "nonzero").
 template <typename To, typename From>
@@ -229,8 +230,8 @@ void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedVi
                          int64_t dim);
 
 void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log);
-void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
-                      int64_t dim, bool log);
+void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                      bool log);
 
 void gemm(const GemmArgs& args);
 
@@ -240,8 +241,8 @@ void gather(const StridedView& out, const StridedView& in, int64_t dim, const St
 void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
 
 // cpu_ternary.cpp
-void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-             const StridedView& b, double value, std::optional<ScalarType> common = std::nullopt);
+void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
+             double value, std::optional<ScalarType> common = std::nullopt);
 
 // cpu_layer_norm.cpp
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,

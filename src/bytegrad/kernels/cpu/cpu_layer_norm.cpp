@@ -79,8 +79,7 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
         // d/dx of (x - mean) * rstd, contracted with g: rstd * (g - mean(g) - xhat * mean(g * xhat))
         T* out = static_cast<T*>(dx->data) + m * N;
         const double inv_n = 1.0 / static_cast<double>(N);
-        for (int64_t n = 0; n < N; ++n)
-          out[n] = convert<T>(r * (g[n] - sum_g * inv_n - xhat[n] * sum_g_xhat * inv_n));
+        for (int64_t n = 0; n < N; ++n) out[n] = convert<T>(r * (g[n] - sum_g * inv_n - xhat[n] * sum_g_xhat * inv_n));
       }
     }
     if (dweight_partials)

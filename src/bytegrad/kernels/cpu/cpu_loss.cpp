@@ -71,14 +71,13 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
   for (int64_t i = 0; i < g.batch; ++i) {
     const int64_t t = checked_target(target, g, i, ignore_index);
     if (t == ignore_index) continue;
-    const double row_grad =
-        per_row ? load_as_double(static_cast<const char*>(grad_output.data) +
-                                     i * grad_out_stride * static_cast<int64_t>(grad_out_element),
-                                 grad_output.dtype)
-                : grad;
-    store_from_double(static_cast<char*>(grad_input.data) +
-                          (i * g.row_stride + t * g.class_stride) * static_cast<int64_t>(element),
-                      grad_input.dtype, -row_grad);
+    const double row_grad = per_row ? load_as_double(static_cast<const char*>(grad_output.data) +
+                                                         i * grad_out_stride * static_cast<int64_t>(grad_out_element),
+                                                     grad_output.dtype)
+                                    : grad;
+    store_from_double(
+        static_cast<char*>(grad_input.data) + (i * g.row_stride + t * g.class_stride) * static_cast<int64_t>(element),
+        grad_input.dtype, -row_grad);
   }
 }
 

@@ -70,8 +70,8 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
   using A = accumulate_t<T>;
   const bool want_max = op == ReduceOp::max || op == ReduceOp::argmax;
   const int64_t count = layout.reduced_count;
-  for_each_row<2>({&layout.kept_out, &layout.kept_in},
-                  [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s, int64_t n) {
+  for_each_row<2>({&layout.kept_out, &layout.kept_in}, [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s,
+                                                           int64_t n) {
     const size_t out_size = element_size(layout.kept_out.dtype);
     for (int64_t i = 0; i < n; ++i) {
       char* out = p[0] + i * s[0] * static_cast<int64_t>(out_size);
@@ -81,7 +81,8 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
         case ReduceOp::mean: {
           A total = 0;
           walk_reduced<T>(layout, base, [&](T x, int64_t) { total = pointwise::wrapping_add(total, convert<A>(x)); });
-          if (op == ReduceOp::mean) store_from_double(out, layout.kept_out.dtype, static_cast<double>(total) / static_cast<double>(count));
+          if (op == ReduceOp::mean)
+            store_from_double(out, layout.kept_out.dtype, static_cast<double>(total) / static_cast<double>(count));
           else if constexpr (std::is_same_v<A, double>) store_from_double(out, layout.kept_out.dtype, total);
           else store_from_int64(out, layout.kept_out.dtype, total);
           break;
@@ -111,7 +112,7 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
                 }
               }
             });
-            const double norm = nan ? std::numeric_limits<double>::quiet_NaN()
+            const double norm = nan   ? std::numeric_limits<double>::quiet_NaN()
                                 : inf ? std::numeric_limits<double>::infinity()
                                       : scale * std::sqrt(ssq);
             store_from_double(out, layout.kept_out.dtype, norm);
@@ -133,7 +134,8 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
             const A value = convert<A>(x);
             if (best_index < 0 || better(value, best, want_max)) best = value, best_index = index;
           });
-          if (op == ReduceOp::argmax || op == ReduceOp::argmin) store_from_int64(out, layout.kept_out.dtype, best_index);
+          if (op == ReduceOp::argmax || op == ReduceOp::argmin)
+            store_from_int64(out, layout.kept_out.dtype, best_index);
           else if constexpr (std::is_same_v<A, double>) store_from_double(out, layout.kept_out.dtype, best);
           else store_from_int64(out, layout.kept_out.dtype, best);
           break;
@@ -171,30 +173,31 @@ void reduce_variance(const StridedView& out, const StridedView& in, double corre
       const size_t out_size = element_size(layout.kept_out.dtype);
       for_each_row<2>({&layout.kept_out, &layout.kept_in},
                       [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) {
-          char* o = p[0] + i * s[0] * static_cast<int64_t>(out_size);
-          const char* base = p[1] + i * s[1] * static_cast<int64_t>(sizeof(T));
-          double mean = 0.0, m2 = 0.0;  // Welford
-          int64_t count = 0;
-          walk_reduced<T>(layout, base, [&](T x, int64_t) {
-            const double v = convert<double>(x);
-            ++count;
-            const double delta = v - mean;
-            mean += delta / static_cast<double>(count);
-            m2 += delta * (v - mean);
-          });
-          const double dof = std::max(0.0, static_cast<double>(count) - correction);
-          const double var = m2 / dof;
-          store_from_double(o, layout.kept_out.dtype, take_sqrt ? std::sqrt(var) : var);
-        }
-      });
+                        for (int64_t i = 0; i < n; ++i) {
+                          char* o = p[0] + i * s[0] * static_cast<int64_t>(out_size);
+                          const char* base = p[1] + i * s[1] * static_cast<int64_t>(sizeof(T));
+                          double mean = 0.0, m2 = 0.0;  // Welford
+                          int64_t count = 0;
+                          walk_reduced<T>(layout, base, [&](T x, int64_t) {
+                            const double v = convert<double>(x);
+                            ++count;
+                            const double delta = v - mean;
+                            mean += delta / static_cast<double>(count);
+                            m2 += delta * (v - mean);
+                          });
+                          const double dof = std::max(0.0, static_cast<double>(count) - correction);
+                          const double var = m2 / dof;
+                          store_from_double(o, layout.kept_out.dtype, take_sqrt ? std::sqrt(var) : var);
+                        }
+                      });
     }
   });
 }
 
 void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
                          int64_t dim) {
-  if (op != ReduceOp::max && op != ReduceOp::min) throw std::invalid_argument("cpu reduce_with_indices: only max and min");
+  if (op != ReduceOp::max && op != ReduceOp::min)
+    throw std::invalid_argument("cpu reduce_with_indices: only max and min");
   std::vector<bool> reduce(in.sizes.size(), false);
   reduce[static_cast<size_t>(dim)] = true;
   // Indices first (argmax/argmin along dim), then values gathered from the winning positions.
@@ -204,12 +207,13 @@ void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedVi
     reduce_typed<T>(op == ReduceOp::max ? ReduceOp::argmax : ReduceOp::argmin, index_layout);
     const int64_t in_stride = in.strides[static_cast<size_t>(dim)];
     StridedView kept_in = index_layout.kept_in;
-    for_each_row<3>({&values, &indices, &kept_in}, [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s, int64_t n) {
-      T* v = reinterpret_cast<T*>(p[0]);
-      const int64_t* idx = reinterpret_cast<const int64_t*>(p[1]);
-      const T* x = reinterpret_cast<const T*>(p[2]);
-      for (int64_t i = 0; i < n; ++i) v[i * s[0]] = x[i * s[2] + idx[i * s[1]] * in_stride];
-    });
+    for_each_row<3>({&values, &indices, &kept_in},
+                    [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s, int64_t n) {
+                      T* v = reinterpret_cast<T*>(p[0]);
+                      const int64_t* idx = reinterpret_cast<const int64_t*>(p[1]);
+                      const T* x = reinterpret_cast<const T*>(p[2]);
+                      for (int64_t i = 0; i < n; ++i) v[i * s[0]] = x[i * s[2] + idx[i * s[1]] * in_stride];
+                    });
   });
 }
 

@@ -38,7 +38,8 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
     // One slice of one element, as PyTorch's kernel runs it: x - max(x) is 0, or NaN for an infinite or NaN
     // x, so the softmax is 1 (log: 0) or NaN.
     const double shifted = load_as_double(in.data, in.dtype) - load_as_double(in.data, in.dtype);
-    store_from_double(out.data, out.dtype, log ? shifted - std::log(std::exp(shifted)) : std::exp(shifted) / std::exp(shifted));
+    store_from_double(out.data, out.dtype,
+                      log ? shifted - std::log(std::exp(shifted)) : std::exp(shifted) / std::exp(shifted));
     return;
   }
   const int64_t length = in.sizes[static_cast<size_t>(dim)];
@@ -91,8 +92,8 @@ void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_
 
 }  // namespace
 
-void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
-                      int64_t dim, bool log) {
+void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                      bool log) {
   if (grad_in.sizes.empty()) {  // a 0-d (log-)softmax is constant: zero gradient
     store_from_double(grad_in.data, grad_in.dtype, 0.0);
     return;

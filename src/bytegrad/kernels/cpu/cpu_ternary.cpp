@@ -23,8 +23,8 @@ Acc apply_ternary(TernaryOp op, Acc self, Acc a, Acc b, Acc value) {
 
 }  // namespace
 
-void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
-             const StridedView& b, double value, std::optional<ScalarType> common) {
+void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
+             double value, std::optional<ScalarType> common) {
   if (self.sizes != out.sizes || a.sizes != out.sizes || b.sizes != out.sizes)
     throw std::invalid_argument("cpu backend: ternary: operand sizes differ from the output's");
   if (common && (*common != out.dtype || self.dtype != out.dtype || a.dtype != out.dtype || b.dtype != out.dtype)) {
@@ -39,10 +39,9 @@ void ternary(TernaryOp op, const StridedView& out, const StridedView& self, cons
       } else {
         using Acc = opmath_t<C>;
         const Acc v = static_cast<Acc>(value);
-        const std::array<int64_t, 4> sizes = {static_cast<int64_t>(element_size(out.dtype)),
-                                              static_cast<int64_t>(element_size(self.dtype)),
-                                              static_cast<int64_t>(element_size(a.dtype)),
-                                              static_cast<int64_t>(element_size(b.dtype))};
+        const std::array<int64_t, 4> sizes = {
+            static_cast<int64_t>(element_size(out.dtype)), static_cast<int64_t>(element_size(self.dtype)),
+            static_cast<int64_t>(element_size(a.dtype)), static_cast<int64_t>(element_size(b.dtype))};
         const std::array<ScalarType, 4> types = {out.dtype, self.dtype, a.dtype, b.dtype};
         for_each_row<4>({&out, &self, &a, &b}, [&](std::array<char*, 4> p, const std::array<int64_t, 4>& s, int64_t n) {
           auto load = [&](int k, int64_t i) {

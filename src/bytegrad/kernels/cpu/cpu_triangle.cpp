@@ -14,17 +14,20 @@ void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, b
   const int64_t si_r = in.strides[nd - 2], si_c = in.strides[nd - 1];
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    for_each_row<2>({&out_batch, &in_batch}, [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s, int64_t n) {
-      for (int64_t b = 0; b < n; ++b) {
-        T* o = reinterpret_cast<T*>(p[0]) + b * s[0];
-        const T* x = reinterpret_cast<const T*>(p[1]) + b * s[1];
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < cols; ++j) {
-            const bool keep = upper ? j - i >= diagonal : j - i <= diagonal;
-            o[i * so_r + j * so_c] = keep ? x[i * si_r + j * si_c] : T(0);
+    for_each_row<2>(
+        {&out_batch, &in_batch},
+        [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s, int64_t n) {
+          for (int64_t b = 0; b < n; ++b) {
+            T* o = reinterpret_cast<T*>(p[0]) + b * s[0];
+            const T* x = reinterpret_cast<const T*>(p[1]) + b * s[1];
+            for (int64_t i = 0; i < rows; ++i)
+              for (int64_t j = 0; j < cols; ++j) {
+                const bool keep = upper ? j - i >= diagonal : j - i <= diagonal;
+                o[i * so_r + j * so_c] = keep ? x[i * si_r + j * si_c] : T(0);
+              }
           }
-      }
-    }, WalkOrder::row_major);
+        },
+        WalkOrder::row_major);
   });
 }
 

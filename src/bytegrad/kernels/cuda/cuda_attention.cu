@@ -116,8 +116,8 @@ ScoreMatrix score_matrix_of(const StridedView* v) {
 
 // The dropout factor of element (b, h, i, j): 1 / (1 - p) kept, 0 dropped, 1 without dropout.
 template <typename Acc>
-__device__ __forceinline__ Acc dropout_factor(const DropoutDraw& draw, const Shape4& n, int64_t b, int64_t h,
-                                              int64_t i, int64_t j) {
+__device__ __forceinline__ Acc dropout_factor(const DropoutDraw& draw, const Shape4& n, int64_t b, int64_t h, int64_t i,
+                                              int64_t j) {
   if (!draw.active) return Acc(1);
   const uint64_t index = static_cast<uint64_t>(((b * n.H + h) * n.Sq + i) * n.Sk + j);
   return draw.kept(index) ? static_cast<Acc>(draw.kept_scale) : Acc(0);
@@ -461,7 +461,8 @@ void set_shared_memory(Kernel kernel, size_t bytes, const char* name) {
   if (bytes > static_cast<size_t>(limit))
     throw std::invalid_argument(std::string("cuda backend: ") + name + " needs " + std::to_string(bytes) +
                                 " bytes of shared memory, the device allows " + std::to_string(limit));
-  BYTEGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  BYTEGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 template <typename T>
@@ -500,13 +501,18 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
   dispatch_floating(q.dtype, "attention_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_of<T>;
-    const Rows<Acc> lse_rows = lse ? Rows<Acc>{static_cast<Acc*>(lse->data), lse->strides[0], lse->strides[1],
-                                              lse->strides[2]}
-                                   : Rows<Acc>{nullptr, 0, 0, 0};
+    const Rows<Acc> lse_rows =
+        lse ? Rows<Acc>{static_cast<Acc*>(lse->data), lse->strides[0], lse->strides[1], lse->strides[2]}
+            : Rows<Acc>{nullptr, 0, 0, 0};
     ForwardParams<T, Acc> p{rows_of<T>(out),
                             lse_rows,
-                            rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
-                            static_cast<Acc>(scale), is_causal, score_matrix_of(extras.bias),
+                            rows_of<const T>(q),
+                            rows_of<const T>(k),
+                            rows_of<const T>(v),
+                            n,
+                            static_cast<Acc>(scale),
+                            is_causal,
+                            score_matrix_of(extras.bias),
                             dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset)};
     const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D);
     with_columns_per_lane(n, [&](auto columns) {

@@ -42,13 +42,14 @@ namespace bytegrad::cuda {
 
 namespace {
 
-constexpr int kRows = 64;        // rows a block owns
-constexpr int kTileRows = 64;    // rows of the streamed operand per tile
-constexpr int kWarpRows = 16;    // rows per warp (one mma tile high)
+constexpr int kRows = 64;      // rows a block owns
+constexpr int kTileRows = 64;  // rows of the streamed operand per tile
+constexpr int kWarpRows = 16;  // rows per warp (one mma tile high)
 constexpr int kWarps = kRows / kWarpRows;
 constexpr int kThreads = kWarps * 32;
 [[maybe_unused]] constexpr int kTileCols = kTileRows / 8;
-[[maybe_unused]] constexpr int kProbLd = kTileRows + 8;  // 16-bit rows of dS^T in shared memory  // 8-wide C tiles across a tile of the streamed operand
+[[maybe_unused]] constexpr int kProbLd =
+    kTileRows + 8;  // 16-bit rows of dS^T in shared memory  // 8-wide C tiles across a tile of the streamed operand
 constexpr float kLog2e = 1.4426950408889634f;
 [[maybe_unused]] constexpr float kLn2 = 0.6931471805599453f;
 
@@ -90,15 +91,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 template <typename T>
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
@@ -214,9 +217,9 @@ __device__ __forceinline__ void copy_float_async(float* dst, const float* src, b
 // r0 + g, factor1 for r0 + 8 + g) to rows r0.. of dst; `paired` (D even, rows 4-byte aligned): two elements
 // per store.
 template <typename T, int kD>
-__device__ __forceinline__ void store_tile_rows(const Rows<T>& dst, const float (&acc)[kD / 8][4], int64_t b,
-                                                int64_t h, int64_t r0, int64_t rows, int D, float factor0,
-                                                float factor1, bool paired) {
+__device__ __forceinline__ void store_tile_rows(const Rows<T>& dst, const float (&acc)[kD / 8][4], int64_t b, int64_t h,
+                                                int64_t r0, int64_t rows, int D, float factor0, float factor1,
+                                                bool paired) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -228,7 +231,8 @@ __device__ __forceinline__ void store_tile_rows(const Rows<T>& dst, const float 
     for (int n = 0; n < kD / 8; ++n) {
       const int d = 8 * n + 2 * t;
       if (paired) {
-        if (d < D) *reinterpret_cast<uint32_t*>(out + d) = pack<T>(acc[n][2 * half] * factor, acc[n][2 * half + 1] * factor);
+        if (d < D)
+          *reinterpret_cast<uint32_t*>(out + d) = pack<T>(acc[n][2 * half] * factor, acc[n][2 * half + 1] * factor);
       } else {
         if (d < D) out[d] = convert<T>(acc[n][2 * half] * factor);
         if (d + 1 < D) out[d + 1] = convert<T>(acc[n][2 * half + 1] * factor);
@@ -258,7 +262,7 @@ struct ForwardParams {
 // key-range test run only on the tiles that cross them.
 template <int kD>
 struct ForwardShape {
-  static constexpr int kM = kD <= 64 ? 2 : 1;               // 16-row mma tiles per warp
+  static constexpr int kM = kD <= 64 ? 2 : 1;                 // 16-row mma tiles per warp
   static constexpr int kBlockRows = kWarps * kWarpRows * kM;  // query rows per block
 };
 
@@ -387,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward2_kernel(Fo
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
         const float m_new = fmaxf(m[i][r], tile_max[r]);
-        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet keeps p = 0
+        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;   // a row with nothing visible yet keeps p = 0
         correction[r] = fast_exp2(m[i][r] - m_use[r]);  // 0 while m is -inf
         m[i][r] = m_new;
         l[i][r] *= correction[r];
@@ -627,8 +631,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
       stage_rows<T, kD>((stage ? do_s[0] : do_s[1]), p.dout, b, h, t0 + kTileRows, p.n.Sq, p.n.D, p.vectorised);
     }
     commit_copies();
-    row_stats<T, kD>((stage ? delta_s[1] : delta_s[0]), (stage ? lse2_s[1] : lse2_s[0]), (stage ? do_s[1] : do_s[0]), p, b, h, t0);
-    __syncthreads();  // the tile's delta and lse are written
+    row_stats<T, kD>((stage ? delta_s[1] : delta_s[0]), (stage ? lse2_s[1] : lse2_s[0]), (stage ? do_s[1] : do_s[0]), p,
+                     b, h, t0);
+    __syncthreads();                          // the tile's delta and lse are written
     float s[kTileCols][4], dp[kTileCols][4];  // S^T and dP^T: this warp's keys x the tile's queries
     products_with_rows<T, kD>(s, k_s + warp * kWarpRows * ld, (stage ? q_s[1] : q_s[0]));
     products_with_rows<T, kD>(dp, v_s + warp * kWarpRows * ld, (stage ? do_s[1] : do_s[0]));
@@ -680,7 +685,8 @@ __device__ __forceinline__ void add_dq_rows(float* slice, const float (&dq)[kD /
       }
       const int d = 8 * n + 2 * (t & ~1);
       if (row < rows && d < D)
-        asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(slice + static_cast<int64_t>(row) * D + d),
+        asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(
+                         slice + static_cast<int64_t>(row) * D + d),
                      "f"(v0), "f"(v1), "f"(v2), "f"(v3)
                      : "memory");
     }
@@ -708,7 +714,8 @@ __device__ __forceinline__ void add_dq_rows(float* slice, const float (&dq)[kD /
 // waits on a global load), dQ += dS K added to the float accumulator by vector reductions. Longest (causal:
 // first) key blocks are launched first; masks run only on the tiles that cross the diagonal or an end.
 template <typename T, int kD, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_backward_dkdv2_kernel(BackwardParams<T> p) {
+__global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1)
+    flash_backward_dkdv2_kernel(BackwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr size_t ob = operand_bytes<T, kD>();
@@ -721,7 +728,8 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_bac
   float* delta_s[2] = {lse_s[1] + kTileRows, lse_s[1] + 2 * kTileRows};
   // dS^T, the block's keys x a tile's queries, in two buffers: tile t's is written in iteration t and read
   // (for dQ) in iteration t + 1, after that iteration's one barrier
-  T* ds_s[2] = {reinterpret_cast<T*>(delta_s[1] + kTileRows), reinterpret_cast<T*>(delta_s[1] + kTileRows) + kRows * kProbLd};
+  T* ds_s[2] = {reinterpret_cast<T*>(delta_s[1] + kTileRows),
+                reinterpret_cast<T*>(delta_s[1] + kTileRows) + kRows * kProbLd};
 
   const int Sq = static_cast<int>(p.n.Sq), Sk = static_cast<int>(p.n.Sk);
   const int64_t BH = p.n.B * p.n.H;
@@ -741,7 +749,8 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_bac
   auto stage_stats = [&](int s, int r0) {  // lse (natural log) and delta of query rows r0.. (zero past Sq)
     const int x = threadIdx.x % kTileRows, i = r0 + x;
     const bool inside = i < Sq;
-    float* stats = reinterpret_cast<float*>(smem + 6 * ob) + (threadIdx.x < kTileRows ? 0 : 2 * kTileRows) + s * kTileRows;
+    float* stats =
+        reinterpret_cast<float*>(smem + 6 * ob) + (threadIdx.x < kTileRows ? 0 : 2 * kTileRows) + s * kTileRows;
     if (threadIdx.x < kTileRows) copy_float_async(stats + x, inside ? p.lse.at(b, h, i) : p.lse.data, inside);
     else copy_float_async(stats + x, inside ? delta_slice + i : p.delta, inside);
   };
@@ -765,8 +774,8 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1) flash_bac
     uint32_t dsq[kTileCols / 2][4];
 #pragma unroll
     for (int k = 0; k < kTileCols / 2; ++k)
-      ldmatrix_x4_trans(dsq[k], ds + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows +
-                                    ((lane / 8) % 2) * 8);
+      ldmatrix_x4_trans(dsq[k],
+                        ds + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows + ((lane / 8) % 2) * 8);
     float dq[kD / 8][4];
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
@@ -920,7 +929,8 @@ template <typename Kernel, typename Params>
 void launch(Kernel kernel, int64_t blocks, size_t smem, const char* name, const Params& params) {
   if (blocks > INT_MAX) throw std::invalid_argument(std::string("cuda backend: ") + name + ": too many blocks");
   if (blocks == 0) return;
-  BYTEGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  BYTEGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, smem>>>(params);
   check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
 }
@@ -969,12 +979,18 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
   dispatch_tensor_core(q.dtype, n.D, [&](auto tag, auto head) {
     using T = typename decltype(tag)::type;
     constexpr int kD = decltype(head)::value;
-    ForwardParams<T> p{rows_of<T>(out),
-                       lse ? Rows<float>{static_cast<float*>(lse->data), lse->strides[0], lse->strides[1],
-                                         lse->strides[2]}
-                           : Rows<float>{nullptr, 0, 0, 0},
-                       rows_of<const T>(q), rows_of<const T>(k), rows_of<const T>(v), n,
-                       static_cast<float>(scale) * kLog2e, is_causal, vectorised, paired_rows(out)};
+    ForwardParams<T> p{
+        rows_of<T>(out),
+        lse ? Rows<float>{static_cast<float*>(lse->data), lse->strides[0], lse->strides[1], lse->strides[2]}
+            : Rows<float>{nullptr, 0, 0, 0},
+        rows_of<const T>(q),
+        rows_of<const T>(k),
+        rows_of<const T>(v),
+        n,
+        static_cast<float>(scale) * kLog2e,
+        is_causal,
+        vectorised,
+        paired_rows(out)};
     constexpr int kBlockRows = ForwardShape<kD>::kBlockRows;
     const int64_t blocks = n.B * n.H * ((n.Sq + kBlockRows - 1) / kBlockRows);
     // q, and k and v in two stages
@@ -984,23 +1000,21 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
     // with three blocks / with Q held, same run.
     if constexpr (kD == 64)
       launch(flash_forward2_kernel<T, kD, 64, false, 2>, blocks, smem(64), "flash_forward2_kernel", p);
-    else
-      launch(flash_forward2_kernel<T, kD, 64, true, 1>, blocks, smem(64), "flash_forward2_kernel", p);
+    else launch(flash_forward2_kernel<T, kD, 64, true, 1>, blocks, smem(64), "flash_forward2_kernel", p);
   });
 }
 
 void attention_backward_tensor_cores(const StridedView& dq, const StridedView& dk, const StridedView& dv,
                                      const StridedView& dout, const StridedView& q, const StridedView& k,
-                                     const StridedView& v, const StridedView& out, const StridedView& lse,
-                                     double scale, bool is_causal, DeviceScratch scratch) {
+                                     const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
+                                     bool is_causal, DeviceScratch scratch) {
   const Shape n{q.sizes[0], q.sizes[1], q.sizes[2], k.sizes[2], static_cast<int>(q.sizes[3])};
   // cuDNN's backward workspace (4 B H Sq D + 4 B H Sq + 256 bytes) holds exactly a float dQ accumulator and
   // the per-row delta, as ours needs.
   const int64_t accumulator_floats = n.B * n.H * n.Sq * n.D, delta_floats = n.B * n.H * n.Sq;
   const bool with_scratch = scratch.data != nullptr && reinterpret_cast<uintptr_t>(scratch.data) % 16 == 0 &&
                             scratch.bytes >= 4 * (accumulator_floats + delta_floats);
-  const bool vectorised =
-      n.D % 8 == 0 && rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
+  const bool vectorised = n.D % 8 == 0 && rows_aligned(q) && rows_aligned(k) && rows_aligned(v) && rows_aligned(dout);
   dispatch_tensor_core(q.dtype, n.D, [&](auto tag, auto head) {
     using T = typename decltype(tag)::type;
     constexpr int kD = decltype(head)::value;
@@ -1032,8 +1046,8 @@ void attention_backward_tensor_cores(const StridedView& dq, const StridedView& d
                "flash_backward_dkdv2_kernel", p);
       const int64_t total = accumulator_floats;
       if (p.vector_rows)
-        launch(flash_backward_dq_convert2_kernel<T>, std::min<int64_t>((total / 8 + kThreads - 1) / kThreads, 65536),
-               0, "flash_backward_dq_convert2_kernel", p);
+        launch(flash_backward_dq_convert2_kernel<T>, std::min<int64_t>((total / 8 + kThreads - 1) / kThreads, 65536), 0,
+               "flash_backward_dq_convert2_kernel", p);
       else
         launch(flash_backward_dq_convert_kernel<T>, std::min<int64_t>((total + kThreads - 1) / kThreads, 65536), 0,
                "flash_backward_dq_convert_kernel", p);

@@ -186,8 +186,8 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "softmax", log ? "log" : "", in.dtype);
     cuda::softmax(out, in, dim, log);
   }
-  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
-                        int64_t dim, bool log) override {
+  void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                        bool log) override {
     CudaCall call(grad_in.device, "softmax_backward", log ? "log" : "", grad_in.dtype);
     cuda::softmax_backward(grad_in, grad_out, output, dim, log);
   }
@@ -224,9 +224,9 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(y.device, "layer_norm", "", x.dtype);
     cuda::layer_norm(y, mean, rstd, x, weight, bias, eps);
   }
-  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
-                           const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
-                           const StridedView* weight) override {
+  void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
+                           const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
+                           const StridedView& mean, const StridedView& rstd, const StridedView* weight) override {
     CudaCall call(x.device, "layer_norm_backward", "", x.dtype);
     cuda::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
   }

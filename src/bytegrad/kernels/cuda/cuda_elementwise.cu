@@ -248,11 +248,16 @@ void map1(const StridedView& out, const StridedView& in, Fn fn, const char* name
   const auto idx = make_indexer<2>(out.sizes, {out.strides, in.strides});
   constexpr int N = kVecElements<Out, In>;
   if (idx.linear && vector_aligned<Out, N>(out.data) && vector_aligned<In, N>(in.data)) {
-    for_each_index((n + N - 1) / N, VectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, n}, name);
+    for_each_index((n + N - 1) / N,
+                   VectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, n},
+                   name);
   } else if (N > 1 && inner_vectorizable<N, 2>(idx, {out.data, in.data}, {sizeof(Out), sizeof(In)})) {
-    for_each_index(n / N, InnerVectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx}, name);
+    for_each_index(
+        n / N, InnerVectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx},
+        name);
   } else {
-    for_each_index(n, StridedMap1<Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx}, name);
+    for_each_index(n, StridedMap1<Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx},
+                   name);
   }
 }
 
@@ -276,7 +281,6 @@ void map2(const StridedView& out, const StridedView& a, const StridedView& b, Fn
 }
 
 // ---- the mixed-dtype binary path: operands and output of any dtypes, through runtime dtype switches
-
 
 // out[i] = op(a[i], b[i]) with a and b read in their own dtypes and converted to the common dtype C, the op
 // computed in opmath_t<C>, and the result written as bool (comparisons, logical ops) or as C converted to
@@ -401,8 +405,10 @@ void fill(const StridedView& out, double value) {
                      "fill kernel");
       return;
     }
-    for_each_index(out.numel(), FillFunctor<T>{static_cast<T*>(out.data), from_double<T>(value), make_indexer<1>(out.sizes, {out.strides})},
-                   "fill kernel");
+    for_each_index(
+        out.numel(),
+        FillFunctor<T>{static_cast<T*>(out.data), from_double<T>(value), make_indexer<1>(out.sizes, {out.strides})},
+        "fill kernel");
   });
 }
 
@@ -423,7 +429,7 @@ void copy(const StridedView& dst, const StridedView& src) {
   if (n == 0) return;
   if (dst.dtype == src.dtype) {
     if (dst.data == src.data && dst.strides == src.strides) return;  // copying a view onto itself
-    if (dst.is_contiguous() && src.is_contiguous()) {  // plain bytes: the copy engine is fastest
+    if (dst.is_contiguous() && src.is_contiguous()) {                // plain bytes: the copy engine is fastest
       BYTEGRAD_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(n) * element_size(dst.dtype),
                                           cudaMemcpyDeviceToDevice, 0));
       return;
@@ -446,7 +452,8 @@ void unary(UnaryOp op, const StridedView& out, const StridedView& in) {
       using Out = typename decltype(out_tag)::type;
       switch (op) {
 #define BYTEGRAD_FIXED_UNARY_fixed(name) \
-  case UnaryOp::name: return map1<Out, T>(out, in, FixedUnaryFn<T, Out, UnaryOp::name>{}, "unary kernel");
+  case UnaryOp::name:                    \
+    return map1<Out, T>(out, in, FixedUnaryFn<T, Out, UnaryOp::name>{}, "unary kernel");
 #define BYTEGRAD_FIXED_UNARY_switch(name)
 #define BYTEGRAD_FIXED_UNARY(name, dtypes, saves, node, autocast, cuda, ...) BYTEGRAD_FIXED_UNARY_##cuda(name)
         BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_FIXED_UNARY)
@@ -507,8 +514,8 @@ void binary(BinaryOp op, const StridedView& out, const StridedView& a, const Str
       using Out = typename decltype(out_tag)::type;
       const opmath_t<T> alpha_m = from_double<opmath_t<T>>(alpha);
       switch (op) {
-#define BYTEGRAD_FIXED_BINARY_fixed(name)                                                                   \
-  case BinaryOp::name##_backward:                                                                          \
+#define BYTEGRAD_FIXED_BINARY_fixed(name) \
+  case BinaryOp::name##_backward:         \
     return map2<Out, T, T>(out, a, b, FixedBinaryFn<T, Out, BinaryOp::name##_backward>{alpha_m}, "binary kernel");
 #define BYTEGRAD_FIXED_BINARY_switch(name)
 #define BYTEGRAD_FIXED_BINARY(name, dtypes, saves, node, autocast, cuda, ...) BYTEGRAD_FIXED_BINARY_##cuda(name)
@@ -617,7 +624,8 @@ struct ForeachTable {
 };
 
 template <typename T>
-__device__ __forceinline__ T foreach_element(ForeachKind kind, int op, bool scalar_first, T x, T y, T z, double scalar) {
+__device__ __forceinline__ T foreach_element(ForeachKind kind, int op, bool scalar_first, T x, T y, T z,
+                                             double scalar) {
   using Acc = opmath_t<T>;
   switch (kind) {
     case ForeachKind::unary: return UnaryFn<T, T>{static_cast<UnaryOp>(op)}(x);
@@ -659,7 +667,8 @@ __global__ void __launch_bounds__(kBlockThreads) foreach_kernel(ForeachTable tab
       }
       Vec<T, N> r;
 #pragma unroll
-      for (int k = 0; k < N; ++k) r.v[k] = foreach_element<T>(kKind, op, scalar_first, xv.v[k], yv.v[k], zv.v[k], scalar);
+      for (int k = 0; k < N; ++k)
+        r.v[k] = foreach_element<T>(kKind, op, scalar_first, xv.v[k], yv.v[k], zv.v[k], scalar);
       *reinterpret_cast<Vec<T, N>*>(out + i) = r;
     }
     // The chunk's last partial vector (only at the tensor's end), element by element.
@@ -793,8 +802,15 @@ void foreach_flush() {
 bool foreach_enqueue_unary(UnaryOp op, const StridedView& out, const StridedView& in) {
   if (!queueable(out, {&in})) return false;
   if (dtype_rule(op) == DtypeRule::to_bool) return false;
-  enqueue({ForeachKind::unary, static_cast<int>(op), out.dtype, 0, false, out.data, {in.data, nullptr, nullptr},
-           out.numel(), 0.0});
+  enqueue({ForeachKind::unary,
+           static_cast<int>(op),
+           out.dtype,
+           0,
+           false,
+           out.data,
+           {in.data, nullptr, nullptr},
+           out.numel(),
+           0.0});
   return true;
 }
 
@@ -802,16 +818,30 @@ bool foreach_enqueue_binary_scalar(BinaryOp op, const StridedView& out, const St
                                    bool scalar_first) {
   if (!queueable(out, {&a})) return false;
   if (has_bool_output(op)) return false;
-  enqueue({ForeachKind::binary_scalar, static_cast<int>(op), out.dtype, 0, scalar_first, out.data,
-           {a.data, nullptr, nullptr}, out.numel(), scalar});
+  enqueue({ForeachKind::binary_scalar,
+           static_cast<int>(op),
+           out.dtype,
+           0,
+           scalar_first,
+           out.data,
+           {a.data, nullptr, nullptr},
+           out.numel(),
+           scalar});
   return true;
 }
 
 bool foreach_enqueue_ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                              const StridedView& b, double value) {
   if (!queueable(out, {&self, &a, &b})) return false;
-  enqueue({ForeachKind::ternary, static_cast<int>(op), out.dtype, 0, false, out.data, {self.data, a.data, b.data},
-           out.numel(), value});
+  enqueue({ForeachKind::ternary,
+           static_cast<int>(op),
+           out.dtype,
+           0,
+           false,
+           out.data,
+           {self.data, a.data, b.data},
+           out.numel(),
+           value});
   return true;
 }
 

@@ -63,8 +63,9 @@ cudaDataType_t cuda_data_type(ScalarType dtype) {
     case ScalarType::bfloat16: return CUDA_R_16BF;
     case ScalarType::float32: return CUDA_R_32F;
     case ScalarType::float64: return CUDA_R_64F;
-    default: throw std::invalid_argument("cuda backend: gemm supports float32, float64, float16 and bfloat16, not " +
-                                         std::string(scalar_type_name(dtype)));
+    default:
+      throw std::invalid_argument("cuda backend: gemm supports float32, float64, float16 and bfloat16, not " +
+                                  std::string(scalar_type_name(dtype)));
   }
 }
 
@@ -186,10 +187,9 @@ bool lt_gemm_with_bias(const GemmArgs& g) {
   const double a64 = g.alpha, b64 = 0.0;
   const float a32 = static_cast<float>(g.alpha), b32 = 0.0f;
   const bool wide = g.dtype == ScalarType::float64;
-  const cublasStatus_t status =
-      cublasLtMatmul(handle, plan.desc, wide ? static_cast<const void*>(&a64) : &a32, g.a, plan.a, g.b, plan.b,
-                     wide ? static_cast<const void*>(&b64) : &b32, g.c, plan.c, g.c, plan.c, &plan.algo,
-                     g.lt_workspace, key.workspace_bytes, 0);
+  const cublasStatus_t status = cublasLtMatmul(handle, plan.desc, wide ? static_cast<const void*>(&a64) : &a32, g.a,
+                                               plan.a, g.b, plan.b, wide ? static_cast<const void*>(&b64) : &b32, g.c,
+                                               plan.c, g.c, plan.c, &plan.algo, g.lt_workspace, key.workspace_bytes, 0);
   if (status == CUBLAS_STATUS_SUCCESS) return true;
   plan.usable = false;  // not again for this shape
   return false;
@@ -233,7 +233,8 @@ void gemm(const GemmArgs& args) {
                    batched_name, __FILE__, __LINE__);
   };
   if (g.dtype == ScalarType::float64)
-    return typed_gemm(g.alpha, g.beta, cublasDgemm, "cublasDgemm", cublasDgemmStridedBatched, "cublasDgemmStridedBatched");
+    return typed_gemm(g.alpha, g.beta, cublasDgemm, "cublasDgemm", cublasDgemmStridedBatched,
+                      "cublasDgemmStridedBatched");
   const float a32 = static_cast<float>(g.alpha), b32 = static_cast<float>(g.beta);  // fp32 math for 16-bit too
   if (g.dtype == ScalarType::float32)
     return typed_gemm(a32, b32, cublasSgemm, "cublasSgemm", cublasSgemmStridedBatched, "cublasSgemmStridedBatched");

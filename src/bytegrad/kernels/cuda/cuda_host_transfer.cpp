@@ -39,9 +39,7 @@ Layout coalesced(const StridedView& v) {
 }
 
 // Whether the view is `rows` runs of `row_elements` contiguous elements `pitch` elements apart.
-bool is_pitched_rows(const Layout& l) {
-  return l.sizes.size() == 2 && l.strides[1] == 1 && l.strides[0] >= l.sizes[1];
-}
+bool is_pitched_rows(const Layout& l) { return l.sizes.size() == 2 && l.strides[1] == 1 && l.strides[0] >= l.sizes[1]; }
 
 }  // namespace
 

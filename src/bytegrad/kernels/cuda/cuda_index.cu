@@ -167,7 +167,8 @@ void gather(const StridedView& out_view, const StridedView& in_view, int64_t dim
   index_along_dim<false, 1, 2>(out, in, index, dim, index.sizes, index.strides, "gather", "gather kernel");
 }
 
-void scatter_add(const StridedView& out_view, int64_t dim, const StridedView& index_view, const StridedView& source_view) {
+void scatter_add(const StridedView& out_view, int64_t dim, const StridedView& index_view,
+                 const StridedView& source_view) {
   const StridedView out = at_least_1d(out_view), index = at_least_1d(index_view), source = at_least_1d(source_view);
   require_same_rank(out, index, "scatter_add");
   require_same_rank(out, source, "scatter_add");

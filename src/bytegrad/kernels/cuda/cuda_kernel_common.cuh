@@ -40,12 +40,28 @@ inline constexpr bool is_reduced_float_v = std::is_same_v<T, __half> || std::is_
 
 // The type arithmetic happens in (PyTorch's opmath_type): float for the 16-bit floats; int for the small
 // integers, so uint8 arithmetic wraps on the conversion back exactly as PyTorch's does.
-template <typename T> struct OpMath { using type = T; };
-template <> struct OpMath<__half> { using type = float; };
-template <> struct OpMath<__nv_bfloat16> { using type = float; };
-template <> struct OpMath<uint8_t> { using type = int32_t; };
-template <> struct OpMath<bool> { using type = int32_t; };
-template <typename T> using opmath_t = typename OpMath<T>::type;
+template <typename T>
+struct OpMath {
+  using type = T;
+};
+template <>
+struct OpMath<__half> {
+  using type = float;
+};
+template <>
+struct OpMath<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct OpMath<uint8_t> {
+  using type = int32_t;
+};
+template <>
+struct OpMath<bool> {
+  using type = int32_t;
+};
+template <typename T>
+using opmath_t = typename OpMath<T>::type;
 
 // Reduced floats read as float; everything else as itself.
 template <typename T>
@@ -183,7 +199,8 @@ template <int N>
 StridedIndexer<N> make_indexer(std::vector<int64_t> sizes, const std::array<std::vector<int64_t>, N>& operand_strides) {
   std::vector<std::vector<int64_t>> strides(operand_strides.begin(), operand_strides.end());
   for (const auto& s : strides)
-    if (s.size() != sizes.size()) throw std::invalid_argument("cuda backend: operand rank differs from the iteration shape");
+    if (s.size() != sizes.size())
+      throw std::invalid_argument("cuda backend: operand rank differs from the iteration shape");
   coalesce_dims(sizes, strides);
   if (sizes.size() > static_cast<size_t>(kMaxDims))
     throw std::invalid_argument("cuda backend: views with more than " + std::to_string(kMaxDims) +

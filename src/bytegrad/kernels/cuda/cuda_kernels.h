@@ -102,8 +102,8 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
 void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
 
 // ---- cuda_loss.cu
-void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs, const StridedView& target,
-              Reduction reduction, int64_t ignore_index);
+void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
+              const StridedView& target, Reduction reduction, int64_t ignore_index);
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                        const StridedView& total_weight, Reduction reduction, int64_t ignore_index);
 
@@ -121,7 +121,7 @@ void attention_forward_tensor_cores(const StridedView& out, const StridedView* l
                                     const StridedView& k, const StridedView& v, double scale, bool is_causal);
 void attention_backward_tensor_cores(const StridedView& dq, const StridedView& dk, const StridedView& dv,
                                      const StridedView& dout, const StridedView& q, const StridedView& k,
-                                     const StridedView& v, const StridedView& out, const StridedView& lse,
-                                     double scale, bool is_causal, DeviceScratch scratch);
+                                     const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
+                                     bool is_causal, DeviceScratch scratch);
 
 }  // namespace bytegrad::cuda

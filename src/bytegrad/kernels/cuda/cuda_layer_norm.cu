@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     sum_g_xhat = row_allreduce<kThreadsPerRow>(sum_g_xhat, SumOp{});
     const Acc inv_n = Acc(1) / static_cast<Acc>(N);
     T* dr = io.dx + row * N;
-    for (int64_t j = lane; j < N; j += kThreadsPerRow) dr[j] = input_grad<T>(in.g(j), in.xhat(j), in.rstd, sum_g, sum_g_xhat, inv_n);
+    for (int64_t j = lane; j < N; j += kThreadsPerRow)
+      dr[j] = input_grad<T>(in.g(j), in.xhat(j), in.rstd, sum_g, sum_g_xhat, inv_n);
   }
 }
 
@@ -150,7 +151,7 @@ constexpr int kLanes = 128;
 // gradients. Each lane sums every (kLanes R)-th row, four rows' loads in flight at a time, in row order;
 // then the lanes' sums are added in lane order.
 template <typename T>
-__global__ void __launch_bounds__(kColumns * kLanes)
+__global__ void __launch_bounds__(kColumns* kLanes)
     layer_norm_gamma_beta_kernel(T* dweight, T* dbias, const T* dy, const T* x, const opmath_t<T>* mean,
                                  const opmath_t<T>* rstd, int64_t M, int64_t N, int64_t R) {
   using Acc = opmath_t<T>;
@@ -199,9 +200,9 @@ __global__ void __launch_bounds__(kColumns * kLanes)
   }
 }
 
-// The forward for rows of at most 512 elements (launched up to there), a warp per row with the row in registers (element
-// lane + 32 i): the general kernel's two passes (mean, then mean squared deviation) in the same order, the
-// row read once.
+// The forward for rows of at most 512 elements (launched up to there), a warp per row with the row in registers
+// (element lane + 32 i): the general kernel's two passes (mean, then mean squared deviation) in the same order, the row
+// read once.
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(kBlockThreads)
     layer_norm_forward_warp_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
@@ -237,8 +238,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
-      if (j < N)
-        yr[j] = normalized(v[i], mean, rstd, io.weight, io.bias, j);
+      if (j < N) yr[j] = normalized(v[i], mean, rstd, io.weight, io.bias, j);
     }
   }
 }
@@ -284,7 +284,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 void require_contiguous(const StridedView& v, const char* op) {
-  if (!v.is_contiguous()) throw std::invalid_argument(std::string("cuda backend: ") + op + ": operands must be contiguous");
+  if (!v.is_contiguous())
+    throw std::invalid_argument(std::string("cuda backend: ") + op + ": operands must be contiguous");
 }
 
 template <typename P>
@@ -303,21 +304,23 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
   dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = opmath_t<T>;
-    const ForwardOperands<T> io{static_cast<T*>(y.data), static_cast<Acc*>(mean.data), static_cast<Acc*>(rstd.data),
-                                static_cast<const T*>(x.data), data_or_null<const T>(weight), data_or_null<const T>(bias)};
+    const ForwardOperands<T> io{static_cast<T*>(y.data),       static_cast<Acc*>(mean.data),
+                                static_cast<Acc*>(rstd.data),  static_cast<const T*>(x.data),
+                                data_or_null<const T>(weight), data_or_null<const T>(bias)};
     // Rows in registers up to 512 only: at 768 (32 a lane) the general kernel was faster on the H100
     // (0.022 against 0.030 ms a call at 8192 x 768).
     if (M > 0 && N > 0 && N <= 512) {
       dispatch_per_lane<4>(N, [&](auto per_lane) {
-        layer_norm_forward_warp_kernel<T, decltype(per_lane)::value><<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(
-            io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, static_cast<int>(N), eps);
+        layer_norm_forward_warp_kernel<T, decltype(per_lane)::value>
+            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M,
+                                                                    static_cast<int>(N), eps);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_warp_kernel");
       });
       return;
     }
     launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
-      layer_norm_forward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
-          io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, N, eps);
+      layer_norm_forward_kernel<T, decltype(threads_per_row)::value>
+          <<<blocks, kBlockThreads>>>(io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, N, eps);
       BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
     });
   });
@@ -333,21 +336,24 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
   dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = opmath_t<T>;
-    const InputGradOperands<T> io{data_or_null<T>(dx), static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
-                                  static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data),
+    const InputGradOperands<T> io{data_or_null<T>(dx),
+                                  static_cast<const T*>(dy.data),
+                                  static_cast<const T*>(x.data),
+                                  static_cast<const Acc*>(mean.data),
+                                  static_cast<const Acc*>(rstd.data),
                                   data_or_null<const T>(weight)};
     if (dx && N <= 1024) {
       auto launch = [&](auto per_lane) {
         layer_norm_input_grad_warp_kernel<T, decltype(per_lane)::value>
             <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M,
-                                                                     static_cast<int>(N));
+                                                                    static_cast<int>(N));
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_warp_kernel");
       };
       dispatch_per_lane<4>(N, launch);
     } else if (dx) {
       launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
-        layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads>>>(
-            io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, N);
+        layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value>
+            <<<blocks, kBlockThreads>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, N);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel");
       });
     }
@@ -357,10 +363,10 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
         throw std::invalid_argument("cuda backend: layer_norm_backward: weight and bias partials differ in rows");
       const dim3 grid(static_cast<unsigned>((N + kColumns - 1) / kColumns), static_cast<unsigned>(R));
       const dim3 block(kColumns, kLanes);
-      layer_norm_gamma_beta_kernel<T><<<grid, block>>>(data_or_null<T>(dweight_partials), data_or_null<T>(dbias_partials),
-                                                       static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
-                                                       static_cast<const Acc*>(mean.data),
-                                                       static_cast<const Acc*>(rstd.data), M, N, R);
+      layer_norm_gamma_beta_kernel<T>
+          <<<grid, block>>>(data_or_null<T>(dweight_partials), data_or_null<T>(dbias_partials),
+                            static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
+                            static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data), M, N, R);
       BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_gamma_beta_kernel");
     }
   });

@@ -16,9 +16,9 @@ namespace {
 constexpr int kLossThreads = 256;
 
 template <typename T>
-__global__ void __launch_bounds__(kLossThreads) nll_reduce_kernel(T* output, T* total_weight, const T* input,
-                                                                   const int64_t* target, NllGeometry g,
-                                                                   bool mean, int64_t ignore_index) {
+__global__ void __launch_bounds__(kLossThreads)
+    nll_reduce_kernel(T* output, T* total_weight, const T* input, const int64_t* target, NllGeometry g, bool mean,
+                      int64_t ignore_index) {
   using Acc = opmath_t<T>;
   __shared__ Acc sums[kLossThreads];
   __shared__ Acc counts[kLossThreads];
@@ -88,8 +88,8 @@ struct NllBackwardFunctor {
 
 }  // namespace
 
-void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs, const StridedView& target,
-              Reduction reduction, int64_t ignore_index) {
+void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
+              const StridedView& target, Reduction reduction, int64_t ignore_index) {
   const NllGeometry g = nll_geometry(log_probs, target, "cuda");
   dispatch_floating(log_probs.dtype, "nll_loss", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -106,7 +106,8 @@ void CudaCallTimer::start(std::string key) {
 void CudaCallTimer::stop() noexcept {
   Timers& t = timers();
   std::lock_guard<std::mutex> lock(t.mutex);
-  if (generation_ == t.generation && slot_ < static_cast<long>(t.pending.size())) (void)cudaEventRecord(t.pending[slot_].end, 0);
+  if (generation_ == t.generation && slot_ < static_cast<long>(t.pending.size()))
+    (void)cudaEventRecord(t.pending[slot_].end, 0);
 }
 
 }  // namespace bytegrad::cuda

@@ -64,17 +64,17 @@ template <typename T>
 struct ReduceArgs {
   using Acc = reduce_acc_t<T>;
   const T* in;
-  void* values;              // reduced values (any dtype), or nullptr
+  void* values;  // reduced values (any dtype), or nullptr
   ScalarType values_dtype;
-  int64_t* indices;          // int64 positions, or nullptr
+  int64_t* indices;  // int64 positions, or nullptr
   int64_t num_outputs;
   int64_t reduce_size;
   Combine kind;
   bool mean;
-  bool norm;                 // sum of squares, square root written (the 2-norm)
-  Acc mean_factor;           // num_outputs / numel in Acc, as PyTorch's MeanOps
-  StridedIndexer<3> outer;   // over the output shape: offsets into in, values, indices
-  StridedIndexer<1> inner;   // over the reduced dimensions: offset into in
+  bool norm;                // sum of squares, square root written (the 2-norm)
+  Acc mean_factor;          // num_outputs / numel in Acc, as PyTorch's MeanOps
+  StridedIndexer<3> outer;  // over the output shape: offsets into in, values, indices
+  StridedIndexer<1> inner;  // over the reduced dimensions: offset into in
 
   __device__ __forceinline__ ReduceState<Acc> element(int64_t in_base, int64_t r) const {
     int64_t off[1];
@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(kBlockThreads) reduce_block_per_output(ReduceA
     partial[threadIdx.x] = s;
     __syncthreads();
     for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
-      if (threadIdx.x < width) partial[threadIdx.x] = combine(args.kind, partial[threadIdx.x], partial[threadIdx.x + width]);
+      if (threadIdx.x < width)
+        partial[threadIdx.x] = combine(args.kind, partial[threadIdx.x], partial[threadIdx.x + width]);
       __syncthreads();
     }
     if (threadIdx.x == 0) args.write(o, partial[0]);
@@ -154,7 +155,7 @@ constexpr int kColumnTile = 8;
 constexpr int kColumnLanes = 128;
 
 template <typename T>
-__global__ void __launch_bounds__(kColumnTile * kColumnLanes)
+__global__ void __launch_bounds__(kColumnTile* kColumnLanes)
     reduce_columns_kernel(const T* in, void* values, ScalarType values_dtype, int64_t rows, int64_t columns, bool mean,
                           reduce_acc_t<T> mean_factor) {
   using Acc = reduce_acc_t<T>;
@@ -239,8 +240,8 @@ void launch_reduction(const Args& args, void (*thread_per_output)(Args), const c
 
 // Reduces `in` over the dimensions where reduced[d]; out_sizes is in's shape with 1 there. values and
 // indices (either may be absent) are laid out over out_sizes.
-void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& reduced, const std::vector<int64_t>& out_sizes,
-                   const StridedView* values, const StridedView* indices) {
+void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& reduced,
+                   const std::vector<int64_t>& out_sizes, const StridedView* values, const StridedView* indices) {
   std::vector<int64_t> inner_sizes(in.sizes.size(), 1);
   int64_t reduce_size = 1;
   for (size_t d = 0; d < in.sizes.size(); ++d)
@@ -284,11 +285,10 @@ void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& 
     args.mean_factor = static_cast<Acc>(static_cast<Acc>(num_outputs) / static_cast<Acc>(num_outputs * reduce_size));
     args.outer = make_indexer<3>(out_sizes, {in.strides, value_strides, index_strides});
     args.inner = make_indexer<1>(inner_sizes, {in.strides});
-    launch_reduction(args, reduce_thread_per_output<T>, "launch of reduce_thread_per_output", reduce_block_per_output<T>,
-                     "launch of reduce_block_per_output");
+    launch_reduction(args, reduce_thread_per_output<T>, "launch of reduce_thread_per_output",
+                     reduce_block_per_output<T>, "launch of reduce_block_per_output");
   });
 }
-
 
 // ---------------------------------------------------------------------------------- var / std (Welford)
 // Each thread folds its elements into (mean, m2, n); partial states merge with Chan's formula. Accumulates
@@ -388,7 +388,8 @@ void reduce_variance(const StridedView& out, const StridedView& in, double corre
   for (size_t d = 0; d < in.sizes.size(); ++d) {
     const bool reduced = out.sizes[d] == 1 && in.sizes[d] != 1;
     if (!reduced && out.sizes[d] != in.sizes[d])
-      throw std::invalid_argument("cuda backend: reduce_variance: output size must be 1 or the input's in every dimension");
+      throw std::invalid_argument(
+          "cuda backend: reduce_variance: output size must be 1 or the input's in every dimension");
     if (reduced) {
       inner_sizes[d] = in.sizes[d];
       reduce_size *= in.sizes[d];
@@ -415,8 +416,7 @@ void reduce_variance(const StridedView& out, const StridedView& in, double corre
   });
 }
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 void reduce(ReduceOp op, const StridedView& out, const StridedView& in) {
   if (out.sizes.size() != in.sizes.size())
@@ -437,7 +437,8 @@ void reduce(ReduceOp op, const StridedView& out, const StridedView& in) {
   launch_reduce(op, in, reduced, out.sizes, wants_index ? nullptr : &out, wants_index ? &out : nullptr);
 }
 
-void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim) {
+void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
+                         int64_t dim) {
   const int64_t ndim = static_cast<int64_t>(in.sizes.size());
   if (dim < 0 || dim >= std::max<int64_t>(ndim, 1))
     throw std::invalid_argument("cuda backend: reduce_with_indices: dimension out of range");

@@ -17,11 +17,15 @@ inline constexpr int kWarp = 32;
 
 struct MaxOp {
   template <typename Acc>
-  __device__ Acc operator()(Acc a, Acc b) const { return (pointwise::is_nan(b) || b > a) ? b : a; }  // NaN propagates
+  __device__ Acc operator()(Acc a, Acc b) const {
+    return (pointwise::is_nan(b) || b > a) ? b : a;
+  }  // NaN propagates
 };
 struct SumOp {
   template <typename Acc>
-  __device__ Acc operator()(Acc a, Acc b) const { return a + b; }
+  __device__ Acc operator()(Acc a, Acc b) const {
+    return a + b;
+  }
 };
 
 // Combines v over the kThreadsPerRow threads that share a row; every one of them gets the result.
@@ -61,7 +65,8 @@ void launch_rows(int64_t num_rows, int64_t dim_size, Launch&& launch) {
     constexpr int kRowsPerBlock = kBlockThreads / kWarp;
     launch(std::integral_constant<int, kWarp>{}, grid_for(num_rows, kRowsPerBlock));
   } else {
-    launch(std::integral_constant<int, kBlockThreads>{}, static_cast<unsigned>(std::min<int64_t>(num_rows, int64_t{1} << 20)));
+    launch(std::integral_constant<int, kBlockThreads>{},
+           static_cast<unsigned>(std::min<int64_t>(num_rows, int64_t{1} << 20)));
   }
 }
 

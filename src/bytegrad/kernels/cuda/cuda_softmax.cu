@@ -36,7 +36,8 @@ struct RowLayout {
 
 // layout operands: 0 = out, 1 = in
 template <typename T, int kThreadsPerRow>
-__global__ void __launch_bounds__(kBlockThreads) softmax_forward_kernel(T* out, const T* in, RowLayout<T, 2> layout, bool log) {
+__global__ void __launch_bounds__(kBlockThreads)
+    softmax_forward_kernel(T* out, const T* in, RowLayout<T, 2> layout, bool log) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
   int lane;
@@ -49,11 +50,13 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_forward_kernel(T* out, 
     const int64_t sx = layout.dim_stride[1], sy = layout.dim_stride[0];
 
     Acc max_value = -INFINITY;
-    for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow) max_value = MaxOp{}(max_value, convert<Acc>(x[j * sx]));
+    for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow)
+      max_value = MaxOp{}(max_value, convert<Acc>(x[j * sx]));
     max_value = row_allreduce<kThreadsPerRow>(max_value, MaxOp{});
 
     Acc sum = 0;
-    for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow) sum += pointwise::m_exp(convert<Acc>(x[j * sx]) - max_value);
+    for (int64_t j = lane; j < layout.dim_size; j += kThreadsPerRow)
+      sum += pointwise::m_exp(convert<Acc>(x[j * sx]) - max_value);
     sum = row_allreduce<kThreadsPerRow>(sum, SumOp{});
 
     if (log) {
@@ -70,8 +73,8 @@ __global__ void __launch_bounds__(kBlockThreads) softmax_forward_kernel(T* out, 
 // layout operands: 0 = grad_in, 1 = grad_out, 2 = output. Gi: grad_in's element type (T's, or float16 from
 // float32 operands: log_softmax's half_to_float gradient).
 template <typename T, int kThreadsPerRow, typename Gi = T>
-__global__ void __launch_bounds__(kBlockThreads) softmax_backward_kernel(Gi* grad_in, const T* grad_out, const T* output,
-                                                                         RowLayout<T, 3> layout, bool log) {
+__global__ void __launch_bounds__(kBlockThreads)
+    softmax_backward_kernel(Gi* grad_in, const T* grad_out, const T* output, RowLayout<T, 3> layout, bool log) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
   int lane;
@@ -113,7 +116,8 @@ RowLayout<T, N> make_row_layout(const std::array<const StridedView*, N>& tensors
     layout.rows = make_indexer<N>({}, no_strides);
     return layout;
   }
-  if (dim < 0 || dim >= ndim) throw std::invalid_argument(std::string("cuda backend: ") + op + ": dimension out of range");
+  if (dim < 0 || dim >= ndim)
+    throw std::invalid_argument(std::string("cuda backend: ") + op + ": dimension out of range");
   layout.dim_size = first.sizes[dim];
   std::vector<int64_t> row_sizes = first.sizes;
   row_sizes[dim] = 1;
@@ -240,7 +244,8 @@ __global__ void __launch_bounds__(kLongRowThreads)
     }
     max_value = row_allreduce<kLongRowThreads>(max_value, MaxOp{});
     Acc sum = 0;
-    for (int64_t j = threadIdx.x; j < dim; j += kLongRowThreads) sum += pointwise::m_exp(convert<Acc>(cache[j]) - max_value);
+    for (int64_t j = threadIdx.x; j < dim; j += kLongRowThreads)
+      sum += pointwise::m_exp(convert<Acc>(cache[j]) - max_value);
     sum = row_allreduce<kLongRowThreads>(sum, SumOp{});
     if (log) {
       const Acc log_sum = pointwise::m_log(sum);
@@ -316,7 +321,8 @@ void allow_shared_bytes(Kernel kernel, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex);
   size_t& current = allowed[{device, reinterpret_cast<const void*>(kernel)}];
   if (bytes <= current) return;
-  BYTEGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  BYTEGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   current = bytes;
 }
 
@@ -369,9 +375,10 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   if (num_rows == 0 || dim_size == 0) return true;
   if (dim_size <= 1024) {
     dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
-      softmax_backward_warp_kernel<T, decltype(per_lane)::value, Gi><<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads>>>(
-          static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
-          num_rows, static_cast<int>(dim_size), log);
+      softmax_backward_warp_kernel<T, decltype(per_lane)::value, Gi>
+          <<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads>>>(
+              static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+              num_rows, static_cast<int>(dim_size), log);
       BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_warp_kernel");
     });
     return true;
@@ -380,8 +387,8 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   if (bytes + 1024 > max_shared_bytes()) return false;  // + the reductions' static shared memory
   allow_shared_bytes(softmax_backward_smem_kernel<T, Gi>, bytes);
   softmax_backward_smem_kernel<T, Gi><<<long_row_blocks(num_rows), kLongRowThreads, bytes>>>(
-      static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data), num_rows,
-      dim_size, log);
+      static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+      num_rows, dim_size, log);
   BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_smem_kernel");
   return true;
 }
@@ -389,7 +396,8 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
 }  // namespace
 
 void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
-  if (out.dtype != in.dtype) throw std::invalid_argument("cuda backend: softmax: output dtype differs from the input's");
+  if (out.dtype != in.dtype)
+    throw std::invalid_argument("cuda backend: softmax: output dtype differs from the input's");
   dispatch_floating(in.dtype, "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (out.sizes == in.sizes && softmax_forward_fast<T>(out, in, dim, log)) return;
@@ -411,16 +419,17 @@ void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_
   if (softmax_backward_fast<T, Gi>(grad_in, grad_out, output, dim, log)) return;
   const auto layout = make_row_layout<T, 3>({&grad_in, &grad_out, &output}, dim, "softmax_backward");
   launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
-    softmax_backward_kernel<T, decltype(threads_per_row)::value, Gi><<<blocks, kBlockThreads>>>(
-        static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
-        layout, log);
+    softmax_backward_kernel<T, decltype(threads_per_row)::value, Gi>
+        <<<blocks, kBlockThreads>>>(static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data),
+                                    static_cast<const T*>(output.data), layout, log);
     BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
   });
 }
 
 }  // namespace
 
-void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim, bool log) {
+void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                      bool log) {
   if (softmax_backward_half_to_float(grad_in, grad_out, output, "cuda")) {
     softmax_backward_typed<float, __half>(grad_in, grad_out, output, dim, log);
     return;

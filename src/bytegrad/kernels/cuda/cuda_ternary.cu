@@ -64,8 +64,9 @@ void ternary(TernaryOp op, const StridedView& out, const StridedView& self, cons
       using C = typename decltype(tag)::type;
       const MixedOperands<C> operands{out.data, {self.data, a.data, b.data}, out.dtype, {self.dtype, a.dtype, b.dtype}};
       for_each_index(out.numel(),
-                     TernaryFunctor<C, MixedOperands<C>>{op, operands, static_cast<opmath_t<C>>(value),
-                                                         make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})},
+                     TernaryFunctor<C, MixedOperands<C>>{
+                         op, operands, static_cast<opmath_t<C>>(value),
+                         make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})},
                      "ternary kernel (mixed dtypes)");
     });
     return;
@@ -74,11 +75,12 @@ void ternary(TernaryOp op, const StridedView& out, const StridedView& self, cons
     throw std::invalid_argument("cuda backend: ternary: operands must share the output's dtype");
   dispatch_floating(out.dtype, "ternary", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const TypedOperands<T> operands{static_cast<T*>(out.data),
-                                    {static_cast<const T*>(self.data), static_cast<const T*>(a.data),
-                                     static_cast<const T*>(b.data)}};
-    TernaryFunctor<T, TypedOperands<T>> f{op, operands, static_cast<opmath_t<T>>(value),
-                                          make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})};
+    const TypedOperands<T> operands{
+        static_cast<T*>(out.data),
+        {static_cast<const T*>(self.data), static_cast<const T*>(a.data), static_cast<const T*>(b.data)}};
+    TernaryFunctor<T, TypedOperands<T>> f{
+        op, operands, static_cast<opmath_t<T>>(value),
+        make_indexer<4>(out.sizes, {out.strides, self.strides, a.strides, b.strides})};
     for_each_index(out.numel(), f, "ternary kernel");
   });
 }

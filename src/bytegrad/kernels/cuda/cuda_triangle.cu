@@ -36,9 +36,13 @@ void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, b
   if (n == 0) return;
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    TriangleFunctor<T> f{static_cast<T*>(out.data), static_cast<const T*>(in.data),
-                         make_indexer<2>(out.sizes, {out.strides, in.strides}), out.sizes[nd - 2], out.sizes[nd - 1],
-                         diagonal, upper};
+    TriangleFunctor<T> f{static_cast<T*>(out.data),
+                         static_cast<const T*>(in.data),
+                         make_indexer<2>(out.sizes, {out.strides, in.strides}),
+                         out.sizes[nd - 2],
+                         out.sizes[nd - 1],
+                         diagonal,
+                         upper};
     for_each_index(n, f, "triangle");
   });
 }
