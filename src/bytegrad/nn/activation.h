@@ -43,7 +43,9 @@ class Activation : public Module {
     return x.op##_();                                     \
   }
 
-// The module class Name whose forward is bytegrad::op (its Op in nn::activation_ops).
+// The module class Name whose forward is bytegrad::op (its Op in nn::activation_ops). Name and op are
+// identifiers that declare and call, which parentheses would break.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define BYTEGRAD_ACTIVATION_MODULE(Name, op)                           \
   namespace activation_ops {                                           \
   struct Name {                                                        \
@@ -55,6 +57,7 @@ class Activation : public Module {
    public:                                                             \
     using Activation<activation_ops::Name>::Activation;                \
   }
+// NOLINTEND(bugprone-macro-parentheses)
 
 #define BYTEGRAD_ACTIVATION_MODULE_ROW(op, dtypes, saves, node, autocast, cuda, module, ...) \
   BYTEGRAD_ACTIVATION_MODULE(module, op);

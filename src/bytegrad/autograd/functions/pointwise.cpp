@@ -76,8 +76,8 @@ std::shared_ptr<FormulaNode> neg(const OpRecord& r, const op_args::None&) {
 
 // The activations (the op table's activation rows): the node saves the result or the input, as the row's
 // `saves` column says, and backward is the row's fused op_backward(grad, saved): one allocation.
-#define BYTEGRAD_ACTIVATION_SAVE_result(node, r) node->save_output("result", 0)
-#define BYTEGRAD_ACTIVATION_SAVE_input(node, r) node->save("self", r.inputs.at(0))
+#define BYTEGRAD_ACTIVATION_SAVE_result(node, r) (node)->save_output("result", 0)
+#define BYTEGRAD_ACTIVATION_SAVE_input(node, r) (node)->save("self", (r).inputs.at(0))
 #define BYTEGRAD_ACTIVATION_FORMULA(op, dtypes, saves, ...)                                                            \
   std::shared_ptr<FormulaNode> op(const OpRecord& r, const op_args::None&) {                                           \
     auto node =                                                                                                        \

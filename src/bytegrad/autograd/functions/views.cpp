@@ -76,6 +76,7 @@ std::shared_ptr<FormulaNode> unbind(const OpRecord& r, const op_args::Dim& args)
     const Tensor* any = nullptr;
     for (const Tensor& t : g)
       if (t.defined()) any = &t;
+    if (any == nullptr) return TensorList{Tensor()};  // no output had a gradient: none for the input either
     for (Tensor& t : g)
       if (!t.defined()) t = zeros(part_sizes, TensorOptions{any->dtype(), any->device()});
     return TensorList{stack(g, dim)};

@@ -85,7 +85,7 @@ double score(double scale, const T* qi, int64_t q_step, const T* kj, int64_t k_s
 
 // What both passes read off q (B, H, Sq, D), k (Sk keys) and v (Dv wide), and the dropout they draw.
 struct AttentionSizes {
-  int64_t B, H, Sq, D, Sk, Dv;
+  int64_t B = 0, H = 0, Sq = 0, D = 0, Sk = 0, Dv = 0;
   DropoutFactor z;
 };
 
