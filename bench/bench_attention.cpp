@@ -13,13 +13,9 @@
 #include "bytegrad/nn/attention.h"
 #include "bytegrad/tensor/ops.h"
 
-#include "bench/device_sync.h"
-
 using namespace bytegrad;
 
 namespace {
-
-using bench::synchronize;
 
 struct Result {
   double median_us;

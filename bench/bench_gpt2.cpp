@@ -23,7 +23,6 @@
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/tensor.h"
-#include "bench/device_sync.h"
 
 using namespace bytegrad;
 
@@ -54,7 +53,7 @@ double median_step_ms(Device d, int64_t batch, int64_t seq, int steps, const std
     out.loss.backward();
     opt.step();
     opt.zero_grad(true);
-    bench::synchronize(d);
+    synchronize(d);
   };
   for (int i = 0; i < 3; ++i) step();
   if (kernel_profiling_enabled()) kernel_profile_reset();

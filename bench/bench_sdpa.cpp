@@ -14,7 +14,6 @@
 #include "bytegrad/core/device.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/ops.h"
-#include "bench/device_sync.h"
 
 using namespace bytegrad;
 
@@ -23,12 +22,12 @@ namespace {
 template <typename Step>
 double median_ms(Device d, int steps, Step&& step) {
   for (int i = 0; i < 3; ++i) step();
-  bench::synchronize(d);
+  synchronize(d);
   std::vector<double> times;
   for (int i = 0; i < steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     step();
-    bench::synchronize(d);
+    synchronize(d);
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(times.begin(), times.end());

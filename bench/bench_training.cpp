@@ -17,13 +17,9 @@
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/tensor/ops.h"
 
-#include "bench/device_sync.h"
-
 using namespace bytegrad;
 
 namespace {
-
-using bench::synchronize;
 
 double median_step_us(Device d, int64_t n, int steps) {
   manual_seed(0);

@@ -23,8 +23,11 @@ struct CachingAllocator::Block {
   ExpandableSegment* segment = nullptr;  // the expandable segment this block lies in, if any
   Block* prev = nullptr;
   Block* next = nullptr;
-  uint64_t gc_count_base = 0;   // the pool's search count when this block was last cached
-  BlockCategoryEntry category;  // while allocated: what the block is for (block_categories.h)
+  uint64_t gc_count_base = 0;                             // the pool's search count when this block was last cached
+  std::vector<StreamId> stream_uses;                      // while allocated: other streams that use it (record_stream)
+  int event_count = 0;                                    // while its free waits on events of those streams
+  MemoryCategory freed_category = MemoryCategory::other;  // while its free waits: what it was for
+  BlockCategoryEntry category;                            // while allocated: what the block is for (block_categories.h)
   // tie_address - ptr for the block's segment (mod 2^64): best fit orders equal sizes by ptr + tie_shift,
   // which keeps the order of blocks inside a segment and puts segments where RawMemory::tie_address says.
   uintptr_t tie_shift = 0;
@@ -32,6 +35,8 @@ struct CachingAllocator::Block {
   uintptr_t tie_address() const { return ptr + tie_shift; }
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
+  bool is_pending_free() const { return event_count > 0; }
+  bool is_free() const { return !allocated && event_count == 0; }
 };
 
 // One reserved address range of whole pages (cuMemAddressReserve), pages mapped on demand.
@@ -68,8 +73,12 @@ std::string_view block_state_name(BlockState state) {
   return "unknown";
 }
 
-CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index)
-    : raw_(std::move(raw)), config_(std::move(config)), device_index_(device_index) {
+CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index,
+                                   std::shared_ptr<StreamTimeline> timeline)
+    : raw_(std::move(raw)),
+      timeline_(timeline ? std::move(timeline) : std::make_shared<SimulatedTimeline>()),
+      config_(std::move(config)),
+      device_index_(device_index) {
   static std::atomic<uint64_t> allocators_made{0};
   id_ = ++allocators_made;
   stats_.max_split_size =
@@ -83,6 +92,12 @@ CachingAllocator::~CachingAllocator() {
     all.insert(all.end(), pool->unmapped.begin(), pool->unmapped.end());
   }
   for (auto& [ptr, block] : active_blocks_) all.push_back(block);
+  for (auto& [stream, frees] : pending_frees_) {
+    for (auto& [event, block] : frees) {
+      timeline_->destroy_event(event);
+      if (--block->event_count == 0) all.push_back(block);
+    }
+  }
   for (Block* block : all) {
     if (block->prev != nullptr || block->segment) continue;
     size_t segment_bytes = 0;
@@ -134,6 +149,7 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
   if (bytes >= kOneExaByte) throw OutOfMemoryError(kTooLargeMessage, bytes, 0);
 
   std::lock_guard lock(mutex_);
+  process_events();
   Request request{bytes, 0, 0, stream, nullptr};
   request.size = round_size(bytes, config_);
   request.pool = &pool_of(pool_for(request.size));
@@ -222,7 +238,7 @@ bool CachingAllocator::allocate_segment(Request& request, bool is_retry) {
 // with a free mapped block just before it and the free or unmapped blocks after it, spans `size` bytes.
 // Without one, a new segment reserves addresses for 1 1/8 of the device's memory as one unmapped block.
 CachingAllocator::Block* CachingAllocator::find_expandable_block(StreamId stream, BlockPool& pool, size_t size) {
-  auto usable = [](const Block* b) { return b != nullptr && !b->allocated; };
+  auto usable = [](const Block* b) { return b != nullptr && b->is_free(); };
   auto spans_enough = [&](const Block* b) {
     size_t bytes = 0;
     for (; bytes < size && usable(b); b = b->next) bytes += b->size;
@@ -439,15 +455,69 @@ void CachingAllocator::free(void* ptr) {
   history_.record(TraceAction::free_requested, block->ptr, block->requested_size, block->stream, categories_.totals(),
                   {block->size, category});
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
-  // One stream per block today, so no cross-stream events defer the real free.
-  history_.record(TraceAction::free_completed, block->ptr, block->requested_size, block->stream, categories_.totals(),
-                  {block->size, category});
-  free_block(block);
+  block->freed_category = category;
+  if (block->stream_uses.empty()) free_block(block);
+  else insert_events(block);
+}
+
+void CachingAllocator::record_stream(const void* ptr, StreamId stream) {
+  std::lock_guard lock(mutex_);
+  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == active_blocks_.end())
+    throw std::invalid_argument("record_stream: pointer " + std::to_string(reinterpret_cast<uintptr_t>(ptr)) +
+                                " is not a live block of this allocator");
+  Block* block = it->second;
+  if (stream == block->stream) return;
+  auto& uses = block->stream_uses;
+  if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+}
+
+// The free waits: one event on every stream that used the block, recorded now (PyTorch's insert_events).
+void CachingAllocator::insert_events(Block* block) {
+  std::vector<StreamId> streams = std::move(block->stream_uses);
+  block->stream_uses.clear();
+  for (StreamId stream : streams) {
+    const EventHandle event = timeline_->create_event(false);
+    timeline_->record(event, stream);
+    ++block->event_count;
+    pending_frees_[stream].emplace_back(event, block);
+  }
+}
+
+// At every malloc: the pending frees whose events have completed become real, per stream in free order,
+// stopping at a stream's first event still pending.
+void CachingAllocator::process_events() {
+  for (auto it = pending_frees_.begin(); it != pending_frees_.end();) {
+    auto& frees = it->second;
+    while (!frees.empty()) {
+      auto [event, block] = frees.front();
+      if (!timeline_->query(event)) break;
+      timeline_->destroy_event(event);
+      frees.pop_front();
+      if (--block->event_count == 0) free_block(block);
+    }
+    it = frees.empty() ? pending_frees_.erase(it) : std::next(it);
+  }
+}
+
+// Waits for every pending free's events and completes the frees (empty_cache, an out-of-memory retry).
+void CachingAllocator::synchronize_and_free_events() {
+  ++stats_.num_sync_all_streams;
+  for (auto& [stream, frees] : pending_frees_) {
+    for (auto& [event, block] : frees) {
+      timeline_->synchronize(event);
+      timeline_->destroy_event(event);
+      if (--block->event_count == 0) free_block(block);
+    }
+  }
+  pending_frees_.clear();
 }
 
 // The block becomes free: merge with free neighbours, cache it, and settle the split statistics by their
 // net change.
 void CachingAllocator::free_block(Block* block) {
+  history_.record(TraceAction::free_completed, block->ptr, block->requested_size, block->stream, categories_.totals(),
+                  {block->size, block->freed_category});
   const size_t original_size = block->size;
   const size_t requested = block->requested_size;
   BlockPool& pool = *block->pool;
@@ -478,7 +548,7 @@ void CachingAllocator::free_block(Block* block) {
 // Absorbs a free neighbour into dst (taking its address when it lies before); returns the bytes absorbed.
 // Mapped and unmapped runs of an expandable segment never merge with each other.
 size_t CachingAllocator::merge_into(Block* dst, Block* src, BlockPool& pool) {
-  if (!src || src->allocated || src->mapped != dst->mapped) return 0;
+  if (!src || !src->is_free() || src->mapped != dst->mapped) return 0;
   if (src->mapped) pool.free_blocks.erase(src);
   else pool.unmapped.erase(src);
   if (dst->prev == src) {
@@ -527,7 +597,7 @@ void CachingAllocator::release_free_segments(BlockPool& pool) {
 
 // What empty_cache does: large pool first, then small, each in free-set order.
 void CachingAllocator::release_cached_blocks() {
-  ++stats_.num_sync_all_streams;  // no cross-stream events to wait for, but the sync is still counted
+  synchronize_and_free_events();
   release_free_segments(large_pool_);
   release_free_segments(small_pool_);
 }
@@ -794,7 +864,11 @@ MemorySnapshot CachingAllocator::snapshot() {
       if (starts_segment(block)) heads.push_back(block);
   for (const auto& [ptr, block] : active_blocks_)
     if (starts_segment(block)) heads.push_back(block);
+  for (const auto& [stream, frees] : pending_frees_)
+    for (const auto& [event, block] : frees)
+      if (starts_segment(block)) heads.push_back(block);
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());  // a pending block waits on several streams
 
   MemorySnapshot snap;
   snap.device_index = device_index_;
@@ -807,12 +881,14 @@ MemorySnapshot CachingAllocator::snapshot() {
     segment.pool = head->pool->kind;
     segment.is_expandable = head->segment != nullptr;
     for (const Block* block = head; block && block->mapped; block = block->next) {
-      BlockInfo info{block->ptr, block->size, block->requested_size,
-                     block->allocated ? BlockState::active_allocated : BlockState::inactive,
+      const BlockState state = block->allocated           ? BlockState::active_allocated
+                               : block->is_pending_free() ? BlockState::active_pending_free
+                                                          : BlockState::inactive;
+      BlockInfo info{block->ptr, block->size, block->requested_size, state,
                      block->allocated ? block->category.current : MemoryCategory::other};
       segment.total_size += block->size;
-      if (block->allocated) {
-        segment.allocated_size += block->size;
+      if (block->allocated) segment.allocated_size += block->size;
+      if (state != BlockState::inactive) {
         segment.active_size += block->size;
         segment.requested_size += block->requested_size;
       }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include "bytegrad/memory/raw_memory.h"
 #include "bytegrad/memory/size_rules.h"
 #include "bytegrad/memory/stats.h"
+#include "bytegrad/memory/stream_timeline.h"
 
 namespace bytegrad {
 
@@ -59,7 +61,9 @@ struct MemorySnapshot {
 
 class CachingAllocator {
  public:
-  CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index = 0);
+  // `timeline`: the device's streams and events (streams.h); null gives the allocator a simulated one.
+  CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index = 0,
+                   std::shared_ptr<StreamTimeline> timeline = nullptr);
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -68,8 +72,13 @@ class CachingAllocator {
   // cache and retrying; the allocator stays consistent, so the caller may free memory and try again.
   void* malloc(size_t bytes, StreamId stream = 0);
   // Returns a block from malloc; nullptr is ignored. An unknown pointer throws std::invalid_argument.
+  // A block other streams used (record_stream) stops counting as allocated now but stays active until
+  // their work queued so far has completed: a later malloc notices that (process_events), or empty_cache
+  // and an out-of-memory retry wait for it.
   void free(void* ptr);
-  // Releases every cached segment that is entirely free.
+  // The live block at `ptr` is used on `stream` too (Tensor::record_stream); its own stream is ignored.
+  void record_stream(const void* ptr, StreamId stream);
+  // Waits for every pending free's events, then releases every cached segment that is entirely free.
   void empty_cache();
 
   // Caps the segments this allocator may hold at fraction * total device memory (0 <= fraction <= 1).
@@ -162,6 +171,9 @@ class CachingAllocator {
   Block* take_found_block(Request& request);
   void record_category_change(const CategoryChange& change, const CategoryBytes& totals);
   void free_block(Block* block);
+  void insert_events(Block* block);
+  void process_events();
+  void synchronize_and_free_events();
   size_t merge_into(Block* dst, Block* src, BlockPool& pool);
   void insert_free(BlockPool& pool, Block* block);
   [[noreturn]] void throw_out_of_memory(const Request& request);
@@ -170,6 +182,10 @@ class CachingAllocator {
   void recycle_block(Block* block);
 
   std::unique_ptr<RawMemory> raw_;
+  std::shared_ptr<StreamTimeline> timeline_;
+  // Blocks freed while other streams may still use them: per used stream, in the order the frees came,
+  // each with the event recorded on that stream at the free.
+  std::map<StreamId, std::deque<std::pair<EventHandle, Block*>>> pending_frees_;
   std::atomic<uint32_t> driver_allocations_noted_{0};  // note_driver_allocations' flags so far
   AllocatorConfig config_;
   int device_index_;

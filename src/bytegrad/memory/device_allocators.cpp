@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "bytegrad/memory/streams.h"
+
 namespace bytegrad {
 
 namespace {
@@ -52,7 +54,8 @@ std::unique_ptr<CachingAllocator> make_allocator(Device device, SimulatedCapacit
       break;
     case DeviceType::cpu: throw std::invalid_argument("cpu memory is not cached: use host_allocator()");
   }
-  return std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index);
+  return std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index,
+                                            shared_stream_timeline(device));
 }
 
 // Replaces the device's allocator (and, for a simulated device, its capacity) with a fresh one. The new

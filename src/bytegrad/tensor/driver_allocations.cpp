@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "bytegrad/tensor/device_backend.h"
+#include "bytegrad/memory/streams.h"
 
 namespace bytegrad {
 
@@ -54,9 +55,11 @@ class DriverAllocationsBackend final : public KernelBackend {
     inner_.copy(dst, src);
   }
   void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
+    if (dst.numel() != 0) note_launch(dst.device);
     inner_.copy_from_host(dst, {static_cast<const std::byte*>(host), host_bytes(dst)});
   }
   void copy_to_host_unchecked(void* host, const StridedView& src) override {
+    if (src.numel() != 0) note_launch(src.device);
     inner_.copy_to_host({static_cast<std::byte*>(host), host_bytes(src)}, src);
   }
   void unary(UnaryOp op, const StridedView& out, const StridedView& in) override {
@@ -103,7 +106,10 @@ class DriverAllocationsBackend final : public KernelBackend {
     note(grad_in, log ? kGlobals : kElementwise);
     inner_.softmax_backward(grad_in, grad_out, output, dim, log);
   }
-  void gemm(const GemmArgs& args) override { inner_.gemm(args); }
+  void gemm(const GemmArgs& args) override {
+    if (args.m != 0 && args.n != 0 && args.batches != 0) note_launch(args.device);
+    inner_.gemm(args);
+  }
   void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
     note(out, kWithStack);
     inner_.index_select(out, in, dim, index);
@@ -165,8 +171,12 @@ class DriverAllocationsBackend final : public KernelBackend {
 
  private:
   static uint32_t pointwise() { return foreach_depth > 0 ? kGlobals : kElementwise; }
+  // A launch on the device's current stream: the driver's allocations it makes, and work for the stream
+  // timeline (streams.h). PyTorch launches nothing for no elements.
   static void note(const StridedView& view, uint32_t what) {
-    if (view.numel() != 0) note_driver_allocations(view.device, what);  // PyTorch launches nothing for no elements
+    if (view.numel() == 0) return;
+    note_driver_allocations(view.device, what);
+    note_launch(view.device);
   }
 
   KernelBackend& inner_;

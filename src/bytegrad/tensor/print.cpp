@@ -93,7 +93,11 @@ std::vector<double> Tensor::tolist() const {
                     "copied bytes, more than this machine's {:.4g} GiB",
                     describe(*this), numel(), needed / 1073741824.0, host_bytes / 1073741824.0));
   std::vector<char> host(nbytes());
-  if (!host.empty()) backend_for(device()).copy_to_host(std::as_writable_bytes(std::span(host)), view_for_kernels());
+  if (!host.empty()) {
+    backend_for(device()).copy_to_host(std::as_writable_bytes(std::span(host)), view_for_kernels());
+    // A blocking copy to the host waits for the stream (PyTorch's .tolist()).
+    if (device().uses_caching_allocator()) current_stream(device()).synchronize();
+  }
   std::vector<double> values(static_cast<size_t>(numel()));
   for (size_t i = 0; i < values.size(); ++i) values[i] = decode(host.data() + i * element_size(), dtype());
   return values;
@@ -161,7 +165,8 @@ ShownValues shown_values(const Tensor& t, bool summarize) {
   }
   const StridedView whole = t.view_for_kernels();
   KernelBackend& backend = backend_for(t.device());
-  std::vector<size_t> position(sizes.size(), 0);  // an odometer over the shown grid
+  if (t.device().uses_caching_allocator()) current_stream(t.device()).synchronize();  // printing reads the values
+  std::vector<size_t> position(sizes.size(), 0);                                      // an odometer over the shown grid
   std::vector<char> element(t.element_size());
   while (true) {
     int64_t offset = 0;

@@ -1,13 +1,14 @@
 #include "bytegrad/tensor/storage.h"
 
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/streams.h"
 
 namespace bytegrad {
 
 StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.uses_caching_allocator()) {
     allocator_ = &caching_allocator(device);
-    data_ = allocator_->malloc(nbytes);
+    data_ = allocator_->malloc(nbytes, current_stream(device).id());  // the stream it will be used on
   } else {
     data_ = host_allocator().malloc(nbytes);
   }

@@ -449,6 +449,14 @@ Tensor Tensor::clone() const {
   return recorded<OpId::clone>(*this, out);
 }
 
+void Tensor::record_stream(const Stream& stream) const {
+  if (stream.device() != device())
+    throw std::invalid_argument("record_stream: " + describe(*this) + " is on " + device().str() + ", the stream on " +
+                                stream.device().str());
+  if (StorageImpl* s = storage().get(); s && s->allocator() && s->data())
+    s->allocator()->record_stream(s->data(), stream.id());
+}
+
 const Tensor& Tensor::copy_(const Tensor& src) const {
   check_in_place_for_autograd(OpId::copy, {*this, src});
   // As PyTorch's copy_impl: a source that is this very data (same storage, offset, sizes, strides and dtype)
@@ -465,6 +473,9 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     std::vector<char> host(src.nbytes());
     backend_for(src.device()).copy_to_host(std::as_writable_bytes(std::span(host)), src.view_for_kernels());
     backend_for(device()).copy_from_host(view_for_kernels(), std::as_bytes(std::span(host)));
+    // A copy between host and device waits for the device's current stream, as PyTorch's blocking copy does.
+    for (Device d : {src.device(), device()})
+      if (d.uses_caching_allocator()) current_stream(d).synchronize();
     bump_version();
     return *this;
   }

@@ -14,6 +14,7 @@
 #include "bytegrad/core/op_table.h"
 #include "bytegrad/core/scalar_type.h"
 #include "bytegrad/core/strided_view.h"
+#include "bytegrad/memory/streams.h"
 #include "bytegrad/tensor/storage.h"
 
 namespace bytegrad {
@@ -93,6 +94,9 @@ class Tensor {
   bool is_meta() const { return device().type == DeviceType::meta; }
   // Whether both tensors draw on the same allocation.
   bool shares_storage_with(const Tensor& other) const { return storage() == other.storage(); }
+  // The memory is used on `stream` too (torch.Tensor.record_stream): when the last tensor on it goes, the
+  // caching allocator reuses the block only once the work queued on `stream` by then has completed.
+  void record_stream(const Stream& stream) const;
   uint64_t version() const { return impl().version->value.load(); }
   void bump_version() const { impl().version->value.fetch_add(1); }
   StridedView view_for_kernels() const;

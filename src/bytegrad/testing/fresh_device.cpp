@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "bytegrad/memory/streams.h"
 #include "bytegrad/tensor/blas_workspace.h"
 
 namespace bytegrad::testing {
@@ -15,6 +16,7 @@ FreshDevice::FreshDevice(Device device, std::optional<SimulatedCapacity> capacit
   auto fresh = make_simulated_allocator(device, chosen);  // throws on a bad setting before anything changes
   fresh_ = fresh.get();
   previous_ = exchange_simulated_device(device, {std::move(fresh), chosen});
+  restart_streams(device);  // nothing queued, and the first pool stream next, as in a fresh process
 }
 
 FreshDevice::~FreshDevice() {

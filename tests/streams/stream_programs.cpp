@@ -1,0 +1,416 @@
+// PyTorch's side-stream programs on sim and meta: the figures at every mark and the allocator's trace equal
+// PyTorch 2.11's on the H100 (tests/data/pytorch_probes/streams_h100.jsonl, recorded by
+// tools/probes/stream_probe.py; each program there is the same as its namesake here, line for line).
+//
+// The probe keeps a stream busy with torch.cuda._sleep (about a second of GPU time) where a program needs
+// work still queued on it. Here `busy` queues a work item on the stream; with sim's and meta's default
+// timing (work_pending_until_waited) it stays pending until the program waits for it, as the sleep does.
+//
+// Traces are compared by segment and offset: the n-th segment a program allocates, and where in it a block
+// lies. Where the segments themselves land (the placement model) is tested elsewhere; the streams decide
+// which segment and offset a block takes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/memory/streams.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/tensor.h"
+#include "bytegrad/core/json.h"
+#include "bytegrad/testing/fresh_device.h"
+
+using namespace bytegrad;
+
+namespace {
+
+constexpr int64_t MiB = 1 << 20;  // elements: float32 tensors of MiB elements are 4 MiB
+
+struct Mark {
+  std::string label;
+  std::map<std::string, int64_t> figures;
+  std::vector<std::vector<uint64_t>> segments;  // [stream, total_size, allocated_size], stream raw
+};
+
+struct Run {
+  std::vector<Mark> marks;
+  std::vector<TraceEntry> trace;
+};
+
+// The probe's mark: memory_stats figures and the snapshot's segments.
+class Recorder {
+ public:
+  explicit Recorder(Device device) : device_(device) { caching_allocator(device).record_history(true); }
+  ~Recorder() { caching_allocator(device_).record_history(false); }
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  void mark(const std::string& label) {
+    auto stats = memory_stats(device_);
+    Mark m{label, {}, {}};
+    for (const char* key : {"allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
+                            "inactive_split_bytes.all.current", "num_sync_all_streams", "num_alloc_retries",
+                            "num_ooms", "num_device_alloc", "num_device_free"})
+      m.figures[key] = stats[key];
+    for (const SegmentInfo& s : caching_allocator(device_).snapshot().segments)
+      m.segments.push_back({s.stream, s.total_size, s.allocated_size});
+    run_.marks.push_back(std::move(m));
+  }
+
+  Run finish() {
+    for (const TraceEntry& e : caching_allocator(device_).snapshot().trace)
+      if (e.action != TraceAction::snapshot && e.action != TraceAction::category) run_.trace.push_back(e);
+    return run_;
+  }
+
+ private:
+  Device device_;
+  Run run_;
+};
+
+void busy(const Stream& stream) { stream_timeline(stream.device()).launched(stream.id()); }
+
+// ------------------------------------------------------------------------ the programs (stream_probe.py)
+
+void cross_stream_free_busy(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  auto x = empty({MiB}, device(dev));
+  r.mark("x 4 MiB");
+  s.wait_stream(current_stream(dev));
+  busy(s);
+  Tensor y;
+  {
+    StreamGuard on_s(s);
+    y = x * 2;
+  }
+  x.record_stream(s);
+  x = Tensor();
+  r.mark("del x, event pending");
+  auto z = empty({MiB}, device(dev));
+  r.mark("z 4 MiB while pending");
+  synchronize(dev);
+  r.mark("synchronize");
+  auto w = empty({MiB}, device(dev));
+  r.mark("w 4 MiB after synchronize");
+  y = Tensor();
+  z = Tensor();
+  w = Tensor();
+  r.mark("end");
+}
+
+void stream_owned_cache(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  Tensor x, small;
+  {
+    StreamGuard on_s(s);
+    x = empty({MiB}, device(dev));
+    small = empty({1000}, device(dev));
+  }
+  r.mark("x 4 MiB and 4000 B on side stream");
+  x = Tensor();
+  small = Tensor();
+  r.mark("freed on side stream");
+  auto y = empty({MiB}, device(dev));
+  auto tiny = empty({1000}, device(dev));
+  r.mark("same sizes on default stream");
+  Tensor x2;
+  {
+    StreamGuard on_s(s);
+    x2 = empty({MiB}, device(dev));
+  }
+  r.mark("side stream again: reuses its block");
+  y = Tensor();
+  tiny = Tensor();
+  x2 = Tensor();
+  empty_cache(dev);
+  r.mark("empty_cache");
+}
+
+void empty_cache_pending(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  auto x = empty({5 * MiB}, device(dev));  // 20 MiB, its own segment
+  s.wait_stream(current_stream(dev));
+  busy(s);
+  {
+    StreamGuard on_s(s);
+    x.add_(1);
+  }
+  x.record_stream(s);
+  x = Tensor();
+  r.mark("del x, event pending");
+  empty_cache(dev);
+  r.mark("empty_cache");
+}
+
+void oom_retry_pending(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  const int64_t total = mem_get_info(dev).second;
+  empty_cache(dev);
+  const int64_t limit = 64 * MiB;
+  set_per_process_memory_fraction(static_cast<double>(limit) / static_cast<double>(total), dev);
+  auto x = empty({10 * MiB}, device(dev));  // 40 MiB
+  s.wait_stream(current_stream(dev));
+  busy(s);
+  {
+    StreamGuard on_s(s);
+    x.add_(1);
+  }
+  x.record_stream(s);
+  x = Tensor();
+  r.mark("del x 40 MiB, event pending");
+  auto y = empty({10 * MiB}, device(dev));
+  r.mark("y 40 MiB: retry after freeing pending");
+  y = Tensor();
+  set_per_process_memory_fraction(1.0, dev);
+  r.mark("end");
+}
+
+void prefetch_synchronized(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  auto host = randn({MiB}, device(kCpu));
+  for (int i = 0; i < 3; ++i) {
+    Tensor batch;
+    {
+      StreamGuard on_s(s);
+      batch = host.to(dev);
+    }
+    current_stream(dev).wait_stream(s);
+    batch.record_stream(current_stream(dev));
+    auto out = batch * 2;
+    batch = Tensor();
+    r.mark("step " + std::to_string(i) + ": batch freed, out live");
+    out = Tensor();
+    synchronize(dev);
+    r.mark("step " + std::to_string(i) + ": synchronized");
+  }
+}
+
+void prefetch_overlapped(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  auto host = randn({MiB}, device(kCpu));
+  Tensor next;
+  {
+    StreamGuard on_s(s);
+    next = host.to(dev);
+  }
+  for (int i = 0; i < 4; ++i) {
+    current_stream(dev).wait_stream(s);
+    Tensor batch = next;
+    batch.record_stream(current_stream(dev));
+    busy(current_stream(dev));
+    auto out = batch * 2;
+    {
+      StreamGuard on_s(s);
+      next = host.to(dev);
+    }
+    batch = Tensor();
+    out = Tensor();
+    r.mark("step " + std::to_string(i));
+  }
+  synchronize(dev);
+  next = Tensor();
+  r.mark("end");
+}
+
+void idle_stream_record(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  synchronize(dev);
+  auto x = empty({MiB}, device(dev));
+  synchronize(dev);
+  x.record_stream(s);
+  x = Tensor();
+  r.mark("del x, idle stream");
+  auto y = empty({MiB}, device(dev));
+  r.mark("y 4 MiB");
+}
+
+void events_and_wait(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  Event ev;
+  busy(s);
+  Tensor y;
+  {
+    StreamGuard on_s(s);
+    y = ones({MiB}, device(dev));
+  }
+  ev.record(s);
+  current_stream(dev).wait_event(ev);
+  auto z = y + 1;
+  y.record_stream(current_stream(dev));
+  y = Tensor();
+  r.mark("y (side) freed, used on default");
+  Tensor y2, y3;
+  {
+    StreamGuard on_s(s);
+    y2 = ones({MiB}, device(dev));
+  }
+  r.mark("y2 on side stream while default is waiting");
+  ev.synchronize();
+  synchronize(dev);
+  {
+    StreamGuard on_s(s);
+    y3 = ones({MiB}, device(dev));
+  }
+  r.mark("y3 on side stream after synchronize");
+  z = Tensor();
+  y2 = Tensor();
+  y3 = Tensor();
+  r.mark("end");
+}
+
+void three_streams(Device dev, Recorder& r) {
+  std::vector<Stream> streams;
+  for (int i = 0; i < 3; ++i) streams.push_back(get_stream_from_pool(dev));
+  std::vector<Tensor> keep;
+  for (const Stream& s : streams) {
+    StreamGuard on_s(s);
+    keep.push_back(empty({256}, device(dev)));
+    keep.push_back(empty({2 * MiB}, device(dev)));
+  }
+  r.mark("two blocks on each of 3 streams");
+  while (!keep.empty()) keep.pop_back();  // Python's list.clear() drops the last item first
+  r.mark("all freed");
+  empty_cache(dev);
+  r.mark("empty_cache");
+}
+
+const std::map<std::string, std::function<void(Device, Recorder&)>>& programs() {
+  static const std::map<std::string, std::function<void(Device, Recorder&)>> all = {
+      {"cross_stream_free_busy", cross_stream_free_busy},
+      {"stream_owned_cache", stream_owned_cache},
+      {"empty_cache_pending", empty_cache_pending},
+      {"oom_retry_pending", oom_retry_pending},
+      {"prefetch_synchronized", prefetch_synchronized},
+      {"prefetch_overlapped", prefetch_overlapped},
+      {"idle_stream_record", idle_stream_record},
+      {"events_and_wait", events_and_wait},
+      {"three_streams", three_streams},
+  };
+  return all;
+}
+
+// ---------------------------------------------------------------------------------------- comparison
+
+// Both sides as the probe normalizes them: streams numbered by first appearance (marks' segments first,
+// then the trace; 0 the default stream), trace addresses as (n-th segment allocated, offset in it).
+std::string normalize(const Run& run) {
+  std::map<uint64_t, int> streams{{0, 0}};
+  auto stream_number = [&](uint64_t id) { return streams.emplace(id, static_cast<int>(streams.size())).first->second; };
+  for (const Mark& m : run.marks) {
+    auto sorted = m.segments;
+    std::sort(sorted.begin(), sorted.end());
+    for (const auto& seg : sorted) stream_number(seg[0]);
+  }
+  for (const TraceEntry& e : run.trace) stream_number(e.stream);
+
+  std::ostringstream out;
+  for (const Mark& m : run.marks) {
+    out << "mark '" << m.label << "':";
+    for (const auto& [key, value] : m.figures) out << " " << key << "=" << value;
+    std::vector<std::vector<uint64_t>> segs;
+    for (const auto& seg : m.segments) segs.push_back({static_cast<uint64_t>(stream_number(seg[0])), seg[1], seg[2]});
+    std::sort(segs.begin(), segs.end());
+    out << " segments";
+    for (const auto& seg : segs) out << " [" << seg[0] << " " << seg[1] << " " << seg[2] << "]";
+    out << "\n";
+  }
+  struct Segment {
+    uint64_t start, end;
+    bool live;
+  };
+  std::vector<Segment> segments;  // by allocation order
+  for (const TraceEntry& e : run.trace) {
+    std::string where = "-";
+    if (e.action == TraceAction::segment_alloc) segments.push_back({e.address, e.address + e.size, true});
+    for (size_t i = 0; i < segments.size(); ++i) {
+      if (segments[i].live && e.address >= segments[i].start && e.address < segments[i].end) {
+        where = "seg" + std::to_string(i) + "+" + std::to_string(e.address - segments[i].start);
+        if (e.action == TraceAction::segment_free) segments[i].live = false;  // its addresses may come back
+        break;
+      }
+    }
+    out << trace_action_name(e.action) << " " << where << " " << e.size << " stream" << stream_number(e.stream) << "\n";
+  }
+  return out.str();
+}
+
+std::vector<std::pair<int, Run>> recorded(const std::string& program) {
+  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/streams_h100.jsonl");
+  REQUIRE(in.good());
+  std::vector<std::pair<int, Run>> runs;
+  std::string line;
+  while (std::getline(in, line)) {
+    const json::Value v = json::parse(line);
+    if (v["program"].string() != program) continue;
+    Run run;
+    for (const json::Value& m : v["marks"].items) {
+      Mark mark{m["label"].string(), {}, {}};
+      mark.figures = {{"allocated_bytes.all.current", m["allocated"].integer()},
+                      {"reserved_bytes.all.current", m["reserved"].integer()},
+                      {"active_bytes.all.current", m["active"].integer()},
+                      {"inactive_split_bytes.all.current", m["inactive_split"].integer()},
+                      {"num_sync_all_streams", m["num_sync_all_streams"].integer()},
+                      {"num_alloc_retries", m["num_alloc_retries"].integer()},
+                      {"num_ooms", m["num_ooms"].integer()},
+                      {"num_device_alloc", m["num_device_alloc"].integer()},
+                      {"num_device_free", m["num_device_free"].integer()}};
+      for (const json::Value& seg : m["segments"].items)
+        mark.segments.push_back({seg[0].unsigned_integer(), seg[1].unsigned_integer(), seg[2].unsigned_integer()});
+      run.marks.push_back(std::move(mark));
+    }
+    // The probe's trace addresses are offsets from its lowest segment: any base keeps them apart.
+    constexpr uint64_t kBase = uint64_t{1} << 40;
+    for (const json::Value& e : v["trace"].items) {
+      TraceEntry entry{};
+      const std::string& action = e[0].string();
+      bool known = false;
+      for (TraceAction a : {TraceAction::alloc, TraceAction::free_requested, TraceAction::free_completed,
+                            TraceAction::segment_alloc, TraceAction::segment_free, TraceAction::segment_map,
+                            TraceAction::segment_unmap, TraceAction::oom}) {
+        if (trace_action_name(a) == action) {
+          entry.action = a;
+          known = true;
+        }
+      }
+      REQUIRE_MESSAGE(known, "unknown action " << action);
+      entry.address = kBase + e[1].unsigned_integer();
+      entry.size = e[2].unsigned_integer();
+      entry.stream = e[3].unsigned_integer();
+      run.trace.push_back(entry);
+    }
+    runs.emplace_back(static_cast<int>(v["run"].integer()), std::move(run));
+  }
+  return runs;
+}
+
+Run run_here(const std::string& program, Device dev) {
+  testing::FreshDevice fresh(dev);
+  Recorder r(dev);
+  programs().at(program)(dev, r);
+  synchronize(dev);  // as the probe, before reading the trace
+  return r.finish();
+}
+
+}  // namespace
+
+TEST_CASE("side-stream programs equal PyTorch's figures and traces on sim and meta") {
+  for (const auto& [name, program] : programs()) {
+    const auto runs = recorded(name);
+    REQUIRE_MESSAGE(!runs.empty(), name << " has no recording");
+    for (Device dev : {kSim, kMeta}) {
+      CAPTURE(name);
+      CAPTURE(dev.str());
+      const std::string ours = normalize(run_here(name, dev));
+      for (const auto& [index, run] : runs) {
+        CAPTURE(index);
+        CHECK(ours == normalize(run));
+      }
+    }
+  }
+}
