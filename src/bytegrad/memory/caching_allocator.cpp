@@ -821,9 +821,11 @@ MemorySnapshot CachingAllocator::snapshot() {
     total_active += segment.active_size;
     snap.segments.push_back(std::move(segment));
   }
-  history_.record(TraceAction::snapshot, 0, total_active, 0, categories_.totals());
+  // PyTorch reads the trace before recording the snapshot's own entry: the returned trace ends with the
+  // last alloc/free, and this entry first shows in the next snapshot.
   snap.trace = history_.entries();
   snap.trace_start = history_.first_sequence();
+  history_.record(TraceAction::snapshot, 0, total_active, 0, categories_.totals());
   return snap;
 }
 
