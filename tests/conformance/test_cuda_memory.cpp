@@ -198,7 +198,8 @@ TEST_CASE("conformance: settings changed at run time round the next requests; ba
 
     // roundup_power2_divisions, list syntax
     empty_cache(device);
-    set_allocator_settings("garbage_collection_threshold:0.5,roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]");
+    set_allocator_settings(
+        "garbage_collection_threshold:0.5,roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]");
     start_mem = dut.stat(key_allocated);
     void* w = alloc.malloc(nbytes);
     const int64_t pow2_div8_mem = dut.stat(key_allocated);
@@ -283,7 +284,7 @@ TEST_CASE("conformance: an attached out-of-memory observer is called before the 
     CHECK_THROWS_AS(dut.allocator().malloc(size_t{4} * 1024 * 1024 * 1024 * 1024), OutOfMemoryError);
     CHECK(notified == before + 1);
     CHECK(last.device_index == device.index);
-    CHECK(last.alloc_bytes == size_t{4} * 1024 * 1024 * 1024 * 1024);  // already a multiple of 2 MiB
+    CHECK(last.alloc_bytes == size_t{4} * 1024 * 1024 * 1024 * 1024);                // already a multiple of 2 MiB
     CHECK(last.device_allowed == static_cast<size_t>(mem_get_info(device).second));  // no fraction: the total
     CHECK(last.device_free == static_cast<size_t>(mem_get_info(device).first));
   });

@@ -53,8 +53,8 @@ TEST_CASE("settings: per_process_memory_fraction and pinned_reserve_segment_size
   CHECK_THROWS_WITH_AS(AllocatorConfig::parse("per_process_memory_fraction:1.1"),
                        doctest::Contains("per_process_memory_fraction is invalid"), std::invalid_argument);
   CHECK_THROWS_AS(AllocatorConfig::parse("per_process_memory_fraction:half"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(AllocatorConfig::parse("pinned_reserve_segment_size_mb:0"),
-                       doctest::Contains("greater than 0"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(AllocatorConfig::parse("pinned_reserve_segment_size_mb:0"), doctest::Contains("greater than 0"),
+                       std::invalid_argument);
   CHECK_NOTHROW(AllocatorConfig::parse("pinned_reserve_segment_size_mb:64"));
   CHECK_THROWS_WITH_AS(AllocatorConfig::parse("pinned_num_register_threads:1024"),
                        doctest::Contains("less than or equal to 128"), std::invalid_argument);
@@ -124,8 +124,8 @@ TEST_CASE("settings: the out-of-memory observer sees the cap and may read the al
   void* kept = alloc->malloc(100 * MiB);
   CHECK_THROWS_AS(alloc->malloc(600 * MiB), OutOfMemoryError);
   CHECK(calls == 1);
-  CHECK(seen.alloc_bytes == 600 * MiB);       // a multiple of 2 MiB: the segment tried is the request
-  CHECK(seen.device_allowed == 536870912);    // 1073741824 / 2
+  CHECK(seen.alloc_bytes == 600 * MiB);        // a multiple of 2 MiB: the segment tried is the request
+  CHECK(seen.device_allowed == 536870912);     // 1073741824 / 2
   CHECK(seen.device_free == GiB - 100 * MiB);  // the card less the 100 MiB segment
   CHECK(allocated_seen == static_cast<int64_t>(100 * MiB));
   CHECK_THROWS_AS(alloc->attach_out_of_memory_observer(nullptr), std::invalid_argument);
