@@ -17,10 +17,10 @@ namespace {
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 std::vector<TraceEntry> trace_of(CachingAllocator& allocator) {
+  // The snapshot's own entry is recorded after the trace is read (as in PyTorch), so it is not in it.
   std::vector<TraceEntry> trace = allocator.snapshot().trace;
   REQUIRE_FALSE(trace.empty());
-  CHECK(trace.back().action == TraceAction::snapshot);
-  trace.pop_back();  // the snapshot's own entry
+  CHECK(trace.back().action != TraceAction::snapshot);
   return trace;
 }
 
@@ -111,7 +111,7 @@ TEST_CASE("history: an OOM logs the retry's segment_free, then oom with the roun
   CHECK(trace[1].device_free == 34 * MiB);
 }
 
-TEST_CASE("history: a snapshot appends a snapshot entry of the active bytes") {
+TEST_CASE("history: a snapshot records a snapshot entry of the active bytes, seen by the next snapshot") {
   auto allocator = make_allocator();
   allocator->record_history(true);
   void* a = allocator->malloc(1);  // 512
@@ -120,16 +120,18 @@ TEST_CASE("history: a snapshot appends a snapshot entry of the active bytes") {
   allocator->free(a);
   const MemorySnapshot snap = allocator->snapshot();
   REQUIRE_FALSE(snap.trace.empty());
-  const TraceEntry& entry = snap.trace.back();
+  // PyTorch reads the trace before recording the entry: this trace ends with the last free.
+  CHECK(snap.trace.back().action == TraceAction::free_completed);
+  // The next snapshot's trace holds it, last.
+  const MemorySnapshot again = allocator->snapshot();
+  REQUIRE(again.trace.size() == snap.trace.size() + 1);
+  const TraceEntry& entry = again.trace.back();
   CHECK(entry.action == TraceAction::snapshot);
   CHECK(entry.address == 0);
   CHECK(entry.size == 1049088 + 3072);  // the sum of the segments' active_size
   size_t active = 0;
   for (const SegmentInfo& segment : snap.segments) active += segment.active_size;
   CHECK(entry.size == active);
-  // A second snapshot adds a second entry.
-  const MemorySnapshot again = allocator->snapshot();
-  CHECK(again.trace.size() == snap.trace.size() + 1);
 }
 
 TEST_CASE("history: the ring buffer keeps the newest max_entries, oldest first") {
@@ -141,13 +143,18 @@ TEST_CASE("history: the ring buffer keeps the newest max_entries, oldest first")
   allocator->free(p1);              // free_requested, free_completed
   allocator->free(p2);              // free_requested, free_completed
   allocator->free(p3);              // free_requested, free_completed
-  // 10 entries; the newest 4, oldest first, then the snapshot's entry pushes out one more.
+  // 10 entries; the newest 4, oldest first (the snapshot's own entry comes after the trace is read).
   const MemorySnapshot snap = allocator->snapshot();
   REQUIRE(snap.trace.size() == 4);
-  check_entry(snap.trace[0], TraceAction::free_completed, addr(p2), 1);
-  check_entry(snap.trace[1], TraceAction::free_requested, addr(p3), 1);
-  check_entry(snap.trace[2], TraceAction::free_completed, addr(p3), 1);
-  CHECK(snap.trace[3].action == TraceAction::snapshot);
+  check_entry(snap.trace[0], TraceAction::free_requested, addr(p2), 1);
+  check_entry(snap.trace[1], TraceAction::free_completed, addr(p2), 1);
+  check_entry(snap.trace[2], TraceAction::free_requested, addr(p3), 1);
+  check_entry(snap.trace[3], TraceAction::free_completed, addr(p3), 1);
+  // The next snapshot sees that entry, which pushed out the oldest.
+  const MemorySnapshot next = allocator->snapshot();
+  REQUIRE(next.trace.size() == 4);
+  check_entry(next.trace[0], TraceAction::free_completed, addr(p2), 1);
+  CHECK(next.trace[3].action == TraceAction::snapshot);
 
   // Disabling stops recording and clears the buffer.
   allocator->record_history(false);
@@ -155,6 +162,7 @@ TEST_CASE("history: the ring buffer keeps the newest max_entries, oldest first")
   CHECK(allocator->snapshot().trace.empty());
   // Enabling again starts empty.
   allocator->record_history(true);
+  CHECK(allocator->snapshot().trace.empty());
   const MemorySnapshot fresh = allocator->snapshot();
   REQUIRE(fresh.trace.size() == 1);
   CHECK(fresh.trace[0].action == TraceAction::snapshot);

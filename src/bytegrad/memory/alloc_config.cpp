@@ -160,8 +160,10 @@ size_t AllocatorConfig::divisions_for(size_t size) const {
   return roundup_power2_divisions[std::min(slot, kRoundupPower2Intervals - 1)];
 }
 
-AllocatorConfig AllocatorConfig::parse(std::string_view text) {
-  AllocatorConfig config;
+namespace {
+
+// Reads `text` into `config`, over whatever values it already has.
+void apply_settings(AllocatorConfig& config, std::string_view text) {
   config.raw = std::string(text);
   TokenReader in(tokenize(text));
   while (!in.done()) {
@@ -204,13 +206,39 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
         fail("option " + key + ": Number of register threads should be less than or equal to 128, got " +
              quote_setting(value));
     } else if (key == "pinned_reserve_segment_size_mb") {
-      parse_size(in.next(key + ":"), key);  // host pinned memory: no effect here
+      const std::string value = in.next(key + ":");  // host pinned memory: no effect here, PyTorch's rule holds
+      if (parse_size(value, key) == 0)
+        fail("option " + key + ": Pinned reserve segment size has to be greater than 0, got " + quote_setting(value));
+    } else if (key == "per_process_memory_fraction") {
+      const std::string value = in.next(key + ":");
+      const double fraction = parse_double(value, key);
+      if (!(fraction >= 0.0 && fraction <= 1.0))
+        fail("option " + key + ": per_process_memory_fraction is invalid, set it in [0.0, 1.0], got " +
+             quote_setting(value));
+      config.per_process_memory_fraction = fraction;
     } else {
       fail("unrecognized option " + quote_setting(key));
     }
     if (!in.done() && in.peek() != ",")
       fail("expected ',' after option " + key + ", found " + quote_setting(in.peek()));
   }
+}
+
+}  // namespace
+
+AllocatorConfig AllocatorConfig::parse(std::string_view text) {
+  AllocatorConfig config;
+  apply_settings(config, text);
+  return config;
+}
+
+AllocatorConfig AllocatorConfig::updated(const AllocatorConfig& current, std::string_view text) {
+  AllocatorConfig config = current;
+  const AllocatorConfig defaults;
+  config.max_split_size = defaults.max_split_size;
+  config.roundup_power2_divisions = defaults.roundup_power2_divisions;
+  config.garbage_collection_threshold = defaults.garbage_collection_threshold;
+  apply_settings(config, text);
   return config;
 }
 

@@ -29,12 +29,19 @@ struct AllocatorConfig {
   double garbage_collection_threshold = 0.0;
   // Per (stream, pool) one reserved address range with pages mapped on demand instead of whole segments.
   bool expandable_segments = false;
+  // per_process_memory_fraction (PyTorch 2.11): a cap of this share of the device's memory, applied when the
+  // allocator is made (as set_per_process_memory_fraction); 1.0 sets no cap.
+  double per_process_memory_fraction = 1.0;
 
   // The division count that applies to a request of `size` bytes.
   size_t divisions_for(size_t size) const;
 
   // Parses PyTorch's syntax. Throws std::invalid_argument naming the key or value at fault.
   static AllocatorConfig parse(std::string_view text);
+  // The settings after `text` is applied to `current` at run time (PyTorch's _set_allocator_settings): as in
+  // PyTorch, max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold go back to their
+  // defaults unless `text` gives them; every other key keeps its current value unless given. Errors as parse's.
+  static AllocatorConfig updated(const AllocatorConfig& current, std::string_view text);
   // Parses the environment variable BYTEGRAD_ALLOC_CONF (defaults when unset).
   static AllocatorConfig from_environment();
 };

@@ -83,6 +83,8 @@ CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConf
   id_ = ++allocators_made;
   stats_.max_split_size =
       config_.max_split_size == std::numeric_limits<size_t>::max() ? -1 : static_cast<int64_t>(config_.max_split_size);
+  // per_process_memory_fraction in the settings caps the allocator from the start (PyTorch 2.11); 1.0 sets none.
+  if (config_.per_process_memory_fraction < 1.0) set_memory_fraction(config_.per_process_memory_fraction);
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -148,7 +150,7 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
   if (bytes == 0) return nullptr;  // never reaches the pools: no stat, no trace
   if (bytes >= kOneExaByte) throw OutOfMemoryError(kTooLargeMessage, bytes, 0);
 
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   process_events();
   Request request{bytes, 0, 0, stream, nullptr};
   request.size = round_size(bytes, config_);
@@ -166,7 +168,7 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
       found = allocate_segment(request, true);
     }
   }
-  if (!found) throw_out_of_memory(request);
+  if (!found) throw_out_of_memory(request, lock);
   Block* block = take_found_block(request);
   void* ptr = reinterpret_cast<void*>(block->ptr);
   raw_->mark_in_use(ptr, bytes, true);  // the requested bytes only: a write past them is a bug
@@ -673,7 +675,7 @@ void CachingAllocator::empty_cache() {
   release_cached_blocks();
 }
 
-void CachingAllocator::throw_out_of_memory(const Request& request) {
+void CachingAllocator::throw_out_of_memory(const Request& request, std::unique_lock<std::mutex>& lock) {
   RawMemory::Info info = raw_->info();
   history_.record(TraceAction::oom, 0, request.size, request.stream, categories_.totals(), {}, info.free);
   ++stats_.num_ooms;
@@ -697,7 +699,26 @@ void CachingAllocator::throw_out_of_memory(const Request& request) {
     report.largest_free_piece = std::max(report.largest_free_piece, block->size);
   }
   report.largest_live = categories_.largest(10);
+  // Observers run outside the lock, as PyTorch's do, so that they may read this allocator's figures.
+  const OutOfMemoryNotice notice{device_index_, request.segment_size,
+                                 fraction_set_ ? allowed_maximum_ : static_cast<size_t>(info.total), info.free};
+  const std::vector<OutOfMemoryObserver> observers = oom_observers_;
+  lock.unlock();
+  for (const OutOfMemoryObserver& observer : observers) observer(notice);
   throw OutOfMemoryError(std::move(report));
+}
+
+void CachingAllocator::attach_out_of_memory_observer(OutOfMemoryObserver observer) {
+  if (!observer) throw std::invalid_argument("attach_out_of_memory_observer: the observer is empty");
+  std::lock_guard lock(mutex_);
+  oom_observers_.push_back(std::move(observer));
+}
+
+void CachingAllocator::apply_settings(AllocatorConfig config) {
+  std::lock_guard lock(mutex_);
+  config_ = std::move(config);
+  stats_.max_split_size =
+      config_.max_split_size == std::numeric_limits<size_t>::max() ? -1 : static_cast<int64_t>(config_.max_split_size);
 }
 
 // ------------------------------------------------------------------------------------- limits and stats
@@ -897,9 +918,11 @@ MemorySnapshot CachingAllocator::snapshot() {
     total_active += segment.active_size;
     snap.segments.push_back(std::move(segment));
   }
-  history_.record(TraceAction::snapshot, 0, total_active, 0, categories_.totals());
+  // PyTorch reads the trace before recording the snapshot's own entry: the returned trace ends with the
+  // last alloc/free, and this entry first shows in the next snapshot.
   snap.trace = history_.entries();
   snap.trace_start = history_.first_sequence();
+  history_.record(TraceAction::snapshot, 0, total_active, 0, categories_.totals());
   return snap;
 }
 

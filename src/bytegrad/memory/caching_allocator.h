@@ -21,6 +21,7 @@
 #include "bytegrad/memory/alloc_config.h"
 #include "bytegrad/memory/block_categories.h"
 #include "bytegrad/memory/history.h"
+#include "bytegrad/memory/out_of_memory.h"
 #include "bytegrad/memory/raw_memory.h"
 #include "bytegrad/memory/size_rules.h"
 #include "bytegrad/memory/stats.h"
@@ -83,6 +84,12 @@ class CachingAllocator {
 
   // Caps the segments this allocator may hold at fraction * total device memory (0 <= fraction <= 1).
   void set_memory_fraction(double fraction);
+  // New settings between allocations (set_allocator_settings, memory_functions.h): later requests follow
+  // them; existing segments stay as they are (expandable or not). The memory fraction is not touched: its
+  // setting applies when an allocator is made.
+  void apply_settings(AllocatorConfig config);
+  // Adds an observer called just before each OutOfMemoryError (out_of_memory.h).
+  void attach_out_of_memory_observer(OutOfMemoryObserver observer);
   double memory_fraction() const;  // 1.0 until one is set
 
   DeviceStats stats() const;
@@ -176,7 +183,7 @@ class CachingAllocator {
   void synchronize_and_free_events();
   size_t merge_into(Block* dst, Block* src, BlockPool& pool);
   void insert_free(BlockPool& pool, Block* block);
-  [[noreturn]] void throw_out_of_memory(const Request& request);
+  [[noreturn]] void throw_out_of_memory(const Request& request, std::unique_lock<std::mutex>& lock);
   BlockCategoryEntry* category_entry(const void* ptr);  // the live block's, or null
   Block* new_block();
   void recycle_block(Block* block);
@@ -202,6 +209,7 @@ class CachingAllocator {
   size_t allowed_maximum_ = 0;
   size_t device_total_ = 0;
   History history_;
+  std::vector<OutOfMemoryObserver> oom_observers_;
   uint64_t id_ = 0;
 };
 

@@ -1,9 +1,12 @@
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/memory_functions.h"
 
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -26,6 +29,9 @@ struct Registry {
   std::map<DeviceKey, SimulatedCapacity> capacities;
   std::optional<Device> default_device;
   std::vector<std::unique_ptr<CachingAllocator>> retired;  // allocators whose blocks outlived their scope
+  // The settings set_allocator_settings made (every allocator's, and new ones'); unset: BYTEGRAD_ALLOC_CONF.
+  std::optional<AllocatorConfig> settings;
+  std::vector<OutOfMemoryObserver> oom_observers;  // attached to every allocator, present and future
 };
 
 Registry& registry() {
@@ -38,10 +44,16 @@ SimulatedCapacity capacity_of(const Registry& r, Device device) {
   return {};
 }
 
-// A new allocator for `device` with BYTEGRAD_ALLOC_CONF and (sim, meta) `capacity`. Throws, leaving the
-// registry untouched, on a bad setting or a cuda device that is not present.
-std::unique_ptr<CachingAllocator> make_allocator(Device device, SimulatedCapacity capacity) {
-  AllocatorConfig config = AllocatorConfig::from_environment();  // first: a bad setting throws before any mapping
+// The settings a new allocator starts with: those set at run time, else BYTEGRAD_ALLOC_CONF's. Under r.mutex.
+AllocatorConfig current_settings(const Registry& r) {
+  return r.settings ? *r.settings : AllocatorConfig::from_environment();
+}
+
+// A new allocator for `device` with the current settings, the observers attached so far and (sim, meta)
+// `capacity`. Under r.mutex. Throws, leaving the registry untouched, on a bad setting or a cuda device that
+// is not present.
+std::unique_ptr<CachingAllocator> make_allocator(const Registry& r, Device device, SimulatedCapacity capacity) {
+  AllocatorConfig config = current_settings(r);  // first: a bad setting throws before any mapping
   std::unique_ptr<RawMemory> raw;
   switch (device.type) {
     case DeviceType::sim: raw = make_host_backed_raw_memory(capacity); break;
@@ -54,8 +66,10 @@ std::unique_ptr<CachingAllocator> make_allocator(Device device, SimulatedCapacit
       break;
     case DeviceType::cpu: throw std::invalid_argument("cpu memory is not cached: use host_allocator()");
   }
-  return std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index,
-                                            shared_stream_timeline(device));
+  auto allocator = std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index,
+                                                      shared_stream_timeline(device));
+  for (const OutOfMemoryObserver& observer : r.oom_observers) allocator->attach_out_of_memory_observer(observer);
+  return allocator;
 }
 
 // Replaces the device's allocator (and, for a simulated device, its capacity) with a fresh one. The new
@@ -69,8 +83,8 @@ void replace_allocator(Registry& r, Device device, SimulatedCapacity capacity) {
     throw std::logic_error("cannot reset " + device.str() + " while " + std::to_string(it->second->memory_allocated()) +
                            " bytes are still allocated on it");
   std::unique_ptr<CachingAllocator> fresh;
-  if (device.type == DeviceType::cuda) AllocatorConfig::from_environment();
-  else fresh = make_allocator(device, capacity);
+  if (device.type == DeviceType::cuda) current_settings(r);
+  else fresh = make_allocator(r, device, capacity);
   if (device.type != DeviceType::cuda) r.capacities.insert_or_assign(key, capacity);
   if (fresh) r.allocators.insert_or_assign(key, std::move(fresh));
   else if (it != r.allocators.end()) r.allocators.erase(it);
@@ -89,7 +103,7 @@ CachingAllocator& caching_allocator(Device device) {
   const DeviceKey key{device.type, device.index};
   if (auto it = r.allocators.find(key); it != r.allocators.end()) return *it->second;
   // Inserted only once made: a failed creation (bad BYTEGRAD_ALLOC_CONF, absent GPU) leaves no entry.
-  auto made = make_allocator(device, capacity_of(r, device));
+  auto made = make_allocator(r, device, capacity_of(r, device));
   return *r.allocators.emplace(key, std::move(made)).first->second;
 }
 
@@ -126,7 +140,9 @@ SimulatedCapacity simulated_capacity(Device device) {
 
 std::unique_ptr<CachingAllocator> make_simulated_allocator(Device device, SimulatedCapacity capacity) {
   require_simulated(device, "make_simulated_allocator");
-  return make_allocator(device, capacity);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return make_allocator(r, device, capacity);
 }
 
 SimulatedDeviceState exchange_simulated_device(Device device, SimulatedDeviceState state) {
@@ -155,6 +171,33 @@ void reset_device(Device device) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   replace_allocator(r, device, capacity_of(r, device));
+}
+
+// Declared in memory_functions.h; defined here, beside the registry of allocators they change.
+void set_allocator_settings(std::string_view settings) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const AllocatorConfig current = current_settings(r);  // a bad BYTEGRAD_ALLOC_CONF is reported as such
+  AllocatorConfig next;
+  try {
+    next = AllocatorConfig::updated(current, settings);
+  } catch (const std::invalid_argument& error) {
+    // The parser's messages name the environment variable; this text came from the caller.
+    std::string message = error.what();
+    constexpr std::string_view kEnvPrefix = "BYTEGRAD_ALLOC_CONF: ";
+    if (message.starts_with(kEnvPrefix)) message.erase(0, kEnvPrefix.size());
+    throw std::invalid_argument("set_allocator_settings(" + quote_setting(settings) + "): " + message);
+  }
+  for (auto& [key, allocator] : r.allocators) allocator->apply_settings(next);
+  r.settings = std::move(next);
+}
+
+void attach_out_of_memory_observer(OutOfMemoryObserver observer) {
+  if (!observer) throw std::invalid_argument("attach_out_of_memory_observer: the observer is empty");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (auto& [key, allocator] : r.allocators) allocator->attach_out_of_memory_observer(observer);
+  r.oom_observers.push_back(std::move(observer));
 }
 
 void* HostAllocator::malloc(size_t bytes) {

@@ -51,6 +51,10 @@ void set_per_process_memory_fraction(double fraction, Device device) {
   cached_device(device, "set_per_process_memory_fraction").set_memory_fraction(fraction);
 }
 
+double get_per_process_memory_fraction(Device device) {
+  return cached_device(device, "get_per_process_memory_fraction").memory_fraction();
+}
+
 std::pair<int64_t, int64_t> mem_get_info(Device device) {
   const RawMemory::Info info = cached_device(device, "mem_get_info").mem_get_info();
   return {static_cast<int64_t>(info.free), static_cast<int64_t>(info.total)};

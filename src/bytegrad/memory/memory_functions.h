@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "bytegrad/core/device.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/out_of_memory.h"
 
 namespace bytegrad {
 
@@ -30,6 +32,19 @@ std::map<std::string, int64_t> memory_stats(Device device = default_device());
 // memory_summary(device) is a report: reports/memory_summary.h.
 // Caps what the allocator may reserve at fraction * the device's total memory (0..1).
 void set_per_process_memory_fraction(double fraction, Device device = default_device());
+// The cap as a share of the device's memory (torch.cuda.get_per_process_memory_fraction): 1.0 until one is set.
+double get_per_process_memory_fraction(Device device = default_device());
+// Changes the caching allocator settings of every device, between allocations, in BYTEGRAD_ALLOC_CONF's
+// syntax (PyTorch's torch.cuda.memory._set_allocator_settings): later requests follow them, existing
+// segments stay as they are, and allocators made later start with them. As in PyTorch, max_split_size_mb,
+// roundup_power2_divisions and garbage_collection_threshold return to their defaults unless given; other keys
+// keep their values unless given. per_process_memory_fraction is kept for allocators made later; an existing
+// allocator's cap changes only with set_per_process_memory_fraction (as in PyTorch, which reads that key when
+// it creates a device's allocator). A bad setting throws std::invalid_argument and changes nothing.
+void set_allocator_settings(std::string_view settings);
+// Calls `observer` whenever an allocator of any device (present or made later) is about to raise
+// OutOfMemoryError (torch._C._cuda_attach_out_of_memory_observer); see OutOfMemoryNotice.
+void attach_out_of_memory_observer(OutOfMemoryObserver observer);
 // (free, total) bytes of the device as the driver reports them (torch.cuda.mem_get_info); sim and meta
 // report their modelled card.
 std::pair<int64_t, int64_t> mem_get_info(Device device = default_device());

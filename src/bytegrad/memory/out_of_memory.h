@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -74,6 +75,19 @@ class OutOfMemoryError : public std::runtime_error {
  private:
   std::shared_ptr<const OutOfMemoryReport> report_;  // shared: exceptions are copied
 };
+
+// What an out-of-memory observer is told (PyTorch's observer arguments, in order): the device, the bytes the
+// allocator tried to obtain, the bytes it may hold (the memory-fraction cap, else the device's total), and the
+// device's free bytes.
+struct OutOfMemoryNotice {
+  int device_index = 0;
+  size_t alloc_bytes = 0;
+  size_t device_allowed = 0;
+  size_t device_free = 0;
+};
+// Called when an allocator is about to raise OutOfMemoryError, after its flush and retry, outside its lock
+// (so it may read the allocator's figures). An exception it throws replaces the OutOfMemoryError.
+using OutOfMemoryObserver = std::function<void(const OutOfMemoryNotice&)>;
 
 // Requests this large are refused before any attempt, as PyTorch does.
 inline constexpr size_t kOneExaByte = size_t{1} << 60;

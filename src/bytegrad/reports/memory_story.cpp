@@ -118,7 +118,8 @@ MemoryChange MemoryStory::mark(const std::string& label) {
   StoryMark m;
   static_cast<MemoryFigures&>(m) = memory_figures(allocator);
   m.label = label.empty() ? "mark " + std::to_string(marks_.size() + 1) : label;
-  m.event = static_cast<int64_t>(trace.size()) - 1;  // the snapshot() above logged the last entry
+  // snapshot() records its own entry just after the trace it returns (as PyTorch does): the next index.
+  m.event = static_cast<int64_t>(trace.size());
   m.ledger = allocator.category_bytes();
   m.change = change;
   marks_.push_back(std::move(m));

@@ -1,0 +1,73 @@
+// Helpers of the conformance suite: PyTorch's own caching-allocator tests, transcribed.
+//
+// Each test runs on the devices chosen on the command line (main.cpp): sim and meta by default, cuda with
+// `--device cuda` (ctest `conformance_cuda`, label gpu). `malloc(n)` on the device's allocator stands for
+// PyTorch's `torch.empty(n, dtype=torch.uint8, device="cuda")`, a float tensor of k elements for 4 * k
+// bytes, and `free(p)` for the tensor's storage dying.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bytegrad/core/device.h"
+#include "bytegrad/memory/caching_allocator.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/testing/fresh_device.h"
+
+namespace bytegrad::conformance {
+
+// kMiB is bytegrad's (alloc_config.h).
+inline constexpr size_t kGiB = kMiB * 1024;
+
+// The devices the suite runs on (set by main.cpp).
+std::vector<Device>& devices_under_test();
+
+// A device as a PyTorch test finds it at its start: on sim and meta an empty allocator of its own for the
+// scope (FreshDevice), on cuda the process's allocator with its cache emptied.
+class DeviceUnderTest {
+ public:
+  explicit DeviceUnderTest(Device device, std::optional<SimulatedCapacity> capacity = std::nullopt) : device_(device) {
+    if (device.type == DeviceType::cuda) empty_cache(device);
+    else fresh_.emplace(device, capacity);
+  }
+  Device device() const { return device_; }
+  CachingAllocator& allocator() const { return caching_allocator(device_); }
+  int64_t stat(const std::string& key) const {
+    const auto stats = memory_stats(device_);
+    const auto it = stats.find(key);
+    REQUIRE_MESSAGE(it != stats.end(), "memory_stats() has no key " << key);
+    return it->second;
+  }
+
+ private:
+  Device device_;
+  std::optional<testing::FreshDevice> fresh_;
+};
+
+// Runs `body` once per device under test, each in a subcase named after the device.
+inline void for_each_device(const std::function<void(Device)>& body) {
+  for (Device device : devices_under_test()) {
+    const std::string name = device.str();
+    SUBCASE(name.c_str()) { body(device); }
+  }
+}
+
+// Restores the run-time allocator settings a test changed, as PyTorch's tests do in their `finally`:
+// expandable segments as BYTEGRAD_ALLOC_CONF has them (the expandable run sets them there, as
+// test_cuda_expandable_segments.py does for PyTorch's runs).
+struct SettingsRestorer {
+  ~SettingsRestorer() {
+    const bool expandable = AllocatorConfig::from_environment().expandable_segments;
+    set_allocator_settings(std::string("expandable_segments:") + (expandable ? "True" : "False") +
+                           ",per_process_memory_fraction:1.0");
+  }
+};
+
+}  // namespace bytegrad::conformance
