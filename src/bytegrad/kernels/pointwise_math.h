@@ -16,23 +16,21 @@
 namespace bytegrad::pointwise {
 
 // float and double overloads of the C math functions: the same names exist in host libm and CUDA's device
-// library, so one expression compiles on both (float ones call the full-precision *f variants).
-BYTEGRAD_HOST_DEVICE float m_exp(float x) { return ::expf(x); }
-BYTEGRAD_HOST_DEVICE double m_exp(double x) { return ::exp(x); }
-BYTEGRAD_HOST_DEVICE float m_expm1(float x) { return ::expm1f(x); }
-BYTEGRAD_HOST_DEVICE double m_expm1(double x) { return ::expm1(x); }
-BYTEGRAD_HOST_DEVICE float m_log(float x) { return ::logf(x); }
-BYTEGRAD_HOST_DEVICE double m_log(double x) { return ::log(x); }
-BYTEGRAD_HOST_DEVICE float m_sqrt(float x) { return ::sqrtf(x); }
-BYTEGRAD_HOST_DEVICE double m_sqrt(double x) { return ::sqrt(x); }
-BYTEGRAD_HOST_DEVICE float m_tanh(float x) { return ::tanhf(x); }
-BYTEGRAD_HOST_DEVICE double m_tanh(double x) { return ::tanh(x); }
-BYTEGRAD_HOST_DEVICE float m_erf(float x) { return ::erff(x); }
-BYTEGRAD_HOST_DEVICE double m_erf(double x) { return ::erf(x); }
+// library, so one expression compiles on both (float ones call the full-precision *f variants). Each row
+// defines m_<name> from the C function c_name (float: c_name##f).
+#define BYTEGRAD_FLOAT_AND_DOUBLE(name, c_name)                           \
+  BYTEGRAD_HOST_DEVICE float m_##name(float x) { return ::c_name##f(x); } \
+  BYTEGRAD_HOST_DEVICE double m_##name(double x) { return ::c_name(x); }
+BYTEGRAD_FLOAT_AND_DOUBLE(exp, exp)
+BYTEGRAD_FLOAT_AND_DOUBLE(expm1, expm1)
+BYTEGRAD_FLOAT_AND_DOUBLE(log, log)
+BYTEGRAD_FLOAT_AND_DOUBLE(sqrt, sqrt)
+BYTEGRAD_FLOAT_AND_DOUBLE(tanh, tanh)
+BYTEGRAD_FLOAT_AND_DOUBLE(erf, erf)
+BYTEGRAD_FLOAT_AND_DOUBLE(abs, fabs)
+#undef BYTEGRAD_FLOAT_AND_DOUBLE
 BYTEGRAD_HOST_DEVICE float m_pow(float x, float y) { return ::powf(x, y); }
 BYTEGRAD_HOST_DEVICE double m_pow(double x, double y) { return ::pow(x, y); }
-BYTEGRAD_HOST_DEVICE float m_abs(float x) { return ::fabsf(x); }
-BYTEGRAD_HOST_DEVICE double m_abs(double x) { return ::fabs(x); }
 
 // Transcendental ops on integer tensors compute in double (the op layer refuses most of them).
 template <typename M>

@@ -24,14 +24,18 @@ std::vector<Tensor> all_params(const std::vector<AdamParamGroup>& groups) {
   return out;
 }
 
+// The one group of the constructors that take a parameter list.
+std::vector<AdamParamGroup> one_group(std::vector<Tensor> params, const AdamOptions& options) {
+  return {AdamParamGroup{std::move(params), options}};
+}
+
 }  // namespace
 
 Adam::Adam(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,
            bool amsgrad)
-    : Adam({AdamParamGroup{std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}}}, false) {}
+    : Adam(std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}) {}
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
-    : Adam({AdamParamGroup{std::move(params), options}}, false) {}
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : Adam(one_group(std::move(params), options)) {}
 
 Adam::Adam(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), false) {}
 
@@ -66,10 +70,9 @@ Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,
              bool amsgrad)
-    : Adam({AdamParamGroup{std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}}}, true) {}
+    : AdamW(std::move(params), AdamOptions{lr, betas, eps, weight_decay, amsgrad, false}) {}
 
-AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
-    : Adam({AdamParamGroup{std::move(params), options}}, true) {}
+AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options) : AdamW(one_group(std::move(params), options)) {}
 
 AdamW::AdamW(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), true) {}
 

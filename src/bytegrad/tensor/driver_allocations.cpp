@@ -42,17 +42,14 @@ class DriverAllocationsBackend final : public KernelBackend {
     inner_.end_foreach();
   }
   void fill(const StridedView& out, double value) override {
-    note(out, kElementwise);
-    inner_.fill(out, value);
+    note_then_run(out, kElementwise, &KernelBackend::fill, out, value);
   }
   void arange(const StridedView& out, double start, double step) override {
-    note(out, kGlobals);
-    inner_.arange(out, start, step);
+    note_then_run(out, kGlobals, &KernelBackend::arange, out, start, step);
   }
   void copy(const StridedView& dst, const StridedView& src) override {
     const bool memcpy = dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous();
-    note(dst, memcpy ? 0 : kElementwise);
-    inner_.copy(dst, src);
+    note_then_run(dst, memcpy ? 0 : kElementwise, &KernelBackend::copy, dst, src);
   }
   void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
     if (dst.numel() != 0) note_launch(dst.device);
@@ -63,110 +60,93 @@ class DriverAllocationsBackend final : public KernelBackend {
     inner_.copy_to_host({static_cast<std::byte*>(host), host_bytes(src)}, src);
   }
   void unary(UnaryOp op, const StridedView& out, const StridedView& in) override {
-    note(out, pointwise());
-    inner_.unary(op, out, in);
+    note_then_run(out, pointwise(), &KernelBackend::unary, op, out, in);
   }
   void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
               std::optional<ScalarType> common) override {
-    note(out, pointwise());
-    inner_.binary(op, out, a, b, alpha, common);
+    note_then_run(out, pointwise(), &KernelBackend::binary, op, out, a, b, alpha, common);
   }
   void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar,
                      bool scalar_first) override {
-    note(out, pointwise());
-    inner_.binary_scalar(op, out, a, scalar, scalar_first);
+    note_then_run(out, pointwise(), &KernelBackend::binary_scalar, op, out, a, scalar, scalar_first);
   }
   void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) override {
-    note(out, kElementwise);
-    inner_.where(out, cond, a, b);
+    note_then_run(out, kElementwise, &KernelBackend::where, out, cond, a, b);
   }
   void masked_fill(const StridedView& out, const StridedView& mask, double value) override {
-    note(out, kElementwise);
-    inner_.masked_fill(out, mask, value);
+    note_then_run(out, kElementwise, &KernelBackend::masked_fill, out, mask, value);
   }
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
-    note(out, kWithStack);
-    inner_.reduce(op, out, in);
+    note_then_run(out, kWithStack, &KernelBackend::reduce, op, out, in);
   }
   void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt) override {
-    note(out, kWithStack);
-    inner_.reduce_variance(out, in, correction, take_sqrt);
+    note_then_run(out, kWithStack, &KernelBackend::reduce_variance, out, in, correction, take_sqrt);
   }
   void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
                            int64_t dim) override {
-    note(values, kWithStack);
-    inner_.reduce_with_indices(op, values, indices, in, dim);
+    note_then_run(values, kWithStack, &KernelBackend::reduce_with_indices, op, values, indices, in, dim);
   }
   void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) override {
-    note(out, kGlobals);
-    inner_.softmax(out, in, dim, log);
+    note_then_run(out, kGlobals, &KernelBackend::softmax, out, in, dim, log);
   }
   void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
                         bool log) override {
-    note(grad_in, log ? kGlobals : kElementwise);
-    inner_.softmax_backward(grad_in, grad_out, output, dim, log);
+    note_then_run(grad_in, log ? kGlobals : kElementwise, &KernelBackend::softmax_backward, grad_in, grad_out, output,
+                  dim, log);
   }
   void gemm(const GemmArgs& args) override {
     if (args.m != 0 && args.n != 0 && args.batches != 0) note_launch(args.device);
     inner_.gemm(args);
   }
   void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
-    note(out, kWithStack);
-    inner_.index_select(out, in, dim, index);
+    note_then_run(out, kWithStack, &KernelBackend::index_select, out, in, dim, index);
   }
   void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
-    note(out, kWithStack);
-    inner_.index_add(out, dim, index, source);
+    note_then_run(out, kWithStack, &KernelBackend::index_add, out, dim, index, source);
   }
   void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
-    note(out, kWithStack);
-    inner_.gather(out, in, dim, index);
+    note_then_run(out, kWithStack, &KernelBackend::gather, out, in, dim, index);
   }
   void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
-    note(out, kWithStack);
-    inner_.scatter_add(out, dim, index, source);
+    note_then_run(out, kWithStack, &KernelBackend::scatter_add, out, dim, index, source);
   }
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                const StridedView& b, double value, std::optional<ScalarType> common) override {
-    note(out, pointwise());
-    inner_.ternary(op, out, self, a, b, value, common);
+    note_then_run(out, pointwise(), &KernelBackend::ternary, op, out, self, a, b, value, common);
   }
   void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                   const StridedView* weight, const StridedView* bias, double eps) override {
-    note(y, kElementwise);
-    inner_.layer_norm(y, mean, rstd, x, weight, bias, eps);
+    note_then_run(y, kElementwise, &KernelBackend::layer_norm, y, mean, rstd, x, weight, bias, eps);
   }
   void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
                            const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
                            const StridedView& mean, const StridedView& rstd, const StridedView* weight) override {
-    note(dy, kElementwise);
-    inner_.layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
+    note_then_run(dy, kElementwise, &KernelBackend::layer_norm_backward, dx, dweight_partials, dbias_partials, dy, x,
+                  mean, rstd, weight);
   }
   void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
-    note(out, kGlobals);
-    inner_.triangle(out, in, diagonal, upper);
+    note_then_run(out, kGlobals, &KernelBackend::triangle, out, in, diagonal, upper);
   }
   void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
                 const StridedView& target, Reduction reduction, int64_t ignore_index) override {
-    note(output, kWithStack);
-    inner_.nll_loss(output, total_weight, log_probs, target, reduction, ignore_index);
+    note_then_run(output, kWithStack, &KernelBackend::nll_loss, output, total_weight, log_probs, target, reduction,
+                  ignore_index);
   }
   void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                          const StridedView& total_weight, Reduction reduction, int64_t ignore_index) override {
-    note(grad_input, kWithStack);
-    inner_.nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
+    note_then_run(grad_input, kWithStack, &KernelBackend::nll_loss_backward, grad_input, grad_output, target,
+                  total_weight, reduction, ignore_index);
   }
   void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
                          const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) override {
-    note(out, kGlobals);
-    inner_.attention_forward(out, lse, q, k, v, scale, is_causal, extras);
+    note_then_run(out, kGlobals, &KernelBackend::attention_forward, out, lse, q, k, v, scale, is_causal, extras);
   }
   void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                           const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
                           const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
                           const AttentionExtras& extras) override {
-    note(dq, kGlobals);
-    inner_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch, extras);
+    note_then_run(dq, kGlobals, &KernelBackend::attention_backward, dq, dk, dv, dout, q, k, v, out, lse, scale,
+                  is_causal, scratch, extras);
   }
 
  private:
@@ -177,6 +157,12 @@ class DriverAllocationsBackend final : public KernelBackend {
     if (view.numel() == 0) return;
     note_driver_allocations(view.device, what);
     note_launch(view.device);
+  }
+  // Notes `what` for `view`'s device, then runs the wrapped backend's `kernel` with the call's arguments.
+  template <typename Kernel, typename... Args>
+  void note_then_run(const StridedView& view, uint32_t what, Kernel kernel, const Args&... args) {
+    note(view, what);
+    (inner_.*kernel)(args...);
   }
 
   KernelBackend& inner_;

@@ -739,6 +739,23 @@ AttentionResult fused_forward(const char* op, std::vector<Tensor> inputs, bool c
   return r;
 }
 
+// The cudnn and memory-efficient backends' forward (both take a bias): the scale resolved, the bias recorded as
+// the fourth input when there is one, then `forward` computes under fused_forward's recording.
+using BiasedForward = AttentionResult (*)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                                          bool compute_log_sumexp, bool is_causal, double scale,
+                                          const AttentionDropout& dropout);
+template <OpId id>
+AttentionResult biased_fused_forward(const char* op, BiasedForward forward, const Tensor& query, const Tensor& key,
+                                     const Tensor& value, const std::optional<Tensor>& attn_bias,
+                                     bool compute_log_sumexp, double dropout_p, bool is_causal,
+                                     std::optional<double> scale) {
+  const double s = resolve_scale(query, scale);
+  const Tensor bias = defined_or_none(attn_bias);
+  return fused_forward<id>(
+      op, attention_inputs(query, key, value, attn_bias), compute_log_sumexp, dropout_p, is_causal, s,
+      [&](const AttentionDropout& d) { return forward(query, key, value, bias, compute_log_sumexp, is_causal, s, d); });
+}
+
 void check_dropout_p(const char* op, double dropout_p) {
   if (!(dropout_p >= 0.0 && dropout_p <= 1.0))
     throw std::invalid_argument(
@@ -759,13 +776,8 @@ AttentionResult scaled_dot_product_cudnn_attention(const Tensor& query, const Te
   const char* op = "scaled_dot_product_cudnn_attention";
   check_dropout_p(op, dropout_p);
   check_cudnn_dropout(op, dropout_p);
-  const double s = resolve_scale(query, scale);
-  const Tensor bias = defined_or_none(attn_bias);
-  return fused_forward<OpId::scaled_dot_product_cudnn_attention>(
-      op, attention_inputs(query, key, value, attn_bias), compute_log_sumexp, dropout_p, is_causal, s,
-      [&](const AttentionDropout& d) {
-        return cudnn_forward(query, key, value, bias, compute_log_sumexp, is_causal, s, d);
-      });
+  return biased_fused_forward<OpId::scaled_dot_product_cudnn_attention>(
+      op, cudnn_forward, query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, scale);
 }
 
 AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -780,13 +792,8 @@ AttentionResult scaled_dot_product_efficient_attention(const Tensor& query, cons
                                                        double dropout_p, bool is_causal, std::optional<double> scale) {
   const char* op = "scaled_dot_product_efficient_attention";
   check_dropout_p(op, dropout_p);
-  const double s = resolve_scale(query, scale);
-  const Tensor bias = defined_or_none(attn_bias);
-  return fused_forward<OpId::scaled_dot_product_efficient_attention>(
-      op, attention_inputs(query, key, value, attn_bias), compute_log_sumexp, dropout_p, is_causal, s,
-      [&](const AttentionDropout& d) {
-        return efficient_forward(query, key, value, bias, compute_log_sumexp, is_causal, s, d);
-      });
+  return biased_fused_forward<OpId::scaled_dot_product_efficient_attention>(
+      op, efficient_forward, query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, scale);
 }
 
 AttentionResult scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,

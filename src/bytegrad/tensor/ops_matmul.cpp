@@ -48,19 +48,26 @@ void run_product(GemmPlan plan) {
   plan.run();
 }
 
+// Computes the product into `out` (the plan made by plan_for(out)): nothing for no elements, zeros for an empty
+// inner dimension (no BLAS call).
+template <typename PlanFor>
+Tensor product_into(Tensor out, int64_t inner, PlanFor&& plan_for) {
+  if (out.numel() == 0) return out;
+  if (inner == 0) {
+    out.zero_();
+    return out;
+  }
+  run_product(plan_for(out));
+  return out;
+}
+
 Tensor mm_compute(const Tensor& a, const Tensor& b) {
   check_operands("mm", a, b);
   if (a.dim() != 2 || b.dim() != 2)
     throw std::invalid_argument(fmt::format("mm: expected 2-d operands, got {} and {}", describe(a), describe(b)));
   check_inner_sizes("mm", a, b, a.sizes()[1], b.sizes()[0]);
-  Tensor out = empty({a.sizes()[0], b.sizes()[1]}, TensorOptions{a.dtype(), a.device()});
-  if (out.numel() == 0) return out;
-  if (a.sizes()[1] == 0) {  // empty inner dimension: zeros, no BLAS call
-    out.zero_();
-    return out;
-  }
-  run_product(GemmPlan::matrix(out, a, b, 1.0, 0.0));
-  return out;
+  return product_into(empty({a.sizes()[0], b.sizes()[1]}, TensorOptions{a.dtype(), a.device()}), a.sizes()[1],
+                      [&](const Tensor& out) { return GemmPlan::matrix(out, a, b, 1.0, 0.0); });
 }
 
 Tensor bmm_compute(const Tensor& a, const Tensor& b) {
@@ -71,14 +78,8 @@ Tensor bmm_compute(const Tensor& a, const Tensor& b) {
     throw std::invalid_argument(fmt::format("bmm: batch sizes differ: {} and {}", describe(a), describe(b)));
   check_inner_sizes("bmm", a, b, a.sizes()[2], b.sizes()[1]);
   const int64_t batch = a.sizes()[0], rows = a.sizes()[1], cols = b.sizes()[2];
-  Tensor out = empty({batch, rows, cols}, TensorOptions{a.dtype(), a.device()});
-  if (out.numel() == 0) return out;
-  if (a.sizes()[2] == 0) {
-    out.zero_();
-    return out;
-  }
-  run_product(GemmPlan::batched(out, a, b, 1.0, 0.0));
-  return out;
+  return product_into(empty({batch, rows, cols}, TensorOptions{a.dtype(), a.device()}), a.sizes()[2],
+                      [&](const Tensor& out) { return GemmPlan::batched(out, a, b, 1.0, 0.0); });
 }
 
 Tensor dot_compute(const Tensor& a, const Tensor& b) {
@@ -86,18 +87,14 @@ Tensor dot_compute(const Tensor& a, const Tensor& b) {
   if (a.dim() != 1 || b.dim() != 1)
     throw std::invalid_argument(fmt::format("dot: expected 1-d operands, got {} and {}", describe(a), describe(b)));
   check_inner_sizes("dot", a, b, a.sizes()[0], b.sizes()[0]);
-  Tensor out = empty({}, TensorOptions{a.dtype(), a.device()});
   const int64_t n = a.sizes()[0];
-  if (n == 0) {
-    out.zero_();
-    return out;
-  }
   // A row times a column, which the matrix rule reads in place for any nonzero stride (as PyTorch's
   // cublasSdot); a broadcast vector (stride 0) is copied, as no leading dimension can be 0.
-  run_product(GemmPlan::matrix(out.as_strided({1, 1}, {1, 1}, out.storage_offset()),
-                               a.as_strided({1, n}, {1, a.strides()[0]}, a.storage_offset()),
-                               b.as_strided({n, 1}, {b.strides()[0], 1}, b.storage_offset()), 1.0, 0.0));
-  return out;
+  return product_into(empty({}, TensorOptions{a.dtype(), a.device()}), n, [&](const Tensor& out) {
+    return GemmPlan::matrix(out.as_strided({1, 1}, {1, 1}, out.storage_offset()),
+                            a.as_strided({1, n}, {1, a.strides()[0]}, a.storage_offset()),
+                            b.as_strided({n, 1}, {b.strides()[0], 1}, b.storage_offset()), 1.0, 0.0);
+  });
 }
 
 Tensor mv_compute(const Tensor& m, const Tensor& v) {
@@ -106,16 +103,11 @@ Tensor mv_compute(const Tensor& m, const Tensor& v) {
     throw std::invalid_argument(
         fmt::format("mv: expected a 2-d and a 1-d operand, got {} and {}", describe(m), describe(v)));
   check_inner_sizes("mv", m, v, m.sizes()[1], v.sizes()[0]);
-  Tensor out = empty({m.sizes()[0]}, TensorOptions{m.dtype(), m.device()});
-  if (out.numel() == 0) return out;
-  if (m.sizes()[1] == 0) {
-    out.zero_();
-    return out;
-  }
   // addmv_out_cuda_impl copies a vector with stride 0, then a matrix with neither layout: what the matrix
   // rule does with (M, 1) = m @ v (K, 1), the vector first as the result is transposed for cuBLAS.
-  run_product(GemmPlan::matrix(out.unsqueeze(1), m, v.unsqueeze(1), 1.0, 0.0));
-  return out;
+  return product_into(
+      empty({m.sizes()[0]}, TensorOptions{m.dtype(), m.device()}), m.sizes()[1],
+      [&](const Tensor& out) { return GemmPlan::matrix(out.unsqueeze(1), m, v.unsqueeze(1), 1.0, 0.0); });
 }
 
 // The primitives record themselves around their computation (OpRecording: the operands they save are saved
@@ -261,41 +253,27 @@ Tensor addmm_impl(const Tensor& bias, const Tensor& a, const Tensor& b, double b
 
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) {
-  BYTEGRAD_AUTOCAST(lower_precision_fp, mm, a, b);
-  AllocationScope scope("mm");
-  return mm_impl(a, b);
-}
+// A matrix product's public function: autocast's cast for the op (policy), the allocation scope named after
+// it, then its recorded computation (op##_impl).
+#define BYTEGRAD_MATRIX_PRODUCT(policy, op, ...) \
+  BYTEGRAD_AUTOCAST(policy, op, __VA_ARGS__);    \
+  AllocationScope scope(#op);                    \
+  return op##_impl(__VA_ARGS__)
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
-  BYTEGRAD_AUTOCAST(lower_precision_fp, bmm, a, b);
-  AllocationScope scope("bmm");
-  return bmm_impl(a, b);
-}
+Tensor mm(const Tensor& a, const Tensor& b) { BYTEGRAD_MATRIX_PRODUCT(lower_precision_fp, mm, a, b); }
 
-Tensor mv(const Tensor& m, const Tensor& v) {
-  BYTEGRAD_AUTOCAST(lower_precision_fp, mv, m, v);
-  AllocationScope scope("mv");
-  return mv_impl(m, v);
-}
+Tensor bmm(const Tensor& a, const Tensor& b) { BYTEGRAD_MATRIX_PRODUCT(lower_precision_fp, bmm, a, b); }
 
-Tensor dot(const Tensor& a, const Tensor& b) {
-  BYTEGRAD_AUTOCAST(promote, dot, a, b);
-  AllocationScope scope("dot");
-  return dot_impl(a, b);
-}
+Tensor mv(const Tensor& m, const Tensor& v) { BYTEGRAD_MATRIX_PRODUCT(lower_precision_fp, mv, m, v); }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  BYTEGRAD_AUTOCAST(lower_precision_fp, matmul, a, b);
-  AllocationScope scope("matmul");
-  return matmul_impl(a, b);
-}
+Tensor dot(const Tensor& a, const Tensor& b) { BYTEGRAD_MATRIX_PRODUCT(promote, dot, a, b); }
+
+Tensor matmul(const Tensor& a, const Tensor& b) { BYTEGRAD_MATRIX_PRODUCT(lower_precision_fp, matmul, a, b); }
 
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
-  BYTEGRAD_AUTOCAST(lower_precision_fp, addmm, bias, a, b, beta, alpha);
-  AllocationScope scope("addmm");
-  return addmm_impl(bias, a, b, beta, alpha);
+  BYTEGRAD_MATRIX_PRODUCT(lower_precision_fp, addmm, bias, a, b, beta, alpha);
 }
+#undef BYTEGRAD_MATRIX_PRODUCT
 
 // at::native::linear: both operands at least 1-d; addmm for 2-d input with a bias; a contiguous input with a 1-d bias
 // (or any 3-d contiguous input) is flattened to rows, fed to addmm and viewed back; otherwise matmul(x, w.t()) and the

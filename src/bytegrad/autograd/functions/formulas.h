@@ -29,4 +29,9 @@ BYTEGRAD_STRUCTURED_OPS(BYTEGRAD_FORMULA_STRUCTURED)
 #undef BYTEGRAD_FORMULA_grad
 #undef BYTEGRAD_FORMULA_no_grad
 
+// The product rule of self * other (derivatives.yaml's mul and dot): self's gradient is grad * other, other's
+// grad * self, in that order; each operand is saved only when the other needs a gradient, self first.
+// `other_name` is what the node calls the second operand ("other" for mul, "tensor" for dot).
+std::shared_ptr<FormulaNode> product_rule(const OpRecord& r, const char* other_name);
+
 }  // namespace bytegrad::formulas

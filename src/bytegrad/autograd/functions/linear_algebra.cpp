@@ -89,17 +89,7 @@ std::shared_ptr<FormulaNode> bmm(const OpRecord& r, const op_args::None&) {  // 
 
 // derivatives.yaml's dot: self: grad * tensor, tensor: grad * self (each saved only when the other
 // operand needs a gradient), computed in input order.
-std::shared_ptr<FormulaNode> dot(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
-    TensorList out(2);
-    if (n.needs_grad(0)) out[0] = g[0] * n.saved("tensor");
-    if (n.needs_grad(1)) out[1] = g[0] * n.saved("self");
-    return out;
-  });
-  if (node->needs_grad(1)) node->save("self", r.inputs.at(0));
-  if (node->needs_grad(0)) node->save("tensor", r.inputs.at(1));
-  return node;
-}
+std::shared_ptr<FormulaNode> dot(const OpRecord& r, const op_args::None&) { return product_rule(r, "tensor"); }
 
 // derivatives.yaml's mv: self: grad.ger(vec) (outer: one matrix-sized product), vec: self.t().mv(grad).
 std::shared_ptr<FormulaNode> mv(const OpRecord& r, const op_args::None&) {

@@ -36,18 +36,20 @@ std::shared_ptr<FormulaNode> rsub_scalar(const OpRecord& r, const op_args::Scala
   return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{-g[0]}; });
 }
 
-// saves each operand for the other's gradient
-std::shared_ptr<FormulaNode> mul(const OpRecord& r, const op_args::None&) {
-  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+std::shared_ptr<FormulaNode> product_rule(const OpRecord& r, const char* other_name) {
+  auto node = make_node(r, [other_name](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
-    if (n.needs_grad(0)) out[0] = g[0] * n.saved("other");
+    if (n.needs_grad(0)) out[0] = g[0] * n.saved(other_name);
     if (n.needs_grad(1)) out[1] = g[0] * n.saved("self");
     return out;
   });
-  if (node->needs_grad(1)) node->save("self", r.inputs[0]);
-  if (node->needs_grad(0)) node->save("other", r.inputs[1]);
+  if (node->needs_grad(1)) node->save("self", r.inputs.at(0));
+  if (node->needs_grad(0)) node->save(other_name, r.inputs.at(1));
   return node;
 }
+
+// saves each operand for the other's gradient
+std::shared_ptr<FormulaNode> mul(const OpRecord& r, const op_args::None&) { return product_rule(r, "other"); }
 
 std::shared_ptr<FormulaNode> mul_scalar(const OpRecord& r, const op_args::Scalar& args) {
   return make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] * s}; });

@@ -206,63 +206,19 @@ inline StridedView drop_dim(const StridedView& v, int64_t dim) { return select_v
 
 // ---------------------------------------------------------------------- kernels (one file per idea)
 
-void fill(const StridedView& out, double value);
-void arange(const StridedView& out, double start, double step);
-void copy(const StridedView& dst, const StridedView& src);
+#include "bytegrad/kernels/kernel_functions.h"  // the list both backends share, declared in bytegrad::cpu
+
 void copy_from_host(const StridedView& dst, const void* host);
 void copy_to_host(void* host, const StridedView& src);
 
-void unary(UnaryOp op, const StridedView& out, const StridedView& in);
-// a and b in any dtypes (each converted to `common`, PyTorch's common dtype, before the op); out in common's
-// dtype, bool for comparisons, or (in place) any dtype common can be cast to.
-void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
-            ScalarType common);
+// binary with PyTorch's common dtype of a and b.
 inline void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha) {
   binary(op, out, a, b, alpha, promote_types(a.dtype, b.dtype));
 }
-void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first);
-void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
-void masked_fill(const StridedView& out, const StridedView& mask, double value);
-
-void reduce(ReduceOp op, const StridedView& out, const StridedView& in);
-void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt);
-void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
-                         int64_t dim);
-
-void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log);
-void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
-                      bool log);
 
 void gemm(const GemmArgs& args);
 
-void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
-void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
-void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
-void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
-
-// cpu_ternary.cpp
-void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
-             double value, std::optional<ScalarType> common = std::nullopt);
-
-// cpu_layer_norm.cpp
-void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
-                const StridedView* weight, const StridedView* bias, double eps);
-void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
-                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
-                         const StridedView* weight);
-
-// cpu_triangle.cpp
-void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
-
-// cpu_loss.cpp
-void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
-              const StridedView& target, Reduction reduction, int64_t ignore_index);
-void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
-                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index);
-
 // cpu_attention.cpp
-void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                       const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras);
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
                         const StridedView& lse, double scale, bool is_causal, const AttentionExtras& extras);

@@ -583,24 +583,71 @@ __global__ void flash_backward_dq_convert2_kernel(BackwardParams<T> p) {
 #endif
 }
 
+// What the backward kernels share: their shared memory's layout, the rows a block owns, a warp's products with a
+// tile, zeroing an accumulator (inlined: each kernel compiles to the code it had with these written out).
+
+// A backward block's shared memory, in tiles of operand_bytes: the two operands it keeps for every tile, the
+// two it streams in two stages each ([stage]), then its float row statistics.
+template <typename T, int kD>
+struct BackwardTiles {
+  T* kept_a;
+  T* kept_b;
+  T* streamed_a[2];
+  T* streamed_b[2];
+  float* stats;
+  __device__ __forceinline__ explicit BackwardTiles(unsigned char* smem) {
+    constexpr size_t ob = operand_bytes<T, kD>();
+    kept_a = reinterpret_cast<T*>(smem);
+    kept_b = reinterpret_cast<T*>(smem + ob);
+    streamed_a[0] = reinterpret_cast<T*>(smem + 2 * ob);
+    streamed_a[1] = reinterpret_cast<T*>(smem + 3 * ob);
+    streamed_b[0] = reinterpret_cast<T*>(smem + 4 * ob);
+    streamed_b[1] = reinterpret_cast<T*>(smem + 5 * ob);
+    stats = reinterpret_cast<float*>(smem + 6 * ob);
+  }
+};
+
+// A warp's two products with one streamed tile: s = (its kWarpRows rows of a) b^T, dp = (its rows of c) d^T.
+struct WarpProducts {
+  float s[kTileCols][4], dp[kTileCols][4];
+};
+template <typename T, int kD>
+__device__ __forceinline__ WarpProducts warp_products(const T* a, const T* b, const T* c, const T* d, int warp) {
+  constexpr int ld = operand_ld<kD>();
+  WarpProducts r;
+  products_with_rows<T, kD>(r.s, a + warp * kWarpRows * ld, b);
+  products_with_rows<T, kD>(r.dp, c + warp * kWarpRows * ld, d);
+  return r;
+}
+
+// The (b, h) slice and first row of the kRows rows (of `rows`) this block owns: the slice's blocks are
+// consecutive in blockIdx.x.
+struct BlockRows {
+  int64_t b, h, r0;
+};
+__device__ __forceinline__ BlockRows block_rows(int64_t rows, const Shape& n) {
+  const int64_t row_blocks = (rows + kRows - 1) / kRows;
+  const int64_t bh = blockIdx.x / row_blocks, r0 = (blockIdx.x % row_blocks) * kRows;
+  return {bh / n.H, bh % n.H, r0};
+}
+
+template <int kN>
+__device__ __forceinline__ void zero_tiles(float (&acc)[kN][4]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
 // One key block per thread block; query tiles stream through shared memory (the path without scratch; dq
 // follows in flash_backward_dq_kernel).
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr size_t ob = operand_bytes<T, kD>();
-  constexpr int ld = operand_ld<kD>();
-  T* k_s = reinterpret_cast<T*>(smem);
-  T* v_s = reinterpret_cast<T*>(smem + ob);
-  T* q_s[2] = {reinterpret_cast<T*>(smem + 2 * ob), reinterpret_cast<T*>(smem + 3 * ob)};
-  T* do_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
-  float* delta_s[2] = {reinterpret_cast<float*>(smem + 6 * ob), reinterpret_cast<float*>(smem + 6 * ob) + kRows};
+  const auto& [k_s, v_s, q_s, do_s, stats] = BackwardTiles<T, kD>(smem);
+  float* delta_s[2] = {stats, stats + kRows};
   float* lse2_s[2] = {delta_s[1] + kRows, delta_s[1] + 2 * kRows};
 
-  const int64_t key_blocks = (p.n.Sk + kRows - 1) / kRows;
-  const int64_t bh = blockIdx.x / key_blocks, k0 = (blockIdx.x % key_blocks) * kRows;
-  const int64_t b = bh / p.n.H, h = bh % p.n.H;
+  const auto [b, h, k0] = block_rows(p.n.Sk, p.n);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t warp_key0 = k0 + warp * kWarpRows;
   const int64_t key[2] = {warp_key0 + g, warp_key0 + g + 8};
@@ -616,10 +663,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
   }
   commit_copies();
   float dk[kD / 8][4], dv[kD / 8][4];
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+  zero_tiles(dk);
+  zero_tiles(dv);
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int stage = tile % 2;
@@ -633,10 +678,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(BackwardP
     commit_copies();
     row_stats<T, kD>((stage ? delta_s[1] : delta_s[0]), (stage ? lse2_s[1] : lse2_s[0]), (stage ? do_s[1] : do_s[0]), p,
                      b, h, t0);
-    __syncthreads();                          // the tile's delta and lse are written
-    float s[kTileCols][4], dp[kTileCols][4];  // S^T and dP^T: this warp's keys x the tile's queries
-    products_with_rows<T, kD>(s, k_s + warp * kWarpRows * ld, (stage ? q_s[1] : q_s[0]));
-    products_with_rows<T, kD>(dp, v_s + warp * kWarpRows * ld, (stage ? do_s[1] : do_s[0]));
+    __syncthreads();  // the tile's delta and lse are written
+    // S^T and dP^T: this warp's keys x the tile's queries
+    auto [s, dp] = warp_products<T, kD>(k_s, (stage ? q_s[1] : q_s[0]), v_s, (stage ? do_s[1] : do_s[0]), warp);
 #pragma unroll
     for (int j = 0; j < kTileCols; ++j)
 #pragma unroll
@@ -718,13 +762,12 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1)
     flash_backward_dkdv2_kernel(BackwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr size_t ob = operand_bytes<T, kD>();
-  constexpr int ld = operand_ld<kD>();
-  T* k_s = reinterpret_cast<T*>(smem);
-  T* v_s = reinterpret_cast<T*>(smem + ob);
-  T* q_s[2] = {reinterpret_cast<T*>(smem + 2 * ob), reinterpret_cast<T*>(smem + 3 * ob)};
-  T* do_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
-  float* lse_s[2] = {reinterpret_cast<float*>(smem + 6 * ob), reinterpret_cast<float*>(smem + 6 * ob) + kTileRows};
+  const BackwardTiles<T, kD> smem_tiles(smem);
+  T* const k_s = smem_tiles.kept_a;  // named, not bound: add_dq below captures it
+  T* const v_s = smem_tiles.kept_b;
+  T* const* q_s = smem_tiles.streamed_a;
+  T* const* do_s = smem_tiles.streamed_b;
+  float* lse_s[2] = {smem_tiles.stats, smem_tiles.stats + kTileRows};
   float* delta_s[2] = {lse_s[1] + kTileRows, lse_s[1] + 2 * kTileRows};
   // dS^T, the block's keys x a tile's queries, in two buffers: tile t's is written in iteration t and read
   // (for dQ) in iteration t + 1, after that iteration's one barrier
@@ -749,8 +792,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1)
   auto stage_stats = [&](int s, int r0) {  // lse (natural log) and delta of query rows r0.. (zero past Sq)
     const int x = threadIdx.x % kTileRows, i = r0 + x;
     const bool inside = i < Sq;
-    float* stats =
-        reinterpret_cast<float*>(smem + 6 * ob) + (threadIdx.x < kTileRows ? 0 : 2 * kTileRows) + s * kTileRows;
+    float* stats = smem_tiles.stats + (threadIdx.x < kTileRows ? 0 : 2 * kTileRows) + s * kTileRows;
     if (threadIdx.x < kTileRows) copy_float_async(stats + x, inside ? p.lse.at(b, h, i) : p.lse.data, inside);
     else copy_float_async(stats + x, inside ? delta_slice + i : p.delta, inside);
   };
@@ -763,10 +805,8 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1)
   }
   commit_copies();
   float dk[kD / 8][4], dv[kD / 8][4];
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+  zero_tiles(dk);
+  zero_tiles(dv);
   // tiles whose every query sees every key of this warp, inside both ends, need no mask
   const bool keys_inside = warp_key0 + kWarpRows <= Sk;
   // each warp takes 16 of a tile's queries: dQ rows += dS (16 x 64 keys) K, A read transposed out of dS^T
@@ -777,8 +817,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1)
       ldmatrix_x4_trans(dsq[k],
                         ds + (16 * k + lane % 8 + (lane / 16) * 8) * kProbLd + warp * kWarpRows + ((lane / 8) % 2) * 8);
     float dq[kD / 8][4];
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    zero_tiles(dq);
     accumulate<T, kD>(dq, dsq, k_s);
     add_dq_rows<kD>(dq_slice, dq, q0 + warp * kWarpRows, Sq, p.n.D, p.vector_dq);
   };
@@ -799,9 +838,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 64 ? kMinBlocks : 1)
     const T* dot = stage ? do_s[1] : do_s[0];
     const float* lt = stage ? lse_s[1] : lse_s[0];
     const float* dt = stage ? delta_s[1] : delta_s[0];
-    float s[kTileCols][4], dp[kTileCols][4];  // S^T and dP^T: this warp's keys x the tile's queries
-    products_with_rows<T, kD>(s, k_s + warp * kWarpRows * ld, qt);
-    products_with_rows<T, kD>(dp, v_s + warp * kWarpRows * ld, dot);
+    auto [s, dp] = warp_products<T, kD>(k_s, qt, v_s, dot, warp);  // S^T and dP^T: this warp's keys x the queries
     const bool masked = !keys_inside || t0 + kTileRows > Sq || (p.causal && warp_key0 + kWarpRows - 1 > t0);
 #pragma unroll
     for (int j = 0; j < kTileCols; ++j) {
@@ -852,18 +889,11 @@ template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(BackwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr size_t ob = operand_bytes<T, kD>();
-  constexpr int ld = operand_ld<kD>();
-  T* q_s = reinterpret_cast<T*>(smem);
-  T* do_s = reinterpret_cast<T*>(smem + ob);
-  T* k_s[2] = {reinterpret_cast<T*>(smem + 2 * ob), reinterpret_cast<T*>(smem + 3 * ob)};
-  T* v_s[2] = {reinterpret_cast<T*>(smem + 4 * ob), reinterpret_cast<T*>(smem + 5 * ob)};
-  float* delta_s = reinterpret_cast<float*>(smem + 6 * ob);
+  const auto& [q_s, do_s, k_s, v_s, stats] = BackwardTiles<T, kD>(smem);
+  float* delta_s = stats;
   float* lse2_s = delta_s + kRows;
 
-  const int64_t row_blocks = (p.n.Sq + kRows - 1) / kRows;
-  const int64_t bh = blockIdx.x / row_blocks, q0 = (blockIdx.x % row_blocks) * kRows;
-  const int64_t b = bh / p.n.H, h = bh % p.n.H;
+  const auto [b, h, q0] = block_rows(p.n.Sq, p.n);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t warp_row0 = q0 + warp * kWarpRows;
   const int64_t row[2] = {warp_row0 + g, warp_row0 + g + 8};
@@ -888,8 +918,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(BackwardPar
   const int local0 = warp * kWarpRows + g;
   const float lse2[2] = {lse2_s[local0], lse2_s[local0 + 8]}, delta[2] = {delta_s[local0], delta_s[local0 + 8]};
   float dq[kD / 8][4];
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  zero_tiles(dq);
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int stage = tile % 2;
@@ -902,9 +931,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(BackwardPar
     }
     commit_copies();
     if (p.causal && t0 > warp_row0 + kWarpRows - 1) continue;
-    float s[kTileCols][4], dp[kTileCols][4];
-    products_with_rows<T, kD>(s, q_s + warp * kWarpRows * ld, (stage ? k_s[1] : k_s[0]));
-    products_with_rows<T, kD>(dp, do_s + warp * kWarpRows * ld, (stage ? v_s[1] : v_s[0]));
+    auto [s, dp] = warp_products<T, kD>(q_s, (stage ? k_s[1] : k_s[0]), do_s, (stage ? v_s[1] : v_s[0]), warp);
 #pragma unroll
     for (int j = 0; j < kTileCols; ++j)
 #pragma unroll

@@ -769,10 +769,12 @@ bool queueable(const StridedView& out, std::initializer_list<const StridedView*>
   return true;
 }
 
-void enqueue(ForeachCall call) {
-  ForeachQueue& q = foreach_queue();
+// Queues out = op(in..., scalar) on the current device; in: in[0] (unary, binary_scalar) or self, a, b (ternary).
+void enqueue(ForeachKind kind, int op, const StridedView& out, std::array<const void*, 3> in, bool scalar_first,
+             double scalar) {
+  ForeachCall call{kind, op, out.dtype, 0, scalar_first, out.data, {in[0], in[1], in[2]}, out.numel(), scalar};
   BYTEGRAD_CUDA_CHECK(cudaGetDevice(&call.device));
-  q.calls.push_back(call);
+  foreach_queue().calls.push_back(call);
 }
 
 }  // namespace
@@ -802,15 +804,7 @@ void foreach_flush() {
 bool foreach_enqueue_unary(UnaryOp op, const StridedView& out, const StridedView& in) {
   if (!queueable(out, {&in})) return false;
   if (dtype_rule(op) == DtypeRule::to_bool) return false;
-  enqueue({ForeachKind::unary,
-           static_cast<int>(op),
-           out.dtype,
-           0,
-           false,
-           out.data,
-           {in.data, nullptr, nullptr},
-           out.numel(),
-           0.0});
+  enqueue(ForeachKind::unary, static_cast<int>(op), out, {in.data}, false, 0.0);
   return true;
 }
 
@@ -818,30 +812,14 @@ bool foreach_enqueue_binary_scalar(BinaryOp op, const StridedView& out, const St
                                    bool scalar_first) {
   if (!queueable(out, {&a})) return false;
   if (has_bool_output(op)) return false;
-  enqueue({ForeachKind::binary_scalar,
-           static_cast<int>(op),
-           out.dtype,
-           0,
-           scalar_first,
-           out.data,
-           {a.data, nullptr, nullptr},
-           out.numel(),
-           scalar});
+  enqueue(ForeachKind::binary_scalar, static_cast<int>(op), out, {a.data}, scalar_first, scalar);
   return true;
 }
 
 bool foreach_enqueue_ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                              const StridedView& b, double value) {
   if (!queueable(out, {&self, &a, &b})) return false;
-  enqueue({ForeachKind::ternary,
-           static_cast<int>(op),
-           out.dtype,
-           0,
-           false,
-           out.data,
-           {self.data, a.data, b.data},
-           out.numel(),
-           value});
+  enqueue(ForeachKind::ternary, static_cast<int>(op), out, {self.data, a.data, b.data}, false, value);
   return true;
 }
 

@@ -41,27 +41,9 @@ inline constexpr bool is_reduced_float_v = std::is_same_v<T, __half> || std::is_
 // The type arithmetic happens in (PyTorch's opmath_type): float for the 16-bit floats; int for the small
 // integers, so uint8 arithmetic wraps on the conversion back exactly as PyTorch's does.
 template <typename T>
-struct OpMath {
-  using type = T;
-};
-template <>
-struct OpMath<__half> {
-  using type = float;
-};
-template <>
-struct OpMath<__nv_bfloat16> {
-  using type = float;
-};
-template <>
-struct OpMath<uint8_t> {
-  using type = int32_t;
-};
-template <>
-struct OpMath<bool> {
-  using type = int32_t;
-};
-template <typename T>
-using opmath_t = typename OpMath<T>::type;
+using opmath_t =
+    std::conditional_t<is_reduced_float_v<T>, float,
+                       std::conditional_t<std::is_same_v<T, uint8_t> || std::is_same_v<T, bool>, int32_t, T>>;
 
 // Reduced floats read as float; everything else as itself.
 template <typename T>

@@ -39,17 +39,10 @@ inline void coalesce_dims(std::vector<int64_t>& sizes, std::vector<std::vector<i
   for (size_t k = 0; k < strides.size(); ++k) strides[k].assign(out_strides[k].rbegin(), out_strides[k].rend());
 }
 
-// ---- cuda_elementwise.cu
-void fill(const StridedView& out, double value);
-void arange(const StridedView& out, double start, double step);
-void copy(const StridedView& dst, const StridedView& src);
-void unary(UnaryOp op, const StridedView& out, const StridedView& in);
-// a and b in any dtypes, each converted to `common` before the op (backend.h); out in any dtype.
-void binary(BinaryOp op, const StridedView& out, const StridedView& a, const StridedView& b, double alpha,
-            ScalarType common);
-void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first);
-void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
-void masked_fill(const StridedView& out, const StridedView& mask, double value);
+// The launchers both backends have (cuda_elementwise.cu, cuda_reduce.cu, cuda_softmax.cu, cuda_index.cu,
+// cuda_ternary.cu, cuda_layer_norm.cu with contiguous operands, cuda_triangle.cu, cuda_loss.cu, and the tiled
+// online-softmax attention of cuda_attention.cu), declared in bytegrad::cuda.
+#include "bytegrad/kernels/kernel_functions.h"
 
 // ---- cuda_elementwise.cu: multi-tensor launches (KernelBackend::begin_foreach / end_foreach)
 // Between foreach_begin() and foreach_end() on a thread, unary, binary_scalar and ternary calls whose
@@ -69,47 +62,7 @@ bool foreach_enqueue_binary_scalar(BinaryOp op, const StridedView& out, const St
 bool foreach_enqueue_ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                              const StridedView& b, double value);
 
-// ---- cuda_reduce.cu
-void reduce(ReduceOp op, const StridedView& out, const StridedView& in);
-// out = sum((x - mean)^2) / max(0, n - correction) over the reduced dims (sqrt when take_sqrt); floats only.
-void reduce_variance(const StridedView& out, const StridedView& in, double correction, bool take_sqrt);
-void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices, const StridedView& in,
-                         int64_t dim);
-
-// ---- cuda_softmax.cu
-void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log);
-void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
-                      bool log);
-
-// ---- cuda_index.cu
-void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
-void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
-void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
-void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
-
-// ---- cuda_ternary.cu
-void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
-             double value, std::optional<ScalarType> common = std::nullopt);
-
-// ---- cuda_layer_norm.cu (contiguous operands; optional ones nullptr where absent)
-void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
-                const StridedView* weight, const StridedView* bias, double eps);
-void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
-                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
-                         const StridedView* weight);
-
-// ---- cuda_triangle.cu
-void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
-
-// ---- cuda_loss.cu
-void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
-              const StridedView& target, Reduction reduction, int64_t ignore_index);
-void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
-                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index);
-
-// ---- cuda_attention.cu (tiled, online softmax; see backend.h's attention_forward / attention_backward)
-void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
-                       const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras);
+// ---- cuda_attention.cu
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
                         const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
