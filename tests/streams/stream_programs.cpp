@@ -55,8 +55,8 @@ class Recorder {
     auto stats = memory_stats(device_);
     Mark m{label, {}, {}};
     for (const char* key : {"allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
-                            "inactive_split_bytes.all.current", "num_sync_all_streams", "num_alloc_retries",
-                            "num_ooms", "num_device_alloc", "num_device_free"})
+                            "inactive_split_bytes.all.current", "num_sync_all_streams", "num_alloc_retries", "num_ooms",
+                            "num_device_alloc", "num_device_free"})
       m.figures[key] = stats[key];
     for (const SegmentInfo& s : caching_allocator(device_).snapshot().segments)
       m.segments.push_back({s.stream, s.total_size, s.allocated_size});
@@ -370,9 +370,9 @@ std::vector<std::pair<int, Run>> recorded(const std::string& program) {
       TraceEntry entry{};
       const std::string& action = e[0].string();
       bool known = false;
-      for (TraceAction a : {TraceAction::alloc, TraceAction::free_requested, TraceAction::free_completed,
-                            TraceAction::segment_alloc, TraceAction::segment_free, TraceAction::segment_map,
-                            TraceAction::segment_unmap, TraceAction::oom}) {
+      for (TraceAction a :
+           {TraceAction::alloc, TraceAction::free_requested, TraceAction::free_completed, TraceAction::segment_alloc,
+            TraceAction::segment_free, TraceAction::segment_map, TraceAction::segment_unmap, TraceAction::oom}) {
         if (trace_action_name(a) == action) {
           entry.action = a;
           known = true;

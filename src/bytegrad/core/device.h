@@ -18,7 +18,8 @@ struct Device {
   int index = 0;
 
   friend bool operator==(const Device&, const Device&) = default;
-  std::string str() const;  // "cuda:0", "sim", "meta", "cpu"
+  friend auto operator<=>(const Device&, const Device&) = default;  // by type, then index: a map key
+  std::string str() const;                                          // "cuda:0", "sim", "meta", "cpu"
   // Parses "cuda", "cuda:1", "sim", "meta", "cpu"; throws std::invalid_argument naming the text.
   static Device parse(std::string_view text);
   // Devices whose memory goes through the caching allocator.

@@ -18,6 +18,8 @@
 #ifdef BYTEGRAD_HAVE_CUDA
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include "bytegrad/memory/cuda_runtime_check.h"
 #endif
 
 namespace bytegrad {
@@ -25,10 +27,7 @@ namespace bytegrad {
 #ifdef BYTEGRAD_HAVE_CUDA
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
-}
+using cuda_runtime::check;
 
 void check(CUresult status, const char* what) {
   if (status != CUDA_SUCCESS)

@@ -6,7 +6,7 @@
 #include "bytegrad/memory/stream_timeline.h"
 
 #ifdef BYTEGRAD_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "bytegrad/memory/cuda_runtime_check.h"
 #endif
 
 namespace bytegrad {
@@ -14,10 +14,7 @@ namespace bytegrad {
 #ifdef BYTEGRAD_HAVE_CUDA
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
-}
+using cuda_runtime::check;
 
 cudaStream_t as_stream(StreamId id) { return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(id)); }
 cudaEvent_t as_event(EventHandle event) { return reinterpret_cast<cudaEvent_t>(static_cast<uintptr_t>(event)); }
@@ -48,13 +45,7 @@ class CudaTimeline final : public StreamTimeline {
     check(cudaEventRecord(as_event(event), as_stream(stream)), "cudaEventRecord");
   }
   bool query(EventHandle event) override {
-    const cudaError_t status = cudaEventQuery(as_event(event));
-    if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    check(status, "cudaEventQuery");
-    return true;
+    return cuda_runtime::is_done(cudaEventQuery(as_event(event)), "cudaEventQuery");
   }
   void synchronize(EventHandle event) override { check(cudaEventSynchronize(as_event(event)), "cudaEventSynchronize"); }
   void wait(StreamId waiter, EventHandle event) override {
@@ -67,13 +58,7 @@ class CudaTimeline final : public StreamTimeline {
     return ms;
   }
   bool query_stream(StreamId stream) override {
-    const cudaError_t status = cudaStreamQuery(as_stream(stream));
-    if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    check(status, "cudaStreamQuery");
-    return true;
+    return cuda_runtime::is_done(cudaStreamQuery(as_stream(stream)), "cudaStreamQuery");
   }
   void synchronize_stream(StreamId stream) override {
     check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");

@@ -17,16 +17,10 @@ namespace bytegrad {
 
 namespace {
 
-struct DeviceKey {
-  DeviceType type;
-  int index;
-  auto operator<=>(const DeviceKey&) const = default;
-};
-
 struct Registry {
   std::mutex mutex;
-  std::map<DeviceKey, std::unique_ptr<CachingAllocator>> allocators;
-  std::map<DeviceKey, SimulatedCapacity> capacities;
+  std::map<Device, std::unique_ptr<CachingAllocator>> allocators;
+  std::map<Device, SimulatedCapacity> capacities;
   std::optional<Device> default_device;
   std::vector<std::unique_ptr<CachingAllocator>> retired;  // allocators whose blocks outlived their scope
   // The settings set_allocator_settings made (every allocator's, and new ones'); unset: BYTEGRAD_ALLOC_CONF.
@@ -40,7 +34,7 @@ Registry& registry() {
 }
 
 SimulatedCapacity capacity_of(const Registry& r, Device device) {
-  if (auto it = r.capacities.find(DeviceKey{device.type, device.index}); it != r.capacities.end()) return it->second;
+  if (auto it = r.capacities.find(device); it != r.capacities.end()) return it->second;
   return {};
 }
 
@@ -77,7 +71,7 @@ std::unique_ptr<CachingAllocator> make_allocator(const Registry& r, Device devic
 // and the device keeps its previous allocator, statistics and capacity. A cuda device's allocator is made
 // on first use (resetting needs no GPU); its configuration is still checked here.
 void replace_allocator(Registry& r, Device device, SimulatedCapacity capacity) {
-  DeviceKey key{device.type, device.index};
+  const Device key = device;
   auto it = r.allocators.find(key);
   if (it != r.allocators.end() && it->second->memory_allocated() != 0)
     throw std::logic_error("cannot reset " + device.str() + " while " + std::to_string(it->second->memory_allocated()) +
@@ -100,7 +94,7 @@ void require_simulated(Device device, const char* what) {
 CachingAllocator& caching_allocator(Device device) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  const DeviceKey key{device.type, device.index};
+  const Device key = device;
   if (auto it = r.allocators.find(key); it != r.allocators.end()) return *it->second;
   // Inserted only once made: a failed creation (bad BYTEGRAD_ALLOC_CONF, absent GPU) leaves no entry.
   auto made = make_allocator(r, device, capacity_of(r, device));
@@ -122,8 +116,7 @@ DeviceLaunchLimits device_launch_limits(Device device) {
       Registry& r = registry();
       std::lock_guard lock(r.mutex);
       SimulatedCapacity capacity;
-      if (auto it = r.capacities.find(DeviceKey{device.type, device.index}); it != r.capacities.end())
-        capacity = it->second;
+      if (auto it = r.capacities.find(device); it != r.capacities.end()) capacity = it->second;
       return {capacity.multiprocessor_count, capacity.max_threads_per_multiprocessor};
     }
     case DeviceType::cpu: break;
@@ -149,7 +142,7 @@ SimulatedDeviceState exchange_simulated_device(Device device, SimulatedDeviceSta
   require_simulated(device, "exchange_simulated_device");
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  const DeviceKey key{device.type, device.index};
+  const Device key = device;
   SimulatedDeviceState previous{nullptr, capacity_of(r, device)};
   if (auto it = r.allocators.find(key); it != r.allocators.end()) {
     previous.allocator = std::move(it->second);

@@ -61,8 +61,7 @@ std::string_view simulated_timing_name(SimulatedTiming timing);
 // waits before it depend on.
 class SimulatedTimeline final : public StreamTimeline {
  public:
-  explicit SimulatedTimeline(SimulatedTiming timing = SimulatedTiming::work_pending_until_waited)
-      : timing_(timing) {}
+  explicit SimulatedTimeline(SimulatedTiming timing = SimulatedTiming::work_pending_until_waited) : timing_(timing) {}
   void set_timing(SimulatedTiming timing);  // queued work completes now when switching to work_done_at_launch
   SimulatedTiming timing() const;
 

@@ -11,12 +11,6 @@ namespace bytegrad {
 
 namespace {
 
-struct DeviceKey {
-  DeviceType type;
-  int index;
-  auto operator<=>(const DeviceKey&) const = default;
-};
-
 // A device's streams: its timeline and the pool, made whole on first use in PyTorch's order (for each
 // index, every priority level), so that stream ids compare as PyTorch's do.
 struct DeviceStreams {
@@ -28,7 +22,7 @@ struct DeviceStreams {
 
 struct Registry {
   std::mutex mutex;
-  std::map<DeviceKey, DeviceStreams> devices;
+  std::map<Device, DeviceStreams> devices;
 };
 
 Registry& registry() {
@@ -46,7 +40,7 @@ void require_stream_device(Device device) {
 
 DeviceStreams& device_streams(Registry& r, Device device) {
   require_stream_device(device);
-  DeviceStreams& d = r.devices[DeviceKey{device.type, device.index}];
+  DeviceStreams& d = r.devices[device];
   if (!d.timeline) {
     if (device.type == DeviceType::cuda) d.timeline = make_cuda_timeline(device.index);
     else d.timeline = std::make_shared<SimulatedTimeline>();
@@ -140,8 +134,7 @@ Stream get_stream_from_pool(Device device, int priority) {
   DeviceStreams& d = device_streams(r, device);
   if (!d.pool_made) {
     for (int i = 0; i < kStreamsPerPool; ++i)
-      for (int level = 0; level < kStreamPriorityLevels; ++level)
-        d.pool[level][i] = d.timeline->create_stream(-level);
+      for (int level = 0; level < kStreamPriorityLevels; ++level) d.pool[level][i] = d.timeline->create_stream(-level);
     d.pool_made = true;
   }
   const int level = std::clamp(-priority, 0, kStreamPriorityLevels - 1);
@@ -202,15 +195,15 @@ void Event::synchronize() const {
 void Event::wait(const Stream& stream) const {
   if (!state_) return;  // nothing recorded: nothing to wait for
   if (state_->device != stream.device())
-    throw std::invalid_argument("Event::wait: the event is on " + state_->device.str() + ", the stream " + stream.str());
+    throw std::invalid_argument("Event::wait: the event is on " + state_->device.str() + ", the stream " +
+                                stream.str());
   state_->timeline->wait(stream.id(), state_->handle);
 }
 
 double Event::elapsed_time(const Event& end) const {
   if (!enable_timing_ || !end.enable_timing_)
     throw std::invalid_argument("Event::elapsed_time: both events must be made with enable_timing=true");
-  if (!state_ || !end.state_)
-    throw std::invalid_argument("Event::elapsed_time: both events must be recorded first");
+  if (!state_ || !end.state_) throw std::invalid_argument("Event::elapsed_time: both events must be recorded first");
   if (state_->device != end.state_->device)
     throw std::invalid_argument("Event::elapsed_time: the events are on different devices");
   return state_->timeline->elapsed_ms(state_->handle, end.state_->handle);

@@ -84,9 +84,9 @@ class Event {
   explicit Event(bool enable_timing = false) : enable_timing_(enable_timing) {}
 
   void record(const Stream& stream);
-  void record();  // on the current stream of default_device()
-  bool query() const;        // true before the first record
-  void synchronize() const;  // returns at once before the first record
+  void record();                          // on the current stream of default_device()
+  bool query() const;                     // true before the first record
+  void synchronize() const;               // returns at once before the first record
   void wait(const Stream& stream) const;  // stream.wait_event(*this)
   // Milliseconds from this event to `end` (both recorded with enable_timing, and completed); cuda only.
   double elapsed_time(const Event& end) const;

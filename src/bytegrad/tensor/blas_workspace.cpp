@@ -15,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "bytegrad/memory/streams.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/memory_category.h"
@@ -147,11 +148,14 @@ size_t parse_cublas_workspace_config(size_t default_bytes) {
 
 // Keyed by the device's allocator, not only the device: a device given a fresh allocator
 // (testing::FreshDevice) starts without workspaces, as a fresh process does, and the old allocator keeps its.
-using WorkspaceKey = std::tuple<int, int, const CachingAllocator*>;  // device type, index, allocator
+// Workspaces are also per stream, as PyTorch keys them by (handle, stream): a product on another stream
+// parks another workspace, allocated on that stream.
+using HandleKey = std::tuple<int, int, const CachingAllocator*>;  // device type, index, allocator
+using WorkspaceKey = std::tuple<int, int, const CachingAllocator*, StreamId>;
 struct Workspaces {
   std::map<WorkspaceKey, Storage> cublas;
   std::map<WorkspaceKey, Storage> cublaslt;
-  std::set<WorkspaceKey> handles;  // devices this owner has a cuBLAS handle on (kept when workspaces are cleared)
+  std::set<HandleKey> handles;  // devices this owner has a cuBLAS handle on (kept when workspaces are cleared)
 };
 
 thread_local BlasHandleOwner handle_owner = BlasHandleOwner::calling_thread;
@@ -168,14 +172,18 @@ Workspaces& autograd_thread_workspaces() {
   return *workspaces;
 }
 
-WorkspaceKey workspace_key(Device device) {
+HandleKey handle_key(Device device) {
   return {static_cast<int>(device.type), device.index, &caching_allocator(device)};
+}
+
+WorkspaceKey workspace_key(Device device) {
+  return std::tuple_cat(handle_key(device), std::make_tuple(current_stream(device).id()));
 }
 
 // The owner's first product on a device creates its cuBLAS handle, whose own allocations come before the
 // workspaces (cublasCreate runs before PyTorch asks its allocator for them).
 void note_handle(Workspaces& owner, Device device) {
-  if (device.type != DeviceType::cpu && owner.handles.insert(workspace_key(device)).second)
+  if (device.type != DeviceType::cpu && owner.handles.insert(handle_key(device)).second)
     note_driver_allocations(device, kBlasHandle);
 }
 
@@ -254,7 +262,7 @@ void release_blas_workspaces(const CachingAllocator& allocator) {
   auto release = [&](Workspaces& w) {
     for (auto* cache : {&w.cublas, &w.cublaslt})
       std::erase_if(*cache, [&](const auto& entry) { return std::get<2>(entry.first) == &allocator; });
-    std::erase_if(w.handles, [&](const WorkspaceKey& key) { return std::get<2>(key) == &allocator; });
+    std::erase_if(w.handles, [&](const HandleKey& key) { return std::get<2>(key) == &allocator; });
   };
   release(calling_thread_workspaces());
   std::lock_guard lock(autograd_thread_mutex);

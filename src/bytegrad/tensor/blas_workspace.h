@@ -1,6 +1,7 @@
 // The BLAS workspaces PyTorch parks in the caching allocator, modelled for every device that has one
 // (cuda for real; sim and meta simulate the H100 the goldens came from, so their figures match a card's):
-//  - the cuBLAS workspace: allocated by the first matrix product a thread runs on a device, never freed.
+//  - the cuBLAS workspace: allocated by the first matrix product a thread runs on a device and stream (on
+//    that stream), never freed.
 //    Size from CUBLAS_WORKSPACE_CONFIG (":SIZE:COUNT" pairs, KiB), default 4096 KiB x 8 = 32 MiB on
 //    compute capability 9.x (H100, and sim/meta), 4096 KiB x 2 + 16 KiB x 8 = 8519680 B elsewhere.
 //  - the cuBLASLt workspace: allocated by the first bias-fused product (addmm/linear with bias) a thread

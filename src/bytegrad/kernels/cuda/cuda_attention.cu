@@ -28,6 +28,7 @@
 #include <cmath>
 #include <string>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/attention_dropout.h"
 #include "bytegrad/kernels/cuda/cuda_attention_rows.cuh"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
@@ -518,7 +519,7 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
     with_columns_per_lane(n, [&](auto columns) {
       constexpr int per_lane = decltype(columns)::value;
       set_shared_memory(attention_forward_kernel<T, Acc, per_lane>, smem, "attention_forward");
-      attention_forward_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
+      attention_forward_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sq), kThreads, smem, launch_stream()>>>(p);
       BYTEGRAD_CUDA_CHECK_LAUNCH("attention_forward_kernel");
     });
   });
@@ -561,13 +562,13 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
         const size_t smem =
             sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + 2 * kTile + kWarps * n.D + kWarps * n.Dv);
         set_shared_memory(attention_backward_dkdv_kernel<T, Acc, per_lane>, smem, "attention_backward (dk, dv)");
-        attention_backward_dkdv_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sk), kThreads, smem>>>(p);
+        attention_backward_dkdv_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sk), kThreads, smem, launch_stream()>>>(p);
         BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
       }
       if (n.Sq > 0) {
         const size_t smem = sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + kWarps * n.D + kWarps * n.Dv);
         set_shared_memory(attention_backward_dq_kernel<T, Acc, per_lane>, smem, "attention_backward (dq)");
-        attention_backward_dq_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sq), kThreads, smem>>>(p);
+        attention_backward_dq_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sq), kThreads, smem, launch_stream()>>>(p);
         BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
       }
     });

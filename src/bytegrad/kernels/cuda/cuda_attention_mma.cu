@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_attention_rows.cuh"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 
@@ -958,7 +959,7 @@ void launch(Kernel kernel, int64_t blocks, size_t smem, const char* name, const 
   if (blocks == 0) return;
   BYTEGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), kThreads, smem>>>(params);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, launch_stream()>>>(params);
   check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
 }
 

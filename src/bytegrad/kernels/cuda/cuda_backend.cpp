@@ -1,9 +1,9 @@
 // The cuda KernelBackend: every method makes the tensor's GPU current and hands its views and op to the
-// kernel launchers (cuda_kernels.h), which run on the default stream. Kernels live in cuda_elementwise.cu,
+// kernel launchers (cuda_kernels.h), which run on the current stream. Kernels live in cuda_elementwise.cu,
 // cuda_reduce.cu, cuda_softmax.cu, cuda_index.cu, cuda_ternary.cu, cuda_loss.cu, cuda_layer_norm.cu,
 // cuda_triangle.cu and cuda_attention.cu; matrix products in cuda_gemm.cpp; host transfers in
 // cuda_host_transfer.cpp. Nothing here allocates device memory (gemm's copies and workspace come from the op
-// layer); no method synchronises beyond what cudaMemcpy does.
+// layer); no method synchronises but the host transfers, which wait for the stream.
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
@@ -16,6 +16,8 @@
 #include "bytegrad/kernels/cuda/cuda_check.h"
 #include "bytegrad/kernels/cuda/cuda_host_transfer.h"
 #include "bytegrad/kernels/cuda/cuda_kernels.h"
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
+#include "bytegrad/memory/streams.h"
 #include "bytegrad/kernels/cuda/cuda_profile.h"
 
 namespace bytegrad {
@@ -25,12 +27,11 @@ namespace {
 using cuda::CudaCallTimer;
 
 // Makes `device` current for its lifetime and restores the previous device after (as PyTorch's
-// CUDAGuard), so kernels, cuBLAS and cudaMemcpy all address the tensor's GPU.
+// CUDAGuard), so kernels, cuBLAS and copies all address the tensor's GPU, and runs them on the device's
+// current stream (launch_stream()).
 class CudaDeviceGuard {
  public:
-  explicit CudaDeviceGuard(Device device) {
-    if (device.type != DeviceType::cuda)
-      throw std::invalid_argument("cuda backend: given a " + device.str() + " tensor");
+  explicit CudaDeviceGuard(Device device) : stream_(checked_stream(device)) {
     BYTEGRAD_CUDA_CHECK(cudaGetDevice(&previous_));
     target_ = device.index;
     if (previous_ != target_) BYTEGRAD_CUDA_CHECK(cudaSetDevice(target_));
@@ -42,9 +43,33 @@ class CudaDeviceGuard {
   CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
 
  private:
+  static cudaStream_t checked_stream(Device device) {
+    if (device.type != DeviceType::cuda)
+      throw std::invalid_argument("cuda backend: given a " + device.str() + " tensor");
+    return static_cast<cudaStream_t>(current_stream(device).native_handle());
+  }
+  cuda::LaunchStreamScope stream_;
   int previous_ = 0;
   int target_ = 0;
 };
+
+thread_local cudaStream_t current_launch_stream = nullptr;
+
+}  // namespace
+
+namespace cuda {
+
+cudaStream_t launch_stream() { return current_launch_stream; }
+
+LaunchStreamScope::LaunchStreamScope(cudaStream_t stream) : previous_(current_launch_stream) {
+  current_launch_stream = stream;
+}
+
+LaunchStreamScope::~LaunchStreamScope() { current_launch_stream = previous_; }
+
+}  // namespace cuda
+
+namespace {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {

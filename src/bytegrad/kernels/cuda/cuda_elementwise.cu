@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 #include "bytegrad/kernels/cuda/cuda_profile.h"
 #include "bytegrad/kernels/pointwise_math.h"
@@ -431,7 +432,7 @@ void copy(const StridedView& dst, const StridedView& src) {
     if (dst.data == src.data && dst.strides == src.strides) return;  // copying a view onto itself
     if (dst.is_contiguous() && src.is_contiguous()) {                // plain bytes: the copy engine is fastest
       BYTEGRAD_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(n) * element_size(dst.dtype),
-                                          cudaMemcpyDeviceToDevice, 0));
+                                          cudaMemcpyDeviceToDevice, launch_stream()));
       return;
     }
   }
@@ -739,13 +740,16 @@ void launch_foreach(const std::vector<ForeachCall>& calls, size_t first, size_t 
       using T = typename decltype(tag)::type;
       switch (head.kind) {
         case ForeachKind::unary:
-          foreach_kernel<T, ForeachKind::unary><<<blocks, kBlockThreads>>>(table, head.op, head.scalar_first);
+          foreach_kernel<T, ForeachKind::unary>
+              <<<blocks, kBlockThreads, 0, launch_stream()>>>(table, head.op, head.scalar_first);
           break;
         case ForeachKind::binary_scalar:
-          foreach_kernel<T, ForeachKind::binary_scalar><<<blocks, kBlockThreads>>>(table, head.op, head.scalar_first);
+          foreach_kernel<T, ForeachKind::binary_scalar>
+              <<<blocks, kBlockThreads, 0, launch_stream()>>>(table, head.op, head.scalar_first);
           break;
         case ForeachKind::ternary:
-          foreach_kernel<T, ForeachKind::ternary><<<blocks, kBlockThreads>>>(table, head.op, head.scalar_first);
+          foreach_kernel<T, ForeachKind::ternary>
+              <<<blocks, kBlockThreads, 0, launch_stream()>>>(table, head.op, head.scalar_first);
           break;
       }
       BYTEGRAD_CUDA_CHECK_LAUNCH("foreach_kernel");

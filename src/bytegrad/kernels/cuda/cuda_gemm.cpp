@@ -2,10 +2,10 @@
 // (tensor/blas_plan.cpp) has chosen the layout by PyTorch 2.11's rules, made its copies and obtained the
 // workspace, so nothing here allocates or copies.
 //
-// cuBLAS handle: one per thread, device and BlasHandleOwner, created on first use, bound to the default
-// stream, with its workspace set to the described one before every call (the workspace can change after
-// clear_blas_workspaces(), and cublasSetStream resets it). Handles are never destroyed: destroying them
-// at thread exit can run after the CUDA runtime has shut down (PyTorch keeps them for the same reason).
+// cuBLAS handle: one per thread, device and BlasHandleOwner, created on first use, bound to the current
+// stream (cuda_launch_stream.h) before every call, with its workspace set to the described one before every call (the
+// workspace can change after clear_blas_workspaces(), and cublasSetStream resets it). Handles are never destroyed:
+// destroying them at thread exit can run after the CUDA runtime has shut down (PyTorch keeps them for the same reason).
 //
 // Math: float32 with cublasSgemm under CUBLAS_DEFAULT_MATH (no TF32, as PyTorch's default), float64 with
 // cublasDgemm, float16/bfloat16 with cublasGemmEx and fp32 accumulation (CUBLAS_COMPUTE_32F).
@@ -33,6 +33,7 @@
 
 #include "bytegrad/kernels/cuda/cuda_check.h"
 #include "bytegrad/kernels/cuda/cuda_kernels.h"
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 
 namespace bytegrad::cuda {
 
@@ -44,7 +45,7 @@ cublasHandle_t blas_handle(const GemmArgs& g) {
   thread_local std::map<std::pair<int, BlasHandleOwner>, cublasHandle_t> handles;
   cublasHandle_t& handle = handles[{g.device.index, g.handle_owner}];
   if (!handle) BYTEGRAD_CUBLAS_CHECK(cublasCreate(&handle));
-  BYTEGRAD_CUBLAS_CHECK(cublasSetStream(handle, 0));  // also resets the workspace: set ours after
+  BYTEGRAD_CUBLAS_CHECK(cublasSetStream(handle, launch_stream()));  // also resets the workspace: set ours after
   BYTEGRAD_CUBLAS_CHECK(cublasSetWorkspace(handle, g.workspace, g.workspace_bytes));
   BYTEGRAD_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   return handle;
@@ -187,9 +188,10 @@ bool lt_gemm_with_bias(const GemmArgs& g) {
   const double a64 = g.alpha, b64 = 0.0;
   const float a32 = static_cast<float>(g.alpha), b32 = 0.0f;
   const bool wide = g.dtype == ScalarType::float64;
-  const cublasStatus_t status = cublasLtMatmul(handle, plan.desc, wide ? static_cast<const void*>(&a64) : &a32, g.a,
-                                               plan.a, g.b, plan.b, wide ? static_cast<const void*>(&b64) : &b32, g.c,
-                                               plan.c, g.c, plan.c, &plan.algo, g.lt_workspace, key.workspace_bytes, 0);
+  const cublasStatus_t status =
+      cublasLtMatmul(handle, plan.desc, wide ? static_cast<const void*>(&a64) : &a32, g.a, plan.a, g.b, plan.b,
+                     wide ? static_cast<const void*>(&b64) : &b32, g.c, plan.c, g.c, plan.c, &plan.algo, g.lt_workspace,
+                     key.workspace_bytes, launch_stream());
   if (status == CUBLAS_STATUS_SUCCESS) return true;
   plan.usable = false;  // not again for this shape
   return false;

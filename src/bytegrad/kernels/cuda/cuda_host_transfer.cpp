@@ -1,4 +1,4 @@
-// Host <-> cuda tensor transfers with cudaMemcpy on the default stream (which orders them after earlier
+// Host <-> cuda tensor transfers with copies on the current stream, waited for (which orders them after earlier
 // kernels, and returns once the host buffer may be reused).
 //
 // copy_to_host of a non-contiguous view never allocates device memory (a device-side gather would need a
@@ -7,6 +7,7 @@
 //   - anything else copies the whole storage range the view covers into a host buffer and gathers there.
 //     The range can be much larger than the view (x[::1000] moves all of x) but is always bounded by the
 //     memory the view addresses.
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_host_transfer.h"
 
 #include <cuda_runtime_api.h>
@@ -38,6 +39,19 @@ Layout coalesced(const StridedView& v) {
   return layout;
 }
 
+// A blocking copy on the launch stream, as PyTorch's non_blocking=False copy: queued on the current stream,
+// then waited for (plain cudaMemcpy would run on the legacy stream, which does not wait for side streams).
+cudaError_t copy_and_wait(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const cudaError_t status = cudaMemcpyAsync(dst, src, bytes, kind, launch_stream());
+  return status != cudaSuccess ? status : cudaStreamSynchronize(launch_stream());
+}
+
+cudaError_t copy_2d_and_wait(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                             cudaMemcpyKind kind) {
+  const cudaError_t status = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, launch_stream());
+  return status != cudaSuccess ? status : cudaStreamSynchronize(launch_stream());
+}
+
 // Whether the view is `rows` runs of `row_elements` contiguous elements `pitch` elements apart.
 bool is_pitched_rows(const Layout& l) { return l.sizes.size() == 2 && l.strides[1] == 1 && l.strides[0] >= l.sizes[1]; }
 
@@ -48,15 +62,15 @@ void copy_from_host(const StridedView& dst, const void* host) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   if (dst.is_contiguous()) {
-    BYTEGRAD_CUDA_CHECK(cudaMemcpy(dst.data, host, static_cast<size_t>(n) * es, cudaMemcpyHostToDevice));
+    BYTEGRAD_CUDA_CHECK(copy_and_wait(dst.data, host, static_cast<size_t>(n) * es, cudaMemcpyHostToDevice));
     return;
   }
   const Layout l = coalesced(dst);
   if (!is_pitched_rows(l))
     throw std::invalid_argument("cuda backend: copy_from_host needs a contiguous destination (or rows at a pitch)");
-  BYTEGRAD_CUDA_CHECK(cudaMemcpy2D(dst.data, static_cast<size_t>(l.strides[0]) * es, host,
-                                   static_cast<size_t>(l.sizes[1]) * es, static_cast<size_t>(l.sizes[1]) * es,
-                                   static_cast<size_t>(l.sizes[0]), cudaMemcpyHostToDevice));
+  BYTEGRAD_CUDA_CHECK(copy_2d_and_wait(dst.data, static_cast<size_t>(l.strides[0]) * es, host,
+                                       static_cast<size_t>(l.sizes[1]) * es, static_cast<size_t>(l.sizes[1]) * es,
+                                       static_cast<size_t>(l.sizes[0]), cudaMemcpyHostToDevice));
 }
 
 void copy_to_host(void* host, const StridedView& src) {
@@ -64,14 +78,14 @@ void copy_to_host(void* host, const StridedView& src) {
   const int64_t n = src.numel();
   if (n == 0) return;
   if (src.is_contiguous()) {
-    BYTEGRAD_CUDA_CHECK(cudaMemcpy(host, src.data, static_cast<size_t>(n) * es, cudaMemcpyDeviceToHost));
+    BYTEGRAD_CUDA_CHECK(copy_and_wait(host, src.data, static_cast<size_t>(n) * es, cudaMemcpyDeviceToHost));
     return;
   }
   const Layout l = coalesced(src);
   if (is_pitched_rows(l) && l.sizes[1] * static_cast<int64_t>(es) >= kMinPitchedRowBytes) {
-    BYTEGRAD_CUDA_CHECK(cudaMemcpy2D(host, static_cast<size_t>(l.sizes[1]) * es, src.data,
-                                     static_cast<size_t>(l.strides[0]) * es, static_cast<size_t>(l.sizes[1]) * es,
-                                     static_cast<size_t>(l.sizes[0]), cudaMemcpyDeviceToHost));
+    BYTEGRAD_CUDA_CHECK(copy_2d_and_wait(host, static_cast<size_t>(l.sizes[1]) * es, src.data,
+                                         static_cast<size_t>(l.strides[0]) * es, static_cast<size_t>(l.sizes[1]) * es,
+                                         static_cast<size_t>(l.sizes[0]), cudaMemcpyDeviceToHost));
     return;
   }
 
@@ -82,8 +96,9 @@ void copy_to_host(void* host, const StridedView& src) {
     (extent < 0 ? lowest : highest) += extent;
   }
   std::vector<char> staging(static_cast<size_t>(highest - lowest + 1) * es);
-  BYTEGRAD_CUDA_CHECK(cudaMemcpy(staging.data(), static_cast<const char*>(src.data) + lowest * static_cast<int64_t>(es),
-                                 staging.size(), cudaMemcpyDeviceToHost));
+  BYTEGRAD_CUDA_CHECK(copy_and_wait(staging.data(),
+                                    static_cast<const char*>(src.data) + lowest * static_cast<int64_t>(es),
+                                    staging.size(), cudaMemcpyDeviceToHost));
 
   // Gather in row-major order with an odometer over the coalesced dimensions.
   const size_t ndim = l.sizes.size();

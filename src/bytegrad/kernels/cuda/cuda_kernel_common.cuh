@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_check.h"
 #include "bytegrad/kernels/cuda/cuda_kernels.h"
 #include "bytegrad/kernels/dtype_dispatch.h"
@@ -242,7 +243,7 @@ inline unsigned grid_for(int64_t work_items, int threads = kBlockThreads) {
 template <typename F>
 void for_each_index(int64_t n, const F& f, const char* name) {
   if (n <= 0) return;
-  for_each_index_kernel<<<grid_for(n), kBlockThreads>>>(n, f);
+  for_each_index_kernel<<<grid_for(n), kBlockThreads, 0, launch_stream()>>>(n, f);
   check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
 }
 

@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 #include "bytegrad/kernels/cuda/cuda_rows.cuh"
 #include "bytegrad/kernels/pointwise_math.h"
@@ -312,15 +313,15 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
     if (M > 0 && N > 0 && N <= 512) {
       dispatch_per_lane<4>(N, [&](auto per_lane) {
         layer_norm_forward_warp_kernel<T, decltype(per_lane)::value>
-            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M,
-                                                                    static_cast<int>(N), eps);
+            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
+                io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, static_cast<int>(N), eps);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_warp_kernel");
       });
       return;
     }
     launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
       layer_norm_forward_kernel<T, decltype(threads_per_row)::value>
-          <<<blocks, kBlockThreads>>>(io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, N, eps);
+          <<<blocks, kBlockThreads, 0, launch_stream()>>>(io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, N, eps);
       BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
     });
   });
@@ -345,15 +346,15 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
     if (dx && N <= 1024) {
       auto launch = [&](auto per_lane) {
         layer_norm_input_grad_warp_kernel<T, decltype(per_lane)::value>
-            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M,
-                                                                    static_cast<int>(N));
+            <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
+                io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, static_cast<int>(N));
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_warp_kernel");
       };
       dispatch_per_lane<4>(N, launch);
     } else if (dx) {
       launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
         layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value>
-            <<<blocks, kBlockThreads>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, N);
+            <<<blocks, kBlockThreads, 0, launch_stream()>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, N);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel");
       });
     }
@@ -363,10 +364,10 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
         throw std::invalid_argument("cuda backend: layer_norm_backward: weight and bias partials differ in rows");
       const dim3 grid(static_cast<unsigned>((N + kColumns - 1) / kColumns), static_cast<unsigned>(R));
       const dim3 block(kColumns, kLanes);
-      layer_norm_gamma_beta_kernel<T>
-          <<<grid, block>>>(data_or_null<T>(dweight_partials), data_or_null<T>(dbias_partials),
-                            static_cast<const T*>(dy.data), static_cast<const T*>(x.data),
-                            static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data), M, N, R);
+      layer_norm_gamma_beta_kernel<T><<<grid, block, 0, launch_stream()>>>(
+          data_or_null<T>(dweight_partials), data_or_null<T>(dbias_partials), static_cast<const T*>(dy.data),
+          static_cast<const T*>(x.data), static_cast<const Acc*>(mean.data), static_cast<const Acc*>(rstd.data), M, N,
+          R);
       BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_gamma_beta_kernel");
     }
   });

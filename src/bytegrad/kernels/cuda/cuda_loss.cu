@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 #include "bytegrad/kernels/operand_checks.h"
 
@@ -98,12 +99,13 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
     const T* in = static_cast<const T*>(log_probs.data);
     const int64_t* tgt = static_cast<const int64_t*>(target.data);
     if (reduction == Reduction::none && log_probs.sizes.size() == 2) {
-      BYTEGRAD_CUDA_CHECK(cudaMemsetAsync(weight, 0, sizeof(T), 0));  // PyTorch: total_weight.zero_()
+      BYTEGRAD_CUDA_CHECK(cudaMemsetAsync(weight, 0, sizeof(T), launch_stream()));  // PyTorch: total_weight.zero_()
       NllNoReduceFunctor<T> f{out, output.strides.empty() ? 0 : output.strides[0], in, tgt, g, ignore_index};
       for_each_index(g.batch, f, "nll_loss no-reduce kernel");
       return;
     }
-    nll_reduce_kernel<T><<<1, kLossThreads>>>(out, weight, in, tgt, g, reduction == Reduction::mean, ignore_index);
+    nll_reduce_kernel<T>
+        <<<1, kLossThreads, 0, launch_stream()>>>(out, weight, in, tgt, g, reduction == Reduction::mean, ignore_index);
     BYTEGRAD_CUDA_CHECK_LAUNCH("nll_reduce_kernel");
   });
 }

@@ -1,3 +1,4 @@
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_profile.h"
 
 #include <cuda_runtime_api.h>
@@ -97,7 +98,7 @@ void CudaCallTimer::start(std::string key) {
   BYTEGRAD_CUDA_CHECK(cudaGetDevice(&p.device));
   p.begin = take_event(t, p.device);
   p.end = take_event(t, p.device);
-  BYTEGRAD_CUDA_CHECK(cudaEventRecord(p.begin, 0));
+  BYTEGRAD_CUDA_CHECK(cudaEventRecord(p.begin, launch_stream()));
   slot_ = static_cast<long>(t.pending.size());
   generation_ = t.generation;
   t.pending.push_back(std::move(p));
@@ -107,7 +108,7 @@ void CudaCallTimer::stop() noexcept {
   Timers& t = timers();
   std::lock_guard<std::mutex> lock(t.mutex);
   if (generation_ == t.generation && slot_ < static_cast<long>(t.pending.size()))
-    (void)cudaEventRecord(t.pending[slot_].end, 0);
+    (void)cudaEventRecord(t.pending[slot_].end, launch_stream());
 }
 
 }  // namespace bytegrad::cuda

@@ -1,5 +1,5 @@
 // The cuda backend's side of kernels/kernel_profile.h: CudaCallTimer brackets one backend call with two
-// CUDA events on the default stream when BYTEGRAD_PROFILE_KERNELS is set, and does nothing (one branch)
+// CUDA events on the launch stream when BYTEGRAD_PROFILE_KERNELS is set, and does nothing (one branch)
 // when it is not. Events come from a pool and are resolved in batches (cuda_profile.cpp).
 #pragma once
 

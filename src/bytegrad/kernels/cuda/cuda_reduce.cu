@@ -12,6 +12,7 @@
 #include <array>
 #include <string>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 #include "bytegrad/kernels/pointwise_math.h"
 
@@ -228,12 +229,12 @@ void launch_reduction(const Args& args, void (*thread_per_output)(Args), const c
   const bool reduced_elements_adjacent = args.inner.ndim > 0 && args.inner.strides[0][args.inner.ndim - 1] == 1;
   const bool one_thread_each = args.reduce_size <= 16 || (!reduced_elements_adjacent && args.num_outputs >= 4096);
   if (one_thread_each) {
-    thread_per_output<<<grid_for(args.num_outputs), kBlockThreads>>>(args);
+    thread_per_output<<<grid_for(args.num_outputs), kBlockThreads, 0, launch_stream()>>>(args);
     check_cuda(cudaGetLastError(), thread_launch, __FILE__, __LINE__);
   } else {
     const unsigned threads = std::max(32u, next_power_of_two(args.reduce_size));
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(args.num_outputs, int64_t{1} << 20));
-    block_per_output<<<blocks, threads>>>(args);
+    block_per_output<<<blocks, threads, 0, launch_stream()>>>(args);
     check_cuda(cudaGetLastError(), block_launch, __FILE__, __LINE__);
   }
 }
@@ -261,8 +262,9 @@ void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& 
       const Acc factor = static_cast<Acc>(static_cast<Acc>(num_outputs) / static_cast<Acc>(num_outputs * reduce_size));
       const dim3 block(kColumnTile, kColumnLanes);
       const unsigned blocks = static_cast<unsigned>((columns + kColumnTile - 1) / kColumnTile);
-      reduce_columns_kernel<T><<<blocks, block>>>(static_cast<const T*>(in.data), values->data, values->dtype,
-                                                  column_rows, columns, op == ReduceOp::mean, factor);
+      reduce_columns_kernel<T><<<blocks, block, 0, launch_stream()>>>(static_cast<const T*>(in.data), values->data,
+                                                                      values->dtype, column_rows, columns,
+                                                                      op == ReduceOp::mean, factor);
       BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_columns_kernel");
     });
     return;

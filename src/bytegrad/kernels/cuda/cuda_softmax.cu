@@ -16,6 +16,7 @@
 #include <mutex>
 #include <utility>
 
+#include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 #include "bytegrad/kernels/cuda/cuda_rows.cuh"
 #include "bytegrad/kernels/operand_checks.h"
@@ -345,10 +346,10 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
       constexpr int kPerLane = decltype(per_lane)::value;
       const unsigned blocks = grid_for(num_rows, kForwardWarpThreads / kWarp);
       if (log)
-        softmax_forward_warp_kernel<T, kPerLane, true><<<blocks, kForwardWarpThreads>>>(
+        softmax_forward_warp_kernel<T, kPerLane, true><<<blocks, kForwardWarpThreads, 0, launch_stream()>>>(
             static_cast<T*>(out.data), static_cast<const T*>(in.data), num_rows, static_cast<int>(dim_size));
       else
-        softmax_forward_warp_kernel<T, kPerLane, false><<<blocks, kForwardWarpThreads>>>(
+        softmax_forward_warp_kernel<T, kPerLane, false><<<blocks, kForwardWarpThreads, 0, launch_stream()>>>(
             static_cast<T*>(out.data), static_cast<const T*>(in.data), num_rows, static_cast<int>(dim_size));
       BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_warp_kernel");
     });
@@ -358,7 +359,7 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
   const size_t bytes = static_cast<size_t>(dim_size) * sizeof(T);
   if (bytes + 1024 > max_shared_bytes()) return false;  // + the reductions' static shared memory
   allow_shared_bytes(softmax_forward_smem_kernel<T>, bytes);
-  softmax_forward_smem_kernel<T><<<long_row_blocks(num_rows), kLongRowThreads, bytes>>>(
+  softmax_forward_smem_kernel<T><<<long_row_blocks(num_rows), kLongRowThreads, bytes, launch_stream()>>>(
       static_cast<T*>(out.data), static_cast<const T*>(in.data), num_rows, dim_size, log);
   BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_smem_kernel");
   return true;
@@ -376,7 +377,7 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   if (dim_size <= 1024) {
     dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
       softmax_backward_warp_kernel<T, decltype(per_lane)::value, Gi>
-          <<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads>>>(
+          <<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
               static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
               num_rows, static_cast<int>(dim_size), log);
       BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_warp_kernel");
@@ -386,7 +387,7 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   const size_t bytes = static_cast<size_t>(dim_size) * sizeof(T) * (log ? 1 : 2);
   if (bytes + 1024 > max_shared_bytes()) return false;  // + the reductions' static shared memory
   allow_shared_bytes(softmax_backward_smem_kernel<T, Gi>, bytes);
-  softmax_backward_smem_kernel<T, Gi><<<long_row_blocks(num_rows), kLongRowThreads, bytes>>>(
+  softmax_backward_smem_kernel<T, Gi><<<long_row_blocks(num_rows), kLongRowThreads, bytes, launch_stream()>>>(
       static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
       num_rows, dim_size, log);
   BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_smem_kernel");
@@ -403,8 +404,8 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
     if (out.sizes == in.sizes && softmax_forward_fast<T>(out, in, dim, log)) return;
     const auto layout = make_row_layout<T, 2>({&out, &in}, dim, "softmax");
     launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
-      softmax_forward_kernel<T, decltype(threads_per_row)::value>
-          <<<blocks, kBlockThreads>>>(static_cast<T*>(out.data), static_cast<const T*>(in.data), layout, log);
+      softmax_forward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads, 0, launch_stream()>>>(
+          static_cast<T*>(out.data), static_cast<const T*>(in.data), layout, log);
       BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_kernel");
     });
   });
@@ -419,9 +420,9 @@ void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_
   if (softmax_backward_fast<T, Gi>(grad_in, grad_out, output, dim, log)) return;
   const auto layout = make_row_layout<T, 3>({&grad_in, &grad_out, &output}, dim, "softmax_backward");
   launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
-    softmax_backward_kernel<T, decltype(threads_per_row)::value, Gi>
-        <<<blocks, kBlockThreads>>>(static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data),
-                                    static_cast<const T*>(output.data), layout, log);
+    softmax_backward_kernel<T, decltype(threads_per_row)::value, Gi><<<blocks, kBlockThreads, 0, launch_stream()>>>(
+        static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+        layout, log);
     BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
   });
 }
