@@ -4,8 +4,10 @@
 # on cuda in its own process, with both cuBLAS workspace settings), compute-sanitizer memcheck on the
 # cuda suite's kernel tests, and the benchmarks with PyTorch's same steps as their baseline.
 # Usage (on the GPU machine, from the repository root): tools/gpu_checks.sh OUTDIR STEP...
-#   STEP: build | tests | sanitize | bench      (e.g. tools/gpu_checks.sh out build tests sanitize bench)
-# Logs: OUTDIR/{build,tests,training,sanitizer,bench}.log
+#   STEP: build | probe_streams | tests | sanitize | bench   (e.g. tools/gpu_checks.sh out build tests bench)
+#   probe_streams records PyTorch's side-stream programs (tools/probes/stream_probe.py) into
+#   OUTDIR/streams_h100.jsonl, the recording tests/data/pytorch_probes/streams_h100.jsonl is copied from.
+# Logs: OUTDIR/{build,probe_streams,tests,training,sanitizer,bench}.log
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR build|tests|sanitize|bench...}
 shift
@@ -18,6 +20,9 @@ for step in "$@"; do
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(nproc)"; } \
         >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 ;;
+    probe_streams)
+      python3 tools/probes/stream_probe.py "$out/streams_h100.jsonl" --repeat 2 >"$out/probe_streams.log" 2>&1 || status=1
+      tail -3 "$out/probe_streams.log" ;;
     tests)
       (cd build && ctest --output-on-failure -L gpu -j 2) >"$out/tests.log" 2>&1 || status=1
       ./build/tests/test_cuda -tc="*regression*" -s 2>&1 | grep -E "MESSAGE" >"$out/training.log"

@@ -1,10 +1,11 @@
-// PyTorch's side-stream programs on sim and meta: the figures at every mark and the allocator's trace equal
-// PyTorch 2.11's on the H100 (tests/data/pytorch_probes/streams_h100.jsonl, recorded by
-// tools/probes/stream_probe.py; each program there is the same as its namesake here, line for line).
+// PyTorch's side-stream programs on sim, meta and cuda: the figures at every mark and the allocator's trace
+// equal PyTorch 2.11's on the H100 (tests/data/pytorch_probes/streams_h100.jsonl, recorded by
+// tools/probes/stream_probe.py; each program there is the same as its namesake here, line for line, and
+// runs the same way: once as a warm-up, then from an emptied cache with the statistics reset, recorded).
 //
 // The probe keeps a stream busy with torch.cuda._sleep (about a second of GPU time) where a program needs
-// work still queued on it. Here `busy` queues a work item on the stream; with sim's and meta's default
-// timing (work_pending_until_waited) it stays pending until the program waits for it, as the sleep does.
+// work still queued on it; here testing::queue_busy_work does: a spinning kernel on cuda, and on sim and
+// meta a work item that stays pending until the program waits for it (their default timing).
 //
 // Traces are compared by segment and offset: the n-th segment a program allocates, and where in it a block
 // lies. Where the segments themselves land (the placement model) is tested elsewhere; the streams decide
@@ -21,10 +22,12 @@
 
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/memory/streams.h"
+#include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/tensor.h"
 #include "bytegrad/core/json.h"
 #include "bytegrad/testing/fresh_device.h"
+#include "bytegrad/testing/stream_work.h"
 
 using namespace bytegrad;
 
@@ -43,15 +46,21 @@ struct Run {
   std::vector<TraceEntry> trace;
 };
 
-// The probe's mark: memory_stats figures and the snapshot's segments.
+// The probe's mark: memory_stats figures and the snapshot's segments. A recorder that is not recording
+// (the warm-up pass) takes no marks.
 class Recorder {
  public:
-  explicit Recorder(Device device) : device_(device) { caching_allocator(device).record_history(true); }
-  ~Recorder() { caching_allocator(device_).record_history(false); }
+  Recorder(Device device, bool recording) : device_(device), recording_(recording) {
+    if (recording_) caching_allocator(device).record_history(true);
+  }
+  ~Recorder() {
+    if (recording_) caching_allocator(device_).record_history(false);
+  }
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
   void mark(const std::string& label) {
+    if (!recording_) return;
     auto stats = memory_stats(device_);
     Mark m{label, {}, {}};
     for (const char* key : {"allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
@@ -71,10 +80,11 @@ class Recorder {
 
  private:
   Device device_;
+  bool recording_;
   Run run_;
 };
 
-void busy(const Stream& stream) { stream_timeline(stream.device()).launched(stream.id()); }
+void busy(const Stream& stream) { testing::queue_busy_work(stream); }
 
 // ------------------------------------------------------------------------ the programs (stream_probe.py)
 
@@ -280,6 +290,34 @@ void three_streams(Device dev, Recorder& r) {
   r.mark("empty_cache");
 }
 
+void side_stream_matmul(Device dev, Recorder& r) {
+  Stream s = get_stream_from_pool(dev);
+  auto a = randn({256, 256}, device(dev));
+  auto w = randn({256, 256}, device(dev));
+  auto b = randn({256}, device(dev));
+  r.mark("operands");
+  auto c = matmul(a, w);
+  r.mark("product on default stream");
+  Tensor d, e;
+  {
+    StreamGuard on_s(s);
+    d = matmul(a, w);
+  }
+  r.mark("product on side stream");
+  {
+    StreamGuard on_s(s);
+    e = linear(a, w, b);
+  }
+  r.mark("linear with bias on side stream");
+  c = Tensor();
+  d = Tensor();
+  e = Tensor();
+  r.mark("end");
+  a = Tensor();  // as Python clears the frame's locals: in the order they were made
+  w = Tensor();
+  b = Tensor();
+}
+
 const std::map<std::string, std::function<void(Device, Recorder&)>>& programs() {
   static const std::map<std::string, std::function<void(Device, Recorder&)>> all = {
       {"cross_stream_free_busy", cross_stream_free_busy},
@@ -291,6 +329,7 @@ const std::map<std::string, std::function<void(Device, Recorder&)>>& programs() 
       {"idle_stream_record", idle_stream_record},
       {"events_and_wait", events_and_wait},
       {"three_streams", three_streams},
+      {"side_stream_matmul", side_stream_matmul},
   };
   return all;
 }
@@ -389,28 +428,61 @@ std::vector<std::pair<int, Run>> recorded(const std::string& program) {
   return runs;
 }
 
-Run run_here(const std::string& program, Device dev) {
-  testing::FreshDevice fresh(dev);
-  Recorder r(dev);
-  programs().at(program)(dev, r);
+// As the probe's run_one: a warm-up pass (the probe's loads CUDA's kernels lazily, which would otherwise
+// wait for busy streams), then the recorded pass from an emptied cache with the statistics reset.
+Run run_program(const std::string& program, Device dev) {
+  const auto& body = programs().at(program);
+  {
+    Recorder warm_up(dev, false);
+    body(dev, warm_up);
+  }
+  synchronize(dev);
+  set_per_process_memory_fraction(1.0, dev);
+  empty_cache(dev);
+  reset_accumulated_memory_stats(dev);
+  reset_peak_memory_stats(dev);
+  Recorder r(dev, true);
+  body(dev, r);
   synchronize(dev);  // as the probe, before reading the trace
   return r.finish();
+}
+
+Run run_here(const std::string& program, Device dev) {
+  if (dev.type == DeviceType::cuda) {
+    // As the probe's fresh process: the first pool stream next, and no cuBLAS workspaces parked yet.
+    restart_streams(dev);
+    clear_blas_workspaces();
+    return run_program(program, dev);
+  }
+  testing::FreshDevice fresh(dev);
+  return run_program(program, dev);
+}
+
+void check_programs(Device dev) {
+  for (const auto& [name, program] : programs()) {
+    const auto runs = recorded(name);
+    REQUIRE_MESSAGE(!runs.empty(), name << " has no recording");
+    CAPTURE(name);
+    CAPTURE(dev.str());
+    const std::string ours = normalize(run_here(name, dev));
+    for (const auto& [index, run] : runs) {
+      CAPTURE(index);
+      CHECK(ours == normalize(run));
+    }
+  }
 }
 
 }  // namespace
 
 TEST_CASE("side-stream programs equal PyTorch's figures and traces on sim and meta") {
-  for (const auto& [name, program] : programs()) {
-    const auto runs = recorded(name);
-    REQUIRE_MESSAGE(!runs.empty(), name << " has no recording");
-    for (Device dev : {kSim, kMeta}) {
-      CAPTURE(name);
-      CAPTURE(dev.str());
-      const std::string ours = normalize(run_here(name, dev));
-      for (const auto& [index, run] : runs) {
-        CAPTURE(index);
-        CHECK(ours == normalize(run));
-      }
-    }
+  check_programs(kSim);
+  check_programs(kMeta);
+}
+
+TEST_CASE("side-stream programs equal PyTorch's figures and traces on cuda") {
+  if (!cuda_is_available()) {
+    MESSAGE("skipped: no GPU");
+    return;
   }
+  check_programs(kCuda);
 }

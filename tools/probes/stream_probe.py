@@ -271,6 +271,26 @@ def three_streams(r):
     r.mark("empty_cache")
 
 
+@program
+def side_stream_matmul(r):
+    """cuBLAS workspaces are kept per (handle, stream): a side stream's first products park their own."""
+    s = torch.cuda.Stream()
+    a = torch.randn(256, 256, device=DEV)
+    w = torch.randn(256, 256, device=DEV)
+    b = torch.randn(256, device=DEV)
+    r.mark("operands")
+    c = a @ w
+    r.mark("product on default stream")
+    with torch.cuda.stream(s):
+        d = a @ w
+    r.mark("product on side stream")
+    with torch.cuda.stream(s):
+        e = torch.nn.functional.linear(a, w, b)
+    r.mark("linear with bias on side stream")
+    del c, d, e
+    r.mark("end")
+
+
 def measure_sleep():
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(1000)
