@@ -19,6 +19,8 @@
 #include "bytegrad/memory/caching_allocator.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/memory/streams.h"
+#include "bytegrad/tensor/tensor.h"
 #include "bytegrad/testing/fresh_device.h"
 
 namespace bytegrad::conformance {
@@ -69,5 +71,45 @@ struct SettingsRestorer {
                            ",per_process_memory_fraction:1.0");
   }
 };
+
+// torch.cuda._sleep on `stream`: work that keeps the stream busy until the program waits for it. On sim and
+// meta a work item on the simulated timeline, which stays pending until waited for (their default timing,
+// stream_timeline.h) as the sleep does on the H100. The suite has no busy kernel for cuda yet: there it
+// queues nothing and returns false, and the caller skips, with a MESSAGE, the assertions that depend on it.
+inline bool queue_busy_work(const Stream& stream) {
+  if (stream.device().type == DeviceType::cuda) return false;
+  REQUIRE_MESSAGE(simulated_timing(stream.device()) == SimulatedTiming::work_pending_until_waited,
+                  "the conformance tests model a busy GPU: " << stream.device().str()
+                                                             << " must keep queued work pending until waited for");
+  stream_timeline(stream.device()).launched(stream.id());
+  return true;
+}
+
+inline constexpr const char* kNoBusyKernelOnCuda =
+    "cuda: the suite has no kernel to keep a stream busy (torch.cuda._sleep) yet; the assertions that need one "
+    "are skipped";
+
+// Work on cuda's current stream long enough that two events around it are measurably apart (for
+// elapsed_time: cudaEventElapsedTime resolves about half a microsecond; filling 256 MiB takes far longer).
+inline void measurable_work(Device device) { empty({64 * 1024 * 1024}, bytegrad::device(device)).fill_(1.0); }
+
+// torch.cuda.device(d) for a scope: d is the device bytegrad's functions use when none is named
+// (default_device(): current_stream(), memory_allocated(), a tensor made without a device).
+class CurrentDeviceScope {
+ public:
+  explicit CurrentDeviceScope(Device device) : previous_(default_device()) { set_default_device(device); }
+  ~CurrentDeviceScope() { set_default_device(previous_); }
+  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
+  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
+
+ private:
+  Device previous_;
+};
+
+// Index 1 of the device's kind, for PyTorch's multi-GPU tests: sim and meta have as many as asked for; cuda
+// needs a second GPU (has_second_device).
+inline Device second_device_of(Device device) { return Device{device.type, 1}; }
+inline bool has_second_device(Device device) { return device.type != DeviceType::cuda || cuda_device_count() >= 2; }
+inline constexpr const char* kOnlyOneGpu = "only one GPU: skipped, as PyTorch skips it";
 
 }  // namespace bytegrad::conformance

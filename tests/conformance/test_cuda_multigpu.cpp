@@ -223,8 +223,6 @@ class MemoryStatsWalk {
   std::vector<size_t> order_;
 };
 
-Device second_device_of(Device device) { return Device{device.type, 1}; }
-
 }  // namespace
 
 // PyTorch: test_cuda_multigpu.py TestCudaMultiGPU.test_memory_stats
@@ -241,8 +239,8 @@ TEST_CASE("conformance: the memory statistics walk agrees with the snapshot at e
 TEST_CASE("conformance: two devices of one kind keep their own statistics, interleaved") {
   for_each_device([](Device device) {
     const Device other = second_device_of(device);
-    if (device.type == DeviceType::cuda && cuda_device_count() < 2) {
-      MESSAGE("only one GPU: skipped, as PyTorch skips it");
+    if (!has_second_device(device)) {
+      MESSAGE(kOnlyOneGpu);
       return;
     }
     DeviceUnderTest dut0(device);

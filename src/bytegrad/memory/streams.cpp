@@ -200,6 +200,15 @@ void Event::wait(const Stream& stream) const {
   state_->timeline->wait(stream.id(), state_->handle);
 }
 
+std::optional<Device> Event::device() const {
+  if (!state_) return std::nullopt;
+  return state_->device;
+}
+
+std::string Event::str() const {
+  return state_ ? "Event(device=" + state_->device.str() + ")" : "Event(uninitialized)";
+}
+
 double Event::elapsed_time(const Event& end) const {
   if (!enable_timing_ || !end.enable_timing_)
     throw std::invalid_argument("Event::elapsed_time: both events must be made with enable_timing=true");

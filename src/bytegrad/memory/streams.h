@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bytegrad/core/device.h"
@@ -91,6 +92,9 @@ class Event {
   // Milliseconds from this event to `end` (both recorded with enable_timing, and completed); cuda only.
   double elapsed_time(const Event& end) const;
   bool is_recorded() const { return state_ != nullptr; }
+  // The device it was first recorded on; none before that (torch.cuda.Event.device).
+  std::optional<Device> device() const;
+  std::string str() const;  // "Event(device=sim)", or "Event(uninitialized)" before the first record
 
  private:
   struct State;
