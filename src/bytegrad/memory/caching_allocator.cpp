@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "bytegrad/core/enum_name.h"
 #include "bytegrad/memory/out_of_memory.h"
 
 namespace bytegrad {
@@ -65,12 +66,8 @@ bool CachingAllocator::AddressOrder::operator()(const Block* a, const Block* b) 
 }
 
 std::string_view block_state_name(BlockState state) {
-  switch (state) {
-    case BlockState::active_allocated: return "active_allocated";
-    case BlockState::active_pending_free: return "active_pending_free";
-    case BlockState::inactive: return "inactive";
-  }
-  return "unknown";
+  static constexpr std::string_view kNames[] = {"active_allocated", "active_pending_free", "inactive"};
+  return enum_name(state, kNames, "unknown");
 }
 
 CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index,

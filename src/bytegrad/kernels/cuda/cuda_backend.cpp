@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "bytegrad/core/enum_name.h"
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/kernels/cuda/cuda_gemm.h"
 #include "bytegrad/kernels/cuda/cuda_check.h"
@@ -71,29 +72,16 @@ LaunchStreamScope::~LaunchStreamScope() { current_launch_stream = previous_; }
 
 namespace {
 
+// The names in the enums' order (kernels/backend.h).
 const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::mean: return "mean";
-    case ReduceOp::prod: return "prod";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-    case ReduceOp::argmax: return "argmax";
-    case ReduceOp::argmin: return "argmin";
-    case ReduceOp::norm: return "norm";
-    case ReduceOp::var: return "var";
-    case ReduceOp::std: return "std";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"sum",    "mean",   "prod", "max", "min",
+                                           "argmax", "argmin", "norm", "var", "std"};
+  return enum_name(op, kNames, "?");
 }
 
 const char* ternary_op_name(TernaryOp op) {
-  switch (op) {
-    case TernaryOp::lerp: return "lerp";
-    case TernaryOp::addcmul: return "addcmul";
-    case TernaryOp::addcdiv: return "addcdiv";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"lerp", "addcmul", "addcdiv"};
+  return enum_name(op, kNames, "?");
 }
 
 // "copy memcpy float32" (contiguous, one dtype: the copy engine), else "copy strided float32<-int64".
