@@ -208,17 +208,18 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(args.device, [&] { return gemm_key(args); });
     cuda::gemm(args);
   }
+  // Reads of `in` at `index` along dim, then their backward: sums of `source` into out at `index`.
   void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
     CudaCall call(out.device, "index_select", "", in.dtype);
     cuda::index_select(out, in, dim, index);
   }
-  void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
-    CudaCall call(out.device, "index_add", "", out.dtype);
-    cuda::index_add(out, dim, index, source);
-  }
   void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
     CudaCall call(out.device, "gather", "", in.dtype);
     cuda::gather(out, in, dim, index);
+  }
+  void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
+    CudaCall call(out.device, "index_add", "", out.dtype);
+    cuda::index_add(out, dim, index, source);
   }
   void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
     CudaCall call(out.device, "scatter_add", "", out.dtype);
