@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "bytegrad/core/enum_name.h"
 #include "bytegrad/memory/out_of_memory.h"
 
 namespace bytegrad {
@@ -65,12 +66,8 @@ bool CachingAllocator::AddressOrder::operator()(const Block* a, const Block* b) 
 }
 
 std::string_view block_state_name(BlockState state) {
-  switch (state) {
-    case BlockState::active_allocated: return "active_allocated";
-    case BlockState::active_pending_free: return "active_pending_free";
-    case BlockState::inactive: return "inactive";
-  }
-  return "unknown";
+  static constexpr std::string_view kNames[] = {"active_allocated", "active_pending_free", "inactive"};
+  return enum_name(state, kNames, "unknown");
 }
 
 CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConfig config, int device_index,
@@ -723,6 +720,16 @@ void CachingAllocator::apply_settings(AllocatorConfig config) {
 
 // ------------------------------------------------------------------------------------- limits and stats
 
+namespace {
+// Returns f() computed with `mutex` held: the accessors below that read or reset one thing. The result is
+// returned by value, so it is copied before the lock is released.
+template <typename F>
+auto under_lock(std::mutex& mutex, F&& f) {
+  std::lock_guard lock(mutex);
+  return f();
+}
+}  // namespace
+
 void CachingAllocator::set_memory_fraction(double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0))
     throw std::invalid_argument("set_memory_fraction: fraction must be between 0 and 1, got " +
@@ -740,13 +747,11 @@ double CachingAllocator::memory_fraction() const {
 }
 
 DeviceStats CachingAllocator::stats() const {
-  std::lock_guard lock(mutex_);
-  return stats_;
+  return under_lock(mutex_, [&] { return stats_; });
 }
 
 Stat CachingAllocator::all_pools(StatArray DeviceStats::*stat) const {
-  std::lock_guard lock(mutex_);
-  return (stats_.*stat).all();
+  return under_lock(mutex_, [&] { return (stats_.*stat).all(); });
 }
 
 int64_t CachingAllocator::memory_allocated() const { return all_pools(&DeviceStats::allocated_bytes).current; }
@@ -806,8 +811,7 @@ void CachingAllocator::rebirth_blocks(MemoryCategory from, MemoryCategory to) {
 }
 
 CategoryBytes CachingAllocator::category_bytes() const {
-  std::lock_guard lock(mutex_);
-  return categories_.totals();
+  return under_lock(mutex_, [&] { return categories_.totals(); });
 }
 
 std::string CachingAllocator::block_owner(const void* ptr) const {
@@ -817,23 +821,19 @@ std::string CachingAllocator::block_owner(const void* ptr) const {
 }
 
 std::vector<LedgerBlock> CachingAllocator::largest_blocks(size_t count) const {
-  std::lock_guard lock(mutex_);
-  return categories_.largest(count);
+  return under_lock(mutex_, [&] { return categories_.largest(count); });
 }
 
 PeakRecord CachingAllocator::peak_record() const {
-  std::lock_guard lock(mutex_);
-  return categories_.peak();
+  return under_lock(mutex_, [&] { return categories_.peak(); });
 }
 
 void CachingAllocator::reset_accumulated_stats() {
-  std::lock_guard lock(mutex_);
-  stats_.reset_accumulated();
+  under_lock(mutex_, [&] { stats_.reset_accumulated(); });
 }
 
 RawMemory::Info CachingAllocator::mem_get_info() {
-  std::lock_guard lock(mutex_);
-  return raw_->info();
+  return under_lock(mutex_, [&] { return raw_->info(); });
 }
 
 void CachingAllocator::note_driver_allocations(uint32_t what) {
@@ -852,13 +852,11 @@ size_t CachingAllocator::block_size(const void* ptr) const {
 }
 
 void CachingAllocator::record_history(bool enabled, size_t max_entries) {
-  std::lock_guard lock(mutex_);
-  history_.set_enabled(enabled, max_entries);
+  under_lock(mutex_, [&] { history_.set_enabled(enabled, max_entries); });
 }
 
 bool CachingAllocator::history_enabled() const {
-  std::lock_guard lock(mutex_);
-  return history_.user_enabled();
+  return under_lock(mutex_, [&] { return history_.user_enabled(); });
 }
 
 uint64_t CachingAllocator::attach_history_observer() {
@@ -868,8 +866,7 @@ uint64_t CachingAllocator::attach_history_observer() {
 }
 
 void CachingAllocator::detach_history_observer() {
-  std::lock_guard lock(mutex_);
-  history_.detach_observer();
+  under_lock(mutex_, [&] { history_.detach_observer(); });
 }
 
 // -------------------------------------------------------------------------------------------- snapshot

@@ -1,5 +1,7 @@
 #include "bytegrad/memory/memory_category.h"
 
+#include "bytegrad/core/enum_name.h"
+
 namespace bytegrad {
 
 namespace detail {
@@ -13,29 +15,18 @@ MemoryPhase& thread_phase() {
 }
 }  // namespace detail
 
+// The names in the enum's order (memory_category.h).
 std::string_view category_name(MemoryCategory category) {
-  switch (category) {
-    case MemoryCategory::parameter: return "parameter";
-    case MemoryCategory::buffer: return "buffer";
-    case MemoryCategory::gradient: return "gradient";
-    case MemoryCategory::optimizer_state: return "optimizer_state";
-    case MemoryCategory::workspace: return "workspace";
-    case MemoryCategory::activation: return "activation";
-    case MemoryCategory::autograd_temporary: return "autograd_temporary";
-    case MemoryCategory::other: return "other";
-  }
-  return "other";
+  static constexpr std::string_view kNames[] = {"parameter", "buffer",     "gradient",           "optimizer_state",
+                                                "workspace", "activation", "autograd_temporary", "other"};
+  return enum_name(category, kNames, "other");
 }
 
 MemoryCategory current_birth_category() { return detail::thread_birth_category(); }
 
 std::string_view phase_name(MemoryPhase p) {
-  switch (p) {
-    case MemoryPhase::forward: return "forward";
-    case MemoryPhase::backward: return "backward";
-    case MemoryPhase::optimizer_step: return "optimizer step";
-  }
-  return "forward";
+  static constexpr std::string_view kNames[] = {"forward", "backward", "optimizer step"};
+  return enum_name(p, kNames, "forward");
 }
 
 MemoryPhase current_phase() { return detail::thread_phase(); }

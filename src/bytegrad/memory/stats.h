@@ -12,10 +12,7 @@
 namespace bytegrad {
 
 struct Stat {
-  int64_t current = 0;
-  int64_t peak = 0;
-  int64_t allocated = 0;
-  int64_t freed = 0;
+  int64_t current = 0, peak = 0, allocated = 0, freed = 0;
 
   void increase(int64_t amount) {
     current += amount;

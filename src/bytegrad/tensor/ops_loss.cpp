@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "bytegrad/core/enum_name.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/autocast.h"
@@ -23,12 +24,8 @@ using namespace ops_detail;
 namespace {
 
 const char* reduction_name(Reduction r) {
-  switch (r) {
-    case Reduction::none: return "none";
-    case Reduction::mean: return "mean";
-    case Reduction::sum: return "sum";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"none", "mean", "sum"};
+  return enum_name(r, kNames, "?");
 }
 
 // a on b's device and of b's dtype.

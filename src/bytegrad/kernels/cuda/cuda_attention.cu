@@ -140,6 +140,118 @@ __device__ __forceinline__ void load_tile(Acc* tile, int ld, const Rows<const T>
   }
 }
 
+// The forward's and dq's shared memory: two tiles of kTile rows that the keys and the values stream through,
+// each row padded by one column against bank conflicts, then the kernel's own rows (after()). dk/dv lays out
+// its tiles itself: built through this struct, its 16-bit kernels spilled registers.
+template <typename Acc>
+struct TilePair {
+  int64_t cols_first, cols_second;
+  int ld_first, ld_second;
+  Acc *first, *second;
+
+  __device__ __forceinline__ TilePair(int64_t cols_first, int64_t cols_second, Acc* smem)
+      : cols_first(cols_first),
+        cols_second(cols_second),
+        ld_first(static_cast<int>(cols_first) + 1),
+        ld_second(static_cast<int>(cols_second) + 1),
+        first(smem),
+        second(first + kTile * ld_first) {}
+
+  __device__ __forceinline__ Acc* after() const { return second + kTile * ld_second; }
+
+  // Copies rows [t0, t0 + kTile) of the (b, h) slices of two operands of `rows` rows into the tiles.
+  template <typename T>
+  __device__ __forceinline__ void load(const Rows<const T>& src_first, const Rows<const T>& src_second, int64_t b,
+                                       int64_t h, int64_t t0, int64_t rows) const {
+    load_tile<T, Acc>(first, ld_first, src_first, b, h, t0, rows, cols_first);
+    load_tile<T, Acc>(second, ld_second, src_second, b, h, t0, rows, cols_second);
+  }
+};
+
+// The block's dynamic shared memory.
+template <typename Acc>
+__device__ __forceinline__ Acc* shared_memory() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return reinterpret_cast<Acc*>(smem_raw);
+}
+
+// Where a thread works: the (b, h) slice of its block, the block's kWarps consecutive rows (query rows, or key
+// rows for dk/dv), one per warp, and its warp's row among them.
+struct WarpRow {
+  int64_t b, h;
+  int64_t first_row;  // the block's
+  int64_t row;        // the warp's
+  int warp, lane;
+  bool valid;  // false past the end of the slice (its last block)
+};
+
+// Which rows a kernel's warps take: query rows (forward, dq) or key rows (dk/dv).
+enum class RowsOf { queries, keys };
+
+// The shape is taken by reference, so its sizes are read where they are used.
+__device__ __forceinline__ WarpRow warp_row(const Shape4& n, RowsOf which) {
+  const int64_t& rows = which == RowsOf::keys ? n.Sk : n.Sq;
+  const int64_t row_tiles = (rows + kWarps - 1) / kWarps;
+  const int64_t bh = blockIdx.x / row_tiles, tile = blockIdx.x % row_tiles;
+  const int64_t b = bh / n.H, h = bh % n.H;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t first_row = tile * kWarps, row = first_row + warp;
+  return {b, h, first_row, row, warp, lane, row < rows};
+}
+
+// The keys a block of query rows streams (the most any of its rows sees: every warp runs the tile loop, which
+// synchronises the block) and the keys its warp's row sees (none past the end).
+struct KeyCounts {
+  int64_t block, row;
+};
+
+template <typename Params>
+__device__ __forceinline__ KeyCounts key_counts(const Params& p, int64_t first_row, int64_t row, bool row_valid) {
+  const int64_t last_row = min(p.n.Sq - 1, first_row + kWarps - 1);
+  return {visible_keys(last_row, p.n.Sk, p.causal), row_valid ? visible_keys(row, p.n.Sk, p.causal) : 0};
+}
+
+// Runs body(t0) for the key tiles t0 = 0, kTile, ... below `keys`, each once its keys and values are in the
+// tiles; every thread of the block runs every tile (the loop synchronises the block).
+template <typename T, typename Acc, typename Params, typename Body>
+__device__ __forceinline__ void for_each_key_tile(const TilePair<Acc>& tiles, const Params& p, int64_t b, int64_t h,
+                                                  int64_t keys, Body&& body) {
+  for (int64_t t0 = 0; t0 < keys; t0 += kTile) {
+    __syncthreads();  // the previous tile has been used (and each warp's own rows are written)
+    tiles.template load<T>(p.k, p.v, b, h, t0, p.n.Sk);
+    __syncthreads();
+    body(t0);
+  }
+}
+
+// Calls f(c, d) for the lane's register columns: c = 0 .. PerLane - 1 holds head-dim column d = lane + 32 c.
+template <int PerLane, typename F>
+__device__ __forceinline__ void for_lane_columns(int lane, F&& f) {
+#pragma unroll
+  for (int c = 0; c < PerLane; ++c) f(c, lane + c * kWarp);
+}
+
+// Copies a (b, h, row) operand row into shared memory, the warp's lanes striding over its columns.
+template <typename T, typename Acc>
+__device__ __forceinline__ void load_row(Acc* dst, const Rows<const T>& src, int64_t b, int64_t h, int64_t row,
+                                         int64_t cols, int lane) {
+  for (int64_t d = lane; d < cols; d += kWarp) dst[d] = convert<Acc>(src.at(b, h, row)[d]);
+}
+
+// acc[c] += sum over the tile's rows r of lane r's weight times tile[r][d], for the lane's columns d below
+// cols: the probabilities times the value rows, or the score gradients times the key rows.
+template <int PerLane, typename Acc>
+__device__ __forceinline__ void accumulate_tile(Acc (&acc)[PerLane], Acc weight, const Acc* tile, int ld, int64_t cols,
+                                                int lane) {
+  for (int r = 0; r < kTile; ++r) {
+    const Acc wr = __shfl_sync(0xffffffffu, weight, r);
+    const Acc* tr = tile + r * ld;
+    for_lane_columns<PerLane>(lane, [&](int c, int64_t d) {
+      if (d < cols) acc[c] += wr * tr[d];
+    });
+  }
+}
+
 // ------------------------------------------------------------------------------------------- forward
 
 template <typename T, typename Acc>
@@ -156,45 +268,26 @@ struct ForwardParams {
 
 template <typename T, typename Acc, int PerLane>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardParams<T, Acc> p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int64_t D = p.n.D, Dv = p.n.Dv;
-  const int ldk = static_cast<int>(D) + 1, ldv = static_cast<int>(Dv) + 1;
-  Acc* k_tile = smem;
-  Acc* v_tile = k_tile + kTile * ldk;
-  Acc* q_rows = v_tile + kTile * ldv;
+  const TilePair<Acc> tiles(D, Dv, shared_memory<Acc>());  // keys, values; then a q row per warp
+  const auto [b, h, first_row, i, warp, lane, row_valid] = warp_row(p.n, RowsOf::queries);
 
-  const int64_t row_tiles = (p.n.Sq + kWarps - 1) / kWarps;
-  const int64_t bh = blockIdx.x / row_tiles, tile = blockIdx.x % row_tiles;
-  const int64_t b = bh / p.n.H, h = bh % p.n.H;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t i = tile * kWarps + warp;
-  const bool row_valid = i < p.n.Sq;
+  Acc* qs = tiles.after() + warp * D;
+  if (row_valid) load_row(qs, p.q, b, h, i, D, lane);
 
-  Acc* qs = q_rows + warp * D;
-  if (row_valid)
-    for (int64_t d = lane; d < D; d += kWarp) qs[d] = convert<Acc>(p.q.at(b, h, i)[d]);
-
-  const int64_t last_row = min(p.n.Sq - 1, tile * kWarps + kWarps - 1);
-  const int64_t block_keys = visible_keys(last_row, p.n.Sk, p.causal);
-  const int64_t row_keys = row_valid ? visible_keys(i, p.n.Sk, p.causal) : 0;
+  const auto [block_keys, row_keys] = key_counts(p, first_row, i, row_valid);
 
   Acc m = minus_infinity<Acc>(), l = 0;
   Acc acc[PerLane];
-#pragma unroll
-  for (int c = 0; c < PerLane; ++c) acc[c] = 0;
+  for_lane_columns<PerLane>(lane, [&](int c, int64_t) { acc[c] = 0; });
 
-  for (int64_t t0 = 0; t0 < block_keys; t0 += kTile) {
-    __syncthreads();  // the previous tile has been used (and the q rows are written)
-    load_tile<T, Acc>(k_tile, ldk, p.k, b, h, t0, p.n.Sk, D);
-    load_tile<T, Acc>(v_tile, ldv, p.v, b, h, t0, p.n.Sk, Dv);
-    __syncthreads();
-    if (!row_valid || t0 >= row_keys) continue;  // uniform across the warp
+  for_each_key_tile<T>(tiles, p, b, h, block_keys, [&](int64_t t0) {
+    if (!row_valid || t0 >= row_keys) return;  // uniform across the warp
     const bool visible = t0 + lane < row_keys;
     Acc s = minus_infinity<Acc>();
     if (visible) {
       Acc dot = 0;
-      const Acc* kr = k_tile + lane * ldk;
+      const Acc* kr = tiles.first + lane * tiles.ld_first;
       for (int64_t d = 0; d < D; ++d) dot += qs[d] * kr[d];
       s = dot * p.scale;
       if (p.bias.data) s += p.bias.template load<Acc>(b, h, i, t0 + lane);
@@ -207,27 +300,16 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(ForwardPara
     l = l * correction + warp_sum(prob);
     // what meets v: the probability times its dropout factor (the sum l is the undropped softmax's)
     const Acc weight = visible ? prob * dropout_factor<Acc>(p.dropout, p.n, b, h, i, t0 + lane) : Acc(0);
-#pragma unroll
-    for (int c = 0; c < PerLane; ++c) acc[c] *= correction;
-    for (int jj = 0; jj < kTile; ++jj) {
-      const Acc pj = __shfl_sync(0xffffffffu, weight, jj);
-      const Acc* vr = v_tile + jj * ldv;
-#pragma unroll
-      for (int c = 0; c < PerLane; ++c) {
-        const int64_t d = lane + c * kWarp;
-        if (d < Dv) acc[c] += pj * vr[d];
-      }
-    }
+    for_lane_columns<PerLane>(lane, [&](int c, int64_t) { acc[c] *= correction; });
+    accumulate_tile(acc, weight, tiles.second, tiles.ld_second, Dv, lane);
     m = m_new;
-  }
+  });
   if (!row_valid) return;
   const bool any = l > 0;
   T* o = p.out.at(b, h, i);
-#pragma unroll
-  for (int c = 0; c < PerLane; ++c) {
-    const int64_t d = lane + c * kWarp;
+  for_lane_columns<PerLane>(lane, [&](int c, int64_t d) {
     if (d < Dv) o[d] = convert<T>(any ? acc[c] / l : Acc(0));
-  }
+  });
   if (lane == 0 && p.lse.data) *p.lse.at(b, h, i) = any ? m + log_of(l) : minus_infinity<Acc>();
 }
 
@@ -243,6 +325,26 @@ struct BackwardParams : BackwardOperands<T> {
   DropoutDraw dropout;
 };
 
+// The backward's probability P_ij, recomputed from query row i's logsumexp, and dP_ij = dout_i . v_j, from
+// the q and dout rows of i and the k and v rows of j.
+template <typename Acc>
+struct ProbabilityAndGrad {
+  Acc prob, dp;
+};
+
+template <typename T, typename Acc>
+__device__ __forceinline__ ProbabilityAndGrad<Acc> probability_and_grad(const BackwardParams<T, Acc>& p, const Acc* q,
+                                                                        const Acc* dout, const Acc* k, const Acc* v,
+                                                                        Acc row_lse, int64_t b, int64_t h, int64_t i,
+                                                                        int64_t j) {
+  Acc s = 0, dp = 0;
+  for (int64_t d = 0; d < p.n.D; ++d) s += q[d] * k[d];
+  for (int64_t d = 0; d < p.n.Dv; ++d) dp += dout[d] * v[d];
+  s *= p.scale;
+  if (p.bias.data) s += p.bias.template load<Acc>(b, h, i, j);
+  return {exp_of(s - row_lse), dp};
+}
+
 // One key row j per warp; query rows stream through shared memory in tiles of 32 (lane t: row t0 + t).
 template <typename T, typename Acc, int PerLane>
 __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(BackwardParams<T, Acc> p) {
@@ -257,13 +359,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
   Acc* k_rows = delta_tile + kTile;       // kWarps x D
   Acc* v_rows = k_rows + kWarps * D;      // kWarps x Dv
 
-  const int64_t key_tiles = (p.n.Sk + kWarps - 1) / kWarps;
-  const int64_t bh = blockIdx.x / key_tiles, tile = blockIdx.x % key_tiles;
-  const int64_t b = bh / p.n.H, h = bh % p.n.H;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t first_key = tile * kWarps;
-  const int64_t j = first_key + warp;
-  const bool key_valid = j < p.n.Sk;
+  const auto [b, h, first_key, j, warp, lane, key_valid] = warp_row(p.n, RowsOf::keys);
 
   Acc* ks = k_rows + warp * D;
   Acc* vs = v_rows + warp * Dv;
@@ -300,14 +396,8 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
     const bool visible = i < p.n.Sq && (!p.causal || j <= i) && lse_tile[lane] > minus_infinity<Acc>();
     Acc weight = 0, ds = 0;
     if (visible) {
-      Acc s = 0, dp = 0;
-      const Acc* qr = q_tile + lane * ldq;
-      const Acc* gr = do_tile + lane * ldo;
-      for (int64_t d = 0; d < D; ++d) s += qr[d] * ks[d];
-      for (int64_t d = 0; d < Dv; ++d) dp += gr[d] * vs[d];
-      s *= p.scale;
-      if (p.bias.data) s += p.bias.template load<Acc>(b, h, i, j);
-      const Acc prob = exp_of(s - lse_tile[lane]);
+      const auto [prob, dp] =
+          probability_and_grad(p, q_tile + lane * ldq, do_tile + lane * ldo, ks, vs, lse_tile[lane], b, h, i, j);
       const Acc z = dropout_factor<Acc>(p.dropout, p.n, b, h, i, j);
       weight = prob * z;
       ds = prob * (z * dp - delta_tile[lane]);
@@ -341,27 +431,17 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
 // One query row i per warp; keys and values stream through shared memory as in the forward.
 template <typename T, typename Acc, int PerLane>
 __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(BackwardParams<T, Acc> p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int64_t D = p.n.D, Dv = p.n.Dv;
-  const int ldk = static_cast<int>(D) + 1, ldv = static_cast<int>(Dv) + 1;
-  Acc* k_tile = smem;
-  Acc* v_tile = k_tile + kTile * ldk;
-  Acc* q_rows = v_tile + kTile * ldv;  // kWarps x D
-  Acc* do_rows = q_rows + kWarps * D;  // kWarps x Dv
-
-  const int64_t row_tiles = (p.n.Sq + kWarps - 1) / kWarps;
-  const int64_t bh = blockIdx.x / row_tiles, tile = blockIdx.x % row_tiles;
-  const int64_t b = bh / p.n.H, h = bh % p.n.H;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t i = tile * kWarps + warp;
-  const bool row_valid = i < p.n.Sq;
+  const TilePair<Acc> tiles(D, Dv, shared_memory<Acc>());  // keys, values; then a q row and a dout row per warp
+  Acc* q_rows = tiles.after();                             // kWarps x D
+  Acc* do_rows = q_rows + kWarps * D;                      // kWarps x Dv
+  const auto [b, h, first_row, i, warp, lane, row_valid] = warp_row(p.n, RowsOf::queries);
 
   Acc* qs = q_rows + warp * D;
   Acc* gs = do_rows + warp * Dv;
   Acc delta = 0, row_lse = 0;
   if (row_valid) {
-    for (int64_t d = lane; d < D; d += kWarp) qs[d] = convert<Acc>(p.q.at(b, h, i)[d]);
+    load_row(qs, p.q, b, h, i, D, lane);
     Acc partial = 0;
     for (int64_t d = lane; d < Dv; d += kWarp) {
       const Acc g = convert<Acc>(p.dout.at(b, h, i)[d]);
@@ -371,54 +451,31 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dq_kernel(Backwar
     delta = warp_sum(partial);
     row_lse = *p.lse.at(b, h, i);
   }
-  const int64_t last_row = min(p.n.Sq - 1, tile * kWarps + kWarps - 1);
-  const int64_t block_keys = visible_keys(last_row, p.n.Sk, p.causal);
-  const int64_t row_keys = row_valid ? visible_keys(i, p.n.Sk, p.causal) : 0;
+  const auto [block_keys, row_keys] = key_counts(p, first_row, i, row_valid);
 
   Acc dq_acc[PerLane];
-#pragma unroll
-  for (int c = 0; c < PerLane; ++c) dq_acc[c] = 0;
+  for_lane_columns<PerLane>(lane, [&](int c, int64_t) { dq_acc[c] = 0; });
 
-  for (int64_t t0 = 0; t0 < block_keys; t0 += kTile) {
-    __syncthreads();
-    load_tile<T, Acc>(k_tile, ldk, p.k, b, h, t0, p.n.Sk, D);
-    load_tile<T, Acc>(v_tile, ldv, p.v, b, h, t0, p.n.Sk, Dv);
-    __syncthreads();
-    if (!row_valid || t0 >= row_keys) continue;
+  for_each_key_tile<T>(tiles, p, b, h, block_keys, [&](int64_t t0) {
+    if (!row_valid || t0 >= row_keys) return;
     const bool visible = t0 + lane < row_keys;
     Acc ds = 0;
     if (visible && row_lse > minus_infinity<Acc>()) {
       const int64_t j = t0 + lane;
-      Acc s = 0, dp = 0;
-      const Acc* kr = k_tile + lane * ldk;
-      const Acc* vr = v_tile + lane * ldv;
-      for (int64_t d = 0; d < D; ++d) s += qs[d] * kr[d];
-      for (int64_t d = 0; d < Dv; ++d) dp += gs[d] * vr[d];
-      s *= p.scale;
-      if (p.bias.data) s += p.bias.template load<Acc>(b, h, i, j);
-      const Acc prob = exp_of(s - row_lse);
+      const auto [prob, dp] = probability_and_grad(p, qs, gs, tiles.first + lane * tiles.ld_first,
+                                                   tiles.second + lane * tiles.ld_second, row_lse, b, h, i, j);
       ds = prob * (dropout_factor<Acc>(p.dropout, p.n, b, h, i, j) * dp - delta);
     }
     if (visible && p.grad_bias.data) p.grad_bias.store(b, h, i, t0 + lane, ds);
-    for (int jj = 0; jj < kTile; ++jj) {
-      const Acc dsj = __shfl_sync(0xffffffffu, ds, jj);
-      const Acc* kr = k_tile + jj * ldk;
-#pragma unroll
-      for (int c = 0; c < PerLane; ++c) {
-        const int64_t d = lane + c * kWarp;
-        if (d < D) dq_acc[c] += dsj * kr[d];
-      }
-    }
-  }
+    accumulate_tile(dq_acc, ds, tiles.first, tiles.ld_first, D, lane);
+  });
   if (!row_valid) return;
   if (p.grad_bias.data)  // the keys this row never saw (causal) have no gradient
     for (int64_t j = row_keys + lane; j < p.n.Sk; j += kWarp) p.grad_bias.store(b, h, i, j, Acc(0));
   T* dqr = p.dq.at(b, h, i);
-#pragma unroll
-  for (int c = 0; c < PerLane; ++c) {
-    const int64_t d = lane + c * kWarp;
+  for_lane_columns<PerLane>(lane, [&](int c, int64_t d) {
     if (d < D) dqr[d] = convert<T>(dq_acc[c] * p.scale);
-  }
+  });
 }
 
 // ------------------------------------------------------------------------------------------ launching

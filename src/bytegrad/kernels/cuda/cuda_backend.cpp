@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "bytegrad/core/enum_name.h"
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/kernels/cuda/cuda_gemm.h"
 #include "bytegrad/kernels/cuda/cuda_check.h"
@@ -71,29 +72,16 @@ LaunchStreamScope::~LaunchStreamScope() { current_launch_stream = previous_; }
 
 namespace {
 
+// The names in the enums' order (kernels/backend.h).
 const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::mean: return "mean";
-    case ReduceOp::prod: return "prod";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-    case ReduceOp::argmax: return "argmax";
-    case ReduceOp::argmin: return "argmin";
-    case ReduceOp::norm: return "norm";
-    case ReduceOp::var: return "var";
-    case ReduceOp::std: return "std";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"sum",    "mean",   "prod", "max", "min",
+                                           "argmax", "argmin", "norm", "var", "std"};
+  return enum_name(op, kNames, "?");
 }
 
 const char* ternary_op_name(TernaryOp op) {
-  switch (op) {
-    case TernaryOp::lerp: return "lerp";
-    case TernaryOp::addcmul: return "addcmul";
-    case TernaryOp::addcdiv: return "addcdiv";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"lerp", "addcmul", "addcdiv"};
+  return enum_name(op, kNames, "?");
 }
 
 // "copy memcpy float32" (contiguous, one dtype: the copy engine), else "copy strided float32<-int64".
@@ -220,17 +208,18 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(args.device, [&] { return gemm_key(args); });
     cuda::gemm(args);
   }
+  // Reads of `in` at `index` along dim, then their backward: sums of `source` into out at `index`.
   void index_select(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
     CudaCall call(out.device, "index_select", "", in.dtype);
     cuda::index_select(out, in, dim, index);
   }
-  void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
-    CudaCall call(out.device, "index_add", "", out.dtype);
-    cuda::index_add(out, dim, index, source);
-  }
   void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index) override {
     CudaCall call(out.device, "gather", "", in.dtype);
     cuda::gather(out, in, dim, index);
+  }
+  void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
+    CudaCall call(out.device, "index_add", "", out.dtype);
+    cuda::index_add(out, dim, index, source);
   }
   void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
     CudaCall call(out.device, "scatter_add", "", out.dtype);

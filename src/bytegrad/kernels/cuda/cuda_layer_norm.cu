@@ -90,17 +90,71 @@ __device__ __forceinline__ T normalized(Acc x, Acc mean, Acc rstd, const T* weig
   return convert<T>((x - mean) * rstd * load_or<T, Acc>(weight, j, Acc(1)) + load_or<T, Acc>(bias, j, Acc(0)));
 }
 
-template <typename T, int kThreadsPerRow>
-__global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_forward_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
-                              const T* bias, int64_t M, int64_t N, double eps) {
-  using Acc = opmath_t<T>;
-  const ForwardOperands<T> io{y, mean_out, rstd_out, x, weight, bias};
+// The row loop of the forward and input-gradient kernels: this thread's rows of M (grid-stride, the same rows
+// for all kThreadsPerRow threads of a row, so a row's threads may synchronize) and its lane in the row.
+template <int kThreadsPerRow, typename Body>
+__device__ __forceinline__ void for_each_row(int64_t M, Body&& body) {
   int64_t row, row_step;
   int lane;
   row_assignment<kThreadsPerRow>(row, row_step, lane);
-  for (; row < M; row += row_step) {  // uniform across the threads of a row
-    const T* xr = io.x + row * N;
+  for (; row < M; row += row_step) body(row, lane);  // uniform across the threads of a row
+}
+
+// How the forward and the input gradient take a row: StridedRows, kThreadsPerRow threads (a warp or a block)
+// striding over a row of any length, reading it once per pass; RegisterRows, a warp holding a row of at most
+// 32 kPerLane elements in registers (element lane + 32 i), the strided passes' sums in the same order, each
+// operand read once (the forward launches it up to 512 elements, the input gradient up to 1024).
+template <int kThreadsPerRow>
+struct StridedRows {
+  static constexpr int kThreads = kThreadsPerRow;
+  static constexpr bool kInRegisters = false;
+  using Length = int64_t;
+};
+
+template <int kElementsPerLane>
+struct RegisterRows {
+  static constexpr int kThreads = kWarp, kPerLane = kElementsPerLane;
+  static constexpr bool kInRegisters = true;
+  using Length = int;
+};
+
+// One row of the forward: the mean, then the mean squared deviation (two passes), then y; lane 0 stores the
+// row's mean and rstd.
+template <typename Rows, typename T>
+__device__ __forceinline__ void forward_row(const ForwardOperands<T>& io, int64_t row, typename Rows::Length N,
+                                            double eps, int lane) {
+  using Acc = opmath_t<T>;
+  const T* xr = io.x + row * N;
+  if constexpr (Rows::kInRegisters) {
+    constexpr int kPerLane = Rows::kPerLane;
+    Acc v[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + i * kWarp;
+      v[i] = j < N ? convert<Acc>(xr[j]) : Acc(0);
+    }
+    Acc sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + i * kWarp < N) sum += v[i];
+    const Acc mean = row_allreduce<kWarp>(sum, SumOp{}) / static_cast<Acc>(N);
+    Acc sq = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (lane + i * kWarp < N) {
+        const Acc d = v[i] - mean;
+        sq += d * d;
+      }
+    }
+    const Acc rstd = row_rstd<kWarp>(sq, mean, static_cast<Acc>(N), eps, lane, row, io.mean, io.rstd);
+    T* yr = io.y + row * N;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + i * kWarp;
+      if (j < N) yr[j] = normalized(v[i], mean, rstd, io.weight, io.bias, j);
+    }
+  } else {
+    constexpr int kThreadsPerRow = Rows::kThreads;
     Acc sum = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) sum += convert<Acc>(xr[j]);
     const Acc mean = row_allreduce<kThreadsPerRow>(sum, SumOp{}) / static_cast<Acc>(N);
@@ -116,17 +170,40 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <typename T, int kThreadsPerRow>
-__global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_input_grad_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
-                                 const T* weight, int64_t M, int64_t N) {
+// One row of the input gradient: the sums of g and g * xhat, then dx.
+template <typename Rows, typename T>
+__device__ __forceinline__ void input_grad_row(const InputGradOperands<T>& io, int64_t row, typename Rows::Length N,
+                                               int lane) {
   using Acc = opmath_t<T>;
-  const InputGradOperands<T> io{dx, dy, x, mean, rstd, weight};
-  int64_t row, row_step;
-  int lane;
-  row_assignment<kThreadsPerRow>(row, row_step, lane);
-  for (; row < M; row += row_step) {
-    const InputGradRow<T> in = io.row(row, N);
+  const InputGradRow<T> in = io.row(row, N);
+  if constexpr (Rows::kInRegisters) {
+    constexpr int kPerLane = Rows::kPerLane;
+    Acc g[kPerLane], xhat[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + i * kWarp;
+      g[i] = j < N ? in.g(j) : Acc(0);
+      xhat[i] = j < N ? in.xhat(j) : Acc(0);
+    }
+    Acc sum_g = 0, sum_g_xhat = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (lane + i * kWarp < N) {
+        sum_g += g[i];
+        sum_g_xhat += g[i] * xhat[i];
+      }
+    }
+    sum_g = row_allreduce<kWarp>(sum_g, SumOp{});
+    sum_g_xhat = row_allreduce<kWarp>(sum_g_xhat, SumOp{});
+    const Acc inv_n = Acc(1) / static_cast<Acc>(N);
+    T* dr = io.dx + row * N;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + i * kWarp;
+      if (j < N) dr[j] = input_grad<T>(g[i], xhat[i], in.rstd, sum_g, sum_g_xhat, inv_n);
+    }
+  } else {
+    constexpr int kThreadsPerRow = Rows::kThreads;
     Acc sum_g = 0, sum_g_xhat = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) {
       const Acc g = in.g(j);
@@ -140,6 +217,23 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int64_t j = lane; j < N; j += kThreadsPerRow)
       dr[j] = input_grad<T>(in.g(j), in.xhat(j), in.rstd, sum_g, sum_g_xhat, inv_n);
   }
+}
+
+// The forward and the input gradient over M rows of N, one kernel each for either way of taking a row.
+template <typename T, typename Rows>
+__global__ void __launch_bounds__(kBlockThreads)
+    layer_norm_forward_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
+                              const T* bias, int64_t M, typename Rows::Length N, double eps) {
+  const ForwardOperands<T> io{y, mean_out, rstd_out, x, weight, bias};
+  for_each_row<Rows::kThreads>(M, [&](int64_t row, int lane) { forward_row<Rows>(io, row, N, eps, lane); });
+}
+
+template <typename T, typename Rows>
+__global__ void __launch_bounds__(kBlockThreads)
+    layer_norm_input_grad_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
+                                 const T* weight, int64_t M, typename Rows::Length N) {
+  const InputGradOperands<T> io{dx, dy, x, mean, rstd, weight};
+  for_each_row<Rows::kThreads>(M, [&](int64_t row, int lane) { input_grad_row<Rows>(io, row, N, lane); });
 }
 
 // Weight and bias gradients: blocks of kColumns columns x kLanes lanes (1024 threads). With 8 columns a
@@ -201,89 +295,6 @@ __global__ void __launch_bounds__(kColumns* kLanes)
   }
 }
 
-// The forward for rows of at most 512 elements (launched up to there), a warp per row with the row in registers
-// (element lane + 32 i): the general kernel's two passes (mean, then mean squared deviation) in the same order, the row
-// read once.
-template <typename T, int kPerLane>
-__global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_forward_warp_kernel(T* y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, const T* x, const T* weight,
-                                   const T* bias, int64_t M, int N, double eps) {
-  using Acc = opmath_t<T>;
-  const ForwardOperands<T> io{y, mean_out, rstd_out, x, weight, bias};
-  int64_t row, row_step;
-  int lane;
-  row_assignment<kWarp>(row, row_step, lane);
-  for (; row < M; row += row_step) {
-    const T* xr = io.x + row * N;
-    Acc v[kPerLane];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int j = lane + i * kWarp;
-      v[i] = j < N ? convert<Acc>(xr[j]) : Acc(0);
-    }
-    Acc sum = 0;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (lane + i * kWarp < N) sum += v[i];
-    const Acc mean = row_allreduce<kWarp>(sum, SumOp{}) / static_cast<Acc>(N);
-    Acc sq = 0;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if (lane + i * kWarp < N) {
-        const Acc d = v[i] - mean;
-        sq += d * d;
-      }
-    }
-    const Acc rstd = row_rstd<kWarp>(sq, mean, static_cast<Acc>(N), eps, lane, row, io.mean, io.rstd);
-    T* yr = io.y + row * N;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int j = lane + i * kWarp;
-      if (j < N) yr[j] = normalized(v[i], mean, rstd, io.weight, io.bias, j);
-    }
-  }
-}
-
-// The input gradient for rows of at most 1024 elements, a warp per row with the row's dy and x in
-// registers (element lane + 32 i): the general kernel's sums in the same order, each operand read once.
-template <typename T, int kPerLane>
-__global__ void __launch_bounds__(kBlockThreads)
-    layer_norm_input_grad_warp_kernel(T* dx, const T* dy, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
-                                      const T* weight, int64_t M, int N) {
-  using Acc = opmath_t<T>;
-  const InputGradOperands<T> io{dx, dy, x, mean, rstd, weight};
-  int64_t row, row_step;
-  int lane;
-  row_assignment<kWarp>(row, row_step, lane);
-  for (; row < M; row += row_step) {
-    const InputGradRow<T> in = io.row(row, N);
-    Acc g[kPerLane], xhat[kPerLane];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int j = lane + i * kWarp;
-      g[i] = j < N ? in.g(j) : Acc(0);
-      xhat[i] = j < N ? in.xhat(j) : Acc(0);
-    }
-    Acc sum_g = 0, sum_g_xhat = 0;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if (lane + i * kWarp < N) {
-        sum_g += g[i];
-        sum_g_xhat += g[i] * xhat[i];
-      }
-    }
-    sum_g = row_allreduce<kWarp>(sum_g, SumOp{});
-    sum_g_xhat = row_allreduce<kWarp>(sum_g_xhat, SumOp{});
-    const Acc inv_n = Acc(1) / static_cast<Acc>(N);
-    T* dr = io.dx + row * N;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int j = lane + i * kWarp;
-      if (j < N) dr[j] = input_grad<T>(g[i], xhat[i], in.rstd, sum_g, sum_g_xhat, inv_n);
-    }
-  }
-}
-
 void require_contiguous(const StridedView& v, const char* op) {
   if (!v.is_contiguous())
     throw std::invalid_argument(std::string("cuda backend: ") + op + ": operands must be contiguous");
@@ -312,15 +323,15 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
     // (0.022 against 0.030 ms a call at 8192 x 768).
     if (M > 0 && N > 0 && N <= 512) {
       dispatch_per_lane<4>(N, [&](auto per_lane) {
-        layer_norm_forward_warp_kernel<T, decltype(per_lane)::value>
+        layer_norm_forward_kernel<T, RegisterRows<decltype(per_lane)::value>>
             <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
                 io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, static_cast<int>(N), eps);
-        BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_warp_kernel");
+        BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel (rows in registers)");
       });
       return;
     }
     launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
-      layer_norm_forward_kernel<T, decltype(threads_per_row)::value>
+      layer_norm_forward_kernel<T, StridedRows<decltype(threads_per_row)::value>>
           <<<blocks, kBlockThreads, 0, launch_stream()>>>(io.y, io.mean, io.rstd, io.x, io.weight, io.bias, M, N, eps);
       BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
     });
@@ -345,15 +356,15 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
                                   data_or_null<const T>(weight)};
     if (dx && N <= 1024) {
       auto launch = [&](auto per_lane) {
-        layer_norm_input_grad_warp_kernel<T, decltype(per_lane)::value>
+        layer_norm_input_grad_kernel<T, RegisterRows<decltype(per_lane)::value>>
             <<<grid_for(M, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
                 io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, static_cast<int>(N));
-        BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_warp_kernel");
+        BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel (rows in registers)");
       };
       dispatch_per_lane<4>(N, launch);
     } else if (dx) {
       launch_rows(M, N, [&](auto threads_per_row, unsigned blocks) {
-        layer_norm_input_grad_kernel<T, decltype(threads_per_row)::value>
+        layer_norm_input_grad_kernel<T, StridedRows<decltype(threads_per_row)::value>>
             <<<blocks, kBlockThreads, 0, launch_stream()>>>(io.dx, io.dy, io.x, io.mean, io.rstd, io.weight, M, N);
         BYTEGRAD_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel");
       });
