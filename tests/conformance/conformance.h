@@ -22,6 +22,7 @@
 #include "bytegrad/memory/streams.h"
 #include "bytegrad/tensor/tensor.h"
 #include "bytegrad/testing/fresh_device.h"
+#include "bytegrad/testing/stream_work.h"
 
 namespace bytegrad::conformance {
 
@@ -74,14 +75,14 @@ struct SettingsRestorer {
 
 // torch.cuda._sleep on `stream`: work that keeps the stream busy until the program waits for it. On sim and
 // meta a work item on the simulated timeline, which stays pending until waited for (their default timing,
-// stream_timeline.h) as the sleep does on the H100. The suite has no busy kernel for cuda yet: there it
-// queues nothing and returns false, and the caller skips, with a MESSAGE, the assertions that depend on it.
+// stream_timeline.h) as the sleep does on the H100; on cuda testing::queue_busy_work's spinning kernel.
+// Returns true (the work was queued): callers once skipped assertions on cuda when it could not be.
 inline bool queue_busy_work(const Stream& stream) {
-  if (stream.device().type == DeviceType::cuda) return false;
-  REQUIRE_MESSAGE(simulated_timing(stream.device()) == SimulatedTiming::work_pending_until_waited,
-                  "the conformance tests model a busy GPU: " << stream.device().str()
-                                                             << " must keep queued work pending until waited for");
-  stream_timeline(stream.device()).launched(stream.id());
+  if (stream.device().type != DeviceType::cuda)
+    REQUIRE_MESSAGE(simulated_timing(stream.device()) == SimulatedTiming::work_pending_until_waited,
+                    "the conformance tests model a busy GPU: " << stream.device().str()
+                                                               << " must keep queued work pending until waited for");
+  testing::queue_busy_work(stream);  // on cuda a kernel spinning for about a second
   return true;
 }
 

@@ -436,13 +436,20 @@ CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
 
 // ------------------------------------------------------------------------------------------------ free
 
+// The live block at `ptr`; anything else throws, naming `caller`.
+std::unordered_map<uintptr_t, CachingAllocator::Block*>::iterator CachingAllocator::live_block(const void* ptr,
+                                                                                               const char* caller) {
+  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == active_blocks_.end())
+    throw std::invalid_argument(std::string(caller) + ": pointer " + std::to_string(reinterpret_cast<uintptr_t>(ptr)) +
+                                " was not allocated by this allocator (or was already freed)");
+  return it;
+}
+
 void CachingAllocator::free(void* ptr) {
   if (!ptr) return;
   std::lock_guard lock(mutex_);
-  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == active_blocks_.end())
-    throw std::invalid_argument("CachingAllocator::free: pointer " + std::to_string(reinterpret_cast<uintptr_t>(ptr)) +
-                                " was not allocated by this allocator (or was already freed)");
+  const auto it = live_block(ptr, "CachingAllocator::free");
   Block* block = it->second;
   active_blocks_.erase(it);
   const MemoryCategory category = categories_.on_free(block->category);
@@ -461,11 +468,7 @@ void CachingAllocator::free(void* ptr) {
 
 void CachingAllocator::record_stream(const void* ptr, StreamId stream) {
   std::lock_guard lock(mutex_);
-  auto it = active_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == active_blocks_.end())
-    throw std::invalid_argument("record_stream: pointer " + std::to_string(reinterpret_cast<uintptr_t>(ptr)) +
-                                " is not a live block of this allocator");
-  Block* block = it->second;
+  Block* block = live_block(ptr, "record_stream")->second;
   if (stream == block->stream) return;
   auto& uses = block->stream_uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);

@@ -179,6 +179,7 @@ class CachingAllocator {
   void record_category_change(const CategoryChange& change, const CategoryBytes& totals);
   void free_block(Block* block);
   void insert_events(Block* block);
+  std::unordered_map<uintptr_t, Block*>::iterator live_block(const void* ptr, const char* caller);
   void process_events();
   void synchronize_and_free_events();
   size_t merge_into(Block* dst, Block* src, BlockPool& pool);

@@ -14,8 +14,7 @@ namespace bytegrad {
 #ifdef BYTEGRAD_HAVE_CUDA
 namespace {
 
-using cuda_runtime::check;
-
+// Stream ids and event handles are the CUDA objects' addresses.
 cudaStream_t as_stream(StreamId id) { return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(id)); }
 cudaEvent_t as_event(EventHandle event) { return reinterpret_cast<cudaEvent_t>(static_cast<uintptr_t>(event)); }
 
@@ -27,7 +26,8 @@ class CudaTimeline final : public StreamTimeline {
   StreamId create_stream(int priority) override {
     use_device();
     cudaStream_t stream = nullptr;
-    check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority), "cudaStreamCreateWithPriority");
+    cuda_runtime::check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority),
+                        "cudaStreamCreateWithPriority");
     return reinterpret_cast<uintptr_t>(stream);
   }
   void* native_stream(StreamId stream) const override { return as_stream(stream); }
@@ -35,41 +35,43 @@ class CudaTimeline final : public StreamTimeline {
   EventHandle create_event(bool enable_timing) override {
     use_device();
     cudaEvent_t event = nullptr;
-    check(cudaEventCreateWithFlags(&event, enable_timing ? cudaEventDefault : cudaEventDisableTiming),
-          "cudaEventCreateWithFlags");
+    cuda_runtime::check(cudaEventCreateWithFlags(&event, enable_timing ? cudaEventDefault : cudaEventDisableTiming),
+                        "cudaEventCreateWithFlags");
     return reinterpret_cast<uintptr_t>(event);
   }
   void destroy_event(EventHandle event) override { (void)cudaEventDestroy(as_event(event)); }
   void record(EventHandle event, StreamId stream) override {
     use_device();
-    check(cudaEventRecord(as_event(event), as_stream(stream)), "cudaEventRecord");
+    cuda_runtime::check(cudaEventRecord(as_event(event), as_stream(stream)), "cudaEventRecord");
   }
   bool query(EventHandle event) override {
     return cuda_runtime::is_done(cudaEventQuery(as_event(event)), "cudaEventQuery");
   }
-  void synchronize(EventHandle event) override { check(cudaEventSynchronize(as_event(event)), "cudaEventSynchronize"); }
+  void synchronize(EventHandle event) override {
+    cuda_runtime::check(cudaEventSynchronize(as_event(event)), "cudaEventSynchronize");
+  }
   void wait(StreamId waiter, EventHandle event) override {
     use_device();
-    check(cudaStreamWaitEvent(as_stream(waiter), as_event(event), 0), "cudaStreamWaitEvent");
+    cuda_runtime::check(cudaStreamWaitEvent(as_stream(waiter), as_event(event), 0), "cudaStreamWaitEvent");
   }
   double elapsed_ms(EventHandle start, EventHandle end) override {
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, as_event(start), as_event(end)), "cudaEventElapsedTime");
+    cuda_runtime::check(cudaEventElapsedTime(&ms, as_event(start), as_event(end)), "cudaEventElapsedTime");
     return ms;
   }
   bool query_stream(StreamId stream) override {
     return cuda_runtime::is_done(cudaStreamQuery(as_stream(stream)), "cudaStreamQuery");
   }
   void synchronize_stream(StreamId stream) override {
-    check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
+    cuda_runtime::check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
   }
   void synchronize_device() override {
     use_device();
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    cuda_runtime::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
 
  private:
-  void use_device() const { check(cudaSetDevice(index_), "cudaSetDevice"); }
+  void use_device() const { cuda_runtime::check(cudaSetDevice(index_), "cudaSetDevice"); }
   int index_;
 };
 

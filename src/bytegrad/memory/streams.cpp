@@ -157,7 +157,11 @@ StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream
   set_current_stream(stream);
 }
 
-StreamGuard::~StreamGuard() { set_current_stream(previous_); }
+// The constructor made an entry for the device: restoring it only assigns, so nothing can throw here.
+StreamGuard::~StreamGuard() {
+  for (Stream& s : current_streams)
+    if (s.device() == previous_.device()) s = previous_;
+}
 
 // ----------------------------------------------------------------------------------------------- events
 
@@ -165,7 +169,12 @@ StreamGuard::~StreamGuard() { set_current_stream(previous_); }
 struct Event::State {
   State(Device d, std::shared_ptr<StreamTimeline> t, bool enable_timing)
       : device(d), timeline(std::move(t)), handle(timeline->create_event(enable_timing)) {}
-  ~State() { timeline->destroy_event(handle); }
+  ~State() {
+    try {
+      timeline->destroy_event(handle);
+    } catch (...) {  // a destructor must not throw; the handle is the timeline's own, so this cannot fail
+    }
+  }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
 

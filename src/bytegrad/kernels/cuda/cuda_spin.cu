@@ -8,8 +8,7 @@ namespace {
 
 __global__ void spin_kernel(int64_t cycles) {
   const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
+  while (clock64() - start < cycles) {}
 }
 
 }  // namespace
