@@ -6,8 +6,8 @@
 //
 // What goes in:
 //  - "segments": every segment of every snapshot, with its device, pool ("large"/"small"), stream and its
-//    blocks in address order (they tile the segment); each block's state is "active_allocated" or
-//    "inactive" (bytegrad has no cross-stream frees, so never "active_pending_free").
+//    blocks in address order (they tile the segment); each block's state is "active_allocated",
+//    "active_pending_free" (freed, waiting on other streams' events: record_stream) or "inactive".
 //  - "device_traces": one list per device index, up to the largest index given (devices without a
 //    snapshot get []); each is the allocator's history (record_history), oldest first, with PyTorch's
 //    action names. alloc/free sizes are the bytes requested, as PyTorch writes them.
