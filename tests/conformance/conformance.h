@@ -76,19 +76,13 @@ struct SettingsRestorer {
 // torch.cuda._sleep on `stream`: work that keeps the stream busy until the program waits for it. On sim and
 // meta a work item on the simulated timeline, which stays pending until waited for (their default timing,
 // stream_timeline.h) as the sleep does on the H100; on cuda testing::queue_busy_work's spinning kernel.
-// Returns true (the work was queued): callers once skipped assertions on cuda when it could not be.
-inline bool queue_busy_work(const Stream& stream) {
+inline void queue_busy_work(const Stream& stream) {
   if (stream.device().type != DeviceType::cuda)
     REQUIRE_MESSAGE(simulated_timing(stream.device()) == SimulatedTiming::work_pending_until_waited,
                     "the conformance tests model a busy GPU: " << stream.device().str()
                                                                << " must keep queued work pending until waited for");
   testing::queue_busy_work(stream);  // on cuda a kernel spinning for about a second
-  return true;
 }
-
-inline constexpr const char* kNoBusyKernelOnCuda =
-    "cuda: the suite has no kernel to keep a stream busy (torch.cuda._sleep) yet; the assertions that need one "
-    "are skipped";
 
 // Work on cuda's current stream long enough that two events around it are measurably apart (for
 // elapsed_time: cudaEventElapsedTime resolves about half a microsecond; filling 256 MiB takes far longer).
@@ -112,5 +106,19 @@ class CurrentDeviceScope {
 inline Device second_device_of(Device device) { return Device{device.type, 1}; }
 inline bool has_second_device(Device device) { return device.type != DeviceType::cuda || cuda_device_count() >= 2; }
 inline constexpr const char* kOnlyOneGpu = "only one GPU: skipped, as PyTorch skips it";
+
+// Runs `body(d0, d1)` for each device under test d0 and a second device of its kind d1, both as a test
+// finds them (DeviceUnderTest); with one GPU, says so and skips, as PyTorch's multi-GPU tests do.
+inline void for_each_device_pair(const std::function<void(Device, Device)>& body) {
+  for_each_device([&](Device d0) {
+    if (!has_second_device(d0)) {
+      MESSAGE(kOnlyOneGpu);
+      return;
+    }
+    const Device d1 = second_device_of(d0);
+    DeviceUnderTest dut0(d0), dut1(d1);
+    body(d0, d1);
+  });
+}
 
 }  // namespace bytegrad::conformance
