@@ -10,6 +10,7 @@
 #include "bytegrad/memory/caching_allocator.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/format_size.h"
+#include "bytegrad/memory/mem_pool.h"
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "bytegrad/memory/streams.h"

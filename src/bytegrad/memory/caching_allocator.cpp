@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 #include "bytegrad/core/enum_name.h"
 #include "bytegrad/memory/out_of_memory.h"
@@ -36,8 +37,10 @@ struct CachingAllocator::Block {
   uintptr_t tie_address() const { return ptr + tie_shift; }
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
-  bool is_pending_free() const { return event_count > 0; }
-  bool is_free() const { return !allocated && event_count == 0; }
+  // Freed, but other streams may still use it: events pending, or their recording deferred while a thread
+  // allocates to a private pool (stream_uses kept).
+  bool is_pending_free() const { return !allocated && (event_count > 0 || !stream_uses.empty()); }
+  bool is_free() const { return !allocated && event_count == 0 && stream_uses.empty(); }
 };
 
 // One reserved address range of whole pages (cuMemAddressReserve), pages mapped on demand.
@@ -86,11 +89,14 @@ CachingAllocator::CachingAllocator(std::unique_ptr<RawMemory> raw, AllocatorConf
 
 CachingAllocator::~CachingAllocator() {
   std::vector<Block*> all;
-  for (BlockPool* pool : {&small_pool_, &large_pool_}) {
+  std::vector<BlockPool*> pools{&small_pool_, &large_pool_};
+  for (auto& [id, pool] : private_pools_) pools.insert(pools.end(), {&pool->small, &pool->large});
+  for (BlockPool* pool : pools) {
     all.insert(all.end(), pool->free_blocks.begin(), pool->free_blocks.end());
     all.insert(all.end(), pool->unmapped.begin(), pool->unmapped.end());
   }
   for (auto& [ptr, block] : active_blocks_) all.push_back(block);
+  all.insert(all.end(), frees_deferred_.begin(), frees_deferred_.end());
   for (auto& [stream, frees] : pending_frees_) {
     for (auto& [event, block] : frees) {
       timeline_->destroy_event(event);
@@ -148,19 +154,22 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
   if (bytes >= kOneExaByte) throw OutOfMemoryError(kTooLargeMessage, bytes, 0);
 
   std::unique_lock lock(mutex_);
-  process_events();
+  // While a thread allocates to a private pool, PyTorch leaves pending frees alone (as during a CUDA graph
+  // capture, which the same state stands for).
+  if (!allocating_to_pools()) process_events();
   Request request{bytes, 0, 0, stream, nullptr};
   request.size = round_size(bytes, config_);
-  request.pool = &pool_of(pool_for(request.size));
+  request.pool = &pool_for_request(request.size);
   request.segment_size = segment_size_for(request.size, config_);
 
   bool found = find_free_block(request);
   if (!found) {
     if (fraction_set_ && config_.garbage_collection_threshold > 0.0) collect_garbage();
-    // A new segment; else free oversize cached blocks and retry; else flush the whole cache and retry.
-    found = allocate_segment(request, false) ||
+    // A new segment; else a free block of a use_on_oom pool; else free oversize cached blocks and retry;
+    // else (unless a thread allocates to a private pool) flush the whole cache and retry.
+    found = allocate_segment(request, false) || try_use_on_oom_pools(request) ||
             (release_available_cached_blocks(request) && allocate_segment(request, false));
-    if (!found) {
+    if (!found && !allocating_to_pools()) {
       release_cached_blocks();
       found = allocate_segment(request, true);
     }
@@ -211,9 +220,14 @@ bool CachingAllocator::allocate_segment(Request& request, bool is_retry) {
   const size_t bytes = request.segment_size;
   // The cap is tested against the whole-segment size even when expandable segments map fewer bytes.
   if (fraction_set_ && total_reserved_ + bytes > allowed_maximum_) return false;
-  if (config_.expandable_segments) return allocate_expandable(request);
+  if (config_.expandable_segments) {
+    if (!allocate_expandable(request)) return false;
+    if (request.pool->owner) ++request.pool->owner->segment_count;  // once per growth, as PyTorch counts it
+    return true;
+  }
   void* ptr = raw_->allocate(bytes);
   if (!ptr) return false;
+  if (request.pool->owner) ++request.pool->owner->segment_count;
   total_reserved_ += bytes;
   Block* block = new_block();
   block->ptr = reinterpret_cast<uintptr_t>(ptr);
@@ -372,6 +386,7 @@ void CachingAllocator::unmap_block(Block* block) {
 
   total_reserved_ -= bytes;
   stats_.reserved_bytes.decrease(pool.kind, static_cast<int64_t>(bytes));
+  if (pool.owner) --pool.owner->segment_count;
   ++stats_.num_device_free;
   history_.record(TraceAction::segment_unmap, address, bytes, block->stream, categories_.totals());
 }
@@ -392,7 +407,8 @@ CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
   BlockPool& pool = *request.pool;
   const PoolKind kind = pool.kind;
   const bool already_split = block->is_split();
-  if (should_split(kind, block->size, request.size, config_)) {
+  const bool no_split = pool.owner && no_split_pools_.count(pool.owner->id) > 0;
+  if (!no_split && should_split(kind, block->size, request.size, config_)) {
     Block* remaining = block;  // keeps its stale requested_size, as PyTorch's does
     block = new_block();
     block->ptr = remaining->ptr;
@@ -463,6 +479,7 @@ void CachingAllocator::free(void* ptr) {
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   block->freed_category = category;
   if (block->stream_uses.empty()) free_block(block);
+  else if (allocating_to_pools()) frees_deferred_.push_back(block);  // events recorded later
   else insert_events(block);
 }
 
@@ -489,6 +506,7 @@ void CachingAllocator::insert_events(Block* block) {
 // At every malloc: the pending frees whose events have completed become real, per stream in free order,
 // stopping at a stream's first event still pending.
 void CachingAllocator::process_events() {
+  insert_deferred_events();
   for (auto it = pending_frees_.begin(); it != pending_frees_.end();) {
     auto& frees = it->second;
     while (!frees.empty()) {
@@ -502,17 +520,35 @@ void CachingAllocator::process_events() {
   }
 }
 
-// Waits for every pending free's events and completes the frees (empty_cache, an out-of-memory retry).
-void CachingAllocator::synchronize_and_free_events() {
+// Waits for every pending free's events and completes the frees (empty_cache, an out-of-memory retry);
+// with `only`, just those of that private pool's blocks.
+void CachingAllocator::synchronize_and_free_events(const PrivatePool* only) {
   ++stats_.num_sync_all_streams;
-  for (auto& [stream, frees] : pending_frees_) {
-    for (auto& [event, block] : frees) {
+  if (!allocating_to_pools()) insert_deferred_events();
+  for (auto it = pending_frees_.begin(); it != pending_frees_.end();) {
+    auto& frees = it->second;
+    for (auto e = frees.begin(); e != frees.end();) {
+      auto [event, block] = *e;
+      if (only && block->pool->owner != only) {
+        ++e;
+        continue;
+      }
       timeline_->synchronize(event);
       timeline_->destroy_event(event);
+      e = frees.erase(e);
       if (--block->event_count == 0) free_block(block);
     }
+    it = frees.empty() ? pending_frees_.erase(it) : std::next(it);
   }
-  pending_frees_.clear();
+}
+
+// The frees deferred while threads allocated to private pools get their events now, recorded on each
+// using stream at this point (PyTorch's insert_events_deferred_until_no_capture).
+void CachingAllocator::insert_deferred_events() {
+  if (frees_deferred_.empty()) return;
+  std::vector<Block*> deferred = std::move(frees_deferred_);
+  frees_deferred_.clear();
+  for (Block* block : deferred) insert_events(block);
 }
 
 // The block becomes free: merge with free neighbours, cache it, and settle the split statistics by their
@@ -574,6 +610,7 @@ void CachingAllocator::release_segment(Block* block) {
   pool.free_blocks.erase(block);
   raw_->release(reinterpret_cast<void*>(block->ptr), block->size);
   total_reserved_ -= block->size;
+  if (pool.owner) --pool.owner->segment_count;
   stats_.segment.decrease(pool.kind, 1);
   stats_.reserved_bytes.decrease(pool.kind, static_cast<int64_t>(block->size));
   if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
@@ -597,11 +634,135 @@ void CachingAllocator::release_free_segments(BlockPool& pool) {
   }
 }
 
-// What empty_cache does: large pool first, then small, each in free-set order.
-void CachingAllocator::release_cached_blocks() {
-  synchronize_and_free_events();
-  release_free_segments(large_pool_);
-  release_free_segments(small_pool_);
+// What empty_cache does. For the default pool (unless a thread allocates to a private pool): wait for the
+// pending frees, then release the large pool's free segments, then the small pool's, each in free-set
+// order. Then every freeable private pool, small before large (with a pool's id: only that pool, waiting
+// for its own pending frees first); a freeable pool left with no segment is forgotten.
+void CachingAllocator::release_cached_blocks(MempoolId pool_id) {
+  if (pool_id == kDefaultMempool && !allocating_to_pools()) {
+    synchronize_and_free_events();
+    release_free_segments(large_pool_);
+    release_free_segments(small_pool_);
+  }
+  for (auto it = freeable_pools_.begin(); it != freeable_pools_.end();) {
+    const MempoolId id = *it++;
+    if (pool_id != kDefaultMempool && id != pool_id) continue;
+    PrivatePool& pool = *private_pools_.at(id);
+    if (pool_id != kDefaultMempool) synchronize_and_free_events(&pool);
+    release_free_segments(pool.small);
+    release_free_segments(pool.large);
+    erase_pool_if_done(id);
+  }
+}
+
+void CachingAllocator::erase_pool_if_done(MempoolId id) {
+  auto it = private_pools_.find(id);
+  if (it == private_pools_.end() || it->second->use_count > 0 || it->second->segment_count > 0) return;
+  use_on_oom_pools_.erase(id);
+  no_split_pools_.erase(id);
+  freeable_pools_.erase(id);
+  private_pools_.erase(it);
+}
+
+// ------------------------------------------------------------------------------------------ private pools
+
+CachingAllocator::BlockPool& CachingAllocator::pool_for_request(size_t size) {
+  const PoolKind kind = pool_for(size);
+  if (allocating_to_pools()) {
+    const std::thread::id me = std::this_thread::get_id();
+    for (auto it = allocating_to_pool_.rbegin(); it != allocating_to_pool_.rend(); ++it) {
+      if (it->second != me) continue;
+      PrivatePool& pool = *private_pools_.at(it->first);
+      return kind == PoolKind::small ? pool.small : pool.large;
+    }
+  }
+  return kind == PoolKind::small ? small_pool_ : large_pool_;
+}
+
+CachingAllocator::PrivatePool& CachingAllocator::private_pool(MempoolId id, const char* caller) const {
+  auto it = private_pools_.find(id);
+  if (it == private_pools_.end())
+    throw std::invalid_argument(std::string(caller) + ": no memory pool (" + std::to_string(id.first) + ", " +
+                                std::to_string(id.second) + ") on device " + std::to_string(device_index_));
+  return *it->second;
+}
+
+// PyTorch's try_mempool_fallback: a request of the default pools that found no room takes a free block of a
+// use_on_oom pool (best fit there), which then belongs to that pool.
+bool CachingAllocator::try_use_on_oom_pools(Request& request) {
+  if (request.pool->owner) return false;
+  for (const MempoolId& id : use_on_oom_pools_) {
+    PrivatePool& pool = *private_pools_.at(id);
+    Request fallback = request;
+    fallback.pool = request.pool->kind == PoolKind::small ? &pool.small : &pool.large;
+    if (find_free_block(fallback)) {
+      request = fallback;
+      return true;
+    }
+  }
+  return false;
+}
+
+void CachingAllocator::create_or_incref_pool(MempoolId id) {
+  if (id == kDefaultMempool) throw std::invalid_argument("create_or_incref_pool: (0, 0) is the default pool");
+  std::lock_guard lock(mutex_);
+  auto it = private_pools_.find(id);
+  if (it == private_pools_.end()) {
+    auto pool = std::make_unique<PrivatePool>();
+    pool->id = id;
+    pool->small.owner = pool->large.owner = pool.get();
+    private_pools_.emplace(id, std::move(pool));
+    return;
+  }
+  if (it->second->use_count == 0)
+    throw std::logic_error("create_or_incref_pool: memory pool (" + std::to_string(id.first) + ", " +
+                           std::to_string(id.second) + ") was released and cannot be used again");
+  ++it->second->use_count;
+}
+
+void CachingAllocator::release_pool(MempoolId id) {
+  std::lock_guard lock(mutex_);
+  PrivatePool& pool = private_pool(id, "release_pool");
+  if (pool.use_count == 0) throw std::logic_error("release_pool: the memory pool has no users left to release");
+  if (--pool.use_count == 0) freeable_pools_.insert(id);
+}
+
+int CachingAllocator::pool_use_count(MempoolId id) const {
+  std::lock_guard lock(mutex_);
+  return private_pool(id, "pool_use_count").use_count;
+}
+
+void CachingAllocator::set_use_on_oom(MempoolId id, bool use_on_oom) {
+  std::lock_guard lock(mutex_);
+  if (use_on_oom) use_on_oom_pools_.insert(id);
+  else use_on_oom_pools_.erase(id);
+}
+
+void CachingAllocator::set_no_split(MempoolId id) {
+  std::lock_guard lock(mutex_);
+  no_split_pools_.insert(id);
+}
+
+void CachingAllocator::begin_allocate_to_pool(MempoolId id) {
+  create_or_incref_pool(id);
+  std::lock_guard lock(mutex_);
+  for (const auto& [pool, thread] : allocating_to_pool_)
+    if (pool == id) {
+      --private_pools_.at(id)->use_count;  // undo this begin's reference
+      throw std::logic_error("begin_allocate_to_pool: already allocating to memory pool (" + std::to_string(id.first) +
+                             ", " + std::to_string(id.second) + ")");
+    }
+  allocating_to_pool_.emplace_back(id, std::this_thread::get_id());
+}
+
+void CachingAllocator::end_allocate_to_pool(MempoolId id) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(allocating_to_pool_.begin(), allocating_to_pool_.end(),
+                         [&](const auto& entry) { return entry.first == id; });
+  if (it == allocating_to_pool_.end())
+    throw std::logic_error("end_allocate_to_pool: not allocating to memory pool (" + std::to_string(id.first) + ", " +
+                           std::to_string(id.second) + ")");
+  allocating_to_pool_.erase(it);
 }
 
 // Only with max_split_size set: free one cached oversize segment big enough for the request, or else the
@@ -670,9 +831,9 @@ void CachingAllocator::collect_garbage() {
   }
 }
 
-void CachingAllocator::empty_cache() {
+void CachingAllocator::empty_cache(MempoolId pool) {
   std::lock_guard lock(mutex_);
-  release_cached_blocks();
+  release_cached_blocks(pool);
 }
 
 void CachingAllocator::throw_out_of_memory(const Request& request, std::unique_lock<std::mutex>& lock) {
@@ -694,6 +855,9 @@ void CachingAllocator::throw_out_of_memory(const Request& request, std::unique_l
   report.categories = categories_.totals();
   report.phase = current_phase();
   report.cached_free_bytes = report.reserved_bytes - report.allocated_bytes;
+  for (const auto& [id, pool] : private_pools_)
+    for (const BlockPool* blocks : {&pool->large, &pool->small})
+      for (const Block* block : blocks->free_blocks) report.private_free_bytes += block->size;
   for (const Block* block : request.pool->free_blocks) {
     ++report.cached_free_pieces;
     report.largest_free_piece = std::max(report.largest_free_piece, block->size);
@@ -874,20 +1038,31 @@ void CachingAllocator::detach_history_observer() {
 
 // -------------------------------------------------------------------------------------------- snapshot
 
-MemorySnapshot CachingAllocator::snapshot() {
+MemorySnapshot CachingAllocator::snapshot(MempoolId pool_id) {
   std::lock_guard lock(mutex_);
   std::vector<const Block*> heads;
   // A segment starts at a block with no mapped block before it: each mapped range of an expandable
-  // segment is reported as a segment of its own.
-  auto starts_segment = [](const Block* block) { return !block->prev || !block->prev->mapped; };
-  for (const BlockPool* pool : {&small_pool_, &large_pool_})
+  // segment is reported as a segment of its own. With a private pool's id, only that pool's segments.
+  const PrivatePool* only = nullptr;
+  if (pool_id != kDefaultMempool) {
+    auto it = private_pools_.find(pool_id);
+    if (it != private_pools_.end()) only = it->second.get();
+  }
+  auto wanted = [&](const Block* block) {
+    return (!block->prev || !block->prev->mapped) && (pool_id == kDefaultMempool || (only && block->pool->owner == only));
+  };
+  std::vector<const BlockPool*> pools{&small_pool_, &large_pool_};
+  for (const auto& [id, pool] : private_pools_) pools.insert(pools.end(), {&pool->small, &pool->large});
+  for (const BlockPool* pool : pools)
     for (const Block* block : pool->free_blocks)
-      if (starts_segment(block)) heads.push_back(block);
+      if (wanted(block)) heads.push_back(block);
   for (const auto& [ptr, block] : active_blocks_)
-    if (starts_segment(block)) heads.push_back(block);
+    if (wanted(block)) heads.push_back(block);
   for (const auto& [stream, frees] : pending_frees_)
     for (const auto& [event, block] : frees)
-      if (starts_segment(block)) heads.push_back(block);
+      if (wanted(block)) heads.push_back(block);
+  for (const Block* block : frees_deferred_)
+    if (wanted(block)) heads.push_back(block);
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->ptr < b->ptr; });
   heads.erase(std::unique(heads.begin(), heads.end()), heads.end());  // a pending block waits on several streams
 
@@ -901,6 +1076,7 @@ MemorySnapshot CachingAllocator::snapshot() {
     segment.stream = head->stream;
     segment.pool = head->pool->kind;
     segment.is_expandable = head->segment != nullptr;
+    if (head->pool->owner) segment.pool_id = head->pool->owner->id;
     for (const Block* block = head; block && block->mapped; block = block->next) {
       const BlockState state = block->allocated           ? BlockState::active_allocated
                                : block->is_pending_free() ? BlockState::active_pending_free

@@ -15,7 +15,9 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bytegrad/memory/alloc_config.h"
@@ -28,6 +30,11 @@
 #include "bytegrad/memory/stream_timeline.h"
 
 namespace bytegrad {
+
+// A memory pool's id, as PyTorch's MempoolId_t: (0, 0) is the default pool; a user's pool (MemPool,
+// memory/mem_pool.h) is (0, n), n counting up from 1 in the process.
+using MempoolId = std::pair<uint64_t, uint64_t>;
+inline constexpr MempoolId kDefaultMempool{0, 0};
 
 enum class BlockState { active_allocated, active_pending_free, inactive };
 std::string_view block_state_name(BlockState state);
@@ -49,7 +56,8 @@ struct SegmentInfo {
   StreamId stream = 0;
   PoolKind pool = PoolKind::small;
   bool is_expandable = false;     // one contiguous mapped range of an expandable segment
-  std::vector<BlockInfo> blocks;  // in address order, tiling the segment
+  MempoolId pool_id = kDefaultMempool;  // the private pool (MemPool) that owns it, or the default pool
+  std::vector<BlockInfo> blocks;        // in address order, tiling the segment
 };
 
 struct MemorySnapshot {
@@ -79,8 +87,24 @@ class CachingAllocator {
   void free(void* ptr);
   // The live block at `ptr` is used on `stream` too (Tensor::record_stream); its own stream is ignored.
   void record_stream(const void* ptr, StreamId stream);
-  // Waits for every pending free's events, then releases every cached segment that is entirely free.
-  void empty_cache();
+  // Waits for every pending free's events, then releases every cached segment that is entirely free: the
+  // default pool's (not while a thread allocates to a private pool) and those of private pools no longer in
+  // use. With a private pool's id: only that pool's, if it is no longer in use (PyTorch's emptyCache(id)).
+  void empty_cache(MempoolId pool = kDefaultMempool);
+
+  // Private pools (PyTorch's graph_pools, used by torch.cuda.MemPool; mem_pool.h is the user's API). A pool
+  // serves only requests made while its thread allocates to it; its blocks and segments are its own, counted
+  // in the same statistics. use_count: its users (the MemPool, each allocation scope); at 0 the pool is
+  // freeable and empty_cache releases its free segments, forgetting it once it holds none.
+  void create_or_incref_pool(MempoolId pool);
+  void release_pool(MempoolId pool);  // one user fewer
+  int pool_use_count(MempoolId pool) const;
+  void set_use_on_oom(MempoolId pool, bool use_on_oom);  // its free blocks serve others before an OOM
+  void set_no_split(MempoolId pool);                     // its blocks never split a segment
+  // Requests made by the calling thread go to `pool` until end_allocate_to_pool; scopes nest (the latest
+  // wins). Each begin is a user of the pool (create_or_incref_pool); end does not release it.
+  void begin_allocate_to_pool(MempoolId pool);
+  void end_allocate_to_pool(MempoolId pool);
 
   // Caps the segments this allocator may hold at fraction * total device memory (0 <= fraction <= 1).
   void set_memory_fraction(double fraction);
@@ -101,8 +125,9 @@ class CachingAllocator {
   void reset_peak_stats();
   void reset_accumulated_stats();
 
-  MemorySnapshot
-  snapshot();  // for PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (reports/memory_viz.h)
+  // For PyTorch's memory_viz viewer: memory_viz_json / dump_memory_viz (reports/memory_viz.h). With a
+  // private pool's id, only that pool's segments (none once it is gone), as torch.cuda.memory_snapshot(id).
+  MemorySnapshot snapshot(MempoolId pool = kDefaultMempool);
   void record_history(bool enabled, size_t max_entries = std::numeric_limits<size_t>::max());
   bool history_enabled() const;  // whether record_history(true) is in effect
   // For tools that read the history from a point on (MemoryStory, MemoryProbe): while attached, the
@@ -147,11 +172,20 @@ class CachingAllocator {
   struct AddressOrder {
     bool operator()(const Block* a, const Block* b) const;
   };
+  struct PrivatePool;
   struct BlockPool {
     PoolKind kind;
+    PrivatePool* owner = nullptr;  // null for the default pools
     std::set<Block*, BlockOrder> free_blocks;
     std::set<Block*, AddressOrder> unmapped;  // expandable segments' ranges without pages, by (stream, address)
     uint64_t search_count = 0;                // get_free_block calls, the clock that ages blocks for garbage collection
+  };
+  struct PrivatePool {
+    MempoolId id;
+    int use_count = 1;
+    size_t segment_count = 0;  // segments (or mapped ranges) it holds: forgotten when freeable and 0
+    BlockPool small{PoolKind::small};
+    BlockPool large{PoolKind::large};
   };
   struct Request {
     size_t requested = 0;  // bytes asked for
@@ -162,7 +196,13 @@ class CachingAllocator {
     Block* block = nullptr;
   };
 
-  BlockPool& pool_of(PoolKind kind) { return kind == PoolKind::small ? small_pool_ : large_pool_; }
+  // The pool a request of this block size goes to: the latest private pool the calling thread allocates to,
+  // else the default pools.
+  BlockPool& pool_for_request(size_t size);
+  PrivatePool& private_pool(MempoolId pool, const char* caller) const;
+  bool allocating_to_pools() const { return !allocating_to_pool_.empty(); }
+  bool try_use_on_oom_pools(Request& request);
+  void erase_pool_if_done(MempoolId pool);
   bool find_free_block(Request& request);
   bool allocate_segment(Request& request, bool is_retry);
   bool allocate_expandable(Request& request);
@@ -171,7 +211,7 @@ class CachingAllocator {
   void unmap_block(Block* block);
   void release_expandable_segment(Block* block);
   bool release_available_cached_blocks(const Request& request);
-  void release_cached_blocks();
+  void release_cached_blocks(MempoolId pool = kDefaultMempool);
   void release_free_segments(BlockPool& pool);
   void release_segment(Block* block);
   void collect_garbage();
@@ -181,7 +221,8 @@ class CachingAllocator {
   void insert_events(Block* block);
   std::unordered_map<uintptr_t, Block*>::iterator live_block(const void* ptr, const char* caller);
   void process_events();
-  void synchronize_and_free_events();
+  void synchronize_and_free_events(const PrivatePool* only = nullptr);
+  void insert_deferred_events();
   size_t merge_into(Block* dst, Block* src, BlockPool& pool);
   void insert_free(BlockPool& pool, Block* block);
   [[noreturn]] void throw_out_of_memory(const Request& request, std::unique_lock<std::mutex>& lock);
@@ -198,8 +239,19 @@ class CachingAllocator {
   AllocatorConfig config_;
   int device_index_;
   mutable std::mutex mutex_;
-  BlockPool small_pool_{PoolKind::small, {}, {}, 0};
-  BlockPool large_pool_{PoolKind::large, {}, {}, 0};
+  BlockPool small_pool_{PoolKind::small};
+  BlockPool large_pool_{PoolKind::large};
+  // Private pools by id, and the ids of those no longer in use (ordered by id: PyTorch's hash maps have no
+  // order of their own, so where several pools are released at once the order is ours).
+  std::map<MempoolId, std::unique_ptr<PrivatePool>> private_pools_;
+  std::set<MempoolId> freeable_pools_;
+  std::set<MempoolId> use_on_oom_pools_;
+  std::set<MempoolId> no_split_pools_;
+  // Threads allocating to a private pool, in the order they began (PyTorch's captures_underway).
+  std::vector<std::pair<MempoolId, std::thread::id>> allocating_to_pool_;
+  // Blocks with other streams' uses freed while some thread allocated to a private pool: their events are
+  // recorded once no thread does (PyTorch defers them the same way during capture).
+  std::vector<Block*> frees_deferred_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   std::unordered_map<uintptr_t, Block*> active_blocks_;
   std::vector<Block*> spare_blocks_;  // recycled Block objects

@@ -41,6 +41,7 @@ struct OutOfMemoryReport {
   CategoryBytes categories{};
   MemoryPhase phase = MemoryPhase::forward;
   size_t cached_free_bytes = 0;   // reserved - allocated
+  size_t private_free_bytes = 0;  // free blocks held in private pools (MemPool), part of cached_free_bytes
   size_t cached_free_pieces = 0;  // free blocks in the request's pool
   size_t largest_free_piece = 0;  // the largest of them (0 when none)
   std::vector<LedgerBlock> largest_live;

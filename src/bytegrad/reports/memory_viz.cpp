@@ -71,10 +71,11 @@ void write_segments(std::string& out, const MemorySnapshot& snap, uint64_t shift
     first = false;
     fmt::format_to(Out(out),
                    R"({{"device": {}, "address": {}, "total_size": {}, "allocated_size": {}, "active_size": {}, )"
-                   R"("requested_size": {}, "stream": {}, "segment_type": "{}", "segment_pool_id": [0, 0], )"
+                   R"("requested_size": {}, "stream": {}, "segment_type": "{}", "segment_pool_id": [{}, {}], )"
                    R"("is_expandable": {}, "frames": [], "blocks": [)",
                    snap.device_index, s.address - shift, s.total_size, s.allocated_size, s.active_size,
-                   s.requested_size, s.stream, s.pool == PoolKind::large ? "large" : "small", s.is_expandable);
+                   s.requested_size, s.stream, s.pool == PoolKind::large ? "large" : "small", s.pool_id.first,
+                   s.pool_id.second, s.is_expandable);
     for (size_t i = 0; i < s.blocks.size(); ++i) {
       const BlockInfo& b = s.blocks[i];
       fmt::format_to(Out(out), R"({}{{"address": {}, "size": {}, "requested_size": {}, "state": "{}", "frames": )",
