@@ -15,7 +15,7 @@ VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span) : limit_(b
 
 size_t VirtualAddressSpace::span_for(size_t total_bytes) {
   constexpr size_t kGiB = size_t{1} << 30;
-  return std::max<size_t>(4 * total_bytes, 64 * kGiB) / kGiB * kGiB;
+  return std::max<size_t>(12 * total_bytes, 64 * kGiB) / kGiB * kGiB;
 }
 
 uintptr_t VirtualAddressSpace::allocate(size_t bytes) {

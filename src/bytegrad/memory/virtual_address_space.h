@@ -35,7 +35,8 @@ class VirtualAddressSpace {
   // Manages [base, base + span), span > 128 MiB.
   VirtualAddressSpace(uintptr_t base, size_t span);
   // A span for a card of `total_bytes`: room for it several times over, since regions are rounded up and
-  // gaps can strand space.
+  // gaps can strand space, and for ten expandable segments (each reserves 1 1/8 of the card, as PyTorch's;
+  // every private pool's small and large pools have their own), which a real GPU's address space holds.
   static size_t span_for(size_t total_bytes);
 
   // The address for a new segment of `bytes`, or 0 when the span is exhausted.
