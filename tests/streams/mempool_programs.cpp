@@ -28,6 +28,7 @@
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/tensor.h"
 #include "bytegrad/testing/fresh_device.h"
+#include "bytegrad/testing/stream_work.h"
 
 using namespace bytegrad;
 
@@ -355,6 +356,40 @@ void pool_expandable(Device dev, Recorder& r) {
   set_allocator_settings("expandable_segments:False");
 }
 
+void record_stream_free_in_scope(Device dev, Recorder& r) {
+  MemPool& pool = r.watch("pool");
+  Stream s = get_stream_from_pool(dev);
+  ones({1}, device(dev)).add_(1);  // the probe loads its kernels first
+  testing::queue_busy_work(s);
+  synchronize(dev);
+  auto x = empty({MiB}, device(dev));
+  s.wait_stream(current_stream(dev));
+  {
+    StreamGuard on_s(s);
+    testing::queue_busy_work(s);  // torch.cuda._sleep: about a second
+    x.add_(1);
+  }
+  x.record_stream(s);
+  Tensor y;
+  {
+    auto in_pool = use_mem_pool(pool);
+    x = Tensor();
+    r.mark("x freed inside a scope");
+    y = empty({MiB}, device(dev));
+    r.mark("malloc inside the scope");
+  }
+  auto z = empty({MiB}, device(dev));
+  r.mark("malloc after the scope, side stream busy");
+  synchronize(dev);
+  auto w = empty({MiB}, device(dev));
+  r.mark("malloc after synchronize");
+  y = Tensor();
+  z = Tensor();
+  w = Tensor();
+  r.forget("pool");
+  r.mark("end");
+}
+
 const std::map<std::string, std::function<void(Device, Recorder&)>>& programs() {
   static const std::map<std::string, std::function<void(Device, Recorder&)>> all = {
       {"pool_basic", pool_basic},
@@ -367,6 +402,7 @@ const std::map<std::string, std::function<void(Device, Recorder&)>>& programs() 
       {"oom_message_private_pool", oom_message_private_pool},
       {"pool_side_stream", pool_side_stream},
       {"pool_expandable", pool_expandable},
+      {"record_stream_free_in_scope", record_stream_free_in_scope},
   };
   return all;
 }

@@ -341,6 +341,38 @@ def pool_ids(r):
         r.errors.append(f"end without begin: {type(e).__name__}: {e}")
 
 
+@program
+def record_stream_free_in_scope(r):
+    """A block used on a busy side stream, freed inside a pool scope: its events wait until no scope is open."""
+    pool = torch.cuda.MemPool()
+    r.watch("pool", pool)
+    s = torch.cuda.Stream()
+    torch.ones(1, device=DEV).add_(1)  # load the kernels first: a lazy load waits for busy streams
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    x = torch.empty(MiB, device=DEV)
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(2_000_000_000)  # ~1 s
+        x.add_(1)
+    x.record_stream(s)
+    with torch.cuda.use_mem_pool(pool):
+        del x
+        r.mark("x freed inside a scope")
+        y = torch.empty(MiB, device=DEV)
+        r.mark("malloc inside the scope")
+    z = torch.empty(MiB, device=DEV)
+    r.mark("malloc after the scope, side stream busy")
+    torch.cuda.synchronize()
+    w = torch.empty(MiB, device=DEV)
+    r.mark("malloc after synchronize")
+    del y, z, w
+    r.forget("pool")
+    del pool
+    r.mark("end")
+
+
 def run_one(name, out_path):
     torch.cuda.empty_cache()
     torch.cuda.reset_accumulated_memory_stats()
