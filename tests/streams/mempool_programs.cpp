@@ -39,7 +39,7 @@ constexpr int64_t MiB = 1 << 20;  // elements: float32 tensors of MiB elements a
 struct Mark {
   std::string label;
   std::map<std::string, int64_t> figures;
-  std::vector<std::vector<uint64_t>> segments;  // [private?, stream, size, allocated, expandable, blocks]
+  std::vector<std::vector<uint64_t>> segments;               // [private?, stream, size, allocated, expandable, blocks]
   std::map<std::string, std::pair<int64_t, int64_t>> pools;  // name -> (use_count, segments)
 };
 
@@ -489,8 +489,7 @@ Run recorded(const std::string& program) {
                       {"num_device_free", m["num_device_free"].integer()}};
       for (const json::Value& seg : m["segments"].items)
         mark.segments.push_back({seg[0].integer() != 0 ? 1U : 0U, seg[1].unsigned_integer(), seg[2].unsigned_integer(),
-                                 seg[3].unsigned_integer(), seg[4].boolean ? 1U : 0U,
-                                 seg[5].unsigned_integer()});
+                                 seg[3].unsigned_integer(), seg[4].boolean ? 1U : 0U, seg[5].unsigned_integer()});
       for (const auto& [name, pool] : m["pools"].members)
         mark.pools[name] = {pool["use_count"].integer(), pool["segments"].integer()};
       run.marks.push_back(std::move(mark));

@@ -1049,7 +1049,8 @@ MemorySnapshot CachingAllocator::snapshot(MempoolId pool_id) {
     if (it != private_pools_.end()) only = it->second.get();
   }
   auto wanted = [&](const Block* block) {
-    return (!block->prev || !block->prev->mapped) && (pool_id == kDefaultMempool || (only && block->pool->owner == only));
+    return (!block->prev || !block->prev->mapped) &&
+           (pool_id == kDefaultMempool || (only && block->pool->owner == only));
   };
   std::vector<const BlockPool*> pools{&small_pool_, &large_pool_};
   for (const auto& [id, pool] : private_pools_) pools.insert(pools.end(), {&pool->small, &pool->large});

@@ -55,7 +55,7 @@ struct SegmentInfo {
   size_t requested_size = 0;  // of active blocks only
   StreamId stream = 0;
   PoolKind pool = PoolKind::small;
-  bool is_expandable = false;     // one contiguous mapped range of an expandable segment
+  bool is_expandable = false;           // one contiguous mapped range of an expandable segment
   MempoolId pool_id = kDefaultMempool;  // the private pool (MemPool) that owns it, or the default pool
   std::vector<BlockInfo> blocks;        // in address order, tiling the segment
 };

@@ -58,7 +58,9 @@ std::vector<SegmentInfo> MemPool::snapshot() const {
 }
 
 MemPoolScope::MemPoolScope(MemPool& pool, Device device)
-    : allocator_(&pool_allocator(device, "use_mem_pool")), allocator_id_(allocator_->id()), id_(pool.id()),
+    : allocator_(&pool_allocator(device, "use_mem_pool")),
+      allocator_id_(allocator_->id()),
+      id_(pool.id()),
       device_(device) {
   allocator_->begin_allocate_to_pool(id_);
 }

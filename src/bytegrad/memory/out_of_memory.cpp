@@ -19,8 +19,10 @@ std::string out_of_memory_message(const OutOfMemoryReport& r) {
   // PyTorch counts the free bytes of private pools (MemPool, CUDA graphs) as allocated here.
   const size_t private_free = r.private_free_bytes;
   message += "Of the allocated memory " + format_size(r.allocated_bytes + private_free) + " is allocated by PyTorch, ";
-  if (private_free > 0) message += "with " + format_size(private_free) + " allocated in private pools (e.g., CUDA Graphs), ";
-  message += "and " + format_size(r.reserved_bytes - r.allocated_bytes - private_free) +
+  if (private_free > 0)
+    message += "with " + format_size(private_free) + " allocated in private pools (e.g., CUDA Graphs), ";
+  message +=
+      "and " + format_size(r.reserved_bytes - r.allocated_bytes - private_free) +
       " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
       "Memory Management  "
