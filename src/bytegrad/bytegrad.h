@@ -42,5 +42,6 @@
 #include "bytegrad/nn/module_list.h"
 #include "bytegrad/nn/sequential.h"
 #include "bytegrad/optim/adam.h"
+#include "bytegrad/optim/lr_scheduler.h"
 #include "bytegrad/optim/optimizer.h"
 #include "bytegrad/optim/sgd.h"

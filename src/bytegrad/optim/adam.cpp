@@ -18,15 +18,9 @@ namespace bytegrad::optim {
 
 namespace {
 
-std::vector<Tensor> all_params(const std::vector<AdamParamGroup>& groups) {
-  std::vector<Tensor> out;
-  for (const AdamParamGroup& g : groups) out.insert(out.end(), g.params.begin(), g.params.end());
-  return out;
-}
-
 // The one group of the constructors that take a parameter list.
 std::vector<AdamParamGroup> one_group(std::vector<Tensor> params, const AdamOptions& options) {
-  return {AdamParamGroup{std::move(params), options}};
+  return {AdamParamGroup{std::move(params), options, std::nullopt}};
 }
 
 }  // namespace
@@ -41,31 +35,35 @@ Adam::Adam(std::vector<AdamParamGroup> groups) : Adam(std::move(groups), false) 
 
 // NOLINTNEXTLINE(performance-unnecessary-value-param): every caller moves its groups in; nothing is copied
 Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
-    : Optimizer(all_params(groups)), decoupled_weight_decay_(decoupled_weight_decay), state_(params_.size()) {
-  const char* name = decoupled_weight_decay ? "AdamW" : "Adam";
+    : GroupedOptimizer(std::move(groups)), decoupled_weight_decay_(decoupled_weight_decay), state_(params_.size()) {
   size_t begin = 0;
-  for (const AdamParamGroup& group : groups) {
-    const AdamOptions& o = group.options;
-    Group g{begin,
-            begin + group.params.size(),
-            o.lr,
-            o.betas.first,
-            o.betas.second,
-            o.eps,
-            o.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0.0),
-            o.amsgrad,
-            o.foreach};
-    begin = g.end;
-    check_at_least_zero(name, "learning rate", g.lr);
-    check_at_least_zero(name, "epsilon value", g.eps);
-    check_beta(name, 0, g.beta1);
-    check_beta(name, 1, g.beta2);
-    check_at_least_zero(name, "weight_decay value", g.weight_decay);
-    groups_.push_back(g);
-  }
   std::vector<size_t> group_ends;
-  for (const Group& g : groups_) group_ends.push_back(g.end);
+  for (size_t k = 0; k < param_groups_.size(); ++k) {
+    begin = resolved(k, begin).end;
+    group_ends.push_back(begin);
+  }
   check_groups_disjoint(group_ends);
+}
+
+Adam::Group Adam::resolved(size_t group_index, size_t begin) const {
+  const char* name = decoupled_weight_decay_ ? "AdamW" : "Adam";
+  const AdamParamGroup& group = param_groups_[group_index];
+  const AdamOptions& o = group.options;
+  Group g{begin,
+          begin + group.params.size(),
+          o.lr,
+          o.betas.first,
+          o.betas.second,
+          o.eps,
+          o.weight_decay.value_or(decoupled_weight_decay_ ? 1e-2 : 0.0),
+          o.amsgrad,
+          o.foreach};
+  check_at_least_zero(name, "learning rate", g.lr);
+  check_at_least_zero(name, "epsilon value", g.eps);
+  check_beta(name, 0, g.beta1);
+  check_beta(name, 1, g.beta2);
+  check_at_least_zero(name, "weight_decay value", g.weight_decay);
+  return g;
 }
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,
@@ -81,8 +79,13 @@ void Adam::step() {
   AllocationScope scope(decoupled_weight_decay_ ? "AdamW.step" : "Adam.step");
   PhaseScope phase(MemoryPhase::optimizer_step);
   KernelProfileLabel profile_label(decoupled_weight_decay_ ? "AdamW.step" : "Adam.step");
-  // Adam.step: per group, _init_group (state for that group's parameters) then the update.
-  for (const Group& g : groups_) {
+  // Adam.step: per group, _init_group (state for that group's parameters) then the update, with the
+  // group's options as they are now (a scheduler or the user may have changed them).
+  check_groups_unchanged();
+  size_t begin = 0;
+  for (size_t k = 0; k < param_groups_.size(); ++k) {
+    const Group g = resolved(k, begin);
+    begin = g.end;
     init_state(g);
     if (g.foreach) multi_tensor_step(g);
     else single_tensor_step(g);

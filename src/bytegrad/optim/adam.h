@@ -43,7 +43,7 @@ struct AdamOptions {
 
 using AdamParamGroup = ParamGroup<AdamOptions>;
 
-class Adam : public Optimizer {
+class Adam : public GroupedOptimizer<AdamOptions> {
  public:
   Adam(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999}, double eps = 1e-8,
        double weight_decay = 0.0, bool amsgrad = false);
@@ -63,17 +63,18 @@ class Adam : public Optimizer {
   Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay);
 
  private:
-  // A group's parameters are params_[begin, end), with its hyperparameters resolved.
+  // A group's parameters are params_[begin, end), with its hyperparameters resolved from its options at
+  // each step.
   struct Group {
     size_t begin, end;
     double lr, beta1, beta2, eps, weight_decay;
     bool amsgrad, foreach;
   };
+  Group resolved(size_t group_index, size_t begin) const;  // validated as the constructor validates
   void init_state(const Group& g);
   void single_tensor_step(const Group& g);
   void multi_tensor_step(const Group& g);
   bool decoupled_weight_decay_;
-  std::vector<Group> groups_;
   std::vector<State> state_;
 };
 

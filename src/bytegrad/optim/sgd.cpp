@@ -16,15 +16,21 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampenin
     : SGD(std::move(params), SGDOptions{lr, momentum, dampening, weight_decay, nesterov, false}) {}
 
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
-    : Optimizer(std::move(params)),
-      lr_(options.lr),
-      momentum_(options.momentum),
-      dampening_(options.dampening),
-      weight_decay_(options.weight_decay),
-      nesterov_(options.nesterov),
-      foreach_(options.foreach),
-      momentum_buffers_(params_.size()) {
-  // PyTorch's SGD checks `lr < 0`, which lets NaN through (every parameter would become NaN): refused here.
+    : GroupedOptimizer({SGDParamGroup{std::move(params), options, std::nullopt}}), momentum_buffers_(params_.size()) {
+  load_options();
+}
+
+// The group's options as they are now (a scheduler or the user may have changed them), checked as
+// PyTorch's constructor checks them. PyTorch's SGD checks `lr < 0`, which lets NaN through (every
+// parameter would become NaN): refused here.
+void SGD::load_options() {
+  const SGDOptions& o = param_groups_.front().options;
+  lr_ = o.lr;
+  momentum_ = o.momentum;
+  dampening_ = o.dampening;
+  weight_decay_ = o.weight_decay;
+  nesterov_ = o.nesterov;
+  foreach_ = o.foreach;
   check_at_least_zero("SGD", "learning rate", lr_);
   check_at_least_zero("SGD", "momentum value", momentum_);
   check_at_least_zero("SGD", "weight_decay value", weight_decay_);
@@ -37,6 +43,8 @@ void SGD::step() {
   NoGradGuard no_grad;
   AllocationScope scope("SGD.step");
   PhaseScope phase(MemoryPhase::optimizer_step);
+  check_groups_unchanged();
+  load_options();
   if (foreach_) multi_tensor_step();
   else single_tensor_step();
 }

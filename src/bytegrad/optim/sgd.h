@@ -28,7 +28,10 @@ struct SGDOptions {
   bool foreach = false;  // PyTorch's multi-tensor path (its default on CUDA)
 };
 
-class SGD : public Optimizer {
+using SGDParamGroup = ParamGroup<SGDOptions>;
+
+// One param group (param_groups()[0]).
+class SGD : public GroupedOptimizer<SGDOptions> {
  public:
   SGD(std::vector<Tensor> params, double lr = 1e-3, double momentum = 0.0, double dampening = 0.0,
       double weight_decay = 0.0, bool nesterov = false);
@@ -38,10 +41,11 @@ class SGD : public Optimizer {
   const Tensor& momentum_buffer(size_t param_index) const { return momentum_buffers_.at(param_index); }
 
  private:
+  void load_options();
   void single_tensor_step();
   void multi_tensor_step();
-  double lr_, momentum_, dampening_, weight_decay_;
-  bool nesterov_, foreach_;
+  double lr_ = 0, momentum_ = 0, dampening_ = 0, weight_decay_ = 0;
+  bool nesterov_ = false, foreach_ = false;
   std::vector<Tensor> momentum_buffers_;
 };
 

@@ -1,0 +1,257 @@
+// The schedulers of lr_scheduler.h, formula for formula as torch/optim/lr_scheduler.py (PyTorch 2.11).
+#include "bytegrad/optim/lr_scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace bytegrad::optim {
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
+  // group.setdefault("initial_lr", group["lr"]): the first scheduler on an optimizer fixes it.
+  for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) {
+    std::optional<double>& initial = optimizer_.initial_lr(g);
+    if (!initial) initial = optimizer_.lr(g);
+    base_lrs_.push_back(*initial);
+  }
+}
+
+void LRScheduler::initial_step() {
+  step_count_ = 0;
+  is_initial_ = true;
+  step();
+  is_initial_ = false;
+}
+
+void LRScheduler::step() {
+  ++step_count_;
+  update_lr();
+}
+
+void LRScheduler::update_lr(std::optional<int64_t> epoch) {
+  std::vector<double> values;
+  if (!epoch) {
+    ++last_epoch_;
+    values = get_lr();
+  } else {
+    last_epoch_ = *epoch;
+    std::optional<std::vector<double>> closed = closed_form_lr();
+    values = closed ? std::move(*closed) : get_lr();
+  }
+  for (size_t g = 0; g < values.size(); ++g) optimizer_.set_lr(g, values[g]);
+  last_lr_ = current_lrs();
+}
+
+std::vector<double> LRScheduler::current_lrs() const {
+  std::vector<double> out;
+  for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) out.push_back(optimizer_.lr(g));
+  return out;
+}
+
+// ----------------------------------------------------------------------------------------------- LambdaLR
+
+LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lr_lambda)
+    : LambdaLR(optimizer, std::vector<Lambda>(optimizer.num_param_groups(), std::move(lr_lambda))) {}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas)
+    : LRScheduler(optimizer), lr_lambdas_(std::move(lr_lambdas)) {
+  if (lr_lambdas_.size() != optimizer.num_param_groups())
+    throw std::invalid_argument(
+        fmt::format("LambdaLR: Expected {} lr_lambdas, but got {}", optimizer.num_param_groups(), lr_lambdas_.size()));
+  for (const Lambda& f : lr_lambdas_)
+    if (!f) throw std::invalid_argument("LambdaLR: an lr_lambda is empty");
+  initial_step();
+}
+
+std::vector<double> LambdaLR::get_lr() {
+  std::vector<double> out;
+  for (size_t g = 0; g < base_lrs_.size(); ++g) out.push_back(base_lrs_[g] * lr_lambdas_[g](last_epoch_));
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------- StepLR
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  if (step_size_ <= 0) throw std::invalid_argument(fmt::format("StepLR: step_size must be positive, got {}", step_size));
+  initial_step();
+}
+
+std::vector<double> StepLR::get_lr() {
+  std::vector<double> out = current_lrs();
+  if (last_epoch_ == 0 || last_epoch_ % step_size_ != 0) return out;
+  for (double& lr : out) lr *= gamma_;
+  return out;
+}
+
+std::optional<std::vector<double>> StepLR::closed_form_lr() const {
+  std::vector<double> out;
+  for (double base : base_lrs_)
+    out.push_back(base * std::pow(gamma_, static_cast<double>(last_epoch_ / step_size_)));
+  return out;
+}
+
+// -------------------------------------------------------------------------------------------- MultiStepLR
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, const std::vector<int64_t>& milestones, double gamma)
+    : LRScheduler(optimizer), gamma_(gamma) {
+  for (int64_t m : milestones) ++milestones_[m];
+  initial_step();
+}
+
+std::vector<double> MultiStepLR::get_lr() {
+  std::vector<double> out = current_lrs();
+  auto it = milestones_.find(last_epoch_);
+  if (it == milestones_.end()) return out;
+  for (double& lr : out) lr *= std::pow(gamma_, static_cast<double>(it->second));
+  return out;
+}
+
+std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
+  // bisect_right over the sorted milestones, each as many times as it was given.
+  int64_t passed = 0;
+  for (const auto& [epoch, count] : milestones_)
+    if (epoch <= last_epoch_) passed += count;
+  std::vector<double> out;
+  for (double base : base_lrs_) out.push_back(base * std::pow(gamma_, static_cast<double>(passed)));
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------ ExponentialLR
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
+  initial_step();
+}
+
+std::vector<double> ExponentialLR::get_lr() {
+  std::vector<double> out = current_lrs();
+  if (is_initial_) return out;
+  for (double& lr : out) lr *= gamma_;
+  return out;
+}
+
+std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
+  std::vector<double> out;
+  for (double base : base_lrs_) out.push_back(base * std::pow(gamma_, static_cast<double>(last_epoch_)));
+  return out;
+}
+
+// ----------------------------------------------------------------------------------------------- LinearLR
+
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(optimizer), start_factor_(start_factor), end_factor_(end_factor), total_iters_(total_iters) {
+  if (start_factor > 1.0 || start_factor <= 0)
+    throw std::invalid_argument(
+        "LinearLR: Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
+  if (end_factor > 1.0 || end_factor < 0)
+    throw std::invalid_argument("LinearLR: Ending multiplicative factor expected to be between 0 and 1.");
+  initial_step();
+}
+
+std::vector<double> LinearLR::get_lr() {
+  std::vector<double> out = current_lrs();
+  if (last_epoch_ == 0) {
+    for (double& lr : out) lr *= start_factor_;
+    return out;
+  }
+  if (is_initial_ || last_epoch_ > total_iters_) return out;
+  const double delta = end_factor_ - start_factor_;
+  const double factor = 1.0 + delta / (static_cast<double>(total_iters_) * start_factor_ +
+                                       static_cast<double>(last_epoch_ - 1) * delta);
+  for (double& lr : out) lr *= factor;
+  return out;
+}
+
+std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
+  std::vector<double> out;
+  const auto done = static_cast<double>(std::min(total_iters_, last_epoch_));
+  for (double base : base_lrs_)
+    out.push_back(base * (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_)));
+  return out;
+}
+
+// -------------------------------------------------------------------------------------- CosineAnnealingLR
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), T_max_(T_max), eta_min_(eta_min) {
+  if (T_max_ <= 0) throw std::invalid_argument(fmt::format("CosineAnnealingLR: T_max must be positive, got {}", T_max));
+  initial_step();
+}
+
+std::vector<double> CosineAnnealingLR::get_lr() {
+  constexpr double pi = std::numbers::pi;
+  const auto t_max = static_cast<double>(T_max_);
+  const auto epoch = static_cast<double>(last_epoch_);
+  std::vector<double> out = current_lrs();
+  if (is_initial_) return out;
+  if ((last_epoch_ - 1 - T_max_) % (2 * T_max_) == 0) {
+    for (size_t g = 0; g < out.size(); ++g) out[g] += (base_lrs_[g] - eta_min_) * (1 - std::cos(pi / t_max)) / 2;
+    return out;
+  }
+  for (double& lr : out)
+    lr = (1 + std::cos(pi * epoch / t_max)) / (1 + std::cos(pi * (epoch - 1) / t_max)) * (lr - eta_min_) + eta_min_;
+  return out;
+}
+
+std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
+  constexpr double pi = std::numbers::pi;
+  std::vector<double> out;
+  for (double base : base_lrs_)
+    out.push_back(eta_min_ + (base - eta_min_) *
+                                 (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) /
+                                 2);
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------- SequentialLR
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::reference_wrapper<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  if (schedulers_.empty())
+    throw std::invalid_argument("SequentialLR expects at least one scheduler, but got no scheduler.");
+  for (size_t i = 0; i < schedulers_.size(); ++i)
+    if (&schedulers_[i].get().optimizer() != &optimizer)
+      throw std::invalid_argument(fmt::format(
+          "SequentialLR expects all schedulers to belong to the same optimizer, but got scheduler at index {} with "
+          "another optimizer",
+          i));
+  if (milestones_.size() != schedulers_.size() - 1)
+    throw std::invalid_argument(fmt::format(
+        "Sequential Schedulers expects number of schedulers provided to be one more than the number of milestone "
+        "points, but got number of schedulers {} and the number of milestones to be equal to {}",
+        schedulers_.size(), milestones_.size()));
+  // Python's SequentialLR does not run the base constructor's first step: it resets the groups to their
+  // initial lr, takes one epoch back from every scheduler (the ones inside included) and re-runs the first
+  // scheduler's first step.
+  last_epoch_ = 0;
+  for (size_t g = 0; g < optimizer.num_param_groups(); ++g) optimizer.set_lr(g, *optimizer.initial_lr(g));
+  for (LRScheduler& s : schedulers_) undo_one_epoch(s);
+  schedulers_.front().get().initial_step();
+  last_lr_ = schedulers_.front().get().get_last_lr();
+}
+
+void SequentialLR::undo_one_epoch(LRScheduler& scheduler) {
+  if (auto* sequential = dynamic_cast<SequentialLR*>(&scheduler)) {
+    for (LRScheduler& s : sequential->schedulers_) undo_one_epoch(s);
+  } else {
+    --scheduler.last_epoch_;
+  }
+}
+
+void SequentialLR::step() {
+  ++last_epoch_;
+  const auto idx = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) -
+                                       milestones_.begin());
+  LRScheduler& scheduler = schedulers_[idx];
+  if (idx > 0 && milestones_[idx - 1] == last_epoch_) scheduler.update_lr(0);
+  else scheduler.step();
+  last_lr_ = scheduler.get_last_lr();
+}
+
+std::vector<double> SequentialLR::get_lr() { return current_lrs(); }
+
+}  // namespace bytegrad::optim
