@@ -53,8 +53,8 @@ std::vector<double> LRScheduler::current_lrs() const {
 
 // ----------------------------------------------------------------------------------------------- LambdaLR
 
-LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lr_lambda)
-    : LambdaLR(optimizer, std::vector<Lambda>(optimizer.num_param_groups(), std::move(lr_lambda))) {}
+LambdaLR::LambdaLR(Optimizer& optimizer, const Lambda& lr_lambda)
+    : LambdaLR(optimizer, std::vector<Lambda>(optimizer.num_param_groups(), lr_lambda)) {}
 
 LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas)
     : LRScheduler(optimizer), lr_lambdas_(std::move(lr_lambdas)) {
@@ -89,8 +89,8 @@ std::vector<double> StepLR::get_lr() {
 
 std::optional<std::vector<double>> StepLR::closed_form_lr() const {
   std::vector<double> out;
-  for (double base : base_lrs_)
-    out.push_back(base * std::pow(gamma_, static_cast<double>(last_epoch_ / step_size_)));
+  const int64_t decays = last_epoch_ / step_size_;  // Python's last_epoch // step_size
+  for (double base : base_lrs_) out.push_back(base * std::pow(gamma_, static_cast<double>(decays)));
   return out;
 }
 

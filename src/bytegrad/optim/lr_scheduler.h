@@ -67,7 +67,7 @@ class LRScheduler {
 class LambdaLR : public LRScheduler {
  public:
   using Lambda = std::function<double(int64_t)>;
-  LambdaLR(Optimizer& optimizer, Lambda lr_lambda);
+  LambdaLR(Optimizer& optimizer, const Lambda& lr_lambda);
   LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas);  // one per param group
 
  protected:
