@@ -40,8 +40,9 @@ std::map<std::string, std::vector<std::string>> shared_names_to_drop(const Tenso
   std::map<std::string, std::vector<std::string>> to_drop;
   for (auto& [storage, areas] : by_storage) {
     if (areas.size() < 2) continue;
-    std::sort(areas.begin(), areas.end(),
-              [](const Area& a, const Area& b) { return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name); });
+    std::sort(areas.begin(), areas.end(), [](const Area& a, const Area& b) {
+      return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+    });
     std::vector<std::vector<const Area*>> runs{{&areas[0]}};
     for (size_t i = 1; i < areas.size(); ++i) {
       if (areas[i].begin >= areas[i - 1].end) runs.emplace_back();
@@ -52,8 +53,7 @@ std::map<std::string, std::vector<std::string>> shared_names_to_drop(const Tenso
       std::set<std::string> complete, names;
       for (const Area* a : run) {
         names.insert(a->name);
-        if (a->begin == 0 && state.at(a->name).nbytes() == storage->nbytes())
-          complete.insert(a->name);
+        if (a->begin == 0 && state.at(a->name).nbytes() == storage->nbytes()) complete.insert(a->name);
       }
       if (complete.empty())
         throw std::invalid_argument(fmt::format(

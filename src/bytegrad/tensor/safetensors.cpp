@@ -52,10 +52,9 @@ constexpr std::array<DtypeEntry, 8> kDtypes{{
 }};
 
 // Dtypes a safetensors file may hold that bytegrad has no tensor type for.
-constexpr std::array<std::string_view, 14> kForeignDtypes{"F4",          "F6_E2M3",     "F6_E3M2", "I8",  "F8_E5M2",
-                                                          "F8_E4M3",     "F8_E8M0",     "F8_E4M3FNUZ",
-                                                          "F8_E5M2FNUZ", "I16",         "U16",     "U32", "C64",
-                                                          "U64"};
+constexpr std::array<std::string_view, 14> kForeignDtypes{"F4",      "F6_E2M3", "F6_E3M2",     "I8",          "F8_E5M2",
+                                                          "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
+                                                          "U16",     "U32",     "C64",         "U64"};
 
 const DtypeEntry& entry_for(ScalarType dtype) {
   for (const auto& e : kDtypes)
@@ -131,17 +130,21 @@ HeaderEntry parse_entry(const std::string& name, const json::Value& info, const 
   const json::Value& shape = info["shape"];
   if (shape.kind != json::Value::Kind::array) fail(fmt::format("the shape of '{}' is not a list", name));
   uint64_t numel = 1;
-  bool overflow = false;
+  bool overflow = false, has_zero = false;  // a size 0 makes any product 0, overflowing or not
   for (const json::Value& size : shape.items) {
     const uint64_t s = read_unsigned(size, "shape");
     if (s > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       fail(fmt::format("the shape of '{}' holds {}, too large", name, s));
     entry.shape.push_back(static_cast<int64_t>(s));
-    if (s != 0 && numel > std::numeric_limits<uint64_t>::max() / s) overflow = true;
-    numel *= s;
+    if (s == 0) has_zero = true;
+    else if (numel > std::numeric_limits<uint64_t>::max() / s) overflow = true;
+    else numel *= s;
   }
   const uint64_t width = element_size(entry.dtype);
-  if (numel == 0) overflow = false;
+  if (has_zero) {
+    numel = 0;
+    overflow = false;
+  }
   if (overflow || numel > std::numeric_limits<uint64_t>::max() / width ||
       numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     fail(fmt::format("the shape {} of '{}' has more bytes than 2^64", shape_str(entry.shape), name));
@@ -155,8 +158,8 @@ HeaderEntry parse_entry(const std::string& name, const json::Value& info, const 
     fail(fmt::format("'{}' has data_offsets {}: its end is before its beginning", name, offsets_str(entry)));
   const uint64_t nbytes = numel * width;
   if (entry.end - entry.begin != nbytes)
-    fail(fmt::format("'{}' is {} of shape {}: {} elements * {} bytes = {} bytes, but its data_offsets {} span {}",
-                     name, dtype.text, shape_str(entry.shape), numel, width, nbytes, offsets_str(entry),
+    fail(fmt::format("'{}' is {} of shape {}: {} elements * {} bytes = {} bytes, but its data_offsets {} span {}", name,
+                     dtype.text, shape_str(entry.shape), numel, width, nbytes, offsets_str(entry),
                      entry.end - entry.begin));
   return entry;
 }
@@ -205,8 +208,7 @@ Header read_header(std::ifstream& in, uint64_t file_bytes, const LoadError& fail
     root = json::parse(text);
   } catch (const json::Error& e) {
     const std::string what = e.what();
-    if (what.find("duplicate key") != std::string::npos)
-      fail("the header names a tensor twice (" + what + ")");
+    if (what.find("duplicate key") != std::string::npos) fail("the header names a tensor twice (" + what + ")");
     fail("the header is not valid JSON (" + what + ")");
   }
   if (root.kind != json::Value::Kind::object) fail("the header is not a JSON object");
@@ -231,12 +233,13 @@ Header read_header(std::ifstream& in, uint64_t file_bytes, const LoadError& fail
   const HeaderEntry* previous = nullptr;
   for (const HeaderEntry& e : header.entries) {
     if (e.begin < covered)
-      fail(fmt::format("'{}' (data_offsets {}) overlaps '{}' (data_offsets {})", e.name, offsets_str(e),
-                       previous->name, offsets_str(*previous)));
+      fail(fmt::format("'{}' (data_offsets {}) overlaps '{}' (data_offsets {})", e.name, offsets_str(e), previous->name,
+                       offsets_str(*previous)));
     if (e.begin > covered)
-      fail(fmt::format("the data has a gap of {} bytes before '{}' (data_offsets {}): bytes {} to {} belong to no "
-                       "tensor",
-                       e.begin - covered, e.name, offsets_str(e), covered, e.begin));
+      fail(
+          fmt::format("the data has a gap of {} bytes before '{}' (data_offsets {}): bytes {} to {} belong to no "
+                      "tensor",
+                      e.begin - covered, e.name, offsets_str(e), covered, e.begin));
     covered = e.end;
     previous = &e;
   }
@@ -245,9 +248,10 @@ Header read_header(std::ifstream& in, uint64_t file_bytes, const LoadError& fail
     fail(fmt::format("the tensors' data needs {} bytes after the header but the file has {}: the file is truncated",
                      covered, data_bytes));
   if (covered < data_bytes)
-    fail(fmt::format("the file has {} bytes after the header but the tensors' data covers only {}: {} bytes belong "
-                     "to no tensor",
-                     data_bytes, covered, data_bytes - covered));
+    fail(
+        fmt::format("the file has {} bytes after the header but the tensors' data covers only {}: {} bytes belong "
+                    "to no tensor",
+                    data_bytes, covered, data_bytes - covered));
   return header;
 }
 
@@ -344,8 +348,8 @@ void save_file(const TensorDict& tensors, const std::string& path, const Metadat
           "safetensors: save_file: a tensor can't be named \"__metadata__\" (the header's key for the metadata)");
     if (!t.defined()) throw std::invalid_argument(fmt::format("safetensors: save_file: '{}' is undefined", name));
     if (t.is_meta())
-      throw std::invalid_argument(
-          fmt::format("safetensors: save_file: '{}' is a meta tensor ({}): it has no values to save", name, describe(t)));
+      throw std::invalid_argument(fmt::format(
+          "safetensors: save_file: '{}' is a meta tensor ({}): it has no values to save", name, describe(t)));
   }
   check_no_shared_memory(tensors);
 
