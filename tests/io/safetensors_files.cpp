@@ -267,3 +267,17 @@ TEST_CASE("a file PyTorch wrote (tools/probes/safetensors_interop.py) loads bit 
   }
   CHECK(safetensors::load_metadata(path) == safetensors::Metadata{{"source", "pytorch"}});
 }
+
+// The files tools/probes/safetensors_interop.py checks in PyTorch: written only when
+// BYTEGRAD_SAFETENSORS_INTEROP_DIR names a folder (`BYTEGRAD_SAFETENSORS_INTEROP_DIR=out build/tests/test_io
+// -tc='*interop*'`). bytegrad_patterns.safetensors holds pattern_tensors() (the probe builds the same table);
+// (bytegrad_gpt_tiny.safetensors is written by the test of the same name in state_dict.cpp.)
+TEST_CASE("interop files for PyTorch (written when BYTEGRAD_SAFETENSORS_INTEROP_DIR is set)") {
+  const char* out_dir = std::getenv("BYTEGRAD_SAFETENSORS_INTEROP_DIR");
+  if (out_dir == nullptr) return;
+  std::filesystem::create_directories(out_dir);
+  TensorDict patterns;
+  for (const auto& p : pattern_tensors()) patterns.insert_or_assign(p.name, tensor_from_bytes(p, kSim));
+  safetensors::save_file(patterns, std::string(out_dir) + "/bytegrad_patterns.safetensors", {{"source", "bytegrad"}});
+  MESSAGE("wrote " << out_dir << "/bytegrad_patterns.safetensors");
+}

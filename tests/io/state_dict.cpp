@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/nn/gpt.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/sequential.h"
@@ -203,4 +204,25 @@ TEST_CASE("save_model / load_model: a GPT round trip through a file, tied weight
           std::string::npos);
   }
   CHECK(values_of(other) == before);
+}
+
+// For tools/probes/safetensors_interop.py (see the interop test in safetensors_files.cpp): nanoGPT's TINY
+// model (gpt2_scenarios.py: 2 layers, 2 heads, 64 wide, vocabulary 512, block 64) saved by nn::save_model,
+// each parameter set to a pattern the probe regenerates: element i of the k-th parameter in
+// named_parameters() order (the tied weight once) is ((7 i + 13 k) mod 64 - 32) / 64, exact in float32.
+TEST_CASE("interop files for PyTorch: nanoGPT's tiny model (written when BYTEGRAD_SAFETENSORS_INTEROP_DIR is set)") {
+  const char* out_dir = std::getenv("BYTEGRAD_SAFETENSORS_INTEROP_DIR");
+  if (out_dir == nullptr) return;
+  nn::GPT gpt(nn::GPTConfig{.n_layer = 2, .n_head = 2, .n_embd = 64, .vocab_size = 512, .block_size = 64});
+  int64_t k = 0;
+  for (const auto& [name, p] : gpt.named_parameters()) {
+    std::vector<double> values(static_cast<size_t>(p.numel()));
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = static_cast<double>((7 * static_cast<int64_t>(i) + 13 * k) % 64 - 32) / 64.0;
+    NoGradGuard no_grad;
+    fill_from_host(p, values);
+    ++k;
+  }
+  nn::save_model(gpt, std::string(out_dir) + "/bytegrad_gpt_tiny.safetensors");
+  MESSAGE("wrote " << out_dir << "/bytegrad_gpt_tiny.safetensors");
 }
