@@ -93,23 +93,35 @@ inline std::vector<PatternTensor> pattern_tensors() {
   std::vector<PatternTensor> out;
   // float32: 0, -0, the smallest subnormal, -(largest subnormal), 1, -pi, inf, -inf, quiet NaN, a NaN with a
   // payload, a negative signalling NaN with a payload, the largest finite.
-  out.push_back({"float32", ScalarType::float32, {3, 4},
+  out.push_back({"float32",
+                 ScalarType::float32,
+                 {3, 4},
                  bytes_of_bits<uint32_t>({0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x3f800000, 0xc0490fdb,
                                           0x7f800000, 0xff800000, 0x7fc00000, 0x7fc12345, 0xffa00001, 0x7f7fffff})});
-  out.push_back({"float64", ScalarType::float64, {2, 4},
-                 bytes_of_bits<uint64_t>({0x0000000000000000, 0x8000000000000000, 0x0000000000000001,
-                                          0x3ff0000000000000, 0x7ff0000000000000, 0xfff8000000000001,
-                                          0x7ff4000000000abc, 0x000fffffffffffff})});
-  out.push_back({"float16", ScalarType::float16, {12},
+  out.push_back(
+      {"float64",
+       ScalarType::float64,
+       {2, 4},
+       bytes_of_bits<uint64_t>({0x0000000000000000, 0x8000000000000000, 0x0000000000000001, 0x3ff0000000000000,
+                                0x7ff0000000000000, 0xfff8000000000001, 0x7ff4000000000abc, 0x000fffffffffffff})});
+  out.push_back({"float16",
+                 ScalarType::float16,
+                 {12},
                  bytes_of_bits<uint16_t>({0x0000, 0x8000, 0x0001, 0x83ff, 0x3c00, 0x7c00, 0xfc00, 0x7e00, 0x7e2a,
                                           0xfd01, 0x7bff, 0xc248})});
-  out.push_back({"bfloat16", ScalarType::bfloat16, {4, 3},
+  out.push_back({"bfloat16",
+                 ScalarType::bfloat16,
+                 {4, 3},
                  bytes_of_bits<uint16_t>({0x0000, 0x8000, 0x0001, 0x807f, 0x3f80, 0x7f80, 0xff80, 0x7fc0, 0x7fc1,
                                           0xff81, 0x7f7f, 0xc049})});
-  out.push_back({"int64", ScalarType::int64, {6},
-                 bytes_of_bits<uint64_t>({0x8000000000000000, 0xffffffffffffffff, 0, 1, 0x7fffffffffffffff,
-                                          0x0123456789abcdef})});
-  out.push_back({"int32", ScalarType::int32, {2, 3},
+  out.push_back({"int64",
+                 ScalarType::int64,
+                 {6},
+                 bytes_of_bits<uint64_t>(
+                     {0x8000000000000000, 0xffffffffffffffff, 0, 1, 0x7fffffffffffffff, 0x0123456789abcdef})});
+  out.push_back({"int32",
+                 ScalarType::int32,
+                 {2, 3},
                  bytes_of_bits<uint32_t>({0x80000000, 0xffffffff, 0, 1, 0x7fffffff, 0x01234567})});
   out.push_back({"uint8", ScalarType::uint8, {6}, bytes_of_bits<uint8_t>({0, 1, 127, 128, 254, 255})});
   out.push_back({"bool", ScalarType::bool_, {5}, bytes_of_bits<uint8_t>({1, 0, 0, 1, 1})});

@@ -53,7 +53,9 @@ TEST_CASE("save_file writes the reference implementation's bytes") {
   safetensors::save_file({}, path);
   CHECK(read_file_bytes(path) == safetensors_bytes("{}      ", {}));
   safetensors::save_file({}, path, {{"framework", "pt"}});
-  CHECK(read_file_bytes(path) == safetensors_bytes(R"({"__metadata__":{"framework":"pt"}})" "     ", {}));
+  CHECK(read_file_bytes(path) == safetensors_bytes(R"({"__metadata__":{"framework":"pt"}})"
+                                                   "     ",
+                                                   {}));
   CHECK(safetensors::load_metadata(path) == safetensors::Metadata{{"framework", "pt"}});
 }
 
@@ -111,8 +113,8 @@ TEST_CASE("non-contiguous tensors are written contiguously; disjoint parts of on
   const std::string path = dir.path("views.safetensors");
   Tensor base = arange(12.0, device(kSim)).view({3, 4});
   Tensor transposed = arange(12.0, device(kSim)).view({3, 4}).t();  // (4, 3), strides (1, 4)
-  Tensor first_row = base.select(0, 0);            // bytes 0..15 of the storage
-  Tensor last_row = base.select(0, 2);             // bytes 32..47: no overlap with first_row
+  Tensor first_row = base.select(0, 0);                             // bytes 0..15 of the storage
+  Tensor last_row = base.select(0, 2);                              // bytes 32..47: no overlap with first_row
   safetensors::save_file({{"t", transposed}, {"first", first_row}, {"last", last_row}}, path);
   const TensorDict loaded = safetensors::load_file(path);
   CHECK(loaded.at("t").is_contiguous());

@@ -29,7 +29,7 @@ class Net : public nn::Module {
     running = register_buffer("running", zeros({2}, options));
     head = register_module("head", std::make_shared<nn::Linear>(2, 1, false, options));
   }
-  Tensor forward(const Tensor& x) override { return (*head)((*fc)(x) * scale); }
+  Tensor forward(const Tensor& x) override { return (*head)((*fc)(x)*scale); }
   std::shared_ptr<nn::Linear> fc, head;
   Tensor scale, running;
 };
@@ -66,8 +66,7 @@ TEST_CASE("state_dict: PyTorch's keys and order, detached handles sharing the mo
 TEST_CASE("state_dict allocates nothing on the device") {
   fresh_sim();
   manual_seed(0);
-  nn::GPT gpt(nn::GPTConfig{.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 16, .block_size = 8},
-              device(kSim));
+  nn::GPT gpt(nn::GPTConfig{.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 16, .block_size = 8}, device(kSim));
   MemoryProbe probe(kSim);
   const TensorDict state = gpt.state_dict();
   CHECK(probe.allocated_delta_is(0));
