@@ -106,6 +106,7 @@ IncompatibleKeys load_model(Module& module, const std::string& path, bool strict
   if (strict && (!missing.empty() || !unexpected.empty())) {
     auto quoted = [](const auto& keys) {
       std::vector<std::string> out;
+      out.reserve(keys.size());
       for (const auto& k : keys) out.push_back('"' + k + '"');
       return fmt::format("{}", fmt::join(out, ", "));
     };

@@ -71,7 +71,7 @@ std::string known_dtype_names() {
 // One tensor of a file's header.
 struct HeaderEntry {
   std::string name;
-  ScalarType dtype;
+  ScalarType dtype = ScalarType::float32;
   Shape shape;
   uint64_t begin = 0, end = 0;  // data_offsets, relative to the data section
 };
