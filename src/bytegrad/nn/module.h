@@ -10,8 +10,18 @@
 #include "bytegrad/autograd/module_scope.h"
 #include "bytegrad/tensor/memory_role.h"
 #include "bytegrad/tensor/tensor.h"
+#include "bytegrad/tensor/tensor_dict.h"
 
 namespace bytegrad::nn {
+
+// What load_state_dict(..., strict = false) did not match, as PyTorch's _IncompatibleKeys: the module's
+// keys the dict lacks (left as they were) and the dict's keys the module has no place for (ignored).
+struct IncompatibleKeys {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
+struct StateLoadPlan;  // load_state_dict's checks and copies, gathered before anything is written
 
 class Module {
  public:
@@ -75,11 +85,28 @@ class Module {
   Module& to(Device device);
   Module& cuda() { return to(Device{DeviceType::cuda, 0}); }
 
+  // PyTorch's state_dict(): every parameter and buffer under its path ("fc1.weight"), in PyTorch's order
+  // (each module's own parameters, then its own buffers, then its children, depth first). A tensor
+  // registered in several places (tied weights) appears under each name. The values are detached handles
+  // sharing the module's storage: nothing is copied or allocated.
+  TensorDict state_dict() const;
+  // PyTorch's load_state_dict: copies each entry into the existing tensor of that name, in place and under
+  // no_grad (param.copy_(input)), converting the dtype as copy_ does; a host source is converted on the host
+  // first, as PyTorch's blocking copy does, so the device gets nothing beyond the tensors it already has.
+  // Everything is checked before anything is written; on any error nothing is modified and
+  // std::runtime_error lists every problem: "Error(s) in loading state_dict for GPT:" then, with strict,
+  // "Missing key(s) in state_dict: ..." and "Unexpected key(s) in state_dict: ...", and in either mode
+  // "size mismatch for fc.weight: copying a param with shape [3, 4] from checkpoint, the shape in current
+  // model is [2, 4]." Without strict, missing and unexpected keys are returned instead.
+  IncompatibleKeys load_state_dict(const TensorDict& state_dict, bool strict = true);
+
  private:
   void add_child(std::string name, std::shared_ptr<Module> child);
   void check_new_name(const std::string& name, const char* kind) const;
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out, bool buffers) const;
   void collect_tensors(std::vector<Tensor>& out, std::unordered_set<const TensorImpl*>& seen) const;
+  void collect_state(const std::string& prefix, TensorDict& out) const;
+  void plan_state_load(const std::string& prefix, const TensorDict& state_dict, StateLoadPlan& plan) const;
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
