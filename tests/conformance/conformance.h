@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bytegrad/core/device.h"
+#include "bytegrad/core/scoped_value.h"
 #include "bytegrad/memory/caching_allocator.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_functions.h"
@@ -90,16 +91,7 @@ inline void measurable_work(Device device) { empty({64 * 1024 * 1024}, bytegrad:
 
 // torch.cuda.device(d) for a scope: d is the device bytegrad's functions use when none is named
 // (default_device(): current_stream(), memory_allocated(), a tensor made without a device).
-class CurrentDeviceScope {
- public:
-  explicit CurrentDeviceScope(Device device) : previous_(default_device()) { set_default_device(device); }
-  ~CurrentDeviceScope() { set_default_device(previous_); }
-  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
-  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
-
- private:
-  Device previous_;
-};
+using CurrentDeviceScope = ScopedSetting<Device, &default_device, &set_default_device>;
 
 // Index 1 of the device's kind, for PyTorch's multi-GPU tests: sim and meta have as many as asked for; cuda
 // needs a second GPU (has_second_device).

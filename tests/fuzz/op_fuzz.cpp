@@ -63,16 +63,6 @@ int64_t numel_of(const Shape& s) {
   return n;
 }
 
-Shape contiguous_strides(const Shape& s) {
-  Shape strides(s.size());
-  int64_t step = 1;
-  for (size_t i = s.size(); i-- > 0;) {
-    strides[i] = step;
-    step *= std::max<int64_t>(s[i], 1);
-  }
-  return strides;
-}
-
 std::string shape_text(const Shape& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -1277,31 +1267,27 @@ void add_structured_drivers(Drivers& drivers) {
 
 namespace {
 
-// PyTorch's rule for when a view of new sizes can be expressed on existing sizes and strides (computeStride):
-// runs of dimensions that are contiguous with each other may be regrouped; nothing else.
-std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& target) {
-  if (sizes.empty()) return Shape(target.size(), 1);
-  if (numel_of(sizes) == 0) {
-    if (sizes == target) return strides;
-    return contiguous_strides(target);
-  }
-  Shape out(target.size());
-  int64_t v = static_cast<int64_t>(target.size()) - 1;
-  int64_t base = strides.back(), run = 1, view_run = 1;
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
-    run *= sizes[d];
-    const bool run_ends = d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != run * base);
-    if (!run_ends) continue;
-    while (v >= 0 && (view_run < run || target[v] == 1)) {
-      out[v] = view_run * base;
-      view_run *= target[v];
-      --v;
-    }
-    if (view_run != run) return std::nullopt;
-    if (d > 0) base = strides[d - 1], run = 1, view_run = 1;
-  }
-  if (v != -1) return std::nullopt;
-  return out;
+// Whether a view of `target` sizes can be laid on (sizes, strides), checked from the definition rather than
+// by PyTorch's run-merging rule (computeStride, which the library follows, so the two are independent): the
+// view exists when strides for `target` reach every element's memory offset, in row-major order.
+bool view_is_expressible(const Shape& sizes, const Shape& strides, const Shape& target) {
+  const int64_t n = numel_of(sizes);
+  if (n == 0) return true;  // no element to reach (PyTorch gives contiguous strides)
+  auto offset_of = [](int64_t element, const Shape& shape, const Shape& steps) {
+    int64_t offset = 0;
+    for (size_t d = shape.size(); d-- > 0; element /= shape[d]) offset += element % shape[d] * steps[d];
+    return offset;
+  };
+  std::vector<int64_t> memory(n);
+  for (int64_t k = 0; k < n; ++k) memory[k] = offset_of(k, sizes, strides);
+  // The only candidate stride of a target dimension: the offset between its first two elements.
+  const Shape unit = contiguous_strides(target);
+  Shape view(target.size(), 0);
+  for (size_t d = 0; d < target.size(); ++d)
+    if (target[d] > 1) view[d] = memory[unit[d]] - memory[0];
+  for (int64_t k = 0; k < n; ++k)
+    if (memory[0] + offset_of(k, target, view) != memory[k]) return false;
+  return true;
 }
 
 // A view's expected values: x's row-major values read through (sizes, strides over x's logical layout, offset).
@@ -1394,7 +1380,7 @@ void add_view_drivers(Drivers& drivers) {
           o.refusal = "view: shape " + shape_text(p.shape) + " is invalid for " + std::to_string(n) + " elements";
           return o;
         }
-        if (!view_strides(p.views[0].sizes, p.views[0].strides, target))
+        if (!view_is_expressible(p.views[0].sizes, p.views[0].strides, target))
           o.refusal = "view: size and stride incompatible";
         o.sizes = target;
         o.strides = contiguous_strides(target);

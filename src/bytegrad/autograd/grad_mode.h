@@ -1,6 +1,8 @@
 // Whether ops record autograd graphs on this thread (PyTorch's grad mode).
 #pragma once
 
+#include "bytegrad/core/scoped_value.h"
+
 namespace bytegrad {
 
 bool grad_mode_enabled();
@@ -13,15 +15,9 @@ bool autograd_multithreading_enabled();
 void set_autograd_multithreading_enabled(bool enabled);
 
 // Sets grad mode for its lifetime and restores the previous mode after.
-class GradModeGuard {
+class GradModeGuard : public ScopedSetting<bool, &grad_mode_enabled, &set_grad_mode_enabled> {
  public:
-  explicit GradModeGuard(bool enabled) : previous_(grad_mode_enabled()) { set_grad_mode_enabled(enabled); }
-  ~GradModeGuard() { set_grad_mode_enabled(previous_); }
-  GradModeGuard(const GradModeGuard&) = delete;
-  GradModeGuard& operator=(const GradModeGuard&) = delete;
-
- private:
-  bool previous_;
+  explicit GradModeGuard(bool enabled) : ScopedSetting(enabled) {}
 };
 
 // Ops inside its lifetime record nothing: outputs do not require grad and nothing is saved.

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <variant>
 
-#include "bytegrad/core/device.h"
 #include "bytegrad/core/strided_view.h"
 
 namespace bytegrad {
@@ -55,10 +54,6 @@ struct Slice {
 struct Split {
   int64_t split_size = 0, dim = 0;
 };
-// to(device): where the input was, so the gradient goes back there.
-struct SourceDevice {
-  Device device;
-};
 struct Addmm {
   double beta = 1.0, alpha = 1.0;
 };
@@ -101,7 +96,7 @@ struct Attention {
 using OpArgs =
     std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_args::Dim, op_args::Dims, op_args::Variance,
                  op_args::Transpose, op_args::Permutation, op_args::Select, op_args::Slice, op_args::Split,
-                 op_args::SourceDevice, op_args::Addmm, op_args::Diagonal, op_args::Dropout, op_args::LossReduction,
-                 op_args::NllLoss, op_args::LayerNorm, op_args::Pad, op_args::Attention>;
+                 op_args::Addmm, op_args::Diagonal, op_args::Dropout, op_args::LossReduction, op_args::NllLoss,
+                 op_args::LayerNorm, op_args::Pad, op_args::Attention>;
 
 }  // namespace bytegrad

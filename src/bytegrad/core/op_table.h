@@ -142,7 +142,7 @@
   /* copies and joins (tensor/tensor.cpp, tensor/ops_index.cpp) */                                                \
   X(clone, copy, any, None, grad, CloneBackward0)                                                                 \
   X(to_dtype, copy, any, None, grad, ToCopyBackward0)                                                             \
-  X(to_device, copy, any, SourceDevice, grad, ToCopyBackward0)                                                    \
+  X(to_device, copy, any, None, grad, ToCopyBackward0)                                                            \
   X(copy, copy, any, None, no_grad, -)                                                                            \
   X(cat, copy, any, Dim, grad, CatBackward0)                                                                      \
   X(stack, copy, any, Dim, grad, StackBackward0)                                                                  \

@@ -1,6 +1,7 @@
 // The shape of every scope that tags this thread's work (AllocationScope, ModuleScope,
 // KernelProfileLabel): a thread-local variable set for the scope's lifetime, the outer value restored when
-// it ends, so scopes nest.
+// it ends, so scopes nest. ScopedSetting does the same for a setting behind a getter and a setter
+// (GradModeGuard, the tests' default-device scope).
 #pragma once
 
 #include <utility>
@@ -19,6 +20,20 @@ class ScopedValue {
 
  private:
   T& variable_;
+  T previous_;
+};
+
+// Sets a setting read by `kGet` and written by `kSet` to `value` for its lifetime and then restores the
+// previous value.
+template <typename T, T (*kGet)(), void (*kSet)(T)>
+class ScopedSetting {
+ public:
+  explicit ScopedSetting(T value) : previous_(kGet()) { kSet(std::move(value)); }
+  ~ScopedSetting() { kSet(std::move(previous_)); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
+
+ private:
   T previous_;
 };
 

@@ -71,44 +71,63 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return out;
 }
 
-// ------------------------------------------------------------------------------------------- MLP
+// The transformer block and its MLP: modules of GPT's own (reached through GPT's `transformer.h`
+// ModuleList, never built elsewhere), so they live here rather than in the header.
+namespace {
 
-MLP::MLP(const GPTConfig& config, TensorOptions options) {
-  c_fc_ = register_module("c_fc", std::make_shared<Linear>(config.n_embd, 4 * config.n_embd, true, options));
-  gelu_ = register_module("gelu", std::make_shared<GELU>());
-  c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * config.n_embd, config.n_embd, true, options));
-}
-
-// c_fc's output is released when gelu returns and gelu's when c_proj returns, as Python releases call
-// arguments (one C++ full expression would keep both until its end and free them in the other order).
-Tensor MLP::forward(const Tensor& x) {
-  Tensor h = (*gelu_)((*c_fc_)(x));
-  return (*c_proj_)(h);
-}
-
-// ----------------------------------------------------------------------------------------- Block
-
-Block::Block(const GPTConfig& config, TensorOptions options) {
-  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd, 1e-5, true, true, options));
-  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(config, options));
-  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd, 1e-5, true, true, options));
-  mlp_ = register_module("mlp", std::make_shared<MLP>(config, options));
-}
-
-// Python's `x = x + f(g(x))`: g's output goes when f returns, f's when the add has its result, then the old
-// x when the name is rebound.
-Tensor Block::forward(const Tensor& input) {
-  Tensor x;
-  {
-    Tensor a = (*attn_)((*ln_1_)(input));
-    x = input + a;
+// c_proj(gelu(c_fc(x))), 4x wide.
+class MLP : public Module {
+ public:
+  MLP(const GPTConfig& config, TensorOptions options) {
+    c_fc_ = register_module("c_fc", std::make_shared<Linear>(config.n_embd, 4 * config.n_embd, true, options));
+    gelu_ = register_module("gelu", std::make_shared<GELU>());
+    c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * config.n_embd, config.n_embd, true, options));
   }
-  Tensor m = (*mlp_)((*ln_2_)(x));
-  Tensor sum = x + m;
-  m = Tensor();
-  x = std::move(sum);
-  return x;
-}
+
+  // c_fc's output is released when gelu returns and gelu's when c_proj returns, as Python releases call
+  // arguments (one C++ full expression would keep both until its end and free them in the other order).
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*gelu_)((*c_fc_)(x));
+    return (*c_proj_)(h);
+  }
+
+ private:
+  std::shared_ptr<Linear> c_fc_, c_proj_;
+  std::shared_ptr<GELU> gelu_;
+};
+
+// x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
+class Block : public Module {
+ public:
+  Block(const GPTConfig& config, TensorOptions options) {
+    ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd, 1e-5, true, true, options));
+    attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(config, options));
+    ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd, 1e-5, true, true, options));
+    mlp_ = register_module("mlp", std::make_shared<MLP>(config, options));
+  }
+
+  // Python's `x = x + f(g(x))`: g's output goes when f returns, f's when the add has its result, then the
+  // old x when the name is rebound.
+  Tensor forward(const Tensor& input) override {
+    Tensor x;
+    {
+      Tensor a = (*attn_)((*ln_1_)(input));
+      x = input + a;
+    }
+    Tensor m = (*mlp_)((*ln_2_)(x));
+    Tensor sum = x + m;
+    m = Tensor();
+    x = std::move(sum);
+    return x;
+  }
+
+ private:
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<MLP> mlp_;
+};
+
+}  // namespace
 
 // ------------------------------------------------------------------------------------------- GPT
 

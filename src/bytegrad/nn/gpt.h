@@ -54,29 +54,6 @@ class CausalSelfAttention : public Module {
   Tensor bias_;  // undefined with AttentionKind::sdpa
 };
 
-// c_proj(gelu(c_fc(x))), 4x wide.
-class MLP : public Module {
- public:
-  MLP(const GPTConfig& config, TensorOptions options = {});
-  Tensor forward(const Tensor& x) override;
-
- private:
-  std::shared_ptr<Linear> c_fc_, c_proj_;
-  std::shared_ptr<GELU> gelu_;
-};
-
-// x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
-class Block : public Module {
- public:
-  Block(const GPTConfig& config, TensorOptions options = {});
-  Tensor forward(const Tensor& x) override;
-
- private:
-  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
-  std::shared_ptr<CausalSelfAttention> attn_;
-  std::shared_ptr<MLP> mlp_;
-};
-
 class GPT : public Module {
  public:
   // Built where options say (nanoGPT builds on the CPU and then calls .to(device)). PyTorch's default

@@ -10,6 +10,16 @@
 
 namespace bytegrad::optim {
 
+namespace {
+
+// A scheduler's period argument (StepLR's step_size, CosineAnnealingLR's T_max), checked: `what` names it.
+int64_t require_positive(int64_t value, const char* what) {
+  if (value <= 0) throw std::invalid_argument(fmt::format("{} must be positive, got {}", what, value));
+  return value;
+}
+
+}  // namespace
+
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   // group.setdefault("initial_lr", group["lr"]): the first scheduler on an optimizer fixes it.
   for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) {
@@ -75,9 +85,7 @@ std::vector<double> LambdaLR::get_lr() {
 // ------------------------------------------------------------------------------------------------- StepLR
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
-    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
-  if (step_size_ <= 0)
-    throw std::invalid_argument(fmt::format("StepLR: step_size must be positive, got {}", step_size));
+    : LRScheduler(optimizer), step_size_(require_positive(step_size, "StepLR: step_size")), gamma_(gamma) {
   initial_step();
 }
 
@@ -177,8 +185,7 @@ std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
 // -------------------------------------------------------------------------------------- CosineAnnealingLR
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
-    : LRScheduler(optimizer), T_max_(T_max), eta_min_(eta_min) {
-  if (T_max_ <= 0) throw std::invalid_argument(fmt::format("CosineAnnealingLR: T_max must be positive, got {}", T_max));
+    : LRScheduler(optimizer), T_max_(require_positive(T_max, "CosineAnnealingLR: T_max")), eta_min_(eta_min) {
   initial_step();
 }
 

@@ -518,7 +518,7 @@ Tensor Tensor::to(Device target) const {
     moved.copy_(*this);
     return moved;
   });
-  return recorded<OpId::to_device>(*this, out, {device()});
+  return recorded<OpId::to_device>(*this, out);
 }
 
 Tensor Tensor::to(ScalarType target) const {

@@ -139,9 +139,9 @@ std::shared_ptr<FormulaNode> clone(const OpRecord& r, const op_args::None&) {
   return make_node(r, [](const FormulaNode&, TensorList& g) { return TensorList{g[0]}; });
 }
 
-std::shared_ptr<FormulaNode> to_device(const OpRecord& r, const op_args::SourceDevice& args) {
-  return make_node(r,
-                   [source = args.device](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
+std::shared_ptr<FormulaNode> to_device(const OpRecord& r, const op_args::None&) {
+  return make_node(
+      r, [source = r.inputs.at(0).device()](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
 }
 
 std::shared_ptr<FormulaNode> to_dtype(const OpRecord& r, const op_args::None&) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bytegrad/kernels/cuda/cuda_launch_stream.h"
@@ -119,34 +120,8 @@ struct BinaryScalarFn {
   }
 };
 
-// ---- maps: apply an element function over strided views, or over contiguous ones in vectors
-
-template <typename Out, typename In, typename Fn>
-struct StridedMap1 {
-  Out* out;
-  const In* in;
-  Fn fn;
-  StridedIndexer<2> idx;
-  __device__ void operator()(int64_t i) const {
-    int64_t o[2];
-    idx.offsets(i, o);
-    out[o[0]] = fn(in[o[1]]);
-  }
-};
-
-template <typename Out, typename A, typename B, typename Fn>
-struct StridedMap2 {
-  Out* out;
-  const A* a;
-  const B* b;
-  Fn fn;
-  StridedIndexer<3> idx;
-  __device__ void operator()(int64_t i) const {
-    int64_t o[3];
-    idx.offsets(i, o);
-    out[o[0]] = fn(a[o[1]], b[o[2]]);
-  }
-};
+// ---- maps: apply an element function over strided views, or over contiguous ones in vectors. One
+// template serves every arity: the inputs' data pointers are typed by the pack Ins, in order.
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Vec {
@@ -158,45 +133,34 @@ struct alignas(sizeof(T) * N) Vec {
 template <typename... Ts>
 inline constexpr int kVecElements = static_cast<int>(16 / std::max({sizeof(Ts)...}));
 
-// Work item `chunk` covers elements [chunk * N, chunk * N + N); the last may be partial.
-template <int N, typename Out, typename In, typename Fn>
-struct VectorMap1 {
-  Out* out;
-  const In* in;
-  Fn fn;
-  int64_t n;
-  __device__ void operator()(int64_t chunk) const {
-    const int64_t first = chunk * N;
-    if (first + N <= n) {
-      const Vec<In, N> x = *reinterpret_cast<const Vec<In, N>*>(in + first);
-      Vec<Out, N> y;
-#pragma unroll
-      for (int k = 0; k < N; ++k) y.v[k] = fn(x.v[k]);
-      *reinterpret_cast<Vec<Out, N>*>(out + first) = y;
-    } else {
-      for (int64_t i = first; i < n; ++i) out[i] = fn(in[i]);
-    }
-  }
-};
+template <int N, typename T>
+__device__ __forceinline__ Vec<T, N> load_vector(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
 
-template <int N, typename Out, typename A, typename B, typename Fn>
-struct VectorMap2 {
+// out[0, N) = fn(x[0, N)...) for inputs already loaded (as arguments, so every load precedes the store).
+template <int N, typename Out, typename Fn, typename... Ins>
+__device__ __forceinline__ void store_mapped(Out* out, const Fn& fn, const Vec<Ins, N>&... x) {
+  Vec<Out, N> y;
+#pragma unroll
+  for (int k = 0; k < N; ++k) y.v[k] = fn(x.v[k]...);
+  *reinterpret_cast<Vec<Out, N>*>(out) = y;
+}
+
+// Work item `chunk` covers elements [chunk * N, chunk * N + N); the last may be partial.
+template <int N, typename Out, typename Fn, typename... Ins>
+struct VectorMap {
   Out* out;
-  const A* a;
-  const B* b;
+  const void* in[sizeof...(Ins)];
   Fn fn;
   int64_t n;
-  __device__ void operator()(int64_t chunk) const {
-    const int64_t first = chunk * N;
+  __device__ void operator()(int64_t chunk) const { apply(chunk * N, std::index_sequence_for<Ins...>{}); }
+  template <size_t... J>
+  __device__ void apply(int64_t first, std::index_sequence<J...> /*inputs*/) const {
     if (first + N <= n) {
-      const Vec<A, N> x = *reinterpret_cast<const Vec<A, N>*>(a + first);
-      const Vec<B, N> y = *reinterpret_cast<const Vec<B, N>*>(b + first);
-      Vec<Out, N> z;
-#pragma unroll
-      for (int k = 0; k < N; ++k) z.v[k] = fn(x.v[k], y.v[k]);
-      *reinterpret_cast<Vec<Out, N>*>(out + first) = z;
+      store_mapped<N>(out + first, fn, load_vector<N>(static_cast<const Ins*>(in[J]) + first)...);
     } else {
-      for (int64_t i = first; i < n; ++i) out[i] = fn(a[i], b[i]);
+      for (int64_t i = first; i < n; ++i) out[i] = fn(static_cast<const Ins*>(in[J])[i]...);
     }
   }
 };
@@ -206,27 +170,27 @@ bool vector_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * N) == 0;
 }
 
-// Strided operands whose innermost (merged) dimension is contiguous in both, N elements at a time: work
-// item `chunk` covers elements [chunk * N, chunk * N + N) of one innermost row (its length is a multiple
-// of N), so one index computation serves N elements and every access is a 16-byte vector.
-template <int N, typename Out, typename In, typename Fn>
-struct InnerVectorMap1 {
+// Strided operands, N elements per work item: item `chunk` covers elements [chunk * N, chunk * N + N) of
+// one innermost row, read and written as one vector per operand. N = 1 is the general strided path; N > 1
+// needs a row contiguous in every operand whose length is a multiple of N (inner_vectorizable), so one
+// index computation serves N elements and every access is a 16-byte vector.
+template <int N, typename Out, typename Fn, typename... Ins>
+struct StridedMap {
+  static constexpr int kOperands = 1 + sizeof...(Ins);
   Out* out;
-  const In* in;
+  const void* in[sizeof...(Ins)];
   Fn fn;
-  StridedIndexer<2> idx;
-  __device__ void operator()(int64_t chunk) const {
-    int64_t o[2];
-    idx.offsets(chunk * N, o);
-    const Vec<In, N> x = *reinterpret_cast<const Vec<In, N>*>(in + o[1]);
-    Vec<Out, N> y;
-#pragma unroll
-    for (int k = 0; k < N; ++k) y.v[k] = fn(x.v[k]);
-    *reinterpret_cast<Vec<Out, N>*>(out + o[0]) = y;
+  StridedIndexer<kOperands> idx;
+  __device__ void operator()(int64_t chunk) const { apply(chunk * N, std::index_sequence_for<Ins...>{}); }
+  template <size_t... J>
+  __device__ void apply(int64_t first, std::index_sequence<J...> /*inputs*/) const {
+    int64_t o[kOperands];
+    idx.offsets(first, o);
+    store_mapped<N>(out + o[0], fn, load_vector<N>(static_cast<const Ins*>(in[J]) + o[J + 1])...);
   }
 };
 
-// Whether InnerVectorMap1 applies: the innermost merged dimension has unit stride in every operand and a
+// Whether StridedMap with N > 1 applies: the innermost merged dimension has unit stride in every operand and a
 // length divisible by N, every other stride is a multiple of N, and every base is N-element aligned (so
 // each chunk starts on a vector boundary).
 template <int N, int K>
@@ -249,16 +213,11 @@ void map1(const StridedView& out, const StridedView& in, Fn fn, const char* name
   const auto idx = make_indexer<2>(out.sizes, {out.strides, in.strides});
   constexpr int N = kVecElements<Out, In>;
   if (idx.linear && vector_aligned<Out, N>(out.data) && vector_aligned<In, N>(in.data)) {
-    for_each_index((n + N - 1) / N,
-                   VectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, n},
-                   name);
+    for_each_index((n + N - 1) / N, VectorMap<N, Out, Fn, In>{static_cast<Out*>(out.data), {in.data}, fn, n}, name);
   } else if (N > 1 && inner_vectorizable<N, 2>(idx, {out.data, in.data}, {sizeof(Out), sizeof(In)})) {
-    for_each_index(
-        n / N, InnerVectorMap1<N, Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx},
-        name);
+    for_each_index(n / N, StridedMap<N, Out, Fn, In>{static_cast<Out*>(out.data), {in.data}, fn, idx}, name);
   } else {
-    for_each_index(n, StridedMap1<Out, In, Fn>{static_cast<Out*>(out.data), static_cast<const In*>(in.data), fn, idx},
-                   name);
+    for_each_index(n, StridedMap<1, Out, Fn, In>{static_cast<Out*>(out.data), {in.data}, fn, idx}, name);
   }
 }
 
@@ -269,15 +228,10 @@ void map2(const StridedView& out, const StridedView& a, const StridedView& b, Fn
   const auto idx = make_indexer<3>(out.sizes, {out.strides, a.strides, b.strides});
   constexpr int N = kVecElements<Out, A, B>;
   if (idx.linear && vector_aligned<Out, N>(out.data) && vector_aligned<A, N>(a.data) && vector_aligned<B, N>(b.data)) {
-    for_each_index((n + N - 1) / N,
-                   VectorMap2<N, Out, A, B, Fn>{static_cast<Out*>(out.data), static_cast<const A*>(a.data),
-                                                static_cast<const B*>(b.data), fn, n},
+    for_each_index((n + N - 1) / N, VectorMap<N, Out, Fn, A, B>{static_cast<Out*>(out.data), {a.data, b.data}, fn, n},
                    name);
   } else {
-    for_each_index(n,
-                   StridedMap2<Out, A, B, Fn>{static_cast<Out*>(out.data), static_cast<const A*>(a.data),
-                                              static_cast<const B*>(b.data), fn, idx},
-                   name);
+    for_each_index(n, StridedMap<1, Out, Fn, A, B>{static_cast<Out*>(out.data), {a.data, b.data}, fn, idx}, name);
   }
 }
 
