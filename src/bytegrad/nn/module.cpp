@@ -15,6 +15,15 @@
 
 namespace bytegrad::nn {
 
+std::string module_class_name(const Module& m) {
+  const char* mangled = typeid(m).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::string type = status == 0 && demangled ? demangled.get() : mangled;
+  if (const auto colon = type.rfind("::"); colon != std::string::npos) type = type.substr(colon + 2);
+  return type;
+}
+
 namespace {
 
 template <typename Entries>
@@ -26,11 +35,7 @@ auto find_entry(Entries& entries, const std::string& name) {
 
 // "Linear 'blocks.0.fc'" or "Sequential (top level)": the class and the path, for messages.
 std::string describe_module(const Module& m) {
-  const char* mangled = typeid(m).name();
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
-  std::string type = status == 0 && demangled ? demangled.get() : mangled;
-  if (const auto colon = type.rfind("::"); colon != std::string::npos) type = type.substr(colon + 2);
+  const std::string type = module_class_name(m);
   const std::string path = m.name();
   return path.empty() ? type + " (top level)" : fmt::format("{} '{}'", type, path);
 }

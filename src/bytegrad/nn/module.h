@@ -121,4 +121,7 @@ class Module {
   bool training_ = true;
 };
 
+// "GPT", "Linear": a module's class without its namespace, as PyTorch's messages name type(m).__name__.
+std::string module_class_name(const Module& m);
+
 }  // namespace bytegrad::nn

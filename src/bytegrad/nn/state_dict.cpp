@@ -1,12 +1,10 @@
 // Module::state_dict and load_state_dict (declared in module.h).
-#include <cxxabi.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
-#include <typeinfo>
 #include <utility>
 
 #include "bytegrad/autograd/grad_mode.h"
@@ -20,16 +18,6 @@ struct StateLoadPlan {
 };
 
 namespace {
-
-// "GPT", "Linear": the class's unqualified name, as PyTorch's message names self.__class__.__name__.
-std::string class_name(const Module& m) {
-  const char* mangled = typeid(m).name();
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
-  std::string type = status == 0 && demangled ? demangled.get() : mangled;
-  if (const auto colon = type.rfind("::"); colon != std::string::npos) type = type.substr(colon + 2);
-  return type;
-}
 
 std::string quoted_list(const std::vector<std::string>& keys) {
   std::vector<std::string> quoted;
@@ -106,7 +94,7 @@ IncompatibleKeys Module::load_state_dict(const TensorDict& state_dict, bool stri
   messages.insert(messages.end(), plan.errors.begin(), plan.errors.end());
   if (!messages.empty())
     throw std::runtime_error(
-        fmt::format("Error(s) in loading state_dict for {}:\n\t{}", class_name(*this), fmt::join(messages, "\n\t")));
+        fmt::format("Error(s) in loading state_dict for {}:\n\t{}", module_class_name(*this), fmt::join(messages, "\n\t")));
 
   NoGradGuard no_grad;
   for (auto& [target, source] : plan.copies) {
