@@ -84,11 +84,16 @@ void remove_block(AllocatorState& state, uintptr_t address) {
   state.blocks.erase(it);
 }
 
-// free_requested: the block leaves the allocated bytes and waits for its free_completed.
+// free_requested: the block leaves the allocated bytes; a deferred free (record_stream) waits for its
+// free_completed as a pending block.
 void request_free(AllocatorState& state, const TraceEntry& e) {
+  if (!e.free_deferred) {
+    remove_block(state, e.address);
+    return;
+  }
   auto it = state.blocks.find(e.address);
-  StateBlock block = it != state.blocks.end() ? it->second
-                                              : StateBlock{e.address, e.block_size, e.size, e.category, "", e.stream};
+  StateBlock block =
+      it != state.blocks.end() ? it->second : StateBlock{e.address, e.block_size, e.size, e.category, "", e.stream};
   remove_block(state, e.address);
   state.pending[e.address] = std::move(block);
 }
@@ -96,8 +101,8 @@ void request_free(AllocatorState& state, const TraceEntry& e) {
 // Undoing free_requested: the pending block is live again.
 void unrequest_free(AllocatorState& state, const TraceEntry& e) {
   auto it = state.pending.find(e.address);
-  StateBlock block = it != state.pending.end() ? it->second
-                                               : StateBlock{e.address, e.block_size, e.size, e.category, "", e.stream};
+  StateBlock block =
+      it != state.pending.end() ? it->second : StateBlock{e.address, e.block_size, e.size, e.category, "", e.stream};
   if (it != state.pending.end()) state.pending.erase(it);
   block.category = e.category;  // the category it had when freed
   add_block(state, std::move(block));
@@ -160,8 +165,8 @@ AllocatorState allocator_state_before_history(const MemorySnapshot& snapshot) {
     for (const BlockInfo& b : s.blocks) {
       if (b.state == BlockState::inactive) continue;
       auto tag = live_tags.find(b.address);
-      StateBlock block{b.address, b.size, b.requested_size, b.category,
-                       tag == live_tags.end() ? "" : *tag->second, s.stream};
+      StateBlock block{b.address, b.size, b.requested_size, b.category, tag == live_tags.end() ? "" : *tag->second,
+                       s.stream};
       if (b.state == BlockState::active_pending_free) state.pending[b.address] = std::move(block);
       else add_block(state, std::move(block));
     }
@@ -194,6 +199,8 @@ AllocatorState allocator_state_after(const MemorySnapshot& snapshot, size_t inde
 //             "action", "address", "size" (block bytes for block entries, the segment's or pages' bytes for
 //             segment entries), "requested", "category", "previous" (a category entry's old category),
 //             "tag", "stream", "time_us"
+//   "deferred_frees": the indices of the free_requested entries whose free waits on other streams' events
+//             (record_stream): their blocks are pending until their free_completed
 //   "initial": the state before the first entry: "segments": [[address, size, expandable, stream]],
 //             "blocks": [[address, size, requested, category, tag, stream]] (live), "pending": the same for
 //             blocks freed but waiting on other streams' events (record_stream)
@@ -289,6 +296,7 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
   auto offset = [&](const TraceEntry& e) -> uint64_t {
     return e.action == TraceAction::oom || e.action == TraceAction::snapshot ? 0 : e.address - base;
   };
+  bool first = true;
   out += "\"events\": {";
   write_column(
       out, "action", trace, [](const TraceEntry& e) { return static_cast<int>(e.action); }, true);
@@ -302,10 +310,17 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
   out += "]";
   write_column(out, "stream", trace, [&](const TraceEntry& e) { return stream_index.at(e.stream); });
   write_column(out, "time_us", trace, [](const TraceEntry& e) { return e.time_us; });
-  out += "},\n";
+  out += "},\n\"deferred_frees\": [";
+  first = true;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (!trace[i].free_deferred) continue;
+    fmt::format_to(Out(out), "{}{}", first ? "" : ",", i);
+    first = false;
+  }
+  out += "],\n";
 
   out += "\"initial\": {\"segments\": [";
-  bool first = true;
+  first = true;
   for (const auto& [address, s] : initial.segments) {
     fmt::format_to(Out(out), "{}[{}, {}, {}, {}]", first ? "" : ", ", s.address - base, s.size, s.expandable,
                    stream_index.at(s.stream));

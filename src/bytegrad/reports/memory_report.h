@@ -80,8 +80,8 @@ struct StateSegment {
 struct AllocatorState {
   std::map<uintptr_t, StateSegment> segments;  // by address
   std::map<uintptr_t, StateBlock> blocks;      // live blocks, by address
-  // Blocks freed (free_requested) whose free waits on other streams' events (record_stream): no longer
-  // allocated, still active, until their free_completed. An ordinary free passes through here for one entry.
+  // Blocks whose free waits on other streams' events (record_stream; TraceEntry::free_deferred): no longer
+  // allocated, still active, from their free_requested until their free_completed.
   std::map<uintptr_t, StateBlock> pending;
   CategoryBytes bytes{};      // block bytes per category (live blocks only)
   int64_t allocated() const;  // sum of live block sizes
