@@ -68,12 +68,9 @@ const std::map<std::string, Maker>& schedules() {
   static const std::map<std::string, Maker> all = {
       {"StepLR(7, 0.5)", [](Optimizer& o) { return Schedule{vec(make<StepLR>(o, 7, 0.5))}; }},
       {"MultiStepLR([10, 30, 30, 80], 0.3)",
-       [](Optimizer& o) {
-         return Schedule{vec(make<MultiStepLR>(o, std::vector<int64_t>{10, 30, 30, 80}, 0.3))};
-       }},
+       [](Optimizer& o) { return Schedule{vec(make<MultiStepLR>(o, std::vector<int64_t>{10, 30, 30, 80}, 0.3))}; }},
       {"ExponentialLR(0.97)", [](Optimizer& o) { return Schedule{vec(make<ExponentialLR>(o, 0.97))}; }},
-      {"CosineAnnealingLR(30, 0.001)",
-       [](Optimizer& o) { return Schedule{vec(make<CosineAnnealingLR>(o, 30, 0.001))}; }},
+      {"CosineAnnealingLR(30, 0.001)", [](Optimizer& o) { return Schedule{vec(make<CosineAnnealingLR>(o, 30, 0.001))}; }},
       {"CosineAnnealingLR(100)", [](Optimizer& o) { return Schedule{vec(make<CosineAnnealingLR>(o, 100))}; }},
       {"LambdaLR(0.95 ** e)",
        [](Optimizer& o) {

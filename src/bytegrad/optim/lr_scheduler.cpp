@@ -76,8 +76,7 @@ std::vector<double> LambdaLR::get_lr() {
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
-  if (step_size_ <= 0)
-    throw std::invalid_argument(fmt::format("StepLR: step_size must be positive, got {}", step_size));
+  if (step_size_ <= 0) throw std::invalid_argument(fmt::format("StepLR: step_size must be positive, got {}", step_size));
   initial_step();
 }
 
@@ -160,8 +159,8 @@ std::vector<double> LinearLR::get_lr() {
   }
   if (is_initial_ || last_epoch_ > total_iters_) return out;
   const double delta = end_factor_ - start_factor_;
-  const double factor =
-      1.0 + delta / (static_cast<double>(total_iters_) * start_factor_ + static_cast<double>(last_epoch_ - 1) * delta);
+  const double factor = 1.0 + delta / (static_cast<double>(total_iters_) * start_factor_ +
+                                       static_cast<double>(last_epoch_ - 1) * delta);
   for (double& lr : out) lr *= factor;
   return out;
 }
@@ -245,8 +244,8 @@ void SequentialLR::undo_one_epoch(LRScheduler& scheduler) {
 
 void SequentialLR::step() {
   ++last_epoch_;
-  const auto idx =
-      static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) - milestones_.begin());
+  const auto idx = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) -
+                                       milestones_.begin());
   LRScheduler& scheduler = schedulers_[idx];
   if (idx > 0 && milestones_[idx - 1] == last_epoch_) scheduler.update_lr(0);
   else scheduler.step();
