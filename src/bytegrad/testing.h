@@ -10,3 +10,4 @@
 #include "bytegrad/testing/fresh_device.h"
 #include "bytegrad/testing/memory_probe.h"
 #include "bytegrad/testing/stream_work.h"
+#include "bytegrad/testing/timed_marks.h"

@@ -7,7 +7,10 @@
 //    (bytegrad's human_bytes) beside them; the legend names the eight categories;
 //  - opened at each mark (report.html#mark=K), the allocator state the page replays in JavaScript has the
 //    golden's reserved, allocated, segments and blocks;
-//  - a screenshot is kept: build/tests/html/seed001_mlp_estimate.png.
+//  - a screenshot is kept: build/tests/html/seed001_mlp_estimate.png;
+//  - that one-stream page shows nothing of streams; a two-stream program's page (written here, on sim) labels
+//    and groups the segments by stream with each stream's reserved and allocated bytes, and draws the block
+//    freed while the side stream still has queued work (record_stream) as pending, with its legend entry.
 // Without a chromium on PATH (or BYTEGRAD_CHROMIUM), it exits 77: ctest reports it skipped, saying why.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -26,6 +29,13 @@
 
 #include "bytegrad/memory/memory_category.h"
 #include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/memory/streams.h"
+#include "bytegrad/reports/memory_report.h"
+#include "bytegrad/reports/memory_story.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/tensor.h"
+#include "bytegrad/testing/fresh_device.h"
+#include "bytegrad/testing/stream_work.h"
 #include "programs/scenario.h"
 
 using namespace bytegrad;
@@ -250,6 +260,113 @@ TEST_CASE("html: a screenshot of the report, kept with the test output") {
   CHECK(bytes.size() > 10000);  // a drawn page, not an empty one
   CHECK(bytes.substr(1, 3) == "PNG");
   MESSAGE("screenshot: " << png.string());
+}
+
+TEST_CASE("html: a one-stream program's page shows nothing of streams") {
+  const Report& r = report();
+  const Browser b = browse(file_url(r.page), "--dump-dom", "one-stream");
+  REQUIRE(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  CHECK(b.dom.find("id=\"stream-totals\"") == std::string::npos);
+  CHECK(b.dom.find("data-stream-group=") == std::string::npos);
+  CHECK(b.dom.find("data-state=\"pending\"") == std::string::npos);
+  CHECK(b.dom.find("id=\"state-pending\"") == std::string::npos);
+  CHECK(strip_tags(element(b.dom, "id=\"state-legend\"", "ul")).empty());
+}
+
+namespace {
+
+// A program on two streams of sim, its report written to `page`; returns the side stream's id.
+//   x: 1 << 20 floats = 4194304 B on the default stream, in a segment of its own of 20 MiB = 20971520 B
+//      (a request between 1 MiB and 10 MiB gets a 20 MiB segment);
+//   y = x * 2 on the side stream: 4194304 B in a 20 MiB segment of the side stream's own (a stream's blocks
+//      never come from another stream's segments);
+//   x used on the side stream (record_stream) and freed while the side stream has queued work: no longer
+//      allocated, still active, until that work completes and a malloc completes the free;
+//   after synchronize, z (4194304 B, default stream): that malloc completes x's free and z takes its place.
+StreamId write_two_stream_report(const fs::path& page) {
+  testing::FreshDevice fresh(kSim);
+  MemoryStory story(kSim);
+  Stream side = get_stream_from_pool(kSim);
+  Tensor x = empty({1 << 20}, device(kSim));
+  story.mark("x on the default stream");
+  side.wait_stream(current_stream(kSim));
+  testing::queue_busy_work(side);
+  Tensor y;
+  {
+    StreamGuard on_side(side);
+    y = x * 2;
+  }
+  x.record_stream(side);
+  x = Tensor();
+  story.mark("x freed while the side stream is busy");
+  synchronize(kSim);
+  Tensor z = empty({1 << 20}, device(kSim));
+  story.mark("z after synchronize");
+  write_memory_report(page.string(), story);
+  return side.id();
+}
+
+}  // namespace
+
+TEST_CASE("html: a two-stream program's page groups segments by stream and draws the pending free") {
+  const fs::path page = out_dir / "two_streams.html";
+  const StreamId side = write_two_stream_report(page);
+  REQUIRE(side != 0);
+  constexpr int64_t kBlock = 4194304, kSegment = 20971520;
+
+  // Mark 1: x pending on the default stream, y allocated on the side stream.
+  Browser b = browse(file_url(page) + "#mark=1", "--dump-dom", "two-streams-pending");
+  INFO("chromium log:\n" << b.log);
+  CHECK(console_lines(b.log).empty());
+  REQUIRE(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  auto shown = [&](const std::string& id) { return strip_tags(element(b.dom, "id=\"" + id + "\"", "span")); };
+  CHECK(shown("state-reserved") == std::to_string(2 * kSegment));
+  CHECK(shown("state-allocated") == std::to_string(kBlock));
+  CHECK(shown("state-segments") == "2");
+  CHECK(shown("state-blocks") == "1");
+  CHECK(shown("state-pending") == std::to_string(kBlock));
+  CHECK(shown("state-pending-blocks") == "1");
+  // One line per stream: the default stream (0) first, then the side stream, each with its own figures.
+  const std::string default_line = strip_tags(element(b.dom, "data-stream-line=\"0\"", "div"));
+  const std::string side_line = strip_tags(element(b.dom, "data-stream-line=\"1\"", "div"));
+  CHECK(default_line.find("stream 0 (default)") == 0);
+  CHECK(side_line.find("stream " + std::to_string(side) + ":") == 0);
+  CHECK(shown("stream-0-reserved") == std::to_string(kSegment));
+  CHECK(shown("stream-0-allocated") == "0");
+  CHECK(shown("stream-0-pending") == std::to_string(kBlock));
+  CHECK(shown("stream-1-reserved") == std::to_string(kSegment));
+  CHECK(shown("stream-1-allocated") == std::to_string(kBlock));
+  CHECK(b.dom.find("id=\"stream-1-pending\"") == std::string::npos);
+  // The drawing: a heading per stream, each over its segment; the pending block drawn apart, and named in
+  // the legend.
+  const size_t default_group = b.dom.find("data-stream-group=\"0\"");
+  const size_t side_group = b.dom.find("data-stream-group=\"1\"");
+  REQUIRE(default_group != std::string::npos);
+  REQUIRE(side_group != std::string::npos);
+  CHECK(default_group < side_group);
+  const size_t pending = b.dom.find("data-state=\"pending\"");
+  REQUIRE(pending != std::string::npos);
+  CHECK(b.dom.find("data-state=\"pending\"", pending + 1) == std::string::npos);  // x alone
+  CHECK(default_group < pending);
+  CHECK(pending < side_group);  // in the default stream's segment
+  CHECK(strip_tags(element(b.dom, "data-legend=\"pending\"", "li")).find("pending free") == 0);
+
+  // Mark 2: the malloc after synchronize completed x's free; z took its place.
+  b = browse(file_url(page) + "#mark=2", "--dump-dom", "two-streams-done");
+  CHECK(console_lines(b.log).empty());
+  REQUIRE(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  CHECK(shown("state-reserved") == std::to_string(2 * kSegment));
+  CHECK(shown("state-allocated") == std::to_string(2 * kBlock));
+  CHECK(shown("state-pending") == "0");
+  CHECK(shown("stream-0-allocated") == std::to_string(kBlock));
+  CHECK(b.dom.find("data-state=\"pending\"") == std::string::npos);
+  CHECK(b.dom.find("data-legend=\"pending\"") != std::string::npos);  // the legend stays for the whole page
+
+  const fs::path png = out_dir / "two_streams.png";
+  fs::remove(png);
+  browse(file_url(page) + "#mark=1", "--hide-scrollbars --window-size=1280,1400 --screenshot=" + quote(png.string()),
+         "two-streams-screenshot");
+  CHECK(fs::exists(png));
 }
 
 int main(int argc, char** argv) {

@@ -5,7 +5,10 @@
 //  - the memory_viz export writes those categories (and "unknown" for entries about no block);
 //  - every golden seed program on meta: the allocator's state replayed from the history at each mark's entry
 //    has the golden file's reserved, allocated, segments and blocks, and the mark's categories; the state
-//    after the last entry is the snapshot's.
+//    after the last entry is the snapshot's;
+//  - a two-stream program on sim: the replayed segments carry their streams, and a block freed while its
+//    other stream still has queued work (record_stream) is pending from its free_requested to its
+//    free_completed, before the history and after it alike.
 // Its own process, as tests/ledger (a program run on meta can shift where a later one's segments land).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -20,7 +23,10 @@
 #include "bytegrad/reports/memory_viz.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/adam.h"
+#include "bytegrad/memory/streams.h"
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/testing/fresh_device.h"
+#include "bytegrad/testing/stream_work.h"
 #include "programs/checks.h"
 #include "programs/registry.h"
 
@@ -221,4 +227,55 @@ TEST_CASE("report: the allocator's state replayed at every mark of every golden 
       CHECK(state.blocks.size() == live);
     }
   }
+}
+
+TEST_CASE("report: a deferred cross-stream free is pending in the replayed state; segments keep their stream") {
+  testing::FreshDevice fresh(kSim);
+  CachingAllocator& allocator = caching_allocator(kSim);
+  Stream side = get_stream_from_pool(kSim);
+  constexpr size_t kBlock = size_t{1} << 22, kSegment = 20 << 20;  // 2^20 floats; a 1-10 MiB request's segment
+  Tensor early = empty({1 << 20}, device(kSim));  // made before the history: the state before it must hold it
+  side.wait_stream(current_stream(kSim));
+  testing::queue_busy_work(side);
+  early.record_stream(side);
+  early = Tensor();  // pending before the history starts
+  allocator.record_history(true);
+  Tensor y;
+  {
+    StreamGuard on_side(side);
+    y = empty({1 << 20}, device(kSim));  // the side stream's own segment
+  }
+  Tensor x = empty({1 << 20}, device(kSim));
+  x.record_stream(side);
+  x = Tensor();
+  const MemorySnapshot snap = allocator.snapshot();
+  allocator.record_history(false);
+
+  const AllocatorState before = allocator_state_before_history(snap);
+  CHECK(before.pending.size() == 1);  // `early`
+  CHECK(before.pending_bytes() == static_cast<int64_t>(kBlock));
+  CHECK(before.allocated() == 0);
+  AllocatorState state = before;
+  size_t requested = 0;
+  for (const TraceEntry& e : snap.trace) {
+    apply_trace_entry(state, e);
+    if (e.action == TraceAction::free_requested) {
+      CHECK(e.free_deferred);
+      ++requested;
+      CHECK(state.pending.count(e.address) == 1);
+    }
+  }
+  REQUIRE(requested == 1);  // x
+  // early stayed pending through y's and x's mallocs (the side stream is still busy); x is pending too.
+  CHECK(state.pending_bytes() == static_cast<int64_t>(2 * kBlock));
+  CHECK(state.allocated() == static_cast<int64_t>(kBlock));  // y
+  CHECK(state.reserved() == static_cast<int64_t>(2 * kSegment));
+  REQUIRE(state.segments.size() == 2);
+  for (const auto& [address, segment] : state.segments) {
+    CAPTURE(address);
+    const bool is_sides = address <= address_of(y) && address_of(y) < address + segment.size;
+    CHECK(segment.stream == (is_sides ? side.id() : StreamId{0}));
+  }
+  CHECK(state.blocks.at(address_of(y)).stream == side.id());
+  synchronize(kSim);
 }

@@ -28,6 +28,7 @@
 #include "bytegrad/core/json.h"
 #include "bytegrad/testing/fresh_device.h"
 #include "bytegrad/testing/stream_work.h"
+#include "bytegrad/testing/timed_marks.h"
 
 using namespace bytegrad;
 
@@ -47,12 +48,14 @@ struct Run {
 };
 
 // The probe's mark: memory_stats figures and the snapshot's segments. A recorder that is not recording
-// (the warm-up pass) takes no marks.
+// (the warm-up pass) takes no marks; one made on a testing::MarkRecorder hands its marks to that.
 class Recorder {
  public:
   Recorder(Device device, bool recording) : device_(device), recording_(recording) {
     if (recording_) caching_allocator(device).record_history(true);
   }
+  explicit Recorder(testing::MarkRecorder& forward)
+      : device_(forward.device()), recording_(false), forward_(&forward) {}
   ~Recorder() {
     if (recording_) caching_allocator(device_).record_history(false);
   }
@@ -60,6 +63,7 @@ class Recorder {
   Recorder& operator=(const Recorder&) = delete;
 
   void mark(const std::string& label) {
+    if (forward_) forward_->mark(label);
     if (!recording_) return;
     auto stats = memory_stats(device_);
     Mark m{label, {}, {}};
@@ -81,6 +85,7 @@ class Recorder {
  private:
   Device device_;
   bool recording_;
+  testing::MarkRecorder* forward_ = nullptr;
   Run run_;
 };
 
@@ -430,19 +435,20 @@ std::vector<std::pair<int, Run>> recorded(const std::string& program) {
 
 // As the probe's run_one: a warm-up pass (the probe's loads CUDA's kernels lazily, which would otherwise
 // wait for busy streams), then the recorded pass from an emptied cache with the statistics reset.
-Run run_program(const std::string& program, Device dev) {
-  const auto& body = programs().at(program);
-  {
-    Recorder warm_up(dev, false);
-    body(dev, warm_up);
-  }
+void warm_up_then_reset(const std::string& program, Device dev) {
+  Recorder warm_up(dev, false);
+  programs().at(program)(dev, warm_up);
   synchronize(dev);
   set_per_process_memory_fraction(1.0, dev);
   empty_cache(dev);
   reset_accumulated_memory_stats(dev);
   reset_peak_memory_stats(dev);
+}
+
+Run run_program(const std::string& program, Device dev) {
+  warm_up_then_reset(program, dev);
   Recorder r(dev, true);
-  body(dev, r);
+  programs().at(program)(dev, r);
   synchronize(dev);  // as the probe, before reading the trace
   return r.finish();
 }
@@ -477,6 +483,50 @@ void check_programs(Device dev) {
 TEST_CASE("side-stream programs equal PyTorch's figures and traces on sim and meta") {
   check_programs(kSim);
   check_programs(kMeta);
+}
+
+// Which marks of the recorded programs depend on GPU timing: those where the figures differ between work
+// still queued (the default timing, what the H100 showed: the goldens above) and work already done. Each
+// follows from the allocator's rules: a freed block used on another stream (record_stream) is reused only
+// once a malloc finds that stream's event completed.
+TEST_CASE("side-stream programs: the marks that depend on GPU timing") {
+  const std::map<std::string, std::vector<std::string>> dependent = {
+      // z's malloc: x's block is free if the side stream is done (z takes it, merged with the rest of its
+      // segment), pending if not (z takes the rest); synchronize then frees nothing, so x stays active.
+      {"cross_stream_free_busy", {"z 4 MiB while pending", "synchronize"}},
+      // y's malloc reuses x's 40 MiB if the side stream is done; if not, no room under the 64 MiB limit: a
+      // retry after freeing pending blocks (num_alloc_retries, num_sync_all_streams, a segment freed and made).
+      {"oom_retry_pending", {"y 40 MiB: retry after freeing pending", "end"}},
+      // Each batch is used on the busy default stream: from step 1 on, the prefetch on the side stream reuses
+      // the previous batch's block if the default stream is done, and takes a new one if not.
+      {"prefetch_overlapped", {"step 1", "step 2", "step 3", "end"}},
+      // y2's malloc on the side stream reuses y's block only if the default stream's wait has finished.
+      {"events_and_wait", {"y2 on side stream while default is waiting"}},
+      // No free waits on a stream still busy at the next malloc, or none before a synchronize.
+      {"stream_owned_cache", {}},
+      {"empty_cache_pending", {}},
+      {"prefetch_synchronized", {}},
+      {"idle_stream_record", {}},
+      {"three_streams", {}},
+      {"side_stream_matmul", {}},
+  };
+  for (Device dev : {kSim, kMeta}) {
+    for (const auto& [name, body] : programs()) {
+      CAPTURE(dev.str());
+      CAPTURE(name);
+      REQUIRE(dependent.count(name) == 1);
+      const auto marks = testing::marks_under_both_timings(dev, [&, name = name](testing::MarkRecorder& m) {
+        warm_up_then_reset(name, dev);
+        Recorder r(m);
+        programs().at(name)(dev, r);
+      });
+      std::vector<std::string> flagged;
+      for (const testing::TimedMark& mark : marks)
+        if (mark.timing_dependent) flagged.push_back(mark.label);
+      CAPTURE(testing::describe_timed_marks(marks));
+      CHECK(flagged == dependent.at(name));
+    }
+  }
 }
 
 TEST_CASE("side-stream programs equal PyTorch's figures and traces on cuda") {

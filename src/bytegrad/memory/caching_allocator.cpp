@@ -475,7 +475,7 @@ void CachingAllocator::free(void* ptr) {
   stats_.allocation.decrease(kind, 1);
   stats_.allocated_bytes.decrease(kind, static_cast<int64_t>(block->size));
   history_.record(TraceAction::free_requested, block->ptr, block->requested_size, block->stream, categories_.totals(),
-                  {block->size, category});
+                  {block->size, category, MemoryCategory::other, !block->stream_uses.empty()});
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   block->freed_category = category;
   if (block->stream_uses.empty()) free_block(block);

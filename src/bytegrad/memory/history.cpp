@@ -78,6 +78,7 @@ void History::record(TraceAction action, uintptr_t address, size_t size, StreamI
                    categories.category,
                    categories.previous_category,
                    totals};
+  entry.free_deferred = categories.free_deferred;
   ++recorded_;
   if (ring_.size() < max_entries_) {
     ring_.push_back(std::move(entry));

@@ -53,6 +53,10 @@ struct TraceEntry {
                                                              // category it had; category: the new one
   MemoryCategory previous_category = MemoryCategory::other;  // category: the one it had before
   CategoryBytes category_bytes{};  // every entry: allocated bytes per category just after the event
+  // free_requested only: the block was used on other streams (record_stream), so its free waits for their
+  // events and its free_completed comes later (at a malloc, empty_cache or an out-of-memory retry); until
+  // then it is active but not allocated. Not in PyTorch's trace, which cannot tell the two frees apart.
+  bool free_deferred = false;
 };
 
 // What an entry says beyond PyTorch's fields (all defaulted for segment, oom and snapshot entries).
@@ -60,6 +64,7 @@ struct TraceCategories {
   size_t block_size = 0;
   MemoryCategory category = MemoryCategory::other;
   MemoryCategory previous_category = MemoryCategory::other;
+  bool free_deferred = false;
 };
 
 // Recording is on while record_history(true) is in effect (the user's switch, PyTorch's

@@ -29,23 +29,29 @@ int64_t AllocatorState::reserved() const {
   return sum;
 }
 
+int64_t AllocatorState::pending_bytes() const {
+  int64_t sum = 0;
+  for (const auto& [address, b] : pending) sum += static_cast<int64_t>(b.size);
+  return sum;
+}
+
 namespace {
 
 size_t index_of(MemoryCategory c) { return static_cast<size_t>(c); }
 
-// Pages mapped into an expandable segment: a range of its own, joined to the mapped ranges it touches (the
-// snapshot lists each contiguous mapped range as one segment).
-void map_range(AllocatorState& state, uintptr_t address, size_t size) {
-  StateSegment range{address, size, true};
+// Pages mapped into an expandable segment: a range of its own, joined to the mapped ranges of the same stream
+// it touches (the snapshot lists each contiguous mapped range as one segment).
+void map_range(AllocatorState& state, uintptr_t address, size_t size, StreamId stream) {
+  StateSegment range{address, size, true, stream};
   auto next = state.segments.find(address + size);
-  if (next != state.segments.end() && next->second.expandable) {
+  if (next != state.segments.end() && next->second.expandable && next->second.stream == stream) {
     range.size += next->second.size;
     state.segments.erase(next);
   }
   auto it = state.segments.lower_bound(address);
   if (it != state.segments.begin()) {
     auto prev = std::prev(it);
-    if (prev->second.expandable && prev->first + prev->second.size == address) {
+    if (prev->second.expandable && prev->second.stream == stream && prev->first + prev->second.size == address) {
       prev->second.size += range.size;
       return;
     }
@@ -60,9 +66,10 @@ void unmap_range(AllocatorState& state, uintptr_t address, size_t size) {
   const StateSegment whole = it->second;
   if (address + size > whole.address + whole.size) return;  // not inside one mapped range: leave it be
   state.segments.erase(it);
-  if (address > whole.address) state.segments[whole.address] = {whole.address, address - whole.address, true};
+  if (address > whole.address)
+    state.segments[whole.address] = {whole.address, address - whole.address, true, whole.stream};
   const uintptr_t end = address + size, whole_end = whole.address + whole.size;
-  if (end < whole_end) state.segments[end] = {end, whole_end - end, true};
+  if (end < whole_end) state.segments[end] = {end, whole_end - end, true, whole.stream};
 }
 
 void add_block(AllocatorState& state, StateBlock block) {
@@ -77,6 +84,30 @@ void remove_block(AllocatorState& state, uintptr_t address) {
   state.blocks.erase(it);
 }
 
+// free_requested: the block leaves the allocated bytes; a deferred free (record_stream) waits for its
+// free_completed as a pending block.
+void request_free(AllocatorState& state, const TraceEntry& e) {
+  if (!e.free_deferred) {
+    remove_block(state, e.address);
+    return;
+  }
+  auto it = state.blocks.find(e.address);
+  StateBlock block =
+      it != state.blocks.end() ? it->second : StateBlock{e.address, e.block_size, e.size, e.category, "", e.stream};
+  remove_block(state, e.address);
+  state.pending[e.address] = std::move(block);
+}
+
+// Undoing free_requested: the pending block is live again.
+void unrequest_free(AllocatorState& state, const TraceEntry& e) {
+  auto it = state.pending.find(e.address);
+  StateBlock block =
+      it != state.pending.end() ? it->second : StateBlock{e.address, e.block_size, e.size, e.category, "", e.stream};
+  if (it != state.pending.end()) state.pending.erase(it);
+  block.category = e.category;  // the category it had when freed
+  add_block(state, std::move(block));
+}
+
 void set_category(AllocatorState& state, uintptr_t address, MemoryCategory category) {
   auto it = state.blocks.find(address);
   if (it == state.blocks.end()) return;
@@ -89,13 +120,15 @@ void set_category(AllocatorState& state, uintptr_t address, MemoryCategory categ
 void undo_trace_entry(AllocatorState& state, const TraceEntry& e) {
   switch (e.action) {
     case TraceAction::alloc: remove_block(state, e.address); break;
-    case TraceAction::free_requested: add_block(state, {e.address, e.block_size, e.size, e.category, ""}); break;
+    case TraceAction::free_requested: unrequest_free(state, e); break;
+    case TraceAction::free_completed:
+      state.pending[e.address] = {e.address, e.block_size, e.size, e.category, "", e.stream};
+      break;
     case TraceAction::category: set_category(state, e.address, e.previous_category); break;
     case TraceAction::segment_alloc: state.segments.erase(e.address); break;
-    case TraceAction::segment_free: state.segments[e.address] = {e.address, e.size, false}; break;
+    case TraceAction::segment_free: state.segments[e.address] = {e.address, e.size, false, e.stream}; break;
     case TraceAction::segment_map: unmap_range(state, e.address, e.size); break;
-    case TraceAction::segment_unmap: map_range(state, e.address, e.size); break;
-    case TraceAction::free_completed:  // the block left the books at free_requested
+    case TraceAction::segment_unmap: map_range(state, e.address, e.size, e.stream); break;
     case TraceAction::oom:
     case TraceAction::snapshot: break;
   }
@@ -105,14 +138,14 @@ void undo_trace_entry(AllocatorState& state, const TraceEntry& e) {
 
 void apply_trace_entry(AllocatorState& state, const TraceEntry& e) {
   switch (e.action) {
-    case TraceAction::alloc: add_block(state, {e.address, e.block_size, e.size, e.category, e.tag}); break;
-    case TraceAction::free_requested: remove_block(state, e.address); break;
+    case TraceAction::alloc: add_block(state, {e.address, e.block_size, e.size, e.category, e.tag, e.stream}); break;
+    case TraceAction::free_requested: request_free(state, e); break;
+    case TraceAction::free_completed: state.pending.erase(e.address); break;
     case TraceAction::category: set_category(state, e.address, e.category); break;
-    case TraceAction::segment_alloc: state.segments[e.address] = {e.address, e.size, false}; break;
+    case TraceAction::segment_alloc: state.segments[e.address] = {e.address, e.size, false, e.stream}; break;
     case TraceAction::segment_free: state.segments.erase(e.address); break;
-    case TraceAction::segment_map: map_range(state, e.address, e.size); break;
+    case TraceAction::segment_map: map_range(state, e.address, e.size, e.stream); break;
     case TraceAction::segment_unmap: unmap_range(state, e.address, e.size); break;
-    case TraceAction::free_completed:
     case TraceAction::oom:
     case TraceAction::snapshot: break;
   }
@@ -120,18 +153,22 @@ void apply_trace_entry(AllocatorState& state, const TraceEntry& e) {
 
 AllocatorState allocator_state_before_history(const MemorySnapshot& snapshot) {
   AllocatorState state;
-  // The end: the snapshot's segments and live blocks, each live block named by the alloc that made it.
+  // The end: the snapshot's segments and live blocks, each live block named by the alloc that made it; blocks
+  // whose free waits on other streams are pending.
   std::unordered_map<uintptr_t, const std::string*> live_tags;
   for (const TraceEntry& e : snapshot.trace) {
     if (e.action == TraceAction::alloc) live_tags[e.address] = &e.tag;
     else if (e.action == TraceAction::free_requested) live_tags.erase(e.address);
   }
   for (const SegmentInfo& s : snapshot.segments) {
-    state.segments[s.address] = {s.address, s.total_size, s.is_expandable};
+    state.segments[s.address] = {s.address, s.total_size, s.is_expandable, s.stream};
     for (const BlockInfo& b : s.blocks) {
       if (b.state == BlockState::inactive) continue;
       auto tag = live_tags.find(b.address);
-      add_block(state, {b.address, b.size, b.requested_size, b.category, tag == live_tags.end() ? "" : *tag->second});
+      StateBlock block{b.address, b.size, b.requested_size, b.category, tag == live_tags.end() ? "" : *tag->second,
+                       s.stream};
+      if (b.state == BlockState::active_pending_free) state.pending[b.address] = std::move(block);
+      else add_block(state, std::move(block));
     }
   }
   for (auto it = snapshot.trace.rbegin(); it != snapshot.trace.rend(); ++it) undo_trace_entry(state, *it);
@@ -156,12 +193,17 @@ AllocatorState allocator_state_after(const MemorySnapshot& snapshot, size_t inde
 //   "address_base": the addresses' origin as "0x..." (every address below is an offset from it, so that
 //                   JavaScript's doubles hold it exactly)
 //   "tags": the ops' names (a tag is its index here; -1 = none)
+//   "streams": the streams' ids as snapshots show them, as strings (a stream is its index here): the default
+//              stream "0" first, then the others in the order they first appear (segments, then the history)
 //   "events": the history, one array per field, entry i at index i of each:
 //             "action", "address", "size" (block bytes for block entries, the segment's or pages' bytes for
 //             segment entries), "requested", "category", "previous" (a category entry's old category),
-//             "tag", "time_us"
-//   "initial": the state before the first entry: "segments": [[address, size, expandable]],
-//             "blocks": [[address, size, requested, category, tag]]
+//             "tag", "stream", "time_us"
+//   "deferred_frees": the indices of the free_requested entries whose free waits on other streams' events
+//             (record_stream): their blocks are pending until their free_completed
+//   "initial": the state before the first entry: "segments": [[address, size, expandable, stream]],
+//             "blocks": [[address, size, requested, category, tag, stream]] (live), "pending": the same for
+//             blocks freed but waiting on other streams' events (record_stream)
 //   "marks": [{"label", "event" (-1: not on this history), "figures": {"allocated": n, ...}, "ledger": [8]}]
 //   "peak": {"allocated", "phase", "bytes": [8], "event" (the first entry at which allocated reached it;
 //            -1 when no entry does), "largest": [{"address", "bytes", "category", "owner"}]}
@@ -223,13 +265,28 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
   std::vector<int> entry_tags;
   entry_tags.reserve(trace.size());
   for (const TraceEntry& e : trace) entry_tags.push_back(tag_of(e.tag));
-  std::vector<int> initial_tags;
+  std::vector<int> initial_tags, initial_pending_tags;
   for (const auto& [address, b] : initial.blocks) initial_tags.push_back(tag_of(b.tag));
+  for (const auto& [address, b] : initial.pending) initial_pending_tags.push_back(tag_of(b.tag));
   out += "\"tags\": [";
   for (size_t i = 0; i < tags.size(); ++i) {
     if (i) out += ", ";
     json::append_quoted(out, *tags[i]);
   }
+  out += "],\n";
+
+  // The streams, the default stream first.
+  std::vector<StreamId> streams{0};
+  std::unordered_map<StreamId, int> stream_index{{0, 0}};
+  auto stream_of = [&](StreamId id) {
+    auto [it, added] = stream_index.emplace(id, static_cast<int>(streams.size()));
+    if (added) streams.push_back(id);
+    return it->second;
+  };
+  for (const auto& [address, seg] : initial.segments) stream_of(seg.stream);
+  for (const TraceEntry& e : trace) stream_of(e.stream);
+  out += "\"streams\": [";
+  for (size_t i = 0; i < streams.size(); ++i) fmt::format_to(Out(out), "{}\"{}\"", i ? ", " : "", streams[i]);
   out += "],\n";
 
   auto is_block_entry = [](const TraceEntry& e) {
@@ -239,6 +296,7 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
   auto offset = [&](const TraceEntry& e) -> uint64_t {
     return e.action == TraceAction::oom || e.action == TraceAction::snapshot ? 0 : e.address - base;
   };
+  bool first = true;
   out += "\"events\": {";
   write_column(
       out, "action", trace, [](const TraceEntry& e) { return static_cast<int>(e.action); }, true);
@@ -250,20 +308,36 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
   out += ",\n\"tag\": [";
   for (size_t i = 0; i < entry_tags.size(); ++i) fmt::format_to(Out(out), "{}{}", i ? "," : "", entry_tags[i]);
   out += "]";
+  write_column(out, "stream", trace, [&](const TraceEntry& e) { return stream_index.at(e.stream); });
   write_column(out, "time_us", trace, [](const TraceEntry& e) { return e.time_us; });
-  out += "},\n";
+  out += "},\n\"deferred_frees\": [";
+  first = true;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (!trace[i].free_deferred) continue;
+    fmt::format_to(Out(out), "{}{}", first ? "" : ",", i);
+    first = false;
+  }
+  out += "],\n";
 
   out += "\"initial\": {\"segments\": [";
-  bool first = true;
+  first = true;
   for (const auto& [address, s] : initial.segments) {
-    fmt::format_to(Out(out), "{}[{}, {}, {}]", first ? "" : ", ", s.address - base, s.size, s.expandable);
+    fmt::format_to(Out(out), "{}[{}, {}, {}, {}]", first ? "" : ", ", s.address - base, s.size, s.expandable,
+                   stream_index.at(s.stream));
     first = false;
   }
   out += "], \"blocks\": [";
   size_t k = 0;
   for (const auto& [address, b] : initial.blocks) {
-    fmt::format_to(Out(out), "{}[{}, {}, {}, {}, {}]", k ? ", " : "", b.address - base, b.size, b.requested,
-                   static_cast<int>(b.category), initial_tags[k]);
+    fmt::format_to(Out(out), "{}[{}, {}, {}, {}, {}, {}]", k ? ", " : "", b.address - base, b.size, b.requested,
+                   static_cast<int>(b.category), initial_tags[k], stream_index.at(b.stream));
+    ++k;
+  }
+  out += "], \"pending\": [";
+  k = 0;
+  for (const auto& [address, b] : initial.pending) {
+    fmt::format_to(Out(out), "{}[{}, {}, {}, {}, {}, {}]", k ? ", " : "", b.address - base, b.size, b.requested,
+                   static_cast<int>(b.category), initial_pending_tags[k], stream_index.at(b.stream));
     ++k;
   }
   out += "]},\n";

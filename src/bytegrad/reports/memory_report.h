@@ -6,7 +6,10 @@
 //    optimizer step) and the largest live blocks with their owners (peak_report);
 //  - the allocator's state at a chosen entry (a slider, a click on the timeline, a mark, or the page's
 //    address: report.html#event=123 or #mark=2, counting from 0): every segment with its live blocks coloured
-//    by category and its free space, replayed exactly from the history (allocator_state_after below);
+//    by category and its free space, replayed exactly from the history (allocator_state_after below). When the
+//    program used more than one stream, the segments are grouped by the stream that owns them, each group
+//    headed by its stream's reserved and allocated bytes; blocks freed while another stream may still use
+//    them (record_stream: pending until their events complete) are drawn hatched, whatever the streams;
 //  - a table of the marks: each figure (allocated, reserved, max_allocated, max_reserved, segments, blocks,
 //    requested, inactive_split) as a plain integer and in human units ("7455232", "7.11 MiB"), and the bytes
 //    of each category.
@@ -64,6 +67,7 @@ struct StateBlock {
   size_t requested = 0;                             // bytes asked for
   MemoryCategory category = MemoryCategory::other;  // at that moment
   std::string tag;                                  // the op that allocated it ("" when its alloc predates the history)
+  StreamId stream = 0;                              // the stream it was allocated on
 };
 // A segment (one cudaMalloc), or one contiguous mapped range of an expandable segment (as snapshot() lists
 // them).
@@ -71,13 +75,18 @@ struct StateSegment {
   uintptr_t address = 0;
   size_t size = 0;
   bool expandable = false;
+  StreamId stream = 0;  // the stream that owns it (its blocks serve that stream's requests only)
 };
 struct AllocatorState {
   std::map<uintptr_t, StateSegment> segments;  // by address
   std::map<uintptr_t, StateBlock> blocks;      // live blocks, by address
-  CategoryBytes bytes{};                       // block bytes per category
-  int64_t allocated() const;                   // sum of block sizes
-  int64_t reserved() const;                    // sum of segment sizes
+  // Blocks whose free waits on other streams' events (record_stream; TraceEntry::free_deferred): no longer
+  // allocated, still active, from their free_requested until their free_completed.
+  std::map<uintptr_t, StateBlock> pending;
+  CategoryBytes bytes{};      // block bytes per category (live blocks only)
+  int64_t allocated() const;  // sum of live block sizes
+  int64_t reserved() const;   // sum of segment sizes
+  int64_t pending_bytes() const;
 };
 
 // The state just before the history's first entry: the snapshot's segments and live blocks with every entry
