@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 #include <string>
 
 #include "bytegrad/memory/raw_memory.h"
@@ -135,8 +136,7 @@ class PlacedRawMemory : public SimulatedRawMemory {
 
 class HostBackedRawMemory final : public PlacedRawMemory {
  public:
-  explicit HostBackedRawMemory(SimulatedCapacity capacity)
-      : HostBackedRawMemory(capacity, reserve(span_for(capacity)), span_for(capacity)) {}
+  explicit HostBackedRawMemory(SimulatedCapacity capacity) : HostBackedRawMemory(capacity, reserve(capacity)) {}
   ~HostBackedRawMemory() override { munmap(base_, span_); }
 
  protected:
@@ -168,15 +168,23 @@ class HostBackedRawMemory final : public PlacedRawMemory {
   }
 
  private:
-  HostBackedRawMemory(SimulatedCapacity capacity, void* base, size_t span)
-      : PlacedRawMemory(capacity, reinterpret_cast<uintptr_t>(base), span), base_(base), span_(span) {}
+  HostBackedRawMemory(SimulatedCapacity capacity, std::pair<void*, size_t> reservation)
+      : PlacedRawMemory(capacity, reinterpret_cast<uintptr_t>(reservation.first), reservation.second),
+        base_(reservation.first),
+        span_(reservation.second) {}
 
-  static void* reserve(size_t span) {
-    void* base = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED)
-      throw std::runtime_error("sim device: cannot reserve " + std::to_string(span) +
-                               " bytes of address space (four times total_bytes, at least 64 GiB)");
-    return base;
+  // The modelled span where the host has room for it, else less, down to the least a card needs (a
+  // ThreadSanitizer build, for one, cannot map a terabyte in one piece): only room for many expandable
+  // segments is lost.
+  static std::pair<void*, size_t> reserve(const SimulatedCapacity& capacity) {
+    const size_t least = VirtualAddressSpace::least_span_for(capacity.total_bytes);
+    for (size_t span = span_for(capacity);; span = std::max(least, span / 2)) {
+      void* base = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (base != MAP_FAILED) return {base, span};
+      if (span == least)
+        throw std::runtime_error("sim device: cannot reserve " + std::to_string(span) +
+                                 " bytes of address space (four times total_bytes, at least 64 GiB)");
+    }
   }
 
   void* base_;

@@ -18,6 +18,11 @@ size_t VirtualAddressSpace::span_for(size_t total_bytes) {
   return std::max<size_t>(12 * total_bytes, 64 * kGiB) / kGiB * kGiB;
 }
 
+size_t VirtualAddressSpace::least_span_for(size_t total_bytes) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  return std::max<size_t>(4 * total_bytes, 64 * kGiB) / kGiB * kGiB;
+}
+
 uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
   for (auto it = gaps_.begin(); it != gaps_.end(); ++it) {
     if (it->second < bytes) continue;

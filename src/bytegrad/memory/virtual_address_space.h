@@ -38,6 +38,8 @@ class VirtualAddressSpace {
   // gaps can strand space, and for ten expandable segments (each reserves 1 1/8 of the card, as PyTorch's;
   // every private pool's small and large pools have their own), which a real GPU's address space holds.
   static size_t span_for(size_t total_bytes);
+  // The least span such a card works with: four times its memory, at least 64 GiB.
+  static size_t least_span_for(size_t total_bytes);
 
   // The address for a new segment of `bytes`, or 0 when the span is exhausted.
   uintptr_t allocate(size_t bytes);
