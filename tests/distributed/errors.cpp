@@ -104,8 +104,10 @@ TEST_CASE("calls that differ across ranks fail on every rank, naming each rank's
   for (const std::string& m : kinds.messages)
     CHECK(m == "collective #1: the ranks' calls differ: rank 0: broadcast(float32 [4], src 1); rank 1: barrier()");
 
-  const Outcome roots = caught_on_ranks(2, kLongTimeout, [](ProcessGroup& pg) { pg.broadcast(floats(pg, 4), pg.rank()); });
-  for (const std::string& m : roots.messages) CHECK(m.find("rank 0: broadcast(float32 [4], src 0); rank 1: broadcast(float32 [4], src 1)") != std::string::npos);
+  const Outcome roots =
+      caught_on_ranks(2, kLongTimeout, [](ProcessGroup& pg) { pg.broadcast(floats(pg, 4), pg.rank()); });
+  for (const std::string& m : roots.messages)
+    CHECK(m.find("rank 0: broadcast(float32 [4], src 0); rank 1: broadcast(float32 [4], src 1)") != std::string::npos);
 
   const Outcome gathers = caught_on_ranks(2, kLongTimeout, [](ProcessGroup& pg) {
     const int64_t n = pg.rank() == 0 ? 2 : 3;
@@ -196,8 +198,7 @@ TEST_CASE("arguments a rank gets wrong are refused with PyTorch's messages") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(pg->all_reduce(zeros({4, 4}, here).t()),
                        "all_reduce on rank 1: Tensors must be contiguous (the input)", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(pg->broadcast(x, 4),
-                       "broadcast on rank 1: invalid root rank: 4 (this group's ranks are 0 to 3)",
+  CHECK_THROWS_WITH_AS(pg->broadcast(x, 4), "broadcast on rank 1: invalid root rank: 4 (this group's ranks are 0 to 3)",
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(pg->broadcast(x, -1),
                        "broadcast on rank 1: invalid root rank: -1 (this group's ranks are 0 to 3)",

@@ -28,8 +28,8 @@ using bytegrad::testing::MemoryProbe;
 
 namespace {
 
-constexpr int64_t kTensorBytes = 1024 * 4;  // empty({1024}) float32: 4096 B, a small-pool block
-constexpr int64_t kFlagBytes = 512;         // barrier's zeros({1}) float32: 4 B, rounded up to 512 B
+constexpr int64_t kTensorBytes = 1024 * 4;          // empty({1024}) float32: 4096 B, a small-pool block
+constexpr int64_t kFlagBytes = 512;                 // barrier's zeros({1}) float32: 4 B, rounded up to 512 B
 constexpr int64_t kSmallSegment = 2 * 1024 * 1024;  // the first small block reserves a 2 MiB segment
 
 uintptr_t address(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
@@ -83,8 +83,8 @@ AsyncFindings async_all_reduce(ProcessGroup& pg) {
   synchronize(d);
   MemoryProbe probe(d);
   auto work = pg.all_reduce(x, ReduceOp::sum, /*async_op=*/true);
-  f.current_idle = current_stream(d).query();                // only an event was recorded on it
-  f.group_stream_busy = !pg.collective_stream()->query();   // the wait and the collective
+  f.current_idle = current_stream(d).query();              // only an event was recorded on it
+  f.group_stream_busy = !pg.collective_stream()->query();  // the wait and the collective
   f.completed_before_wait = work->is_completed();
   const uintptr_t old_address = address(x);
   x = Tensor();

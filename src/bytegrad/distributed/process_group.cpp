@@ -34,8 +34,7 @@ std::string Collective::str() const {
   std::string text = std::string(collective_name(kind)) + " #" + std::to_string(sequence);
   if (kind == CollectiveKind::barrier) return text;
   text += " (" + std::string(scalar_type_name(input.dtype())) + " " + shape_str(input.sizes());
-  if (!output.shares_storage_with(input) || output.numel() != input.numel())
-    text += " -> " + shape_str(output.sizes());
+  if (!output.shares_storage_with(input) || output.numel() != input.numel()) text += " -> " + shape_str(output.sizes());
   if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter_tensor)
     text += ", " + std::string(reduce_op_name(op));
   if (kind == CollectiveKind::broadcast) text += ", src " + std::to_string(root);
@@ -79,7 +78,8 @@ bool Work::is_completed() const { return !end_ || end_->query(); }
 
 ProcessGroup::ProcessGroup(int rank, int size, Device device, ProcessGroupOptions options)
     : rank_(rank), size_(size), device_(device), options_(options) {
-  if (size < 1) throw std::invalid_argument("process group: world size must be at least 1, got " + std::to_string(size));
+  if (size < 1)
+    throw std::invalid_argument("process group: world size must be at least 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size)
     throw std::invalid_argument("process group: rank " + std::to_string(rank) + " is not in a group of " +
                                 std::to_string(size) + " (ranks 0 to " + std::to_string(size - 1) + ")");
@@ -109,9 +109,9 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int src, bool async_op) {
   check_tensor("broadcast", "input", tensor);
   if (src < 0 || src >= size_)
-    throw std::invalid_argument("broadcast on rank " + std::to_string(rank_) + ": invalid root rank: " +
-                                std::to_string(src) + " (this group's ranks are 0 to " + std::to_string(size_ - 1) +
-                                ")");
+    throw std::invalid_argument("broadcast on rank " + std::to_string(rank_) +
+                                ": invalid root rank: " + std::to_string(src) + " (this group's ranks are 0 to " +
+                                std::to_string(size_ - 1) + ")");
   return issue(Collective{.kind = CollectiveKind::broadcast, .root = src, .input = tensor, .output = tensor}, async_op);
 }
 
@@ -127,8 +127,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output,
     throw std::invalid_argument(where + "output tensor size must be equal to world_size times input tensor size (" +
                                 std::to_string(output.numel()) + " elements, expected " + std::to_string(size_) +
                                 " * " + std::to_string(input.numel()) + ")");
-  return issue(Collective{.kind = CollectiveKind::all_gather_into_tensor, .input = input, .output = output},
-               async_op);
+  return issue(Collective{.kind = CollectiveKind::all_gather_into_tensor, .input = input, .output = output}, async_op);
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
@@ -142,8 +141,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, 
                                 std::string(scalar_type_name(output.dtype())) + ")");
   if (input.numel() != output.numel() * size_)
     throw std::invalid_argument(where + "input tensor must be the same size as output size times world size (" +
-                                std::to_string(input.numel()) + " elements, expected " + std::to_string(size_) +
-                                " * " + std::to_string(output.numel()) + ")");
+                                std::to_string(input.numel()) + " elements, expected " + std::to_string(size_) + " * " +
+                                std::to_string(output.numel()) + ")");
   if (input.dtype() == ScalarType::bool_ && op == ReduceOp::avg)
     throw std::invalid_argument(where + "Cannot use ReduceOp.AVG with boolean inputs");
   return issue(Collective{.kind = CollectiveKind::reduce_scatter_tensor, .op = op, .input = input, .output = output},

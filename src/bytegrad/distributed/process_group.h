@@ -85,9 +85,9 @@ struct Collective {
   CollectiveKind kind = CollectiveKind::all_reduce;
   uint64_t sequence = 0;  // this group's count of collectives, from 1 (every rank counts the same)
   ReduceOp op = ReduceOp::sum;
-  int root = 0;    // broadcast's src
-  Tensor input;    // all_reduce and broadcast: the tensor itself; barrier: its one float
-  Tensor output;   // the tensor written (the input again for the in-place ones)
+  int root = 0;             // broadcast's src
+  Tensor input;             // all_reduce and broadcast: the tensor itself; barrier: its one float
+  Tensor output;            // the tensor written (the input again for the in-place ones)
   std::string str() const;  // "all_reduce #3 (float32 [4, 4], sum)"
 };
 

@@ -97,8 +97,8 @@ T divide_by(T value, int world_size) {
 
 // Reduces `count` elements of every rank's buffer at `offset` (in elements) into `result`, in rank order:
 // ((r0 op r1) op r2) ..., so every rank gets the same bits.
-void reduce_in_rank_order(const std::vector<const std::byte*>& sources, ScalarType dtype, int64_t count,
-                          ReduceOp op, std::vector<std::byte>& result) {
+void reduce_in_rank_order(const std::vector<const std::byte*>& sources, ScalarType dtype, int64_t count, ReduceOp op,
+                          std::vector<std::byte>& result) {
   const size_t bytes = static_cast<size_t>(count) * element_size(dtype);
   result.resize(bytes);
   if (bytes == 0) return;
@@ -198,9 +198,8 @@ class Rendezvous {
           std::vector<int> missing, arrived;
           for (int r = 0; r < world_size_; ++r) (slot.calls[r] ? arrived : missing).push_back(r);
           const std::string message = where + " timed out after " + std::to_string(timeout_.count()) +
-                                      " ms waiting for rank" + (missing.size() > 1 ? "s " : " ") +
-                                      rank_list(missing) + " (arrived: rank" + (arrived.size() > 1 ? "s " : " ") +
-                                      rank_list(arrived) + ")";
+                                      " ms waiting for rank" + (missing.size() > 1 ? "s " : " ") + rank_list(missing) +
+                                      " (arrived: rank" + (arrived.size() > 1 ? "s " : " ") + rank_list(arrived) + ")";
           // The group is unusable now: every rank waiting fails, and the late ones as they arrive.
           if (!aborted_) aborted_ = message;
           changed_.notify_all();
@@ -245,7 +244,8 @@ class Rendezvous {
       execute(calls);
     } else {
       std::string text = "collective #" + std::to_string(sequence) + ": the ranks' calls differ:";
-      for (size_t r = 0; r < calls.size(); ++r) text += (r ? "; rank " : " rank ") + std::to_string(r) + ": " + calls[r].str();
+      for (size_t r = 0; r < calls.size(); ++r)
+        text += (r ? "; rank " : " rank ") + std::to_string(r) + ": " + calls[r].str();
       slot.error = text;
     }
     slot.done = true;
@@ -256,8 +256,8 @@ class Rendezvous {
   const int world_size_;
   const std::chrono::milliseconds timeout_;
   std::map<uint64_t, Slot> slots_;
-  std::optional<std::string> aborted_;                 // why the group stopped
-  std::vector<std::optional<std::string>> gone_;       // why a rank will issue no more collectives
+  std::optional<std::string> aborted_;            // why the group stopped
+  std::vector<std::optional<std::string>> gone_;  // why a rank will issue no more collectives
 };
 
 std::byte* data_of(const Tensor& t) {
