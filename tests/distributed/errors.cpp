@@ -185,7 +185,8 @@ TEST_CASE("a rank that finishes without the collective makes the others fail at 
 }
 
 TEST_CASE("arguments a rank gets wrong are refused with PyTorch's messages") {
-  bytegrad::testing::FreshDevice fresh(Device{DeviceType::sim, 1});
+  bytegrad::testing::FreshDevice fresh_sim0(kSim, bytegrad::testing::small_card());
+  bytegrad::testing::FreshDevice fresh(Device{DeviceType::sim, 1}, bytegrad::testing::small_card());
   auto pg = make_fake_process_group(1, 4, Device{DeviceType::sim, 1});
   const TensorOptions here = device(pg->device());
   Tensor x = zeros({4}, here);

@@ -248,7 +248,7 @@ TEST_CASE("broadcast, all_gather_into_tensor and reduce_scatter_tensor allocate 
 }
 
 TEST_CASE("the group's stream comes from the pool at its first collective") {
-  FreshDevice fresh(kSim);  // the pool's round robin restarts
+  FreshDevice fresh(kSim, bytegrad::testing::small_card());  // the pool's round robin restarts
   auto pg = make_fake_process_group(0, 2, kSim);
   CHECK_FALSE(pg->collective_stream());
   Tensor x = empty({4}, device(kSim));
@@ -267,7 +267,7 @@ TEST_CASE("the group's stream comes from the pool at its first collective") {
 TEST_CASE("the fake backend allocates and holds what a real rank does, and moves nothing") {
   // Rank 5 of 8 alone, on meta: the same figures as the threads ranks above.
   {
-    FreshDevice fresh(kMeta);
+    FreshDevice fresh(kMeta, bytegrad::testing::small_card());
     auto pg = make_fake_process_group(5, 8, kMeta);
     CHECK(pg->backend_name() == "fake");
     CHECK(pg->rank() == 5);
@@ -291,7 +291,7 @@ TEST_CASE("the fake backend allocates and holds what a real rank does, and moves
     CHECK(s.current_busy);
   }
   // On sim the values stay as they were.
-  FreshDevice fresh(kSim);
+  FreshDevice fresh(kSim, bytegrad::testing::small_card());
   auto pg = make_fake_process_group(1, 4, kSim);
   Tensor x = full({3}, 7.0, device(kSim));
   Tensor gathered = zeros({12}, device(kSim));
