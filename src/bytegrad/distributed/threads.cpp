@@ -115,6 +115,13 @@ void reduce_in_rank_order(const std::vector<const std::byte*>& sources, ScalarTy
   });
 }
 
+std::vector<const std::byte*> inputs_of(const std::vector<RankCall>& calls) {
+  std::vector<const std::byte*> inputs;
+  inputs.reserve(calls.size());
+  for (const RankCall& c : calls) inputs.push_back(c.input_data);
+  return inputs;
+}
+
 // Moves the bytes of one agreed collective (every rank's call present and checked).
 void execute(const std::vector<RankCall>& calls) {
   const RankCall& first = calls.front();
@@ -124,10 +131,8 @@ void execute(const std::vector<RankCall>& calls) {
   switch (first.kind) {
     case CollectiveKind::all_reduce:
     case CollectiveKind::barrier: {
-      std::vector<const std::byte*> sources;
-      for (const RankCall& c : calls) sources.push_back(c.input_data);
       std::vector<std::byte> result;
-      reduce_in_rank_order(sources, first.dtype, first.input_numel, first.op, result);
+      reduce_in_rank_order(inputs_of(calls), first.dtype, first.input_numel, first.op, result);
       for (const RankCall& c : calls)
         if (!result.empty()) std::memcpy(c.output_data, result.data(), result.size());
       return;
@@ -150,10 +155,8 @@ void execute(const std::vector<RankCall>& calls) {
       return;
     }
     case CollectiveKind::reduce_scatter_tensor: {
-      std::vector<const std::byte*> sources;
-      for (const RankCall& c : calls) sources.push_back(c.input_data);
       std::vector<std::byte> result;
-      reduce_in_rank_order(sources, first.dtype, first.input_numel, first.op, result);
+      reduce_in_rank_order(inputs_of(calls), first.dtype, first.input_numel, first.op, result);
       const size_t slice = static_cast<size_t>(first.output_numel) * element;
       for (int r = 0; r < world && slice > 0; ++r) std::memcpy(calls[r].output_data, result.data() + slice * r, slice);
       return;
@@ -314,6 +317,7 @@ std::vector<std::unique_ptr<ProcessGroup>> make_threads_process_groups(int world
   threads_rank_device(type, 0);  // refuses cuda before anything is made
   auto rendezvous = std::make_shared<Rendezvous>(world_size, options.timeout);
   std::vector<std::unique_ptr<ProcessGroup>> groups;
+  groups.reserve(world_size);
   for (int r = 0; r < world_size; ++r)
     groups.push_back(
         std::make_unique<ThreadsProcessGroup>(r, world_size, threads_rank_device(type, r), options, rendezvous));
