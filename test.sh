@@ -3,8 +3,8 @@
 #   ./test.sh              builds into build/ and runs every ctest entry (extra arguments go to ctest)
 #   ./test.sh --sanitize   the CPU suites built with AddressSanitizer + UndefinedBehaviorSanitizer into
 #                          build-sanitize/ (CUDA off; sim's cached bytes poisoned for ASan)
-#   ./test.sh --thread-sanitize   the `threads` suite (tests/threads) built with ThreadSanitizer into
-#                          build-tsan/ (CUDA off); any report fails it
+#   ./test.sh --thread-sanitize   the suites labelled `threads` (tests/threads, tests/distributed) built
+#                          with ThreadSanitizer into build-tsan/ (CUDA off); any report fails it
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ "${1:-}" = "--sanitize" ]; then
@@ -15,10 +15,10 @@ elif [ "${1:-}" = "--thread-sanitize" ]; then
   shift
   export BYTEGRAD_BUILD_DIR=build-tsan
   export BYTEGRAD_CMAKE_ARGS="-DBYTEGRAD_THREAD_SANITIZE=ON -DBYTEGRAD_WITH_CUDA=OFF -DBYTEGRAD_NATIVE=OFF ${BYTEGRAD_CMAKE_ARGS:-}"
-  # Only the threads suite is built and run: the rest is single-threaded, and building it all under TSan
-  # costs CI's time. (The packages are those ./test.sh installs.)
+  # Only the suites labelled threads are built and run: the rest is single-threaded, and building it all
+  # under TSan costs CI's time. (The packages are those ./test.sh installs.)
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE="${BYTEGRAD_BUILD_TYPE:-Release}" $BYTEGRAD_CMAKE_ARGS >/dev/null
-  cmake --build build-tsan -j "$(nproc)" --target test_threads
+  cmake --build build-tsan -j "$(nproc)" --target test_threads test_distributed
   exec ctest --test-dir build-tsan --output-on-failure --no-tests=error -L '^threads$' "$@"
 fi
 tools/build.sh

@@ -5,8 +5,8 @@
 # includes its own folder and the layers below; layers of one rank are side by side (none includes another):
 # reports (what prints, renders or exports memory's data) needs only memory, and testing and the programs
 # use it, so it sits beside kernels; nn, optim and testing are side by side.
-# distributed/ does not exist yet: it is the place for collectives (one file per backend, e.g. nccl.cpp,
-# gloo.cpp), above nn and optim because data- and model-parallel wrappers take modules and optimizers.
+# distributed/ holds process groups and collectives (one file per backend: threads.cpp, fake.cpp, later nccl.cpp),
+# above nn and optim because data- and model-parallel wrappers take modules and optimizers.
 # The umbrella headers src/bytegrad/bytegrad.h and testing.h are not layers. Applications (programs/,
 # tools/, bench/, tests/, examples/) may include anything. Run by ctest (entry `layers`).
 set -euo pipefail

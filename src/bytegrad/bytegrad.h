@@ -1,5 +1,6 @@
 // bytegrad in one header: tensors and their ops, autograd, nn modules and losses, optimizers, and the
-// memory functions (torch.cuda's) and the memory reports (ledger, summary, story, HTML, memory_viz).
+// memory functions (torch.cuda's), the memory reports (ledger, summary, story, HTML, memory_viz), and
+// process groups with their collectives (torch.distributed: distributed/).
 //   #include <bytegrad/bytegrad.h>        and link bytegrad::bytegrad (CMake)
 // Test helpers (MemoryProbe, FreshDevice) are in <bytegrad/testing.h>, linked by bytegrad::testing.
 #pragma once
@@ -48,3 +49,7 @@
 #include "bytegrad/optim/lr_scheduler.h"
 #include "bytegrad/optim/optimizer.h"
 #include "bytegrad/optim/sgd.h"
+#include "bytegrad/distributed/fake.h"
+#include "bytegrad/distributed/launcher.h"
+#include "bytegrad/distributed/process_group.h"
+#include "bytegrad/distributed/threads.h"

@@ -1,0 +1,226 @@
+#include "bytegrad/distributed/process_group.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "bytegrad/core/strided_view.h"
+#include "bytegrad/memory/allocation_context.h"
+
+namespace bytegrad::distributed {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::product: return "product";
+    case ReduceOp::min: return "min";
+    case ReduceOp::max: return "max";
+  }
+  return "unknown";
+}
+
+std::string_view collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::all_gather_into_tensor: return "all_gather_into_tensor";
+    case CollectiveKind::reduce_scatter_tensor: return "reduce_scatter_tensor";
+    case CollectiveKind::barrier: return "barrier";
+  }
+  return "unknown";
+}
+
+std::string Collective::str() const {
+  std::string text = std::string(collective_name(kind)) + " #" + std::to_string(sequence);
+  if (kind == CollectiveKind::barrier) return text;
+  text += " (" + std::string(scalar_type_name(input.dtype())) + " " + shape_str(input.sizes());
+  if (!output.shares_storage_with(input) || output.numel() != input.numel()) text += " -> " + shape_str(output.sizes());
+  if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter_tensor)
+    text += ", " + std::string(reduce_op_name(op));
+  if (kind == CollectiveKind::broadcast) text += ", src " + std::to_string(root);
+  return text + ")";
+}
+
+// ------------------------------------------------------------------------------------------ TensorShelf
+
+void TensorShelf::stash(const std::vector<Tensor>& tensors) {
+  std::lock_guard lock(mutex_);
+  tensors_.insert(tensors_.end(), tensors.begin(), tensors.end());
+}
+
+void TensorShelf::unstash() {
+  std::vector<Tensor> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    dropped.swap(tensors_);
+  }
+  // `dropped` frees its blocks here, outside the lock.
+}
+
+bool TensorShelf::empty() const {
+  std::lock_guard lock(mutex_);
+  return tensors_.empty();
+}
+
+// ------------------------------------------------------------------------------------------------- Work
+
+bool Work::wait() {
+  // WorkNCCL::synchronizeStream: block the current stream on the end event, then unstash (reference §2.2).
+  if (end_) end_->wait(current_stream(device_));
+  shelf_->unstash();
+  if (barrier_ && end_) current_stream(device_).synchronize();
+  return true;
+}
+
+bool Work::is_completed() const { return !end_ || end_->query(); }
+
+// ---------------------------------------------------------------------------------------- ProcessGroup
+
+ProcessGroup::ProcessGroup(int rank, int size, Device device, ProcessGroupOptions options)
+    : rank_(rank), size_(size), device_(device), options_(options) {
+  if (size < 1)
+    throw std::invalid_argument("process group: world size must be at least 1, got " + std::to_string(size));
+  if (rank < 0 || rank >= size)
+    throw std::invalid_argument("process group: rank " + std::to_string(rank) + " is not in a group of " +
+                                std::to_string(size) + " (ranks 0 to " + std::to_string(size - 1) + ")");
+  if (options.timeout.count() <= 0)
+    throw std::invalid_argument("process group: the timeout must be positive, got " +
+                                std::to_string(options.timeout.count()) + " ms");
+}
+
+void ProcessGroup::check_tensor(const char* collective, const char* what, const Tensor& tensor) const {
+  const std::string where = std::string(collective) + " on rank " + std::to_string(rank_) + ": ";
+  if (!tensor.defined()) throw std::invalid_argument(where + "the " + what + " tensor is undefined");
+  if (tensor.device() != device_)
+    throw std::invalid_argument(where + "the " + what + " tensor is on " + tensor.device().str() + ", but rank " +
+                                std::to_string(rank_) + " of this " + std::string(backend_name()) +
+                                " process group uses " + device_.str());
+  if (!tensor.is_contiguous()) throw std::invalid_argument(where + "Tensors must be contiguous (the " + what + ")");
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op, bool async_op) {
+  check_tensor("all_reduce", "input", tensor);
+  if (tensor.dtype() == ScalarType::bool_ && op == ReduceOp::avg)
+    throw std::invalid_argument("all_reduce on rank " + std::to_string(rank_) +
+                                ": Cannot use ReduceOp.AVG with boolean inputs");
+  return issue(Collective{.kind = CollectiveKind::all_reduce, .op = op, .input = tensor, .output = tensor}, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int src, bool async_op) {
+  check_tensor("broadcast", "input", tensor);
+  if (src < 0 || src >= size_)
+    throw std::invalid_argument("broadcast on rank " + std::to_string(rank_) +
+                                ": invalid root rank: " + std::to_string(src) + " (this group's ranks are 0 to " +
+                                std::to_string(size_ - 1) + ")");
+  return issue(Collective{.kind = CollectiveKind::broadcast, .root = src, .input = tensor, .output = tensor}, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op) {
+  check_tensor("all_gather_into_tensor", "input", input);
+  check_tensor("all_gather_into_tensor", "output", output);
+  const std::string where = "all_gather_into_tensor on rank " + std::to_string(rank_) + ": ";
+  if (output.dtype() != input.dtype())
+    throw std::invalid_argument(where + "output tensor must have the same type as input tensor (" +
+                                std::string(scalar_type_name(output.dtype())) + " vs " +
+                                std::string(scalar_type_name(input.dtype())) + ")");
+  if (output.numel() != input.numel() * size_)
+    throw std::invalid_argument(where + "output tensor size must be equal to world_size times input tensor size (" +
+                                std::to_string(output.numel()) + " elements, expected " + std::to_string(size_) +
+                                " * " + std::to_string(input.numel()) + ")");
+  return issue(Collective{.kind = CollectiveKind::all_gather_into_tensor, .input = input, .output = output}, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                          bool async_op) {
+  check_tensor("reduce_scatter_tensor", "input", input);
+  check_tensor("reduce_scatter_tensor", "output", output);
+  const std::string where = "reduce_scatter_tensor on rank " + std::to_string(rank_) + ": ";
+  if (output.dtype() != input.dtype())
+    throw std::invalid_argument(where + "input tensor must be the same type as the output tensor (" +
+                                std::string(scalar_type_name(input.dtype())) + " vs " +
+                                std::string(scalar_type_name(output.dtype())) + ")");
+  if (input.numel() != output.numel() * size_)
+    throw std::invalid_argument(where + "input tensor must be the same size as output size times world size (" +
+                                std::to_string(input.numel()) + " elements, expected " + std::to_string(size_) + " * " +
+                                std::to_string(output.numel()) + ")");
+  if (input.dtype() == ScalarType::bool_ && op == ReduceOp::avg)
+    throw std::invalid_argument(where + "Cannot use ReduceOp.AVG with boolean inputs");
+  return issue(Collective{.kind = CollectiveKind::reduce_scatter_tensor, .op = op, .input = input, .output = output},
+               async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier(bool async_op) {
+  // ProcessGroupNCCL::barrier: a one-float zeros tensor on the group's device, all-reduced with the
+  // caller's async_op; a synchronous barrier then synchronizes the current stream (reference §2.3).
+  Tensor flag;
+  {
+    AllocationScope scope("barrier");
+    flag = zeros({1}, TensorOptions{ScalarType::float32, device_});
+  }
+  auto work = issue(Collective{.kind = CollectiveKind::barrier, .input = flag, .output = flag}, async_op);
+  if (work) {
+    work->barrier_ = true;
+    return work;
+  }
+  if (device_.type != DeviceType::cpu) current_stream(device_).synchronize();
+  return nullptr;  // the flag tensor frees here, on the stream it was allocated on
+}
+
+std::shared_ptr<Work> ProcessGroup::issue(Collective call, bool async_op) {
+  const bool has_streams = device_.type != DeviceType::cpu;
+  if (has_streams && !collective_stream_) {
+    // The communicator's stream is taken from the pool when the communicator is made, at the first
+    // collective (ProcessGroupNCCL::initNCCLComm), whether or not that collective is async.
+    collective_stream_ = get_stream_from_pool(device_, options_.high_priority_stream ? -1 : 0);
+  }
+  // Counted before the ranks meet: a collective whose calls differ across ranks fails on every rank and
+  // still counts, so the next one starts afresh everywhere.
+  call.sequence = ++sequence_;
+
+  // "in asyncOp=false [default] mode, we use currentStream as ncclStream otherwise, we use separate
+  // ncclStream and let it sync on currentStream" (ProcessGroupNCCL::collective; reference §2.1).
+  std::optional<Stream> stream;
+  if (has_streams) {
+    const Stream current = current_stream(device_);
+    stream = async_op ? *collective_stream_ : current;
+    if (async_op) stream->wait_stream(current);
+  }
+
+  exchange(call, stream);  // throws when the ranks disagree, fail or time out: then nothing is queued
+
+  auto work = std::make_shared<Work>();
+  work->device_ = device_;
+  work->kind_ = call.kind;
+  work->sequence_ = call.sequence;
+  work->outputs_ = {call.output};
+  if (stream) {
+    if (device_.type == DeviceType::sim || device_.type == DeviceType::meta)
+      stream_timeline(device_).launched(stream->id());  // the collective is one work item on its stream
+    work->end_ = stream->record_event();
+  }
+  // Sync: nothing to manage, the work is ordered on the current stream. Async: inputs and outputs stay on
+  // the Work's shelf until wait() (reference §2.2: 2.11 stashes instead of record_stream).
+  if (async_op && has_streams) {
+    work->shelf_->stash({call.input});
+    if (!call.output.shares_storage_with(call.input)) work->shelf_->stash({call.output});
+  }
+  // workEnqueue: the shelves of works that completed without being waited for are released now, on the
+  // calling thread (the watchdog hands them over; reference §2.2). This one joins the list if it holds any.
+  release_completed_shelves();
+  if (async_op && has_streams) outstanding_.push_back(Outstanding{work->shelf_, *work->end_});
+  return async_op ? work : nullptr;
+}
+
+void ProcessGroup::release_completed_shelves() {
+  std::vector<std::shared_ptr<TensorShelf>> done;
+  auto keep = std::remove_if(outstanding_.begin(), outstanding_.end(), [&](Outstanding& o) {
+    if (o.shelf->empty()) return true;  // waited for already
+    if (!o.end.query()) return false;
+    done.push_back(o.shelf);
+    return true;
+  });
+  outstanding_.erase(keep, outstanding_.end());
+  for (auto& shelf : done) shelf->unstash();
+}
+
+}  // namespace bytegrad::distributed

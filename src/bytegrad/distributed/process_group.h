@@ -1,0 +1,178 @@
+// torch.distributed's process group for bytegrad: one ProcessGroup object per rank, with all_reduce,
+// broadcast, all_gather_into_tensor, reduce_scatter_tensor and barrier, each synchronous or async_op (a Work
+// to wait on), under PyTorch's names and defaults.
+//
+// Streams and lifetimes follow PyTorch 2.11's ProcessGroupNCCL (shared/reference/pytorch-distributed-memory.md
+// §2.1-2.3) on every backend and device with streams (cuda, sim, meta):
+//  - async_op=false (the default): the collective is queued on the caller's current stream, nothing is
+//    stashed and nothing is record_stream'ed; the call returns no Work (nullptr), as torch.distributed's
+//    functions return None.
+//  - async_op=true: the collective is queued on the process group's own stream (taken from the stream pool
+//    at its first collective, as the communicator's stream is), after that stream waits for the current
+//    stream; its input and output tensors are stashed in the Work until wait(), which makes the current
+//    stream wait for the collective's end. A Work dropped without wait() keeps them until its collective
+//    has completed and a later collective is issued on the group (the watchdog's hand-over, §2.2).
+//  - Through the caching allocator: nothing for all_reduce, broadcast, all_gather_into_tensor and
+//    reduce_scatter_tensor (they work in place on the caller's tensors); barrier() allocates one float32
+//    (512 B) on the group's device, all-reduces it and synchronizes the current stream (§2.3's table).
+// On cpu (no streams) every collective is complete when its call returns.
+//
+// Backends (one file each): threads.h (N ranks as threads of one process, real collectives in host
+// memory), fake.h (one rank alone: the same allocations, no data moved). NCCL comes later (nccl.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bytegrad/core/device.h"
+#include "bytegrad/memory/streams.h"
+#include "bytegrad/tensor/tensor.h"
+
+namespace bytegrad::distributed {
+
+// torch.distributed.ReduceOp. bool tensors reduce as NCCL maps them: sum is a logical or (max), product a
+// logical and (min); avg is refused for bool.
+enum class ReduceOp { sum, avg, product, min, max };
+std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", ... (ReduceOp.SUM in Python)
+
+enum class CollectiveKind { all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor, barrier };
+std::string_view collective_name(CollectiveKind kind);  // "all_reduce", ...
+
+// PyTorch's default collective timeout for NCCL process groups (10 minutes).
+inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{10 * 60 * 1000};
+
+struct ProcessGroupOptions {
+  // How long a rank waits in a collective for the other ranks before it fails (threads backend).
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  // ProcessGroupNCCL.Options.is_high_priority_stream: the async stream comes from the high-priority pool.
+  bool high_priority_stream = false;
+};
+
+// A collective failed across ranks: the ranks' calls disagree, a rank failed or left, or the group was
+// aborted (torch.distributed.DistBackendError).
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// A rank waited longer than the group's timeout for the others (PyTorch's watchdog timeout).
+class CollectiveTimeout : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
+// Tensors kept alive for the allocator's sake until a collective is known to be done (ProcessGroupNCCL's
+// TensorShelf). Shared by the Work and the group's list of works not yet waited for.
+class TensorShelf {
+ public:
+  void stash(const std::vector<Tensor>& tensors);
+  void unstash();  // drops them (their blocks free on their own streams; nothing was record_stream'ed)
+  bool empty() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Tensor> tensors_;
+};
+
+// One collective call as a backend sees it, after the group checked it on this rank.
+struct Collective {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  uint64_t sequence = 0;  // this group's count of collectives, from 1 (every rank counts the same)
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;             // broadcast's src
+  Tensor input;             // all_reduce and broadcast: the tensor itself; barrier: its one float
+  Tensor output;            // the tensor written (the input again for the in-place ones)
+  std::string str() const;  // "all_reduce #3 (float32 [4, 4], sum)"
+};
+
+class Work {
+ public:
+  // Makes the caller's current stream wait for the collective, then releases the stashed tensors; after a
+  // barrier, also waits on the host for the current stream (torch.distributed.Work.wait). Returns true.
+  bool wait();
+  // Whether the collective's work on its stream has completed (on sim and meta: stream_timeline.h's model).
+  bool is_completed() const;
+  // The tensors the collective wrote (Work.result()).
+  const std::vector<Tensor>& result() const { return outputs_; }
+  CollectiveKind kind() const { return kind_; }
+  uint64_t sequence() const { return sequence_; }
+
+ private:
+  friend class ProcessGroup;
+  Device device_ = kCpu;
+  CollectiveKind kind_ = CollectiveKind::all_reduce;
+  uint64_t sequence_ = 0;
+  std::optional<Event> end_;  // recorded on the collective's stream after it (none on cpu)
+  std::shared_ptr<TensorShelf> shelf_ = std::make_shared<TensorShelf>();
+  std::vector<Tensor> outputs_;
+  bool barrier_ = false;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size, Device device, ProcessGroupOptions options);
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Device device() const { return device_; }  // this rank's device: its tensors must be there
+  const ProcessGroupOptions& options() const { return options_; }
+  virtual std::string_view backend_name() const = 0;  // "threads", "fake"
+
+  // Each returns the Work when async_op is true, else nullptr once the collective is queued on the
+  // current stream. Tensors must be contiguous and on device().
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum, bool async_op = false);
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, bool async_op = false);
+  // output holds size() * input.numel() elements: rank i's input lands in the i-th slice.
+  std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op = false);
+  // input holds size() * output.numel() elements: rank r gets the reduction of every rank's r-th slice.
+  std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
+                                              bool async_op = false);
+  std::shared_ptr<Work> barrier(bool async_op = false);
+
+  // The stream async collectives run on (the communicator's stream); none before the first collective
+  // and on cpu.
+  std::optional<Stream> collective_stream() const { return collective_stream_; }
+  uint64_t collectives_issued() const { return sequence_; }
+
+  // This rank stops: collectives waiting for it (on every rank) fail at once, naming it and the reason
+  // (ProcessGroup.abort). Safe from any thread.
+  virtual void abort(const std::string& reason) = 0;
+  // This rank has finished and will issue no more collectives (destroy_process_group): a peer waiting for
+  // it in a collective fails at once instead of timing out.
+  virtual void shutdown() = 0;
+
+ protected:
+  // The backend's part of one collective: agree with the other ranks and move the bytes (threads), nothing
+  // (fake), or launch it on `stream` (nccl). Throws CollectiveError when the ranks disagree or fail.
+  virtual void exchange(const Collective& call, const std::optional<Stream>& stream) = 0;
+
+ private:
+  std::shared_ptr<Work> issue(Collective call, bool async_op);
+  void check_tensor(const char* collective, const char* what, const Tensor& tensor) const;
+  void release_completed_shelves();
+
+  int rank_;
+  int size_;
+  Device device_;
+  ProcessGroupOptions options_;
+  uint64_t sequence_ = 0;
+  std::optional<Stream> collective_stream_;
+  // Async works issued and not yet known complete: their shelves are released once their collective has
+  // completed, at the next collective issued (ProcessGroupNCCL's shelvesToUnstash_ and workEnqueue).
+  struct Outstanding {
+    std::shared_ptr<TensorShelf> shelf;
+    Event end;
+  };
+  std::vector<Outstanding> outstanding_;
+};
+
+}  // namespace bytegrad::distributed
