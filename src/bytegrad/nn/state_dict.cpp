@@ -93,8 +93,8 @@ IncompatibleKeys Module::load_state_dict(const TensorDict& state_dict, bool stri
     messages.push_back(fmt::format("Unexpected key(s) in state_dict: {}.", quoted_list(plan.unexpected)));
   messages.insert(messages.end(), plan.errors.begin(), plan.errors.end());
   if (!messages.empty())
-    throw std::runtime_error(
-        fmt::format("Error(s) in loading state_dict for {}:\n\t{}", module_class_name(*this), fmt::join(messages, "\n\t")));
+    throw std::runtime_error(fmt::format("Error(s) in loading state_dict for {}:\n\t{}", module_class_name(*this),
+                                         fmt::join(messages, "\n\t")));
 
   NoGradGuard no_grad;
   for (auto& [target, source] : plan.copies) {
