@@ -35,6 +35,17 @@ size_t pool_segments(Device device, const MemPool& pool) {
   return caching_allocator(device).snapshot(pool.id()).segments.size();
 }
 
+// PyTorch's _teardown_mempool_limited_memory_test, also when the test fails: on cuda the process's allocator
+// outlives the test, and the next tests must not find the cap.
+struct FractionRestorer {
+  Device device;
+  double fraction = get_per_process_memory_fraction(device);
+  ~FractionRestorer() {
+    empty_cache(device);
+    set_per_process_memory_fraction(fraction, device);
+  }
+};
+
 // PyTorch's _setup_mempool_limited_memory_test: the cap at what the device holds plus `extra_mib`.
 void limit_to(Device device, int64_t extra_mib) {
   empty_cache(device);
@@ -116,6 +127,7 @@ TEST_CASE("conformance: only a use_on_oom pool's free blocks serve requests that
     SettingsRestorer restore;
     auto pool_do_not_use = std::make_unique<MemPool>(device);
     auto pool_use = std::make_unique<MemPool>(device, /*use_on_oom=*/true);
+    FractionRestorer restore_fraction{device};
     limit_to(device, 80);
     const auto on = bytegrad::device(device);
     Tensor a, b, c, e;
@@ -188,6 +200,7 @@ TEST_CASE("conformance: a deleted use_on_oom pool never serves a fallback") {
   for_each_device([](Device device) {
     DeviceUnderTest dut(device);
     SettingsRestorer restore;
+    FractionRestorer restore_fraction{device};
     limit_to(device, 40);
     const auto on = bytegrad::device(device);
     for (int i = 0; i < 10; ++i) {

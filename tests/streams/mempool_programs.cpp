@@ -422,11 +422,12 @@ std::string stable_message_part(const std::string& message) {
 }
 
 std::string normalize(const Run& run) {
+  // Streams by first appearance in the trace (0 the default stream), as stream_programs.cpp numbers them.
   std::map<uint64_t, int> streams{{0, 0}};
   auto stream_number = [&](uint64_t id) { return streams.emplace(id, static_cast<int>(streams.size())).first->second; };
+  for (const TraceEntry& e : run.trace) stream_number(e.stream);
   for (const Mark& m : run.marks)
     for (const auto& seg : m.segments) stream_number(seg[1]);
-  for (const TraceEntry& e : run.trace) stream_number(e.stream);
 
   std::ostringstream out;
   for (const Mark& m : run.marks) {

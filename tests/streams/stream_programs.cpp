@@ -341,17 +341,15 @@ const std::map<std::string, std::function<void(Device, Recorder&)>>& programs() 
 
 // ---------------------------------------------------------------------------------------- comparison
 
-// Both sides as the probe normalizes them: streams numbered by first appearance (marks' segments first,
-// then the trace; 0 the default stream), trace addresses as (n-th segment allocated, offset in it).
+// Both sides alike: streams numbered by first appearance in the trace (0 the default stream; a stream's id,
+// a cudaStream_t on cuda, says nothing about when it was made, so the probe's numbering by sorted ids is
+// renumbered too), trace addresses as (n-th segment allocated, offset in it).
 std::string normalize(const Run& run) {
   std::map<uint64_t, int> streams{{0, 0}};
   auto stream_number = [&](uint64_t id) { return streams.emplace(id, static_cast<int>(streams.size())).first->second; };
-  for (const Mark& m : run.marks) {
-    auto sorted = m.segments;
-    std::sort(sorted.begin(), sorted.end());
-    for (const auto& seg : sorted) stream_number(seg[0]);
-  }
   for (const TraceEntry& e : run.trace) stream_number(e.stream);
+  for (const Mark& m : run.marks)
+    for (const auto& seg : m.segments) stream_number(seg[0]);
 
   std::ostringstream out;
   for (const Mark& m : run.marks) {
