@@ -121,6 +121,22 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
           }
           break;
         }
+        case ReduceOp::norm_one:
+        case ReduceOp::norm_inf: {
+          if constexpr (std::is_same_v<A, double>) {
+            double total = 0.0;
+            bool nan = false;
+            walk_reduced<T>(layout, base, [&](T x, int64_t) {
+              const double a = std::fabs(convert<double>(x));
+              if (std::isnan(a)) nan = true;
+              else total = op == ReduceOp::norm_one ? total + a : std::max(total, a);
+            });
+            store_from_double(out, layout.kept_out.dtype, nan ? std::numeric_limits<double>::quiet_NaN() : total);
+          } else {
+            throw std::invalid_argument("cpu reduce: norm needs a floating dtype");
+          }
+          break;
+        }
         case ReduceOp::var:
         case ReduceOp::std: throw std::invalid_argument("cpu reduce: var/std go through reduce_variance");
         case ReduceOp::max:
