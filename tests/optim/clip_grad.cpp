@@ -147,7 +147,7 @@ TEST_CASE("clip_grad: the returned norm and the clipped gradients equal PyTorch'
 
 TEST_CASE("clip_grad_norm_: the 1-norm, by hand; parameters without gradients are skipped") {
   FreshDevice fresh(kSim);
-  Tensor a = grad_norm_params(kSim, 3.0);           // |3| + |1| + |-2| = 6
+  Tensor a = grad_norm_params(kSim, 3.0);                                            // |3| + |1| + |-2| = 6
   Tensor b = zeros({2}, TensorOptions{ScalarType::float32, kSim}).requires_grad_();  // no gradient
   const Tensor norm = clip_grad_norm_({a, b}, 3.0, 1.0);
   CHECK(norm.item() == doctest::Approx(6.0));

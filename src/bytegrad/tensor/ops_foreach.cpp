@@ -23,7 +23,8 @@ namespace {
 constexpr int64_t kForeachChunkSize = 65536;
 
 void check_tensor_list(const char* name, const std::vector<Tensor>& tensors) {
-  if (tensors.empty()) throw std::invalid_argument(fmt::format("{}: the tensor list must have at least one tensor", name));
+  if (tensors.empty())
+    throw std::invalid_argument(fmt::format("{}: the tensor list must have at least one tensor", name));
   for (const Tensor& t : tensors) check_defined(name, t);
 }
 
@@ -54,7 +55,8 @@ std::vector<Tensor> foreach_norm(const std::vector<Tensor>& tensors, double ord)
   check_tensor_list(name, tensors);
   const bool inf = ord == std::numeric_limits<double>::infinity();
   if (!inf && ord != 1.0 && ord != 2.0)
-    throw std::invalid_argument(fmt::format("{}: ord={} is not supported by bytegrad (ord 1, 2 and inf are)", name, ord));
+    throw std::invalid_argument(
+        fmt::format("{}: ord={} is not supported by bytegrad (ord 1, 2 and inf are)", name, ord));
   for (const Tensor& t : tensors) {
     if (!is_floating_point(t.dtype()))
       throw std::invalid_argument(fmt::format(
@@ -64,9 +66,9 @@ std::vector<Tensor> foreach_norm(const std::vector<Tensor>& tensors, double ord)
       throw std::invalid_argument(
           fmt::format("{}: cannot compute the inf norm of {}: the reduction has no identity", name, describe(t)));
     if (AutogradHook* hook = autograd_hook(); hook && !autograd_recording_paused() && hook->needs_graph({t}))
-      throw std::invalid_argument(fmt::format(
-          "{}: {} requires grad, and foreach_norm has no gradient in bytegrad; call it under a NoGradGuard", name,
-          describe(t)));
+      throw std::invalid_argument(
+          fmt::format("{}: {} requires grad, and foreach_norm has no gradient in bytegrad; call it under a NoGradGuard",
+                      name, describe(t)));
   }
   if (!fast_route(tensors)) {
     std::vector<Tensor> norms;
@@ -77,9 +79,10 @@ std::vector<Tensor> foreach_norm(const std::vector<Tensor>& tensors, double ord)
   AllocationScope scope(name);
   const Tensor& first = tensors.front();
   int64_t max_chunks = 0;
-  for (const Tensor& t : tensors) max_chunks = std::max(max_chunks, (t.numel() + kForeachChunkSize - 1) / kForeachChunkSize);
-  const Tensor chunk_partials =
-      zeros({static_cast<int64_t>(tensors.size()) * max_chunks}, TensorOptions{opmath_type(first.dtype()), first.device()});
+  for (const Tensor& t : tensors)
+    max_chunks = std::max(max_chunks, (t.numel() + kForeachChunkSize - 1) / kForeachChunkSize);
+  const Tensor chunk_partials = zeros({static_cast<int64_t>(tensors.size()) * max_chunks},
+                                      TensorOptions{opmath_type(first.dtype()), first.device()});
   std::vector<Tensor> norms;
   norms.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) norms.push_back(empty({}, TensorOptions{first.dtype(), first.device()}));
