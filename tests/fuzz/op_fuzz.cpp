@@ -953,8 +953,8 @@ void add_pointwise_drivers(Drivers& drivers) {
                    e.refuse("dtype", "clamp of a bool tensor");
                  if ((k == "maximum" || k == "minimum") && rt != x.dtype)
                    e.refuse("intarith", "an integer tensor clamped to a fractional bound (bytegrad does not promote)");
-                 if ((k == "maximum" || k == "minimum") && !is_float(x.dtype) && !fits(s, x.dtype))
-                   e.values_known = false;  // PyTorch converts the bound to the dtype first (checked or wrapped)
+                 if ((k == "maximum" || k == "minimum") && !fits(s, x.dtype))  // the kernel's Scalar::to, checked
+                   e.refuse("scalar", "clamp: the bound cannot be converted to the tensor's dtype without overflow");
                  if (k == "pow") {
                    if (!is_float(rt)) e.tag("intarith");
                    if (!scalar_first && is_integral(x.dtype, true) && s == std::trunc(s) && s < 0)
@@ -2243,7 +2243,8 @@ void add_nn_drivers(Drivers& drivers) {
                  const double s = p.scalars[b];
                  if ((which >> b & 1) && !is_float(x.dtype) && !(std::isfinite(s) && s == std::trunc(s)))
                    e.refuse("intarith", "an integer tensor clamped to a fractional bound (bytegrad does not promote)");
-                 if ((which >> b & 1) && !is_float(x.dtype) && !fits(s, x.dtype)) e.values_known = false;
+                 if ((which >> b & 1) && !fits(s, x.dtype))  // the kernel's Scalar::to, checked
+                   e.refuse("scalar", "clamp: the bound cannot be converted to the tensor's dtype without overflow");
                }
                e.tag("scalar");
                e.dtype = x.dtype;

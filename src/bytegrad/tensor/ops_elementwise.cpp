@@ -401,19 +401,28 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 namespace {
 
 // PyTorch's clamp meta functions keep a floating tensor's dtype whatever the bounds; an integral tensor is
-// first converted to result_type(self, bound) (a copy), which bytegrad refuses rather than reproduce.
-void check_clamp_operand(const char* name, const Tensor& self, std::optional<double> min, std::optional<double> max) {
+// first converted to result_type(self, bound) (a copy), which bytegrad refuses rather than reproduce. The
+// kernel then takes each bound as the tensor's type (Scalar::to, checked: a bound the dtype cannot hold is
+// refused, a negative whole number wraps into uint8): returned converted.
+struct ClampBounds {
+  std::optional<double> min, max;
+};
+ClampBounds checked_clamp_bounds(const char* name, const Tensor& self, std::optional<double> min,
+                                 std::optional<double> max) {
   check_defined(name, self);
   if (self.dtype() == ScalarType::bool_)
     throw std::invalid_argument(fmt::format("{}: {} is bool, which clamp does not take", name, describe(self)));
-  if (is_floating_point(self.dtype())) return;
-  for (const std::optional<double>& bound : {min, max}) {
-    if (bound && scalar_op_common_type(self.dtype(), *bound) != self.dtype())
+  ClampBounds bounds;
+  for (auto [bound, out] : {std::pair{min, &bounds.min}, std::pair{max, &bounds.max}}) {
+    if (!bound) continue;
+    if (!is_floating_point(self.dtype()) && scalar_op_common_type(self.dtype(), *bound) != self.dtype())
       throw std::invalid_argument(
           fmt::format("{}: the bound {} would make PyTorch convert {} to float32 first; bytegrad does not promote "
                       "integers to float (convert with .to(float32), or give a whole-number bound)",
                       name, *bound, describe(self)));
+    *out = checked_convert(*bound, self.dtype(), name);
   }
+  return bounds;
 }
 
 // An in-place clamp's gradient needs self as it was before the clamp; bytegrad keeps no such copy, so it
@@ -441,16 +450,16 @@ void clamp_into(const Tensor& out, const Tensor& in, std::optional<double> min, 
 }  // namespace
 
 Tensor clamp_min(const Tensor& x, double min) {
-  check_clamp_operand("clamp_min", x, min, std::nullopt);
-  return scalar_op<OpId::clamp_min>("clamp_min", x, min, x.dtype());
+  return scalar_op<OpId::clamp_min>("clamp_min", x, *checked_clamp_bounds("clamp_min", x, min, {}).min, x.dtype());
 }
 Tensor clamp_max(const Tensor& x, double max) {
-  check_clamp_operand("clamp_max", x, std::nullopt, max);
-  return scalar_op<OpId::clamp_max>("clamp_max", x, max, x.dtype());
+  return scalar_op<OpId::clamp_max>("clamp_max", x, *checked_clamp_bounds("clamp_max", x, {}, max).max, x.dtype());
 }
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   if (!min && !max) throw std::invalid_argument("clamp: at least one of 'min' or 'max' must be given");
-  check_clamp_operand("clamp", x, min, max);
+  const ClampBounds bounds = checked_clamp_bounds("clamp", x, min, max);
+  min = bounds.min;
+  max = bounds.max;
   OpRecording recording = begin_recording<OpId::clamp>({x}, op_args::Clamp{min, max});
   Tensor out = without_recording([&] {
     AllocationScope scope("clamp");
@@ -462,21 +471,21 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   return out;
 }
 const Tensor& clamp_min_(const Tensor& self, double min) {
-  check_clamp_operand("clamp_min_", self, min, std::nullopt);
+  const ClampBounds bounds = checked_clamp_bounds("clamp_min_", self, min, {});
   check_in_place_clamp("clamp_min_", self);
-  return inplace_scalar<OpId::clamp_min>("clamp_min_", self, min, self.dtype());
+  return inplace_scalar<OpId::clamp_min>("clamp_min_", self, *bounds.min, self.dtype());
 }
 const Tensor& clamp_max_(const Tensor& self, double max) {
-  check_clamp_operand("clamp_max_", self, std::nullopt, max);
+  const ClampBounds bounds = checked_clamp_bounds("clamp_max_", self, {}, max);
   check_in_place_clamp("clamp_max_", self);
-  return inplace_scalar<OpId::clamp_max>("clamp_max_", self, max, self.dtype());
+  return inplace_scalar<OpId::clamp_max>("clamp_max_", self, *bounds.max, self.dtype());
 }
 const Tensor& clamp_(const Tensor& self, std::optional<double> min, std::optional<double> max) {
   if (!min && !max) throw std::invalid_argument("clamp_: at least one of 'min' or 'max' must be given");
-  check_clamp_operand("clamp_", self, min, max);
+  const ClampBounds bounds = checked_clamp_bounds("clamp_", self, min, max);
   check_in_place_clamp("clamp_", self);
   check_write_overlap("clamp_", self);
-  clamp_into(self, self, min, max);
+  clamp_into(self, self, bounds.min, bounds.max);
   self.bump_version();
   return self;
 }
