@@ -75,8 +75,8 @@ TEST_CASE("clamp: refusals name the problem") {
   CHECK_THROWS_WITH_AS(clamp_min(i, 0.5), doctest::Contains("does not promote integers"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(clamp(i, 0.0, 1e10), doctest::Contains("cannot be converted to type int32"),
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(clamp(zeros({2}, TensorOptions{ScalarType::bool_, kSim}), 0.0, 1.0),
-                       doctest::Contains("bool"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(clamp(zeros({2}, TensorOptions{ScalarType::bool_, kSim}), 0.0, 1.0), doctest::Contains("bool"),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(clamp(zeros({2}, TensorOptions{ScalarType::float16, kSim}), 0.0, 1e6),
                        doctest::Contains("cannot be converted to type float16"), std::invalid_argument);
 }
