@@ -35,6 +35,7 @@
 #include "bytegrad/nn/activation.h"
 #include "bytegrad/nn/attention.h"
 #include "bytegrad/nn/checkpoint_sequential.h"
+#include "bytegrad/nn/clip_grad.h"
 #include "bytegrad/nn/dropout.h"
 #include "bytegrad/nn/embedding.h"
 #include "bytegrad/nn/init.h"

@@ -657,6 +657,7 @@ double unary_ref(std::string_view op, double x, ScalarType t) {
   if (op == "expm1") return std::expm1(x);
   if (op == "log") return std::log(x);
   if (op == "sqrt") return std::sqrt(x);
+  if (op == "reciprocal") return 1 / x;
   if (op == "relu") return std::isnan(x) ? x : x > 0 ? x : 0.0;
   if (op == "sigmoid") return sigmoid_ref(x);
   if (op == "tanh") return std::tanh(x);
@@ -922,12 +923,14 @@ void add_pointwise_drivers(Drivers& drivers) {
   // ---- rows with a Python-number operand
   for (size_t i = 0; i < kOpCount; ++i) {
     const OpId id = static_cast<OpId>(i);
-    if (op_info(id).kernel != "binary_scalar") continue;
+    // (clamp, with two bounds, is a structured row computed by binary_scalar: its driver is its own.)
+    if (op_info(id).kernel != "binary_scalar" || id == OpId::clamp) continue;
     const ScalarOpKernel kernel = scalar_op_kernel(id);
     const std::string op(op_name(id)), k(op_name(op_id(kernel.kernel)));
     const bool scalar_first = kernel.order == OperandOrder::scalar_first;
     const DtypeRule rule = op_info(id).dtypes;
-    const bool has_in_place = !scalar_first && (k == "add" || k == "sub" || k == "mul" || k == "div");
+    const bool clamp_bound = k == "maximum" || k == "minimum";  // clamp_min, clamp_max
+    const bool has_in_place = !scalar_first && (k == "add" || k == "sub" || k == "mul" || k == "div" || clamp_bound);
     drivers[id] =
         Driver{[has_in_place](Gen& g) {
                  g.specials = true;
@@ -946,6 +949,12 @@ void add_pointwise_drivers(Drivers& drivers) {
                  if (rule == DtypeRule::floating && !is_float(rt))
                    e.refuse("dtype", op + ": result type " + name(rt) + " is not floating");
                  if (k == "sub" && is_bool(x.dtype)) e.refuse("intarith", "subtraction with a bool tensor");
+                 if ((k == "maximum" || k == "minimum") && is_bool(x.dtype))
+                   e.refuse("dtype", "clamp of a bool tensor");
+                 if ((k == "maximum" || k == "minimum") && rt != x.dtype)
+                   e.refuse("intarith", "an integer tensor clamped to a fractional bound (bytegrad does not promote)");
+                 if ((k == "maximum" || k == "minimum") && !fits(s, x.dtype))  // the kernel's Scalar::to, checked
+                   e.refuse("scalar", "clamp: the bound cannot be converted to the tensor's dtype without overflow");
                  if (k == "pow") {
                    if (!is_float(rt)) e.tag("intarith");
                    if (!scalar_first && is_integral(x.dtype, true) && s == std::trunc(s) && s < 0)
@@ -994,9 +1003,13 @@ void add_pointwise_drivers(Drivers& drivers) {
                    if (k == "add") x.add_(s);
                    else if (k == "sub") x.sub_(s);
                    else if (k == "mul") x.mul_(s);
+                   else if (k == "maximum") x.clamp_min_(s);
+                   else if (k == "minimum") x.clamp_max_(s);
                    else x.div_(s);
                    return x;
                  }
+                 if (k == "maximum") return bytegrad::clamp_min(x, s);
+                 if (k == "minimum") return bytegrad::clamp_max(x, s);
                  if (k == "add") return bytegrad::add(x, s);
                  if (k == "sub") return scalar_first ? bytegrad::sub(s, x) : bytegrad::sub(x, s);
                  if (k == "mul") return bytegrad::mul(x, s);
@@ -2205,6 +2218,57 @@ void add_nn_drivers(Drivers& drivers) {
              [](const std::vector<Tensor>& in, const Plan& p) {
                if (!p.in_place) return masked_fill(in[0], in[1], p.scalars[0]);
                in[0].masked_fill_(in[1], p.scalars[0]);
+               return in[0];
+             }};
+
+  // clamp(x, min?, max?): ints[0] says which bounds are given (bit 0: min, bit 1: max; none is refused).
+  drivers[OpId::clamp] =
+      Driver{[](Gen& g) {
+               Plan p;
+               g.specials = true;
+               g.tensor(p, g.dtype(), g.shape());
+               p.scalars = {g.scalar(), g.scalar()};
+               if (g.chance(5)) p.scalars[g.pick(2)] = std::numeric_limits<double>::quiet_NaN();
+               p.ints = {g.chance(5) ? 0 : 1 + g.pick(3)};
+               p.in_place = g.chance(35);
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               const Host x = host_view(p, 0);
+               const int64_t which = p.ints[0];
+               if (which == 0) e.refuse("scalar", "clamp: at least one of min and max must be given");
+               if (is_bool(x.dtype)) e.refuse("dtype", "clamp of a bool tensor");
+               for (int b = 0; b < 2; ++b) {
+                 const double s = p.scalars[b];
+                 if ((which >> b & 1) && !is_float(x.dtype) && !(std::isfinite(s) && s == std::trunc(s)))
+                   e.refuse("intarith", "an integer tensor clamped to a fractional bound (bytegrad does not promote)");
+                 if ((which >> b & 1) && !fits(s, x.dtype))  // the kernel's Scalar::to, checked
+                   e.refuse("scalar", "clamp: the bound cannot be converted to the tensor's dtype without overflow");
+               }
+               e.tag("scalar");
+               e.dtype = x.dtype;
+               e.sizes = x.sizes;
+               if (p.in_place) {
+                 e.written = 0;
+                 check_in_place_overlap(e, p, 0, {});
+               }
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+               Values out;
+               for (double v : in[0].v) {
+                 if (p.ints[0] & 1) v = binary_ref("maximum", v, p.scalars[0], 1, e.dtype);
+                 if (p.ints[0] & 2) v = binary_ref("minimum", v, p.scalars[1], 1, e.dtype);
+                 out.push_back(is_float(e.dtype) ? v : to_dtype_value(v, e.dtype));
+               }
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) {
+               const std::optional<double> min = (p.ints[0] & 1) ? std::optional<double>(p.scalars[0]) : std::nullopt;
+               const std::optional<double> max = (p.ints[0] & 2) ? std::optional<double>(p.scalars[1]) : std::nullopt;
+               if (!p.in_place) return clamp(in[0], min, max);
+               in[0].clamp_(min, max);
                return in[0];
              }};
 

@@ -192,6 +192,22 @@ std::optional<OpCase> op_case(const std::string& name) {
       if (op == "silu") return silu(in[0]);
       return dropout(in[0], 0.1, true);
     };
+  } else if (starts("reciprocal ") || starts("clamp_min ") || starts("clamp_max ") || starts("clamp ")) {
+    const Shape s(n.begin(), n.end());
+    const std::string op = name.substr(0, name.find(' '));
+    c.inputs = [s](Device d) { return std::vector<Tensor>{rg(s, d)}; };
+    c.op = [op](const std::vector<Tensor>& in) {
+      if (op == "reciprocal") return reciprocal(in[0]);
+      if (op == "clamp_min") return clamp_min(in[0], -0.5);
+      if (op == "clamp_max") return clamp_max(in[0], 0.5);
+      return clamp(in[0], -0.5, 0.5);
+    };
+  } else if (starts("norm ") && name.find(" ord=") != std::string::npos) {  // forward only, no grad
+    const Shape s(n.begin(), n.end());
+    const double ord = name.find("ord=inf") != std::string::npos ? inf : 1.0;
+    c.inputs = [s](Device d) { return std::vector<Tensor>{randn(s, TensorOptions{ScalarType::float32, d})}; };
+    c.op = [ord](const std::vector<Tensor>& in) { return vector_norm(in[0], ord); };
+    c.heavy = numel_of(s) > (1 << 24);
   } else if (starts("dot ") || starts("mv ")) {  // through matmul, as the probe calls them
     const Shape a = starts("dot ") ? Shape{n[0]} : Shape{n[0], n[1]};
     const Shape b{a.back()};
@@ -285,6 +301,14 @@ const std::map<std::string, std::string>& unary_rows_not_recorded() {
   return rows;
 }
 
+// Rows added since op_table_events.jsonl was last recorded, whose cases tools/probes/pytorch_event_probe.py
+// has (op_table_cases()) but the file does not yet: their checks are skipped, naming the missing recording,
+// until the probe is run on the GPU machine and the file committed; then they are compared as every row.
+const std::set<std::string>& rows_awaiting_recording() {
+  static const std::set<std::string> rows = {"reciprocal", "clamp_min", "clamp_max", "clamp"};
+  return rows;
+}
+
 std::string op_of_case(const std::string& name) { return name.substr(0, name.find(' ')); }
 
 }  // namespace
@@ -308,6 +332,7 @@ TEST_CASE("op_table events: every op_table case forward and backward as PyTorch;
     const std::string op(info.name);
     CAPTURE(op);
     const auto listed = unary_rows_not_recorded().find(op);
+    if (rows_awaiting_recording().count(op) == 1 && recorded.count(op) == 0) continue;  // reported below
     if (listed == unary_rows_not_recorded().end()) {
       CHECK_MESSAGE(recorded.count(op) == 1,
                     "no recorded events for this unary row: add its cases to the "
@@ -316,6 +341,14 @@ TEST_CASE("op_table events: every op_table case forward and backward as PyTorch;
       CHECK_MESSAGE(recorded.count(op) == 0, "recorded now: remove it from unary_rows_not_recorded()");
       MESSAGE("not recorded: " << op << ": " << listed->second);
     }
+  }
+  for (const std::string& op : rows_awaiting_recording()) {
+    CAPTURE(op);
+    CHECK(std::any_of(all_ops().begin(), all_ops().end(), [&](const OpInfo& info) { return info.name == op; }));
+    if (recorded.count(op) == 0)
+      MESSAGE("not compared: " << op << ": tests/data/pytorch_probes/op_table_events.jsonl has no '" << op
+                               << " [...]' case yet; run tools/probes/pytorch_event_probe.py (op_table) on the GPU "
+                                  "machine and commit the file");
   }
 }
 

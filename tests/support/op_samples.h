@@ -77,6 +77,7 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::expm1, one({3, 4}), [](auto& v) { return expm1(v[0]); });
     row(OpId::log, one_positive({3, 4}), [](auto& v) { return log(v[0]); });
     row(OpId::sqrt, one_positive({3, 4}), [](auto& v) { return sqrt(v[0]); });
+    row(OpId::reciprocal, one_positive({3, 4}), [](auto& v) { return reciprocal(v[0]); });
     row(OpId::logical_not, one({3, 4}), [](auto& v) { return logical_not(v[0]); });
     // ---- activations: built from the table's rows (sample column), forward and fused backward
 #define BYTEGRAD_ACTIVATION_SAMPLE(op, dtypes, saves, node, autocast, cuda, module, sample) \
@@ -147,6 +148,9 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::le_scalar, one({3, 4}), [](auto& v) { return v[0] <= 0.5; });
     row(OpId::gt_scalar, one({3, 4}), [](auto& v) { return v[0] > 0.5; });
     row(OpId::ge_scalar, one({3, 4}), [](auto& v) { return v[0] >= 0.5; });
+    // Bounds inside randn's range, so that both sides of each are sampled (never within gradcheck's step).
+    row(OpId::clamp_min, one({3, 4}), [](auto& v) { return clamp_min(v[0], -0.25); });
+    row(OpId::clamp_max, one({3, 4}), [](auto& v) { return clamp_max(v[0], 0.25); });
     // ---- reductions
     row(OpId::sum, one({3, 4}), [](auto& v) { return sum(v[0]); });
     row(OpId::sum_dims, one({3, 4, 2}), [](auto& v) { return sum(v[0], {0, 2}); });
@@ -273,6 +277,7 @@ inline const std::map<OpId, OpSample>& op_samples() {
         [](auto& v) { return scaled_dot_product_flash_attention(v[0], v[1], v[2], false, 0.6).output; }, 3);
     row(OpId::triu, one({3, 4}), [](auto& v) { return triu(v[0], 1); });
     row(OpId::tril, one({3, 4}), [](auto& v) { return tril(v[0], -1); });
+    row(OpId::clamp, one({3, 4}), [](auto& v) { return clamp(v[0], -0.5, 0.5); });
     // ---- losses
     row(
         OpId::nll_loss,

@@ -225,6 +225,17 @@ def op_table_cases():
         C.append((f"expm1 {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.expm1(x))))
         C.append((f"exp {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.exp(x))))
         C.append((f"silu {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.nn.functional.silu(x))))
+    for shape in [(1024, 1024), (16, 64, 256), (7,)]:
+        C.append((f"reciprocal {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.reciprocal(x))))
+        C.append((f"clamp_min {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp_min(x, -0.5))))
+        C.append((f"clamp_max {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp_max(x, 0.5))))
+        C.append((f"clamp {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp(x, -0.5, 0.5))))
+    # linalg.vector_norm with ord=inf (AbsMaxOps) and ord=1 (NormOneOps), forward only (no grad in bytegrad):
+    # the output, then the reduction's staging buffer and semaphores when the launch splits the input.
+    for shape in [(1000, 300), (4096, 4096), (7,)]:
+        for o, word in [(float("inf"), "inf"), (1.0, "one")]:
+            C.append((f"norm {list(shape)} ord={word}",
+                      fb(lambda s=shape: (torch.randn(*s, device=DEV),), lambda x, o=o: torch.linalg.vector_norm(x, o))))
     for n in [5, 4096, 1 << 20]:
         C.append((f"dot [{n}]", fb(lambda n=n: (rg(n), rg(n)), lambda a, b: torch.matmul(a, b))))
     for (m, n) in [(3, 4), (1024, 512), (4096, 4096)]:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <variant>
 
 #include "bytegrad/core/strided_view.h"
@@ -27,6 +28,10 @@ struct Scalar {
 };
 struct Dim {
   int64_t dim = 0;
+};
+// clamp with Python-number bounds: either may be absent (not both).
+struct Clamp {
+  std::optional<double> min, max;
 };
 // A reduction over `dims` (empty with whole: every dimension, as dim=None).
 struct Dims {
@@ -97,6 +102,6 @@ using OpArgs =
     std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_args::Dim, op_args::Dims, op_args::Variance,
                  op_args::Transpose, op_args::Permutation, op_args::Select, op_args::Slice, op_args::Split,
                  op_args::Addmm, op_args::Diagonal, op_args::Dropout, op_args::LossReduction, op_args::NllLoss,
-                 op_args::LayerNorm, op_args::Pad, op_args::Attention>;
+                 op_args::LayerNorm, op_args::Pad, op_args::Attention, op_args::Clamp>;
 
 }  // namespace bytegrad

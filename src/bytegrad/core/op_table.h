@@ -32,14 +32,15 @@
 // Pointwise ops on one tensor (kernel: UnaryOp, math in kernels/pointwise_math.h), then the activations'
 // forward rows (below).
 //   X(op, dtypes, grad, node, autocast)
-#define BYTEGRAD_UNARY_OPS(X)                    \
-  X(neg, not_bool, grad, NegBackward0, none)     \
-  X(abs, any, no_grad, -, none)                  \
-  X(exp, floating, grad, ExpBackward0, fp32)     \
-  X(expm1, floating, grad, Expm1Backward0, fp32) \
-  X(log, floating, grad, LogBackward0, fp32)     \
-  X(sqrt, floating, grad, SqrtBackward0, none)   \
-  X(logical_not, to_bool, no_grad, -, none)      \
+#define BYTEGRAD_UNARY_OPS(X)                              \
+  X(neg, not_bool, grad, NegBackward0, none)               \
+  X(abs, any, no_grad, -, none)                            \
+  X(exp, floating, grad, ExpBackward0, fp32)               \
+  X(expm1, floating, grad, Expm1Backward0, fp32)           \
+  X(log, floating, grad, LogBackward0, fp32)               \
+  X(sqrt, floating, grad, SqrtBackward0, none)             \
+  X(reciprocal, floating, grad, ReciprocalBackward0, fp32) \
+  X(logical_not, to_bool, no_grad, -, none)                \
   BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_AS_UNARY, X)
 
 // Activations with PyTorch's fused backward: each row is a unary row `op` and a binary row `op_backward`
@@ -89,21 +90,23 @@
 // A binary op with a Python-number operand (args: Scalar), which never becomes a device tensor. kernel:
 // the BinaryOp computed; order: tensor_first (x - s) or scalar_first (s - x).
 //   X(op, kernel, order, dtypes, grad, node, autocast)
-#define BYTEGRAD_SCALAR_OPS(X)                                         \
-  X(add_scalar, add, tensor_first, any, grad, AddBackward1, none)      \
-  X(sub_scalar, sub, tensor_first, any, grad, SubBackward1, none)      \
-  X(rsub_scalar, sub, scalar_first, any, grad, RsubBackward1, none)    \
-  X(mul_scalar, mul, tensor_first, any, grad, MulBackward1, none)      \
-  X(div_scalar, div, tensor_first, floating, grad, DivBackward1, none) \
-  X(rdiv_scalar, div, scalar_first, floating, no_grad, -, none)        \
-  X(pow_scalar, pow, tensor_first, any, grad, PowBackward0, fp32)      \
-  X(rpow_scalar, pow, scalar_first, any, no_grad, -, fp32)             \
-  X(eq_scalar, eq, tensor_first, to_bool, no_grad, -, none)            \
-  X(ne_scalar, ne, tensor_first, to_bool, no_grad, -, none)            \
-  X(lt_scalar, lt, tensor_first, to_bool, no_grad, -, none)            \
-  X(le_scalar, le, tensor_first, to_bool, no_grad, -, none)            \
-  X(gt_scalar, gt, tensor_first, to_bool, no_grad, -, none)            \
-  X(ge_scalar, ge, tensor_first, to_bool, no_grad, -, none)
+#define BYTEGRAD_SCALAR_OPS(X)                                                 \
+  X(add_scalar, add, tensor_first, any, grad, AddBackward1, none)              \
+  X(sub_scalar, sub, tensor_first, any, grad, SubBackward1, none)              \
+  X(rsub_scalar, sub, scalar_first, any, grad, RsubBackward1, none)            \
+  X(mul_scalar, mul, tensor_first, any, grad, MulBackward1, none)              \
+  X(div_scalar, div, tensor_first, floating, grad, DivBackward1, none)         \
+  X(rdiv_scalar, div, scalar_first, floating, no_grad, -, none)                \
+  X(pow_scalar, pow, tensor_first, any, grad, PowBackward0, fp32)              \
+  X(rpow_scalar, pow, scalar_first, any, no_grad, -, fp32)                     \
+  X(eq_scalar, eq, tensor_first, to_bool, no_grad, -, none)                    \
+  X(ne_scalar, ne, tensor_first, to_bool, no_grad, -, none)                    \
+  X(lt_scalar, lt, tensor_first, to_bool, no_grad, -, none)                    \
+  X(le_scalar, le, tensor_first, to_bool, no_grad, -, none)                    \
+  X(gt_scalar, gt, tensor_first, to_bool, no_grad, -, none)                    \
+  X(ge_scalar, ge, tensor_first, to_bool, no_grad, -, none)                    \
+  X(clamp_min, maximum, tensor_first, not_bool, grad, ClampMinBackward0, none) \
+  X(clamp_max, minimum, tensor_first, not_bool, grad, ClampMaxBackward0, none)
 
 // Every other op. kernel: the KernelBackend method that computes it (none: a view, no kernel).
 //   X(op, kernel, dtypes, args, grad, node)
@@ -159,6 +162,7 @@
   X(native_layer_norm, layer_norm, floating, LayerNorm, grad, NativeLayerNormBackward0)                           \
   X(triu, triangle, any, Diagonal, grad, TriuBackward0)                                                           \
   X(tril, triangle, any, Diagonal, grad, TrilBackward0)                                                           \
+  X(clamp, binary_scalar, not_bool, Clamp, grad, ClampBackward1)                                                  \
   /* scaled_dot_product_attention's fused backends (tensor/ops_attention.cpp) */                                  \
   X(scaled_dot_product_cudnn_attention, sdpa, floating, Attention, grad, ScaledDotProductCudnnAttentionBackward0) \
   X(scaled_dot_product_efficient_attention, sdpa, floating, Attention, grad,                                      \

@@ -23,9 +23,10 @@ namespace bytegrad {
 // operand by alpha (a + alpha * b); the *_backward ops fuse an activation's gradient as PyTorch does (a:
 // the incoming gradient, b: the saved tensor, the activation's result or input as its row says).
 
-// norm: the 2-norm, sqrt(sum of |x|^2). var/std (correction-adjusted variance and its square root) are
-// computed by reduce_variance, which takes the correction; reduce() rejects them.
-enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, var, std };
+// norm: the 2-norm, sqrt(sum of |x|^2); norm_one: sum of |x|; norm_inf: max of |x| (NaN wins), floating
+// dtypes only. var/std (correction-adjusted variance and its square root) are computed by reduce_variance,
+// which takes the correction; reduce() rejects them.
+enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, norm_one, norm_inf, var, std };
 
 // Three-operand pointwise updates, as PyTorch's optimizers use them in place (value is the scalar):
 // lerp: self + value * (a - self) (b unused); addcmul: self + value * a * b; addcdiv: self + value * a / b.

@@ -129,7 +129,8 @@ BYTEGRAD_HOST_DEVICE M unary(UnaryOp op, M x) {
     case UnaryOp::expm1: return static_cast<M>(m_expm1(r));  // exp(x) - 1, exact near 0
     case UnaryOp::log: return static_cast<M>(m_log(r));
     case UnaryOp::sqrt: return static_cast<M>(m_sqrt(r));
-    case UnaryOp::relu: return x <= M(0) ? M(0) : x;  // NaN stays NaN, as clamp_min(0)
+    case UnaryOp::reciprocal: return static_cast<M>(R(1) / r);  // 1 / 0 = inf, as PyTorch's kernel
+    case UnaryOp::relu: return x <= M(0) ? M(0) : x;            // NaN stays NaN, as clamp_min(0)
     case UnaryOp::sigmoid: return static_cast<M>(R(1) / (R(1) + m_exp(-r)));
     case UnaryOp::tanh: return static_cast<M>(m_tanh(r));
     case UnaryOp::gelu: return static_cast<M>(r * R(0.5) * (R(1) + m_erf(r * static_cast<R>(0.70710678118654752440))));

@@ -23,7 +23,7 @@
 //     to(dtype) (a ToCopyBackward0 node; the cast's output is a new allocation).
 //   float32 unless given a dtype (fp32_set_opt_dtype): sum (whole and over dims), prod, norm (Tensor.norm and
 //     torch.norm reach linalg_vector_norm from Python, which is in this list; aten::norm's overloads, in
-//     fp32_append_dtype, are C++-only), softmax, log_softmax
+//     fp32_append_dtype, are C++-only), vector_norm (linalg_vector_norm itself, any ord), softmax, log_softmax
 //     Nothing is cast: when the first operand is eligible (a GPU-like floating tensor, not float64) and the
 //     op's dtype argument is unset, the op runs with dtype=float32; otherwise it runs unchanged. What that
 //     allocates is the op's business, as in PyTorch: a sum, prod or norm of a float16/bfloat16 input reads

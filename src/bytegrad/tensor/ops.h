@@ -73,6 +73,21 @@ Tensor le(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
 
+// torch.clamp / clamp_min / clamp_max with Python-number bounds: min(max(x, min), max), either bound absent
+// (not both); NaN stays NaN, and min > max gives max everywhere. One output of x's dtype (recorded as the
+// op table's clamp, clamp_min, clamp_max rows: the gradient flows where min <= x <= max). Floating tensors
+// take any bound; an integer tensor only whole-number bounds (PyTorch would convert it to float32 first);
+// bool is refused. The in-place forms write x and allocate nothing; they refuse a tensor that needs a
+// graph (their gradient would need x before the clamp).
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+Tensor clamp_min(const Tensor& x, double min);
+Tensor clamp_max(const Tensor& x, double max);
+const Tensor& clamp_(const Tensor& self, std::optional<double> min, std::optional<double> max = std::nullopt);
+const Tensor& clamp_min_(const Tensor& self, double min);
+const Tensor& clamp_max_(const Tensor& self, double max);
+// self = self && other, in place (self bool; other broadcast to self's shape).
+const Tensor& logical_and_(const Tensor& self, const Tensor& other);
+
 // torch.result_type(a, b): the dtype a binary op on a and b computes in and returns (comparisons: bool).
 ScalarType result_type(const Tensor& a, const Tensor& b);
 
@@ -154,6 +169,12 @@ ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 // for an eligible x. Gradient: grad * (x / norm), 0 where norm == 0 (saves self and result).
 Tensor norm(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor norm(const Tensor& x, const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
+// torch.linalg.vector_norm(x, ord, dims, keepdim, dtype) for ord 2 (norm above), 1 (sum of |x|) and inf (max
+// of |x|; an empty input is refused, as PyTorch); other ords are refused. Same allocations as norm (the
+// output, then the reduction's scratch). Only ord 2 is differentiable: ord 1 and inf are refused on a tensor
+// that needs a graph.
+Tensor vector_norm(const Tensor& x, double ord, const Shape& dims = {}, bool keepdim = false,
+                   std::optional<ScalarType> dtype = std::nullopt);
 // Tensor.var() / Tensor.std(): sum((x - mean)^2) / (n - correction) (its square root for std) over every
 // element or over `dims` (empty: every dimension, as dim=None); correction 1 (unbiased) by default, 0 for
 // the population variance (var(x, {}, false, 0.0) over everything); n <= correction gives inf/NaN as
@@ -457,6 +478,21 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 // norm * (input - target) * grad_output, norm = 2 / numel for mean, 2 otherwise: one zeroed input-sized
 // allocation (PyTorch's zeros_like + mse_loss_backward_out).
 Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const Tensor& target, Reduction reduction);
+
+// ---------------------------------------------------------------------------------------- foreach
+// (ops_foreach.cpp) PyTorch's _foreach_* ops on a non-empty list of tensors.
+// foreach_norm (torch._foreach_norm): one 0-d norm per tensor, in its dtype; ord 1, 2 or inf, floating
+// tensors, no gradient. On a GPU-like device, with every tensor of one dtype and device, non-overlapping
+// and dense, PyTorch's multi-tensor kernel allocates a zeroed scratch of ntensors * max_chunks elements
+// (float32 for 16-bit and 32-bit floats, max_chunks = ceil(largest numel / 65536)), then the results, and
+// frees the scratch (four float32 tensors, the largest of 300000 elements: 4 * 5 * 4 = 80 bytes, then four
+// 0-d results). Otherwise (cpu, mixed lists, strided views) each tensor's vector_norm in turn.
+std::vector<Tensor> foreach_norm(const std::vector<Tensor>& tensors, double ord = 2.0);
+// torch._foreach_mul_(tensors, scalar): each tensor *= scalar, a 0-d tensor on their device; allocates nothing.
+void foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scalar);
+// torch._foreach_clamp_min_ / _foreach_clamp_max_: clamp_min_ / clamp_max_ on each; allocate nothing.
+void foreach_clamp_min_(const std::vector<Tensor>& tensors, double min);
+void foreach_clamp_max_(const std::vector<Tensor>& tensors, double max);
 
 // ----------------------------------------------------------------------------- in-place updates
 // (ops_inplace.cpp) For optimizers: each writes self and allocates nothing (operands broadcast to self's

@@ -397,6 +397,114 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return out;
 }
 
+// ------------------------------------------------------------------------------------------ clamp
+namespace {
+
+// PyTorch's clamp meta functions keep a floating tensor's dtype whatever the bounds; an integral tensor is
+// first converted to result_type(self, bound) (a copy), which bytegrad refuses rather than reproduce. The
+// kernel then takes each bound as the tensor's type (Scalar::to, checked: a bound the dtype cannot hold is
+// refused, a negative whole number wraps into uint8): returned converted.
+struct ClampBounds {
+  std::optional<double> min, max;
+};
+ClampBounds checked_clamp_bounds(const char* name, const Tensor& self, std::optional<double> min,
+                                 std::optional<double> max) {
+  check_defined(name, self);
+  if (self.dtype() == ScalarType::bool_)
+    throw std::invalid_argument(fmt::format("{}: {} is bool, which clamp does not take", name, describe(self)));
+  ClampBounds bounds;
+  for (auto [bound, out] : {std::pair{min, &bounds.min}, std::pair{max, &bounds.max}}) {
+    if (!bound) continue;
+    if (!is_floating_point(self.dtype()) && scalar_op_common_type(self.dtype(), *bound) != self.dtype())
+      throw std::invalid_argument(
+          fmt::format("{}: the bound {} would make PyTorch convert {} to float32 first; bytegrad does not promote "
+                      "integers to float (convert with .to(float32), or give a whole-number bound)",
+                      name, *bound, describe(self)));
+    *out = checked_convert(*bound, self.dtype(), name);
+  }
+  return bounds;
+}
+
+// An in-place clamp's gradient needs self as it was before the clamp; bytegrad keeps no such copy, so it
+// refuses where a graph would be recorded (the out-of-place forms are differentiable).
+void check_in_place_clamp(const char* name, const Tensor& self) {
+  AutogradHook* hook = autograd_hook();
+  if (hook && !autograd_recording_paused() && hook->needs_graph({self}))
+    throw std::invalid_argument(
+        fmt::format("{}: in place on {}, which needs a graph, is not differentiable in bytegrad; use the out-of-place "
+                    "form or call it under a NoGradGuard",
+                    name, describe(self)));
+}
+
+// out = min(max(in, lo), hi) with either bound absent: max then min, so lo > hi gives hi and NaN stays NaN,
+// as PyTorch's clamp kernel. out may be in.
+void clamp_into(const Tensor& out, const Tensor& in, std::optional<double> min, std::optional<double> max) {
+  const Tensor* source = &in;
+  if (min) {
+    backend_of(in).binary_scalar(BinaryOp::maximum, kv(out), kv(*source), *min);
+    source = &out;
+  }
+  if (max) backend_of(in).binary_scalar(BinaryOp::minimum, kv(out), kv(*source), *max);
+}
+
+}  // namespace
+
+Tensor clamp_min(const Tensor& x, double min) {
+  return scalar_op<OpId::clamp_min>("clamp_min", x, *checked_clamp_bounds("clamp_min", x, min, {}).min, x.dtype());
+}
+Tensor clamp_max(const Tensor& x, double max) {
+  return scalar_op<OpId::clamp_max>("clamp_max", x, *checked_clamp_bounds("clamp_max", x, {}, max).max, x.dtype());
+}
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  if (!min && !max) throw std::invalid_argument("clamp: at least one of 'min' or 'max' must be given");
+  const ClampBounds bounds = checked_clamp_bounds("clamp", x, min, max);
+  min = bounds.min;
+  max = bounds.max;
+  OpRecording recording = begin_recording<OpId::clamp>({x}, op_args::Clamp{min, max});
+  Tensor out = without_recording([&] {
+    AllocationScope scope("clamp");
+    Tensor result = empty_elementwise_output(x.sizes(), x.dtype(), x.device(), {&x});  // the only allocation
+    clamp_into(result, x, min, max);
+    return result;
+  });
+  recording.finish({out});
+  return out;
+}
+const Tensor& clamp_min_(const Tensor& self, double min) {
+  const ClampBounds bounds = checked_clamp_bounds("clamp_min_", self, min, {});
+  check_in_place_clamp("clamp_min_", self);
+  return inplace_scalar<OpId::clamp_min>("clamp_min_", self, *bounds.min, self.dtype());
+}
+const Tensor& clamp_max_(const Tensor& self, double max) {
+  const ClampBounds bounds = checked_clamp_bounds("clamp_max_", self, {}, max);
+  check_in_place_clamp("clamp_max_", self);
+  return inplace_scalar<OpId::clamp_max>("clamp_max_", self, *bounds.max, self.dtype());
+}
+const Tensor& clamp_(const Tensor& self, std::optional<double> min, std::optional<double> max) {
+  if (!min && !max) throw std::invalid_argument("clamp_: at least one of 'min' or 'max' must be given");
+  const ClampBounds bounds = checked_clamp_bounds("clamp_", self, min, max);
+  check_in_place_clamp("clamp_", self);
+  check_write_overlap("clamp_", self);
+  clamp_into(self, self, bounds.min, bounds.max);
+  self.bump_version();
+  return self;
+}
+Tensor Tensor::clamp(std::optional<double> min, std::optional<double> max) const {
+  return bytegrad::clamp(*this, min, max);
+}
+Tensor Tensor::clamp_min(double min) const { return bytegrad::clamp_min(*this, min); }
+Tensor Tensor::clamp_max(double max) const { return bytegrad::clamp_max(*this, max); }
+const Tensor& Tensor::clamp_(std::optional<double> min, std::optional<double> max) const {
+  return bytegrad::clamp_(*this, min, max);
+}
+const Tensor& Tensor::clamp_min_(double min) const { return bytegrad::clamp_min_(*this, min); }
+const Tensor& Tensor::clamp_max_(double max) const { return bytegrad::clamp_max_(*this, max); }
+
+// logical_and_ (bool self): in place, for masks built in steps (clamp's gradient).
+const Tensor& logical_and_(const Tensor& self, const Tensor& other) {
+  return inplace_binary<BinaryOp::logical_and>("logical_and_", self, other);
+}
+
 // -------------------------------------------------------------------------------------- operators
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <type_traits>
 
@@ -206,7 +207,9 @@ std::vector<int64_t> wrapped_dims(const char* name, const Tensor& x, const Shape
 // return, when dtype is given and differs from x's); otherwise a reduction (NormTwoOps) through
 // run_reduction, whose make_reduction reads x as it is when a float16/bfloat16 x is reduced into float32 on
 // the GPU, and a copy in the output's dtype otherwise (run_reduction makes it).
-Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
+// ord 1 (NormOneOps) and inf (AbsMaxOps) take the same path with their own reduction.
+Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype,
+                 ReduceOp kernel = ReduceOp::norm) {
   const char* name = "norm";
   AllocationScope scope(name);
   check_defined(name, x);
@@ -230,7 +233,7 @@ Tensor norm_impl(const Tensor& x, const Shape& dims, bool keepdim, std::optional
     const Tensor self = dtype ? to_dtype_preserving_strides(x, *dtype) : x;
     backend_of(x).unary(UnaryOp::abs, kv(out.view(x.sizes())), kv(self));
   } else {
-    run_reduction(ReduceOp::norm, out.view(shapes.kernel), x);
+    run_reduction(kernel, out.view(shapes.kernel), x);
   }
   return out;
 }
@@ -281,6 +284,27 @@ Tensor norm(const Tensor& x, const Shape& dims, bool keepdim, std::optional<Scal
   BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, norm, x, dims, keepdim, dtype);
   return norm_recorded(x, dims, keepdim, dims.empty(), dtype);
 }
+// ord 2 is norm; ord 1 and inf are computed but have no derivative in bytegrad, so they are refused where a
+// graph would be recorded (PyTorch records LinalgVectorNormBackward0 for every ord).
+Tensor vector_norm(const Tensor& x, double ord, const Shape& dims, bool keepdim, std::optional<ScalarType> dtype) {
+  if (ord == 2.0) return norm(x, dims, keepdim, dtype);
+  const bool inf = ord == std::numeric_limits<double>::infinity();
+  if (!inf && ord != 1.0)
+    throw std::invalid_argument(
+        fmt::format("vector_norm: ord={} is not supported by bytegrad (ord 1, 2 and inf are)", ord));
+  BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, vector_norm, x, ord, dims, keepdim, dtype);
+  check_defined("vector_norm", x);
+  if (AutogradHook* hook = autograd_hook(); hook && !autograd_recording_paused() && hook->needs_graph({x}))
+    throw std::invalid_argument(fmt::format(
+        "vector_norm: ord={} has no gradient in bytegrad (only ord 2 does); {} requires grad: compute it under "
+        "a NoGradGuard or on x.detach()",
+        ord, describe(x)));
+  if (inf && x.numel() == 0)
+    throw std::invalid_argument(
+        fmt::format("vector_norm: cannot compute the inf norm of {}: the reduction has no identity", describe(x)));
+  return norm_impl(x, dims, keepdim, dtype, inf ? ReduceOp::norm_inf : ReduceOp::norm_one);
+}
+
 Tensor var(const Tensor& x) { return var_recorded<OpId::var>(ReduceOp::var, x, {}, false, true, 1.0); }
 Tensor var(const Tensor& x, const Shape& dims, bool keepdim, double correction) {
   return var_recorded<OpId::var>(ReduceOp::var, x, dims, keepdim, dims.empty(), correction);

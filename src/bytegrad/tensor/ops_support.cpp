@@ -188,8 +188,8 @@ namespace {
 //    8 inputs per vector (sum_functor: vt0 4, input_vec_size 8); the rest use vt0 = input_vec_size = 4.
 //  - max, min without indices (max_all, amax): the accumulator is the element type (max_values_kernel).
 //  - argmax, argmin, max/min along a dim: thrust::pair<value, int64_t>, 16 bytes for every bytegrad dtype.
-//  - norm (linalg_vector_norm, ord 2: NormTwoOps): accumulates in float for half, bfloat16 and float, double
-//    for double; vt0 = input_vec_size = 4, as sum.
+//  - norm (linalg_vector_norm, ord 2: NormTwoOps; ord 1: NormOneOps; ord inf: AbsMaxOps): accumulates in
+//    float for half, bfloat16 and float, double for double; vt0 = input_vec_size = 4, as sum.
 //  - var, std (std_var_kernel_impl: WelfordOps): WelfordData<acc, int32> {mean, m2, n, nf}, 16 bytes for
 //    a float accumulator and 32 (padded) for double; unrolled by 2 (vt0 = input_vec_size = 2, "to lower
 //    register usage").
@@ -207,7 +207,9 @@ ReduceKernelTraits kernel_traits(ReduceOp op, ScalarType in, bool with_indices) 
     case ReduceOp::min: traits.accumulator_size = with_indices ? 16 : element; break;
     case ReduceOp::argmax:
     case ReduceOp::argmin: traits.accumulator_size = 16; break;
-    case ReduceOp::norm: traits.accumulator_size = element == 8 ? 8 : 4; break;
+    case ReduceOp::norm:
+    case ReduceOp::norm_one:
+    case ReduceOp::norm_inf: traits.accumulator_size = element == 8 ? 8 : 4; break;
     case ReduceOp::var:
     case ReduceOp::std:
       traits.accumulator_size = element == 8 ? 32 : 16;
@@ -229,7 +231,9 @@ ReduceKernelTraits kernel_traits(ReduceOp op, ScalarType in, bool with_indices) 
 // source. On cpu the kernel converts as it reads, except into an integral output from a floating input,
 // which needs the per-element conversion the copy makes.
 Tensor reduction_input(ReduceOp op, const Tensor& in, const Tensor& out) {
-  if (op != ReduceOp::sum && op != ReduceOp::prod && op != ReduceOp::norm) return in;
+  if (op != ReduceOp::sum && op != ReduceOp::prod && op != ReduceOp::norm && op != ReduceOp::norm_one &&
+      op != ReduceOp::norm_inf)
+    return in;
   if (in.dtype() == out.dtype()) return in;
   if (in.device().type == DeviceType::cpu) {
     if (!is_floating_point(in.dtype()) || is_floating_point(out.dtype())) return in;

@@ -175,6 +175,9 @@ class Tensor {
   Tensor gt(const Tensor& other) const;
   Tensor ge(const Tensor& other) const;
   Tensor masked_fill(const Tensor& mask, double value) const;
+  Tensor clamp(std::optional<double> min, std::optional<double> max = std::nullopt) const;  // (ops.h)
+  Tensor clamp_min(double min) const;
+  Tensor clamp_max(double max) const;
   // In place: bump the version counter, allocate nothing.
   const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
   const Tensor& add_(double other, double alpha = 1.0) const;
@@ -189,6 +192,9 @@ class Tensor {
   const Tensor& masked_fill_(const Tensor& mask, double value) const;
   const Tensor& fill_(double value) const;
   const Tensor& zero_() const;
+  const Tensor& clamp_(std::optional<double> min, std::optional<double> max = std::nullopt) const;
+  const Tensor& clamp_min_(double min) const;
+  const Tensor& clamp_max_(double max) const;
   Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;  // dtype: as sum's (ops.h)
   Tensor sum(const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) const;
   Tensor mean() const;

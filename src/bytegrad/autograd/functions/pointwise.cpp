@@ -117,6 +117,57 @@ std::shared_ptr<FormulaNode> sqrt(const OpRecord& r, const op_args::None&) {  //
   return node;
 }
 
+// -grad * (result * result): saves the result; backward makes two result-sized temporaries, then the
+// gradient (derivatives.yaml's reciprocal).
+std::shared_ptr<FormulaNode> reciprocal(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    const Tensor result = n.saved(0);
+    const Tensor squared = result * result;
+    return TensorList{-g[0] * squared};
+  });
+  node->save_output("result", 0);
+  return node;
+}
+
+// clamp_min, clamp_max and clamp (derivatives.yaml; FunctionsManual's clamp_backward): the gradient flows
+// where self is within the bounds, 0 elsewhere. Each saves self; backward makes a 0-d zero first, then the
+// bool mask(s), then where's output; the masks and the zero are freed after it.
+std::shared_ptr<FormulaNode> clamp_min(const OpRecord& r, const op_args::Scalar& args) {
+  auto node = make_node(r, [min = args.value](const FormulaNode& n, TensorList& g) {
+    const Tensor zero = scalar_tensor(0.0, TensorOptions{g[0].dtype(), g[0].device()});
+    return TensorList{where(ge(n.saved(0), min), g[0], zero)};
+  });
+  node->save("self", r.inputs.at(0));
+  return node;
+}
+
+std::shared_ptr<FormulaNode> clamp_max(const OpRecord& r, const op_args::Scalar& args) {
+  auto node = make_node(r, [max = args.value](const FormulaNode& n, TensorList& g) {
+    const Tensor zero = scalar_tensor(0.0, TensorOptions{g[0].dtype(), g[0].device()});
+    return TensorList{where(le(n.saved(0), max), g[0], zero)};
+  });
+  node->save("self", r.inputs.at(0));
+  return node;
+}
+
+// Both bounds: (self >= min).logical_and_(self <= max), both masks alive until where's output exists.
+std::shared_ptr<FormulaNode> clamp(const OpRecord& r, const op_args::Clamp& args) {
+  auto node = make_node(r, [bounds = args](const FormulaNode& n, TensorList& g) {
+    const Tensor self = n.saved(0);
+    const Tensor zero = scalar_tensor(0.0, TensorOptions{g[0].dtype(), g[0].device()});
+    if (bounds.min && bounds.max) {
+      const Tensor at_least = ge(self, *bounds.min);
+      const Tensor at_most = le(self, *bounds.max);
+      logical_and_(at_least, at_most);
+      return TensorList{where(at_least, g[0], zero)};
+    }
+    if (bounds.min) return TensorList{where(ge(self, *bounds.min), g[0], zero)};
+    return TensorList{where(le(self, *bounds.max), g[0], zero)};
+  });
+  node->save("self", r.inputs.at(0));
+  return node;
+}
+
 // grad * (exponent * self.pow(exponent - 1))
 std::shared_ptr<FormulaNode> pow_scalar(const OpRecord& r, const op_args::Scalar& args) {
   auto node = make_node(r, [e = args.value](const FormulaNode& n, TensorList& g) {

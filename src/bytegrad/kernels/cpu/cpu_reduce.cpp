@@ -1,7 +1,8 @@
 // Reductions. The input's dimensions split into kept ones (walked once per output element) and reduced
 // ones (walked, in row-major order, for each output element). Floating sums accumulate in double, integer
 // sums in int64, so float32 results are exact to rounding whatever the length. The 2-norm keeps a scaled
-// sum of squares (LAPACK's nrm2: no overflow or underflow in the squares); variance is Welford's, in double.
+// sum of squares (LAPACK's nrm2: no overflow or underflow in the squares); the 1- and inf-norms sum or take
+// the largest |x| in double; variance is Welford's, in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -94,8 +95,21 @@ void reduce_typed(ReduceOp op, const ReductionLayout& layout) {
           else store_from_int64(out, layout.kept_out.dtype, total);
           break;
         }
-        case ReduceOp::norm: {
+        case ReduceOp::norm:
+        case ReduceOp::norm_one:
+        case ReduceOp::norm_inf: {
           if constexpr (std::is_same_v<A, double>) {
+            if (op != ReduceOp::norm) {  // sum or max of |x|; NaN wins
+              double total = 0.0;
+              bool nan = false;
+              walk_reduced<T>(layout, base, [&](T x, int64_t) {
+                const double a = std::fabs(convert<double>(x));
+                if (std::isnan(a)) nan = true;
+                else total = op == ReduceOp::norm_one ? total + a : std::max(total, a);
+              });
+              store_from_double(out, layout.kept_out.dtype, nan ? std::numeric_limits<double>::quiet_NaN() : total);
+              break;
+            }
             // scale * sqrt(ssq) == sqrt(sum x^2), with every |x| / scale <= 1.
             double scale = 0.0, ssq = 1.0;
             bool nan = false, inf = false;

@@ -73,6 +73,7 @@ struct ReduceArgs {
   Combine kind;
   bool mean;
   bool norm;                // sum of squares, square root written (the 2-norm)
+  bool abs;                 // |x| reduced (the 1-norm's sum, the inf-norm's max)
   Acc mean_factor;          // num_outputs / numel in Acc, as PyTorch's MeanOps
   StridedIndexer<3> outer;  // over the output shape: offsets into in, values, indices
   StridedIndexer<1> inner;  // over the reduced dimensions: offset into in
@@ -83,6 +84,7 @@ struct ReduceArgs {
     const Acc v = convert<Acc>(in[in_base + off[0]]);
     if constexpr (std::is_floating_point_v<Acc>) {
       if (norm) return {v * v, r};
+      if (abs) return {v < Acc(0) ? -v : v, r};
     }
     return {v, r};
   }
@@ -136,7 +138,9 @@ Combine combine_for(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::mean:
-    case ReduceOp::norm: return Combine::sum;
+    case ReduceOp::norm:
+    case ReduceOp::norm_one: return Combine::sum;
+    case ReduceOp::norm_inf: return Combine::max;
     case ReduceOp::prod: return Combine::prod;
     case ReduceOp::max:
     case ReduceOp::argmax: return Combine::max;
@@ -284,6 +288,7 @@ void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& 
     args.kind = combine_for(op);
     args.mean = op == ReduceOp::mean;
     args.norm = op == ReduceOp::norm;
+    args.abs = op == ReduceOp::norm_one || op == ReduceOp::norm_inf;
     args.mean_factor = static_cast<Acc>(static_cast<Acc>(num_outputs) / static_cast<Acc>(num_outputs * reduce_size));
     args.outer = make_indexer<3>(out_sizes, {in.strides, value_strides, index_strides});
     args.inner = make_indexer<1>(inner_sizes, {in.strides});
@@ -431,7 +436,7 @@ void reduce(ReduceOp op, const StridedView& out, const StridedView& in) {
   }
   if (op == ReduceOp::var || op == ReduceOp::std)
     throw std::invalid_argument("cuda backend: reduce: var/std go through reduce_variance");
-  if (op == ReduceOp::norm && !is_floating_point(in.dtype))
+  if ((op == ReduceOp::norm || op == ReduceOp::norm_one || op == ReduceOp::norm_inf) && !is_floating_point(in.dtype))
     throw std::invalid_argument("cuda backend: reduce: norm needs a floating dtype");
   const bool wants_index = op == ReduceOp::argmax || op == ReduceOp::argmin;
   if (wants_index && out.dtype != ScalarType::int64)
