@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "bytegrad/core/enum_name.h"
 #include "bytegrad/core/strided_view.h"
 #include "bytegrad/memory/allocation_context.h"
 
@@ -20,14 +21,9 @@ std::string_view reduce_op_name(ReduceOp op) {
 }
 
 std::string_view collective_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::all_reduce: return "all_reduce";
-    case CollectiveKind::broadcast: return "broadcast";
-    case CollectiveKind::all_gather_into_tensor: return "all_gather_into_tensor";
-    case CollectiveKind::reduce_scatter_tensor: return "reduce_scatter_tensor";
-    case CollectiveKind::barrier: return "barrier";
-  }
-  return "unknown";
+  static constexpr std::string_view kNames[] = {"all_reduce", "broadcast", "all_gather_into_tensor",
+                                                "reduce_scatter_tensor", "barrier"};
+  return enum_name(kind, kNames, "unknown");
 }
 
 std::string Collective::str() const {
@@ -115,18 +111,24 @@ std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int src, boo
   return issue(Collective{.kind = CollectiveKind::broadcast, .root = src, .input = tensor, .output = tensor}, async_op);
 }
 
+// all_gather_into_tensor and reduce_scatter_tensor: one tensor world_size times the other, of one dtype,
+// with PyTorch's message for each (`dtype_message`, `size_message`).
+void ProcessGroup::check_world_sized(const char* collective, const Tensor& large, const Tensor& small,
+                                     const char* dtype_message, const char* size_message) const {
+  const std::string where = std::string(collective) + " on rank " + std::to_string(rank_) + ": ";
+  if (large.dtype() != small.dtype())
+    throw std::invalid_argument(where + dtype_message + " (" + std::string(scalar_type_name(large.dtype())) + " vs " +
+                                std::string(scalar_type_name(small.dtype())) + ")");
+  if (large.numel() != small.numel() * size_)
+    throw std::invalid_argument(where + size_message + " (" + std::to_string(large.numel()) + " elements, expected " +
+                                std::to_string(size_) + " * " + std::to_string(small.numel()) + ")");
+}
+
 std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op) {
   check_tensor("all_gather_into_tensor", "input", input);
   check_tensor("all_gather_into_tensor", "output", output);
-  const std::string where = "all_gather_into_tensor on rank " + std::to_string(rank_) + ": ";
-  if (output.dtype() != input.dtype())
-    throw std::invalid_argument(where + "output tensor must have the same type as input tensor (" +
-                                std::string(scalar_type_name(output.dtype())) + " vs " +
-                                std::string(scalar_type_name(input.dtype())) + ")");
-  if (output.numel() != input.numel() * size_)
-    throw std::invalid_argument(where + "output tensor size must be equal to world_size times input tensor size (" +
-                                std::to_string(output.numel()) + " elements, expected " + std::to_string(size_) +
-                                " * " + std::to_string(input.numel()) + ")");
+  check_world_sized("all_gather_into_tensor", output, input, "output tensor must have the same type as input tensor",
+                    "output tensor size must be equal to world_size times input tensor size");
   return issue(Collective{.kind = CollectiveKind::all_gather_into_tensor, .input = input, .output = output}, async_op);
 }
 
@@ -134,17 +136,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, 
                                                           bool async_op) {
   check_tensor("reduce_scatter_tensor", "input", input);
   check_tensor("reduce_scatter_tensor", "output", output);
-  const std::string where = "reduce_scatter_tensor on rank " + std::to_string(rank_) + ": ";
-  if (output.dtype() != input.dtype())
-    throw std::invalid_argument(where + "input tensor must be the same type as the output tensor (" +
-                                std::string(scalar_type_name(input.dtype())) + " vs " +
-                                std::string(scalar_type_name(output.dtype())) + ")");
-  if (input.numel() != output.numel() * size_)
-    throw std::invalid_argument(where + "input tensor must be the same size as output size times world size (" +
-                                std::to_string(input.numel()) + " elements, expected " + std::to_string(size_) + " * " +
-                                std::to_string(output.numel()) + ")");
-  if (input.dtype() == ScalarType::bool_ && op == ReduceOp::avg)
-    throw std::invalid_argument(where + "Cannot use ReduceOp.AVG with boolean inputs");
+  check_world_sized("reduce_scatter_tensor", input, output, "input tensor must be the same type as the output tensor",
+                    "input tensor must be the same size as output size times world size");
   return issue(Collective{.kind = CollectiveKind::reduce_scatter_tensor, .op = op, .input = input, .output = output},
                async_op);
 }

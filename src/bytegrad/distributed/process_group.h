@@ -158,6 +158,8 @@ class ProcessGroup {
  private:
   std::shared_ptr<Work> issue(Collective call, bool async_op);
   void check_tensor(const char* collective, const char* what, const Tensor& tensor) const;
+  void check_world_sized(const char* collective, const Tensor& large, const Tensor& small, const char* dtype_message,
+                         const char* size_message) const;
   void release_completed_shelves();
 
   int rank_;

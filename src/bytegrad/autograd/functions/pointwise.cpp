@@ -132,22 +132,26 @@ std::shared_ptr<FormulaNode> reciprocal(const OpRecord& r, const op_args::None&)
 // clamp_min, clamp_max and clamp (derivatives.yaml; FunctionsManual's clamp_backward): the gradient flows
 // where self is within the bounds, 0 elsewhere. Each saves self; backward makes a 0-d zero first, then the
 // bool mask(s), then where's output; the masks and the zero are freed after it.
-std::shared_ptr<FormulaNode> clamp_min(const OpRecord& r, const op_args::Scalar& args) {
-  auto node = make_node(r, [min = args.value](const FormulaNode& n, TensorList& g) {
+namespace {
+// clamp_min and clamp_max: one bound, `within` telling where self is inside it (ge for a minimum, le for a
+// maximum).
+template <typename Within>
+std::shared_ptr<FormulaNode> clamp_one_bound(const OpRecord& r, double bound, Within within) {
+  auto node = make_node(r, [bound, within](const FormulaNode& n, TensorList& g) {
     const Tensor zero = scalar_tensor(0.0, TensorOptions{g[0].dtype(), g[0].device()});
-    return TensorList{where(ge(n.saved(0), min), g[0], zero)};
+    return TensorList{where(within(n.saved(0), bound), g[0], zero)};
   });
   node->save("self", r.inputs.at(0));
   return node;
 }
+}  // namespace
+
+std::shared_ptr<FormulaNode> clamp_min(const OpRecord& r, const op_args::Scalar& args) {
+  return clamp_one_bound(r, args.value, [](const Tensor& self, double min) { return ge(self, min); });
+}
 
 std::shared_ptr<FormulaNode> clamp_max(const OpRecord& r, const op_args::Scalar& args) {
-  auto node = make_node(r, [max = args.value](const FormulaNode& n, TensorList& g) {
-    const Tensor zero = scalar_tensor(0.0, TensorOptions{g[0].dtype(), g[0].device()});
-    return TensorList{where(le(n.saved(0), max), g[0], zero)};
-  });
-  node->save("self", r.inputs.at(0));
-  return node;
+  return clamp_one_bound(r, args.value, [](const Tensor& self, double max) { return le(self, max); });
 }
 
 // Both bounds: (self >= min).logical_and_(self <= max), both masks alive until where's output exists.
