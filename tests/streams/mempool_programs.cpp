@@ -29,6 +29,7 @@
 #include "bytegrad/tensor/tensor.h"
 #include "bytegrad/testing/fresh_device.h"
 #include "bytegrad/testing/stream_work.h"
+#include "tests/streams/recorded_trace.h"
 
 using namespace bytegrad;
 
@@ -69,12 +70,7 @@ class Recorder {
   void forget(const std::string& name) { pools_.erase(name); }
 
   void mark(const std::string& label) {
-    auto stats = memory_stats(device_);
-    Mark m{label, {}, {}, {}};
-    for (const char* key : {"allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
-                            "inactive_split_bytes.all.current", "num_sync_all_streams", "num_alloc_retries", "num_ooms",
-                            "num_device_alloc", "num_device_free"})
-      m.figures[key] = stats[key];
+    Mark m{label, probe_data::figures_now(device_), {}, {}};
     for (const SegmentInfo& s : caching_allocator(device_).snapshot().segments)
       m.segments.push_back({s.pool_id != kDefaultMempool ? 1U : 0U, s.stream, s.total_size, s.allocated_size,
                             s.is_expandable ? 1U : 0U, s.blocks.size()});
@@ -422,13 +418,7 @@ std::string stable_message_part(const std::string& message) {
 }
 
 std::string normalize(const Run& run) {
-  // Streams by first appearance in the trace (0 the default stream), as stream_programs.cpp numbers them.
-  std::map<uint64_t, int> streams{{0, 0}};
-  auto stream_number = [&](uint64_t id) { return streams.emplace(id, static_cast<int>(streams.size())).first->second; };
-  for (const TraceEntry& e : run.trace) stream_number(e.stream);
-  for (const Mark& m : run.marks)
-    for (const auto& seg : m.segments) stream_number(seg[1]);
-
+  probe_data::StreamNumbers stream_number(run.trace);
   std::ostringstream out;
   for (const Mark& m : run.marks) {
     out << "mark '" << m.label << "':";
@@ -448,24 +438,7 @@ std::string normalize(const Run& run) {
     out << "\n";
   }
   for (const std::string& error : run.errors) out << "error: " << stable_message_part(error) << "\n";
-  struct Segment {
-    uint64_t start, end;
-    bool live;
-  };
-  std::vector<Segment> segments;  // by allocation (or mapping) order
-  for (const TraceEntry& e : run.trace) {
-    std::string where = "-";
-    if (e.action == TraceAction::segment_alloc || e.action == TraceAction::segment_map)
-      segments.push_back({e.address, e.address + e.size, true});
-    for (size_t i = 0; i < segments.size() && e.action != TraceAction::oom; ++i) {  // an oom has no address
-      if (segments[i].live && e.address >= segments[i].start && e.address < segments[i].end) {
-        where = "seg" + std::to_string(i) + "+" + std::to_string(e.address - segments[i].start);
-        if (e.action == TraceAction::segment_free || e.action == TraceAction::segment_unmap) segments[i].live = false;
-        break;
-      }
-    }
-    out << trace_action_name(e.action) << " " << where << " " << e.size << " stream" << stream_number(e.stream) << "\n";
-  }
+  out << probe_data::normalized_trace(run.trace, stream_number);
   return out.str();
 }
 
@@ -479,15 +452,7 @@ Run recorded(const std::string& program) {
     Run run;
     for (const json::Value& m : v["marks"].items) {
       Mark mark{m["label"].string(), {}, {}, {}};
-      mark.figures = {{"allocated_bytes.all.current", m["allocated"].integer()},
-                      {"reserved_bytes.all.current", m["reserved"].integer()},
-                      {"active_bytes.all.current", m["active"].integer()},
-                      {"inactive_split_bytes.all.current", m["inactive_split"].integer()},
-                      {"num_sync_all_streams", m["num_sync_all_streams"].integer()},
-                      {"num_alloc_retries", m["num_alloc_retries"].integer()},
-                      {"num_ooms", m["num_ooms"].integer()},
-                      {"num_device_alloc", m["num_device_alloc"].integer()},
-                      {"num_device_free", m["num_device_free"].integer()}};
+      mark.figures = probe_data::figures_of(m);
       for (const json::Value& seg : m["segments"].items)
         mark.segments.push_back({seg[0].integer() != 0 ? 1U : 0U, seg[1].unsigned_integer(), seg[2].unsigned_integer(),
                                  seg[3].unsigned_integer(), seg[4].boolean ? 1U : 0U, seg[5].unsigned_integer()});
@@ -496,24 +461,7 @@ Run recorded(const std::string& program) {
       run.marks.push_back(std::move(mark));
     }
     for (const json::Value& e : v["errors"].items) run.errors.push_back(e.string());
-    constexpr uint64_t kBase = uint64_t{1} << 40;  // offsets from the probe's lowest segment: any base will do
-    for (const json::Value& e : v["trace"].items) {
-      TraceEntry entry{};
-      bool known = false;
-      for (TraceAction a :
-           {TraceAction::alloc, TraceAction::free_requested, TraceAction::free_completed, TraceAction::segment_alloc,
-            TraceAction::segment_free, TraceAction::segment_map, TraceAction::segment_unmap, TraceAction::oom}) {
-        if (trace_action_name(a) == e[0].string()) {
-          entry.action = a;
-          known = true;
-        }
-      }
-      REQUIRE_MESSAGE(known, "unknown action " << e[0].string());
-      entry.address = kBase + e[1].unsigned_integer();
-      entry.size = e[2].unsigned_integer();
-      entry.stream = e[3].unsigned_integer();
-      run.trace.push_back(entry);
-    }
+    run.trace = probe_data::trace_of(v["trace"]);
     return run;
   }
   FAIL("no recording of " << program);

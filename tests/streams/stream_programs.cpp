@@ -28,6 +28,7 @@
 #include "bytegrad/core/json.h"
 #include "bytegrad/testing/fresh_device.h"
 #include "bytegrad/testing/stream_work.h"
+#include "tests/streams/recorded_trace.h"
 #include "bytegrad/testing/timed_marks.h"
 
 using namespace bytegrad;
@@ -65,12 +66,7 @@ class Recorder {
   void mark(const std::string& label) {
     if (forward_) forward_->mark(label);
     if (!recording_) return;
-    auto stats = memory_stats(device_);
-    Mark m{label, {}, {}};
-    for (const char* key : {"allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
-                            "inactive_split_bytes.all.current", "num_sync_all_streams", "num_alloc_retries", "num_ooms",
-                            "num_device_alloc", "num_device_free"})
-      m.figures[key] = stats[key];
+    Mark m{label, probe_data::figures_now(device_), {}};
     for (const SegmentInfo& s : caching_allocator(device_).snapshot().segments)
       m.segments.push_back({s.stream, s.total_size, s.allocated_size});
     run_.marks.push_back(std::move(m));
@@ -341,16 +337,10 @@ const std::map<std::string, std::function<void(Device, Recorder&)>>& programs() 
 
 // ---------------------------------------------------------------------------------------- comparison
 
-// Both sides alike: streams numbered by first appearance in the trace (0 the default stream; a stream's id,
-// a cudaStream_t on cuda, says nothing about when it was made, so the probe's numbering by sorted ids is
-// renumbered too), trace addresses as (n-th segment allocated, offset in it).
+// Both sides alike (recorded_trace.h): streams numbered by first appearance in the trace, trace addresses as
+// (n-th segment allocated, offset in it).
 std::string normalize(const Run& run) {
-  std::map<uint64_t, int> streams{{0, 0}};
-  auto stream_number = [&](uint64_t id) { return streams.emplace(id, static_cast<int>(streams.size())).first->second; };
-  for (const TraceEntry& e : run.trace) stream_number(e.stream);
-  for (const Mark& m : run.marks)
-    for (const auto& seg : m.segments) stream_number(seg[0]);
-
+  probe_data::StreamNumbers stream_number(run.trace);
   std::ostringstream out;
   for (const Mark& m : run.marks) {
     out << "mark '" << m.label << "':";
@@ -362,24 +352,7 @@ std::string normalize(const Run& run) {
     for (const auto& seg : segs) out << " [" << seg[0] << " " << seg[1] << " " << seg[2] << "]";
     out << "\n";
   }
-  struct Segment {
-    uint64_t start, end;
-    bool live;
-  };
-  std::vector<Segment> segments;  // by allocation order
-  for (const TraceEntry& e : run.trace) {
-    std::string where = "-";
-    if (e.action == TraceAction::segment_alloc) segments.push_back({e.address, e.address + e.size, true});
-    for (size_t i = 0; i < segments.size(); ++i) {
-      if (segments[i].live && e.address >= segments[i].start && e.address < segments[i].end) {
-        where = "seg" + std::to_string(i) + "+" + std::to_string(e.address - segments[i].start);
-        if (e.action == TraceAction::segment_free) segments[i].live = false;  // its addresses may come back
-        break;
-      }
-    }
-    out << trace_action_name(e.action) << " " << where << " " << e.size << " stream" << stream_number(e.stream) << "\n";
-  }
-  return out.str();
+  return out.str() + probe_data::normalized_trace(run.trace, stream_number);
 }
 
 std::vector<std::pair<int, Run>> recorded(const std::string& program) {
@@ -392,40 +365,12 @@ std::vector<std::pair<int, Run>> recorded(const std::string& program) {
     if (v["program"].string() != program) continue;
     Run run;
     for (const json::Value& m : v["marks"].items) {
-      Mark mark{m["label"].string(), {}, {}};
-      mark.figures = {{"allocated_bytes.all.current", m["allocated"].integer()},
-                      {"reserved_bytes.all.current", m["reserved"].integer()},
-                      {"active_bytes.all.current", m["active"].integer()},
-                      {"inactive_split_bytes.all.current", m["inactive_split"].integer()},
-                      {"num_sync_all_streams", m["num_sync_all_streams"].integer()},
-                      {"num_alloc_retries", m["num_alloc_retries"].integer()},
-                      {"num_ooms", m["num_ooms"].integer()},
-                      {"num_device_alloc", m["num_device_alloc"].integer()},
-                      {"num_device_free", m["num_device_free"].integer()}};
+      Mark mark{m["label"].string(), probe_data::figures_of(m), {}};
       for (const json::Value& seg : m["segments"].items)
         mark.segments.push_back({seg[0].unsigned_integer(), seg[1].unsigned_integer(), seg[2].unsigned_integer()});
       run.marks.push_back(std::move(mark));
     }
-    // The probe's trace addresses are offsets from its lowest segment: any base keeps them apart.
-    constexpr uint64_t kBase = uint64_t{1} << 40;
-    for (const json::Value& e : v["trace"].items) {
-      TraceEntry entry{};
-      const std::string& action = e[0].string();
-      bool known = false;
-      for (TraceAction a :
-           {TraceAction::alloc, TraceAction::free_requested, TraceAction::free_completed, TraceAction::segment_alloc,
-            TraceAction::segment_free, TraceAction::segment_map, TraceAction::segment_unmap, TraceAction::oom}) {
-        if (trace_action_name(a) == action) {
-          entry.action = a;
-          known = true;
-        }
-      }
-      REQUIRE_MESSAGE(known, "unknown action " << action);
-      entry.address = kBase + e[1].unsigned_integer();
-      entry.size = e[2].unsigned_integer();
-      entry.stream = e[3].unsigned_integer();
-      run.trace.push_back(entry);
-    }
+    run.trace = probe_data::trace_of(v["trace"]);
     runs.emplace_back(static_cast<int>(v["run"].integer()), std::move(run));
   }
   return runs;
