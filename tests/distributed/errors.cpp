@@ -16,8 +16,8 @@
 
 using namespace bytegrad;
 using namespace bytegrad::distributed;
+using bytegrad::testing::error_of;
 using bytegrad::testing::FreshRankDevices;
-using bytegrad::testing::message_of;
 using namespace std::chrono_literals;
 
 namespace {
@@ -42,8 +42,8 @@ Outcome caught_on_ranks(int world_size, ProcessGroupOptions options, Body body) 
   outcome.messages.resize(world_size);
   const auto start = Clock::now();
   run_ranks(
-      world_size, DeviceType::sim,
-      [&](ProcessGroup& pg) { outcome.messages[pg.rank()] = message_of([&] { body(pg); }); }, options);
+      world_size, DeviceType::sim, [&](ProcessGroup& pg) { outcome.messages[pg.rank()] = error_of([&] { body(pg); }); },
+      options);
   outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return outcome;
 }
@@ -118,7 +118,7 @@ TEST_CASE("calls that differ across ranks fail on every rank, naming each rank's
                  "[6])") != std::string::npos);
   // After an error every rank counts the same: the next collective agrees again.
   const Outcome recovered = caught_on_ranks(2, kLongTimeout, [](ProcessGroup& pg) {
-    std::string ignored = message_of([&] { pg.all_reduce(floats(pg, pg.rank() + 1)); });
+    std::string ignored = error_of([&] { pg.all_reduce(floats(pg, pg.rank() + 1)); });
     pg.all_reduce(floats(pg, 4));
   });
   for (const std::string& m : recovered.messages) CHECK_MESSAGE(m.empty(), m);

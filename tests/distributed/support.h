@@ -9,6 +9,7 @@
 #include "bytegrad/core/device.h"
 #include "bytegrad/distributed/threads.h"
 #include "bytegrad/testing/fresh_device.h"
+#include "tests/support/error_text.h"
 
 namespace bytegrad::testing {
 
@@ -34,16 +35,5 @@ class FreshRankDevices {
  private:
   std::vector<std::unique_ptr<FreshDevice>> fresh_;
 };
-
-// What a test's body throws inside a rank, as text (empty when nothing was thrown).
-template <typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace bytegrad::testing

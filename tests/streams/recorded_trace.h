@@ -20,10 +20,14 @@ namespace bytegrad::probe_data {
 // The memory_stats keys of a mark, with the probe's JSON names.
 inline const std::vector<std::pair<const char*, const char*>>& mark_figures() {
   static const std::vector<std::pair<const char*, const char*>> keys = {
-      {"allocated_bytes.all.current", "allocated"},   {"reserved_bytes.all.current", "reserved"},
-      {"active_bytes.all.current", "active"},         {"inactive_split_bytes.all.current", "inactive_split"},
-      {"num_sync_all_streams", "num_sync_all_streams"}, {"num_alloc_retries", "num_alloc_retries"},
-      {"num_ooms", "num_ooms"},                       {"num_device_alloc", "num_device_alloc"},
+      {"allocated_bytes.all.current", "allocated"},
+      {"reserved_bytes.all.current", "reserved"},
+      {"active_bytes.all.current", "active"},
+      {"inactive_split_bytes.all.current", "inactive_split"},
+      {"num_sync_all_streams", "num_sync_all_streams"},
+      {"num_alloc_retries", "num_alloc_retries"},
+      {"num_ooms", "num_ooms"},
+      {"num_device_alloc", "num_device_alloc"},
       {"num_device_free", "num_device_free"}};
   return keys;
 }
