@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "bytegrad/nn/gpt.h"
+#include "bytegrad/optim/optimizer.h"
 #include "programs/scenario.h"
 #include "programs/training_estimates.h"
 
@@ -33,6 +35,8 @@ struct GPTTraining {
 // Runs on r's device and marks "model", "data", then s<i>_forward, s<i>_backward, s<i>_step,
 // s<i>_zero_grad for each step (r may be null: no marks).
 void train_gpt(const GPTTraining& training, ScenarioRecorder* r, Device on);
+// The optimizer train_gpt makes for `model` (nanoGPT's two groups).
+std::unique_ptr<optim::Optimizer> make_gpt_optimizer(const nn::GPT& model, const GPTTraining& training);
 
 // train_gpt on meta (training_estimates.h: a fresh process, PyTorch's default cuBLAS workspaces unless
 // default_workspace is false, limit_bytes > 0 caps the allocator as set_per_process_memory_fraction does);

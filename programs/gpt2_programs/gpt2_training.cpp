@@ -17,9 +17,7 @@ nn::GPTConfig gpt2_small_config() {
   return {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .block_size = 1024};
 }
 
-namespace {
-
-std::unique_ptr<optim::Optimizer> make_optimizer(const nn::GPT& model, const GPTTraining& t) {
+std::unique_ptr<optim::Optimizer> make_gpt_optimizer(const nn::GPT& model, const GPTTraining& t) {
   // make_optimizer: [p for p in model.parameters() if p.dim() >= 2], then the rest.
   std::vector<Tensor> decay, no_decay;
   for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
@@ -37,8 +35,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const nn::GPT& model, const GPT
   return std::make_unique<optim::AdamW>(std::move(groups));
 }
 
-}  // namespace
-
 void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
   auto mark = [&](const std::string& label) {
     if (r) r->mark(label);
@@ -51,7 +47,7 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
   auto model = std::make_shared<nn::GPT>(t.config, TensorOptions{}.with_device(build_on));
   model->to(on);
   mark("model");
-  std::unique_ptr<optim::Optimizer> opt = make_optimizer(*model, t);
+  std::unique_ptr<optim::Optimizer> opt = make_gpt_optimizer(*model, t);
   const TensorOptions int64_on{ScalarType::int64, on};
   Tensor x = randint(0, t.config.vocab_size, {t.batch, t.seq}, int64_on);
   Tensor y = randint(0, t.config.vocab_size, {t.batch, t.seq}, int64_on);

@@ -1,6 +1,8 @@
 #include "bytegrad/autograd/accumulate_grad.h"
 
+#include <atomic>
 #include <limits>
+#include <stdexcept>
 
 #include "bytegrad/autograd/autograd_meta.h"
 #include "bytegrad/autograd/grad_mode.h"
@@ -27,8 +29,19 @@ bool obeys_layout_contract(const Tensor& grad, const Tensor& variable) {
 }
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
-  Tensor new_grad = std::move(grads.at(0));
-  if (!new_grad.defined()) return {};
+  if (!grads.at(0).defined()) return {};
+  accumulate(std::move(grads[0]));
+  // The incoming gradient is gone by now (PyTorch's engine frees it after the hooks; they allocate nothing
+  // that could land differently).
+  AutogradMeta& meta = ensure_autograd_meta(variable_);
+  // A hook may register or remove hooks: run over a copy.
+  const auto hooks = meta.post_accumulate_grad_hooks;
+  for (const auto& [handle, hook] : hooks) hook(variable_);
+  return {};
+}
+
+void AccumulateGrad::accumulate(Tensor&& incoming) {
+  Tensor new_grad = std::move(incoming);
   AutogradMeta& meta = ensure_autograd_meta(variable_);
   AllocationScope scope("gradient");
   if (!meta.grad.defined()) {
@@ -46,7 +59,27 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   } else {
     set_grad_of(meta, meta.grad + new_grad, variable_);
   }
-  return {};
+}
+
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook) {
+  if (!leaf.defined()) throw std::invalid_argument("register_post_accumulate_grad_hook: the tensor is undefined");
+  AutogradMeta* meta = autograd_meta(leaf);
+  if (meta == nullptr || !meta->requires_grad || meta->grad_fn)
+    throw std::invalid_argument(
+        "register_post_accumulate_grad_hook: only leaf tensors that require grad can have post-accumulate-grad "
+        "hooks (got " +
+        describe(leaf) + ")");
+  static std::atomic<uint64_t> next_handle{1};
+  const uint64_t handle = next_handle++;
+  meta->post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t handle) {
+  AutogradMeta* meta = autograd_meta(leaf);
+  if (meta == nullptr) return;
+  auto& hooks = meta->post_accumulate_grad_hooks;
+  std::erase_if(hooks, [&](const auto& entry) { return entry.first == handle; });
 }
 
 void zero_grads(const TensorList& params, bool set_to_none) {

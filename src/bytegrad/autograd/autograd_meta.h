@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "bytegrad/autograd/node.h"
 #include "bytegrad/tensor/memory_role.h"
@@ -21,6 +24,9 @@ struct AutogradMeta {
   // tensor it is a view of, as PyTorch's view._base: a view of a view points at the first base. Held weakly
   // so that a view never keeps its base (and its .grad) alive: memory figures stay PyTorch's.
   std::weak_ptr<TensorImpl> view_base;
+  // Run, in registration order, each time AccumulateGrad has updated this leaf's .grad (PyTorch's
+  // post-accumulate-grad hooks: DDP's reducer watches every parameter this way). Keyed for removal.
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
 };
 
 // The tensor's autograd metadata, or null when it has none.

@@ -13,6 +13,7 @@
 #include "bytegrad/autograd/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <queue>
 #include <stdexcept>
 #include <unordered_map>
@@ -86,6 +87,8 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
 
 // The running backward's state (backward_pass_state); one per thread, as backward does not nest.
 thread_local std::unordered_map<const void*, std::shared_ptr<void>>* running_backward_state = nullptr;
+// Its final callbacks (queue_backward_callback).
+thread_local std::vector<std::function<void()>>* running_backward_callbacks = nullptr;
 
 void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
   std::unordered_map<const void*, std::shared_ptr<void>> state;  // dropped last, however this ends
@@ -93,6 +96,11 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
     std::unordered_map<const void*, std::shared_ptr<void>>* previous;
     ~StateScope() { running_backward_state = previous; }
   } state_scope{std::exchange(running_backward_state, &state)};
+  std::vector<std::function<void()>> callbacks;
+  struct CallbacksScope {
+    std::vector<std::function<void()>>* previous;
+    ~CallbacksScope() { running_backward_callbacks = previous; }
+  } callbacks_scope{std::exchange(running_backward_callbacks, &callbacks)};
   auto dependencies = count_dependencies(root.function.get());
   std::unordered_map<Node*, TensorList> not_ready;
   std::vector<ReadyTask> ready;  // a max-heap by sequence number
@@ -147,12 +155,23 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
       }
     }
   }
+  // GraphTask::exec_post_processing: the final callbacks, after every node (indexed: one may queue more).
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    auto callback = std::move(callbacks[i]);
+    callback();
+  }
 }
 
 }  // namespace
 
 std::shared_ptr<void>* backward_pass_state(const void* key) {
   return running_backward_state ? &(*running_backward_state)[key] : nullptr;
+}
+
+void queue_backward_callback(std::function<void()> callback) {
+  if (running_backward_callbacks == nullptr)
+    throw std::logic_error("queue_backward_callback: no backward is running on this thread");
+  running_backward_callbacks->push_back(std::move(callback));
 }
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads, bool retain_graph) {

@@ -68,6 +68,10 @@ bool Work::wait() {
   return true;
 }
 
+void Work::wait_future() const {
+  if (end_) end_->wait(current_stream(device_));
+}
+
 bool Work::is_completed() const { return !end_ || end_->query(); }
 
 // ---------------------------------------------------------------------------------------- ProcessGroup
@@ -79,6 +83,9 @@ ProcessGroup::ProcessGroup(int rank, int size, Device device, ProcessGroupOption
   if (rank < 0 || rank >= size)
     throw std::invalid_argument("process group: rank " + std::to_string(rank) + " is not in a group of " +
                                 std::to_string(size) + " (ranks 0 to " + std::to_string(size - 1) + ")");
+  if (options.unwaited_release_after && *options.unwaited_release_after < 1)
+    throw std::invalid_argument("process group: unwaited_release_after must be at least 1 (or unset), got " +
+                                std::to_string(*options.unwaited_release_after));
   if (options.timeout.count() <= 0)
     throw std::invalid_argument("process group: the timeout must be positive, got " +
                                 std::to_string(options.timeout.count()) + " ms");
@@ -130,6 +137,38 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output,
   check_world_sized("all_gather_into_tensor", output, input, "output tensor must have the same type as input tensor",
                     "output tensor size must be equal to world_size times input tensor size");
   return issue(Collective{.kind = CollectiveKind::all_gather_into_tensor, .input = input, .output = output}, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather(const std::vector<Tensor>& output_tensors, const Tensor& input,
+                                               bool async_op) {
+  check_tensor("all_gather", "input", input);
+  if (output_tensors.size() != static_cast<size_t>(size_))
+    throw std::invalid_argument("all_gather on rank " + std::to_string(rank_) + ": " +
+                                std::to_string(output_tensors.size()) + " output tensors for a group of " +
+                                std::to_string(size_) + " ranks");
+  for (const Tensor& out : output_tensors) {
+    check_tensor("all_gather", "output", out);
+    if (out.dtype() != input.dtype() || out.sizes() != input.sizes())
+      throw std::invalid_argument("all_gather on rank " + std::to_string(rank_) + ": every output must match the "
+                                  "input's dtype and shape (" + describe(input) + "), got " + describe(out));
+  }
+  Tensor flat;
+  {
+    AllocationScope scope("all_gather flat");
+    flat = empty({size_ * input.numel()}, TensorOptions{input.dtype(), device_});
+  }
+  auto work =
+      issue(Collective{.kind = CollectiveKind::all_gather_into_tensor, .input = input, .output = flat}, async_op);
+  {
+    // Copied out on the collective's stream, after it.
+    std::optional<StreamGuard> on_collective_stream;
+    if (async_op && collective_stream_) on_collective_stream.emplace(*collective_stream_);
+    for (int r = 0; r < size_; ++r)
+      output_tensors[r].copy_(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
+  }
+  if (!work) return nullptr;  // synchronous: the flat frees here
+  if (device_.type != DeviceType::cpu) work->shelf_->stash(output_tensors);
+  return work;
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
@@ -206,9 +245,11 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective call, bool async_op) {
 
 void ProcessGroup::release_completed_shelves() {
   std::vector<std::shared_ptr<TensorShelf>> done;
+  const std::optional<int> after = options_.unwaited_release_after;
   auto keep = std::remove_if(outstanding_.begin(), outstanding_.end(), [&](Outstanding& o) {
     if (o.shelf->empty()) return true;  // waited for already
     if (!o.end.query()) return false;
+    if (!after || ++o.collectives_after_completion < *after) return false;
     done.push_back(o.shelf);
     return true;
   });

@@ -53,6 +53,13 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   // ProcessGroupNCCL.Options.is_high_priority_stream: the async stream comes from the high-priority pool.
   bool high_priority_stream = false;
+  // When the tensors of an async collective nobody waited for are given back (§2.2): at the n-th collective
+  // issued on the group after it completed. In PyTorch that is the first collective issued after NCCL's
+  // watchdog thread, which looks every 100 ms, saw it complete: a matter of timing. 1: the watchdog had
+  // already looked; n > 1: it looked while n - 1 more collectives were issued; nullopt: it did not look
+  // while the program ran (held until the group is destroyed). DDP's buckets are such collectives, so the
+  // old buckets' release at the rebuild moves with it.
+  std::optional<int> unwaited_release_after = 1;
 };
 
 // A collective failed across ranks: the ranks' calls disagree, a rank failed or left, or the group was
@@ -96,6 +103,9 @@ class Work {
   // Makes the caller's current stream wait for the collective, then releases the stashed tensors; after a
   // barrier, also waits on the host for the current stream (torch.distributed.Work.wait). Returns true.
   bool wait();
+  // What waiting on the Work's future does (Reducer::finalize_backward): the current stream waits for the
+  // collective, and the stashed tensors stay until the group notices it completed.
+  void wait_future() const;
   // Whether the collective's work on its stream has completed (on sim and meta: stream_timeline.h's model).
   bool is_completed() const;
   // The tensors the collective wrote (Work.result()).
@@ -131,6 +141,12 @@ class ProcessGroup {
   // current stream. Tensors must be contiguous and on device().
   std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum, bool async_op = false);
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, bool async_op = false);
+  // output_tensors: size() tensors shaped and typed as input; rank i's input lands in the i-th
+  // (torch.distributed.all_gather). As ProcessGroupNCCL does for equal sizes: one flat output of size()
+  // inputs is allocated on the current stream, gathered into, and copied out on the collective's stream;
+  // the flat and the outputs are held with the Work (freed at return when synchronous).
+  std::shared_ptr<Work> all_gather(const std::vector<Tensor>& output_tensors, const Tensor& input,
+                                   bool async_op = false);
   // output holds size() * input.numel() elements: rank i's input lands in the i-th slice.
   std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op = false);
   // input holds size() * output.numel() elements: rank r gets the reduction of every rank's r-th slice.
@@ -173,6 +189,7 @@ class ProcessGroup {
   struct Outstanding {
     std::shared_ptr<TensorShelf> shelf;
     Event end;
+    int collectives_after_completion = 0;  // issued since its end was first seen complete
   };
   std::vector<Outstanding> outstanding_;
 };

@@ -1,0 +1,198 @@
+// tools/probes/ddp_probe.py's mlp_program and gpt2_program, statement by statement.
+#include "programs/ddp_programs.h"
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "bytegrad/distributed/ddp.h"
+#include "bytegrad/distributed/zero.h"
+#include "bytegrad/memory/streams.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/tensor/ops.h"
+#include "programs/gpt2_programs.h"
+
+namespace bytegrad::programs {
+
+namespace {
+
+using distributed::DDPOptions;
+using distributed::DistributedDataParallel;
+using distributed::ProcessGroup;
+using Mark = std::function<void(const std::string&)>;
+
+// 1024 -> 4096 -> 4096 -> 10 (20.8M parameters), with an optional Linear(256, 256) that forward never uses.
+class MLP : public nn::Module {
+ public:
+  MLP(bool unused, Device on) {
+    fc1_ = register_module("fc1", std::make_shared<nn::Linear>(1024, 4096, on));
+    fc2_ = register_module("fc2", std::make_shared<nn::Linear>(4096, 4096, on));
+    fc3_ = register_module("fc3", std::make_shared<nn::Linear>(4096, 10, on));
+    if (unused) register_module("unused", std::make_shared<nn::Linear>(256, 256, on));
+  }
+  // fc3(relu(fc2(relu(fc1(x))))), one statement per layer so each layer's output is freed as Python frees
+  // it (C++ would keep a nested expression's temporaries to its end).
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu((*fc1_)(x));
+    h = relu((*fc2_)(h));
+    return (*fc3_)(h);
+  }
+
+ private:
+  std::shared_ptr<nn::Linear> fc1_, fc2_, fc3_;
+};
+
+constexpr int kIterations = 3;
+
+// Where a rank builds its model before moving it: the CPU, or on meta a meta device no rank uses (no
+// arithmetic, and nothing lands in another rank's allocator).
+Device build_device(const ProcessGroup& pg) {
+  return pg.device().type == DeviceType::meta ? Device{DeviceType::meta, 100 + pg.rank()} : kCpu;
+}
+
+struct MLPVariant {
+  DDPOptions ddp;
+  bool no_sync = false;
+  bool zero1 = false;
+};
+
+void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
+  const Device dev = pg.device();
+  manual_seed(1337);
+  auto model = std::make_shared<MLP>(v.ddp.find_unused_parameters, build_device(pg));
+  model->to(dev);
+  mark("model");
+  DistributedDataParallel ddp(model, pg, v.ddp);
+  mark("wrapped");
+  std::unique_ptr<optim::Optimizer> opt;
+  const optim::AdamOptions adam{.lr = 1e-3, .foreach = true};
+  if (v.zero1) {
+    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
+        ddp.parameters(), pg, [&](std::vector<Tensor> mine) { return std::make_unique<optim::Adam>(mine, adam); });
+  } else {
+    opt = std::make_unique<optim::Adam>(ddp.parameters(), adam);
+  }
+  manual_seed(100 + pg.rank());
+  Tensor x = randn({64, 1024}, TensorOptions{}.with_device(dev));
+  Tensor y = randint(0, 10, {64}, TensorOptions{ScalarType::int64, dev});
+  mark("data");
+  for (int i = 0; i < kIterations; ++i) {
+    const std::string s = "s" + std::to_string(i);
+    if (v.no_sync) {
+      auto guard = ddp.no_sync();
+      Tensor loss = cross_entropy(ddp(x), y);
+      mark(s + "_no_sync_forward");
+      loss.backward();
+      loss = Tensor();
+      mark(s + "_no_sync_backward");
+    }
+    Tensor loss = cross_entropy(ddp(x), y);
+    mark(s + "_forward");
+    loss.backward();
+    mark(s + "_backward");
+    opt->step();
+    mark(s + "_step");
+    opt->zero_grad(/*set_to_none=*/true);
+    loss = Tensor();
+    mark(s + "_zero_grad");
+  }
+}
+
+void gpt2_program(ProcessGroup& pg, const Mark& mark, const nn::GPTConfig& config, int64_t batch, int64_t seq,
+                  const DDPOptions& options, bool zero1) {
+  const Device dev = pg.device();
+  manual_seed(1337);
+  auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(build_device(pg)));
+  model->to(dev);
+  mark("model");
+  DistributedDataParallel ddp(model, pg, options);
+  mark("wrapped");
+  std::unique_ptr<optim::Optimizer> opt;
+  if (zero1) {
+    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
+        ddp.parameters(), pg, [](std::vector<Tensor> mine) {
+          return std::make_unique<optim::AdamW>(
+              mine, optim::AdamOptions{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = true});
+        });
+  } else {
+    GPTTraining training{.config = config, .batch = batch, .seq = seq};
+    opt = make_gpt_optimizer(*model, training);
+  }
+  manual_seed(100 + pg.rank());
+  const TensorOptions int64_on{ScalarType::int64, dev};
+  Tensor x = randint(0, config.vocab_size, {batch, seq}, int64_on);
+  Tensor y = randint(0, config.vocab_size, {batch, seq}, int64_on);
+  mark("data");
+  for (int i = 0; i < kIterations; ++i) {
+    const std::string s = "s" + std::to_string(i);
+    nn::GPT::Output out = ddp.forward([&] { return model->forward(x, y); });
+    mark(s + "_forward");
+    out.loss.backward();
+    mark(s + "_backward");
+    opt->step();
+    mark(s + "_step");
+    opt->zero_grad(/*set_to_none=*/true);
+    out = {};
+    mark(s + "_zero_grad");
+  }
+}
+
+struct Entry {
+  std::string name;
+  std::function<void(ProcessGroup&, const Mark&)> run;
+};
+
+const std::vector<Entry>& programs() {
+  static const std::vector<Entry> all = [] {
+    std::vector<Entry> p;
+    auto mlp = [&](const std::string& name, MLPVariant v) {
+      p.push_back({name, [v](ProcessGroup& pg, const Mark& m) { mlp_program(pg, m, v); }});
+    };
+    mlp("mlp_ddp", {});
+    mlp("mlp_ddp_bucket_view", {.ddp = {.gradient_as_bucket_view = true}});
+    mlp("mlp_ddp_cap1", {.ddp = {.bucket_cap_mb = 1}});
+    mlp("mlp_ddp_unused", {.ddp = {.find_unused_parameters = true}});
+    mlp("mlp_ddp_static", {.ddp = {.static_graph = true}});
+    mlp("mlp_ddp_no_sync", {.no_sync = true});
+    mlp("mlp_zero1", {.zero1 = true});
+    auto gpt = [&](const std::string& name, nn::GPTConfig c, int64_t b, int64_t t, DDPOptions o, bool zero1) {
+      p.push_back({name, [=](ProcessGroup& pg, const Mark& m) { gpt2_program(pg, m, c, b, t, o, zero1); }});
+    };
+    gpt("gpt2_tiny_ddp", gpt2_tiny_config(), 4, 64, {}, false);
+    gpt("gpt2_tiny_ddp_bucket_view", gpt2_tiny_config(), 4, 64, {.gradient_as_bucket_view = true}, false);
+    gpt("gpt2_small_ddp", gpt2_small_config(), 4, 256, {}, false);
+    gpt("gpt2_small_ddp_bucket_view", gpt2_small_config(), 4, 256, {.gradient_as_bucket_view = true}, false);
+    gpt("gpt2_small_zero1", gpt2_small_config(), 4, 256, {}, true);
+    return p;
+  }();
+  return all;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ddp_program_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const Entry& e : programs()) n.push_back(e.name);
+    return n;
+  }();
+  return names;
+}
+
+void run_ddp_program(const std::string& name, ProcessGroup& pg, const Mark& mark) {
+  for (const Entry& e : programs()) {
+    if (e.name != name) continue;
+    const Mark synchronized_mark = [&](const std::string& label) {
+      synchronize(pg.device());
+      mark(label);
+    };
+    synchronized_mark("start");
+    synchronized_mark("process_group");
+    e.run(pg, synchronized_mark);
+    return;
+  }
+  throw std::invalid_argument("run_ddp_program: no program named '" + name + "'");
+}
+
+}  // namespace bytegrad::programs

@@ -1,0 +1,70 @@
+#include "bytegrad/distributed/zero.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "bytegrad/autograd/grad_mode.h"
+
+namespace bytegrad::distributed {
+
+namespace {
+
+std::vector<std::vector<Tensor>> partition_parameters(const std::vector<Tensor>& params, int world_size) {
+  std::vector<size_t> order(params.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::vector<std::vector<Tensor>> out(static_cast<size_t>(world_size));
+  std::vector<int64_t> sizes(static_cast<size_t>(world_size), 0);
+  for (size_t i : order) {
+    const auto rank = static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+    out[rank].push_back(params[i]);
+    sizes[rank] += params[i].numel();
+  }
+  return out;
+}
+
+}  // namespace
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, ProcessGroup& group,
+                                                 const LocalOptimizerFactory& make_local)
+    : Optimizer(std::move(params)), group_(group) {
+  if (params_.empty()) throw std::invalid_argument("ZeroRedundancyOptimizer: optimizer got an empty parameter list");
+  for (const Tensor& p : params_)
+    if (p.device() != group.device())
+      throw std::invalid_argument("ZeroRedundancyOptimizer on rank " + std::to_string(group.rank()) +
+                                  ": a parameter is on " + p.device().str() + ", but this rank's process group uses " +
+                                  group.device().str());
+  if (!make_local) throw std::invalid_argument("ZeroRedundancyOptimizer: no local optimizer factory given");
+  partition_ = partition_parameters(params_, group.size());
+  local_ = make_local(partition_[static_cast<size_t>(group.rank())]);
+  if (!local_ && !partition_[static_cast<size_t>(group.rank())].empty())
+    throw std::invalid_argument("ZeroRedundancyOptimizer: the factory returned no optimizer for rank " +
+                                std::to_string(group.rank()) + "'s parameters");
+}
+
+void ZeroRedundancyOptimizer::step() {
+  if (local_) local_->step();
+  // _sync_params: every parameter from its owner, async and in place, then all waited for.
+  NoGradGuard no_grad;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int owner = 0; owner < group_.size(); ++owner)
+    for (const Tensor& p : partition_[static_cast<size_t>(owner)]) works.push_back(group_.broadcast(p, owner, true));
+  for (auto& w : works)
+    if (w) w->wait();
+}
+
+double ZeroRedundancyOptimizer::lr(size_t group) const { return local_ ? local_->lr(group) : lr_; }
+
+void ZeroRedundancyOptimizer::set_lr(size_t group, double lr) {
+  if (local_) local_->set_lr(group, lr);
+  lr_ = lr;
+}
+
+std::optional<double>& ZeroRedundancyOptimizer::initial_lr(size_t group) {
+  return local_ ? local_->initial_lr(group) : initial_lr_;
+}
+
+}  // namespace bytegrad::distributed

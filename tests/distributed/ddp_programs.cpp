@@ -1,0 +1,240 @@
+// DistributedDataParallel and ZeroRedundancyOptimizer against PyTorch 2.11 on two H100s with NCCL:
+// tools/probes/ddp_probe.py's 12 programs (programs/ddp_programs.h), each recorded twice in fresh processes
+// (tests/data/pytorch_probes/ddp_n2/<program>.n2.run<R>.rank<K>.json). Every rank's figures at every mark
+// are held to that rank's recordings: where PyTorch's two runs agree, exactly; where they differ (a
+// bucket whose all-reduce nobody waited for is released when NCCL's watchdog thread happens to notice it
+// completed, and GPT-2's backward allocates two gradients of parallel branches in either order), equal
+// to one of the two. Run on the threads backend (both ranks, sim and meta) and the fake backend (each rank
+// alone).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bytegrad/core/json.h"
+#include "bytegrad/distributed/fake.h"
+#include "bytegrad/distributed/launcher.h"
+#include "bytegrad/memory/caching_allocator.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/history.h"
+#include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/tensor/blas_workspace.h"
+#include "programs/ddp_programs.h"
+#include "tests/distributed/support.h"
+
+using namespace bytegrad;
+using namespace bytegrad::distributed;
+
+namespace {
+
+// The probe's figures and the memory_stats keys they come from.
+const std::vector<std::pair<const char*, const char*>>& figure_keys() {
+  static const std::vector<std::pair<const char*, const char*>> keys = {
+      {"allocated", "allocated_bytes.all.current"},
+      {"reserved", "reserved_bytes.all.current"},
+      {"max_allocated", "allocated_bytes.all.peak"},
+      {"max_reserved", "reserved_bytes.all.peak"},
+      {"active", "active_bytes.all.current"},
+      {"segments", "segment.all.current"},
+      {"blocks", "allocation.all.current"},
+      {"requested", "requested_bytes.all.current"},
+      {"inactive_split", "inactive_split_bytes.all.current"},
+      {"num_device_alloc", "num_device_alloc"},
+      {"num_device_free", "num_device_free"}};
+  return keys;
+}
+
+struct Mark {
+  std::string label;
+  std::map<std::string, int64_t> figures;
+};
+using Marks = std::vector<Mark>;
+
+Marks recorded(const std::string& program, int run, int rank) {
+  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_n2/" + program + ".n2.run" +
+                           std::to_string(run) + ".rank" + std::to_string(rank) + ".json";
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const json::Value doc = json::parse(text.str());
+  Marks out;
+  for (const json::Value& m : doc["marks"].items) {
+    Mark mark{m["label"].string(), {}};
+    for (const auto& [name, key] : figure_keys()) mark.figures[name] = m[name].integer();
+    out.push_back(std::move(mark));
+  }
+  return out;
+}
+
+Mark mark_now(const std::string& label, Device device) {
+  auto stats = memory_stats(device);
+  Mark m{label, {}};
+  for (const auto& [name, key] : figure_keys()) m.figures[name] = stats[key];
+  return m;
+}
+
+// Every figure of every mark that differs.
+struct Comparison {
+  std::vector<std::string> differences;
+};
+
+Comparison compare(const Marks& ours, const Marks& want) {
+  Comparison c;
+  if (ours.size() != want.size()) {
+    c.differences.push_back(std::to_string(ours.size()) + " marks, the recording has " + std::to_string(want.size()));
+    return c;
+  }
+  for (size_t i = 0; i < ours.size(); ++i) {
+    if (ours[i].label != want[i].label) {
+      c.differences.push_back("mark " + std::to_string(i) + " is " + ours[i].label + ", recorded " + want[i].label);
+      return c;
+    }
+    for (const auto& [name, key] : figure_keys()) {
+      const int64_t got = ours[i].figures.at(name), a = want[i].figures.at(name);
+      if (got != a)
+        c.differences.push_back(ours[i].label + " " + name + ": got " + std::to_string(got) + ", want " +
+                                std::to_string(a));
+    }
+  }
+  return c;
+}
+
+// PyTorch's default cuBLAS workspaces (the probe sets no CUBLAS_WORKSPACE_CONFIG), restored afterwards.
+class DefaultWorkspaces {
+ public:
+  DefaultWorkspaces() {
+    if (const char* old = std::getenv("CUBLAS_WORKSPACE_CONFIG")) saved_ = old;
+    unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  }
+  ~DefaultWorkspaces() {
+    if (!saved_.empty()) setenv("CUBLAS_WORKSPACE_CONFIG", saved_.c_str(), 1);
+  }
+  DefaultWorkspaces(const DefaultWorkspaces&) = delete;
+  DefaultWorkspaces& operator=(const DefaultWorkspaces&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+using Timing = std::optional<int>;  // ProcessGroupOptions::unwaited_release_after
+
+std::string timing_name(Timing t) { return t ? "released at the " + std::to_string(*t) + ". collective after completion" : "never released"; }
+
+std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, Timing timing) {
+  DefaultWorkspaces workspaces;
+  testing::FreshRankDevices fresh(2, type);
+  std::vector<Marks> marks(2);
+  ProcessGroupOptions options;
+  options.unwaited_release_after = timing;
+  run_ranks(
+      2, type,
+      [&](ProcessGroup& pg) {
+        programs::run_ddp_program(
+            program, pg, [&](const std::string& label) { marks[pg.rank()].push_back(mark_now(label, pg.device())); });
+      },
+      options);
+  return marks;
+}
+
+Marks run_alone(const std::string& program, int rank, Timing timing) {
+  DefaultWorkspaces workspaces;
+  const Device device{DeviceType::meta, 0};
+  testing::FreshDevice fresh(device, testing::small_card());
+  clear_blas_workspaces();
+  ProcessGroupOptions options;
+  options.unwaited_release_after = timing;
+  auto pg = make_fake_process_group(rank, 2, device, options);
+  Marks marks;
+  // BYTEGRAD_DDP_TRACE=<file>: writes this run's allocator trace as the probe's [action, size] pairs.
+  const char* trace_file = std::getenv("BYTEGRAD_DDP_TRACE");
+  if (trace_file) caching_allocator(device).record_history(true);
+  programs::run_ddp_program(program, *pg, [&](const std::string& label) { marks.push_back(mark_now(label, device)); });
+  if (trace_file) {
+    std::ofstream out(std::string(trace_file) + "." + program + ".rank" + std::to_string(rank) +
+                      (timing ? "." + std::to_string(*timing) : ".never"));
+    for (const TraceEntry& e : caching_allocator(device).snapshot().trace)
+      out << trace_action_name(e.action) << " " << e.size << " " << e.tag << "\n";
+    caching_allocator(device).record_history(false);
+  }
+  clear_blas_workspaces();
+  return marks;
+}
+
+// The one freedom PyTorch's runs have: when NCCL's watchdog noticed the unwaited all-reduces complete.
+const std::vector<Timing>& timings() {
+  static const std::vector<Timing> all = {1, 2, 3, 4, 5, 6, std::nullopt};
+  return all;
+}
+
+// Each rank of each recorded run must be reproduced mark for mark, every figure, by one watchdog timing
+// (rank alone on the fake backend, meta); the threads backend (both ranks together, on meta and on sim
+// where values are computed) must give the fake backend's figures under the first and last timings.
+void check_program(const std::string& program, bool sim_too) {
+  CAPTURE(program);
+  std::map<std::pair<int, size_t>, Marks> alone;  // (rank, timing index)
+  for (int rank = 0; rank < 2; ++rank)
+    for (size_t t = 0; t < timings().size(); ++t) alone[{rank, t}] = run_alone(program, rank, timings()[t]);
+  for (int run = 0; run < 2; ++run)
+    for (int rank = 0; rank < 2; ++rank) {
+      const Marks want = recorded(program, run, rank);
+      std::string closest;
+      size_t fewest = SIZE_MAX;
+      bool reproduced = false;
+      for (size_t t = 0; t < timings().size() && !reproduced; ++t) {
+        const Comparison c = compare(alone[{rank, t}], want);
+        if (c.differences.empty()) {
+          reproduced = true;
+          if (std::getenv("BYTEGRAD_DDP_VERBOSE"))
+            std::cout << program << " run " << run << " rank " << rank << ": " << timing_name(timings()[t]) << "\n";
+        } else if (c.differences.size() < fewest) {
+          fewest = c.differences.size();
+          closest = timing_name(timings()[t]) + ":";
+          for (const std::string& d : c.differences) closest += "\n  " + d;
+        }
+      }
+      CHECK_MESSAGE(reproduced, program << " run " << run << " rank " << rank
+                                        << ": no watchdog timing reproduces it; the closest, " << closest);
+    }
+  for (DeviceType type : sim_too ? std::vector{DeviceType::sim, DeviceType::meta} : std::vector{DeviceType::meta})
+    for (size_t t : {size_t{0}, timings().size() - 1}) {
+      const auto together = run_on_threads(program, type, timings()[t]);
+      for (int rank = 0; rank < 2; ++rank) {
+        const Comparison c = compare(together[rank], alone[{rank, t}]);
+        std::string all;
+        for (const std::string& d : c.differences) all += "\n  " + d;
+        CHECK_MESSAGE(c.differences.empty(), program << " rank " << rank << " on threads ("
+                                                      << (type == DeviceType::sim ? "sim" : "meta") << ", "
+                                                      << timing_name(timings()[t]) << ") differs from fake:" << all);
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("DDP of an MLP as PyTorch on two H100s: default, bucket views, 1 MiB cap, unused, static, no_sync") {
+  for (const char* program : {"mlp_ddp", "mlp_ddp_bucket_view", "mlp_ddp_cap1", "mlp_ddp_unused", "mlp_ddp_static",
+                              "mlp_ddp_no_sync"})
+    check_program(program, true);
+}
+
+TEST_CASE("ZeroRedundancyOptimizer over an MLP as PyTorch on two H100s: each rank's partition of Adam's state") {
+  check_program("mlp_zero1", true);
+}
+
+TEST_CASE("DDP of nanoGPT tiny as PyTorch on two H100s, with and without bucket views") {
+  for (const char* program : {"gpt2_tiny_ddp", "gpt2_tiny_ddp_bucket_view"}) check_program(program, true);
+}
+
+TEST_CASE("DDP and ZeRO-1 of GPT-2 small (124M) as PyTorch on two H100s, on meta") {
+  for (const char* program : {"gpt2_small_ddp", "gpt2_small_ddp_bucket_view", "gpt2_small_zero1"})
+    check_program(program, false);
+}
