@@ -110,11 +110,10 @@ void gpt2_program(ProcessGroup& pg, const Mark& mark, const nn::GPTConfig& confi
   mark("wrapped");
   std::unique_ptr<optim::Optimizer> opt;
   if (zero1) {
-    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
-        ddp.parameters(), pg, [](std::vector<Tensor> mine) {
-          return std::make_unique<optim::AdamW>(
-              mine, optim::AdamOptions{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = true});
-        });
+    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp.parameters(), pg, [](std::vector<Tensor> mine) {
+      return std::make_unique<optim::AdamW>(
+          mine, optim::AdamOptions{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = true});
+    });
   } else {
     GPTTraining training{.config = config, .batch = batch, .seq = seq};
     opt = make_gpt_optimizer(*model, training);

@@ -74,8 +74,8 @@ std::vector<std::vector<size_t>> compute_bucket_assignment_by_size(const std::ve
                                                                    const std::vector<size_t>& order) {
   if (limits.empty()) throw std::invalid_argument("compute_bucket_assignment_by_size: no bucket size limit given");
   if (!order.empty() && order.size() != tensors.size())
-    throw std::invalid_argument("compute_bucket_assignment_by_size: " + std::to_string(order.size()) +
-                                " indices for " + std::to_string(tensors.size()) + " tensors");
+    throw std::invalid_argument("compute_bucket_assignment_by_size: " + std::to_string(order.size()) + " indices for " +
+                                std::to_string(tensors.size()) + " tensors");
   struct Accumulator {
     std::vector<size_t> indices;
     size_t bytes = 0;
@@ -248,7 +248,7 @@ class Reducer {
 
  private:
   struct Bucket {
-    Tensor gradients;              // the flat all-reduced in place
+    Tensor gradients;               // the flat all-reduced in place
     std::vector<size_t> variables;  // parameter indices, in layout order
     std::vector<Tensor> views;      // each parameter's view of `gradients`
     size_t pending = 0;
@@ -269,7 +269,8 @@ class Reducer {
   void initialize_local_used_map() {
     local_used_map_.assign(params_.size(), 0);
     AllocationScope scope("DDP local_used_map");
-    local_used_map_dev_ = empty({static_cast<int64_t>(params_.size())}, TensorOptions{ScalarType::int32, group_.device()});
+    local_used_map_dev_ =
+        empty({static_cast<int64_t>(params_.size())}, TensorOptions{ScalarType::int32, group_.device()});
   }
 
   void initialize_buckets(const std::vector<std::vector<size_t>>& assignment) {
@@ -463,7 +464,8 @@ class Reducer {
     NoGradGuard no_grad;
     std::vector<double> used(local_used_map_.begin(), local_used_map_.end());
     // Through a pinned host buffer (host memory) into the device map, then all-reduced asynchronously.
-    local_used_map_dev_.copy_(from_vector(used, {static_cast<int64_t>(used.size())}, TensorOptions{ScalarType::int32, kCpu}));
+    local_used_map_dev_.copy_(
+        from_vector(used, {static_cast<int64_t>(used.size())}, TensorOptions{ScalarType::int32, kCpu}));
     local_used_work_ = group_.all_reduce(local_used_map_dev_, ReduceOp::sum, true);
     local_used_map_reduced_ = false;
   }
@@ -478,8 +480,7 @@ class Reducer {
       bucket.work->wait_future();
       finalize_bucket_dense(bucket);
     }
-    if ((dynamic_graph_find_unused() || static_graph_first_iteration()) && !local_used_map_reduced_ &&
-        local_used_work_)
+    if ((dynamic_graph_find_unused() || static_graph_first_iteration()) && !local_used_map_reduced_ && local_used_work_)
       local_used_work_->wait();
     if (dynamic_graph_find_unused()) {
       std::fill(local_used_map_.begin(), local_used_map_.end(), 0);
@@ -550,7 +551,7 @@ class Reducer {
   Tensor local_used_map_dev_;
   std::shared_ptr<Work> local_used_work_;
   bool local_used_map_reduced_ = false;
-  std::vector<int64_t> hooks_triggered_;             // static graph: hooks per parameter in the first backward
+  std::vector<int64_t> hooks_triggered_;            // static graph: hooks per parameter in the first backward
   std::vector<int64_t> hooks_left_this_iteration_;  // ... counted down in later ones
 };
 
@@ -572,13 +573,17 @@ void verify_params_across_processes(ProcessGroup& group, const std::vector<Tenso
   for (int r = 0; r < group.size(); ++r) counts.push_back(empty({1}, int64_on));
   group.all_gather(counts, count_device, /*async_op=*/true)->wait();
   if (device.type != DeviceType::meta) {
+    std::string listed;
+    bool differ = false;
     for (int r = 0; r < group.size(); ++r) {
       const auto n = static_cast<size_t>(counts[r].cpu().item());
-      if (n != params.size())
-        throw CollectiveError(rank_prefix(group) + "DDP needs the same model on every rank, but rank " +
-                              std::to_string(r) + " has " + std::to_string(n) + " parameters and rank " +
-                              std::to_string(group.rank()) + " has " + std::to_string(params.size()));
+      differ = differ || n != params.size();
+      listed += (r ? ", rank " : "rank ") + std::to_string(r) + ": " + std::to_string(n);
     }
+    if (differ)
+      throw CollectiveError(rank_prefix(group) +
+                            "DDP needs the same model on every rank, but the ranks' parameter counts differ (" +
+                            listed + ")");
   }
   std::vector<double> metadata;
   std::vector<int64_t> local;
@@ -588,7 +593,8 @@ void verify_params_across_processes(ProcessGroup& group, const std::vector<Tenso
   }
   for (double v : metadata) local.push_back(static_cast<int64_t>(v));
   {
-    Tensor host = from_vector(metadata, {static_cast<int64_t>(metadata.size())}, TensorOptions{ScalarType::int64, kCpu});
+    Tensor host =
+        from_vector(metadata, {static_cast<int64_t>(metadata.size())}, TensorOptions{ScalarType::int64, kCpu});
     Tensor metadata_device = empty({static_cast<int64_t>(metadata.size())}, int64_on);
     metadata_device.copy_(host);
     group.broadcast(metadata_device, 0, /*async_op=*/true)->wait();

@@ -149,8 +149,10 @@ std::shared_ptr<Work> ProcessGroup::all_gather(const std::vector<Tensor>& output
   for (const Tensor& out : output_tensors) {
     check_tensor("all_gather", "output", out);
     if (out.dtype() != input.dtype() || out.sizes() != input.sizes())
-      throw std::invalid_argument("all_gather on rank " + std::to_string(rank_) + ": every output must match the "
-                                  "input's dtype and shape (" + describe(input) + "), got " + describe(out));
+      throw std::invalid_argument("all_gather on rank " + std::to_string(rank_) +
+                                  ": every output must match the "
+                                  "input's dtype and shape (" +
+                                  describe(input) + "), got " + describe(out));
   }
   Tensor flat;
   {
