@@ -285,10 +285,10 @@ int main(int argc, char** argv) {
 
   if (failed) {
     const Rank& r = ranks[*failed];
-    std::fprintf(stderr, "bytegrad-launch: rank %d (pid %d) %s%s\n", r.rank, static_cast<int>(r.pid),
-                 describe(r.status).c_str(),
-                 terminated > 0 ? ("; " + std::to_string(terminated) + " other rank(s) still running were terminated").c_str()
-                                : "");
+    std::fprintf(
+        stderr, "bytegrad-launch: rank %d (pid %d) %s%s\n", r.rank, static_cast<int>(r.pid), describe(r.status).c_str(),
+        terminated > 0 ? ("; " + std::to_string(terminated) + " other rank(s) still running were terminated").c_str()
+                       : "");
     if (WIFEXITED(r.status)) return WEXITSTATUS(r.status);
     return WIFSIGNALED(r.status) ? 128 + WTERMSIG(r.status) : 1;
   }

@@ -34,7 +34,7 @@ struct RankEnvironment {
 RankEnvironment read_rank_environment(const std::function<const char*(const char*)>& lookup = {});
 
 struct InitOptions {
-  ProcessGroupOptions group;                // the collectives' timeout is also the rendezvous's
+  ProcessGroupOptions group;                 // the collectives' timeout is also the rendezvous's
   DeviceType device_type = DeviceType::sim;  // the store backend's device (cpu, sim or meta)
   NcclOptions nccl;
 };

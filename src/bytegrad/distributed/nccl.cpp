@@ -154,10 +154,8 @@ class NcclProcessGroup final : public ProcessGroup {
     ncclResult_t result = ncclCommFinalize(comm_);
     if (result == ncclSuccess || result == ncclInProgress)
       result = poll_async(Clock::now() + options().timeout, /*watch_shared=*/false);
-    if (result == ncclSuccess)
-      (void)ncclCommDestroy(comm_);
-    else
-      (void)ncclCommAbort(comm_);
+    if (result == ncclSuccess) (void)ncclCommDestroy(comm_);
+    else (void)ncclCommAbort(comm_);
   }
 
   std::string_view backend_name() const override { return "nccl"; }
@@ -289,8 +287,7 @@ class NcclProcessGroup final : public ProcessGroup {
       else if (timed_out)
         message += "timed out after " + std::to_string(options().timeout.count()) +
                    " ms: not every rank joined (a rank missing, or started with another unique id?)";
-      else
-        message += "failed: " + nccl_text(result, comm_);
+      else message += "failed: " + nccl_text(result, comm_);
       if (comm_ != nullptr) (void)ncclCommAbort(comm_);
       comm_ = nullptr;
       error_ = Failure{message, timed_out && !(shared_ && shared_->get())};
@@ -328,8 +325,8 @@ class NcclProcessGroup final : public ProcessGroup {
       }
       ncclResult_t state = ncclSuccess;
       if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
-        const std::string message = "rank " + std::to_string(rank()) + ": NCCL reported an asynchronous error: " +
-                                    nccl_text(state, comm_);
+        const std::string message =
+            "rank " + std::to_string(rank()) + ": NCCL reported an asynchronous error: " + nccl_text(state, comm_);
         if (shared_) shared_->set(message);
         fail_locked(message, false, true);
         continue;
@@ -345,11 +342,11 @@ class NcclProcessGroup final : public ProcessGroup {
         if (query == cudaErrorNotReady) (void)cudaGetLastError();
         const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - oldest.start);
         if (query == cudaErrorNotReady && waited < options().timeout) break;
-        const std::string message =
-            query == cudaErrorNotReady
-                ? oldest.what + " did not complete within " + std::to_string(options().timeout.count()) +
-                      " ms (a rank missing, stuck, or calling another collective)"
-                : oldest.what + ": CUDA error: " + cudaGetErrorString(query);
+        const std::string message = query == cudaErrorNotReady
+                                        ? oldest.what + " did not complete within " +
+                                              std::to_string(options().timeout.count()) +
+                                              " ms (a rank missing, stuck, or calling another collective)"
+                                        : oldest.what + ": CUDA error: " + cudaGetErrorString(query);
         if (shared_) shared_->set(message);
         fail_locked(message, query == cudaErrorNotReady, true);
         break;

@@ -78,7 +78,8 @@ std::optional<std::pair<uint8_t, std::vector<Bytes>>> decode(Bytes& buffer) {
   for (uint32_t i = 0; i < count; ++i) {
     uint32_t length = 0;
     if (!read_u32(length) || buffer.size() < at + length) return std::nullopt;
-    fields.emplace_back(buffer.begin() + static_cast<ptrdiff_t>(at), buffer.begin() + static_cast<ptrdiff_t>(at + length));
+    fields.emplace_back(buffer.begin() + static_cast<ptrdiff_t>(at),
+                        buffer.begin() + static_cast<ptrdiff_t>(at + length));
     at += length;
   }
   buffer.erase(buffer.begin(), buffer.begin() + static_cast<ptrdiff_t>(at));

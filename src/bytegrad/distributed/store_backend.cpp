@@ -37,10 +37,9 @@ std::string call_text(const Collective& call) {
 // What the ranks must agree on (what NCCL would be given): collective, dtype, element count, and the op or
 // the root where they matter.
 std::string agreement_key(const Collective& call) {
-  const int64_t count =
-      call.kind == CollectiveKind::reduce_scatter_tensor ? call.output.numel() : call.input.numel();
-  std::string key = std::string(collective_name(call.kind)) + "|" +
-                    std::string(scalar_type_name(call.input.dtype())) + "|" + std::to_string(count);
+  const int64_t count = call.kind == CollectiveKind::reduce_scatter_tensor ? call.output.numel() : call.input.numel();
+  std::string key = std::string(collective_name(call.kind)) + "|" + std::string(scalar_type_name(call.input.dtype())) +
+                    "|" + std::to_string(count);
   if (call.kind == CollectiveKind::all_reduce || call.kind == CollectiveKind::reduce_scatter_tensor)
     key += "|" + std::string(reduce_op_name(call.op));
   if (call.kind == CollectiveKind::broadcast) key += "|" + std::to_string(call.root);
@@ -116,7 +115,8 @@ class StoreProcessGroup final : public ProcessGroup {
     std::lock_guard lock(mutex_);
     if (shut_down_) return;
     shut_down_ = true;
-    if (!aborted_) store_->set(gone_key(rank()), "it shut down (its group was destroyed) before calling this collective");
+    if (!aborted_)
+      store_->set(gone_key(rank()), "it shut down (its group was destroyed) before calling this collective");
   }
 
  protected:
@@ -140,6 +140,9 @@ class StoreProcessGroup final : public ProcessGroup {
   std::string gone_key(int rank) const { return prefix_ + "gone/" + std::to_string(rank); }
 
   void run(const Collective& call, const std::string& where) {
+    // A group that timed out or was aborted elsewhere stays unusable, even when every rank's entry is there.
+    if (store_->check({prefix_ + "aborted"}))
+      throw CollectiveError(where + ": the process group was aborted: " + store_->get_string(prefix_ + "aborted"));
     const bool has_bytes = device().type != DeviceType::meta;
     const size_t input_bytes = has_bytes ? call.input.nbytes() : 0;
     const std::string text = call_text(call);
@@ -166,7 +169,8 @@ class StoreProcessGroup final : public ProcessGroup {
     for (const Entry& e : entries) agree = agree && e.key == entries.front().key;
     if (!agree) {
       std::string message = "collective #" + std::to_string(call.sequence) + ": the ranks' calls differ:";
-      for (int r = 0; r < size(); ++r) message += (r ? "; rank " : " rank ") + std::to_string(r) + ": " + entries[r].text;
+      for (int r = 0; r < size(); ++r)
+        message += (r ? "; rank " : " rank ") + std::to_string(r) + ": " + entries[r].text;
       throw CollectiveError(message);
     }
     if (has_bytes) write_result(call, entries);
@@ -183,8 +187,7 @@ class StoreProcessGroup final : public ProcessGroup {
       try {
         store_->wait(keys, std::clamp(left, std::chrono::milliseconds(1), kWaitSlice));
         return;
-      } catch (const StoreTimeout&) {
-      }
+      } catch (const StoreTimeout&) {}
       std::vector<int> missing, arrived;
       for (int r = 0; r < size(); ++r) (store_->check({keys[r]}) ? arrived : missing).push_back(r);
       if (missing.empty()) return;
