@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,8 @@ Values collectives_on_rank(ProcessGroup& pg, bool async) {
   const double k = pg.rank() + 1;
   Values out;
   auto finish = [&](const std::shared_ptr<Work>& work, const Tensor& t) {
-    CHECK_MESSAGE((work != nullptr) == async, "a Work only for async_op");
+    // doctest's checks stay on the test's thread: a rank thread throws, and run_ranks names it.
+    if ((work != nullptr) != async) throw std::runtime_error("a Work must come back exactly for async_op");
     if (work) work->wait();
     synchronize(d);
     const Values v = host_values(t);
@@ -97,8 +99,8 @@ TEST_CASE("nccl: every collective on 2 GPUs, sync and async, gives the expected 
     CAPTURE(async);
     std::vector<Values> got(2);
     run_ranks(2, DeviceType::cuda, [&](ProcessGroup& pg) {
-      CHECK(pg.backend_name() == "nccl");
-      CHECK(pg.device() == Device{DeviceType::cuda, pg.rank()});
+      if (pg.backend_name() != "nccl" || pg.device() != Device{DeviceType::cuda, pg.rank()})
+        throw std::runtime_error("rank " + std::to_string(pg.rank()) + " is not an nccl rank on cuda:rank");
       got[pg.rank()] = collectives_on_rank(pg, async);
     });
     CHECK(got[0] == expected_values(0));
