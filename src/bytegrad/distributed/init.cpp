@@ -116,6 +116,7 @@ std::unique_ptr<ProcessGroup> init_process_group(std::string_view backend, const
   const std::string joined = "init/joined/";
   store->set(joined + std::to_string(env.rank), "1");
   std::vector<std::string> keys;
+  keys.reserve(env.world_size);
   for (int r = 0; r < env.world_size; ++r) keys.push_back(joined + std::to_string(r));
   try {
     store->wait(keys);
@@ -142,7 +143,7 @@ std::unique_ptr<ProcessGroup> init_process_group(std::string_view backend, const
     }
     return id;
   };
-  return make_nccl_process_group(env.rank, env.world_size, device, std::move(unique_id), options.group, options.nccl);
+  return make_nccl_process_group(env.rank, env.world_size, device, unique_id, options.group, options.nccl);
 }
 
 }  // namespace bytegrad::distributed

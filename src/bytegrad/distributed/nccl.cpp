@@ -58,7 +58,7 @@ namespace {
 bool nccl_available() { return false; }
 std::string nccl_version() { return ""; }
 NcclUniqueId make_nccl_unique_id() { no_nccl(); }
-std::unique_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, NcclUniqueIdSource, ProcessGroupOptions,
+std::unique_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, const NcclUniqueIdSource&, ProcessGroupOptions,
                                                       NcclOptions) {
   no_nccl();
 }
@@ -402,9 +402,9 @@ NcclUniqueId make_nccl_unique_id() {
 }
 
 std::unique_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
-                                                      NcclUniqueIdSource unique_id, ProcessGroupOptions options,
+                                                      const NcclUniqueIdSource& unique_id, ProcessGroupOptions options,
                                                       NcclOptions nccl) {
-  auto group = std::make_unique<NcclProcessGroup>(rank, world_size, device, std::move(unique_id), options, nullptr);
+  auto group = std::make_unique<NcclProcessGroup>(rank, world_size, device, unique_id, options, nullptr);
   if (nccl.eager_init) group->make_communicator_now();
   return group;
 }
@@ -420,6 +420,7 @@ std::vector<std::unique_ptr<ProcessGroup>> make_nccl_process_groups(int world_si
   const NcclUniqueId id = make_nccl_unique_id();
   auto shared = std::make_shared<SharedAbort>();
   std::vector<std::unique_ptr<ProcessGroup>> groups;
+  groups.reserve(world_size);
   for (int r = 0; r < world_size; ++r)
     groups.push_back(std::make_unique<NcclProcessGroup>(
         r, world_size, Device{DeviceType::cuda, r}, [id] { return id; }, options, shared));

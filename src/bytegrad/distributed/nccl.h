@@ -49,8 +49,8 @@ struct NcclOptions {
 
 // Rank `rank` of `world_size` on `device` (a cuda device this process sees).
 std::unique_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
-                                                      NcclUniqueIdSource unique_id, ProcessGroupOptions options = {},
-                                                      NcclOptions nccl = {});
+                                                      const NcclUniqueIdSource& unique_id,
+                                                      ProcessGroupOptions options = {}, NcclOptions nccl = {});
 // One group per GPU of this process (rank r on cuda:r), sharing one unique id, for run_ranks: each rank's
 // thread makes its communicator at its first collective. When one group is aborted, the others abort too.
 // Throws std::runtime_error when fewer than world_size GPUs are visible.

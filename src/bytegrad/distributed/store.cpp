@@ -117,7 +117,7 @@ sockaddr_in resolve(const std::string& host, int port) {
 
 int milliseconds_until(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, 1000 * 1000));
+  return static_cast<int>(std::clamp<int64_t>(left, 0, int64_t{1000} * 1000));
 }
 
 }  // namespace
@@ -166,7 +166,7 @@ class TcpStore::Server {
     Bytes input;
   };
   struct Pending {  // a get or wait whose keys are not all there yet
-    uint8_t command;
+    uint8_t command = 0;
     std::vector<std::string> keys;
     Clock::time_point deadline;
   };
@@ -325,10 +325,12 @@ TcpStore::TcpStore(const std::string& host, int port, bool is_server, std::chron
     last_error = errno_text();
     ::close(socket_);
     socket_ = -1;
-    if (Clock::now() >= deadline)
-      throw StoreTimeout("store: could not connect to rank 0's store at " + host + ":" + std::to_string(port_) +
-                         " within " + std::to_string(timeout.count()) + " ms (" + last_error +
-                         "); is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?");
+    if (Clock::now() >= deadline) {
+      std::string message = "store: could not connect to rank 0's store at " + host + ":" + std::to_string(port_);
+      message += " within " + std::to_string(timeout.count()) + " ms (" + last_error;
+      message += "); is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?";
+      throw StoreTimeout(message);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const int one = 1;
@@ -358,7 +360,7 @@ Bytes TcpStore::request(uint8_t command, const std::vector<Bytes>& fields, std::
         std::string missing;
         for (const Bytes& k : message->second) missing += (missing.empty() ? "" : ", ") + to_string(k);
         throw StoreTimeout(where + ": timed out after " + std::to_string(wait_budget.count()) +
-                           " ms waiting for key(s) " + missing);
+                           " ms waiting for key(s) " + std::move(missing));
       }
       return message->second.empty() ? Bytes{} : message->second.front();
     }
@@ -398,6 +400,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::vector<Bytes> fields;
+  fields.reserve(keys.size() + 1);
   for (const std::string& k : keys) fields.push_back(to_bytes(k));
   fields.push_back(int_bytes(timeout.count()));
   request(kWait, fields, timeout);
@@ -405,6 +408,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   std::vector<Bytes> fields;
+  fields.reserve(keys.size());
   for (const std::string& k : keys) fields.push_back(to_bytes(k));
   return bytes_int(request(kCheck, fields, {})) == 1;
 }

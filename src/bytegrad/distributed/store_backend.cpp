@@ -180,6 +180,7 @@ class StoreProcessGroup final : public ProcessGroup {
   // aborted or shut down, or the group was aborted, and after the timeout otherwise.
   void wait_for_everyone(uint64_t sequence, const std::string& where) {
     std::vector<std::string> keys;
+    keys.reserve(size());
     for (int r = 0; r < size(); ++r) keys.push_back(entry_key(sequence, r));
     const auto deadline = Clock::now() + options().timeout;
     while (true) {
@@ -214,6 +215,7 @@ class StoreProcessGroup final : public ProcessGroup {
   // This rank's output from every rank's input bytes, as the threads backend computes it.
   void write_result(const Collective& call, const std::vector<Entry>& entries) {
     std::vector<const std::byte*> sources;
+    sources.reserve(entries.size());
     for (const Entry& e : entries) sources.push_back(reinterpret_cast<const std::byte*>(e.payload.data()));
     auto* output = static_cast<std::byte*>(call.output.data_ptr());
     const ScalarType dtype = call.input.dtype();
@@ -242,6 +244,7 @@ class StoreProcessGroup final : public ProcessGroup {
         // Only this rank's slice is reduced: elementwise, so the bits equal the threads backend's full reduction.
         const size_t slice = call.output.nbytes();
         std::vector<const std::byte*> slices;
+        slices.reserve(sources.size());
         for (const std::byte* s : sources) slices.push_back(s + slice * static_cast<size_t>(rank()));
         std::vector<std::byte> result;
         reduce_in_rank_order(slices, dtype, call.output.numel(), call.op, result);
