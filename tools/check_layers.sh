@@ -5,7 +5,7 @@
 # includes its own folder and the layers below; layers of one rank are side by side (none includes another):
 # reports (what prints, renders or exports memory's data) needs only memory, and testing and the programs
 # use it, so it sits beside kernels; nn, optim and testing are side by side.
-# distributed/ holds process groups and collectives (one file per backend: threads.cpp, fake.cpp, later nccl.cpp),
+# distributed/ holds process groups and collectives (one file per backend: threads.cpp, fake.cpp, nccl.cpp, store_backend.cpp),
 # above nn and optim because data- and model-parallel wrappers take modules and optimizers.
 # The umbrella headers src/bytegrad/bytegrad.h and testing.h are not layers. Applications (programs/,
 # tools/, bench/, tests/, examples/) may include anything. Run by ctest (entry `layers`).

@@ -11,6 +11,9 @@
 
 #include "bytegrad/distributed/fake.h"
 #include "bytegrad/distributed/launcher.h"
+#include "bytegrad/distributed/nccl.h"
+#include "bytegrad/distributed/threads.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/distributed/support.h"
 
@@ -236,9 +239,16 @@ TEST_CASE("arguments a rank gets wrong are refused with PyTorch's messages") {
                        "process group: the timeout must be positive, got 0 ms", std::invalid_argument);
   CHECK_THROWS_WITH_AS(run_ranks(0, DeviceType::sim, [](ProcessGroup&) {}),
                        "threads process group: world size must be at least 1, got 0", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(run_ranks(2, DeviceType::cuda, [](ProcessGroup&) {}),
+  CHECK_THROWS_WITH_AS(make_threads_process_groups(2, DeviceType::cuda),
                        doctest::Contains("the threads backend runs ranks on sim, meta or cpu, not cuda"),
                        std::invalid_argument);
+  // run_ranks on cuda is NCCL's, one GPU per rank: refused before any thread starts when GPUs are missing.
+  if (cuda_device_count() < 64) {
+    const char* why = nccl_available() ? "run_ranks on cuda: 64 ranks need 64 GPUs (one per rank), this process sees"
+                                       : "the nccl backend is not in this build of bytegrad";
+    CHECK_THROWS_WITH_AS(run_ranks(64, DeviceType::cuda, [](ProcessGroup&) {}), doctest::Contains(why),
+                         std::runtime_error);
+  }
 }
 
 TEST_CASE("a wrong argument on one rank of a threads group fails that rank and frees the others") {

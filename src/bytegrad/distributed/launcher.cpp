@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "bytegrad/distributed/nccl.h"
 #include "bytegrad/distributed/threads.h"
 
 namespace bytegrad::distributed {
@@ -28,7 +29,10 @@ std::string current_exception_message() {
 void run_ranks(int world_size, DeviceType type, const std::function<void(ProcessGroup&)>& body,
                ProcessGroupOptions options) {
   if (!body) throw std::invalid_argument("run_ranks: no function to run");
-  std::vector<std::unique_ptr<ProcessGroup>> groups = make_threads_process_groups(world_size, type, options);
+  // cuda: one GPU and one NCCL communicator per rank (refused when fewer GPUs than ranks); else threads.
+  std::vector<std::unique_ptr<ProcessGroup>> groups = type == DeviceType::cuda
+                                                          ? make_nccl_process_groups(world_size, options)
+                                                          : make_threads_process_groups(world_size, type, options);
 
   struct Failure {
     int rank;
@@ -41,6 +45,7 @@ void run_ranks(int world_size, DeviceType type, const std::function<void(Process
   auto run_one = [&](int rank) {
     ProcessGroup& group = *groups[rank];
     try {
+      if (type == DeviceType::cuda) set_current_cuda_device(group.device().index);  // as torch.cuda.set_device
       body(group);
       group.shutdown();
     } catch (...) {

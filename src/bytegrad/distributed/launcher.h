@@ -1,5 +1,7 @@
-// Starting N ranks in one process: one thread per rank, each with its own process group of the `threads`
-// backend on its own device (sim:r, meta:r or cpu), as torchrun starts one process per GPU.
+// Starting N ranks in one process: one thread per rank, each with its own process group on its own device:
+// the `threads` backend on sim:r, meta:r or cpu, or the `nccl` backend on cuda:r (one GPU per rank, made
+// the thread's current CUDA device), as torchrun starts one process per GPU. Ranks as processes:
+// init.h (init_process_group) and the bytegrad-launch program.
 //
 //   distributed::run_ranks(4, DeviceType::sim, [](distributed::ProcessGroup& pg) {
 //     auto x = full({1024}, pg.rank(), device(pg.device()));
@@ -36,7 +38,8 @@ class RankFailure : public std::runtime_error {
   std::exception_ptr original_;
 };
 
-// Runs body(group) on `world_size` threads, rank r's group on threads_rank_device(type, r), and joins
+// Runs body(group) on `world_size` threads, rank r's group on threads_rank_device(type, r) (cuda:r for
+// cuda, std::runtime_error when fewer GPUs than ranks or no NCCL in the build), and joins
 // them. When a rank throws, its group is aborted, so ranks waiting for it in a collective fail at once
 // instead of hanging; once all have finished, the first exception thrown (by time) is rethrown as a
 // RankFailure naming its rank. A rank whose function returns shuts its group down: a peer still waiting

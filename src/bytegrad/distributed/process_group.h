@@ -18,7 +18,8 @@
 // On cpu (no streams) every collective is complete when its call returns.
 //
 // Backends (one file each): threads.h (N ranks as threads of one process, real collectives in host
-// memory), fake.h (one rank alone: the same allocations, no data moved). NCCL comes later (nccl.cpp).
+// memory), fake.h (one rank alone: the same allocations, no data moved), nccl.h (cuda), store_backend.h
+// (ranks as processes on cpu/sim/meta, through the TCP store). Ranks as processes: init.h.
 #pragma once
 
 #include <chrono>
@@ -49,7 +50,8 @@ std::string_view collective_name(CollectiveKind kind);  // "all_reduce", ...
 inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{10 * 60 * 1000};
 
 struct ProcessGroupOptions {
-  // How long a rank waits in a collective for the other ranks before it fails (threads backend).
+  // How long a rank waits in a collective for the other ranks before it fails (nccl: its watchdog; also the
+  // rendezvous of init_process_group).
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   // ProcessGroupNCCL.Options.is_high_priority_stream: the async stream comes from the high-priority pool.
   bool high_priority_stream = false;
@@ -135,7 +137,7 @@ class ProcessGroup {
   int size() const { return size_; }
   Device device() const { return device_; }  // this rank's device: its tensors must be there
   const ProcessGroupOptions& options() const { return options_; }
-  virtual std::string_view backend_name() const = 0;  // "threads", "fake"
+  virtual std::string_view backend_name() const = 0;  // "threads", "fake", "nccl", "store"
 
   // Each returns the Work when async_op is true, else nullptr once the collective is queued on the
   // current stream. Tensors must be contiguous and on device().
