@@ -104,12 +104,11 @@ TEST_CASE("two DDP ranks on half batches reach one rank's parameters on the whol
     const char* name;
     DDPOptions options;
   };
-  for (const Layout& layout :
-       {Layout{"default (one bucket, then rebuilt)", {}},
-        Layout{"gradient_as_bucket_view", {.gradient_as_bucket_view = true}},
-        Layout{"a bucket per parameter (cap 1e-6 MB)", {.bucket_cap_mb = 1e-6}},
-        Layout{"static_graph", {.static_graph = true}},
-        Layout{"find_unused_parameters", {.find_unused_parameters = true}}}) {
+  for (const Layout& layout : {Layout{"default (one bucket, then rebuilt)", {}},
+                               Layout{"gradient_as_bucket_view", {.gradient_as_bucket_view = true}},
+                               Layout{"a bucket per parameter (cap 1e-6 MB)", {.bucket_cap_mb = 1e-6}},
+                               Layout{"static_graph", {.static_graph = true}},
+                               Layout{"find_unused_parameters", {.find_unused_parameters = true}}}) {
     CAPTURE(layout.name);
     FreshRankDevices fresh(2, DeviceType::sim);
     std::vector<std::vector<std::vector<double>>> ranks(2);
@@ -168,7 +167,8 @@ TEST_CASE("DDP refuses ranks whose models differ, naming the parameter, and no r
     // Rank 1 has an extra Linear(3, 3): 6 parameters against 4; every rank sees it.
     for (int r = 0; r < 2; ++r) {
       CAPTURE(r);
-      CHECK_MESSAGE(errors[r].find("the ranks' parameter counts differ (rank 0: 4, rank 1: 6)") != std::string::npos, errors[r]);
+      CHECK_MESSAGE(errors[r].find("the ranks' parameter counts differ (rank 0: 4, rank 1: 6)") != std::string::npos,
+                    errors[r]);
     }
   }
 }
@@ -199,5 +199,9 @@ TEST_CASE("DDP refuses a module on another device than its group's") {
     auto net = std::make_shared<Net>(16, false);  // left on the CPU
     errors[pg.rank()] = error_of([&] { DistributedDataParallel ddp(net, pg); });
   });
-  CHECK_MESSAGE(errors[0].find("parameter fc1.weight is on cpu, but this rank's process group uses sim: move the module there first") != std::string::npos, errors[0]);
+  CHECK_MESSAGE(
+      errors[0].find(
+          "parameter fc1.weight is on cpu, but this rank's process group uses sim: move the module there first") !=
+          std::string::npos,
+      errors[0]);
 }
