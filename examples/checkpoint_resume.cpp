@@ -20,7 +20,7 @@ namespace {
 constexpr int kSteps = 24, kSaveEvery = 5, kBatch = 16;
 
 struct Run {
-  std::map<int, double> losses;          // step -> loss
+  std::map<int, double> losses;                 // step -> loss
   std::vector<std::vector<double>> parameters;  // at the end
 };
 

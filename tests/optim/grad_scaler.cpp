@@ -105,21 +105,20 @@ TEST_CASE("GradScaler: allocation events on sim, as torch.amp.GradScaler makes t
   // scale.double() (8 bytes), its reciprocal, the double freed, .float(), the reciprocal freed; found_inf;
   // the found_inf and inv_scale copies for sim; the inv_scale copy freed, then inv_scale, then found_inf.
   const AllocationEvents unscale = {{"alloc", 8}, {"alloc", 8}, {"free", 8}, {"alloc", 4}, {"free", 8}, {"alloc", 4},
-                                    {"alloc", 4},  {"alloc", 4}, {"free", 4}, {"free", 4},  {"free", 4}};
+                                    {"alloc", 4}, {"alloc", 4}, {"free", 4}, {"free", 4},  {"free", 4}};
   {
     MemoryProbe probe(kSim);
     CHECK(allocation_events(kSim, [&] { scaler.unscale_(opt); }) == unscale);
     CHECK(probe.allocated_delta_is(512));           // found_inf's copy stays until update()
     CHECK(probe.peak_allocated_delta_is(4 * 512));  // inv_scale, found_inf and both copies
   }
-  CHECK(allocation_events(kSim, [&] { scaler.step(opt); }).empty());     // SGD without momentum: in place
+  CHECK(allocation_events(kSim, [&] { scaler.step(opt); }).empty());  // SGD without momentum: in place
   CHECK(allocation_events(kSim, [&] { scaler.update(); }) == AllocationEvents{{"free", 4}});
   // A later iteration: no lazy init; step() unscales itself.
   opt.zero_grad();
   loss = s.loss();
   // loss * scale, then the previous scaled loss freed as `scaled` is rebound.
-  CHECK(allocation_events(kSim, [&] { scaled = scaler.scale(loss); }) ==
-        AllocationEvents{{"alloc", 4}, {"free", 4}});
+  CHECK(allocation_events(kSim, [&] { scaled = scaler.scale(loss); }) == AllocationEvents{{"alloc", 4}, {"free", 4}});
   scaled.backward();
   CHECK(allocation_events(kSim, [&] { scaler.step(opt); }) == unscale);
   CHECK(allocation_events(kSim, [&] { scaler.update(); }) == AllocationEvents{{"free", 4}});
@@ -158,8 +157,7 @@ TEST_CASE("GradScaler: state_dict round trip, disabled pass-through, PyTorch's e
   CHECK_THROWS_WITH_AS(fresh_scaler.unscale_(opt), doctest::Contains("unscale_() has already been called"),
                        std::runtime_error);
   fresh_scaler.step(opt);
-  CHECK_THROWS_WITH_AS(fresh_scaler.step(opt), doctest::Contains("step() has already been called"),
-                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(fresh_scaler.step(opt), doctest::Contains("step() has already been called"), std::runtime_error);
   CHECK_THROWS_WITH_AS(fresh_scaler.unscale_(opt), doctest::Contains("after step()"), std::runtime_error);
   fresh_scaler.update();
   CHECK_THROWS_WITH_AS(GradScaler(DeviceType::sim, 1.0, 1.0), doctest::Contains("growth factor must be > 1.0"),
@@ -201,8 +199,9 @@ TEST_CASE("GradScaler: events equal PyTorch's recording (tests/data/pytorch_prob
   const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/grad_scaler.json";
   std::ifstream in(path);
   if (!in.good()) {
-    MESSAGE("skipped: " << path
-                        << " is not recorded yet (python3 tools/probes/training_loop_probe.py OUT on the H100 writes it)");
+    MESSAGE(
+        "skipped: " << path
+                    << " is not recorded yet (python3 tools/probes/training_loop_probe.py OUT on the H100 writes it)");
     return;
   }
   const json::Value recording = json::parse(std::string(std::istreambuf_iterator<char>(in), {}));

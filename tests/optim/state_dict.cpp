@@ -71,8 +71,8 @@ enum class Kind { adamw, adam_amsgrad, sgd_momentum };
 std::unique_ptr<optim::Optimizer> make_optimizer(Kind kind, nn::Module& model) {
   switch (kind) {
     case Kind::adamw: return std::make_unique<optim::AdamW>(model.parameters(), 1e-2);
-    case Kind::adam_amsgrad: return std::make_unique<optim::Adam>(model.parameters(), 1e-2, std::make_pair(0.9, 0.999),
-                                                                  1e-8, 1e-3, true);
+    case Kind::adam_amsgrad:
+      return std::make_unique<optim::Adam>(model.parameters(), 1e-2, std::make_pair(0.9, 0.999), 1e-8, 1e-3, true);
     case Kind::sgd_momentum: return std::make_unique<optim::SGD>(model.parameters(), 0.05, 0.9, 0.0, 1e-4, true);
   }
   return nullptr;
@@ -183,8 +183,8 @@ TEST_CASE("load_state_dict allocates as PyTorch's: shared when already in place,
     task.steps(*model, own, 1);  // `own` has its own 4096 bytes of state
     MemoryProbe probe(kSim);
     own.load_state_dict(host);
-    CHECK(probe.allocated_delta_is(0));                // 4096 new, 4096 old freed
-    CHECK(probe.peak_allocated_delta_is(kState));      // both alive before the swap
+    CHECK(probe.allocated_delta_is(0));            // 4096 new, 4096 old freed
+    CHECK(probe.peak_allocated_delta_is(kState));  // both alive before the swap
     CHECK(own.state(0).exp_avg.device() == kSim);
     CHECK(own.state(0).exp_avg.tolist() == source.state(0).exp_avg.tolist());
     // A float64 host source is converted on the host: still one float32 block per tensor on sim.
@@ -278,8 +278,8 @@ TEST_CASE("load_state_dict refuses a state dict that does not fit, naming the gr
   }
   {
     optim::OptimizerStateDict sd = good;
-    sd.param_groups[0].options = json::parse(
-        R"({"lr": 0.1, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0, "maximize": true})");
+    sd.param_groups[0].options =
+        json::parse(R"({"lr": 0.1, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0, "maximize": true})");
     refused(sd, "\"maximize\": true is not supported");
   }
   {

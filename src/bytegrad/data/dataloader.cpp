@@ -38,9 +38,7 @@ std::vector<Tensor> TensorDataset::get(int64_t index) const {
 namespace {
 
 // PyTorch's RandomSampler without a generator draws a seed from the process generator; here once.
-Generator seeded_from_process_generator() {
-  return Generator(static_cast<uint64_t>(std::ldexp(random_uniform(), 53)));
-}
+Generator seeded_from_process_generator() { return Generator(static_cast<uint64_t>(std::ldexp(random_uniform(), 53))); }
 
 }  // namespace
 
@@ -67,7 +65,8 @@ int64_t DataLoader::size() const {
 
 DataLoader::Iterator DataLoader::begin() {
   if (options_.shuffle) {
-    const std::vector<double> drawn = randperm(dataset_.size(), TensorOptions{ScalarType::int64, kCpu}, &generator_).tolist();
+    const std::vector<double> drawn =
+        randperm(dataset_.size(), TensorOptions{ScalarType::int64, kCpu}, &generator_).tolist();
     for (size_t i = 0; i < drawn.size(); ++i) order_[i] = static_cast<int64_t>(drawn[i]);  // exact below 2^53
   }
   return Iterator(this, 0);
@@ -84,7 +83,8 @@ DataLoader::Batch DataLoader::batch_of(const std::vector<int64_t>& indices) cons
   }
   NoGradGuard no_grad;
   AllocationScope scope("DataLoader batch");
-  const Tensor host_index = from_vector(wrapped, {static_cast<int64_t>(wrapped.size())}, TensorOptions{ScalarType::int64, kCpu});
+  const Tensor host_index =
+      from_vector(wrapped, {static_cast<int64_t>(wrapped.size())}, TensorOptions{ScalarType::int64, kCpu});
   Batch batch;
   for (const Tensor& t : dataset_.tensors()) {
     Tensor rows;

@@ -42,8 +42,8 @@ class TensorDataset {
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
-  bool drop_last = false;             // drop the last batch when it is short
-  std::optional<Device> device;       // where batches go; unset: the dataset's device
+  bool drop_last = false;        // drop the last batch when it is short
+  std::optional<Device> device;  // where batches go; unset: the dataset's device
 };
 
 class DataLoader {

@@ -110,10 +110,10 @@ AdamOptions Adam::options_from_json(const json::Value& options, size_t group) co
   // the same kind: the two read weight_decay differently.
   if (options.has("decoupled_weight_decay") &&
       option_bool(options, group, "decoupled_weight_decay", false) != decoupled_weight_decay_)
-    throw std::invalid_argument(fmt::format(
-        "param group {}: the state dict is {}'s (decoupled_weight_decay {}), this optimizer is {}", group,
-        decoupled_weight_decay_ ? "Adam" : "AdamW", decoupled_weight_decay_ ? "false" : "true",
-        decoupled_weight_decay_ ? "AdamW" : "Adam"));
+    throw std::invalid_argument(
+        fmt::format("param group {}: the state dict is {}'s (decoupled_weight_decay {}), this optimizer is {}", group,
+                    decoupled_weight_decay_ ? "Adam" : "AdamW", decoupled_weight_decay_ ? "false" : "true",
+                    decoupled_weight_decay_ ? "AdamW" : "Adam"));
   return o;
 }
 

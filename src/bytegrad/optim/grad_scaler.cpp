@@ -45,7 +45,8 @@ Tensor GradScaler::scale(const Tensor& outputs) {
   AllocationScope scope("GradScaler.scale");
   if (!scale_.defined()) {  // _lazy_init_scale_growth_tracker
     scale_ = full({}, init_scale_, TensorOptions{ScalarType::float32, outputs.device()});
-    growth_tracker_ = full({}, static_cast<double>(init_growth_tracker_), TensorOptions{ScalarType::int32, outputs.device()});
+    growth_tracker_ =
+        full({}, static_cast<double>(init_growth_tracker_), TensorOptions{ScalarType::int32, outputs.device()});
   }
   return outputs * scale_.to(outputs.device());
 }
@@ -127,8 +128,7 @@ bool GradScaler::step(Optimizer& optimizer) {
     throw std::runtime_error("step() has already been called since the last update().");
   if (record_for(optimizer).stage == Stage::ready) unscale_(optimizer);
   OptimizerRecord& record = record_for(optimizer);
-  if (record.found_inf_per_device.empty())
-    throw std::runtime_error("No inf checks were recorded for this optimizer.");
+  if (record.found_inf_per_device.empty()) throw std::runtime_error("No inf checks were recorded for this optimizer.");
   double found = 0;
   for (const auto& [device, t] : record.found_inf_per_device)
     if (!t.is_meta()) found += t.item();
@@ -205,7 +205,8 @@ void GradScaler::load_state_dict(const json::Value& state) {
   const json::Value* interval = number("growth_interval");
   const json::Value* tracker = number("_growth_tracker");
   if (!interval->is_integer() || !tracker->is_integer())
-    throw std::invalid_argument("GradScaler.load_state_dict: \"growth_interval\" and \"_growth_tracker\" must be integers");
+    throw std::invalid_argument(
+        "GradScaler.load_state_dict: \"growth_interval\" and \"_growth_tracker\" must be integers");
   init_scale_ = scale;
   growth_factor_ = growth_factor;
   backoff_factor_ = backoff_factor;

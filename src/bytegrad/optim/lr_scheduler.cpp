@@ -68,8 +68,8 @@ std::vector<double> read_number_list(const json::Value& state, const char* key, 
   if (!v || v->kind != json::Value::Kind::array)
     throw std::invalid_argument(fmt::format("scheduler state: \"{}\" is missing or not a list", key));
   if (v->size() != expected)
-    throw std::invalid_argument(
-        fmt::format("scheduler state: \"{}\" has {} values for the optimizer's {} param groups", key, v->size(), expected));
+    throw std::invalid_argument(fmt::format("scheduler state: \"{}\" has {} values for the optimizer's {} param groups",
+                                            key, v->size(), expected));
   std::vector<double> out;
   for (const json::Value& item : v->items) {
     if (!item.is_number())
@@ -338,8 +338,8 @@ void SequentialLR::check_state(const json::Value& state) const {
   LRScheduler::check_state(state);
   const json::Value* children = state.find("_schedulers");
   if (!children || children->kind != json::Value::Kind::array || children->size() != schedulers_.size())
-    throw std::invalid_argument(fmt::format("scheduler state: \"_schedulers\" must list the states of {} schedulers",
-                                            schedulers_.size()));
+    throw std::invalid_argument(
+        fmt::format("scheduler state: \"_schedulers\" must list the states of {} schedulers", schedulers_.size()));
   for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i].get().check_state((*children)[i]);
 }
 

@@ -74,8 +74,8 @@ const json::Value& option(const json::Value& options, size_t group, const char* 
 double option_number(const json::Value& options, size_t group, const char* key) {
   const json::Value& v = option(options, group, key);
   if (!v.is_number())
-    throw std::invalid_argument(fmt::format("param group {}: the option \"{}\" must be a number, got {}", group, key,
-                                            json::dump(v)));
+    throw std::invalid_argument(
+        fmt::format("param group {}: the option \"{}\" must be a number, got {}", group, key, json::dump(v)));
   return v.number();
 }
 
@@ -83,8 +83,8 @@ bool option_bool(const json::Value& options, size_t group, const char* key, bool
   const json::Value* v = options.find(key);
   if (!v || v->kind == json::Value::Kind::null) return absent;
   if (v->kind != json::Value::Kind::boolean)
-    throw std::invalid_argument(fmt::format("param group {}: the option \"{}\" must be true or false, got {}", group,
-                                            key, json::dump(*v)));
+    throw std::invalid_argument(
+        fmt::format("param group {}: the option \"{}\" must be true or false, got {}", group, key, json::dump(*v)));
   return v->boolean;
 }
 
@@ -162,8 +162,8 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
     for (const auto& [saved, entry] : state_dict.state) {
       const auto it = place.find(saved);
       if (it == place.end())
-        throw std::invalid_argument(
-            fmt::format("the state dict has state for parameter index {}, which none of its param groups lists", saved));
+        throw std::invalid_argument(fmt::format(
+            "the state dict has state for parameter index {}, which none of its param groups lists", saved));
       const auto [g, i] = it->second;
       const Tensor& param = params_[i];
       const std::string where = fmt::format("param group {}, parameter index {}", g, saved);
@@ -186,14 +186,15 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
           throw std::invalid_argument(fmt::format("{}: \"{}\" has shape {}, the parameter's is {}", where, key,
                                                   shape_str(value->sizes()), shape_str(param.sizes())));
         if (is_floating_point(param.dtype()) && !is_floating_point(value->dtype()))
-          throw std::invalid_argument(fmt::format("{}: \"{}\" is {}, not a floating dtype as the parameter's {}",
-                                                  where, key, scalar_type_name(value->dtype()),
+          throw std::invalid_argument(fmt::format("{}: \"{}\" is {}, not a floating dtype as the parameter's {}", where,
+                                                  key, scalar_type_name(value->dtype()),
                                                   scalar_type_name(param.dtype())));
         if (value->is_meta() && !param.is_meta())
-          throw std::invalid_argument(
-              fmt::format("{}: \"{}\" is a meta tensor: it has no values to load onto {}", where, key, describe(param)));
+          throw std::invalid_argument(fmt::format("{}: \"{}\" is a meta tensor: it has no values to load onto {}",
+                                                  where, key, describe(param)));
       }
-      for (const std::string& key : keys) cast.tensors.insert_or_assign(key, cast_like_param(entry.tensors.at(key), param));
+      for (const std::string& key : keys)
+        cast.tensors.insert_or_assign(key, cast_like_param(entry.tensors.at(key), param));
       new_state[i] = std::move(cast);
     }
   }

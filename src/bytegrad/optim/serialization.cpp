@@ -57,8 +57,9 @@ OptimizerStateDict unflatten(const TensorDict& tensors, const safetensors::Metad
   const auto groups_text = metadata.find(kGroupsKey);
   const auto state_text = metadata.find(kStateKey);
   if (groups_text == metadata.end() || state_text == metadata.end())
-    throw fail("not an optimizer's state: the metadata has no \"param_groups\" and \"state\" (was it written by "
-               "optim::save?)");
+    throw fail(
+        "not an optimizer's state: the metadata has no \"param_groups\" and \"state\" (was it written by "
+        "optim::save?)");
   OptimizerStateDict out;
   json::Value groups, state;
   try {
@@ -79,7 +80,8 @@ OptimizerStateDict unflatten(const TensorDict& tensors, const safetensors::Metad
           parsed.options.add(key, value);
           continue;
         }
-        if (value.kind != json::Value::Kind::array) throw fail(fmt::format("param group {}: \"params\" is not a list", g));
+        if (value.kind != json::Value::Kind::array)
+          throw fail(fmt::format("param group {}: \"params\" is not a list", g));
         for (const json::Value& index : value.items) parsed.params.push_back(index.integer());
       }
       if (!group.has("params")) throw fail(fmt::format("param group {} has no \"params\"", g));
@@ -92,7 +94,8 @@ OptimizerStateDict unflatten(const TensorDict& tensors, const safetensors::Metad
         throw fail(fmt::format("the state of parameter {} is not a JSON object", key));
       ParamState entry;
       for (const auto& [name, v] : value.members) {
-        if (name != "step") throw fail(fmt::format("the state of parameter {} has the unknown entry \"{}\"", key, name));
+        if (name != "step")
+          throw fail(fmt::format("the state of parameter {} has the unknown entry \"{}\"", key, name));
         entry.step = v.integer();
       }
       out.state.emplace(parsed->first, std::move(entry));
@@ -105,8 +108,8 @@ OptimizerStateDict unflatten(const TensorDict& tensors, const safetensors::Metad
     if (!parsed) throw fail(fmt::format("the tensor \"{}\" is not named state.<index>.<key>", name));
     const auto it = out.state.find(parsed->first);
     if (it == out.state.end())
-      throw fail(fmt::format("the tensor \"{}\" belongs to parameter {}, which \"state\" does not list", name,
-                             parsed->first));
+      throw fail(
+          fmt::format("the tensor \"{}\" belongs to parameter {}, which \"state\" does not list", name, parsed->first));
     it->second.tensors.insert_or_assign(parsed->second, tensor);
   }
   return out;

@@ -506,8 +506,8 @@ void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
 // step, and on reaching growth_interval the scale is multiplied by growth_factor (kept when the product
 // would be inf) and the tracker restarts at 0. The products are computed in double and stored as float32,
 // as PyTorch's kernel computes them. Allocates nothing; a no-op on meta.
-void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, int64_t growth_interval);
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                       double backoff_factor, int64_t growth_interval);
 
 // ----------------------------------------------------------------------------- in-place updates
 // (ops_inplace.cpp) For optimizers: each writes self and allocates nothing (operands broadcast to self's

@@ -124,8 +124,8 @@ namespace {
 void check_amp_scalar(const char* name, const char* what, const Tensor& t, ScalarType dtype) {
   check_defined(name, t);
   if (t.numel() != 1 || t.dtype() != dtype)
-    throw std::invalid_argument(fmt::format("{}: {} must be a 1-element {} tensor, got {}", name, what,
-                                            scalar_type_name(dtype), describe(t)));
+    throw std::invalid_argument(
+        fmt::format("{}: {} must be a 1-element {} tensor, got {}", name, what, scalar_type_name(dtype), describe(t)));
 }
 
 }  // namespace
@@ -141,8 +141,9 @@ void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
     if (!is_floating_point(g.dtype()))
       throw std::invalid_argument(fmt::format("{}: the gradient {} is not floating point", name, describe(g)));
     if (g.device() != inv_scale.device() || g.device() != found_inf.device())
-      throw std::invalid_argument(fmt::format("{}: the gradient {} is not on the device of inv_scale and found_inf ({})",
-                                              name, describe(g), inv_scale.device().str()));
+      throw std::invalid_argument(
+          fmt::format("{}: the gradient {} is not on the device of inv_scale and found_inf ({})", name, describe(g),
+                      inv_scale.device().str()));
   }
   // The check reads the values before they are scaled (a finite value may overflow once multiplied).
   bool non_finite = false;
@@ -160,8 +161,8 @@ void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
   if (non_finite) found_inf.fill_(1.0);
 }
 
-void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, int64_t growth_interval) {
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                       double backoff_factor, int64_t growth_interval) {
   const char* name = "amp_update_scale_";
   check_amp_scalar(name, "scale", scale, ScalarType::float32);
   check_amp_scalar(name, "growth_tracker", growth_tracker, ScalarType::int32);

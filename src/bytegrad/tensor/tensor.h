@@ -256,15 +256,25 @@ Tensor from_blob(const void* data, const Shape& sizes, TensorOptions options = {
 template <typename T>
 constexpr ScalarType scalar_type_of();
 template <>
-constexpr ScalarType scalar_type_of<int64_t>() { return ScalarType::int64; }
+constexpr ScalarType scalar_type_of<int64_t>() {
+  return ScalarType::int64;
+}
 template <>
-constexpr ScalarType scalar_type_of<int32_t>() { return ScalarType::int32; }
+constexpr ScalarType scalar_type_of<int32_t>() {
+  return ScalarType::int32;
+}
 template <>
-constexpr ScalarType scalar_type_of<uint8_t>() { return ScalarType::uint8; }
+constexpr ScalarType scalar_type_of<uint8_t>() {
+  return ScalarType::uint8;
+}
 template <>
-constexpr ScalarType scalar_type_of<float>() { return ScalarType::float32; }
+constexpr ScalarType scalar_type_of<float>() {
+  return ScalarType::float32;
+}
 template <>
-constexpr ScalarType scalar_type_of<double>() { return ScalarType::float64; }
+constexpr ScalarType scalar_type_of<double>() {
+  return ScalarType::float64;
+}
 // Typed host values, exact (int64 values beyond 2^53 too): the tensor's dtype is T's unless options say
 // another, which converts as from_vector's doubles do (checked). A braced list of numbers still calls
 // the double overload above.
