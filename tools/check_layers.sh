@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when a library file includes a header from a layer above its own. The layers, bottom to top:
-#   core <- memory <- reports, kernels <- tensor <- autograd <- nn, optim, testing <- distributed <- programs
+#   core <- memory <- reports, kernels <- tensor <- autograd <- nn, optim, data, testing <- distributed <- programs
 # The library layers live in src/bytegrad/<layer>/ and are included as "bytegrad/<layer>/...". A layer
 # includes its own folder and the layers below; layers of one rank are side by side (none includes another):
 # reports (what prints, renders or exports memory's data) needs only memory, and testing and the programs
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-declare -A rank=([core]=0 [memory]=1 [reports]=2 [kernels]=2 [tensor]=3 [autograd]=4 [nn]=5 [optim]=5 [testing]=5
+declare -A rank=([core]=0 [memory]=1 [reports]=2 [kernels]=2 [tensor]=3 [autograd]=4 [nn]=5 [optim]=5 [data]=5 [testing]=5
                 [distributed]=6 [programs]=7)
 violations=0
 checked=0

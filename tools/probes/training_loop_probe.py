@@ -7,7 +7,14 @@ Writes OUT_DIR/lr_schedulers.json: for each schedule, get_last_lr() after constr
 as Python's repr (json), so they read back bit for bit.
 Writes OUT_DIR/clip_grad.jsonl (CUDA only): the allocator's trace (action, size) during clip_grad_norm_ and
 clip_grad_value_ on a small model's gradients, with the norm returned.
+Writes OUT_DIR/grad_scaler.json (CUDA only): torch.amp.GradScaler's allocation events, call by call (scale,
+step, update), over three float16-autocast iterations, the second with an inf gradient (skipped), and the
+scale after each update (read by tests/optim/grad_scaler.cpp once copied to tests/data/pytorch_probes/).
+Writes OUT_DIR/optimizer_load.json (CUDA only): torch.cuda.memory_allocated and the peak around
+Adam.load_state_dict from a same-device state dict, from float32 and float64 host copies, and around the
+first step after loading (compared with the arithmetic in tests/optim/state_dict.cpp).
 """
+import copy
 import json
 import math
 import os
@@ -115,11 +122,110 @@ def clip_grad(out_dir):
         f.write("\n".join(lines) + "\n")
 
 
+def grad_scaler(out_dir):
+    if not torch.cuda.is_available():
+        return
+    dev = "cuda"
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(64, 32, device=dev) * 0.01)
+    x = torch.randn(8, 64, device=dev)
+    opt = torch.optim.SGD([p], lr=0.01)
+    scaler = torch.amp.GradScaler("cuda")
+    # Warm-up on a scaler of its own, so that kernel loading does not show in the traces.
+    warm = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = (x @ p).float().pow(2).mean()
+    warm.scale(loss).backward()
+    warm.step(opt)
+    warm.update()
+    iterations = []
+    for i in range(3):
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = (x @ p).float().pow(2).mean()
+        scaled, scale_events = trace_of(lambda: scaler.scale(loss))
+        scaled.backward()
+        poisoned = i == 1
+        if poisoned:
+            p.grad.fill_(float("inf"))
+        before = p.detach().clone()
+        _, step_events = trace_of(lambda: scaler.step(opt))
+        stepped = not torch.equal(before, p.detach())
+        _, update_events = trace_of(lambda: scaler.update())
+        iterations.append({"poisoned": poisoned, "stepped": stepped, "scale": scale_events, "step": step_events,
+                           "update": update_events, "scale_after": scaler.get_scale(),
+                           "growth_tracker_after": scaler._get_growth_tracker()})
+        del scaled, before
+    # unscale_ called on its own (before clipping), then step.
+    opt.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = (x @ p).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    _, unscale_events = trace_of(lambda: scaler.unscale_(opt))
+    _, step_after_unscale = trace_of(lambda: scaler.step(opt))
+    scaler.update()
+    with open(os.path.join(out_dir, "grad_scaler.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "iterations": iterations, "unscale_": unscale_events,
+                   "step_after_unscale_": step_after_unscale, "state_dict": scaler.state_dict()}, f, indent=1)
+
+
+def optimizer_load(out_dir):
+    if not torch.cuda.is_available():
+        return
+    dev = "cuda"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)).to(dev)
+    x, y = torch.randn(16, 4, device=dev), torch.randn(16, 1, device=dev)
+
+    def train_step(opt):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    source = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    train_step(source)
+    result = {"torch": torch.__version__}
+
+    def measure(name, fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        result[name] = {"allocated_delta": torch.cuda.memory_allocated() - start,
+                        "peak_delta": torch.cuda.max_memory_allocated() - start}
+
+    same = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    measure("load_same_device", lambda: same.load_state_dict(source.state_dict()))
+    host = copy.deepcopy(source.state_dict())
+    for entry in host["state"].values():
+        for k, v in list(entry.items()):
+            if k != "step":
+                entry[k] = v.cpu()
+    own = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    train_step(own)
+    measure("load_host_float32_over_existing_state", lambda: own.load_state_dict(host))
+    host64 = copy.deepcopy(host)
+    for entry in host64["state"].values():
+        for k, v in list(entry.items()):
+            if k != "step":
+                entry[k] = v.double()
+    fresh = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    measure("load_host_float64_fresh", lambda: fresh.load_state_dict(host64))
+    fresh.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    measure("first_step_after_load", lambda: fresh.step())
+    with open(os.path.join(out_dir, "optimizer_load.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
     schedules(out_dir)
     clip_grad(out_dir)
+    grad_scaler(out_dir)
+    optimizer_load(out_dir)
 
 
 if __name__ == "__main__":

@@ -46,11 +46,14 @@ Adam::Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay)
 }
 
 Adam::Group Adam::resolved(size_t group_index, size_t begin) const {
-  const char* name = decoupled_weight_decay_ ? "AdamW" : "Adam";
   const AdamParamGroup& group = param_groups_[group_index];
-  const AdamOptions& o = group.options;
+  return resolved(group.options, begin, begin + group.params.size());
+}
+
+Adam::Group Adam::resolved(const AdamOptions& o, size_t begin, size_t end) const {
+  const char* name = decoupled_weight_decay_ ? "AdamW" : "Adam";
   Group g{begin,
-          begin + group.params.size(),
+          end,
           o.lr,
           o.betas.first,
           o.betas.second,
@@ -64,6 +67,105 @@ Adam::Group Adam::resolved(size_t group_index, size_t begin) const {
   check_beta(name, 1, g.beta2);
   check_at_least_zero(name, "weight_decay value", g.weight_decay);
   return g;
+}
+
+// A param group's dict as PyTorch 2.11's Adam and AdamW write it (without "params"), the options bytegrad
+// does not have at their defaults; "initial_lr" once a scheduler has set it.
+json::Value Adam::group_options(size_t group) const {
+  const AdamParamGroup& pg = param_groups_.at(group);
+  const Group g = resolved(group, 0);
+  json::Value out = json::object();
+  out.add("lr", json_number(g.lr));
+  json::Value betas = json::array();
+  betas.push_back(json_number(g.beta1));
+  betas.push_back(json_number(g.beta2));
+  out.add("betas", betas);
+  out.add("eps", json_number(g.eps));
+  out.add("weight_decay", json_number(g.weight_decay));
+  out.add("amsgrad", json::boolean(g.amsgrad));
+  out.add("maximize", json::boolean(false));
+  out.add("foreach", json::boolean(g.foreach));
+  out.add("capturable", json::boolean(false));
+  out.add("differentiable", json::boolean(false));
+  out.add("fused", json::null());
+  out.add("decoupled_weight_decay", json::boolean(decoupled_weight_decay_));
+  if (pg.initial_lr) out.add("initial_lr", json_number(*pg.initial_lr));
+  return out;
+}
+
+AdamOptions Adam::options_from_json(const json::Value& options, size_t group) const {
+  AdamOptions o;
+  o.lr = option_number(options, group, "lr");
+  const json::Value* betas = options.find("betas");
+  if (!betas || betas->kind != json::Value::Kind::array || betas->size() != 2 || !(*betas)[0].is_number() ||
+      !(*betas)[1].is_number())
+    throw std::invalid_argument(fmt::format("param group {}: the option \"betas\" must be two numbers", group));
+  o.betas = {(*betas)[0].number(), (*betas)[1].number()};
+  o.eps = option_number(options, group, "eps");
+  o.weight_decay = option_number(options, group, "weight_decay");
+  o.amsgrad = option_bool(options, group, "amsgrad", false);
+  o.foreach = option_bool(options, group, "foreach", false);
+  for (const char* key : {"maximize", "capturable", "differentiable", "fused"}) refuse_true_option(options, group, key);
+  // A state dict of Adam loads into AdamW only when it says which weight decay it used, and then only as
+  // the same kind: the two read weight_decay differently.
+  if (options.has("decoupled_weight_decay") &&
+      option_bool(options, group, "decoupled_weight_decay", false) != decoupled_weight_decay_)
+    throw std::invalid_argument(
+        fmt::format("param group {}: the state dict is {}'s (decoupled_weight_decay {}), this optimizer is {}", group,
+                    decoupled_weight_decay_ ? "Adam" : "AdamW", decoupled_weight_decay_ ? "false" : "true",
+                    decoupled_weight_decay_ ? "AdamW" : "Adam"));
+  return o;
+}
+
+std::optional<ParamState> Adam::param_state(size_t param_index) const {
+  const State& s = state_.at(param_index);
+  if (!s.exp_avg.defined()) return std::nullopt;
+  ParamState out{s.step, {}};
+  out.tensors.insert_or_assign("exp_avg", s.exp_avg);
+  out.tensors.insert_or_assign("exp_avg_sq", s.exp_avg_sq);
+  if (s.max_exp_avg_sq.defined()) out.tensors.insert_or_assign("max_exp_avg_sq", s.max_exp_avg_sq);
+  return out;
+}
+
+std::vector<std::string> Adam::state_tensor_keys(const json::Value& options) const {
+  std::vector<std::string> keys{"exp_avg", "exp_avg_sq"};
+  if (option_bool(options, 0, "amsgrad", false)) keys.emplace_back("max_exp_avg_sq");
+  return keys;
+}
+
+void Adam::check_group_options(const std::vector<json::Value>& options) const {
+  for (size_t g = 0; g < options.size(); ++g) {
+    try {
+      resolved(options_from_json(options[g], g), 0, 0);
+      option_initial_lr(options[g], g);
+    } catch (const std::invalid_argument& e) {
+      if (std::string(e.what()).starts_with("param group")) throw;
+      throw std::invalid_argument(fmt::format("param group {}: {}", g, e.what()));
+    }
+  }
+}
+
+void Adam::replace_state(const std::vector<json::Value>& options, std::vector<std::optional<ParamState>> state) {
+  for (size_t g = 0; g < options.size(); ++g) {
+    param_groups_[g].options = options_from_json(options[g], g);
+    param_groups_[g].initial_lr = option_initial_lr(options[g], g);
+  }
+  std::vector<State> fresh(params_.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (!state[i]) continue;
+    fresh[i].step = *state[i]->step;
+    fresh[i].exp_avg = state[i]->tensors.at("exp_avg");
+    fresh[i].exp_avg_sq = state[i]->tensors.at("exp_avg_sq");
+    if (const Tensor* m = state[i]->tensors.find("max_exp_avg_sq")) fresh[i].max_exp_avg_sq = *m;
+  }
+  state.clear();  // the new state's only handles are in `fresh` now
+  state_.swap(fresh);
+  // The old state goes as PyTorch's dict of dicts does: parameter by parameter, each in its key order.
+  for (State& old : fresh) {
+    old.exp_avg = Tensor();
+    old.exp_avg_sq = Tensor();
+    old.max_exp_avg_sq = Tensor();
+  }
 }
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,

@@ -55,6 +55,70 @@ void LRScheduler::update_lr(std::optional<int64_t> epoch) {
   last_lr_ = current_lrs();
 }
 
+namespace {
+
+json::Value number_list(const std::vector<double>& values) {
+  json::Value out = json::array();
+  for (double v : values) out.push_back(json_number(v));
+  return out;
+}
+
+std::vector<double> read_number_list(const json::Value& state, const char* key, size_t expected) {
+  const json::Value* v = state.find(key);
+  if (!v || v->kind != json::Value::Kind::array)
+    throw std::invalid_argument(fmt::format("scheduler state: \"{}\" is missing or not a list", key));
+  if (v->size() != expected)
+    throw std::invalid_argument(fmt::format("scheduler state: \"{}\" has {} values for the optimizer's {} param groups",
+                                            key, v->size(), expected));
+  std::vector<double> out;
+  for (const json::Value& item : v->items) {
+    if (!item.is_number())
+      throw std::invalid_argument(fmt::format("scheduler state: \"{}\" holds {}, not a number", key, json::dump(item)));
+    out.push_back(item.number());
+  }
+  return out;
+}
+
+int64_t read_integer(const json::Value& state, const char* key) {
+  const json::Value* v = state.find(key);
+  if (!v || !v->is_integer())
+    throw std::invalid_argument(fmt::format("scheduler state: \"{}\" is missing or not an integer", key));
+  return v->integer();
+}
+
+}  // namespace
+
+json::Value LRScheduler::state_dict() const {
+  json::Value out = json::object();
+  out.add("last_epoch", json::integer(last_epoch_));
+  out.add("_step_count", json::integer(step_count_));
+  out.add("base_lrs", number_list(base_lrs_));
+  out.add("_last_lr", number_list(last_lr_));
+  return out;
+}
+
+void LRScheduler::check_state(const json::Value& state) const {
+  if (state.kind != json::Value::Kind::object) throw std::invalid_argument("scheduler state: not a JSON object");
+  read_integer(state, "last_epoch");
+  read_integer(state, "_step_count");
+  read_number_list(state, "base_lrs", optimizer_.num_param_groups());
+  read_number_list(state, "_last_lr", optimizer_.num_param_groups());
+}
+
+void LRScheduler::load_state_dict(const json::Value& state) {
+  check_state(state);
+  if (state.kind != json::Value::Kind::object) throw std::invalid_argument("scheduler state: not a JSON object");
+  const size_t groups = optimizer_.num_param_groups();
+  const int64_t last_epoch = read_integer(state, "last_epoch");
+  const int64_t step_count = read_integer(state, "_step_count");
+  std::vector<double> base_lrs = read_number_list(state, "base_lrs", groups);
+  std::vector<double> last_lr = read_number_list(state, "_last_lr", groups);
+  last_epoch_ = last_epoch;
+  step_count_ = step_count;
+  base_lrs_ = std::move(base_lrs);
+  last_lr_ = std::move(last_lr);
+}
+
 std::vector<double> LRScheduler::current_lrs() const {
   std::vector<double> out;
   for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) out.push_back(optimizer_.lr(g));
@@ -261,5 +325,29 @@ void SequentialLR::step() {
 }
 
 std::vector<double> SequentialLR::get_lr() { return current_lrs(); }
+
+json::Value SequentialLR::state_dict() const {
+  json::Value out = LRScheduler::state_dict();
+  json::Value children = json::array();
+  for (const LRScheduler& s : schedulers_) children.push_back(s.state_dict());
+  out.add("_schedulers", children);
+  return out;
+}
+
+void SequentialLR::check_state(const json::Value& state) const {
+  LRScheduler::check_state(state);
+  const json::Value* children = state.find("_schedulers");
+  if (!children || children->kind != json::Value::Kind::array || children->size() != schedulers_.size())
+    throw std::invalid_argument(
+        fmt::format("scheduler state: \"_schedulers\" must list the states of {} schedulers", schedulers_.size()));
+  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i].get().check_state((*children)[i]);
+}
+
+void SequentialLR::load_state_dict(const json::Value& state) {
+  check_state(state);  // the whole tree first: nothing changes on an error
+  LRScheduler::load_state_dict(state);
+  const json::Value& children = state["_schedulers"];
+  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i].get().load_state_dict(children[i]);
+}
 
 }  // namespace bytegrad::optim

@@ -11,8 +11,9 @@
 //
 // Making a scheduler sets each group's initial_lr (unless an earlier scheduler did) and takes its first
 // step at once, which may change the groups' lr (LinearLR, LambdaLR), as PyTorch's constructors do.
-// Schedulers keep a reference to their optimizer: it must outlive them. Resuming with last_epoch is not
-// supported (save and restore the optimizer's groups instead).
+// Schedulers keep a reference to their optimizer: it must outlive them. To resume, make the optimizer and
+// the schedulers as before, then load the optimizer's state (its groups' lr and initial_lr) and each
+// scheduler's state_dict (PyTorch's order and keys); constructing with last_epoch is not supported.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,16 @@ class LRScheduler {
   const std::vector<double>& base_lrs() const { return base_lrs_; }
   Optimizer& optimizer() const { return optimizer_; }
 
+  // PyTorch's state_dict: {"last_epoch", "_step_count", "base_lrs", "_last_lr"} (SequentialLR adds its
+  // schedulers' under "_schedulers"); a schedule's fixed arguments are the constructor's. load_state_dict
+  // refuses a missing key, a wrong kind or a list of another length than the groups (std::invalid_argument),
+  // changing nothing; it does not touch the groups' lr (the optimizer's state holds them).
+  virtual json::Value state_dict() const;
+  virtual void load_state_dict(const json::Value& state);
+
  protected:
+  // Throws what load_state_dict would throw, changing nothing.
+  virtual void check_state(const json::Value& state) const;
   explicit LRScheduler(Optimizer& optimizer);
   // The first step, made by each scheduler's constructor once its own fields are set (Python's base
   // __init__ runs after the subclass has set them; a C++ base constructor cannot call get_lr).
@@ -154,8 +164,11 @@ class SequentialLR : public LRScheduler {
   SequentialLR(Optimizer& optimizer, std::vector<std::reference_wrapper<LRScheduler>> schedulers,
                std::vector<int64_t> milestones);
   void step() override;
+  json::Value state_dict() const override;
+  void load_state_dict(const json::Value& state) override;
 
  protected:
+  void check_state(const json::Value& state) const override;
   std::vector<double> get_lr() override;  // not used: each step delegates to one of the schedulers
 
  private:

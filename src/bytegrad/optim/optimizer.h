@@ -9,12 +9,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bytegrad/core/json.h"
 #include "bytegrad/tensor/tensor.h"
+#include "bytegrad/tensor/tensor_dict.h"
 
 namespace bytegrad::optim {
 
@@ -26,6 +30,26 @@ struct ParamGroup {
   std::vector<Tensor> params;
   Options options;
   std::optional<double> initial_lr;  // set by the first scheduler made on the optimizer (lr_scheduler.h)
+};
+
+// One parameter's entry in an optimizer's state_dict (PyTorch's optimizer.state_dict()["state"][index]).
+struct ParamState {
+  std::optional<int64_t> step;  // Adam's step count (PyTorch keeps a CPU float32 tensor: no device memory)
+  TensorDict tensors;           // exp_avg, exp_avg_sq[, max_exp_avg_sq] or momentum_buffer, in PyTorch's order
+};
+
+// One param group in a state_dict: its options as PyTorch names them ("lr", "betas", "initial_lr" once a
+// scheduler set it, ...) and its parameters as indices into the optimizer's parameters, counted across
+// the groups in order (PyTorch's "params": [0, 1], [2, 3, 4]).
+struct ParamGroupState {
+  json::Value options;  // an object
+  std::vector<int64_t> params;
+};
+
+// PyTorch's optimizer.state_dict(): the state of every parameter that has some (by index), and the groups.
+struct OptimizerStateDict {
+  std::map<int64_t, ParamState> state;
+  std::vector<ParamGroupState> param_groups;
 };
 
 class Optimizer {
@@ -47,7 +71,32 @@ class Optimizer {
   virtual void set_lr(size_t group, double lr) = 0;
   virtual std::optional<double>& initial_lr(size_t group) = 0;
 
+  // The state and the groups' options, as PyTorch's state_dict(): the tensors are the optimizer's own
+  // (handles sharing its storage; nothing is copied or allocated), as PyTorch's are.
+  OptimizerStateDict state_dict() const;
+  // PyTorch's load_state_dict: the groups' options become the dict's (each group keeps its parameters) and
+  // the state is replaced. Each state tensor becomes tensor.to(param's device, param's dtype), as PyTorch
+  // casts it: one already there is shared, not copied (allocating nothing); any other is a new block on
+  // the parameter's device. The old state is freed after the new one is made. Everything is checked first
+  // and nothing changes on an error (std::invalid_argument naming the group, index and key): the number of
+  // groups and each group's size (PyTorch's texts), each group's options, an index no group lists, a
+  // missing or unknown key, a state tensor whose shape is not its parameter's or whose dtype is not
+  // floating for a floating parameter.
+  void load_state_dict(const OptimizerStateDict& state_dict);
+
  protected:
+  // The pieces each optimizer gives state_dict and load_state_dict.
+  virtual std::vector<size_t> group_sizes() const = 0;
+  virtual json::Value group_options(size_t group) const = 0;
+  virtual std::optional<ParamState> param_state(size_t param_index) const = 0;
+  // The state keys parameter `param_index` must have under `options` (its group's, as loaded), tensors only.
+  virtual std::vector<std::string> state_tensor_keys(const json::Value& options) const = 0;
+  virtual bool state_has_step() const = 0;
+  // Checks every group's options (throwing std::invalid_argument naming the group) without changing anything.
+  virtual void check_group_options(const std::vector<json::Value>& options) const = 0;
+  // Takes the checked options and state (one entry per parameter, cast already); cannot fail.
+  virtual void replace_state(const std::vector<json::Value>& options, std::vector<std::optional<ParamState>> state) = 0;
+
   // PyTorch's add_param_group rule: params_ is the groups' parameters concatenated (each group ends at the
   // matching entry of group_ends); a tensor in two groups would be stepped twice with two states.
   void check_groups_disjoint(const std::vector<size_t>& group_ends) const;
@@ -67,6 +116,7 @@ class GroupedOptimizer : public Optimizer {
   std::optional<double>& initial_lr(size_t group) override { return param_groups_.at(group).initial_lr; }
 
  protected:
+  std::vector<size_t> group_sizes() const override { return group_sizes_; }
   explicit GroupedOptimizer(std::vector<ParamGroup<Options>> groups)
       : Optimizer(concatenated_params(groups)), param_groups_(std::move(groups)) {
     for (const auto& group : param_groups_) group_sizes_.push_back(group.params.size());
@@ -95,5 +145,15 @@ class GroupedOptimizer : public Optimizer {
 void check_at_least_zero(const char* optimizer, const char* what, double value);  // "learning rate", ...
 void check_beta(const char* optimizer, int index, double beta);                   // 0 <= beta < 1
 void check_not_nan(const char* optimizer, const char* what, double value);
+
+// Helpers for options held as JSON: a number written as Python's repr writes it (shortest round trip),
+// and readers that throw std::invalid_argument naming the group and key.
+json::Value json_number(double value);
+double option_number(const json::Value& options, size_t group, const char* key);
+bool option_bool(const json::Value& options, size_t group, const char* key, bool absent);
+std::optional<double> option_initial_lr(const json::Value& options, size_t group);
+// Refuses a PyTorch option bytegrad's optimizers do not have when it asks for the unsupported behaviour
+// ("maximize": true, "fused": true, ...): absent, false and null are accepted.
+void refuse_true_option(const json::Value& options, size_t group, const char* key);
 
 }  // namespace bytegrad::optim

@@ -25,18 +25,90 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
 // parameter would become NaN): refused here.
 void SGD::load_options() {
   const SGDOptions& o = param_groups_.front().options;
+  check_options(o);
   lr_ = o.lr;
   momentum_ = o.momentum;
   dampening_ = o.dampening;
   weight_decay_ = o.weight_decay;
   nesterov_ = o.nesterov;
   foreach_ = o.foreach;
-  check_at_least_zero("SGD", "learning rate", lr_);
-  check_at_least_zero("SGD", "momentum value", momentum_);
-  check_at_least_zero("SGD", "weight_decay value", weight_decay_);
-  check_not_nan("SGD", "dampening value", dampening_);
-  if (nesterov_ && (momentum_ <= 0 || dampening_ != 0))
+}
+
+void SGD::check_options(const SGDOptions& o) {
+  check_at_least_zero("SGD", "learning rate", o.lr);
+  check_at_least_zero("SGD", "momentum value", o.momentum);
+  check_at_least_zero("SGD", "weight_decay value", o.weight_decay);
+  check_not_nan("SGD", "dampening value", o.dampening);
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
     throw std::invalid_argument("SGD: Nesterov momentum requires a momentum and zero dampening");
+}
+
+// The group's dict as PyTorch 2.11's SGD writes it (without "params"), with "initial_lr" once set.
+json::Value SGD::group_options(size_t group) const {
+  const SGDParamGroup& pg = param_groups_.at(group);
+  const SGDOptions& o = pg.options;
+  json::Value out = json::object();
+  out.add("lr", json_number(o.lr));
+  out.add("momentum", json_number(o.momentum));
+  out.add("dampening", json_number(o.dampening));
+  out.add("weight_decay", json_number(o.weight_decay));
+  out.add("nesterov", json::boolean(o.nesterov));
+  out.add("maximize", json::boolean(false));
+  out.add("foreach", json::boolean(o.foreach));
+  out.add("differentiable", json::boolean(false));
+  out.add("fused", json::null());
+  if (pg.initial_lr) out.add("initial_lr", json_number(*pg.initial_lr));
+  return out;
+}
+
+SGDOptions SGD::options_from_json(const json::Value& options, size_t group) {
+  SGDOptions o;
+  o.lr = option_number(options, group, "lr");
+  o.momentum = option_number(options, group, "momentum");
+  o.dampening = option_number(options, group, "dampening");
+  o.weight_decay = option_number(options, group, "weight_decay");
+  o.nesterov = option_bool(options, group, "nesterov", false);
+  o.foreach = option_bool(options, group, "foreach", false);
+  for (const char* key : {"maximize", "differentiable", "fused"}) refuse_true_option(options, group, key);
+  return o;
+}
+
+std::optional<ParamState> SGD::param_state(size_t param_index) const {
+  const Tensor& buf = momentum_buffers_.at(param_index);
+  if (!buf.defined()) return std::nullopt;
+  ParamState out;
+  out.tensors.insert_or_assign("momentum_buffer", buf);
+  return out;
+}
+
+std::vector<std::string> SGD::state_tensor_keys(const json::Value& options) const {
+  if (option_number(options, 0, "momentum") == 0) return {};
+  return {"momentum_buffer"};
+}
+
+void SGD::check_group_options(const std::vector<json::Value>& options) const {
+  for (size_t g = 0; g < options.size(); ++g) {
+    try {
+      check_options(options_from_json(options[g], g));
+      option_initial_lr(options[g], g);
+    } catch (const std::invalid_argument& e) {
+      if (std::string(e.what()).starts_with("param group")) throw;
+      throw std::invalid_argument(fmt::format("param group {}: {}", g, e.what()));
+    }
+  }
+}
+
+void SGD::replace_state(const std::vector<json::Value>& options, std::vector<std::optional<ParamState>> state) {
+  param_groups_.front().options = options_from_json(options.front(), 0);
+  param_groups_.front().initial_lr = option_initial_lr(options.front(), 0);
+  load_options();
+  std::vector<Tensor> fresh(params_.size());
+  for (size_t i = 0; i < state.size(); ++i)
+    if (state[i])
+      if (const Tensor* buf = state[i]->tensors.find("momentum_buffer")) fresh[i] = *buf;
+  state.clear();
+  momentum_buffers_.swap(fresh);
+  for (Tensor& old : fresh) old = Tensor();  // parameter by parameter, as PyTorch's state dict is freed
 }
 
 void SGD::step() {

@@ -123,6 +123,28 @@ Tensor from_vector(const std::vector<double>& values, const Shape& sizes, Tensor
   return out;
 }
 
+Tensor from_blob(const void* data, const Shape& sizes, TensorOptions options) {
+  const ScalarType dtype = options.resolved_dtype();
+  const int64_t numel = shape_numel(sizes);
+  if (numel < 0) throw std::invalid_argument(fmt::format("from_blob: invalid shape {}", shape_str(sizes)));
+  if (!data && numel != 0) throw std::invalid_argument("from_blob: the data pointer is null");
+  const size_t nbytes = static_cast<size_t>(numel) * element_size(dtype);
+  const std::span<const std::byte> bytes(static_cast<const std::byte*>(data), data ? nbytes : 0);
+  if (dtype == ScalarType::bool_)
+    for (size_t i = 0; i < bytes.size(); ++i)
+      if (bytes[i] != std::byte{0} && bytes[i] != std::byte{1})
+        throw std::invalid_argument(
+            fmt::format("from_blob: bool element {} is the byte {}, not 0 or 1", i, static_cast<int>(bytes[i])));
+  AllocationScope scope("from_blob");
+  const RequiresGradSetter set_requires_grad = ops_detail::requires_grad_setter_for(options);
+  options.requires_grad = false;
+  options.dtype = dtype;
+  Tensor out = empty(sizes, options);
+  if (!out.is_meta() && nbytes != 0) backend_for(out.device()).copy_from_host(out.view_for_kernels(), bytes);
+  if (set_requires_grad) set_requires_grad(out);
+  return out;
+}
+
 Tensor tensor(std::initializer_list<double> values, TensorOptions options) {
   return from_vector(std::vector<double>(values), {static_cast<int64_t>(values.size())}, options);
 }

@@ -119,4 +119,70 @@ void foreach_clamp_max_(const std::vector<Tensor>& tensors, double max) {
   for (const Tensor& t : tensors) clamp_max_(t, max);
 }
 
+namespace {
+
+void check_amp_scalar(const char* name, const char* what, const Tensor& t, ScalarType dtype) {
+  check_defined(name, t);
+  if (t.numel() != 1 || t.dtype() != dtype)
+    throw std::invalid_argument(
+        fmt::format("{}: {} must be a 1-element {} tensor, got {}", name, what, scalar_type_name(dtype), describe(t)));
+}
+
+}  // namespace
+
+void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                                               const Tensor& inv_scale) {
+  const char* name = "amp_foreach_non_finite_check_and_unscale_";
+  check_amp_scalar(name, "found_inf", found_inf, ScalarType::float32);
+  check_amp_scalar(name, "inv_scale", inv_scale, ScalarType::float32);
+  if (grads.empty()) return;
+  for (const Tensor& g : grads) {
+    check_defined(name, g);
+    if (!is_floating_point(g.dtype()))
+      throw std::invalid_argument(fmt::format("{}: the gradient {} is not floating point", name, describe(g)));
+    if (g.device() != inv_scale.device() || g.device() != found_inf.device())
+      throw std::invalid_argument(
+          fmt::format("{}: the gradient {} is not on the device of inv_scale and found_inf ({})", name, describe(g),
+                      inv_scale.device().str()));
+  }
+  // The check reads the values before they are scaled (a finite value may overflow once multiplied).
+  bool non_finite = false;
+  if (!inv_scale.is_meta())
+    for (const Tensor& g : grads) {
+      if (non_finite) break;
+      for (double v : g.tolist())
+        if (!std::isfinite(v)) {
+          non_finite = true;
+          break;
+        }
+    }
+  const Tensor scale = inv_scale.dim() == 0 ? inv_scale : inv_scale.view({});
+  foreach_mul_(grads, scale);
+  if (non_finite) found_inf.fill_(1.0);
+}
+
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                       double backoff_factor, int64_t growth_interval) {
+  const char* name = "amp_update_scale_";
+  check_amp_scalar(name, "scale", scale, ScalarType::float32);
+  check_amp_scalar(name, "growth_tracker", growth_tracker, ScalarType::int32);
+  check_amp_scalar(name, "found_inf", found_inf, ScalarType::float32);
+  if (scale.is_meta()) return;
+  const auto current = static_cast<float>(scale.item());
+  const auto tracker = static_cast<int64_t>(growth_tracker.item());
+  if (found_inf.item() != 0) {
+    scale.fill_(static_cast<float>(static_cast<double>(current) * backoff_factor));
+    growth_tracker.fill_(0);
+    return;
+  }
+  const int64_t successful = tracker + 1;
+  if (successful == growth_interval) {
+    const auto grown = static_cast<float>(static_cast<double>(current) * growth_factor);
+    if (std::isfinite(grown)) scale.fill_(grown);  // not past float32's range to inf
+    growth_tracker.fill_(0);
+  } else {
+    growth_tracker.fill_(static_cast<double>(successful));
+  }
+}
+
 }  // namespace bytegrad

@@ -22,13 +22,13 @@ namespace bytegrad {
 
 namespace {
 
-struct Generator {
+struct ProcessGenerator {
   std::mutex mutex;
   std::mt19937_64 engine{0};
 };
 
-Generator& generator() {
-  static Generator instance;
+ProcessGenerator& generator() {
+  static ProcessGenerator instance;
   return instance;
 }
 
@@ -255,6 +255,83 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
     for (double& v : values)
       v = std::min(static_cast<double>(low) + std::floor(v * span), static_cast<double>(high - 1));
   });
+}
+
+struct Generator::Impl {
+  std::mutex mutex;
+  std::mt19937_64 engine;
+  uint64_t seed = 0;
+};
+
+Generator::Generator(uint64_t seed) : impl_(std::make_shared<Impl>()) { manual_seed(seed); }
+
+void Generator::manual_seed(uint64_t seed) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->engine.seed(seed);
+  impl_->seed = seed;
+}
+
+uint64_t Generator::initial_seed() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->seed;
+}
+
+std::string Generator::get_state() const {
+  std::lock_guard lock(impl_->mutex);
+  std::ostringstream out;
+  out << impl_->seed << ' ' << impl_->engine;
+  return out.str();
+}
+
+void Generator::set_state(const std::string& state) {
+  std::istringstream in(state);
+  uint64_t seed = 0;
+  std::mt19937_64 engine;
+  in >> seed >> engine;
+  if (!in) throw std::invalid_argument("Generator::set_state: the state is not one get_state returned");
+  std::lock_guard lock(impl_->mutex);
+  impl_->seed = seed;
+  impl_->engine = engine;
+}
+
+uint64_t Generator::random64() {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->engine();
+}
+
+Tensor randperm(int64_t n, TensorOptions options, Generator* generator_handle) {
+  if (n < 0) throw std::invalid_argument(fmt::format("randperm: n must be non-negative, got {}", n));
+  options.dtype = options.resolved_dtype(ScalarType::int64);  // torch.randperm's default dtype
+  const ScalarType dtype = *options.dtype;
+  if (dtype == ScalarType::bool_ || (n > 0 && overflows(static_cast<double>(n - 1), dtype)) ||
+      (is_floating_point(dtype) && n > (int64_t{1} << std::numeric_limits<float>::digits) &&
+       dtype != ScalarType::float64) ||
+      (dtype == ScalarType::float64 && n > (int64_t{1} << 53)))
+    throw std::invalid_argument(
+        fmt::format("randperm: n is too large for result tensor type: '{}' (n = {})", scalar_type_name(dtype), n));
+  if (options.resolved_device().type != DeviceType::cpu)
+    throw std::invalid_argument(fmt::format(
+        "randperm on {}: bytegrad does not model the temporaries of PyTorch's GPU randperm yet; draw it on cpu "
+        "and move it (randperm(n, options).to(device): one block of n elements there)",
+        options.resolved_device().str()));
+  if (options.requires_grad) throw std::invalid_argument("randperm: an integer permutation cannot require grad");
+  std::vector<int64_t> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = i;
+  // Fisher-Yates from the front, as PyTorch's randperm_cpu: position i swaps with one of i .. n-1.
+  auto draw = [&](auto next) {
+    for (int64_t i = 0; i + 1 < n; ++i) {
+      const auto z = static_cast<int64_t>(next() % static_cast<uint64_t>(n - i));
+      std::swap(values[static_cast<size_t>(i)], values[static_cast<size_t>(i + z)]);
+    }
+  };
+  if (generator_handle) {
+    draw([&] { return generator_handle->random64(); });
+  } else {
+    std::lock_guard lock(generator().mutex);
+    draw([&] { return generator().engine(); });
+  }
+  AllocationScope scope("randperm");
+  return from_vector(values, {n}, options);
 }
 
 }  // namespace bytegrad

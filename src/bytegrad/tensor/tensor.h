@@ -246,6 +246,47 @@ Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
 // Values given row-major, with their shape (the data is converted to options.dtype).
 Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions options = {});
+// Host memory holding numel(sizes) elements of options.dtype (float32 when unset), row-major, copied into
+// a new tensor on options.device (one block there). libtorch's from_blob wraps the memory without copying
+// (on the host); bytegrad's tensors own their storage, so this is from_blob(...).to(device) in one step.
+// bool elements must be 0 or 1 (std::invalid_argument otherwise). `data` may be null only when numel is 0.
+Tensor from_blob(const void* data, const Shape& sizes, TensorOptions options = {});
+// The dtype of a C++ element type: int64_t -> int64, int32_t -> int32, uint8_t -> uint8, float -> float32,
+// double -> float64.
+template <typename T>
+constexpr ScalarType scalar_type_of();
+template <>
+constexpr ScalarType scalar_type_of<int64_t>() {
+  return ScalarType::int64;
+}
+template <>
+constexpr ScalarType scalar_type_of<int32_t>() {
+  return ScalarType::int32;
+}
+template <>
+constexpr ScalarType scalar_type_of<uint8_t>() {
+  return ScalarType::uint8;
+}
+template <>
+constexpr ScalarType scalar_type_of<float>() {
+  return ScalarType::float32;
+}
+template <>
+constexpr ScalarType scalar_type_of<double>() {
+  return ScalarType::float64;
+}
+// Typed host values, exact (int64 values beyond 2^53 too): the tensor's dtype is T's unless options say
+// another, which converts as from_vector's doubles do (checked). A braced list of numbers still calls
+// the double overload above.
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& sizes, TensorOptions options = {}) {
+  if (options.dtype && *options.dtype != scalar_type_of<T>())
+    return from_vector(std::vector<double>(values.begin(), values.end()), sizes, options);
+  if (static_cast<int64_t>(values.size()) != shape_numel(sizes))  // the double overload's error
+    return from_vector(std::vector<double>(values.begin(), values.end()), sizes, options);
+  options.dtype = scalar_type_of<T>();
+  return from_blob(values.data(), sizes, options);
+}
 // Nested initializer lists, like torch.tensor([[1.0, 2.0], [3.0, 4.0]]).
 Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
 Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options = {});
@@ -265,6 +306,30 @@ Tensor randn(const Shape& sizes, TensorOptions options = {});  // standard norma
 // Integers in [low, high); int64 unless options.dtype says otherwise (torch.randint's default), so
 // randint(0, 10, {4}, device(kSim)) is int64.
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions options = {});
+// A random generator of its own (torch.Generator): seeded on its own, drawn from without touching the
+// process generator, so a data loader's shuffling does not shift the model's initialization. A handle:
+// copies share one state.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 67280421310721ULL);  // PyTorch's default seed
+  void manual_seed(uint64_t seed);
+  uint64_t initial_seed() const;
+  // The state as text, to store in a checkpoint and restore (set_state refuses text get_state did not make).
+  std::string get_state() const;
+  void set_state(const std::string& state);
+  uint64_t random64();  // the next 64 random bits
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+// torch.randperm: 0 .. n-1 in random order, int64 unless options.dtype says otherwise, from `generator`
+// (the process generator when null). Drawn on the host by a Fisher-Yates shuffle, as PyTorch's CPU
+// kernel draws it (the values are not PyTorch's: another engine). On cpu only: PyTorch's CUDA randperm
+// sorts random keys with temporaries bytegrad does not model yet, so another device is refused with a
+// message (draw on cpu and .to(device): one block of n elements there). n < 0, or n beyond what the dtype
+// holds exactly, is refused.
+Tensor randperm(int64_t n, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
 // Writes row-major host values into t (converted to its dtype); used by random factories and initializers.
