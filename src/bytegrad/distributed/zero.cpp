@@ -67,4 +67,25 @@ std::optional<double>& ZeroRedundancyOptimizer::initial_lr(size_t group) {
   return local_ ? local_->initial_lr(group) : initial_lr_;
 }
 
+namespace {
+
+[[noreturn]] void refuse_state() {
+  throw std::logic_error(
+      "ZeroRedundancyOptimizer: state_dict and load_state_dict are not supported yet: each rank holds only its "
+      "own partition's optimizer state (PyTorch gathers it on one rank first with consolidate_state_dict)");
+}
+
+}  // namespace
+
+json::Value ZeroRedundancyOptimizer::group_options(size_t /*group*/) const { refuse_state(); }
+std::optional<optim::ParamState> ZeroRedundancyOptimizer::param_state(size_t /*param_index*/) const { refuse_state(); }
+std::vector<std::string> ZeroRedundancyOptimizer::state_tensor_keys(const json::Value& /*options*/) const {
+  refuse_state();
+}
+void ZeroRedundancyOptimizer::check_group_options(const std::vector<json::Value>& /*options*/) const { refuse_state(); }
+void ZeroRedundancyOptimizer::replace_state(const std::vector<json::Value>& /*options*/,
+                                            std::vector<std::optional<optim::ParamState>> /*state*/) {
+  refuse_state();
+}
+
 }  // namespace bytegrad::distributed

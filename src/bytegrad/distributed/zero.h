@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "bytegrad/distributed/process_group.h"
@@ -42,6 +43,18 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   double lr(size_t group) const override;
   void set_lr(size_t group, double lr) override;
   std::optional<double>& initial_lr(size_t group) override;
+
+ protected:
+  // state_dict / load_state_dict refuse for now (std::logic_error): each rank holds only its partition's
+  // state, which PyTorch gathers on one rank first (consolidate_state_dict); not built yet.
+  std::vector<size_t> group_sizes() const override { return {params_.size()}; }
+  json::Value group_options(size_t group) const override;
+  std::optional<optim::ParamState> param_state(size_t param_index) const override;
+  std::vector<std::string> state_tensor_keys(const json::Value& options) const override;
+  bool state_has_step() const override { return true; }
+  void check_group_options(const std::vector<json::Value>& options) const override;
+  void replace_state(const std::vector<json::Value>& options,
+                     std::vector<std::optional<optim::ParamState>> state) override;
 
  private:
   ProcessGroup& group_;
