@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "bytegrad/distributed/ddp.h"
 #include "bytegrad/distributed/zero.h"
@@ -68,8 +69,9 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
   std::unique_ptr<optim::Optimizer> opt;
   const optim::AdamOptions adam{.lr = 1e-3, .foreach = true};
   if (v.zero1) {
-    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
-        ddp.parameters(), pg, [&](std::vector<Tensor> mine) { return std::make_unique<optim::Adam>(mine, adam); });
+    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp.parameters(), pg, [&](std::vector<Tensor> mine) {
+      return std::make_unique<optim::Adam>(std::move(mine), adam);
+    });
   } else {
     opt = std::make_unique<optim::Adam>(ddp.parameters(), adam);
   }
@@ -112,7 +114,7 @@ void gpt2_program(ProcessGroup& pg, const Mark& mark, const nn::GPTConfig& confi
   if (zero1) {
     opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp.parameters(), pg, [](std::vector<Tensor> mine) {
       return std::make_unique<optim::AdamW>(
-          mine, optim::AdamOptions{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = true});
+          std::move(mine), optim::AdamOptions{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = true});
     });
   } else {
     GPTTraining training{.config = config, .batch = batch, .seq = seq};

@@ -569,8 +569,8 @@ void verify_params_across_processes(ProcessGroup& group, const std::vector<Tenso
   Tensor count = from_vector({static_cast<double>(params.size())}, {1}, TensorOptions{ScalarType::int64, kCpu});
   Tensor count_device = empty({1}, int64_on);
   count_device.copy_(count);
-  std::vector<Tensor> counts;
-  for (int r = 0; r < group.size(); ++r) counts.push_back(empty({1}, int64_on));
+  std::vector<Tensor> counts(static_cast<size_t>(group.size()));
+  for (Tensor& c : counts) c = empty({1}, int64_on);
   group.all_gather(counts, count_device, /*async_op=*/true)->wait();
   if (device.type != DeviceType::meta) {
     std::string listed;
@@ -591,6 +591,7 @@ void verify_params_across_processes(ProcessGroup& group, const std::vector<Tenso
     for (int64_t s : p.sizes()) metadata.push_back(static_cast<double>(s));
     for (int64_t s : p.strides()) metadata.push_back(static_cast<double>(s));
   }
+  local.reserve(metadata.size());
   for (double v : metadata) local.push_back(static_cast<int64_t>(v));
   {
     Tensor host =
