@@ -658,6 +658,9 @@ double unary_ref(std::string_view op, double x, ScalarType t) {
   if (op == "log") return std::log(x);
   if (op == "sqrt") return std::sqrt(x);
   if (op == "reciprocal") return 1 / x;
+  if (op == "rsqrt") return 1 / std::sqrt(x);
+  if (op == "cos") return std::cos(x);
+  if (op == "sin") return std::sin(x);
   if (op == "relu") return std::isnan(x) ? x : x > 0 ? x : 0.0;
   if (op == "sigmoid") return sigmoid_ref(x);
   if (op == "tanh") return std::tanh(x);

@@ -78,6 +78,9 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::log, one_positive({3, 4}), [](auto& v) { return log(v[0]); });
     row(OpId::sqrt, one_positive({3, 4}), [](auto& v) { return sqrt(v[0]); });
     row(OpId::reciprocal, one_positive({3, 4}), [](auto& v) { return reciprocal(v[0]); });
+    row(OpId::rsqrt, one_positive({3, 4}), [](auto& v) { return rsqrt(v[0]); });
+    row(OpId::cos, one({3, 4}), [](auto& v) { return cos(v[0]); });
+    row(OpId::sin, one({3, 4}), [](auto& v) { return sin(v[0]); });
     row(OpId::logical_not, one({3, 4}), [](auto& v) { return logical_not(v[0]); });
     // ---- activations: built from the table's rows (sample column), forward and fused backward
 #define BYTEGRAD_ACTIVATION_SAMPLE(op, dtypes, saves, node, autocast, cuda, module, sample) \

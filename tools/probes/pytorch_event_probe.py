@@ -230,6 +230,9 @@ def op_table_cases():
         C.append((f"clamp_min {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp_min(x, -0.5))))
         C.append((f"clamp_max {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp_max(x, 0.5))))
         C.append((f"clamp {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp(x, -0.5, 0.5))))
+        C.append((f"rsqrt {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.rsqrt(x))))
+        C.append((f"cos {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.cos(x))))
+        C.append((f"sin {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.sin(x))))
     # linalg.vector_norm with ord=inf (AbsMaxOps) and ord=1 (NormOneOps), forward only (no grad in bytegrad):
     # the output, then the reduction's staging buffer and semaphores when the launch splits the input.
     for shape in [(1000, 300), (4096, 4096), (7,)]:

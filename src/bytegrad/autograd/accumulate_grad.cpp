@@ -28,8 +28,9 @@ bool obeys_layout_contract(const Tensor& grad, const Tensor& variable) {
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor new_grad = std::move(grads.at(0));
-  if (!new_grad.defined()) return {};
   AutogradMeta& meta = ensure_autograd_meta(variable_);
+  if (meta.hooks) meta.hooks->run(new_grad);  // the leaf's register_hook hooks, before accumulating
+  if (!new_grad.defined()) return {};
   AllocationScope scope("gradient");
   if (!meta.grad.defined()) {
     // Steal when no one else holds the incoming gradient and it already has the leaf's layout.

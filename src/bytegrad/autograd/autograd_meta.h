@@ -21,6 +21,9 @@ struct AutogradMeta {
   // tensor it is a view of, as PyTorch's view._base: a view of a view points at the first base. Held weakly
   // so that a view never keeps its base (and its .grad) alive: memory figures stay PyTorch's.
   std::weak_ptr<TensorImpl> view_base;
+  // register_hook's hooks (null until one is registered): run by grad_fn before its backward, or for a
+  // leaf by its AccumulateGrad.
+  std::shared_ptr<GradientHooks> hooks;
 };
 
 // The tensor's autograd metadata, or null when it has none.

@@ -40,6 +40,9 @@
   X(log, floating, grad, LogBackward0, fp32)               \
   X(sqrt, floating, grad, SqrtBackward0, none)             \
   X(reciprocal, floating, grad, ReciprocalBackward0, fp32) \
+  X(rsqrt, floating, grad, RsqrtBackward0, fp32)           \
+  X(cos, floating, grad, CosBackward0, none)               \
+  X(sin, floating, grad, SinBackward0, none)               \
   X(logical_not, to_bool, no_grad, -, none)                \
   BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_AS_UNARY, X)
 

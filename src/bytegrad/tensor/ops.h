@@ -142,6 +142,15 @@ Tensor sum(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
+// One dimension as a plain integer, as libtorch's sum(x, 1) / mean(x, 1, keepdim).
+template <DimIndex D>
+Tensor sum(const Tensor& x, D dim, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) {
+  return sum(x, Shape{static_cast<int64_t>(dim)}, keepdim, dtype);
+}
+template <DimIndex D>
+Tensor mean(const Tensor& x, D dim, bool keepdim = false) {
+  return mean(x, Shape{static_cast<int64_t>(dim)}, keepdim);
+}
 Tensor prod(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
@@ -152,10 +161,6 @@ Tensor argmax(const Tensor& x);  // index into the flattened tensor
 Tensor argmin(const Tensor& x);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
-struct ValuesIndices {
-  Tensor values;
-  Tensor indices;  // int64
-};
 // Two allocations, values then indices (as torch.max(x, dim)).
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
