@@ -288,3 +288,30 @@ TEST_CASE("rsqrt, cos and sin backward allocate as derivatives.yaml's formulas c
   CHECK(backward_events(&sin) == E{{"alloc", n}, {"alloc", n}, {"free", n}});
   CHECK(backward_events(&rsqrt) == E{{"alloc", n}, {"alloc", n}, {"alloc", n}, {"free", n}, {"free", n}});
 }
+
+TEST_CASE("cross_entropy with label_smoothing: PyTorch's mixture by hand, ignore_index, gradients") {
+  // Row 0: logits (0, ln 2, ln 3) give probabilities (1/6, 2/6, 3/6); target 2. nll = -ln(1/2) = ln 2; the
+  // smoothing term -sum(log p) = ln 6 + ln 3 + ln 2 = ln 36. With s = 0.3 and C = 3:
+  // 0.7 * ln 2 + (0.3 / 3) * ln 36. Row 1 is ignored (target -100): both terms leave it out of the mean.
+  const Tensor logits = tensor({{0.0, std::log(2.0), std::log(3.0)}, {5.0, -1.0, 2.0}}, f64());
+  const Tensor target = from_vector({2, -100}, {2}, TensorOptions{ScalarType::int64, kCpu});
+  const double want = 0.7 * std::log(2.0) + 0.1 * std::log(36.0);
+  CHECK(std::fabs(cross_entropy(logits, target, Reduction::mean, -100, 0.3).item() - want) < 1e-12);
+  CHECK(std::fabs(cross_entropy(logits, target, Reduction::sum, -100, 0.3).item() - want) < 1e-12);
+  const std::vector<double> per_row = cross_entropy(logits, target, Reduction::none, -100, 0.3).tolist();
+  CHECK(std::fabs(per_row[0] - want) < 1e-12);
+  CHECK(per_row[1] == 0.0);
+  CHECK(cross_entropy(logits, target, Reduction::mean, -100, 0.0).item() ==
+        cross_entropy(logits, target).item());  // no smoothing: nll_loss(log_softmax) alone
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, target, Reduction::mean, -100, 1.5),
+                       doctest::Contains("label_smoothing must be between 0.0 and 1.0"), std::invalid_argument);
+
+  manual_seed(7);
+  const Tensor classes = from_vector({1, 0, 3, 2}, {4}, TensorOptions{ScalarType::int64, kCpu});
+  for (Reduction reduction : {Reduction::mean, Reduction::sum}) {
+    check_gradients([&](auto& v) { return cross_entropy(v[0], classes, reduction, -100, 0.2); },
+                    {randn({4, 5}, f64())});
+  }
+  check_gradients([&](auto& v) { return sum(cross_entropy(v[0], classes, Reduction::none, -100, 0.2)); },
+                  {randn({4, 5}, f64())});
+}

@@ -247,6 +247,20 @@ def op_table_cases():
         CASES.append(("op_table", name, fn))
 
 
+def composite_cases():
+    """Ops PyTorch composes from others (no node of their own): cross_entropy with label_smoothing."""
+    C = []
+    for n, c in [(64, 10), (1024, 1000)]:
+        def tgt(n=n, c=c):
+            return torch.randint(0, c, (n,), device=DEV)
+        for red in ["mean", "sum", "none"]:
+            C.append((f"cross_entropy ls=0.1 {red} [{n},{c}]",
+                      fb(lambda n=n, c=c, tgt=tgt: (rg(n, c), tgt()),
+                         lambda x, t, red=red: F.cross_entropy(x, t, reduction=red, label_smoothing=0.1))))
+    for name, fn in C:
+        CASES.append(("composite", name, fn))
+
+
 # ------------------------------------------------------------------ type promotion
 def promotion_cases():
     """Operands of two dtypes (bytegrad's tests/tensor/promotion.cpp and tests/autograd/promotion.cpp hold
@@ -327,6 +341,7 @@ def main():
     layernorm_cases()
     ops_cases()
     op_table_cases()
+    composite_cases()
     promotion_cases()
     optim_cases()
     with open(out_path, "w") as f:

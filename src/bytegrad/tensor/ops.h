@@ -467,9 +467,13 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
 Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Tensor& target,
                          const Tensor& total_weight, Reduction reduction, int64_t ignore_index);
 // Composite, as PyTorch's cross_entropy with class indices: nll_loss(log_softmax(logits, class dim)), the
-// class dim being 1 (0 for a 1-d logits). No label smoothing, no class weights.
+// class dim being 1 (0 for a 1-d logits). No class weights. label_smoothing in [0, 1] (above 0) mixes in
+// the uniform distribution as PyTorch's cross_entropy_loss_label_smoothing does, op for op: after nll_loss,
+// the ignore mask (target == ignore_index), -log_probs.sum(class dim) zeroed where ignored, reduced (mean:
+// divided by the count of targets not ignored), then (1 - s) * nll + reduced * (s / C); each of those ops
+// allocates as it does alone.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean,
-                     int64_t ignore_index = -100);
+                     int64_t ignore_index = -100, double label_smoothing = 0.0);
 // PyTorch's mse_loss. Input and target of different shapes are broadcast as torch.nn.functional.mse_loss
 // broadcasts them (each expanded to the common shape: views, with ExpandBackward0 nodes), after its
 // UserWarning "Using a target size (torch.Size([...])) that is different to the input size (...). ..." on
