@@ -315,3 +315,70 @@ TEST_CASE("cross_entropy with label_smoothing: PyTorch's mixture by hand, ignore
   check_gradients([&](auto& v) { return sum(cross_entropy(v[0], classes, Reduction::none, -100, 0.2)); },
                   {randn({4, 5}, f64())});
 }
+
+TEST_CASE("leaky_relu and nn::LeakyReLU: values by hand, gradients, node") {
+  const Tensor x = tensor({-2.0, -0.5, 0.0, 3.0}, f64());
+  CHECK(leaky_relu(x).tolist() == std::vector<double>{-0.02, -0.005, 0.0, 3.0});  // x * 0.01 below 0
+  CHECK(leaky_relu(x, 0.5).tolist() == std::vector<double>{-1.0, -0.25, 0.0, 3.0});
+  nn::LeakyReLU module(0.5);
+  CHECK(module(x).tolist() == leaky_relu(x, 0.5).tolist());
+  CHECK(module.parameters().empty());
+  Tensor leaf = tensor({-2.0, 3.0}, TensorOptions{ScalarType::float32, kSim}).requires_grad_();
+  Tensor y = leaky_relu(leaf, 0.25);
+  CHECK(y.grad_fn_name() == "LeakyReluBackward0");
+  y.sum().backward();
+  CHECK(leaf.grad().tolist() == std::vector<double>{0.25, 1.0});
+  manual_seed(9);
+  const Tensor w = randn({3, 4}, f64());
+  check_gradients([&](auto& v) { return sum(leaky_relu(v[0], 0.1) * w); }, {randn({3, 4}, f64())});
+  CHECK_THROWS_AS(leaky_relu(ones({2}, dtype(kLong))), std::invalid_argument);
+}
+
+TEST_CASE("binary_cross_entropy_with_logits: values by hand, reductions, gradients of input and target") {
+  // x = 0: log_sigmoid(0) = -ln 2, so the loss is (1 - t) * 0 + ln 2 = ln 2 whatever t.
+  // x = ln 3, t = 1: -log_sigmoid(ln 3) = -ln(3/4) = ln 4 - ln 3. x = -ln 3, t = 0: x - log_sigmoid(x) =
+  // -ln 3 - ln(1/4) = ln 4 - ln 3.
+  const double l3 = std::log(3.0), want = std::log(4.0) - l3;
+  const Tensor x = tensor({0.0, l3, -l3}, f64()), t = tensor({0.3, 1.0, 0.0}, f64());
+  const std::vector<double> none = binary_cross_entropy_with_logits(x, t, Reduction::none).tolist();
+  CHECK(std::fabs(none[0] - std::log(2.0)) < 1e-15);
+  CHECK(std::fabs(none[1] - want) < 1e-15);
+  CHECK(std::fabs(none[2] - want) < 1e-15);
+  const double total = std::log(2.0) + 2 * want;
+  CHECK(std::fabs(binary_cross_entropy_with_logits(x, t, Reduction::sum).item() - total) < 1e-14);
+  CHECK(std::fabs(binary_cross_entropy_with_logits(x, t).item() - total / 3) < 1e-14);
+  // Large logits stay finite (log_sigmoid's stable form).
+  CHECK(binary_cross_entropy_with_logits(tensor({-200.0, 200.0}, f64()), tensor({1.0, 0.0}, f64()), Reduction::sum)
+            .item() == 400.0);
+  CHECK_THROWS_WITH_AS(binary_cross_entropy_with_logits(x, tensor({1.0}, f64())),
+                       doctest::Contains("must be the same as input size"), std::invalid_argument);
+
+  Tensor logits = tensor({0.5, -1.0}, TensorOptions{ScalarType::float32, kSim}).requires_grad_();
+  Tensor loss = binary_cross_entropy_with_logits(logits, tensor({1.0, 0.0}, device(kSim)));
+  CHECK(loss.grad_fn_name() == "BinaryCrossEntropyWithLogitsBackward0");
+  manual_seed(13);
+  for (Reduction reduction : {Reduction::mean, Reduction::sum}) {
+    check_gradients([&](auto& v) { return binary_cross_entropy_with_logits(v[0], v[1], reduction); },
+                    {randn({3, 4}, f64()), rand({3, 4}, f64())});
+  }
+  check_gradients([&](auto& v) { return sum(binary_cross_entropy_with_logits(v[0], v[1], Reduction::none)); },
+                  {randn({3, 4}, f64()), rand({3, 4}, f64())});
+}
+
+TEST_CASE("repeat_interleave: values, shapes, one allocation, gradients") {
+  const Tensor x = tensor({{1.0, 2.0}, {3.0, 4.0}}, f64());
+  CHECK(repeat_interleave(x, 2).tolist() == std::vector<double>{1, 1, 2, 2, 3, 3, 4, 4});  // flattened
+  CHECK(repeat_interleave(x, 2, 0).tolist() == std::vector<double>{1, 2, 1, 2, 3, 4, 3, 4});
+  const Tensor columns = repeat_interleave(x, 3, -1);
+  CHECK(columns.sizes() == Shape{2, 6});
+  CHECK(columns.tolist() == std::vector<double>{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4});
+  CHECK(repeat_interleave(x, 0, 1).sizes() == Shape{2, 0});
+  CHECK_THROWS_WITH_AS(repeat_interleave(x, -1), doctest::Contains("non-negative"), std::invalid_argument);
+  // The clone is the only allocation: 64 * 32 float32 repeated twice = 64 * 64 * 4 = 16384 bytes.
+  const Tensor big = randn({64, 32}, device(kSim));
+  CHECK(allocation_events(kSim, [&] { (void)repeat_interleave(big, 2, 1); }) ==
+        AllocationEvents{{"alloc", 16384}, {"free", 16384}});
+  manual_seed(17);
+  const Tensor w = randn({3, 8}, f64());
+  check_gradients([&](auto& v) { return sum(repeat_interleave(v[0], 2, 1) * w); }, {randn({3, 4}, f64())});
+}

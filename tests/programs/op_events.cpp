@@ -195,7 +195,7 @@ std::optional<OpCase> op_case(const std::string& name) {
       return dropout(in[0], 0.1, true);
     };
   } else if (starts("reciprocal ") || starts("clamp_min ") || starts("clamp_max ") || starts("clamp ") ||
-             starts("rsqrt ") || starts("cos ") || starts("sin ")) {
+             starts("rsqrt ") || starts("cos ") || starts("sin ") || starts("leaky_relu ")) {
     const Shape s(n.begin(), n.end());
     const std::string op = name.substr(0, name.find(' '));
     c.inputs = [s](Device d) { return std::vector<Tensor>{rg(s, d)}; };
@@ -204,10 +204,24 @@ std::optional<OpCase> op_case(const std::string& name) {
       if (op == "rsqrt") return rsqrt(in[0]);
       if (op == "cos") return cos(in[0]);
       if (op == "sin") return sin(in[0]);
+      if (op == "leaky_relu") return leaky_relu(in[0], 0.01);
       if (op == "clamp_min") return clamp_min(in[0], -0.5);
       if (op == "clamp_max") return clamp_max(in[0], 0.5);
       return clamp(in[0], -0.5, 0.5);
     };
+  } else if (starts("binary_cross_entropy_with_logits ")) {  // "... mean [1024, 1024]": target rand, no grad
+    const Shape s(n.begin(), n.end());
+    const Reduction red = name.find(" sum ") != std::string::npos    ? Reduction::sum
+                          : name.find(" none ") != std::string::npos ? Reduction::none
+                                                                     : Reduction::mean;
+    c.inputs = [s](Device d) { return std::vector<Tensor>{rg(s, d), rand(s, TensorOptions{ScalarType::float32, d})}; };
+    c.op = [red](const std::vector<Tensor>& in) { return binary_cross_entropy_with_logits(in[0], in[1], red); };
+  } else if (starts("repeat_interleave ")) {  // "repeat_interleave r=2 dim=1 [64, 32]"
+    const Shape s(n.begin(), n.end());
+    const int64_t repeats = std::stoll(name.substr(name.find("r=") + 2));
+    const int64_t dim = std::stoll(name.substr(name.find("dim=") + 4));
+    c.inputs = [s](Device d) { return std::vector<Tensor>{rg(s, d)}; };
+    c.op = [repeats, dim](const std::vector<Tensor>& in) { return repeat_interleave(in[0], repeats, dim); };
   } else if (starts("norm ") && name.find(" ord=") != std::string::npos) {  // forward only, no grad
     const Shape s(n.begin(), n.end());
     const double ord = name.find("ord=inf") != std::string::npos ? inf : 1.0;
@@ -303,6 +317,7 @@ const std::map<std::string, std::string>& unary_rows_not_recorded() {
       {"log", "in the table before the probe's op_table group; not recorded yet"},
       {"sqrt", "in the table before the probe's op_table group; not recorded yet"},
       {"logical_not", "a bool result, never part of a graph; not recorded yet"},
+      {"log_sigmoid", "no_grad in bytegrad: computed inside binary_cross_entropy_with_logits, recorded there"},
   };
   return rows;
 }
@@ -312,7 +327,7 @@ const std::map<std::string, std::string>& unary_rows_not_recorded() {
 // until the probe is run on the GPU machine and the file committed; then they are compared as every row.
 const std::set<std::string>& rows_awaiting_recording() {
   // The probe has their cases (op_table_cases()); the lead records them on the H100 and empties this set.
-  static const std::set<std::string> rows = {"rsqrt", "cos", "sin"};
+  static const std::set<std::string> rows = {"rsqrt", "cos", "sin", "leaky_relu", "binary_cross_entropy_with_logits"};
   return rows;
 }
 
@@ -364,8 +379,9 @@ TEST_CASE("op_table events: every op_table case forward and backward as PyTorch;
 TEST_CASE("composite events: cross_entropy with label_smoothing, forward and backward as PyTorch") {
   const std::vector<Json> rows = probe_rows("composite", "op_table_events.jsonl");
   if (rows.empty()) {
-    MESSAGE("not compared: op_table_events.jsonl has no 'composite' rows yet; run "
-            "tools/probes/pytorch_event_probe.py OUT op_table composite on the GPU machine and commit the file");
+    MESSAGE(
+        "not compared: op_table_events.jsonl has no 'composite' rows yet; run "
+        "tools/probes/pytorch_event_probe.py OUT op_table composite on the GPU machine and commit the file");
     return;
   }
   for (const Json& row : rows) check_op_events(row);

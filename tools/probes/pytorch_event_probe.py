@@ -233,6 +233,11 @@ def op_table_cases():
         C.append((f"rsqrt {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.rsqrt(x))))
         C.append((f"cos {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.cos(x))))
         C.append((f"sin {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.sin(x))))
+        C.append((f"leaky_relu {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: F.leaky_relu(x, 0.01))))
+        for red in ["mean", "sum", "none"]:
+            C.append((f"binary_cross_entropy_with_logits {red} {list(shape)}",
+                      fb(lambda s=shape: (rg(*s), torch.rand(*s, device=DEV)),
+                         lambda x, t, red=red: F.binary_cross_entropy_with_logits(x, t, reduction=red))))
     # linalg.vector_norm with ord=inf (AbsMaxOps) and ord=1 (NormOneOps), forward only (no grad in bytegrad):
     # the output, then the reduction's staging buffer and semaphores when the launch splits the input.
     for shape in [(1000, 300), (4096, 4096), (7,)]:
@@ -257,6 +262,9 @@ def composite_cases():
             C.append((f"cross_entropy ls=0.1 {red} [{n},{c}]",
                       fb(lambda n=n, c=c, tgt=tgt: (rg(n, c), tgt()),
                          lambda x, t, red=red: F.cross_entropy(x, t, reduction=red, label_smoothing=0.1))))
+    for shape, repeats, dim in [((64, 32), 2, 1), ((1024, 1024), 3, 0), ((7,), 4, 0)]:
+        C.append((f"repeat_interleave r={repeats} dim={dim} {list(shape)}",
+                  fb(lambda s=shape: (rg(*s),), lambda x, r=repeats, d=dim: torch.repeat_interleave(x, r, dim=d))))
     for name, fn in C:
         CASES.append(("composite", name, fn))
 

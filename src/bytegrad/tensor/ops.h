@@ -229,6 +229,9 @@ struct DropoutResult {
 // returns x * 0 through a 0-d zero (two allocations, as PyTorch's _dropout).
 DropoutResult dropout_with_mask(const Tensor& x, double p, bool train = true);
 Tensor dropout(const Tensor& x, double p, bool train = true);
+// torch.nn.functional.leaky_relu: x where x > 0, else x * negative_slope. One output (floating dtypes);
+// LeakyReluBackward0 saves x and computes leaky_relu_backward(grad, x, negative_slope): one allocation.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 // Dropout's gradient, grad * mask * scale, as one allocation (PyTorch's native_dropout_backward: a
 // contiguous result; no temporaries).
 Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double scale);
@@ -450,6 +453,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // `value` and the input copied in. ConstantPadNdBackward0 crops the gradient the same way (one allocation).
 Tensor constant_pad_nd(const Tensor& x, const Shape& pad, double value = 0.0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// torch.repeat_interleave(x, repeats, dim) with an integer count: each element repeated `repeats` times
+// along dim (dim unset: over the flattened x). Composite, as PyTorch's: x.unsqueeze(dim + 1), expanded to
+// `repeats` there, cloned contiguous (the one allocation) and flattened back; the gradient sums the copies.
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
 
 // ------------------------------------------------------------------------------------------ losses
 // (ops_loss.cpp) Reduction is backend.h's (none, mean, sum: PyTorch's numbering).
@@ -487,6 +494,15 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 // norm * (input - target) * grad_output, norm = 2 / numel for mean, 2 otherwise: one zeroed input-sized
 // allocation (PyTorch's zeros_like + mse_loss_backward_out).
 Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const Tensor& target, Reduction reduction);
+// PyTorch's binary_cross_entropy_with_logits without weight or pos_weight: input and target of one shape
+// and floating dtype. Forward, as Loss.cpp: log_sigmoid(input), then (1 - target) (both input-sized), the
+// latter updated in place into the loss, then the reduction (mean/sum: a 0-d output and the reduction's
+// scratch; the two input-sized temporaries freed after; none: the loss itself, log_sigmoid freed). Recorded
+// as "binary_cross_entropy_with_logits" (saves input and target); backward: (sigmoid(input) - target) *
+// grad (sigmoid freed after), divided by numel in place for mean; the target's gradient, when needed, is
+// -input * grad.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction = Reduction::mean);
 
 // ---------------------------------------------------------------------------------------- foreach
 // (ops_foreach.cpp) PyTorch's _foreach_* ops on a non-empty list of tensors.

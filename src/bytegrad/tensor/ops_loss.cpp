@@ -151,6 +151,31 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   return (1 - label_smoothing) * nll + reduced * (label_smoothing / classes);
 }
 
+// ------------------------------------------------------------------- binary_cross_entropy_with_logits
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* name = "binary_cross_entropy_with_logits";
+  check_defined(name, input);
+  check_defined(name, target);
+  check_reduction(name, reduction);
+  check_device_and_dtype(name, target, input);
+  check_dtype_rule(name, OpId::binary_cross_entropy_with_logits, input);
+  if (input.sizes() != target.sizes())
+    throw std::invalid_argument(fmt::format("{}: Target size ({}) must be the same as input size ({})", name,
+                                            describe(target), describe(input)));
+  return compute_recorded<OpId::binary_cross_entropy_with_logits>({input, target}, {reduction}, [&] {
+    AllocationScope scope(name);
+    // Loss.cpp's order: log_sigmoid first, then (1 - target) made into the loss in place; both locals are
+    // freed (loss first) after the reduction's output exists.
+    const Tensor log_sigmoid_input = log_sigmoid(input);
+    Tensor loss = 1.0 - target;
+    loss.mul_(input).sub_(log_sigmoid_input);
+    if (reduction == Reduction::mean) return loss.mean();
+    if (reduction == Reduction::sum) return loss.sum();
+    return loss;
+  });
+}
+
 // ------------------------------------------------------------------------------------------- mse
 
 namespace {

@@ -155,6 +155,15 @@ std::shared_ptr<FormulaNode> sin(const OpRecord& r, const op_args::None&) {
   return node;
 }
 
+// leaky_relu_backward(grad, self, negative_slope) (derivatives.yaml's leaky_relu): saves self; one allocation.
+std::shared_ptr<FormulaNode> leaky_relu(const OpRecord& r, const op_args::Scalar& args) {
+  auto node = make_node(r, [slope = args.value](const FormulaNode& n, TensorList& g) {
+    return TensorList{leaky_relu_backward(g[0], n.saved(0), slope)};
+  });
+  node->save("self", r.inputs.at(0));
+  return node;
+}
+
 // clamp_min, clamp_max and clamp (derivatives.yaml; FunctionsManual's clamp_backward): the gradient flows
 // where self is within the bounds, 0 elsewhere. Each saves self; backward makes a 0-d zero first, then the
 // bool mask(s), then where's output; the masks and the zero are freed after it.
