@@ -72,24 +72,25 @@
 #define BYTEGRAD_ACTIVATION_AS_BINARY(X, op, dtypes, ...) X(op##_backward, dtypes, None, no_grad, -, none)
 
 // Pointwise ops on two tensors, broadcast together (kernel: BinaryOp), then the activations' backward rows.
+// leaky_relu_backward(grad, self, alpha = negative_slope) is also leaky_relu's forward kernel (grad = self).
 //   X(op, dtypes, args, grad, node, autocast)
-#define BYTEGRAD_BINARY_OPS(X)                                                                            \
-  X(add, any, Alpha, grad, AddBackward0, none)                                                            \
-  X(sub, any, Alpha, grad, SubBackward0, none)                                                            \
-  X(mul, any, None, grad, MulBackward0, none)                                                             \
-  X(div, floating, None, grad, DivBackward0, none)                                                        \
-  X(pow, not_bool, None, no_grad, -, fp32)                                                                \
-  X(maximum, any, None, no_grad, -, none)                                                                 \
-  X(minimum, any, None, no_grad, -, none)                                                                 \
-  X(eq, to_bool, None, no_grad, -, none)                                                                  \
-  X(ne, to_bool, None, no_grad, -, none)                                                                  \
-  X(lt, to_bool, None, no_grad, -, none)                                                                  \
-  X(le, to_bool, None, no_grad, -, none)                                                                  \
-  X(gt, to_bool, None, no_grad, -, none)                                                                  \
-  X(ge, to_bool, None, no_grad, -, none)                                                                  \
-  X(logical_and, to_bool, None, no_grad, -, none)                                                         \
-  X(logical_or, to_bool, None, no_grad, -, none)                                                          \
-  X(leaky_relu_backward, floating, Alpha, no_grad, -, none) /* a: grad, b: self, alpha: negative_slope */ \
+#define BYTEGRAD_BINARY_OPS(X)                              \
+  X(add, any, Alpha, grad, AddBackward0, none)              \
+  X(sub, any, Alpha, grad, SubBackward0, none)              \
+  X(mul, any, None, grad, MulBackward0, none)               \
+  X(div, floating, None, grad, DivBackward0, none)          \
+  X(pow, not_bool, None, no_grad, -, fp32)                  \
+  X(maximum, any, None, no_grad, -, none)                   \
+  X(minimum, any, None, no_grad, -, none)                   \
+  X(eq, to_bool, None, no_grad, -, none)                    \
+  X(ne, to_bool, None, no_grad, -, none)                    \
+  X(lt, to_bool, None, no_grad, -, none)                    \
+  X(le, to_bool, None, no_grad, -, none)                    \
+  X(gt, to_bool, None, no_grad, -, none)                    \
+  X(ge, to_bool, None, no_grad, -, none)                    \
+  X(logical_and, to_bool, None, no_grad, -, none)           \
+  X(logical_or, to_bool, None, no_grad, -, none)            \
+  X(leaky_relu_backward, floating, Alpha, no_grad, -, none) \
   BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_AS_BINARY, X)
 
 // A binary op with a Python-number operand (args: Scalar), which never becomes a device tensor. kernel:
