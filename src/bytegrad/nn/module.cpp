@@ -152,8 +152,12 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::st
                                                                            bool include) {
     if (!seen.insert(&m).second) return;
     if (include) out.emplace_back(path, &m);
-    for (const auto& [child_name, child] : m.children_)
-      if (child) visit(*child, path.empty() ? child_name : path + "." + child_name, true);
+    for (const auto& [child_name, child] : m.children_) {
+      if (!child) continue;
+      std::string child_path = path;
+      if (!child_path.empty()) child_path += '.';
+      visit(*child, child_path += child_name, true);
+    }
   };
   visit(*this, prefix, include_self);
   return out;
