@@ -28,4 +28,5 @@ check() {
 
 check silu 2 'silu|silu_backward|SiLU|SiluBackward0'
 check exp 3 'exp|ExpBackward0'
+check rsqrt 3 'rsqrt|RsqrtBackward0'  # a unary row with a formula, added after the doc was written
 exit $failed

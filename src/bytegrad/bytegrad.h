@@ -43,6 +43,7 @@
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/module.h"
 #include "bytegrad/nn/module_dict.h"
+#include "bytegrad/nn/module_holder.h"
 #include "bytegrad/nn/module_list.h"
 #include "bytegrad/nn/sequential.h"
 #include "bytegrad/nn/serialization.h"

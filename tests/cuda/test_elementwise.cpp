@@ -104,8 +104,8 @@ TEST_CASE("copy rounds float32 to float16 and bfloat16 to nearest even, as PyTor
 
 TEST_CASE("unary ops match cpu on transposed inputs (float32, float64, float16, bfloat16)") {
   require_gpu();
-  std::vector<UnaryOp> ops = {UnaryOp::neg, UnaryOp::abs,  UnaryOp::exp,
-                              UnaryOp::log, UnaryOp::sqrt, UnaryOp::logical_not};
+  std::vector<UnaryOp> ops = {UnaryOp::neg,   UnaryOp::abs, UnaryOp::exp, UnaryOp::log,         UnaryOp::sqrt,
+                              UnaryOp::rsqrt, UnaryOp::cos, UnaryOp::sin, UnaryOp::log_sigmoid, UnaryOp::logical_not};
 #define BYTEGRAD_ACTIVATION_FORWARD(op, ...) ops.push_back(UnaryOp::op);  // every activation row
   BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_FORWARD)
 #undef BYTEGRAD_ACTIVATION_FORWARD
@@ -118,7 +118,7 @@ TEST_CASE("unary ops match cpu on transposed inputs (float32, float64, float16, 
       positive = from_values(v, {40, 31}, dtype);
     }
     for (UnaryOp op : ops) {
-      Pair in = (op == UnaryOp::log || op == UnaryOp::sqrt) ? positive : x;
+      Pair in = (op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::rsqrt) ? positive : x;
       in = in.map(transposed);
       Pair out = empty_pair({31, 40}, dtype);
       cpu().unary(op, out.cpu_view(), in.cpu_view());

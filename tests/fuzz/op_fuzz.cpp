@@ -643,6 +643,7 @@ double binary_ref(std::string_view op, double a, double b, double alpha, ScalarT
     const double pdf = std::exp(-0.5 * b * b) / std::sqrt(2 * M_PI);
     return a * (cdf + b * pdf);
   }
+  if (op == "leaky_relu_backward") return b > 0 ? a : a * alpha;
   if (op == "silu_backward") {
     const double s = sigmoid_ref(b);
     return a * s * (1 + b * (1 - s));
@@ -658,6 +659,10 @@ double unary_ref(std::string_view op, double x, ScalarType t) {
   if (op == "log") return std::log(x);
   if (op == "sqrt") return std::sqrt(x);
   if (op == "reciprocal") return 1 / x;
+  if (op == "rsqrt") return 1 / std::sqrt(x);
+  if (op == "cos") return std::cos(x);
+  if (op == "sin") return std::sin(x);
+  if (op == "log_sigmoid") return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x)));
   if (op == "relu") return std::isnan(x) ? x : x > 0 ? x : 0.0;
   if (op == "sigmoid") return sigmoid_ref(x);
   if (op == "tanh") return std::tanh(x);
@@ -2588,6 +2593,64 @@ void add_more_nn_drivers(Drivers& drivers) {
                                    [](const std::vector<Tensor>& in, const Plan& p) {
                                      return mse_loss(in[0], in[1], static_cast<Reduction>(p.ints[0]));
                                    }};
+
+  // leaky_relu(x, slope): x > 0 ? x : x * slope.
+  drivers[OpId::leaky_relu] =
+      Driver{[](Gen& g) {
+               Plan p;
+               g.specials = true;
+               g.tensor(p, g.dtype_like(g.float_dtype(), 10), g.shape());
+               p.scalars = {g.chance(50) ? 0.01 : 0.2};
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               const Host x = host_view(p, 0);
+               check_dtype_rule(e, DtypeRule::floating, x.dtype, "leaky_relu");
+               e.dtype = x.dtype;
+               e.sizes = x.sizes;
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan& p, const Expect&) {
+               Values out(in[0].v.size());
+               for (size_t k = 0; k < out.size(); ++k) out[k] = in[0].v[k] > 0 ? in[0].v[k] : in[0].v[k] * p.scalars[0];
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) { return leaky_relu(in[0], p.scalars[0]); }};
+
+  // binary_cross_entropy_with_logits: input and target of one shape and dtype.
+  drivers[OpId::binary_cross_entropy_with_logits] =
+      Driver{[](Gen& g) {
+               Plan p;
+               const ScalarType t = g.dtype_like(g.float_dtype(), 10);
+               const Shape shape = g.shape();
+               g.tensor(p, t, shape);
+               g.tensor(p, t, g.chance(90) ? shape : g.shape());
+               p.ints = {g.pick(3)};
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               const Host a = host_view(p, 0), b = host_view(p, 1);
+               check_dtype_rule(e, DtypeRule::floating, a.dtype, "binary_cross_entropy_with_logits");
+               if (a.sizes != b.sizes) e.refuse("shape", "binary_cross_entropy_with_logits: sizes differ");
+               e.dtype = a.dtype;
+               e.sizes = p.ints[0] == 0 ? a.sizes : Shape{};
+               e.tolerance_scale = 4;
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan& p, const Expect&) {
+               Values out(in[0].v.size());
+               for (size_t k = 0; k < out.size(); ++k) {
+                 const double x = in[0].v[k], t = in[1].v[k];
+                 out[k] = (1 - t) * x - (std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x))));
+               }
+               if (p.ints[0] == 0) return out;
+               return Values{p.ints[0] == 2 ? sum_of(out) : sum_of(out) / static_cast<double>(out.size())};
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) {
+               return binary_cross_entropy_with_logits(in[0], in[1], static_cast<Reduction>(p.ints[0]));
+             }};
 
   // lerp_, addcmul_, addcdiv_: self updated in place from operands broadcast to its shape.
   struct Update {

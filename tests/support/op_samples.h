@@ -78,6 +78,21 @@ inline const std::map<OpId, OpSample>& op_samples() {
     row(OpId::log, one_positive({3, 4}), [](auto& v) { return log(v[0]); });
     row(OpId::sqrt, one_positive({3, 4}), [](auto& v) { return sqrt(v[0]); });
     row(OpId::reciprocal, one_positive({3, 4}), [](auto& v) { return reciprocal(v[0]); });
+    row(OpId::rsqrt, one_positive({3, 4}), [](auto& v) { return rsqrt(v[0]); });
+    row(OpId::cos, one({3, 4}), [](auto& v) { return cos(v[0]); });
+    row(OpId::sin, one({3, 4}), [](auto& v) { return sin(v[0]); });
+    row(
+        OpId::log_sigmoid, one({3, 4}), [](auto& v) { return log_sigmoid(v[0]); }, 0);
+    row(OpId::leaky_relu, one({3, 4}), [](auto& v) { return leaky_relu(v[0], 0.2); });
+    row(
+        OpId::leaky_relu_backward, two({3, 4}, {3, 4}), [](auto& v) { return leaky_relu_backward(v[0], v[1], 0.2); },
+        0);
+    row(
+        OpId::binary_cross_entropy_with_logits,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), rand({3, 4}, f64(d))};
+        },
+        [](auto& v) { return binary_cross_entropy_with_logits(v[0], v[1]); }, 2);
     row(OpId::logical_not, one({3, 4}), [](auto& v) { return logical_not(v[0]); });
     // ---- activations: built from the table's rows (sample column), forward and fused backward
 #define BYTEGRAD_ACTIVATION_SAMPLE(op, dtypes, saves, node, autocast, cuda, module, sample) \

@@ -230,6 +230,14 @@ def op_table_cases():
         C.append((f"clamp_min {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp_min(x, -0.5))))
         C.append((f"clamp_max {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp_max(x, 0.5))))
         C.append((f"clamp {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.clamp(x, -0.5, 0.5))))
+        C.append((f"rsqrt {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.rsqrt(x))))
+        C.append((f"cos {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.cos(x))))
+        C.append((f"sin {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: torch.sin(x))))
+        C.append((f"leaky_relu {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x: F.leaky_relu(x, 0.01))))
+        for red in ["mean", "sum", "none"]:
+            C.append((f"binary_cross_entropy_with_logits {red} {list(shape)}",
+                      fb(lambda s=shape: (rg(*s), torch.rand(*s, device=DEV)),
+                         lambda x, t, red=red: F.binary_cross_entropy_with_logits(x, t, reduction=red))))
     # linalg.vector_norm with ord=inf (AbsMaxOps) and ord=1 (NormOneOps), forward only (no grad in bytegrad):
     # the output, then the reduction's staging buffer and semaphores when the launch splits the input.
     for shape in [(1000, 300), (4096, 4096), (7,)]:
@@ -242,6 +250,23 @@ def op_table_cases():
         C.append((f"mv [{m},{n}]", fb(lambda m=m, n=n: (rg(m, n), rg(n)), lambda a, v: torch.matmul(a, v))))
     for name, fn in C:
         CASES.append(("op_table", name, fn))
+
+
+def composite_cases():
+    """Ops PyTorch composes from others (no node of their own): cross_entropy with label_smoothing."""
+    C = []
+    for n, c in [(64, 10), (1024, 1000)]:
+        def tgt(n=n, c=c):
+            return torch.randint(0, c, (n,), device=DEV)
+        for red in ["mean", "sum", "none"]:
+            C.append((f"cross_entropy ls=0.1 {red} [{n},{c}]",
+                      fb(lambda n=n, c=c, tgt=tgt: (rg(n, c), tgt()),
+                         lambda x, t, red=red: F.cross_entropy(x, t, reduction=red, label_smoothing=0.1))))
+    for shape, repeats, dim in [((64, 32), 2, 1), ((1024, 1024), 3, 0), ((7,), 4, 0)]:
+        C.append((f"repeat_interleave r={repeats} dim={dim} {list(shape)}",
+                  fb(lambda s=shape: (rg(*s),), lambda x, r=repeats, d=dim: torch.repeat_interleave(x, r, dim=d))))
+    for name, fn in C:
+        CASES.append(("composite", name, fn))
 
 
 # ------------------------------------------------------------------ type promotion
@@ -324,6 +349,7 @@ def main():
     layernorm_cases()
     ops_cases()
     op_table_cases()
+    composite_cases()
     promotion_cases()
     optim_cases()
     with open(out_path, "w") as f:

@@ -29,14 +29,15 @@ bool obeys_layout_contract(const Tensor& grad, const Tensor& variable) {
 }
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
-  if (!grads.at(0).defined()) return {};
-  accumulate(std::move(grads[0]));
-  // The incoming gradient is gone by now (PyTorch's engine frees it after the hooks; they allocate nothing
-  // that could land differently).
+  Tensor new_grad = std::move(grads.at(0));
   AutogradMeta& meta = ensure_autograd_meta(variable_);
-  // A hook may register or remove hooks: run over a copy.
-  const auto hooks = meta.post_accumulate_grad_hooks;
-  for (const auto& [handle, hook] : hooks) hook(variable_);
+  if (meta.hooks) meta.hooks->run(new_grad);  // the leaf's register_hook hooks, before accumulating
+  if (!new_grad.defined()) return {};
+  accumulate(std::move(new_grad));
+  // The incoming gradient is gone by now (PyTorch's engine frees it after the hooks; they allocate nothing
+  // that could land differently). A post-accumulate hook may register or remove hooks: run over a copy.
+  const auto post_hooks = ensure_autograd_meta(variable_).post_accumulate_grad_hooks;
+  for (const auto& [handle, hook] : post_hooks) hook(variable_);
   return {};
 }
 

@@ -27,6 +27,9 @@ struct AutogradMeta {
   // Run, in registration order, each time AccumulateGrad has updated this leaf's .grad (PyTorch's
   // post-accumulate-grad hooks: DDP's reducer watches every parameter this way). Keyed for removal.
   std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
+  // register_hook's hooks (null until one is registered): run by grad_fn before its backward, or for a
+  // leaf by its AccumulateGrad.
+  std::shared_ptr<GradientHooks> hooks;
 };
 
 // The tensor's autograd metadata, or null when it has none.

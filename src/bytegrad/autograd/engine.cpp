@@ -124,6 +124,7 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
       const std::string node_name = node.name();
       AllocationScope scope(node_name);
       KernelProfileLabel profile_label(node_name);  // BYTEGRAD_PROFILE_KERNELS: the node's kernel time
+      node.run_tensor_pre_hooks(inputs);
       outputs = node.apply(std::move(inputs));
       if (outputs.size() < node.next_edges.size()) outputs.resize(node.next_edges.size());
       for (size_t i = 0; i < node.next_edges.size(); ++i) {

@@ -26,6 +26,15 @@ class NoGradGuard : public GradModeGuard {
   NoGradGuard() : GradModeGuard(false) {}
 };
 
+// libtorch's InferenceMode guard (torch.inference_mode()): records nothing, as NoGradGuard; on the device
+// it allocates exactly what no_grad does (inference tensors differ from no_grad ones only in skipping
+// version counters and views' metadata, which live on the host). InferenceMode(false) leaves grad mode as
+// it is.
+class InferenceMode : public GradModeGuard {
+ public:
+  explicit InferenceMode(bool enabled = true) : GradModeGuard(!enabled && grad_mode_enabled()) {}
+};
+
 // Turns recording back on inside a NoGradGuard.
 class EnableGradGuard : public GradModeGuard {
  public:

@@ -15,6 +15,15 @@ namespace bytegrad {
 class Node;
 using TensorList = std::vector<Tensor>;
 
+// One tensor's gradient hooks (Tensor::register_hook), in registration order, each under the id its handle
+// removes. Shared by the tensor's metadata and the node whose input the tensor's gradient is.
+struct GradientHooks {
+  std::vector<std::pair<uint64_t, GradientHook>> hooks;
+  uint64_t next_id = 0;
+  // Runs every hook on `grad` (when defined), each defined result replacing it.
+  void run(Tensor& grad) const;
+};
+
 // Where a gradient goes: input `input_nr` of `function` (null when that input needs no gradient).
 struct Edge {
   std::shared_ptr<Node> function;
@@ -71,6 +80,10 @@ class Node {
   const std::string& module() const;
   std::vector<Edge> next_edges;
   std::vector<GradientMetadata> input_metadata;  // one per gradient this node receives
+  // Gradient hooks of the tensors this node made (by output number), run on the incoming gradients before
+  // apply, as PyTorch's tensor pre-hooks.
+  std::vector<std::pair<uint32_t, std::shared_ptr<GradientHooks>>> tensor_pre_hooks;
+  void run_tensor_pre_hooks(TensorList& grads) const;
 
  protected:
   explicit Node(uint64_t sequence_nr);

@@ -68,4 +68,21 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 
 Tensor Tensor::detach() const { return alias(); }
 
+RemovableHandle Tensor::register_gradient_hook(GradientHook hook) const {
+  if (!requires_grad())
+    throw std::runtime_error("register_hook: cannot register a hook on a tensor that doesn't require gradient (" +
+                             describe(*this) + ")");
+  AutogradMeta& meta = ensure_autograd_meta(*this);
+  if (!meta.hooks) {
+    meta.hooks = std::make_shared<GradientHooks>();
+    if (meta.grad_fn) meta.grad_fn->tensor_pre_hooks.emplace_back(meta.output_nr, meta.hooks);
+  }
+  const uint64_t id = meta.hooks->next_id++;
+  meta.hooks->hooks.emplace_back(id, std::move(hook));
+  return RemovableHandle([weak = std::weak_ptr<GradientHooks>(meta.hooks), id] {
+    if (const std::shared_ptr<GradientHooks> hooks = weak.lock())
+      std::erase_if(hooks->hooks, [id](const auto& entry) { return entry.first == id; });
+  });
+}
+
 }  // namespace bytegrad

@@ -40,6 +40,10 @@
   X(log, floating, grad, LogBackward0, fp32)               \
   X(sqrt, floating, grad, SqrtBackward0, none)             \
   X(reciprocal, floating, grad, ReciprocalBackward0, fp32) \
+  X(rsqrt, floating, grad, RsqrtBackward0, fp32)           \
+  X(cos, floating, grad, CosBackward0, none)               \
+  X(sin, floating, grad, SinBackward0, none)               \
+  X(log_sigmoid, floating, no_grad, -, none)               \
   X(logical_not, to_bool, no_grad, -, none)                \
   BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_AS_UNARY, X)
 
@@ -68,23 +72,25 @@
 #define BYTEGRAD_ACTIVATION_AS_BINARY(X, op, dtypes, ...) X(op##_backward, dtypes, None, no_grad, -, none)
 
 // Pointwise ops on two tensors, broadcast together (kernel: BinaryOp), then the activations' backward rows.
+// leaky_relu_backward(grad, self, alpha = negative_slope) is also leaky_relu's forward kernel (grad = self).
 //   X(op, dtypes, args, grad, node, autocast)
-#define BYTEGRAD_BINARY_OPS(X)                     \
-  X(add, any, Alpha, grad, AddBackward0, none)     \
-  X(sub, any, Alpha, grad, SubBackward0, none)     \
-  X(mul, any, None, grad, MulBackward0, none)      \
-  X(div, floating, None, grad, DivBackward0, none) \
-  X(pow, not_bool, None, no_grad, -, fp32)         \
-  X(maximum, any, None, no_grad, -, none)          \
-  X(minimum, any, None, no_grad, -, none)          \
-  X(eq, to_bool, None, no_grad, -, none)           \
-  X(ne, to_bool, None, no_grad, -, none)           \
-  X(lt, to_bool, None, no_grad, -, none)           \
-  X(le, to_bool, None, no_grad, -, none)           \
-  X(gt, to_bool, None, no_grad, -, none)           \
-  X(ge, to_bool, None, no_grad, -, none)           \
-  X(logical_and, to_bool, None, no_grad, -, none)  \
-  X(logical_or, to_bool, None, no_grad, -, none)   \
+#define BYTEGRAD_BINARY_OPS(X)                              \
+  X(add, any, Alpha, grad, AddBackward0, none)              \
+  X(sub, any, Alpha, grad, SubBackward0, none)              \
+  X(mul, any, None, grad, MulBackward0, none)               \
+  X(div, floating, None, grad, DivBackward0, none)          \
+  X(pow, not_bool, None, no_grad, -, fp32)                  \
+  X(maximum, any, None, no_grad, -, none)                   \
+  X(minimum, any, None, no_grad, -, none)                   \
+  X(eq, to_bool, None, no_grad, -, none)                    \
+  X(ne, to_bool, None, no_grad, -, none)                    \
+  X(lt, to_bool, None, no_grad, -, none)                    \
+  X(le, to_bool, None, no_grad, -, none)                    \
+  X(gt, to_bool, None, no_grad, -, none)                    \
+  X(ge, to_bool, None, no_grad, -, none)                    \
+  X(logical_and, to_bool, None, no_grad, -, none)           \
+  X(logical_or, to_bool, None, no_grad, -, none)            \
+  X(leaky_relu_backward, floating, Alpha, no_grad, -, none) \
   BYTEGRAD_ACTIVATION_TABLE(BYTEGRAD_ACTIVATION_AS_BINARY, X)
 
 // A binary op with a Python-number operand (args: Scalar), which never becomes a device tensor. kernel:
@@ -110,72 +116,74 @@
 
 // Every other op. kernel: the KernelBackend method that computes it (none: a view, no kernel).
 //   X(op, kernel, dtypes, args, grad, node)
-#define BYTEGRAD_STRUCTURED_OPS(X)                                                                                \
-  /* reductions (tensor/ops_reduce.cpp) */                                                                        \
-  X(sum, reduce, any, None, grad, SumBackward0)                                                                   \
-  X(sum_dims, reduce, any, Dims, grad, SumBackward1)                                                              \
-  X(mean, reduce, floating, None, grad, MeanBackward0)                                                            \
-  X(mean_dims, reduce, floating, Dims, grad, MeanBackward1)                                                       \
-  X(prod, reduce, any, None, no_grad, -)                                                                          \
-  X(max, reduce, any, None, no_grad, -)                                                                           \
-  X(min, reduce, any, None, no_grad, -)                                                                           \
-  X(amax, reduce, any, Dims, no_grad, -)                                                                          \
-  X(amin, reduce, any, Dims, no_grad, -)                                                                          \
-  X(norm, reduce, floating, Dims, grad, LinalgVectorNormBackward0)                                                \
-  X(var, reduce_variance, floating, Variance, grad, VarBackward0)                                                 \
-  X(std, reduce_variance, floating, Variance, grad, StdBackward0)                                                 \
-  /* matrix products (tensor/ops_matmul.cpp) */                                                                   \
-  X(mm, gemm, not_bool, None, grad, MmBackward0)                                                                  \
-  X(bmm, gemm, not_bool, None, grad, BmmBackward0)                                                                \
-  X(addmm, gemm, not_bool, Addmm, grad, AddmmBackward0)                                                           \
-  X(dot, gemm, not_bool, None, grad, DotBackward0)                                                                \
-  X(mv, gemm, not_bool, None, grad, MvBackward0)                                                                  \
-  /* views (tensor/tensor.cpp) */                                                                                 \
-  X(view, none, any, None, grad, ViewBackward0)                                                                   \
-  X(t, none, any, None, grad, TBackward0)                                                                         \
-  X(transpose, none, any, Transpose, grad, TransposeBackward0)                                                    \
-  X(permute, none, any, Permutation, grad, PermuteBackward0)                                                      \
-  X(expand, none, any, None, grad, ExpandBackward0)                                                               \
-  X(unsqueeze, none, any, Dim, grad, UnsqueezeBackward0)                                                          \
-  X(squeeze, none, any, None, grad, SqueezeBackward0)                                                             \
-  X(select, none, any, Select, grad, SelectBackward0)                                                             \
-  X(slice, none, any, Slice, grad, SliceBackward0)                                                                \
-  X(unbind, none, any, Dim, grad, UnbindBackward0)                                                                \
-  X(split, none, any, Split, grad, SplitBackward0)                                                                \
-  /* copies and joins (tensor/tensor.cpp, tensor/ops_index.cpp) */                                                \
-  X(clone, copy, any, None, grad, CloneBackward0)                                                                 \
-  X(to_dtype, copy, any, None, grad, ToCopyBackward0)                                                             \
-  X(to_device, copy, any, None, grad, ToCopyBackward0)                                                            \
-  X(copy, copy, any, None, no_grad, -)                                                                            \
-  X(cat, copy, any, Dim, grad, CatBackward0)                                                                      \
-  X(stack, copy, any, Dim, grad, StackBackward0)                                                                  \
-  X(constant_pad_nd, copy, any, Pad, grad, ConstantPadNdBackward0)                                                \
-  /* indexing and nn (tensor/ops_index.cpp, ops_nn.cpp, ops_norm.cpp, ...) */                                     \
-  X(index_select, index_select, any, Dim, grad, IndexSelectBackward0)                                             \
-  X(gather, gather, any, Dim, no_grad, -)                                                                         \
-  X(embedding, index_select, any, None, grad, EmbeddingBackward0)                                                 \
-  X(softmax, softmax, floating, Dim, grad, SoftmaxBackward0)                                                      \
-  X(log_softmax, softmax, floating, Dim, grad, LogSoftmaxBackward0)                                               \
-  X(masked_fill, masked_fill, any, Scalar, grad, MaskedFillBackward0)                                             \
-  X(where, where, any, None, grad, WhereBackward0)                                                                \
-  X(dropout, binary, floating, Dropout, grad, NativeDropoutBackward0)                                             \
-  X(native_layer_norm, layer_norm, floating, LayerNorm, grad, NativeLayerNormBackward0)                           \
-  X(triu, triangle, any, Diagonal, grad, TriuBackward0)                                                           \
-  X(tril, triangle, any, Diagonal, grad, TrilBackward0)                                                           \
-  X(clamp, binary_scalar, not_bool, Clamp, grad, ClampBackward1)                                                  \
-  /* scaled_dot_product_attention's fused backends (tensor/ops_attention.cpp) */                                  \
-  X(scaled_dot_product_cudnn_attention, sdpa, floating, Attention, grad, ScaledDotProductCudnnAttentionBackward0) \
-  X(scaled_dot_product_efficient_attention, sdpa, floating, Attention, grad,                                      \
-    ScaledDotProductEfficientAttentionBackward0)                                                                  \
-  X(scaled_dot_product_flash_attention, sdpa, floating, Attention, grad, ScaledDotProductFlashAttentionBackward0) \
-  /* losses (tensor/ops_loss.cpp) */                                                                              \
-  X(nll_loss, nll_loss, floating, NllLoss, grad, NllLossBackward0)                                                \
-  X(mse_loss, binary, floating, LossReduction, grad, MseLossBackward0)                                            \
-  /* in-place updates (fill_, lerp_, addcmul_, addcdiv_: tensor/ops_inplace.cpp) */                               \
-  X(fill, fill, any, Scalar, grad, FillBackward0)                                                                 \
-  X(zero, fill, any, None, grad, ZeroBackward0)                                                                   \
-  X(lerp, ternary, floating, Scalar, no_grad, -)                                                                  \
-  X(addcmul, ternary, floating, Scalar, no_grad, -)                                                               \
+#define BYTEGRAD_STRUCTURED_OPS(X)                                                                                  \
+  /* reductions (tensor/ops_reduce.cpp) */                                                                          \
+  X(sum, reduce, any, None, grad, SumBackward0)                                                                     \
+  X(sum_dims, reduce, any, Dims, grad, SumBackward1)                                                                \
+  X(mean, reduce, floating, None, grad, MeanBackward0)                                                              \
+  X(mean_dims, reduce, floating, Dims, grad, MeanBackward1)                                                         \
+  X(prod, reduce, any, None, no_grad, -)                                                                            \
+  X(max, reduce, any, None, no_grad, -)                                                                             \
+  X(min, reduce, any, None, no_grad, -)                                                                             \
+  X(amax, reduce, any, Dims, no_grad, -)                                                                            \
+  X(amin, reduce, any, Dims, no_grad, -)                                                                            \
+  X(norm, reduce, floating, Dims, grad, LinalgVectorNormBackward0)                                                  \
+  X(var, reduce_variance, floating, Variance, grad, VarBackward0)                                                   \
+  X(std, reduce_variance, floating, Variance, grad, StdBackward0)                                                   \
+  /* matrix products (tensor/ops_matmul.cpp) */                                                                     \
+  X(mm, gemm, not_bool, None, grad, MmBackward0)                                                                    \
+  X(bmm, gemm, not_bool, None, grad, BmmBackward0)                                                                  \
+  X(addmm, gemm, not_bool, Addmm, grad, AddmmBackward0)                                                             \
+  X(dot, gemm, not_bool, None, grad, DotBackward0)                                                                  \
+  X(mv, gemm, not_bool, None, grad, MvBackward0)                                                                    \
+  /* views (tensor/tensor.cpp) */                                                                                   \
+  X(view, none, any, None, grad, ViewBackward0)                                                                     \
+  X(t, none, any, None, grad, TBackward0)                                                                           \
+  X(transpose, none, any, Transpose, grad, TransposeBackward0)                                                      \
+  X(permute, none, any, Permutation, grad, PermuteBackward0)                                                        \
+  X(expand, none, any, None, grad, ExpandBackward0)                                                                 \
+  X(unsqueeze, none, any, Dim, grad, UnsqueezeBackward0)                                                            \
+  X(squeeze, none, any, None, grad, SqueezeBackward0)                                                               \
+  X(select, none, any, Select, grad, SelectBackward0)                                                               \
+  X(slice, none, any, Slice, grad, SliceBackward0)                                                                  \
+  X(unbind, none, any, Dim, grad, UnbindBackward0)                                                                  \
+  X(split, none, any, Split, grad, SplitBackward0)                                                                  \
+  /* copies and joins (tensor/tensor.cpp, tensor/ops_index.cpp) */                                                  \
+  X(clone, copy, any, None, grad, CloneBackward0)                                                                   \
+  X(to_dtype, copy, any, None, grad, ToCopyBackward0)                                                               \
+  X(to_device, copy, any, None, grad, ToCopyBackward0)                                                              \
+  X(copy, copy, any, None, no_grad, -)                                                                              \
+  X(cat, copy, any, Dim, grad, CatBackward0)                                                                        \
+  X(stack, copy, any, Dim, grad, StackBackward0)                                                                    \
+  X(constant_pad_nd, copy, any, Pad, grad, ConstantPadNdBackward0)                                                  \
+  /* indexing and nn (tensor/ops_index.cpp, ops_nn.cpp, ops_norm.cpp, ...) */                                       \
+  X(index_select, index_select, any, Dim, grad, IndexSelectBackward0)                                               \
+  X(gather, gather, any, Dim, no_grad, -)                                                                           \
+  X(embedding, index_select, any, None, grad, EmbeddingBackward0)                                                   \
+  X(softmax, softmax, floating, Dim, grad, SoftmaxBackward0)                                                        \
+  X(log_softmax, softmax, floating, Dim, grad, LogSoftmaxBackward0)                                                 \
+  X(masked_fill, masked_fill, any, Scalar, grad, MaskedFillBackward0)                                               \
+  X(where, where, any, None, grad, WhereBackward0)                                                                  \
+  X(dropout, binary, floating, Dropout, grad, NativeDropoutBackward0)                                               \
+  X(native_layer_norm, layer_norm, floating, LayerNorm, grad, NativeLayerNormBackward0)                             \
+  X(triu, triangle, any, Diagonal, grad, TriuBackward0)                                                             \
+  X(tril, triangle, any, Diagonal, grad, TrilBackward0)                                                             \
+  X(clamp, binary_scalar, not_bool, Clamp, grad, ClampBackward1)                                                    \
+  X(leaky_relu, binary, floating, Scalar, grad, LeakyReluBackward0)                                                 \
+  /* scaled_dot_product_attention's fused backends (tensor/ops_attention.cpp) */                                    \
+  X(scaled_dot_product_cudnn_attention, sdpa, floating, Attention, grad, ScaledDotProductCudnnAttentionBackward0)   \
+  X(scaled_dot_product_efficient_attention, sdpa, floating, Attention, grad,                                        \
+    ScaledDotProductEfficientAttentionBackward0)                                                                    \
+  X(scaled_dot_product_flash_attention, sdpa, floating, Attention, grad, ScaledDotProductFlashAttentionBackward0)   \
+  /* losses (tensor/ops_loss.cpp) */                                                                                \
+  X(nll_loss, nll_loss, floating, NllLoss, grad, NllLossBackward0)                                                  \
+  X(mse_loss, binary, floating, LossReduction, grad, MseLossBackward0)                                              \
+  X(binary_cross_entropy_with_logits, binary, floating, LossReduction, grad, BinaryCrossEntropyWithLogitsBackward0) \
+  /* in-place updates (fill_, lerp_, addcmul_, addcdiv_: tensor/ops_inplace.cpp) */                                 \
+  X(fill, fill, any, Scalar, grad, FillBackward0)                                                                   \
+  X(zero, fill, any, None, grad, ZeroBackward0)                                                                     \
+  X(lerp, ternary, floating, Scalar, no_grad, -)                                                                    \
+  X(addcmul, ternary, floating, Scalar, no_grad, -)                                                                 \
   X(addcdiv, ternary, floating, Scalar, no_grad, -)
 
 namespace bytegrad {

@@ -9,6 +9,16 @@ namespace bytegrad {
 
 enum class ScalarType : uint8_t { float32, float64, float16, bfloat16, int64, int32, uint8, bool_ };
 
+// libtorch's dtype constants (torch::kFloat, torch::kLong, ...), so `dtype(kHalf)` reads as libtorch does.
+inline constexpr ScalarType kFloat32 = ScalarType::float32, kFloat = kFloat32;
+inline constexpr ScalarType kFloat64 = ScalarType::float64, kDouble = kFloat64;
+inline constexpr ScalarType kFloat16 = ScalarType::float16, kHalf = kFloat16;
+inline constexpr ScalarType kBFloat16 = ScalarType::bfloat16;
+inline constexpr ScalarType kInt64 = ScalarType::int64, kLong = kInt64;
+inline constexpr ScalarType kInt32 = ScalarType::int32, kInt = kInt32;
+inline constexpr ScalarType kUInt8 = ScalarType::uint8, kByte = kUInt8;
+inline constexpr ScalarType kBool = ScalarType::bool_;
+
 inline constexpr size_t element_size(ScalarType type) {
   switch (type) {
     case ScalarType::float64:

@@ -28,7 +28,26 @@ BYTEGRAD_FLOAT_AND_DOUBLE(sqrt, sqrt)
 BYTEGRAD_FLOAT_AND_DOUBLE(tanh, tanh)
 BYTEGRAD_FLOAT_AND_DOUBLE(erf, erf)
 BYTEGRAD_FLOAT_AND_DOUBLE(abs, fabs)
+BYTEGRAD_FLOAT_AND_DOUBLE(cos, cos)
+BYTEGRAD_FLOAT_AND_DOUBLE(sin, sin)
+BYTEGRAD_FLOAT_AND_DOUBLE(log1p, log1p)
 #undef BYTEGRAD_FLOAT_AND_DOUBLE
+// PyTorch's CUDA rsqrt calls the device's rsqrt (rsqrtf: within 2 ulp of 1/sqrt); the host has none, and
+// computes 1 / sqrt as PyTorch's CPU kernel does.
+BYTEGRAD_HOST_DEVICE float m_rsqrt(float x) {
+#ifdef __CUDA_ARCH__
+  return ::rsqrtf(x);
+#else
+  return 1.0F / ::sqrtf(x);
+#endif
+}
+BYTEGRAD_HOST_DEVICE double m_rsqrt(double x) {
+#ifdef __CUDA_ARCH__
+  return ::rsqrt(x);
+#else
+  return 1.0 / ::sqrt(x);
+#endif
+}
 BYTEGRAD_HOST_DEVICE float m_pow(float x, float y) { return ::powf(x, y); }
 BYTEGRAD_HOST_DEVICE double m_pow(double x, double y) { return ::pow(x, y); }
 
@@ -130,7 +149,12 @@ BYTEGRAD_HOST_DEVICE M unary(UnaryOp op, M x) {
     case UnaryOp::log: return static_cast<M>(m_log(r));
     case UnaryOp::sqrt: return static_cast<M>(m_sqrt(r));
     case UnaryOp::reciprocal: return static_cast<M>(R(1) / r);  // 1 / 0 = inf, as PyTorch's kernel
-    case UnaryOp::relu: return x <= M(0) ? M(0) : x;            // NaN stays NaN, as clamp_min(0)
+    case UnaryOp::rsqrt: return static_cast<M>(m_rsqrt(r));     // 1 / sqrt(x): inf at 0, NaN below
+    case UnaryOp::cos: return static_cast<M>(m_cos(r));
+    case UnaryOp::sin: return static_cast<M>(m_sin(r));
+    case UnaryOp::log_sigmoid:  // PyTorch's CUDA kernel: min(x, 0) - log1p(exp(-|x|)), stable for large |x|
+      return static_cast<M>((r < R(0) ? r : R(0)) - m_log1p(m_exp(-m_abs(r))));
+    case UnaryOp::relu: return x <= M(0) ? M(0) : x;  // NaN stays NaN, as clamp_min(0)
     case UnaryOp::sigmoid: return static_cast<M>(R(1) / (R(1) + m_exp(-r)));
     case UnaryOp::tanh: return static_cast<M>(m_tanh(r));
     case UnaryOp::gelu: return static_cast<M>(r * R(0.5) * (R(1) + m_erf(r * static_cast<R>(0.70710678118654752440))));
@@ -166,6 +190,7 @@ BYTEGRAD_HOST_DEVICE M binary(BinaryOp op, M a, M b, M alpha) {
     case BinaryOp::sigmoid_backward: return static_cast<M>(a * (M(1) - b) * b);
     case BinaryOp::tanh_backward: return static_cast<M>(a * (M(1) - b * b));
     case BinaryOp::gelu_backward: return static_cast<M>(a * gelu_derivative(b));
+    case BinaryOp::leaky_relu_backward: return b > M(0) ? a : static_cast<M>(a * alpha);  // leaky_relu too (b = a)
     case BinaryOp::silu_backward: {  // PyTorch's silu_backward: grad * s * (1 + x * (1 - s)), s = sigmoid(x)
       using R = real_t<M>;
       const R x = static_cast<R>(b);

@@ -64,4 +64,15 @@ class Activation : public Module {
 BYTEGRAD_ACTIVATION_OPS(BYTEGRAD_ACTIVATION_MODULE_ROW)
 #undef BYTEGRAD_ACTIVATION_MODULE_ROW
 
+// torch.nn.LeakyReLU(negative_slope): leaky_relu(input, negative_slope), no parameters.
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope_(negative_slope) {}
+  Tensor forward(const Tensor& input) override { return leaky_relu(input, negative_slope_); }
+  double negative_slope() const { return negative_slope_; }
+
+ private:
+  double negative_slope_;
+};
+
 }  // namespace bytegrad::nn

@@ -52,12 +52,17 @@ bool subtree_contains(const Module& root, const Module* target, std::unordered_s
 }  // namespace
 
 Module::Module(const Module& other)
-    : parameters_(other.parameters_), buffers_(other.buffers_), children_(other.children_), training_(other.training_) {
+    : forward_hooks_(other.forward_hooks_),
+      parameters_(other.parameters_),
+      buffers_(other.buffers_),
+      children_(other.children_),
+      training_(other.training_) {
   refresh_memory_roles();
 }
 
 Module::Module(Module&& other) noexcept
-    : parameters_(std::move(other.parameters_)),
+    : forward_hooks_(std::move(other.forward_hooks_)),
+      parameters_(std::move(other.parameters_)),
       buffers_(std::move(other.buffers_)),
       children_(std::move(other.children_)),
       memory_roles_(std::move(other.memory_roles_)),
@@ -68,6 +73,7 @@ Module::Module(Module&& other) noexcept
 
 Module& Module::operator=(const Module& other) {
   if (this != &other) {
+    forward_hooks_ = other.forward_hooks_;
     parameters_ = other.parameters_;
     buffers_ = other.buffers_;
     children_ = other.children_;
@@ -81,6 +87,7 @@ Module& Module::operator=(Module&& other) noexcept {
   if (this != &other) {
     for (auto& [name, child] : children_)
       if (child->parent_ == this) child->parent_ = nullptr;
+    forward_hooks_ = std::move(other.forward_hooks_);
     parameters_ = std::move(other.parameters_);
     buffers_ = std::move(other.buffers_);
     children_ = std::move(other.children_);
@@ -95,6 +102,79 @@ Module& Module::operator=(Module&& other) noexcept {
 Module::~Module() {
   for (auto& [name, child] : children_)
     if (child && child->parent_ == this) child->parent_ = nullptr;
+}
+
+Tensor Module::call_forward(const Tensor& input) {
+  if (parent_ == nullptr) return forward(input);
+  ModuleScope scope(name());
+  return forward(input);
+}
+
+Tensor Module::operator()(const Tensor& input) {
+  if (!forward_hooks_ || (forward_hooks_->pre.empty() && forward_hooks_->post.empty())) return call_forward(input);
+  // Copies of the lists: a hook may remove itself (or another) while they run.
+  const std::shared_ptr<ForwardHooks> hooks = forward_hooks_;
+  Tensor x = input;
+  for (const auto& [id, hook] : std::vector(hooks->pre))
+    if (std::optional<Tensor> replaced = hook(*this, x)) x = std::move(*replaced);
+  Tensor out = call_forward(x);
+  for (const auto& [id, hook] : std::vector(hooks->post))
+    if (std::optional<Tensor> replaced = hook(*this, x, out)) out = std::move(*replaced);
+  return out;
+}
+
+namespace {
+template <typename Hook>
+RemovableHandle add_hook(std::shared_ptr<ForwardHooks>& slot,
+                         std::vector<std::pair<uint64_t, Hook>> ForwardHooks::*list, Hook hook) {
+  if (!slot) slot = std::make_shared<ForwardHooks>();
+  const uint64_t id = slot->next_id++;
+  ((*slot).*list).emplace_back(id, std::move(hook));
+  return RemovableHandle([weak = std::weak_ptr<ForwardHooks>(slot), list, id] {
+    if (const std::shared_ptr<ForwardHooks> hooks = weak.lock())
+      std::erase_if((*hooks).*list, [id](const auto& entry) { return entry.first == id; });
+  });
+}
+}  // namespace
+
+RemovableHandle Module::add_forward_pre_hook(ForwardPreHook hook) {
+  return add_hook(forward_hooks_, &ForwardHooks::pre, std::move(hook));
+}
+
+RemovableHandle Module::add_forward_hook(ForwardHook hook) {
+  return add_hook(forward_hooks_, &ForwardHooks::post, std::move(hook));
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix, bool include_self) {
+  std::vector<std::pair<std::string, Module*>> out;
+  std::unordered_set<const Module*> seen;
+  const std::function<void(Module&, const std::string&, bool)> visit = [&](Module& m, const std::string& path,
+                                                                           bool include) {
+    if (!seen.insert(&m).second) return;
+    if (include) out.emplace_back(path, &m);
+    for (const auto& [child_name, child] : m.children_) {
+      if (!child) continue;
+      std::string child_path = path;
+      if (!child_path.empty()) child_path += '.';
+      visit(*child, child_path += child_name, true);
+    }
+  };
+  visit(*this, prefix, include_self);
+  return out;
+}
+
+std::vector<Module*> Module::modules(bool include_self) {
+  std::vector<Module*> out;
+  for (const auto& [path, m] : named_modules("", include_self)) out.push_back(m);
+  return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  std::unordered_set<const Module*> applied;  // a child registered twice is applied once, as children() lists it
+  for (const auto& [child_name, child] : children_)
+    if (child && applied.insert(child.get()).second) child->apply(fn);
+  fn(*this);
+  return *this;
 }
 
 std::string Module::name() const {

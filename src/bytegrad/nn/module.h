@@ -1,13 +1,17 @@
 // Module: a tree of parameters, buffers and child modules, like torch.nn.Module.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "bytegrad/autograd/module_scope.h"
+#include "bytegrad/core/removable_handle.h"
 #include "bytegrad/tensor/memory_role.h"
 #include "bytegrad/tensor/tensor.h"
 #include "bytegrad/tensor/tensor_dict.h"
@@ -22,6 +26,34 @@ struct IncompatibleKeys {
 };
 
 struct StateLoadPlan;  // load_state_dict's checks and copies, gathered before anything is written
+class Module;
+
+// Module hooks as torch.nn.Module's: a forward pre-hook sees (module, input) before forward and may return
+// a replacement input; a forward hook sees (module, input, output) after it and may return a replacement
+// output. nullopt (or an undefined Tensor) keeps what was there.
+using ForwardPreHook = std::function<std::optional<Tensor>(Module&, const Tensor&)>;
+using ForwardHook = std::function<std::optional<Tensor>(Module&, const Tensor&, const Tensor&)>;
+struct ForwardHooks {
+  std::vector<std::pair<uint64_t, ForwardPreHook>> pre;
+  std::vector<std::pair<uint64_t, ForwardHook>> post;
+  uint64_t next_id = 0;
+};
+
+namespace module_detail {
+// A hook's result as an optional replacement: void and undefined tensors replace nothing.
+template <typename Hook, typename... Args>
+std::optional<Tensor> replacement(Hook& hook, Args&... args) {
+  using Result = std::invoke_result_t<Hook&, Args&...>;
+  if constexpr (std::is_void_v<Result>) {
+    hook(args...);
+    return std::nullopt;
+  } else {
+    std::optional<Tensor> result = hook(args...);
+    if (result && !result->defined()) return std::nullopt;
+    return result;
+  }
+}
+}  // namespace module_detail
 
 class Module {
  public:
@@ -36,12 +68,24 @@ class Module {
 
   virtual Tensor forward(const Tensor& input) = 0;
   // Runs forward inside a ModuleScope naming this module by its path in the model (name()), so autograd
-  // nodes made here say which module made them (saved_tensors()). Calling forward() directly skips
-  // this, as calling Python's Module.forward skips __call__'s hooks.
-  Tensor operator()(const Tensor& input) {
-    if (parent_ == nullptr) return forward(input);
-    ModuleScope scope(name());
-    return forward(input);
+  // nodes made here say which module made them (saved_tensors()), with the forward pre-hooks before and the
+  // forward hooks after (outside the scope: they are the caller's code). Calling forward() directly skips
+  // all of this, as calling Python's Module.forward skips __call__'s hooks.
+  Tensor operator()(const Tensor& input);
+  // torch.nn.Module.register_forward_pre_hook / register_forward_hook: `hook(module, input)` and
+  // `hook(module, input, output)`, returning void, a Tensor or std::optional<Tensor> (a defined result
+  // replaces the input / output). Hooks run in registration order; the handle's remove() unregisters one.
+  template <std::invocable<Module&, const Tensor&> Hook>
+  RemovableHandle register_forward_pre_hook(Hook hook) {
+    return add_forward_pre_hook([hook = std::move(hook)](Module& m, const Tensor& input) mutable {
+      return module_detail::replacement(hook, m, input);
+    });
+  }
+  template <std::invocable<Module&, const Tensor&, const Tensor&> Hook>
+  RemovableHandle register_forward_hook(Hook hook) {
+    return add_forward_hook([hook = std::move(hook)](Module& m, const Tensor& input, const Tensor& output) mutable {
+      return module_detail::replacement(hook, m, input, output);
+    });
   }
   // For a forward with other arguments: `auto scope = module_scope();` first names this module the same way.
   [[nodiscard]] ModuleScope module_scope() const { return ModuleScope(name()); }
@@ -71,6 +115,14 @@ class Module {
   // Direct children, in registration order.
   std::vector<std::shared_ptr<Module>> children() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
+  // Every module of the tree, depth first in registration order, this one first (named `prefix`, "" by
+  // default) unless include_self is false; a module registered in several places once, under its first path
+  // ("fc1", "blocks.0.attn"), as torch.nn.Module.named_modules. The pointers are the tree's own modules.
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "", bool include_self = true);
+  std::vector<Module*> modules(bool include_self = true);
+  // torch.nn.Module.apply: fn on every child's subtree first, then on this module (PyTorch's order, which
+  // the recorded programs follow; libtorch's C++ apply visits this module first). Returns *this.
+  Module& apply(const std::function<void(Module&)>& fn);
 
   // set_to_none (PyTorch's default since 2.0) drops every .grad; otherwise zeroes them in place.
   void zero_grad(bool set_to_none = true);
@@ -102,6 +154,11 @@ class Module {
 
  private:
   void add_child(std::string name, std::shared_ptr<Module> child);
+  Tensor call_forward(const Tensor& input);
+  RemovableHandle add_forward_pre_hook(ForwardPreHook hook);
+  RemovableHandle add_forward_hook(ForwardHook hook);
+  // Shared by shallow copies, as Python's copy.copy shares a module's hook dicts; null until a hook is added.
+  std::shared_ptr<ForwardHooks> forward_hooks_;
   void check_new_name(const std::string& name, const char* kind) const;
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out, bool buffers) const;
   void collect_tensors(std::vector<Tensor>& out, std::unordered_set<const TensorImpl*>& seen) const;

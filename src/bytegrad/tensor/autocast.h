@@ -13,7 +13,7 @@
 // autocast_mode.cpp's TORCH_LIBRARY_IMPL(aten, Autocast, m). Read on pytorch/pytorch's main branch (header at
 // d70fe7f, .cpp at 008ec6b: the lists in the header, std::optional arguments, the MPS policy beside CUDA's),
 // taken as 2.11's; the recorded 2.11 traces in tests/data agree where they reach (softmax, linear). Of
-// the listed ops, bytegrad has those below; the others (cumsum, cumprod, logsumexp, rsqrt, log2, softplus,
+// the listed ops, bytegrad has those below; the others (cumsum, cumprod, logsumexp, log2, softplus,
 // the other losses, ...) it does not implement. Inside a region each op listed below runs as PyTorch's
 // autocast wrapper runs it, with autocast off for everything it calls inside:
 //   lower precision (the region's dtype): linear, matmul, mm, bmm, mv, addmm, scaled_dot_product_attention

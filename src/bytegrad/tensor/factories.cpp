@@ -68,9 +68,14 @@ Tensor full(const Shape& sizes, double value, TensorOptions options) {
 Tensor zeros(const Shape& sizes, TensorOptions options) { return full(sizes, 0.0, options); }
 Tensor ones(const Shape& sizes, TensorOptions options) { return full(sizes, 1.0, options); }
 
-Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
+Tensor arange(ArangeBound end, TensorOptions options) { return arange(0, end, 1, options); }
 
-Tensor arange(double start, double end, double step, TensorOptions options) {
+Tensor arange(ArangeBound start_bound, ArangeBound end_bound, ArangeBound step_bound, TensorOptions options) {
+  double start = start_bound.value(), end = end_bound.value(), step = step_bound.value();
+  // torch.arange's rule: integers everywhere give int64, any floating bound the default float32.
+  if (!options.dtype)
+    options.dtype = start_bound.integral() && end_bound.integral() && step_bound.integral() ? ScalarType::int64
+                                                                                            : ScalarType::float32;
   if (!std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
     throw std::invalid_argument(fmt::format("arange: unsupported range: {} -> {} with step {}", start, end, step));
   const ScalarType dtype = options.resolved_dtype();

@@ -142,6 +142,15 @@ Tensor sum(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
+// One dimension as a plain integer, as libtorch's sum(x, 1) / mean(x, 1, keepdim).
+template <DimIndex D>
+Tensor sum(const Tensor& x, D dim, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) {
+  return sum(x, Shape{static_cast<int64_t>(dim)}, keepdim, dtype);
+}
+template <DimIndex D>
+Tensor mean(const Tensor& x, D dim, bool keepdim = false) {
+  return mean(x, Shape{static_cast<int64_t>(dim)}, keepdim);
+}
 Tensor prod(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
@@ -152,10 +161,6 @@ Tensor argmax(const Tensor& x);  // index into the flattened tensor
 Tensor argmin(const Tensor& x);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
-struct ValuesIndices {
-  Tensor values;
-  Tensor indices;  // int64
-};
 // Two allocations, values then indices (as torch.max(x, dim)).
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
@@ -224,6 +229,9 @@ struct DropoutResult {
 // returns x * 0 through a 0-d zero (two allocations, as PyTorch's _dropout).
 DropoutResult dropout_with_mask(const Tensor& x, double p, bool train = true);
 Tensor dropout(const Tensor& x, double p, bool train = true);
+// torch.nn.functional.leaky_relu: x where x > 0, else x * negative_slope. One output (floating dtypes);
+// LeakyReluBackward0 saves x and computes leaky_relu_backward(grad, x, negative_slope): one allocation.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 // Dropout's gradient, grad * mask * scale, as one allocation (PyTorch's native_dropout_backward: a
 // contiguous result; no temporaries).
 Tensor native_dropout_backward(const Tensor& grad, const Tensor& mask, double scale);
@@ -445,6 +453,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // `value` and the input copied in. ConstantPadNdBackward0 crops the gradient the same way (one allocation).
 Tensor constant_pad_nd(const Tensor& x, const Shape& pad, double value = 0.0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// torch.repeat_interleave(x, repeats, dim) with an integer count: each element repeated `repeats` times
+// along dim (dim unset: over the flattened x). Composite, as PyTorch's: x.unsqueeze(dim + 1), expanded to
+// `repeats` there, cloned contiguous (the one allocation) and flattened back; the gradient sums the copies.
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
 
 // ------------------------------------------------------------------------------------------ losses
 // (ops_loss.cpp) Reduction is backend.h's (none, mean, sum: PyTorch's numbering).
@@ -462,9 +474,13 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
 Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Tensor& target,
                          const Tensor& total_weight, Reduction reduction, int64_t ignore_index);
 // Composite, as PyTorch's cross_entropy with class indices: nll_loss(log_softmax(logits, class dim)), the
-// class dim being 1 (0 for a 1-d logits). No label smoothing, no class weights.
+// class dim being 1 (0 for a 1-d logits). No class weights. label_smoothing in [0, 1] (above 0) mixes in
+// the uniform distribution as PyTorch's cross_entropy_loss_label_smoothing does, op for op: after nll_loss,
+// the ignore mask (target == ignore_index), -log_probs.sum(class dim) zeroed where ignored, reduced (mean:
+// divided by the count of targets not ignored), then (1 - s) * nll + reduced * (s / C); each of those ops
+// allocates as it does alone.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean,
-                     int64_t ignore_index = -100);
+                     int64_t ignore_index = -100, double label_smoothing = 0.0);
 // PyTorch's mse_loss. Input and target of different shapes are broadcast as torch.nn.functional.mse_loss
 // broadcasts them (each expanded to the common shape: views, with ExpandBackward0 nodes), after its
 // UserWarning "Using a target size (torch.Size([...])) that is different to the input size (...). ..." on
@@ -478,6 +494,15 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 // norm * (input - target) * grad_output, norm = 2 / numel for mean, 2 otherwise: one zeroed input-sized
 // allocation (PyTorch's zeros_like + mse_loss_backward_out).
 Tensor mse_loss_backward(const Tensor& grad_output, const Tensor& input, const Tensor& target, Reduction reduction);
+// PyTorch's binary_cross_entropy_with_logits without weight or pos_weight: input and target of one shape
+// and floating dtype. Forward, as Loss.cpp: log_sigmoid(input), then (1 - target) (both input-sized), the
+// latter updated in place into the loss, then the reduction (mean/sum: a 0-d output and the reduction's
+// scratch; the two input-sized temporaries freed after; none: the loss itself, log_sigmoid freed). Recorded
+// as "binary_cross_entropy_with_logits" (saves input and target); backward: (sigmoid(input) - target) *
+// grad (sigmoid freed after), divided by numel in place for mean; the target's gradient, when needed, is
+// -input * grad.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction = Reduction::mean);
 
 // ---------------------------------------------------------------------------------------- foreach
 // (ops_foreach.cpp) PyTorch's _foreach_* ops on a non-empty list of tensors.

@@ -241,4 +241,16 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
 }
 Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return bytegrad::gather(*this, dim, index); }
 
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim) {
+  check_defined("repeat_interleave", x);
+  if (repeats < 0)
+    throw std::invalid_argument(fmt::format("repeat_interleave: repeats must be non-negative, got {}", repeats));
+  Tensor input = dim ? x : x.flatten();
+  const int64_t d = wrap_dim(dim.value_or(0), input.dim(), "repeat_interleave");
+  input = input.unsqueeze(d + 1);
+  Shape expanded = input.sizes();
+  expanded[static_cast<size_t>(d + 1)] = repeats;
+  return input.expand(expanded).clone().flatten(d, d + 1);
+}
+
 }  // namespace bytegrad

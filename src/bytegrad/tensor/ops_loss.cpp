@@ -115,16 +115,65 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
   return grad_input;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index,
+                     double label_smoothing) {
   check_defined("cross_entropy", logits);
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: label_smoothing must be between 0.0 and 1.0. Got: {}", label_smoothing));
   if (logits.dim() < 1 || logits.dim() > 2)
     throw std::invalid_argument(
         fmt::format("cross_entropy: logits {} should be 1-d (C) or 2-d (N, C)", describe(logits)));
   // PyTorch's cross_entropy_loss calls log_softmax with dtype = the logits' dtype, which autocast leaves alone
   // (fp32_set_opt_dtype only fills in a missing dtype) and which converts nothing: under autocast the
   // log-probabilities stay in the logits' dtype and nll_loss (float32 policy) casts them.
-  const Tensor log_probs = log_softmax(logits, logits.dim() == 1 ? 0 : 1, logits.dtype());
-  return nll_loss(log_probs, target, reduction, ignore_index);
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
+  const Tensor log_probs = log_softmax(logits, class_dim, logits.dtype());
+  Tensor nll = nll_loss(log_probs, target, reduction, ignore_index);
+  if (label_smoothing == 0.0) return nll;
+  // PyTorch's cross_entropy_loss_label_smoothing (without weights), in its order: each temporary lives as long
+  // as it does there (the statements and their operands are PyTorch's).
+  check_reduction("cross_entropy", reduction);
+  const Tensor ignore_mask = eq(target, static_cast<double>(ignore_index));
+  Tensor smooth_loss = -log_probs.sum(Shape{class_dim});
+  smooth_loss.masked_fill_(ignore_mask, 0.0);
+  Tensor reduced;
+  switch (reduction) {
+    case Reduction::mean: {
+      const Tensor true_mask = logical_not(ignore_mask);  // ~ignore_mask: one bool tensor, as bitwise_not
+      reduced = smooth_loss.sum() / true_mask.sum();
+      break;
+    }
+    case Reduction::sum: reduced = smooth_loss.sum(); break;
+    case Reduction::none: reduced = smooth_loss; break;
+  }
+  const auto classes = static_cast<double>(logits.size(class_dim));
+  return (1 - label_smoothing) * nll + reduced * (label_smoothing / classes);
+}
+
+// ------------------------------------------------------------------- binary_cross_entropy_with_logits
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* name = "binary_cross_entropy_with_logits";
+  check_defined(name, input);
+  check_defined(name, target);
+  check_reduction(name, reduction);
+  check_device_and_dtype(name, target, input);
+  check_dtype_rule(name, OpId::binary_cross_entropy_with_logits, input);
+  if (input.sizes() != target.sizes())
+    throw std::invalid_argument(fmt::format("{}: Target size ({}) must be the same as input size ({})", name,
+                                            describe(target), describe(input)));
+  return compute_recorded<OpId::binary_cross_entropy_with_logits>({input, target}, {reduction}, [&] {
+    AllocationScope scope(name);
+    // Loss.cpp's order: log_sigmoid first, then (1 - target) made into the loss in place; both locals are
+    // freed (loss first) after the reduction's output exists.
+    const Tensor log_sigmoid_input = log_sigmoid(input);
+    Tensor loss = 1.0 - target;
+    loss.mul_(input).sub_(log_sigmoid_input);
+    if (reduction == Reduction::mean) return loss.mean();
+    if (reduction == Reduction::sum) return loss.sum();
+    return loss;
+  });
 }
 
 // ------------------------------------------------------------------------------------------- mse

@@ -307,4 +307,16 @@ Tensor embedding_dense_backward(const Tensor& grad, const Tensor& indices, int64
   return grad_weight;
 }
 
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  check_defined("leaky_relu", x);
+  check_dtype_rule("leaky_relu", OpId::leaky_relu, x);
+  return compute_recorded<OpId::leaky_relu>({x}, {negative_slope}, [&] {
+    AllocationScope scope("leaky_relu");
+    Tensor out = empty_elementwise_output(x.sizes(), x.dtype(), x.device(), {&x});
+    // leaky_relu_backward's kernel with the input as both gradient and self: x > 0 ? x : x * slope.
+    backend_of(x).binary(BinaryOp::leaky_relu_backward, kv(out), kv(x), kv(x), negative_slope);
+    return out;
+  });
+}
+
 }  // namespace bytegrad

@@ -335,6 +335,8 @@ Tensor Tensor::mean() const { return bytegrad::mean(*this); }
 Tensor Tensor::mean(const Shape& dims, bool keepdim) const { return bytegrad::mean(*this, dims, keepdim); }
 Tensor Tensor::max() const { return bytegrad::max(*this); }
 Tensor Tensor::min() const { return bytegrad::min(*this); }
+ValuesIndices Tensor::max(int64_t dim, bool keepdim) const { return bytegrad::max(*this, dim, keepdim); }
+ValuesIndices Tensor::min(int64_t dim, bool keepdim) const { return bytegrad::min(*this, dim, keepdim); }
 Tensor Tensor::argmax() const { return bytegrad::argmax(*this); }
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return bytegrad::argmax(*this, dim, keepdim); }
 

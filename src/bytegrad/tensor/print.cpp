@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -109,6 +110,13 @@ double Tensor::item() const {
                                 " elements; only one-element tensors can be converted to a number");
   return tolist()[0];
 }
+
+void Tensor::throw_item_out_of_range(double value, size_t bytes, bool is_signed) {
+  throw std::invalid_argument(fmt::format("item: value {} cannot be converted to a {}-bit {} integer without overflow",
+                                          value, bytes * 8, is_signed ? "signed" : "unsigned"));
+}
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.str(); }
 
 namespace {
 

@@ -3,15 +3,23 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "bytegrad/core/device.h"
 #include "bytegrad/core/op_table.h"
+#include "bytegrad/core/removable_handle.h"
 #include "bytegrad/core/scalar_type.h"
 #include "bytegrad/core/strided_view.h"
 #include "bytegrad/memory/streams.h"
@@ -55,6 +63,22 @@ struct VersionCounter {
 
 // Defined by the autograd layer; the tensor layer only carries it.
 struct AutogradMeta;
+class Tensor;
+
+// A dimension given as a plain integer (x.sum(1), max(x, 1)): any integral type but bool. A template
+// parameter constrained by it takes no braced list, so sum(x, {}) and sum(x, {0, 1}) still mean dims.
+template <typename T>
+concept DimIndex = std::integral<T> && !std::same_as<std::remove_cv_t<T>, bool>;
+template <typename T>
+concept Arithmetic = std::is_arithmetic_v<T>;
+template <typename T>
+concept RealNumber = Arithmetic<T> && !std::same_as<std::remove_cv_t<T>, bool>;  // a number, not a flag
+
+struct ValuesIndices;  // below
+
+// A gradient hook (Tensor::register_hook): called with the gradient flowing to the tensor; a defined
+// result replaces it.
+using GradientHook = std::function<Tensor(const Tensor&)>;
 
 struct TensorImpl {
   Storage storage;
@@ -145,10 +169,39 @@ class Tensor {
   bool is_leaf() const;
   std::string grad_fn_name() const;  // "" for leaves and plain tensors
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // torch.Tensor.register_hook: `hook(grad)` runs each time a gradient for this tensor is computed, before
+  // it is used (before AccumulateGrad for a leaf); a hook returning a Tensor replaces the gradient with a
+  // defined result, one returning void only looks. Hooks run in registration order. The tensor must require
+  // grad. remove() on the returned handle (or remove_hook(handle)) unregisters it.
+  template <std::invocable<const Tensor&> Hook>
+  RemovableHandle register_hook(Hook hook) const {
+    if constexpr (std::is_void_v<std::invoke_result_t<Hook&, const Tensor&>>) {
+      return register_gradient_hook([hook = std::move(hook)](const Tensor& grad) mutable {
+        hook(grad);
+        return Tensor();
+      });
+    } else {
+      return register_gradient_hook(GradientHook(std::move(hook)));
+    }
+  }
+  RemovableHandle register_gradient_hook(GradientHook hook) const;
+  static void remove_hook(RemovableHandle& handle) { handle.remove(); }
   Tensor detach() const;  // shares storage and version, no history
 
   // ---- reading values (copies to the host; throws on meta)
-  double item() const;                 // one element
+  double item() const;  // one element
+  // libtorch's item<float>(), item<int64_t>(): the element converted to T; an integral or bool T refuses a
+  // value it cannot hold (NaN, out of range) with std::invalid_argument.
+  template <Arithmetic T>
+  T item() const {
+    const double value = item();
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (!(value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+            value <= static_cast<double>(std::numeric_limits<T>::max())))
+        throw_item_out_of_range(value, sizeof(T), std::is_signed_v<T>);
+    }
+    return static_cast<T>(value);
+  }
   std::vector<double> tolist() const;  // row-major, as doubles
   std::string str() const;             // PyTorch-like repr
 
@@ -197,8 +250,16 @@ class Tensor {
   const Tensor& clamp_max_(double max) const;
   Tensor sum(std::optional<ScalarType> dtype = std::nullopt) const;  // dtype: as sum's (ops.h)
   Tensor sum(const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) const;
+  template <DimIndex D>  // x.sum(1): one dimension, as libtorch's x.sum(1, keepdim)
+  Tensor sum(D dim, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) const {
+    return sum(Shape{static_cast<int64_t>(dim)}, keepdim, dtype);
+  }
   Tensor mean() const;
   Tensor mean(const Shape& dims, bool keepdim = false) const;
+  template <DimIndex D>
+  Tensor mean(D dim, bool keepdim = false) const {
+    return mean(Shape{static_cast<int64_t>(dim)}, keepdim);
+  }
   Tensor norm(std::optional<ScalarType> dtype = std::nullopt) const;  // the 2-norm (ops.h)
   Tensor norm(const Shape& dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) const;
   Tensor var() const;  // unbiased; var({}, false, 0.0) for the population variance
@@ -207,6 +268,8 @@ class Tensor {
   Tensor std(const Shape& dims, bool keepdim = false, double correction = 1.0) const;
   Tensor max() const;
   Tensor min() const;
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;  // values then indices (as torch.max(x, dim))
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
   Tensor argmax() const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor softmax(int64_t dim, std::optional<ScalarType> dtype = std::nullopt) const;
@@ -219,7 +282,21 @@ class Tensor {
 
  private:
   std::shared_ptr<TensorImpl> impl_;
+  [[noreturn]] static void throw_item_out_of_range(double value, size_t bytes, bool is_signed);
 };
+
+// torch.max(x, dim) and min's result: two tensors, usable as `auto [values, indices] = x.max(1);` or as
+// libtorch's std::tuple.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // int64
+  // NOLINTNEXTLINE(google-explicit-constructor): libtorch returns std::tuple; this keeps its spelling working
+  operator std::tuple<Tensor, Tensor>() const { return {values, indices}; }
+};
+
+// Prints str(), PyTorch's repr (values, then the device and a dtype other than the default), as libtorch's
+// `std::cout << x`.
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
 
 // Normalizes a possibly negative dimension; throws naming the op when out of range.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
@@ -238,8 +315,23 @@ Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opt
 Tensor zeros(const Shape& sizes, TensorOptions options = {});
 Tensor ones(const Shape& sizes, TensorOptions options = {});
 Tensor full(const Shape& sizes, double value, TensorOptions options = {});
-Tensor arange(double end, TensorOptions options = {});
-Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
+// A bound or step of arange, remembering whether it was written as an integer: torch.arange's dtype,
+// when options give none, is int64 if start, end and step are all integers, else float32 (arange(12) is
+// int64, arange(12.0) and arange(0, 1, 0.25) float32).
+class ArangeBound {
+ public:
+  template <RealNumber T>
+  ArangeBound(T value)  // NOLINT(google-explicit-constructor): stands for a number in arange's arguments
+      : value_(static_cast<double>(value)), integral_(std::is_integral_v<T>) {}
+  double value() const { return value_; }
+  bool integral() const { return integral_; }
+
+ private:
+  double value_;
+  bool integral_;
+};
+Tensor arange(ArangeBound end, TensorOptions options = {});
+Tensor arange(ArangeBound start, ArangeBound end, ArangeBound step = 1, TensorOptions options = {});
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

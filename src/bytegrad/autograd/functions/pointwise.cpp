@@ -129,6 +129,41 @@ std::shared_ptr<FormulaNode> reciprocal(const OpRecord& r, const op_args::None&)
   return node;
 }
 
+// -0.5 * grad * result.pow(3) (derivatives.yaml's rsqrt), saving the result. Written as PyTorch's generated
+// code writes it, so the temporaries (-0.5 * grad, result cubed) are made and freed in its order.
+std::shared_ptr<FormulaNode> rsqrt(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    const Tensor result = n.saved(0);
+    return TensorList{-0.5 * g[0] * result.pow(3.0)};
+  });
+  node->save_output("result", 0);
+  return node;
+}
+
+// grad * -self.sin() (derivatives.yaml's cos): saves self; backward makes sin(self), its negation, then the
+// gradient, and frees the two temporaries.
+std::shared_ptr<FormulaNode> cos(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * -n.saved(0).sin()}; });
+  node->save("self", r.inputs.at(0));
+  return node;
+}
+
+// grad * self.cos() (derivatives.yaml's sin): saves self; cos(self), then the gradient.
+std::shared_ptr<FormulaNode> sin(const OpRecord& r, const op_args::None&) {
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) { return TensorList{g[0] * n.saved(0).cos()}; });
+  node->save("self", r.inputs.at(0));
+  return node;
+}
+
+// leaky_relu_backward(grad, self, negative_slope) (derivatives.yaml's leaky_relu): saves self; one allocation.
+std::shared_ptr<FormulaNode> leaky_relu(const OpRecord& r, const op_args::Scalar& args) {
+  auto node = make_node(r, [slope = args.value](const FormulaNode& n, TensorList& g) {
+    return TensorList{leaky_relu_backward(g[0], n.saved(0), slope)};
+  });
+  node->save("self", r.inputs.at(0));
+  return node;
+}
+
 // clamp_min, clamp_max and clamp (derivatives.yaml; FunctionsManual's clamp_backward): the gradient flows
 // where self is within the bounds, 0 elsewhere. Each saves self; backward makes a 0-d zero first, then the
 // bool mask(s), then where's output; the masks and the zero are freed after it.
