@@ -5,6 +5,7 @@
 //                          [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
 //                          [--limit SIZE [--max-batch]] [--marks] [--alloc-conf SETTING]
 //                          [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]
+//                          [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]
 //
 // --amp runs each forward inside torch.autocast(device_type="cuda", dtype=...) (tensor/autocast.h), as
 // nanoGPT's train.py does; --attention sdpa calls scaled_dot_product_attention (nanoGPT's flash branch, no
@@ -23,6 +24,11 @@
 // does). --marks first prints the figures at every mark of the run (model, data, s0_forward, ...) as one JSON document,
 // in the golden files' layout (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a
 // snapshot PyTorch's memory_viz viewer opens (reports/memory_viz.h).
+// --ddp N: one rank of N under DistributedDataParallel (PyTorch's defaults; --bucket-cap-mb X,
+// --gradient-as-bucket-view), on the fake backend: its collectives allocate what NCCL's would (nothing
+// outside the allocator is counted: NCCL's buffers and the CUDA context come on top). --zero1 uses
+// ZeroRedundancyOptimizer, whose optimizer state differs by rank (--rank R, default 0, takes the largest
+// parameters first). The old gradient buckets at the rebuild are counted as held (docs/distributed.md).
 //
 //   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
 //                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]
@@ -82,6 +88,23 @@ int64_t positive_integer(const std::string& option, const std::string& text) {
   return value;
 }
 
+int64_t nonnegative_integer(const std::string& option, const std::string& text) {
+  return text == "0" ? 0 : positive_integer(option, text);
+}
+
+double positive_number(const std::string& option, const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(value > 0) || !std::isfinite(value))
+    throw std::invalid_argument(option + " needs a positive number, got '" + text + "'");
+  return value;
+}
+
 // "24GiB", "24 GB", "25769803776": bytes, at least one and at most int64's largest. NaN, infinities,
 // negative or zero sizes, fractions of a byte and sizes past int64 are refused (each would otherwise turn
 // the limit off without a word).
@@ -131,6 +154,8 @@ int run(int argc, char** argv) {
   bool default_workspace = true, max_batch = false, marks = false;
   std::string memory_viz;
   int64_t limit = 0;
+  std::string data_parallel_option;  // the last of --rank, --bucket-cap-mb, ... (each needs --ddp)
+  bool ddp_given = false;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -197,7 +222,23 @@ int run(int argc, char** argv) {
       else return usage_error("--attention '" + a + "': expected slow or sdpa");
     } else if (arg == "--checkpoint" && gpt) {
       t.config.checkpoint_blocks = true;
-    } else if (arg == "--amp" || arg == "--attention" || arg == "--checkpoint") {
+    } else if (arg == "--ddp" && gpt) {
+      const int64_t n = positive_integer(arg, value());
+      if (n < 2) return usage_error("--ddp needs at least 2 ranks, got " + std::to_string(n));
+      if (!t.data_parallel) t.data_parallel.emplace();
+      t.data_parallel->world_size = static_cast<int>(n);
+      ddp_given = true;
+    } else if ((arg == "--rank" || arg == "--bucket-cap-mb" || arg == "--gradient-as-bucket-view" ||
+                arg == "--zero1") &&
+               gpt) {
+      if (!t.data_parallel) t.data_parallel.emplace();
+      if (arg == "--rank") t.data_parallel->rank = static_cast<int>(nonnegative_integer(arg, value()));
+      else if (arg == "--bucket-cap-mb") t.data_parallel->ddp.bucket_cap_mb = positive_number(arg, value());
+      else if (arg == "--gradient-as-bucket-view") t.data_parallel->ddp.gradient_as_bucket_view = true;
+      else t.data_parallel->zero1 = true;
+      data_parallel_option = arg;
+    } else if (arg == "--amp" || arg == "--attention" || arg == "--checkpoint" || arg == "--ddp" || arg == "--rank" ||
+               arg == "--bucket-cap-mb" || arg == "--gradient-as-bucket-view" || arg == "--zero1") {
       return usage_error(arg + " is a gpt2 option");
     } else {
       return usage_error("unknown option '" + arg + "'");
@@ -208,6 +249,10 @@ int run(int argc, char** argv) {
                        std::to_string(t.config.block_size));
   if (gpt && t.config.n_embd % t.config.n_head != 0) return usage_error("--n-embd must be a multiple of --n-head");
   if (max_batch && limit == 0) return usage_error("--max-batch needs --limit");
+  if (!data_parallel_option.empty() && !ddp_given) return usage_error(data_parallel_option + " needs --ddp N");
+  if (t.data_parallel && t.data_parallel->rank >= t.data_parallel->world_size)
+    return usage_error("--rank " + std::to_string(t.data_parallel->rank) + " is not a rank of --ddp " +
+                       std::to_string(t.data_parallel->world_size));
 
   if (!memory_viz.empty()) {
     // Whether the file can be written is known before the run (minutes, for a large model), not after.

@@ -1,6 +1,10 @@
 // shared/golden/gpt2/gpt2_scenarios.py's train(), statement by statement.
 #include <memory>
+#include <utility>
+#include <vector>
 
+#include "bytegrad/distributed/fake.h"
+#include "bytegrad/distributed/zero.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/autocast.h"
@@ -47,7 +51,28 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
   auto model = std::make_shared<nn::GPT>(t.config, TensorOptions{}.with_device(build_on));
   model->to(on);
   mark("model");
-  std::unique_ptr<optim::Optimizer> opt = make_gpt_optimizer(*model, t);
+  std::unique_ptr<distributed::ProcessGroup> group;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
+  std::unique_ptr<optim::Optimizer> opt;
+  if (t.data_parallel) {
+    const GPTTraining::DataParallel& dp = *t.data_parallel;
+    distributed::ProcessGroupOptions options;
+    options.unwaited_release_after = std::nullopt;
+    group = distributed::make_fake_process_group(dp.rank, dp.world_size, on, options);
+    ddp = std::make_unique<distributed::DistributedDataParallel>(model, *group, dp.ddp);
+    if (dp.zero1) {
+      opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
+          model->parameters(), *group, [&t](std::vector<Tensor> mine) -> std::unique_ptr<optim::Optimizer> {
+            const optim::AdamOptions adam{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = t.foreach};
+            if (t.optimizer == GPTOptimizer::sgd)
+              return std::make_unique<optim::SGD>(std::move(mine),
+                                                  optim::SGDOptions{.lr = 6e-4, .momentum = 0.9, .foreach = t.foreach});
+            if (t.optimizer == GPTOptimizer::adam) return std::make_unique<optim::Adam>(std::move(mine), adam);
+            return std::make_unique<optim::AdamW>(std::move(mine), adam);
+          });
+    }
+  }
+  if (!opt) opt = make_gpt_optimizer(*model, t);
   const TensorOptions int64_on{ScalarType::int64, on};
   Tensor x = randint(0, t.config.vocab_size, {t.batch, t.seq}, int64_on);
   Tensor y = randint(0, t.config.vocab_size, {t.batch, t.seq}, int64_on);
@@ -58,7 +83,7 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
     {
       std::optional<AutocastGuard> autocast;  // with torch.autocast(device_type="cuda", dtype=...):
       if (t.amp) autocast.emplace(on.type, *t.amp);
-      out = model->forward(x, y);
+      out = ddp ? ddp->forward([&] { return model->forward(x, y); }) : model->forward(x, y);
     }  // leaving the region frees the cached weight casts that no node saved
     mark(s + "_forward");
     out.loss.backward();

@@ -30,6 +30,7 @@
 #include "bytegrad/tensor/blas_workspace.h"
 #include "programs/checks.h"
 #include "programs/ddp_programs.h"
+#include "programs/gpt2_programs.h"
 #include "tests/distributed/support.h"
 
 using namespace bytegrad;
@@ -303,4 +304,43 @@ TEST_CASE("DDP and ZeRO-1 of GPT-2 small (124M) as PyTorch on two H100s, on meta
   many.push_back(std::nullopt);
   for (const char* program : {"gpt2_small_ddp", "gpt2_small_zero1"})
     check_program(program, false, {"requested", "blocks"}, many);
+}
+
+// bytegrad-estimate --ddp 2 (programs::estimate_gpt_training with data_parallel): nanoGPT's loop as one rank
+// of two on the fake backend, on meta. Through the first step (before the rebuild, where the watchdog's
+// timing enters) its marks are the recordings': every figure with bucket views; with ZeRO-1 the requested
+// bytes and block counts (the placement gap above), for rank 0 and rank 1, whose optimizer state differs.
+TEST_CASE("bytegrad-estimate --ddp 2: the first step's figures are PyTorch's, per rank under ZeRO-1") {
+  struct Case {
+    const char* recording;
+    bool zero1;
+    int rank;
+    std::vector<std::string> figures;  // empty: all
+  };
+  for (const Case& c :
+       {Case{"gpt2_small_ddp_bucket_view", false, 0, {}}, Case{"gpt2_small_zero1", true, 0, {"requested", "blocks"}},
+        Case{"gpt2_small_zero1", true, 1, {"requested", "blocks"}}}) {
+    CAPTURE(c.recording);
+    CAPTURE(c.rank);
+    programs::GPTTraining t{.config = programs::gpt2_small_config(), .batch = 4, .seq = 256};
+    t.data_parallel = programs::GPTTraining::DataParallel{};
+    t.data_parallel->rank = c.rank;
+    t.data_parallel->ddp.gradient_as_bucket_view = !c.zero1;
+    t.data_parallel->zero1 = c.zero1;
+    programs::ScenarioRecorder marks("estimate", Device{DeviceType::meta, 0});
+    programs::estimate_gpt_training(t, /*default_workspace=*/true, 0, &marks);
+    const Marks want = recorded(c.recording, 0, c.rank);
+    int compared = 0;
+    for (const programs::GoldenStep& got : marks.steps()) {
+      if (got.label.rfind("s1_", 0) == 0) break;
+      const auto it = std::find_if(want.begin(), want.end(), [&](const Mark& m) { return m.label == got.label; });
+      REQUIRE_MESSAGE(it != want.end(), "no recorded mark " << got.label);
+      for (const programs::StepField& f : programs::golden_step_fields()) {
+        if (!c.figures.empty() && std::find(c.figures.begin(), c.figures.end(), f.name) == c.figures.end()) continue;
+        CHECK_MESSAGE(got.*f.member == it->figures.at(f.name), got.label << " " << f.name);
+        ++compared;
+      }
+    }
+    CHECK(compared >= 6);  // model, data and the four s0 marks
+  }
 }

@@ -2,6 +2,10 @@
 // environment's parsing and its errors, and the store backend's collectives: ranks on threads of this
 // process, each with its own connection, give the threads backend's bits.
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -100,14 +104,22 @@ TEST_CASE("store: eight clients on threads add and read concurrently") {
 }
 
 TEST_CASE("store: a client with no server gives up after its timeout, naming the address") {
-  int port = 0;
-  {
-    TcpStore closed = make_server();
-    port = closed.port();
-  }
+  // A port bound but not listening: connections are refused, and no other process (a launcher test running
+  // beside this one) can take it meanwhile, as it could a port a closed server gave back.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  socklen_t length = sizeof(address);
+  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const int port = ntohs(address.sin_port);
   const std::string error = error_of([&] { TcpStore("127.0.0.1", port, false, 200ms); });
   CHECK(error.find("could not connect to rank 0's store at 127.0.0.1:" + std::to_string(port) + " within 200 ms") !=
         std::string::npos);
+  ::close(holder);
   CHECK(error_of([] { TcpStore("127.0.0.1", 0, false, 200ms); }).find("needs the server's port") != std::string::npos);
   CHECK(error_of([] { TcpStore("no-such-host.invalid", 29500, false, 200ms); }).find("cannot resolve") !=
         std::string::npos);

@@ -169,6 +169,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather(const std::vector<Tensor>& output
       output_tensors[r].copy_(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
   }
   if (!work) return nullptr;  // synchronous: the flat frees here
+  // The copy-out is part of the collective: its end event moves after it (copies share the event, so the
+  // group's list of unwaited works sees the move too).
+  if (work->end_ && collective_stream_) work->end_->record(*collective_stream_);
   if (device_.type != DeviceType::cpu) work->shelf_->stash(output_tensors);
   return work;
 }
