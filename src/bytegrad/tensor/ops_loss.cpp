@@ -134,8 +134,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   // PyTorch's cross_entropy_loss_label_smoothing (without weights), in its order: each temporary lives as long
   // as it does there (the statements and their operands are PyTorch's).
   check_reduction("cross_entropy", reduction);
-  const Tensor ignore_mask = eq(target, static_cast<double>(ignore_index));
   Tensor smooth_loss = -log_probs.sum(Shape{class_dim});
+  const Tensor ignore_mask = eq(target, static_cast<double>(ignore_index));  // after the sum (recorded order)
   smooth_loss.masked_fill_(ignore_mask, 0.0);
   Tensor reduced;
   switch (reduction) {

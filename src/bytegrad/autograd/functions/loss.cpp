@@ -37,13 +37,16 @@ std::shared_ptr<FormulaNode> mse_loss(const OpRecord& r, const op_args::LossRedu
 
 // inputs: self, target (derivatives.yaml: binary_cross_entropy_with_logits_backward and its target_backward,
 // without weights): (sigmoid(self) - target) * grad and -self * grad, each divided by numel in place for mean.
+// (tests/programs/op_events.cpp holds the input's gradient to PyTorch's one allocation.)
 std::shared_ptr<FormulaNode> binary_cross_entropy_with_logits(const OpRecord& r, const op_args::LossReduction& args) {
   auto node = make_node(r, [reduction = args.reduction](const FormulaNode& n, TensorList& g) {
     TensorList out(2);
     const Tensor input = n.saved(0);
     const auto numel = static_cast<double>(input.numel());
     if (n.needs_grad(0)) {
-      out[0] = sigmoid(input) - n.saved(1);
+      // One allocation, as PyTorch's fused backward kernel makes (recorded): the sigmoid, then in place.
+      out[0] = sigmoid(input);
+      out[0].sub_(n.saved(1));
       out[0].mul_(g[0]);
       if (reduction == Reduction::mean) out[0].div_(numel);
     }
