@@ -61,9 +61,10 @@ struct Mark {
 };
 using Marks = std::vector<Mark>;
 
-Marks recorded(const std::string& program, int run, int rank) {
-  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_n2/" + program + ".n2.run" +
-                           std::to_string(run) + ".rank" + std::to_string(rank) + ".json";
+Marks recorded(const std::string& program, int run, int rank, int world = 2) {
+  const std::string n = "n" + std::to_string(world);
+  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_" + n + "/" + program + "." + n +
+                           ".run" + std::to_string(run) + ".rank" + std::to_string(rank) + ".json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);
   std::stringstream text;
@@ -136,14 +137,14 @@ std::string timing_name(Timing t) {
   return t ? "released at the " + std::to_string(*t) + ". collective after completion" : "never released";
 }
 
-std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, Timing timing) {
+std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, Timing timing, int world = 2) {
   DefaultWorkspaces workspaces;
-  testing::FreshRankDevices fresh(2, type);
-  std::vector<Marks> marks(2);
+  testing::FreshRankDevices fresh(world, type);
+  std::vector<Marks> marks(static_cast<size_t>(world));
   ProcessGroupOptions options;
   options.unwaited_release_after = timing;
   run_ranks(
-      2, type,
+      world, type,
       [&](ProcessGroup& pg) {
         programs::run_ddp_program(
             program, pg, [&](const std::string& label) { marks[pg.rank()].push_back(mark_now(label, pg.device())); });
@@ -152,14 +153,14 @@ std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, T
   return marks;
 }
 
-Marks run_alone(const std::string& program, int rank, Timing timing) {
+Marks run_alone(const std::string& program, int rank, Timing timing, int world = 2) {
   DefaultWorkspaces workspaces;
   const Device device{DeviceType::meta, 0};
   testing::FreshDevice fresh(device, testing::small_card());
   clear_blas_workspaces();
   ProcessGroupOptions options;
   options.unwaited_release_after = timing;
-  auto pg = make_fake_process_group(rank, 2, device, options);
+  auto pg = make_fake_process_group(rank, world, device, options);
   Marks marks;
   // BYTEGRAD_DDP_TRACE=<file>: writes this run's allocator trace as the probe's [action, size] pairs.
   const char* trace_file = std::getenv("BYTEGRAD_DDP_TRACE");
@@ -186,18 +187,18 @@ const std::vector<Timing>& timings() {
 // (rank alone on the fake backend, meta); the threads backend (both ranks together, on meta and on sim
 // where values are computed) must give the fake backend's figures under the first and last timings.
 void check_program(const std::string& program, bool sim_too, const std::vector<std::string>& only_figures = {},
-                   const std::vector<Timing>& timings_tried = timings()) {
+                   const std::vector<Timing>& timings_tried = timings(), int world = 2) {
   CAPTURE(program);
   std::map<std::pair<int, size_t>, Marks> cache;  // (rank, timing index), run when first needed
   auto alone = [&](int rank, size_t t) -> const Marks& {
     auto it = cache.find({rank, t});
     if (it == cache.end())
-      it = cache.emplace(std::make_pair(rank, t), run_alone(program, rank, timings_tried[t])).first;
+      it = cache.emplace(std::make_pair(rank, t), run_alone(program, rank, timings_tried[t], world)).first;
     return it->second;
   };
   for (int run = 0; run < 2; ++run)
-    for (int rank = 0; rank < 2; ++rank) {
-      const Marks want = recorded(program, run, rank);
+    for (int rank = 0; rank < world; ++rank) {
+      const Marks want = recorded(program, run, rank, world);
       std::string closest;
       size_t fewest = SIZE_MAX;
       bool reproduced = false;
@@ -218,8 +219,8 @@ void check_program(const std::string& program, bool sim_too, const std::vector<s
     }
   for (DeviceType type : sim_too ? std::vector{DeviceType::sim, DeviceType::meta} : std::vector{DeviceType::meta})
     for (size_t t : {size_t{0}, timings_tried.size() - 1}) {
-      const auto together = run_on_threads(program, type, timings_tried[t]);
-      for (int rank = 0; rank < 2; ++rank) {
+      const auto together = run_on_threads(program, type, timings_tried[t], world);
+      for (int rank = 0; rank < world; ++rank) {
         const Comparison c = compare(together[rank], alone(rank, t));
         std::string all;
         for (const std::string& d : c.differences) all += "\n  " + d;
@@ -244,6 +245,15 @@ TEST_CASE("ZeroRedundancyOptimizer over an MLP as PyTorch on two H100s: each ran
 
 TEST_CASE("DDP of nanoGPT tiny as PyTorch on two H100s, with and without bucket views") {
   for (const char* program : {"gpt2_tiny_ddp", "gpt2_tiny_ddp_bucket_view"}) check_program(program, true);
+}
+
+// tests/data/pytorch_probes/ddp_n4: the same probe with torchrun on four GPUs (the machine lent was four
+// H200s; the allocator's rules and these programs' figures do not depend on the card). Four ranks on the
+// threads backend on meta, and each alone on the fake backend.
+TEST_CASE("DDP and ZeRO-1 on four GPUs: the MLP programs and nanoGPT tiny, every rank") {
+  for (const char* program : {"mlp_ddp", "mlp_ddp_bucket_view", "mlp_ddp_cap1", "mlp_ddp_unused", "mlp_ddp_static",
+                              "mlp_ddp_no_sync", "mlp_zero1", "gpt2_tiny_ddp", "gpt2_tiny_ddp_bucket_view"})
+    check_program(program, false, {}, timings(), 4);
 }
 
 // On two GPUs with NCCL (ctest distributed_programs_cuda, label multigpu): each rank's figures equal the
@@ -298,6 +308,7 @@ TEST_CASE("debug: one GPT-2 small program alone" * doctest::skip()) {
 // these differently too (their inactive_split differs from the first backward). Slow (ctest label `slow`).
 TEST_CASE("DDP and ZeRO-1 of GPT-2 small (124M) as PyTorch on two H100s, on meta") {
   check_program("gpt2_small_ddp_bucket_view", false);
+  check_program("gpt2_small_ddp_bucket_view", false, {}, timings(), 4);  // and on four
   // ZeRO-1's step issues one broadcast per parameter (149 here): the watchdog can look many collectives later.
   std::vector<Timing> many;
   for (int k = 1; k <= 400; ++k) many.push_back(k);
