@@ -19,6 +19,17 @@ namespace bytegrad::programs {
 
 enum class GPTOptimizer { adamw, adam, sgd };
 
+// Data parallel (bytegrad-estimate --ddp): this device is rank `rank` of `world_size` under
+// DistributedDataParallel on the fake backend (its collectives allocate what NCCL's would and move
+// nothing), with ZeroRedundancyOptimizer over one group of the same optimizer when zero1. The old
+// buckets at the rebuild are held, as when NCCL's watchdog has not looked yet (the larger figure).
+struct GPTDataParallel {
+  int world_size = 2;
+  int rank = 0;
+  distributed::DDPOptions ddp;
+  bool zero1 = false;
+};
+
 struct GPTTraining {
   nn::GPTConfig config;
   int64_t batch = 4;
@@ -28,17 +39,8 @@ struct GPTTraining {
   int steps = 2;
   // The forward inside torch.autocast(device_type="cuda", dtype=amp) when set (bfloat16 in the goldens).
   std::optional<ScalarType> amp;
-  // Data parallel (bytegrad-estimate --ddp): this device is rank `rank` of `world_size` under
-  // DistributedDataParallel on the fake backend (its collectives allocate what NCCL's would and move
-  // nothing), with ZeroRedundancyOptimizer over one group of the same optimizer when zero1. The old
-  // buckets at the rebuild are held, as when NCCL's watchdog has not looked yet (the larger figure).
-  struct DataParallel {
-    int world_size = 2;
-    int rank = 0;
-    distributed::DDPOptions ddp;
-    bool zero1 = false;
-  };
-  std::optional<DataParallel> data_parallel;
+  // Data parallel (bytegrad-estimate --ddp): see GPTDataParallel.
+  std::optional<GPTDataParallel> data_parallel;
 };
 
 // nanoGPT's configure_optimizers groups with PyTorch's defaults for what it does not set: weight decay 0.1

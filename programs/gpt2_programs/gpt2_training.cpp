@@ -55,7 +55,7 @@ void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   std::unique_ptr<optim::Optimizer> opt;
   if (t.data_parallel) {
-    const GPTTraining::DataParallel& dp = *t.data_parallel;
+    const GPTDataParallel& dp = *t.data_parallel;
     distributed::ProcessGroupOptions options;
     options.unwaited_release_after = std::nullopt;
     group = distributed::make_fake_process_group(dp.rank, dp.world_size, on, options);

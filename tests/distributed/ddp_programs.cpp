@@ -334,7 +334,7 @@ TEST_CASE("bytegrad-estimate --ddp 2: the first step's figures are PyTorch's, pe
     CAPTURE(c.recording);
     CAPTURE(c.rank);
     programs::GPTTraining t{.config = programs::gpt2_small_config(), .batch = 4, .seq = 256};
-    t.data_parallel = programs::GPTTraining::DataParallel{};
+    t.data_parallel = programs::GPTDataParallel{};
     t.data_parallel->rank = c.rank;
     t.data_parallel->ddp.gradient_as_bucket_view = !c.zero1;
     t.data_parallel->zero1 = c.zero1;
