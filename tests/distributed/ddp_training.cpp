@@ -126,7 +126,7 @@ TEST_CASE("find_unused_parameters: an unused layer keeps no gradient and the res
   const auto whole = train(d, kSim, nullptr, {}, 0, 8, true);
   FreshRankDevices fresh(2, DeviceType::sim);
   std::vector<std::vector<std::vector<double>>> ranks(2);
-  std::vector<bool> unused_grad_defined(2, true);
+  std::vector<int> unused_grad_defined(2, 1);  // not vector<bool>: its bits share a word between the rank threads
   run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
     ranks[pg.rank()] = train(d, pg.device(), &pg, {.find_unused_parameters = true}, pg.rank() * 4, 4, true);
     auto net = std::make_shared<Net>(16, true);
