@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""bench_ddp_gpt2's baseline: PyTorch's GPT-2 small step under DistributedDataParallel on N GPUs (NCCL),
+shared/golden/gpt2/gpt2_scenarios.py's model and optimizer, each rank its own B x T batch; the one-GPU step
+without DDP and one all_reduce of the whole gradient, timed the same way (median of synchronized steps after
+3 warm-up steps).
+  python3 pytorch_ddp_step.py N [STEPS [fp32|bf16_sdpa [BATCH [SEQ]]]]    (starts torchrun itself)"""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "shared", "golden", "gpt2"))
+sys.path.insert(0, os.path.join(HERE, "..", "shared", "golden"))
+import gpt2_scenarios as g  # noqa: E402
+
+
+def median_ms(step, steps):
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def step_ms(dev, steps, mode, B, T, ddp):
+    torch.manual_seed(1337)
+    model = g.GPT(g.SMALL, mode == "bf16_sdpa").to(dev)
+    wrapped = DDP(model, device_ids=[dev.index]) if ddp else model
+    opt = g.make_optimizer(model, foreach=None)
+    x = torch.randint(0, g.SMALL.vocab, (B, T), device=dev)
+    y = torch.randint(0, g.SMALL.vocab, (B, T), device=dev)
+
+    def step():
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=mode != "fp32"):
+            logits, loss = wrapped(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+
+    return median_ms(step, steps)
+
+
+def rank_main(steps, mode, B, T):
+    rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl")
+    one_gpu = step_ms(dev, steps, mode, B, T, ddp=False) if rank == 0 else 0.0
+    dist.barrier()
+    flat = torch.zeros(124439808, device=dev)  # GPT-2 small's parameters (wte tied to lm_head)
+
+    def reduce():
+        dist.all_reduce(flat)
+        torch.cuda.synchronize()
+
+    reduce_ms = median_ms(reduce, steps)
+    del flat
+    ddp_ms = step_ms(dev, steps, mode, B, T, ddp=True)
+    out = [None] * world
+    dist.all_gather_object(out, (ddp_ms, reduce_ms))
+    if rank == 0:
+        slowest = max(o[0] for o in out)
+        reduce_max = max(o[1] for o in out)
+        print(f"PyTorch {torch.__version__} GPT-2 small {mode} step, {B}x{T} tokens per GPU (AdamW foreach; median "
+              f"of {steps} synchronized steps)")
+        print(f"one GPU, no DDP: {one_gpu:.2f} ms")
+        print(f"{world} ranks under DDP: {slowest:.2f} ms (slowest rank; rank 0 {out[0][0]:.2f})")
+        print(f"one all_reduce of the whole gradient alone: {reduce_max:.2f} ms")
+        hidden = min(max(1.0 - (slowest - one_gpu) / reduce_max, 0.0), 1.0)
+        print(f"scaling efficiency {100.0 * one_gpu / slowest:.1f}%; communication hidden behind backward "
+              f"{100.0 * hidden:.0f}%", flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    if "LOCAL_RANK" in os.environ:
+        rank_main(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    n = int(sys.argv[1])
+    steps = sys.argv[2] if len(sys.argv) > 2 else "20"
+    mode = sys.argv[3] if len(sys.argv) > 3 else "bf16_sdpa"
+    B = sys.argv[4] if len(sys.argv) > 4 else "8"
+    T = sys.argv[5] if len(sys.argv) > 5 else "1024"
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    subprocess.run(["torchrun", "--standalone", f"--nproc_per_node={n}", __file__, steps, mode, B, T], env=env,
+                   check=True)
+
+
+if __name__ == "__main__":
+    main()
