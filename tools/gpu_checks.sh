@@ -4,10 +4,12 @@
 # on cuda in its own process, with both cuBLAS workspace settings), compute-sanitizer memcheck on the
 # cuda suite's kernel tests, and the benchmarks with PyTorch's same steps as their baseline.
 # Usage (on the GPU machine, from the repository root): tools/gpu_checks.sh OUTDIR STEP...
-#   STEP: build | probe_streams | tests | sanitize | bench   (e.g. tools/gpu_checks.sh out build tests bench)
+#   STEP: build | probe_streams | tests | sanitize | bench | bench_ddp   (e.g. tools/gpu_checks.sh out build tests bench)
+#   bench_ddp: GPT-2 small under DDP on every GPU of the machine, bytegrad (bytegrad-launch) beside PyTorch
+#   (torchrun), bf16 + SDPA at 8 x 1024 and fp32 at 4 x 256 tokens per GPU.
 #   probe_streams records PyTorch's side-stream programs (tools/probes/stream_probe.py) into
 #   OUTDIR/streams_h100.jsonl, the recording tests/data/pytorch_probes/streams_h100.jsonl is copied from.
-# Logs: OUTDIR/{build,probe_streams,tests,training,sanitizer,bench}.log
+# Logs: OUTDIR/{build,probe_streams,tests,training,sanitizer,bench,bench_ddp}.log
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR build|tests|sanitize|bench...}
 shift
@@ -38,6 +40,16 @@ for step in "$@"; do
         ./build/bench/bench_sdpa; python3 bench/pytorch_sdpa.py; } \
         >"$out/bench.log" 2>&1 || status=1
       cat "$out/bench.log" ;;
+    bench_ddp)
+      gpus=$(nvidia-smi -L | wc -l)
+      { export NCCL_NVLS_ENABLE=0
+        for args in "20 bf16_sdpa 8 1024" "20 fp32 4 256"; do
+          # shellcheck disable=SC2086
+          timeout 180 ./build/tools/bytegrad-launch --nproc-per-node "$gpus" ./build/bench/bench_ddp_gpt2 $args
+          # shellcheck disable=SC2086
+          timeout 180 python3 bench/pytorch_ddp_step.py "$gpus" $args 2>&1 | grep -v -e "^W" -e Warning -e "^ *return"
+        done; } >"$out/bench_ddp.log" 2>&1 || status=1
+      cat "$out/bench_ddp.log" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
