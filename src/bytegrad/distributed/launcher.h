@@ -44,7 +44,9 @@ class RankFailure : public std::runtime_error {
 // instead of hanging; once all have finished, the first exception thrown (by time) is rethrown as a
 // RankFailure naming its rank. A rank whose function returns shuts its group down: a peer still waiting
 // for it fails at once. A rank stuck outside collectives (an endless loop) cannot be stopped: run_ranks
-// waits for it.
+// waits for it. On cuda, threads of one process share CUDA's locks: a rank's cudaMalloc or lazy kernel load
+// can wait behind a sibling's NCCL kernel that waits for it (NCCL issues #37, #613), so train with one
+// process per GPU (init.h, bytegrad-launch); run_ranks on cuda is for tests.
 void run_ranks(int world_size, DeviceType type, const std::function<void(ProcessGroup&)>& body,
                ProcessGroupOptions options = {});
 
