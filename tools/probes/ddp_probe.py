@@ -93,7 +93,7 @@ class MLP(nn.Module):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
-def mlp_program(r, rank, ddp_kwargs=None, no_sync=False, zero1=False):
+def mlp_program(r, rank, ddp_kwargs=None, no_sync=False, zero1=False, zero_bucket_view=False):
     dev = torch.device("cuda", rank)
     torch.manual_seed(1337)
     model = MLP(unused=bool(ddp_kwargs and ddp_kwargs.get("find_unused_parameters"))).to(dev)
@@ -101,7 +101,8 @@ def mlp_program(r, rank, ddp_kwargs=None, no_sync=False, zero1=False):
     ddp = DDP(model, device_ids=[rank], **(ddp_kwargs or {}))
     r.mark("wrapped")
     if zero1:
-        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3,
+                                      parameters_as_bucket_view=zero_bucket_view)
     else:
         opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     torch.manual_seed(100 + rank)
@@ -127,7 +128,7 @@ def mlp_program(r, rank, ddp_kwargs=None, no_sync=False, zero1=False):
         r.mark(f"s{i}_zero_grad")
 
 
-def gpt2_program(r, rank, cfg_name, B, T, ddp_kwargs=None, zero1=False):
+def gpt2_program(r, rank, cfg_name, B, T, ddp_kwargs=None, zero1=False, zero_bucket_view=False):
     import gpt2_scenarios as g
     dev = torch.device("cuda", rank)
     g.DEV = dev
@@ -139,7 +140,8 @@ def gpt2_program(r, rank, cfg_name, B, T, ddp_kwargs=None, zero1=False):
     r.mark("wrapped")
     if zero1:
         opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=6e-4,
-                                      betas=(0.9, 0.95), weight_decay=0.1)
+                                      betas=(0.9, 0.95), weight_decay=0.1,
+                                      parameters_as_bucket_view=zero_bucket_view)
     else:
         opt = g.make_optimizer(model, None)
     torch.manual_seed(100 + rank)
@@ -166,6 +168,8 @@ PROGRAMS = {
     "mlp_ddp_static": lambda r, rank: mlp_program(r, rank, {"static_graph": True}),
     "mlp_ddp_no_sync": lambda r, rank: mlp_program(r, rank, no_sync=True),
     "mlp_zero1": lambda r, rank: mlp_program(r, rank, zero1=True),
+    # parameters_as_bucket_view: the constructor's flat bucket per rank, parameters re-pointed into it.
+    "mlp_zero1_bucket_view": lambda r, rank: mlp_program(r, rank, zero1=True, zero_bucket_view=True),
     "gpt2_tiny_ddp": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64),
     "gpt2_tiny_ddp_bucket_view": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64,
                                                               {"gradient_as_bucket_view": True}),
@@ -173,6 +177,8 @@ PROGRAMS = {
     "gpt2_small_ddp_bucket_view": lambda r, rank: gpt2_program(r, rank, "small", 4, 256,
                                                                {"gradient_as_bucket_view": True}),
     "gpt2_small_zero1": lambda r, rank: gpt2_program(r, rank, "small", 4, 256, zero1=True),
+    "gpt2_tiny_zero1_bucket_view": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64, zero1=True,
+                                                                zero_bucket_view=True),
 }
 
 
