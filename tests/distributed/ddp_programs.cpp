@@ -243,6 +243,21 @@ TEST_CASE("ZeroRedundancyOptimizer over an MLP as PyTorch on two H100s: each ran
   check_program("mlp_zero1", true);
 }
 
+// parameters_as_bucket_view (recorded after the other programs, with the same probe): the constructor's
+// flat bucket per rank, the parameters re-pointed into it, one broadcast per rank after the step.
+TEST_CASE("ZeroRedundancyOptimizer with parameters_as_bucket_view as PyTorch on two GPUs: MLP and nanoGPT tiny") {
+  for (const char* program : {"mlp_zero1_bucket_view", "gpt2_tiny_zero1_bucket_view"}) {
+    const std::string first = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_n2/" + program +
+                              ".n2.run0.rank0.json";
+    if (!std::ifstream(first).good()) {
+      MESSAGE("skipped " << program << ": not recorded yet (tools/probes/ddp_probe.py --all OUT 2 2 " << program
+                         << "; copy OUT/*.json into tests/data/pytorch_probes/ddp_n2/)");
+      continue;
+    }
+    check_program(program, true);
+  }
+}
+
 TEST_CASE("DDP of nanoGPT tiny as PyTorch on two H100s, with and without bucket views") {
   for (const char* program : {"gpt2_tiny_ddp", "gpt2_tiny_ddp_bucket_view"}) check_program(program, true);
 }
