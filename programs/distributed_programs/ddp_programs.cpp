@@ -70,9 +70,9 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
   std::unique_ptr<optim::Optimizer> opt;
   const optim::AdamOptions adam{.lr = 1e-3, .foreach = true};
   if (v.zero1) {
-    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp.parameters(), pg, [&](std::vector<Tensor> mine) {
-      return std::make_unique<optim::Adam>(std::move(mine), adam);
-    }, v.zero);
+    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
+        ddp.parameters(), pg,
+        [&](std::vector<Tensor> mine) { return std::make_unique<optim::Adam>(std::move(mine), adam); }, v.zero);
   } else {
     opt = std::make_unique<optim::Adam>(ddp.parameters(), adam);
   }

@@ -247,8 +247,8 @@ TEST_CASE("ZeroRedundancyOptimizer over an MLP as PyTorch on two H100s: each ran
 // flat bucket per rank, the parameters re-pointed into it, one broadcast per rank after the step.
 TEST_CASE("ZeroRedundancyOptimizer with parameters_as_bucket_view as PyTorch on two GPUs: MLP and nanoGPT tiny") {
   for (const char* program : {"mlp_zero1_bucket_view", "gpt2_tiny_zero1_bucket_view"}) {
-    const std::string first = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_n2/" + program +
-                              ".n2.run0.rank0.json";
+    const std::string first =
+        std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_n2/" + program + ".n2.run0.rank0.json";
     if (!std::ifstream(first).good()) {
       MESSAGE("skipped " << program << ": not recorded yet (tools/probes/ddp_probe.py --all OUT 2 2 " << program
                          << "; copy OUT/*.json into tests/data/pytorch_probes/ddp_n2/)");

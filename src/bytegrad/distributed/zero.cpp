@@ -106,8 +106,8 @@ void ZeroRedundancyOptimizer::build_param_buckets() {
         offset += p.numel();
       }
     }
-    bucket_roles_.emplace_back(bucket, MemoryCategory::parameter, "ZeroRedundancyOptimizer bucket of rank " +
-                                                                      std::to_string(rank));
+    bucket_roles_.emplace_back(bucket, MemoryCategory::parameter,
+                               "ZeroRedundancyOptimizer bucket of rank " + std::to_string(rank));
     buckets_.push_back(std::move(bucket));
   }
 }
