@@ -99,8 +99,8 @@ Outcome on_store(int world, std::chrono::milliseconds timeout, int failing, Stop
     threads.emplace_back([&, r] {
       outcome.messages[r] = error_of([&] {
         auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), false, 5000ms);
-        auto pg =
-            make_store_process_group(store, r, world, Device{DeviceType::sim, r}, ProcessGroupOptions{.timeout = timeout});
+        auto pg = make_store_process_group(store, r, world, Device{DeviceType::sim, r},
+                                           ProcessGroupOptions{.timeout = timeout});
         ddp_step(*pg, failing, where, stall);
       });
     });
@@ -119,8 +119,9 @@ TEST_CASE("threads: a rank that throws in DDP training fails the others at once,
   const Outcome backward = on_threads(2, {.timeout = 20s}, 1, Stop::before_backward, 0ms);
   CHECK(backward.failure == "rank 1 of 2 failed: rank 1's data loader broke");
   CHECK_MESSAGE(has(backward.messages[0], "all_reduce #"), backward.messages[0]);
-  CHECK_MESSAGE(has(backward.messages[0], "on rank 0: the process group was aborted: rank 1 failed: rank 1's data "
-                                          "loader broke"),
+  CHECK_MESSAGE(has(backward.messages[0],
+                    "on rank 0: the process group was aborted: rank 1 failed: rank 1's data "
+                    "loader broke"),
                 backward.messages[0]);
   CHECK(backward.seconds < 2);  // not the 20 s timeout
 
