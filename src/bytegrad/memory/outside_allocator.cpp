@@ -87,8 +87,8 @@ std::string outside_allocator_line(Device device) {
   const std::optional<OutsideAllocatorFigures> figures = outside_allocator_figures(device);
   if (!figures) return "";
   const auto [free, total] = mem_get_info(device);
-  return outside_allocator_line(*figures, static_cast<int64_t>(total) - static_cast<int64_t>(free) -
-                                              memory_reserved(device));
+  return outside_allocator_line(*figures,
+                                static_cast<int64_t>(total) - static_cast<int64_t>(free) - memory_reserved(device));
 }
 
 }  // namespace bytegrad
