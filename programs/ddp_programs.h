@@ -1,6 +1,7 @@
 // tools/probes/ddp_probe.py's programs written in bytegrad, one rank's part each: an MLP and nanoGPT under
 // DistributedDataParallel (default, bucket views, a 1 MiB bucket cap, unused parameters, static graph,
-// no_sync) and under ZeroRedundancyOptimizer. Their marks are held to the probe's recordings on two H100s
+// no_sync) and under ZeroRedundancyOptimizer (with and without parameters_as_bucket_view); nanoGPT runs
+// train_gpt's loop (gpt2_programs.h) as the group's rank. Their marks are held to the probe's recordings on two H100s
 // (tests/data/pytorch_probes/ddp_n2/), on every rank.
 #pragma once
 

@@ -25,8 +25,9 @@
 // in the golden files' layout (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a
 // snapshot PyTorch's memory_viz viewer opens (reports/memory_viz.h).
 // --ddp N: one rank of N under DistributedDataParallel (PyTorch's defaults; --bucket-cap-mb X,
-// --gradient-as-bucket-view), on the fake backend: its collectives allocate what NCCL's would (nothing
-// outside the allocator is counted: NCCL's buffers and the CUDA context come on top). --zero1 uses
+// --gradient-as-bucket-view), on the fake backend: its collectives allocate what NCCL's would; NCCL's own
+// buffers are outside the allocator, never in the figures: the peak report's line "outside the allocator:
+// NCCL communicator X, first all_reduce Y, CUDA context Z" gives the measured model of them. --zero1 uses
 // ZeroRedundancyOptimizer, whose optimizer state differs by rank (--rank R, default 0, takes the largest
 // parameters first). The old gradient buckets at the rebuild are counted as held (docs/distributed.md).
 //
@@ -290,7 +291,15 @@ int run(int argc, char** argv) {
   }
   if (marks) std::cout << recorder.to_json();
   std::cout << "peak_allocated " << peak.peak_allocated << '\n' << "peak_reserved " << peak.peak_reserved << '\n';
-  std::cout << PeakReport{kMeta, peak.at_peak};
+  PeakReport report{kMeta, peak.at_peak};
+  if (gpt && t.data_parallel) {
+    // The rank's group is gone with the run: NCCL's memory from the model (distributed/process_group.h),
+    // beside the modelled card's context, never in the figures above.
+    const auto [free, total] = mem_get_info(kMeta);
+    report.outside_allocator =
+        outside_allocator_line(distributed::modelled_nccl_figures(), total - free - memory_reserved(kMeta));
+  }
+  std::cout << report;
   if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n' << peak.explanation;
   if (max_batch)
     std::cout << "max_batch "

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "bytegrad/distributed/ddp.h"
+#include "bytegrad/distributed/zero.h"
 #include "bytegrad/nn/gpt.h"
 #include "bytegrad/optim/optimizer.h"
 #include "programs/scenario.h"
@@ -19,15 +21,20 @@ namespace bytegrad::programs {
 
 enum class GPTOptimizer { adamw, adam, sgd };
 
-// Data parallel (bytegrad-estimate --ddp): this device is rank `rank` of `world_size` under
-// DistributedDataParallel on the fake backend (its collectives allocate what NCCL's would and move
-// nothing), with ZeroRedundancyOptimizer over one group of the same optimizer when zero1. The old
-// buckets at the rebuild are held, as when NCCL's watchdog has not looked yet (the larger figure).
+// Data parallel: the model under DistributedDataParallel (a "wrapped" mark after wrapping), with
+// ZeroRedundancyOptimizer over one group of the same optimizer when zero1, and each rank's data drawn after
+// manual_seed(100 + rank) (tools/probes/ddp_probe.py). Without a group (bytegrad-estimate --ddp) this
+// device is rank `rank` of `world_size` on the fake backend (its collectives allocate what NCCL's would
+// and move nothing), and the old buckets at the rebuild are held, as when NCCL's watchdog has not looked
+// yet (the larger figure). With a group (programs/ddp_programs.h) the run is that group's rank on its
+// device, and rank and world_size are not read.
 struct GPTDataParallel {
   int world_size = 2;
   int rank = 0;
   distributed::DDPOptions ddp;
   bool zero1 = false;
+  distributed::ZeroOptions zero;
+  distributed::ProcessGroup* group = nullptr;
 };
 
 struct GPTTraining {
@@ -49,6 +56,8 @@ struct GPTTraining {
 // Runs on r's device and marks "model", "data", then s<i>_forward, s<i>_backward, s<i>_step,
 // s<i>_zero_grad for each step (r may be null: no marks).
 void train_gpt(const GPTTraining& training, ScenarioRecorder* r, Device on);
+// The same loop with mark(label) called at each mark.
+void train_gpt(const GPTTraining& training, const std::function<void(const std::string&)>& mark, Device on);
 // The optimizer train_gpt makes for `model` (nanoGPT's two groups).
 std::unique_ptr<optim::Optimizer> make_gpt_optimizer(const nn::GPT& model, const GPTTraining& training);
 

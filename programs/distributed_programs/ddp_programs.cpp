@@ -56,6 +56,7 @@ struct MLPVariant {
   DDPOptions ddp;
   bool no_sync = false;
   bool zero1 = false;
+  distributed::ZeroOptions zero;
 };
 
 void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
@@ -69,9 +70,9 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
   std::unique_ptr<optim::Optimizer> opt;
   const optim::AdamOptions adam{.lr = 1e-3, .foreach = true};
   if (v.zero1) {
-    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp.parameters(), pg, [&](std::vector<Tensor> mine) {
-      return std::make_unique<optim::Adam>(std::move(mine), adam);
-    });
+    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
+        ddp.parameters(), pg,
+        [&](std::vector<Tensor> mine) { return std::make_unique<optim::Adam>(std::move(mine), adam); }, v.zero);
   } else {
     opt = std::make_unique<optim::Adam>(ddp.parameters(), adam);
   }
@@ -101,42 +102,12 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
   }
 }
 
+// nanoGPT's loop (train_gpt) as this group's rank: the probe's gpt2_program is its data-parallel branch.
 void gpt2_program(ProcessGroup& pg, const Mark& mark, const nn::GPTConfig& config, int64_t batch, int64_t seq,
-                  const DDPOptions& options, bool zero1) {
-  const Device dev = pg.device();
-  manual_seed(1337);
-  auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(build_device(pg)));
-  model->to(dev);
-  mark("model");
-  DistributedDataParallel ddp(model, pg, options);
-  mark("wrapped");
-  std::unique_ptr<optim::Optimizer> opt;
-  if (zero1) {
-    opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp.parameters(), pg, [](std::vector<Tensor> mine) {
-      return std::make_unique<optim::AdamW>(
-          std::move(mine), optim::AdamOptions{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = true});
-    });
-  } else {
-    GPTTraining training{.config = config, .batch = batch, .seq = seq};
-    opt = make_gpt_optimizer(*model, training);
-  }
-  manual_seed(100 + pg.rank());
-  const TensorOptions int64_on{ScalarType::int64, dev};
-  Tensor x = randint(0, config.vocab_size, {batch, seq}, int64_on);
-  Tensor y = randint(0, config.vocab_size, {batch, seq}, int64_on);
-  mark("data");
-  for (int i = 0; i < kIterations; ++i) {
-    const std::string s = "s" + std::to_string(i);
-    nn::GPT::Output out = ddp.forward([&] { return model->forward(x, y); });
-    mark(s + "_forward");
-    out.loss.backward();
-    mark(s + "_backward");
-    opt->step();
-    mark(s + "_step");
-    opt->zero_grad(/*set_to_none=*/true);
-    out = {};
-    mark(s + "_zero_grad");
-  }
+                  const DDPOptions& options, bool zero1, distributed::ZeroOptions zero = {}) {
+  GPTTraining training{.config = config, .batch = batch, .seq = seq, .steps = kIterations};
+  training.data_parallel = GPTDataParallel{.ddp = options, .zero1 = zero1, .zero = zero, .group = &pg};
+  train_gpt(training, mark, pg.device());
 }
 
 struct Entry {
@@ -157,14 +128,17 @@ const std::vector<Entry>& programs() {
     mlp("mlp_ddp_static", {.ddp = {.static_graph = true}});
     mlp("mlp_ddp_no_sync", {.no_sync = true});
     mlp("mlp_zero1", {.zero1 = true});
-    auto gpt = [&](const std::string& name, nn::GPTConfig c, int64_t b, int64_t t, DDPOptions o, bool zero1) {
-      p.push_back({name, [=](ProcessGroup& pg, const Mark& m) { gpt2_program(pg, m, c, b, t, o, zero1); }});
+    mlp("mlp_zero1_bucket_view", {.zero1 = true, .zero = {.parameters_as_bucket_view = true}});
+    auto gpt = [&](const std::string& name, nn::GPTConfig c, int64_t b, int64_t t, DDPOptions o, bool zero1,
+                   distributed::ZeroOptions zero = {}) {
+      p.push_back({name, [=](ProcessGroup& pg, const Mark& m) { gpt2_program(pg, m, c, b, t, o, zero1, zero); }});
     };
     gpt("gpt2_tiny_ddp", gpt2_tiny_config(), 4, 64, {}, false);
     gpt("gpt2_tiny_ddp_bucket_view", gpt2_tiny_config(), 4, 64, {.gradient_as_bucket_view = true}, false);
     gpt("gpt2_small_ddp", gpt2_small_config(), 4, 256, {}, false);
     gpt("gpt2_small_ddp_bucket_view", gpt2_small_config(), 4, 256, {.gradient_as_bucket_view = true}, false);
     gpt("gpt2_small_zero1", gpt2_small_config(), 4, 256, {}, true);
+    gpt("gpt2_tiny_zero1_bucket_view", gpt2_tiny_config(), 4, 64, {}, true, {.parameters_as_bucket_view = true});
     return p;
   }();
   return all;

@@ -40,37 +40,52 @@ std::unique_ptr<optim::Optimizer> make_gpt_optimizer(const nn::GPT& model, const
 }
 
 void train_gpt(const GPTTraining& t, ScenarioRecorder* r, Device on) {
-  auto mark = [&](const std::string& label) {
-    if (r) r->mark(label);
-  };
+  train_gpt(
+      t,
+      [r](const std::string& label) {
+        if (r) r->mark(label);
+      },
+      on);
+}
+
+void train_gpt(const GPTTraining& t, const std::function<void(const std::string&)>& mark, Device on) {
   manual_seed(1337);
   // nanoGPT builds the model on the CPU (PyTorch's default initialization) and moves it. On meta no value
-  // is ever read, so there it is built on a second meta device instead (no arithmetic: GPT-2 small's 124M
-  // random draws would take most of the run); the measured device sees the same .to() allocations.
-  const Device build_on = on.type == DeviceType::meta ? Device{DeviceType::meta, on.index + 1} : kCpu;
+  // is ever read, so there it is built on a meta device no run measures instead (no arithmetic: GPT-2
+  // small's 124M random draws would take most of the run; and no data-parallel rank uses it); the measured
+  // device sees the same .to() allocations.
+  const Device build_on = on.type == DeviceType::meta ? Device{DeviceType::meta, 100 + on.index} : kCpu;
   auto model = std::make_shared<nn::GPT>(t.config, TensorOptions{}.with_device(build_on));
   model->to(on);
   mark("model");
-  std::unique_ptr<distributed::ProcessGroup> group;
+  std::unique_ptr<distributed::ProcessGroup> own_group;
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   std::unique_ptr<optim::Optimizer> opt;
   if (t.data_parallel) {
     const GPTDataParallel& dp = *t.data_parallel;
-    distributed::ProcessGroupOptions options;
-    options.unwaited_release_after = std::nullopt;
-    group = distributed::make_fake_process_group(dp.rank, dp.world_size, on, options);
+    distributed::ProcessGroup* group = dp.group;
+    if (!group) {
+      distributed::ProcessGroupOptions options;
+      options.unwaited_release_after = std::nullopt;
+      own_group = distributed::make_fake_process_group(dp.rank, dp.world_size, on, options);
+      group = own_group.get();
+    }
     ddp = std::make_unique<distributed::DistributedDataParallel>(model, *group, dp.ddp);
+    mark("wrapped");
     if (dp.zero1) {
       opt = std::make_unique<distributed::ZeroRedundancyOptimizer>(
-          model->parameters(), *group, [&t](std::vector<Tensor> mine) -> std::unique_ptr<optim::Optimizer> {
+          ddp->parameters(), *group,
+          [&t](std::vector<Tensor> mine) -> std::unique_ptr<optim::Optimizer> {
             const optim::AdamOptions adam{.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1, .foreach = t.foreach};
             if (t.optimizer == GPTOptimizer::sgd)
               return std::make_unique<optim::SGD>(std::move(mine),
                                                   optim::SGDOptions{.lr = 6e-4, .momentum = 0.9, .foreach = t.foreach});
             if (t.optimizer == GPTOptimizer::adam) return std::make_unique<optim::Adam>(std::move(mine), adam);
             return std::make_unique<optim::AdamW>(std::move(mine), adam);
-          });
+          },
+          dp.zero);
     }
+    manual_seed(100 + group->rank());  // each rank its own batch
   }
   if (!opt) opt = make_gpt_optimizer(*model, t);
   const TensorOptions int64_on{ScalarType::int64, on};

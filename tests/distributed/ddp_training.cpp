@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bytegrad/distributed/ddp.h"
 #include "bytegrad/distributed/launcher.h"
+#include "bytegrad/distributed/zero.h"
+#include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/ops.h"
@@ -59,14 +62,29 @@ Data make_data(bool with_unused) {
 constexpr int kSteps = 3;
 
 // One rank on `device`, the rows [begin, begin + count) of the batch, optionally through DDP.
+// With `zero`, a ZeroRedundancyOptimizer over the same SGD (each rank steps its partition).
 std::vector<std::vector<double>> train(const Data& d, Device device, ProcessGroup* pg, const DDPOptions& options,
-                                       int64_t begin, int64_t count, bool with_unused) {
+                                       int64_t begin, int64_t count, bool with_unused,
+                                       std::optional<ZeroOptions> zero = std::nullopt) {
   auto net = std::make_shared<Net>(16, with_unused);
   net->load_state_dict(d.initial);
   net->to(device);
   std::unique_ptr<DistributedDataParallel> ddp;
   if (pg) ddp = std::make_unique<DistributedDataParallel>(net, *pg, options);
-  optim::SGD opt(net->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  const optim::SGDOptions sgd{.lr = 0.1, .momentum = 0.9};
+  std::unique_ptr<optim::Optimizer> owned;
+  if (zero) {
+    owned = std::make_unique<ZeroRedundancyOptimizer>(
+        net->parameters(), *pg,
+        [&](std::vector<Tensor> mine) -> std::unique_ptr<optim::Optimizer> {
+          if (mine.empty()) return nullptr;
+          return std::make_unique<optim::SGD>(std::move(mine), sgd);
+        },
+        *zero);
+  } else {
+    owned = std::make_unique<optim::SGD>(net->parameters(), sgd);
+  }
+  optim::Optimizer& opt = *owned;
   const Tensor x = d.x.narrow(0, begin, count).to(device);
   const Tensor y = d.y.narrow(0, begin, count).to(device);
   for (int step = 0; step < kSteps; ++step) {
@@ -204,4 +222,70 @@ TEST_CASE("DDP refuses a module on another device than its group's") {
           "parameter fc1.weight is on cpu, but this rank's process group uses sim: move the module there first") !=
           std::string::npos,
       errors[0]);
+}
+
+// ZeRO-1 with and without parameters_as_bucket_view: the same parameters as one rank on the whole batch.
+// With bucket views every parameter reads its rank's bucket, packed in the partition's order, and the
+// constructor frees each parameter's old block as the parameter moves into its bucket.
+TEST_CASE("ZeroRedundancyOptimizer, with and without parameters_as_bucket_view, trains as one rank would") {
+  const Data d = make_data(false);
+  testing::FreshDevice one(kSim, testing::small_card());
+  const auto whole = train(d, kSim, nullptr, {}, 0, 8, false);
+  for (bool bucket_view : {false, true}) {
+    CAPTURE(bucket_view);
+    FreshRankDevices fresh(2, DeviceType::sim);
+    std::vector<std::vector<std::vector<double>>> ranks(2);
+    run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+      ranks[pg.rank()] = train(d, pg.device(), &pg, {}, pg.rank() * 4, 4, false,
+                               ZeroOptions{.parameters_as_bucket_view = bucket_view});
+    });
+    CHECK(max_difference(ranks[0], ranks[1]) == 0.0);
+    CHECK(max_difference(ranks[0], whole) < 1e-6);
+  }
+}
+
+TEST_CASE("parameters_as_bucket_view: one flat bucket per rank, parameters re-pointed into it, old blocks freed") {
+  FreshRankDevices fresh(2, DeviceType::sim);
+  struct Seen {
+    std::vector<int64_t> bucket_numel;
+    int64_t allocated_before = 0, allocated_after = 0;
+    bool views = true, values_kept = true;
+  };
+  std::vector<Seen> seen(2);
+  run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+    Seen& s = seen[pg.rank()];
+    // fc1 8x16 + 16, fc2 16x4 + 4: partition largest first to the least-loaded rank: fc1.weight (128) to
+    // rank 0, fc2.weight (64) to rank 1, fc1.bias (16) to rank 1, fc2.bias (4) to rank 1.
+    manual_seed(3);
+    auto net = std::make_shared<Net>(16, false);
+    net->to(pg.device());
+    std::vector<std::vector<double>> before;
+    for (const Tensor& p : net->parameters()) before.push_back(p.detach().cpu().tolist());
+    s.allocated_before = memory_allocated(pg.device());
+    ZeroRedundancyOptimizer opt(
+        net->parameters(), pg,
+        [](std::vector<Tensor> mine) { return std::make_unique<optim::SGD>(std::move(mine), optim::SGDOptions{}); },
+        ZeroOptions{.parameters_as_bucket_view = true});
+    s.allocated_after = memory_allocated(pg.device());
+    for (const Tensor& b : opt.buckets()) s.bucket_numel.push_back(b.numel());
+    for (size_t r = 0; r < opt.partition().size(); ++r) {
+      int64_t offset = 0;
+      for (const Tensor& p : opt.partition()[r]) {
+        s.views = s.views && p.shares_storage_with(opt.buckets()[r]) && p.storage_offset() == offset;
+        offset += p.numel();
+      }
+    }
+    const auto params = net->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      s.values_kept = s.values_kept && params[i].detach().cpu().tolist() == before[i];
+  });
+  for (const Seen& s : seen) {
+    CHECK(s.bucket_numel == std::vector<int64_t>{128, 64 + 16 + 4});
+    CHECK(s.views);
+    CHECK(s.values_kept);
+    // Before: blocks of 512 (128 floats), 512 (16), 512 (64 floats = 256 B), 512 (4) = 2048 B; after: the
+    // buckets' 512 (128 floats) and 512 (84 floats = 336 B) = 1024 B.
+    CHECK(s.allocated_before == 4 * 512);
+    CHECK(s.allocated_after == 2 * 512);
+  }
 }

@@ -168,6 +168,7 @@ PROGRAMS = {
     "mlp_ddp_static": lambda r, rank: mlp_program(r, rank, {"static_graph": True}),
     "mlp_ddp_no_sync": lambda r, rank: mlp_program(r, rank, no_sync=True),
     "mlp_zero1": lambda r, rank: mlp_program(r, rank, zero1=True),
+    # parameters_as_bucket_view: the constructor's flat bucket per rank, parameters re-pointed into it.
     "mlp_zero1_bucket_view": lambda r, rank: mlp_program(r, rank, zero1=True, zero_bucket_view=True),
     "gpt2_tiny_ddp": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64),
     "gpt2_tiny_ddp_bucket_view": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64,

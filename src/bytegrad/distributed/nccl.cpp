@@ -179,6 +179,8 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
  protected:
+  bool measures_outside_allocator() const override { return true; }
+
   void exchange(const Collective& call, const std::optional<Stream>& stream) override {
     const std::string where = "nccl " + call.str() + " on rank " + std::to_string(rank());
     std::lock_guard lock(mutex_);
@@ -221,6 +223,7 @@ class NcclProcessGroup final : public ProcessGroup {
     if (first_of_kind) {
       seen_[static_cast<int>(call.kind)] = true;
       figures_.first_use_bytes.emplace_back(call.kind, memory_outside_allocator(device()) - before);
+      report_measured_figures();
     }
     // The watchdog's record of this launch.
     cudaEvent_t end = nullptr;
@@ -295,6 +298,7 @@ class NcclProcessGroup final : public ProcessGroup {
       throw CollectiveError(message);
     }
     figures_.communicator_bytes = memory_outside_allocator(device()) - figures_.before_communicator;
+    report_measured_figures();
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -379,6 +383,16 @@ class NcclProcessGroup final : public ProcessGroup {
   bool stopping_ = false;
   bool seen_[5] = {};  // a collective of each CollectiveKind launched already
   NcclMemoryFigures figures_;
+
+  // The figures as the reports show them: the communicator, each collective kind's first launch that grew
+  // the memory outside the allocator (the all_reduce's always, once it ran).
+  void report_measured_figures() {
+    OutsideAllocatorFigures shown{.parts = {{"communicator", figures_.communicator_bytes}}};
+    for (const auto& [kind, bytes] : figures_.first_use_bytes)
+      if (bytes != 0 || kind == CollectiveKind::all_reduce)
+        shown.parts.push_back({"first " + std::string(collective_name(kind)), bytes});
+    set_measured_outside_allocator(std::move(shown));
+  }
 };
 
 }  // namespace

@@ -89,6 +89,42 @@ ProcessGroup::ProcessGroup(int rank, int size, Device device, ProcessGroupOption
   if (options.timeout.count() <= 0)
     throw std::invalid_argument("process group: the timeout must be positive, got " +
                                 std::to_string(options.timeout.count()) + " ms");
+  outside_source_ = register_outside_allocator_source([this](Device device) -> std::optional<OutsideAllocatorFigures> {
+    if (device != device_) return std::nullopt;
+    return outside_allocator_figures();
+  });
+}
+
+// Unregistered before the members the source reads go (a derived group's destructor has run already; the
+// source reads only this base's members).
+ProcessGroup::~ProcessGroup() { unregister_outside_allocator_source(outside_source_); }
+
+OutsideAllocatorFigures modelled_nccl_figures(bool all_reduced) {
+  OutsideAllocatorFigures figures{.parts = {{"communicator", kModelledNcclCommunicatorBytes}},
+                                  .measured = false,
+                                  .basis = std::string(kModelledNcclBasis)};
+  if (all_reduced) figures.parts.push_back({"first all_reduce", kModelledNcclFirstAllReduceBytes});
+  return figures;
+}
+
+std::optional<OutsideAllocatorFigures> ProcessGroup::outside_allocator_figures() const {
+  std::lock_guard lock(outside_mutex_);
+  return outside_;
+}
+
+void ProcessGroup::set_measured_outside_allocator(OutsideAllocatorFigures figures) {
+  figures.measured = true;
+  std::lock_guard lock(outside_mutex_);
+  outside_ = std::move(figures);
+}
+
+void ProcessGroup::model_outside_allocator(CollectiveKind kind) {
+  if (device_.type == DeviceType::cpu) return;  // no GPU memory to model
+  const bool all_reduce = kind == CollectiveKind::all_reduce || kind == CollectiveKind::barrier;
+  std::lock_guard lock(outside_mutex_);
+  if (!outside_) outside_ = modelled_nccl_figures(/*all_reduced=*/false);
+  if (all_reduce && outside_->parts.size() == 1)
+    outside_->parts.push_back({"first all_reduce", kModelledNcclFirstAllReduceBytes});
 }
 
 void ProcessGroup::check_tensor(const char* collective, const char* what, const Tensor& tensor) const {
@@ -224,6 +260,7 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective call, bool async_op) {
   }
 
   exchange(call, stream);  // throws when the ranks disagree, fail or time out: then nothing is queued
+  if (!measures_outside_allocator()) model_outside_allocator(call.kind);
 
   auto work = std::make_shared<Work>();
   work->device_ = device_;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bytegrad/core/device.h"
+#include "bytegrad/memory/outside_allocator.h"
 #include "bytegrad/memory/streams.h"
 #include "bytegrad/tensor/tensor.h"
 
@@ -126,10 +127,21 @@ class Work {
   bool barrier_ = false;
 };
 
+// NCCL's memory outside the allocator, per rank, measured on two H200s with NCCL 2.28.3 and
+// NCCL_NVLS_ENABLE=0 (the GPU test `nccl`; docs/distributed.md): the model that groups not running NCCL
+// report for a rank on sim, meta or cuda. The communicator's buffers come at the group's first collective
+// (ProcessGroupNCCL makes the communicator then), the all-reduce algorithm's at the first all_reduce (a
+// barrier is one); the first broadcast, all-gather and reduce-scatter added nothing.
+inline constexpr int64_t kModelledNcclCommunicatorBytes = 205'520'896;
+inline constexpr int64_t kModelledNcclFirstAllReduceBytes = 301'989'888;
+inline constexpr std::string_view kModelledNcclBasis = "measured per rank on two H200s, NCCL 2.28.3";
+// The model's figures once the communicator is made, and after the first all_reduce when all_reduced.
+OutsideAllocatorFigures modelled_nccl_figures(bool all_reduced = true);
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size, Device device, ProcessGroupOptions options);
-  virtual ~ProcessGroup() = default;
+  virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -161,6 +173,12 @@ class ProcessGroup {
   std::optional<Stream> collective_stream() const { return collective_stream_; }
   uint64_t collectives_issued() const { return sequence_; }
 
+  // NCCL's memory outside the allocator on this rank's device, as the reports show it
+  // (memory/outside_allocator.h; every group registers itself there while it lives): measured by the nccl
+  // backend, modelled by the others (kModelledNccl* above) on sim, meta and cuda; nullopt before the
+  // first collective and on cpu.
+  std::optional<OutsideAllocatorFigures> outside_allocator_figures() const;
+
   // This rank stops: collectives waiting for it (on every rank) fail at once, naming it and the reason
   // (ProcessGroup.abort). Safe from any thread.
   virtual void abort(const std::string& reason) = 0;
@@ -172,6 +190,9 @@ class ProcessGroup {
   // The backend's part of one collective: agree with the other ranks and move the bytes (threads), nothing
   // (fake), or launch it on `stream` (nccl). Throws CollectiveError when the ranks disagree or fail.
   virtual void exchange(const Collective& call, const std::optional<Stream>& stream) = 0;
+  // True for a backend that measures NCCL's memory itself and hands it to set_measured_outside_allocator.
+  virtual bool measures_outside_allocator() const { return false; }
+  void set_measured_outside_allocator(OutsideAllocatorFigures figures);
 
  private:
   std::shared_ptr<Work> issue(Collective call, bool async_op);
@@ -179,6 +200,7 @@ class ProcessGroup {
   void check_world_sized(const char* collective, const Tensor& large, const Tensor& small, const char* dtype_message,
                          const char* size_message) const;
   void release_completed_shelves();
+  void model_outside_allocator(CollectiveKind kind);
 
   int rank_;
   int size_;
@@ -194,6 +216,10 @@ class ProcessGroup {
     int collectives_after_completion = 0;  // issued since its end was first seen complete
   };
   std::vector<Outstanding> outstanding_;
+  // Read by reports from any thread: its own small lock, never held while calling out.
+  mutable std::mutex outside_mutex_;
+  std::optional<OutsideAllocatorFigures> outside_;
+  int outside_source_ = 0;  // the registration in memory/outside_allocator.h
 };
 
 }  // namespace bytegrad::distributed

@@ -7,6 +7,7 @@
 
 #include "bytegrad/core/enum_name.h"
 #include "bytegrad/memory/out_of_memory.h"
+#include "bytegrad/memory/outside_allocator.h"
 
 namespace bytegrad {
 
@@ -868,6 +869,12 @@ void CachingAllocator::throw_out_of_memory(const Request& request, std::unique_l
                                  fraction_set_ ? allowed_maximum_ : static_cast<size_t>(info.total), info.free};
   const std::vector<OutOfMemoryObserver> observers = oom_observers_;
   lock.unlock();
+  // Asked outside the lock: a source (a process group) may hold its own lock while calling the allocator.
+  if (device_)
+    if (const auto figures = outside_allocator_figures(*device_))
+      report.outside_allocator =
+          outside_allocator_line(*figures, static_cast<int64_t>(info.total) - static_cast<int64_t>(info.free) -
+                                               static_cast<int64_t>(report.reserved_bytes));
   for (const OutOfMemoryObserver& observer : observers) observer(notice);
   throw OutOfMemoryError(std::move(report));
 }

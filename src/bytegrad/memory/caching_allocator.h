@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "bytegrad/core/device.h"
 #include "bytegrad/memory/alloc_config.h"
 #include "bytegrad/memory/block_categories.h"
 #include "bytegrad/memory/history.h"
@@ -146,6 +148,9 @@ class CachingAllocator {
   void note_driver_allocations(uint32_t what);
   const AllocatorConfig& config() const { return config_; }
   int device_index() const { return device_index_; }
+  // The device this allocator serves, for the out-of-memory report's line on memory outside the allocator
+  // (outside_allocator.h); set by device_allocators, unset for an allocator made on its own.
+  void set_device(Device device) { device_ = device; }
 
   // The rounded block size behind a live pointer (0 if it is not one of ours).
   size_t block_size(const void* ptr) const;
@@ -238,6 +243,7 @@ class CachingAllocator {
   std::atomic<uint32_t> driver_allocations_noted_{0};  // note_driver_allocations' flags so far
   AllocatorConfig config_;
   int device_index_;
+  std::optional<Device> device_;
   mutable std::mutex mutex_;
   BlockPool small_pool_{PoolKind::small};
   BlockPool large_pool_{PoolKind::large};

@@ -62,6 +62,7 @@ std::unique_ptr<CachingAllocator> make_allocator(const Registry& r, Device devic
   }
   auto allocator = std::make_unique<CachingAllocator>(std::move(raw), std::move(config), device.index,
                                                       shared_stream_timeline(device));
+  allocator->set_device(device);
   for (const OutOfMemoryObserver& observer : r.oom_observers) allocator->attach_out_of_memory_observer(observer);
   return allocator;
 }

@@ -55,6 +55,7 @@ std::string OutOfMemoryReport::str() const {
   const size_t room = room_for_segment();
   text += fmt::format("\n  room for a new segment {}, short by {}\n", human(room),
                       human(segment_bytes > room ? segment_bytes - room : 0));
+  if (!outside_allocator.empty()) text += "  " + outside_allocator + "\n";
   text += fmt::format("allocated {}, by category:\n", human(allocated_bytes));
   for (MemoryCategory c : kMemoryCategories) {
     const int64_t b = categories[static_cast<size_t>(c)];

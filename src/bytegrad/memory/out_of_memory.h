@@ -45,6 +45,9 @@ struct OutOfMemoryReport {
   size_t cached_free_pieces = 0;  // free blocks in the request's pool
   size_t largest_free_piece = 0;  // the largest of them (0 when none)
   std::vector<LedgerBlock> largest_live;
+  // NCCL's memory on the device when a process group has figures there (outside_allocator.h's line;
+  // "" when none): part of what made the device full, never of allocated or reserved.
+  std::string outside_allocator;
 
   // Room for a new segment: what the device has free, or under a cap what the cap leaves.
   size_t room_for_segment() const;

@@ -45,6 +45,7 @@ MemoryLedger memory_ledger(Device device, size_t largest) {
   ledger.device_total = static_cast<int64_t>(info.total);
   ledger.device_free = static_cast<int64_t>(info.free);
   ledger.outside_allocator = ledger.device_total - ledger.device_free - ledger.reserved;
+  ledger.nccl = outside_allocator_figures(device);
   return ledger;
 }
 
@@ -60,18 +61,22 @@ std::string MemoryLedger::str() const {
   text +=
       fmt::format("device {}: reserved {}, driver context and other holders {}, free {}\n", human_bytes(device_total),
                   human_bytes(reserved), human_bytes(outside_allocator), human_bytes(device_free));
+  if (nccl) text += outside_allocator_line(*nccl, outside_allocator) + "\n";
   if (!largest.empty()) text += "largest live blocks:\n" + block_table(largest);
   return text;
 }
 
 std::ostream& operator<<(std::ostream& out, const MemoryLedger& ledger) { return out << ledger.str(); }
 
-PeakReport peak_report(Device device) { return {device, caching_allocator(device).peak_record()}; }
+PeakReport peak_report(Device device) {
+  return {device, caching_allocator(device).peak_record(), outside_allocator_line(device)};
+}
 
 std::string PeakReport::str() const {
   std::string text = fmt::format("peak of {}: allocated {} during {}\n", device.str(), human_bytes(record.allocated),
                                  phase_name(record.phase));
   text += category_table(record.bytes, record.allocated);
+  if (!outside_allocator.empty()) text += outside_allocator + "\n";
   if (!record.largest.empty()) text += "largest live blocks at the peak:\n" + block_table(record.largest);
   return text;
 }

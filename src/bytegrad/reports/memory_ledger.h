@@ -9,10 +9,14 @@
 // free bytes are either pieces of segments that still hold live blocks (inactive splits: empty_cache cannot
 // return them) or whole free segments (it can). Beyond reserved, the device's memory holds the driver's
 // context and whatever else other holders took: total - free - reserved by cudaMemGetInfo on cuda, the
-// modelled context on sim and meta.
+// modelled context on sim and meta. When a process group on the device has NCCL figures (measured on
+// cuda, modelled on sim and meta: memory/outside_allocator.h), a line names them apart: "outside the
+// allocator: NCCL communicator X, first all_reduce Y, CUDA context Z"; they are never part of allocated or
+// reserved.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "bytegrad/memory/block_categories.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_category.h"
+#include "bytegrad/memory/outside_allocator.h"
 
 namespace bytegrad {
 
@@ -37,6 +42,7 @@ struct MemoryLedger {
   int64_t device_total = 0;
   int64_t device_free = 0;
   int64_t outside_allocator = 0;  // device_total - device_free - reserved: driver context and other holders
+  std::optional<OutsideAllocatorFigures> nccl;  // NCCL's part of it (measured) or beside it (modelled)
   std::vector<LedgerBlock> largest;
 
   int64_t operator[](MemoryCategory c) const { return bytes[static_cast<size_t>(c)]; }
@@ -49,7 +55,8 @@ MemoryLedger memory_ledger(Device device = default_device(), size_t largest = 10
 
 struct PeakReport {
   Device device;
-  PeakRecord record;  // max_memory_allocated's moment: bytes per category, phase, largest blocks
+  PeakRecord record;              // max_memory_allocated's moment: bytes per category, phase, largest blocks
+  std::string outside_allocator;  // outside_allocator_line when the report was made ("" when none)
   std::string str() const;
 };
 std::ostream& operator<<(std::ostream& out, const PeakReport& report);

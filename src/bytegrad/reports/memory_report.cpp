@@ -11,6 +11,7 @@
 
 #include "bytegrad/core/json.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/outside_allocator.h"
 #include "bytegrad/reports/memory_report_page.h"
 
 namespace bytegrad {
@@ -187,7 +188,7 @@ AllocatorState allocator_state_after(const MemorySnapshot& snapshot, size_t inde
 // ------------------------------------------------------------------------------------------ the data
 
 // The JSON the page draws (one object):
-//   "title", "subtitle", "device": strings
+//   "title", "subtitle", "device", "outside_allocator" (NCCL's memory outside the allocator, or ""): strings
 //   "categories": the eight category names, in precedence order (a category is its index here)
 //   "actions": the history's action names (an action is its index here)
 //   "address_base": the addresses' origin as "0x..." (every address below is an offset from it, so that
@@ -245,6 +246,8 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
   json::append_quoted(out, options.subtitle);
   out += ", \"device\": ";
   json::append_quoted(out, device_name);
+  out += ", \"outside_allocator\": ";
+  json::append_quoted(out, options.outside_allocator);
   out += ",\n\"categories\": [";
   for (MemoryCategory c : kMemoryCategories)
     fmt::format_to(Out(out), "{}\"{}\"", c == MemoryCategory::parameter ? "" : ", ", category_name(c));
@@ -425,7 +428,9 @@ std::string memory_report_html(const MemorySnapshot& snapshot, const std::vector
 std::string memory_report_html(const MemoryStory& story, const MemoryReportOptions& options) {
   CachingAllocator& allocator = caching_allocator(story.device());
   const MemorySnapshot snapshot = allocator.snapshot();
-  return memory_report_html(snapshot, story.marks(), allocator.peak_record(), story.device().str(), options);
+  MemoryReportOptions with_outside = options;
+  if (with_outside.outside_allocator.empty()) with_outside.outside_allocator = outside_allocator_line(story.device());
+  return memory_report_html(snapshot, story.marks(), allocator.peak_record(), story.device().str(), with_outside);
 }
 
 void write_memory_report(const std::string& path, const MemoryStory& story, const MemoryReportOptions& options) {

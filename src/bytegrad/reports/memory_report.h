@@ -41,6 +41,9 @@ namespace bytegrad {
 struct MemoryReportOptions {
   std::string title;     // the page's heading; "" = "bytegrad memory report: <device>"
   std::string subtitle;  // a line under it (e.g. "all 14 marks equal PyTorch's"); may be ""
+  // NCCL's memory outside the allocator (memory/outside_allocator.h's line), shown apart under the
+  // heading; "" = none. The story's form fills it from the device when left empty.
+  std::string outside_allocator;
 };
 
 // The whole page as a string, for the story's device as it is now (its allocator's snapshot and history,

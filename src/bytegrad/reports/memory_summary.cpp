@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/outside_allocator.h"
 
 namespace bytegrad {
 
@@ -116,7 +117,10 @@ std::string memory_summary(Device device, bool abbreviated) {
   if (!device.uses_caching_allocator())
     throw std::invalid_argument(fmt::format(
         "memory_summary({}): {} memory is not cached; use a cuda, sim or meta device", device.str(), device.str()));
-  return memory_summary(caching_allocator(device), abbreviated);
+  std::string summary = memory_summary(caching_allocator(device), abbreviated);
+  // Apart from the table (whose figures are the allocator's): NCCL's memory when a group has figures here.
+  if (const std::string outside = outside_allocator_line(device); !outside.empty()) summary += outside + "\n";
+  return summary;
 }
 
 }  // namespace bytegrad

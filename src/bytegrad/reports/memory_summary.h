@@ -11,7 +11,8 @@
 namespace bytegrad {
 
 // PyTorch's 75-column memory_summary() table for an allocator, and for a device's allocator
-// (torch.cuda.memory_summary; `cpu` is not cached and throws std::invalid_argument).
+// (torch.cuda.memory_summary; `cpu` is not cached and throws std::invalid_argument). The device's form adds,
+// below the table, memory/outside_allocator.h's line when a process group has NCCL figures there.
 std::string memory_summary(const CachingAllocator& allocator, bool abbreviated = false);
 std::string memory_summary(Device device = default_device(), bool abbreviated = false);
 
