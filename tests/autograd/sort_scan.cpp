@@ -15,8 +15,8 @@
 #include "tests/support/allocation_probe.h"
 
 using namespace bytegrad;
-using bytegrad::testing::AllocationEvents;
 using bytegrad::testing::allocation_events;
+using bytegrad::testing::AllocationEvents;
 
 namespace {
 
@@ -46,7 +46,8 @@ TEST_CASE("cumsum: running sums, int64 for integers, gradient the reversed runni
   const Tensor counts = cumsum(ints({1, 2, 3}, ScalarType::int32), 0);
   CHECK(counts.dtype() == ScalarType::int64);  // PyTorch's rule for integer inputs
   CHECK(counts.tolist() == std::vector<double>{1, 3, 6});
-  const Tensor flags = cumsum(from_vector(std::vector<double>{1, 0, 1}, {3}, TensorOptions{ScalarType::bool_, kSim}), 0);
+  const Tensor flags =
+      cumsum(from_vector(std::vector<double>{1, 0, 1}, {3}, TensorOptions{ScalarType::bool_, kSim}), 0);
   CHECK(flags.dtype() == ScalarType::int64);
   CHECK(flags.tolist() == std::vector<double>{1, 1, 2});
   CHECK_THROWS_WITH(cumsum(x, 2), doctest::Contains("out of range"));
@@ -56,8 +57,7 @@ TEST_CASE("cumsum events: output, int64 copy of an integer input, CUB scratch fo
   const Device d = kSim;
   const Tensor x = randn({1024, 1024}, TensorOptions{ScalarType::float32, d});
   // 1024 * 1024 * 4 = 4194304: the output alone.
-  CHECK(allocation_events(d, [&] { (void)cumsum(x, 1); }) ==
-        AllocationEvents{{"alloc", 4194304}, {"free", 4194304}});
+  CHECK(allocation_events(d, [&] { (void)cumsum(x, 1); }) == AllocationEvents{{"alloc", 4194304}, {"free", 4194304}});
   const Tensor i32 = randint(0, 5, {64, 1000}, TensorOptions{ScalarType::int32, d});
   // The int64 output 64 * 1000 * 8 = 512000, then the int64 copy of the input (512000), freed first.
   CHECK(allocation_events(d, [&] { (void)cumsum(i32, 1); }) ==
@@ -77,8 +77,8 @@ TEST_CASE("cumsum backward events: flip, cumsum, flip; the first two freed at th
   // Each 4194304: flip(grad), its cumsum, the second flip (the gradient, kept by x.grad); then the
   // expression's temporaries go, the cumsum before the first flip.
   CHECK(allocation_events(d, [&] { y.backward(g); }) ==
-        AllocationEvents{{"alloc", 4194304}, {"alloc", 4194304}, {"alloc", 4194304}, {"free", 4194304},
-                         {"free", 4194304}});
+        AllocationEvents{
+            {"alloc", 4194304}, {"alloc", 4194304}, {"alloc", 4194304}, {"free", 4194304}, {"free", 4194304}});
 }
 
 TEST_CASE("sort and topk: values, int64 indices, stable ties, NaN above numbers, gradients scattered back") {
@@ -88,7 +88,9 @@ TEST_CASE("sort and topk: values, int64 indices, stable ties, NaN above numbers,
   CHECK(indices.dtype() == ScalarType::int64);
   CHECK(values.tolist() == std::vector<double>{1, 1, 2, 3});
   CHECK(indices.tolist() == std::vector<double>{1, 3, 2, 0});  // equal ones keep their order
-  (values * from_vector(std::vector<double>{1, 2, 3, 4}, {4}, TensorOptions{ScalarType::float32, kSim})).sum().backward();
+  (values * from_vector(std::vector<double>{1, 2, 3, 4}, {4}, TensorOptions{ScalarType::float32, kSim}))
+      .sum()
+      .backward();
   CHECK(x.grad().tolist() == std::vector<double>{4, 1, 3, 2});
 
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -156,7 +158,8 @@ TEST_CASE("one_hot: int64 out, -1 infers the count, values out of range refused 
                        std::invalid_argument);
   CHECK_THROWS_AS(one_hot(ints({}), -1), std::invalid_argument);
   CHECK(one_hot(ints({}), 5).sizes() == Shape{0, 5});
-  CHECK_THROWS_WITH_AS(one_hot(ints({0, 1}, ScalarType::int64, kMeta)), doctest::Contains("meta"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(one_hot(ints({0, 1}, ScalarType::int64, kMeta)), doctest::Contains("meta"),
+                       std::invalid_argument);
   CHECK(one_hot(ints({0, 1}, ScalarType::int64, kMeta), 7).sizes() == Shape{2, 7});
 }
 

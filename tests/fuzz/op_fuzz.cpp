@@ -2454,6 +2454,8 @@ void add_along_dim_drivers(Drivers& drivers) {
                const int64_t length = e.sizes.empty() ? 1 : e.sizes[static_cast<size_t>(d)];
                if (p.ints[2] > length) return e.refuse("k", "topk: k out of range");
                if (!e.sizes.empty()) e.sizes[static_cast<size_t>(d)] = p.ints[2];
+               // A 0-d input keeps its one element with k = 0, which PyTorch's kernel never writes.
+               if (e.sizes.empty() && p.ints[2] == 0) e.values_known = false;
                return e;
              },
              [](const std::vector<Host>& in, const Plan& p, const Expect& e) {

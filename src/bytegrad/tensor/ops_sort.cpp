@@ -47,7 +47,8 @@ Tensor cumsum_compute(const Tensor& x, int64_t dim) {
   const Tensor input = x.to(dtype);  // impl_func_cum_ops: self.to(result's dtype), a copy for integers
   if (x.numel() == x.sizes()[dim]) {
     // CUB's scan and its temporary storage, freed when it returns.
-    const Tensor scratch = empty({cub_scan_temporary_bytes(x.numel(), dtype)}, TensorOptions{ScalarType::uint8, x.device()});
+    const Tensor scratch =
+        empty({cub_scan_temporary_bytes(x.numel(), dtype)}, TensorOptions{ScalarType::uint8, x.device()});
     backend_of(x).cumsum(kv(out), kv(input), dim);
     return out;
   }
@@ -78,8 +79,8 @@ Tensor flip(const Tensor& x, int64_t dim) {
     if (x.dim() > 0 && x.sizes()[wrapped] > 1) {
       const auto d = static_cast<size_t>(wrapped);
       // The last element along dim first, walking backwards: the view PyTorch's flip kernel reads.
-      reversed.data = static_cast<char*>(reversed.data) + (reversed.sizes[d] - 1) * reversed.strides[d] *
-                                                              static_cast<int64_t>(element_size(x.dtype()));
+      reversed.data = static_cast<char*>(reversed.data) +
+                      (reversed.sizes[d] - 1) * reversed.strides[d] * static_cast<int64_t>(element_size(x.dtype()));
       reversed.strides[d] = -reversed.strides[d];
     }
     backend_of(x).copy(kv(result), reversed);
@@ -109,9 +110,8 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
   const int64_t wrapped = wrap_dim(dim, x.dim(), "topk");
   const int64_t length = x.dim() == 0 ? 1 : x.sizes()[wrapped];
   if (k < 0 || k > length)
-    throw std::invalid_argument(
-        fmt::format("topk: k ({}) must be between 0 and the size of dimension {} of {} ({})", k, wrapped, describe(x),
-                    length));
+    throw std::invalid_argument(fmt::format("topk: k ({}) must be between 0 and the size of dimension {} of {} ({})", k,
+                                            wrapped, describe(x), length));
   OpRecording recording = begin_recording<OpId::topk>({x}, {k, wrapped, largest, sorted});
   auto [values, indices] = without_recording([&] {
     AllocationScope scope("topk");
@@ -140,7 +140,8 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
     throw std::invalid_argument(
         fmt::format("one_hot: the input {} must be int64 (class indices), as PyTorch's", describe(x)));
   if (num_classes < -1)
-    throw std::invalid_argument(fmt::format("one_hot: num_classes must be -1 (inferred) or positive, got {}", num_classes));
+    throw std::invalid_argument(
+        fmt::format("one_hot: num_classes must be -1 (inferred) or positive, got {}", num_classes));
   AllocationScope scope("one_hot");
   Shape shape = x.sizes();
   if (x.numel() == 0) {

@@ -9,13 +9,13 @@
 namespace bytegrad::formulas {
 
 std::shared_ptr<FormulaNode> cumsum(const OpRecord& r, const op_args::Dim& args) {
-  return make_node_keeping_input_shape(r, [dim = args.dim, dtype = r.inputs.at(0).dtype()](const FormulaNode& n,
-                                                                                         TensorList& g) {
-    const Tensor grad = g[0].to(dtype);
-    const Shape& sizes = n.shapes.at(0);
-    if (grad.numel() <= 1 || sizes.empty() || sizes[static_cast<size_t>(dim)] == 1) return TensorList{grad};
-    return TensorList{flip(cumsum(flip(grad, dim), dim), dim)};
-  });
+  return make_node_keeping_input_shape(
+      r, [dim = args.dim, dtype = r.inputs.at(0).dtype()](const FormulaNode& n, TensorList& g) {
+        const Tensor grad = g[0].to(dtype);
+        const Shape& sizes = n.shapes.at(0);
+        if (grad.numel() <= 1 || sizes.empty() || sizes[static_cast<size_t>(dim)] == 1) return TensorList{grad};
+        return TensorList{flip(cumsum(flip(grad, dim), dim), dim)};
+      });
 }
 
 std::shared_ptr<FormulaNode> sort(const OpRecord& r, const op_args::Sort& args) {

@@ -61,7 +61,8 @@ void sort(const StridedView& values_view, const StridedView& indices_view, const
   const auto d = static_cast<size_t>(dim);
   const int64_t length = in.sizes[d], keep = values.sizes[d];
   if (keep > length) throw std::invalid_argument("cpu backend: sort: more outputs than elements in a slice");
-  const StridedView value_bases = drop_dim(values, dim), index_bases = drop_dim(indices, dim), in_bases = drop_dim(in, dim);
+  const StridedView value_bases = drop_dim(values, dim), index_bases = drop_dim(indices, dim),
+                    in_bases = drop_dim(in, dim);
   dispatch_dtype(in.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
@@ -80,7 +81,8 @@ void sort(const StridedView& values_view, const StridedView& indices_view, const
                         T* v = reinterpret_cast<T*>(p[0]) + i * s[0];
                         auto* ix = reinterpret_cast<int64_t*>(p[1]) + i * s[1];
                         const T* x = reinterpret_cast<const T*>(p[2]) + i * s[2];
-                        for (int64_t j = 0; j < length; ++j) slice[static_cast<size_t>(j)] = convert<M>(x[j * in.strides[d]]);
+                        for (int64_t j = 0; j < length; ++j)
+                          slice[static_cast<size_t>(j)] = convert<M>(x[j * in.strides[d]]);
                         std::iota(order.begin(), order.end(), int64_t{0});
                         std::stable_sort(order.begin(), order.end(), before);
                         for (int64_t j = 0; j < keep; ++j) {

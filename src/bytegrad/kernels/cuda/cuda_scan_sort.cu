@@ -75,8 +75,8 @@ struct SortRankFunctor {
     int64_t rank = 0;
     for (int64_t j = 0; j < length; ++j) {
       const M other = convert<M>(in[o[2] + j * in_step]);
-      const bool other_first = ordered_before(other, mine, descending) ||
-                               (j < position && !ordered_before(mine, other, descending));
+      const bool other_first =
+          ordered_before(other, mine, descending) || (j < position && !ordered_before(mine, other, descending));
       rank += other_first ? 1 : 0;
     }
     if (rank < keep) {
