@@ -1053,6 +1053,7 @@ void add_view_drivers(Drivers& drivers);
 void add_copy_drivers(Drivers& drivers);
 void add_nn_drivers(Drivers& drivers);
 void add_more_nn_drivers(Drivers& drivers);
+void add_along_dim_drivers(Drivers& drivers);
 
 void add_structured_drivers(Drivers& drivers) {
   auto row = [&](OpId id, Driver d) { drivers[id] = std::move(d); };
@@ -1279,6 +1280,7 @@ void add_structured_drivers(Drivers& drivers) {
   add_copy_drivers(drivers);
   add_nn_drivers(drivers);
   add_more_nn_drivers(drivers);
+  add_along_dim_drivers(drivers);
 }
 
 }  // namespace
@@ -2347,6 +2349,133 @@ void add_nn_drivers(Drivers& drivers) {
 }  // namespace
 
 namespace {
+
+// Calls f(first, step, length) for each slice along dim d of a row-major tensor of `sizes` (0-d: one of 1).
+template <typename F>
+void for_each_slice(const Shape& sizes, int64_t d, F&& f) {
+  if (sizes.empty()) return f(int64_t{0}, int64_t{1}, int64_t{1});
+  const Shape strides = contiguous_strides(sizes);
+  const int64_t length = sizes[static_cast<size_t>(d)], step = strides[static_cast<size_t>(d)];
+  const int64_t total = numel_of(sizes);
+  if (length == 0) return;
+  for (int64_t k = 0; k < total; ++k)
+    if ((k / step) % length == 0) f(k, step, length);
+}
+
+// sort's order over doubles: NaN above every number; stable.
+std::vector<int64_t> sorted_positions(const Values& v, int64_t first, int64_t step, int64_t length, bool descending) {
+  std::vector<int64_t> order(static_cast<size_t>(length));
+  for (int64_t j = 0; j < length; ++j) order[static_cast<size_t>(j)] = j;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const double x = v[first + a * step], y = v[first + b * step];
+    if (descending) return std::isnan(x) ? !std::isnan(y) : (!std::isnan(y) && x > y);
+    return std::isnan(y) ? !std::isnan(x) : (!std::isnan(x) && x < y);
+  });
+  return order;
+}
+
+// cumsum, flip, sort, topk: one tensor and a dimension (topk: k too).
+void add_along_dim_drivers(Drivers& drivers) {
+  const auto plan_with_dim = [](Gen& g, ScalarType t) {
+    Plan p;
+    const Shape s = g.shape(3);
+    g.tensor(p, t, s);
+    const int64_t r = std::max<int64_t>(static_cast<int64_t>(s.size()), 1);
+    p.ints = {g.pick(2 * r + 1) - r, static_cast<int64_t>(g.pick(2))};  // dim (sometimes out of range), a flag
+    return p;
+  };
+  const auto expect_same_shape = [](const Plan& p, const char* op, DtypeRule rule) {
+    Expect e;
+    const Host x = host_view(p, 0);
+    check_dtype_rule(e, rule, x.dtype, op);
+    if (!wrap(p.ints[0], static_cast<int64_t>(x.sizes.size())))
+      e.refuse("dims", std::string(op) + ": dimension out of range");
+    e.dtype = x.dtype;
+    e.sizes = x.sizes;
+    return e;
+  };
+  drivers[OpId::cumsum] = Driver{[plan_with_dim](Gen& g) { return plan_with_dim(g, g.dtype()); },
+                                 [expect_same_shape](const Plan& p) {
+                                   Expect e = expect_same_shape(p, "cumsum", DtypeRule::any);
+                                   if (!is_floating_point(e.dtype))
+                                     e.dtype = ScalarType::int64;  // integers and bool sum in int64
+                                   e.tolerance_scale = 4;
+                                   return e;
+                                 },
+                                 [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+                                   Values out(in[0].v.size());
+                                   const int64_t d = *wrap(p.ints[0], static_cast<int64_t>(e.sizes.size()));
+                                   for_each_slice(e.sizes, d, [&](int64_t first, int64_t step, int64_t length) {
+                                     double running = 0;
+                                     for (int64_t j = 0; j < length; ++j)
+                                       out[first + j * step] = running += in[0].v[first + j * step];
+                                   });
+                                   return out;
+                                 },
+                                 [](const std::vector<Tensor>& in, const Plan& p) { return cumsum(in[0], p.ints[0]); }};
+  drivers[OpId::flip] =
+      Driver{[plan_with_dim](Gen& g) { return plan_with_dim(g, g.dtype()); },
+             [expect_same_shape](const Plan& p) { return expect_same_shape(p, "flip", DtypeRule::any); },
+             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+               Values out(in[0].v.size());
+               const int64_t d = *wrap(p.ints[0], static_cast<int64_t>(e.sizes.size()));
+               for_each_slice(e.sizes, d, [&](int64_t first, int64_t step, int64_t length) {
+                 for (int64_t j = 0; j < length; ++j) out[first + j * step] = in[0].v[first + (length - 1 - j) * step];
+               });
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) { return flip(in[0], p.ints[0]); }};
+  drivers[OpId::sort] =
+      Driver{[plan_with_dim](Gen& g) { return plan_with_dim(g, g.dtype()); },
+             [expect_same_shape](const Plan& p) { return expect_same_shape(p, "sort", DtypeRule::not_bool); },
+             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+               Values out(in[0].v.size());
+               const int64_t d = *wrap(p.ints[0], static_cast<int64_t>(e.sizes.size()));
+               for_each_slice(e.sizes, d, [&](int64_t first, int64_t step, int64_t length) {
+                 const std::vector<int64_t> order = sorted_positions(in[0].v, first, step, length, p.ints[1] == 1);
+                 for (int64_t j = 0; j < length; ++j) out[first + j * step] = in[0].v[first + order[j] * step];
+               });
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) { return sort(in[0], p.ints[0], p.ints[1] == 1).first; }};
+  drivers[OpId::topk] =
+      Driver{[plan_with_dim](Gen& g) {
+               Plan p = plan_with_dim(g, g.dtype());
+               const Shape& s = p.views[0].sizes;
+               const auto d = wrap(p.ints[0], static_cast<int64_t>(s.size()));
+               const int64_t length = !d || s.empty() ? 1 : s[static_cast<size_t>(*d)];
+               p.ints.push_back(g.chance(10) ? length + 1 : g.pick(length + 1));  // k, sometimes too large
+               return p;
+             },
+             [expect_same_shape](const Plan& p) {
+               Expect e = expect_same_shape(p, "topk", DtypeRule::not_bool);
+               if (!e.valid) return e;
+               const int64_t d = *wrap(p.ints[0], static_cast<int64_t>(e.sizes.size()));
+               const int64_t length = e.sizes.empty() ? 1 : e.sizes[static_cast<size_t>(d)];
+               if (p.ints[2] > length) return e.refuse("k", "topk: k out of range");
+               if (!e.sizes.empty()) e.sizes[static_cast<size_t>(d)] = p.ints[2];
+               // A 0-d input keeps its one element with k = 0, which PyTorch's kernel never writes.
+               if (e.sizes.empty() && p.ints[2] == 0) e.values_known = false;
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+               Values out(static_cast<size_t>(numel_of(e.sizes)));
+               const Host& x = in[0];
+               const int64_t d = *wrap(p.ints[0], static_cast<int64_t>(x.sizes.size()));
+               const int64_t k = p.ints[2];
+               for_each_slice(x.sizes, d, [&](int64_t first, int64_t step, int64_t length) {
+                 const std::vector<int64_t> order = sorted_positions(x.v, first, step, length, p.ints[1] == 1);
+                 // the slice's position in the output: the same coordinates with dim's size k
+                 const int64_t outer = x.sizes.empty() ? 0 : first / (step * length), inner = first % step;
+                 const int64_t out_first = x.sizes.empty() ? 0 : outer * step * k + inner;
+                 for (int64_t j = 0; j < k; ++j) out[out_first + j * step] = x.v[first + order[j] * step];
+               });
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan& p) {
+               return topk(in[0], p.ints[2], p.ints[0], p.ints[1] == 1).first;
+             }};
+}
 
 void add_more_nn_drivers(Drivers& drivers) {
   drivers[OpId::native_layer_norm] = Driver{

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -222,6 +223,38 @@ std::optional<OpCase> op_case(const std::string& name) {
     const int64_t dim = std::stoll(name.substr(name.find("dim=") + 4));
     c.inputs = [s](Device d) { return std::vector<Tensor>{rg(s, d)}; };
     c.op = [repeats, dim](const std::vector<Tensor>& in) { return repeat_interleave(in[0], repeats, dim); };
+  } else if (starts("cumsum ") || starts("sort ") || starts("topk ")) {
+    // "cumsum dim=1 [1024, 1024]", "cumsum dim=1 i32 [64, 1000]" (no grad), "sort dim=1 desc=0 [...]",
+    // "topk k=5 dim=1 largest=1 [...]": the values are the case's result (indices saved by the node).
+    const Shape s(n.begin(), n.end());
+    const auto param = [&](const char* key) { return std::stoll(name.substr(name.find(key) + std::strlen(key))); };
+    const int64_t dim = param("dim=");
+    const std::string op = name.substr(0, name.find(' '));
+    const bool int32_input = name.find(" i32 ") != std::string::npos;
+    c.inputs = [s, int32_input](Device d) {
+      if (int32_input) return std::vector<Tensor>{randint(0, 5, s, TensorOptions{ScalarType::int32, d})};
+      return std::vector<Tensor>{rg(s, d)};
+    };
+    if (op == "cumsum") {
+      c.op = [dim](const std::vector<Tensor>& in) { return cumsum(in[0], dim); };
+    } else if (op == "sort") {
+      const bool descending = param("desc=") == 1;
+      c.op = [dim, descending](const std::vector<Tensor>& in) { return sort(in[0], dim, descending).first; };
+    } else {
+      const int64_t k = param("k=");
+      const bool largest = param("largest=") == 1;
+      c.op = [k, dim, largest](const std::vector<Tensor>& in) { return topk(in[0], k, dim, largest).first; };
+    }
+  } else if (starts("one_hot ")) {  // "one_hot classes=10 [64]": arange(n) % classes; classes=-1 inferred
+    const int64_t count = n.at(0);
+    const int64_t classes = std::stoll(name.substr(name.find("classes=") + 8));
+    const int64_t modulus = classes > 0 ? classes : (count == 64 ? 10 : 1000);  // the probe's c for -1 cases
+    c.inputs = [count, modulus](Device d) {
+      std::vector<int64_t> values(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = i % modulus;
+      return std::vector<Tensor>{from_vector(values, {count}, TensorOptions{ScalarType::int64, d})};
+    };
+    c.op = [classes](const std::vector<Tensor>& in) { return one_hot(in[0], classes); };
   } else if (starts("norm ") && name.find(" ord=") != std::string::npos) {  // forward only, no grad
     const Shape s(n.begin(), n.end());
     const double ord = name.find("ord=inf") != std::string::npos ? inf : 1.0;
@@ -328,7 +361,7 @@ const std::map<std::string, std::string>& unary_rows_not_recorded() {
 const std::set<std::string>& rows_awaiting_recording() {
   // Rows added to the table whose probe cases (op_table_cases()) are not recorded yet; empty when the
   // recording has every row (re-record on the GPU machine after adding one, docs/adding-an-op.md).
-  static const std::set<std::string> rows = {};
+  static const std::set<std::string> rows = {"cumsum", "sort", "topk"};
   return rows;
 }
 

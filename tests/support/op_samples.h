@@ -242,6 +242,12 @@ inline const std::map<OpId, OpSample>& op_samples() {
           return std::vector<Tensor>{r({2, 3}, d), indices({2, 0, 1, 1}, d).view({2, 2})};
         },
         [](auto& v) { return v[0].gather(1, v[1]); });
+    // ---- along one dimension (sort and topk: randn values are distinct, so the order is stable under gradcheck)
+    row(OpId::cumsum, one({3, 4}), [](auto& v) { return cumsum(v[0], 1); });
+    row(
+        OpId::flip, one({3, 4}), [](auto& v) { return flip(v[0], 0); }, 0);
+    row(OpId::sort, one({3, 5}), [](auto& v) { return sort(v[0], 1, true).first; });
+    row(OpId::topk, one({4, 5}), [](auto& v) { return topk(v[0], 2, 0).first; });
     row(
         OpId::embedding,
         [](Device d) {

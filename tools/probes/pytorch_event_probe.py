@@ -238,6 +238,19 @@ def op_table_cases():
             C.append((f"binary_cross_entropy_with_logits {red} {list(shape)}",
                       fb(lambda s=shape: (rg(*s), torch.rand(*s, device=DEV)),
                          lambda x, t, red=red: F.binary_cross_entropy_with_logits(x, t, reduction=red))))
+    # Along one dimension. cumsum: 2-d and 3-d scans (no scratch), a 1-d one (CUB's temporary storage) and an
+    # int32 input (its int64 copy). sort and topk: dimensions of at most 4096 (the in-place small sort) and
+    # single-block topk (TensorTopK.cu's should_use_multiblock false), forward and backward.
+    for shape, dim in [((1024, 1024), 1), ((1024, 1024), 0), ((16, 64, 256), 1), ((7,), 0), ((1 << 20,), 0)]:
+        C.append((f"cumsum dim={dim} {list(shape)}", fb(lambda s=shape: (rg(*s),), lambda x, d=dim: torch.cumsum(x, d))))
+    C.append(("cumsum dim=1 i32 [64, 1000]",
+              fb(lambda: (torch.randint(0, 5, (64, 1000), device=DEV, dtype=torch.int32),), lambda x: torch.cumsum(x, 1))))
+    for shape, dim, desc in [((1024, 1000), 1, False), ((64, 4096), 1, True), ((1000, 64), 0, False), ((7,), 0, True)]:
+        C.append((f"sort dim={dim} desc={int(desc)} {list(shape)}",
+                  fb(lambda s=shape: (rg(*s),), lambda x, d=dim, de=desc: torch.sort(x, d, de).values)))
+    for shape, k, dim, largest in [((64, 1000), 5, 1, True), ((16, 64, 256), 10, 2, False), ((7,), 3, 0, True)]:
+        C.append((f"topk k={k} dim={dim} largest={int(largest)} {list(shape)}",
+                  fb(lambda s=shape: (rg(*s),), lambda x, k=k, d=dim, l=largest: torch.topk(x, k, d, l).values)))
     # linalg.vector_norm with ord=inf (AbsMaxOps) and ord=1 (NormOneOps), forward only (no grad in bytegrad):
     # the output, then the reduction's staging buffer and semaphores when the launch splits the input.
     for shape in [(1000, 300), (4096, 4096), (7,)]:
@@ -262,6 +275,11 @@ def composite_cases():
             C.append((f"cross_entropy ls=0.1 {red} [{n},{c}]",
                       fb(lambda n=n, c=c, tgt=tgt: (rg(n, c), tgt()),
                          lambda x, t, red=red: F.cross_entropy(x, t, reduction=red, label_smoothing=0.1))))
+    # one_hot: num_classes given (zeros + scatter_) and inferred (x.max() first, read by .item()).
+    for n, c, given in [(64, 10, True), (4096, 1000, True), (64, 10, False), (4096, 1000, False)]:
+        C.append((f"one_hot classes={c if given else -1} [{n}]",
+                  fb(lambda n=n, c=c: (torch.arange(n, device=DEV) % c,),
+                     lambda t, c=c, given=given: F.one_hot(t, c if given else -1))))
     for shape, repeats, dim in [((64, 32), 2, 1), ((1024, 1024), 3, 0), ((7,), 4, 0)]:
         C.append((f"repeat_interleave r={repeats} dim={dim} {list(shape)}",
                   fb(lambda s=shape: (rg(*s),), lambda x, r=repeats, d=dim: torch.repeat_interleave(x, r, dim=d))))

@@ -88,6 +88,15 @@ struct Pad {
 // scaled_dot_product_attention's fused backends: the causal flag and the softmax scale (resolved: the
 // caller's scale, or 1 / sqrt(head dim)); with dropout its probability and the call's draw (the counter-based
 // generator's seed and offset, which backward reuses to drop the same elements).
+// sort along dim; topk's k largest (or smallest) along dim, sorted or in any order.
+struct Sort {
+  int64_t dim = 0;
+  bool descending = false;
+};
+struct TopK {
+  int64_t k = 0, dim = 0;
+  bool largest = true, sorted = true;
+};
 struct Attention {
   bool is_causal = false;
   double scale = 1.0;
@@ -102,6 +111,6 @@ using OpArgs =
     std::variant<op_args::None, op_args::Alpha, op_args::Scalar, op_args::Dim, op_args::Dims, op_args::Variance,
                  op_args::Transpose, op_args::Permutation, op_args::Select, op_args::Slice, op_args::Split,
                  op_args::Addmm, op_args::Diagonal, op_args::Dropout, op_args::LossReduction, op_args::NllLoss,
-                 op_args::LayerNorm, op_args::Pad, op_args::Attention, op_args::Clamp>;
+                 op_args::LayerNorm, op_args::Pad, op_args::Attention, op_args::Clamp, op_args::Sort, op_args::TopK>;
 
 }  // namespace bytegrad

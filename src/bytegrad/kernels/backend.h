@@ -133,6 +133,16 @@ class KernelBackend {
   // out[i][index[i][j]] += source[i][j] along dim.
   virtual void scatter_add(const StridedView& out, int64_t dim, const StridedView& index,
                            const StridedView& source) = 0;
+  // out[i][index[i][j]] = value along dim (scatter_ with a number; one_hot).
+  virtual void scatter_fill(const StridedView& out, int64_t dim, const StridedView& index, double value) = 0;
+
+  // out = the inclusive running sums of in along dim; out and in share sizes and dtype (the op converts first).
+  virtual void cumsum(const StridedView& out, const StridedView& in, int64_t dim) = 0;
+  // Sorts each slice of in along dim, stably (equal elements keep their order; NaN sorts above every number,
+  // as PyTorch's), ascending or descending, and writes the first values.sizes[dim] of each: the values (in's
+  // dtype) and their positions in the slice (indices, int64). sort writes all of them, topk its first k.
+  virtual void sort(const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim,
+                    bool descending) = 0;
 
   // out[i] = op(self[i], a[i], b[i], value) (TernaryOp); all four share out's sizes (stride 0 where
   // broadcast); out may alias self exactly (the in-place optimizer updates). Without `common` all four

@@ -31,6 +31,10 @@ void index_select(const StridedView& out, const StridedView& in, int64_t dim, co
 void index_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
 void gather(const StridedView& out, const StridedView& in, int64_t dim, const StridedView& index);
 void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source);
+void scatter_fill(const StridedView& out, int64_t dim, const StridedView& index, double value);
+
+void cumsum(const StridedView& out, const StridedView& in, int64_t dim);
+void sort(const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim, bool descending);
 
 // Optional operands are nullptr where absent.
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,

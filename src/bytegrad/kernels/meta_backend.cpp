@@ -28,6 +28,9 @@ class MetaBackend final : public KernelBackend {
   void index_add(const StridedView&, int64_t, const StridedView&, const StridedView&) override {}
   void gather(const StridedView&, const StridedView&, int64_t, const StridedView&) override {}
   void scatter_add(const StridedView&, int64_t, const StridedView&, const StridedView&) override {}
+  void scatter_fill(const StridedView&, int64_t, const StridedView&, double) override {}
+  void cumsum(const StridedView&, const StridedView&, int64_t) override {}
+  void sort(const StridedView&, const StridedView&, const StridedView&, int64_t, bool) override {}
   void ternary(TernaryOp, const StridedView&, const StridedView&, const StridedView&, const StridedView&, double,
                std::optional<ScalarType>) override {}
   void layer_norm(const StridedView&, const StridedView&, const StridedView&, const StridedView&, const StridedView*,

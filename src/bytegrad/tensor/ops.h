@@ -29,6 +29,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -457,6 +458,34 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // along dim (dim unset: over the flattened x). Composite, as PyTorch's: x.unsqueeze(dim + 1), expanded to
 // `repeats` there, cloned contiguous (the one allocation) and flattened back; the gradient sums the copies.
 Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
+
+// ------------------------------------------------------------------- along one dimension (ops_sort.cpp)
+// torch.cumsum(x, dim): the running sums along dim. Integer and bool inputs give int64 (PyTorch's rule), their
+// int64 copy made after the output and freed before returning; floating ones keep their dtype. PyTorch's CUDA
+// scan allocates nothing more, except for a tensor whose elements all lie along dim (a 1-d one), scanned by
+// CUB with temporary storage (see cumsum's comment in ops_sort.cpp). Backward: flip, cumsum, flip.
+Tensor cumsum(const Tensor& x, int64_t dim);
+// torch.flip(x, {dim}): one contiguous copy with dim reversed (no autograd node: cumsum's backward uses it).
+Tensor flip(const Tensor& x, int64_t dim);
+// torch.sort(x, dim, descending): values (x's dtype), then indices (int64), allocated in that order; a stable
+// sort (equal elements keep their order, NaN sorts above every number). PyTorch's CUDA sort allocates nothing
+// more while the sorted dimension has at most 4096 elements (its in-place small sort); longer dimensions go
+// through a segmented radix sort with temporaries that bytegrad does not model. Backward: zeros of x's shape,
+// the gradient scattered into it at the indices (value_selecting_reduction_backward).
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// torch.topk(x, k, dim, largest, sorted): the k largest (or smallest) along dim, values then indices (int64).
+// Always returned in sorted order (PyTorch's order for sorted=false is unspecified). PyTorch's single-block
+// CUDA topk allocates nothing more; its multi-block path (a long dimension with few slices, TensorTopK.cu's
+// should_use_multiblock) makes scratch bytegrad does not model. Backward as sort's.
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+// sort's and topk's backward (FunctionsManual's value_selecting_reduction_backward with keepdim): zeros of
+// `sizes` in grad's dtype, then grad scattered in place at `indices` along dim (one allocation).
+Tensor value_selecting_backward(const Tensor& grad, int64_t dim, const Tensor& indices, const Shape& sizes);
+// torch.nn.functional.one_hot(x, num_classes): int64 x's shape + [num_classes], 1 at each value. Composite, as
+// PyTorch's on CUDA: num_classes -1 reads x.max() (a 0-d int64 allocated and freed) to infer the count; then
+// zeros, and scatter_ of 1. Values below 0 or not below num_classes are refused naming the value (read on the
+// host; on meta, where there are no values, -1 is refused and the values are not checked).
+Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
 
 // ------------------------------------------------------------------------------------------ losses
 // (ops_loss.cpp) Reduction is backend.h's (none, mean, sum: PyTorch's numbering).

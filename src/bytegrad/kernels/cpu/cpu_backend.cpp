@@ -62,6 +62,14 @@ class CpuBackend final : public KernelBackend {
   void scatter_add(const StridedView& out, int64_t dim, const StridedView& index, const StridedView& source) override {
     cpu::scatter_add(out, dim, index, source);
   }
+  void scatter_fill(const StridedView& out, int64_t dim, const StridedView& index, double value) override {
+    cpu::scatter_fill(out, dim, index, value);
+  }
+  void cumsum(const StridedView& out, const StridedView& in, int64_t dim) override { cpu::cumsum(out, in, dim); }
+  void sort(const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim,
+            bool descending) override {
+    cpu::sort(values, indices, in, dim, descending);
+  }
 
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                const StridedView& b, double value, std::optional<ScalarType> common) override {

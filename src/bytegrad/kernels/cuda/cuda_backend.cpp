@@ -225,6 +225,19 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "scatter_add", "", out.dtype);
     cuda::scatter_add(out, dim, index, source);
   }
+  void scatter_fill(const StridedView& out, int64_t dim, const StridedView& index, double value) override {
+    CudaCall call(out.device, "scatter_fill", "", out.dtype);
+    cuda::scatter_fill(out, dim, index, value);
+  }
+  void cumsum(const StridedView& out, const StridedView& in, int64_t dim) override {
+    CudaCall call(out.device, "cumsum", "", out.dtype);
+    cuda::cumsum(out, in, dim);
+  }
+  void sort(const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim,
+            bool descending) override {
+    CudaCall call(values.device, "sort", descending ? "descending" : "", in.dtype);
+    cuda::sort(values, indices, in, dim, descending);
+  }
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                const StridedView& b, double value, std::optional<ScalarType> common) override {
     CudaDeviceGuard guard(out.device);
