@@ -67,8 +67,20 @@ std::string MemoryChange::str() const {
   for (const OpBytes& f : freed)
     phrases.emplace_back(f.bytes, fmt::format("-{} {} (earlier)", human_bytes(f.bytes), f.op));
   std::stable_sort(phrases.begin(), phrases.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // A long list (an optimizer's first step names every parameter's state) ends in a count: the largest
+  // first, the rest summed.
+  constexpr size_t kPhrases = 12;
   std::string text;
-  for (const auto& [bytes, phrase] : phrases) text += (text.empty() ? "" : ", ") + phrase;
+  for (size_t i = 0; i < std::min(phrases.size(), kPhrases); ++i)
+    text += (text.empty() ? "" : ", ") + phrases[i].second;
+  if (phrases.size() > kPhrases) {
+    int64_t more_added = 0, more_freed = 0;
+    for (size_t i = kPhrases; i < phrases.size(); ++i)
+      (phrases[i].second.front() == '+' ? more_added : more_freed) += phrases[i].first;
+    text += fmt::format(", and {} more ({}{}{})", phrases.size() - kPhrases,
+                        more_added ? "+" + human_bytes(more_added) : "", more_added && more_freed ? ", " : "",
+                        more_freed ? "-" + human_bytes(more_freed) + " (earlier)" : "");
+  }
   if (transient_blocks > 0) text += fmt::format("{}{} transient blocks", text.empty() ? "" : "; ", transient_blocks);
   return text.empty() ? "no change" : text;
 }
