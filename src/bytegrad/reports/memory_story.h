@@ -2,7 +2,7 @@
 // It reads the device allocator's history (it turns recording on): which ops' blocks appeared since the
 // previous mark and are still alive, which older blocks were freed, and how many blocks came and went in
 // between (transient). Ops are named by the allocation tag they ran under (memory/allocation_context.h):
-// "linear", "relu", "workspace", "zeros", ...
+// "linear", "relu", "workspace", ..., or by the TensorNameScope the blocks were made in ("0.weight.exp_avg").
 //
 //   bytegrad::MemoryStory story(bytegrad::kSim);
 //   auto y = model(x);
