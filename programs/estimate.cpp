@@ -3,7 +3,7 @@
 //
 //   bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B
 //                          [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
-//                          [--limit SIZE [--max-batch]] [--marks] [--alloc-conf SETTING]
+//                          [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]
 //                          [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]
 //                          [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]
 //
@@ -18,26 +18,31 @@
 // (CUBLAS_WORKSPACE_CONFIG=:0:0). Prints `peak_allocated <bytes>` and `peak_reserved <bytes>`, each on its
 // own line, then the categories at the peak (memory_ledger.h's peak_report). --alloc-conf SETTING runs with
 // that allocator setting (BYTEGRAD_ALLOC_CONF's syntax, as PYTORCH_CUDA_ALLOC_CONF: "would
-// expandable_segments:True have fit?" is one flag). --limit SIZE (bytes, or with KiB/MiB/GiB/KB/MB/GB) caps the
-// allocator as torch.cuda.set_per_process_memory_fraction does, and adds `fits yes|no` (with the out-of-memory report
-// when not); with --max-batch the last line is `max_batch <N>`, the largest batch whose two steps fit (0 when none
-// does). --marks first prints the figures at every mark of the run (model, data, s0_forward, ...) as one JSON document,
-// in the golden files' layout (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a
-// snapshot PyTorch's memory_viz viewer opens (reports/memory_viz.h).
+// expandable_segments:True have fit?" is one flag). --card SIZE|NAME runs on a card of that total memory
+// ("24GB": 24 * 10^9 bytes; "H100-80GB") less the CUDA context and the driver's share (programs/card.h), and
+// --limit SIZE caps the allocator as torch.cuda.set_per_process_memory_fraction does on whatever card runs
+// (the modelled H100 80GB without --card); either adds `fits yes|no` (with the out-of-memory report when
+// not), and with --max-batch the last line is `max_batch <N>`, the largest batch whose two steps fit (0 when
+// none does). Sizes: GB = 10^9 bytes, GiB = 2^30 (programs/card.h's parse_byte_size). --marks first prints the figures
+// at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden files' layout
+// (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a snapshot PyTorch's memory_viz
+// viewer opens (reports/memory_viz.h).
 // --ddp N: one rank of N under DistributedDataParallel (PyTorch's defaults; --bucket-cap-mb X,
 // --gradient-as-bucket-view), on the fake backend: its collectives allocate what NCCL's would; NCCL's own
 // buffers are outside the allocator, never in the figures: the peak report's line "outside the allocator:
-// NCCL communicator X, first all_reduce Y, CUDA context Z" gives the measured model of them. --zero1 uses
+// NCCL communicator X, first all_reduce Y, CUDA context Z" gives the measured model of them, and --card takes
+// them off the card with the driver's share. --zero1 uses
 // ZeroRedundancyOptimizer, whose optimizer state differs by rank (--rank R, default 0, takes the largest
 // parameters first). The old gradient buckets at the rebuild are counted as held (docs/distributed.md).
 //
 //   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
-//                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]
+//                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--card SIZE|NAME]
+//                         [--limit SIZE] [--max-batch]
 //
 // An MLP classifier (seed001's kind of question): Linear layers of those sizes with ReLU between, built on the
 // device, randn inputs and randint labels, two steps of forward, cross_entropy, backward, optimizer step
 // (Adam by default; SGD with momentum 0.9) and zero_grad(set_to_none=True). The same lines are printed.
-// Exit status: 0, or 2 on a bad argument (one line naming it).
+// --help explains every option. Exit status: 0, or 2 on a bad argument (one line naming it).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -47,14 +52,17 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "bytegrad/memory/alloc_config.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/reports/memory_ledger.h"
 #include "bytegrad/reports/memory_viz.h"
 #include "bytegrad/memory/out_of_memory.h"
+#include "programs/card.h"
 #include "programs/gpt2_programs.h"
 
 using namespace bytegrad;
@@ -65,11 +73,71 @@ namespace {
 constexpr const char* kUsage =
     "usage: bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B\n"
     "                         [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
-    "                         [--limit SIZE [--max-batch]] [--marks] [--alloc-conf SETTING]\n"
+    "                         [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]\n"
     "                         [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]\n"
+    "                         [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]\n"
     "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]\n"
-    "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--limit SIZE [--max-batch]]\n"
-    "                         [--marks] [--alloc-conf SETTING] [--memory-viz FILE]\n";
+    "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--card SIZE|NAME]\n"
+    "                         [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING] [--memory-viz FILE]\n"
+    "       bytegrad-estimate --help\n";
+
+// Every option in a sentence (--help).
+std::string help_text() {
+  return std::string(kUsage) +
+         "\n"
+         "How much GPU memory training takes, from running the training step itself on bytegrad's meta device:\n"
+         "every allocation PyTorch 2.11's caching allocator makes on CUDA, exact to the byte, no values computed.\n"
+         "Prints peak_allocated and peak_reserved (bytes: torch.cuda.max_memory_allocated and\n"
+         "max_memory_reserved), then the memory by category at the peak and the largest blocks with their owners.\n"
+         "\n"
+         "Models:\n"
+         "  gpt2                   nanoGPT's GPT-2 training loop: the model, AdamW, two steps of forward, backward,\n"
+         "                         step and zero_grad (GPT-2 small's sizes unless given).\n"
+         "  mlp                    an MLP classifier: Linear layers with ReLU between, cross-entropy, two steps.\n"
+         "\n"
+         "The run:\n"
+         "  --batch B              sequences (gpt2) or samples (mlp) per step (gpt2: 4, mlp: 256 by default).\n"
+         "  --seq T                gpt2: tokens per sequence, at most --block (256 by default).\n"
+         "  --n-layer N, --n-head N, --n-embd N, --vocab N, --block N\n"
+         "                         gpt2: the model's sizes (12, 12, 768, 50257, 1024: GPT-2 small).\n"
+         "  --sizes A,B,...        mlp: the layer widths from the input to the classes (784,1024,1024,10).\n"
+         "  --inplace-relu         mlp: ReLU(inplace=True), which keeps one activation less per layer.\n"
+         "  --optimizer NAME       adamw (gpt2's default), adam (mlp's), or sgd; for mlp also none (no step).\n"
+         "  --foreach on|off       the optimizer's multi-tensor path (on: PyTorch's default on CUDA) or per tensor.\n"
+         "  --amp bf16|fp16|off    gpt2: the forward under torch.autocast with that dtype (off by default).\n"
+         "  --attention slow|sdpa  gpt2: softmax(q @ k^T) written out (slow, the default) or SDPA.\n"
+         "  --checkpoint           gpt2: every block under activation checkpointing (use_reentrant=False).\n"
+         "  --no-workspace         no cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG=:0:0); by default PyTorch's\n"
+         "                         32 MiB + 1 MiB for each thread that multiplies matrices.\n"
+         "  --alloc-conf SETTING   the allocator's settings, as PYTORCH_CUDA_ALLOC_CONF (expandable_segments:True).\n"
+         "  --ddp N                gpt2: one rank of N under DistributedDataParallel (NCCL's own buffers are not\n"
+         "                         counted).\n"
+         "  --rank R               with --ddp: which rank (0 by default; ranks differ only with --zero1).\n"
+         "  --bucket-cap-mb X      with --ddp: DDP's gradient bucket size in MiB (25 by default).\n"
+         "  --gradient-as-bucket-view\n"
+         "                         with --ddp: the gradients are views into DDP's buckets (no separate copy).\n"
+         "  --zero1                with --ddp: ZeroRedundancyOptimizer, each rank keeping its share of the state.\n"
+         "\n"
+         "Will it fit:\n" +
+         card_help() +
+         "  --limit SIZE           an allocator cap, as torch.cuda.set_per_process_memory_fraction(SIZE / total),\n"
+         "                         on the --card or, without one, on the modelled H100 80GB. It is not a card\n"
+         "                         size: the context and the driver's share are outside the cap. Adds `fits`.\n"
+         "  --max-batch            with --card or --limit: also print max_batch, the largest batch that fits.\n"
+         "\n"
+         "Sizes: a number and a unit. GB, MB, KB, TB are powers of 1000 (24GB = 24,000,000,000 bytes, as card\n"
+         "makers count); GiB, MiB, KiB, TiB are powers of 1024 (24GiB = 25,769,803,776 bytes, 7.4% more, as\n"
+         "PyTorch and nvidia-smi count); the unit's case does not matter; no unit means bytes; a bare G, M or K\n"
+         "is refused as ambiguous.\n"
+         "\n"
+         "Output:\n"
+         "  --marks                first the figures at every mark of the run, as one JSON document.\n"
+         "  --memory-viz FILE      also write the run's allocator history for https://pytorch.org/memory_viz.\n"
+         "  --help                 this text.\n"
+         "\n"
+         "Exit status: 0; 1 when the run does not fit on the modelled card and neither --card nor --limit asked\n"
+         "whether it would; 2 for a bad argument.\n";
+}
 
 int usage_error(const std::string& what) {
   std::cerr << "bytegrad-estimate: " << what << '\n' << kUsage;
@@ -106,45 +174,11 @@ double positive_number(const std::string& option, const std::string& text) {
   return value;
 }
 
-// "24GiB", "24 GB", "25769803776": bytes, at least one and at most int64's largest. NaN, infinities,
-// negative or zero sizes, fractions of a byte and sizes past int64 are refused (each would otherwise turn
-// the limit off without a word).
-int64_t byte_size(const std::string& text) {
-  const std::string expected = "--limit needs a size such as 24GiB (B, KiB, MiB, GiB, KB, MB, GB), got '" + text + "'";
-  size_t used = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0) throw std::invalid_argument(expected);
-  if (!std::isfinite(number)) throw std::invalid_argument("--limit '" + text + "' is not a finite size");
-  if (number <= 0) throw std::invalid_argument("--limit '" + text + "' is not a positive size");
-  std::string unit = text.substr(used);
-  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(unit.begin());
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KiB") scale = 1024.0;
-  else if (unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else throw std::invalid_argument("--limit: unknown unit '" + unit + "' (B, KiB, MiB, GiB, KB, MB, GB)");
-  const double bytes = std::floor(number * scale);
-  if (bytes < 1) throw std::invalid_argument("--limit '" + text + "' is less than one byte");
-  // 2^63 is the first double past int64's range.
-  if (!(bytes < 9223372036854775808.0))
-    throw std::invalid_argument("--limit '" + text + "' is more bytes than int64 can count (at most 2^63 - 1)");
-  return static_cast<int64_t>(bytes);
-}
-
 int run(int argc, char** argv) {
   if (argc < 2) return usage_error("which model? (gpt2)");
   const std::string model = argv[1];
   if (model == "-h" || model == "--help") {
-    std::cout << kUsage;
+    std::cout << help_text();
     return 0;
   }
   if (model != "gpt2" && model != "mlp") return usage_error("unknown model '" + model + "': expected gpt2 or mlp");
@@ -155,6 +189,7 @@ int run(int argc, char** argv) {
   bool default_workspace = true, max_batch = false, marks = false;
   std::string memory_viz;
   int64_t limit = 0;
+  std::optional<Card> card;
   std::string data_parallel_option;  // the last of --rank, --bucket-cap-mb, ... (each needs --ddp)
   bool ddp_given = false;
   for (int i = 2; i < argc; ++i) {
@@ -199,7 +234,12 @@ int run(int argc, char** argv) {
     } else if (arg == "--no-workspace") {
       default_workspace = false;
     } else if (arg == "--limit") {
-      limit = byte_size(value());
+      limit = parse_byte_size("--limit", value());
+    } else if (arg == "--card") {
+      card = parse_card(value());
+    } else if (arg == "-h" || arg == "--help") {
+      std::cout << help_text();
+      return 0;
     } else if (arg == "--max-batch") {
       max_batch = true;
     } else if (arg == "--marks") {
@@ -249,7 +289,12 @@ int run(int argc, char** argv) {
     return usage_error("--seq " + std::to_string(t.seq) + " is longer than the block size " +
                        std::to_string(t.config.block_size));
   if (gpt && t.config.n_embd % t.config.n_head != 0) return usage_error("--n-embd must be a multiple of --n-head");
-  if (max_batch && limit == 0) return usage_error("--max-batch needs --limit");
+  if (max_batch && limit == 0 && !card) return usage_error("--max-batch needs --card or --limit");
+  if (card && limit > card->total_bytes)
+    return usage_error("--limit " + std::to_string(limit) + " bytes is more than the --card's " +
+                       std::to_string(card->total_bytes));
+  // Whether the question is "does it fit" (a card or a cap), rather than "what does it take".
+  const bool asks_fit = limit > 0 || card.has_value();
   if (!data_parallel_option.empty() && !ddp_given) return usage_error(data_parallel_option + " needs --ddp N");
   if (t.data_parallel && t.data_parallel->rank >= t.data_parallel->world_size)
     return usage_error("--rank " + std::to_string(t.data_parallel->rank) + " is not a rank of --ddp " +
@@ -263,6 +308,18 @@ int run(int argc, char** argv) {
                 << "': " << std::strerror(errno) << '\n';
       return 1;
     }
+  }
+
+  // The card: meta's capacity becomes its total, with the driver's share held back as the context is, and
+  // under --ddp NCCL's buffers too (the measured model: they live outside the allocator on every rank).
+  if (card) {
+    int64_t held_back = card->driver_bytes;
+    if (t.data_parallel)
+      for (const OutsideAllocatorPart& part : distributed::modelled_nccl_figures().parts) held_back += part.bytes;
+    if (held_back >= card->total_bytes)
+      return usage_error("--card " + card->name + " has no memory left after the driver's share and NCCL's buffers");
+    configure_simulated_device(kMeta, SimulatedCapacity{.total_bytes = static_cast<size_t>(card->total_bytes),
+                                                        .context_bytes = static_cast<size_t>(held_back)});
   }
 
   ScenarioRecorder recorder(model, kMeta);
@@ -281,11 +338,11 @@ int run(int argc, char** argv) {
         dump_memory_viz(memory_viz, caching_allocator(on));
       },
       default_workspace, limit);
-  if (peak.out_of_memory && limit == 0) {
+  if (peak.out_of_memory && !asks_fit) {
     // Without --limit the question is "what does it take", and the run did not finish on the modelled card:
     // the peaks so far are not the answer (a model whose first parameter cannot be allocated peaks at 0).
     std::cerr << "bytegrad-estimate: the run does not fit on meta's modelled card ("
-              << human_bytes(mem_get_info(kMeta).second) << "), so it has no peak to report (--limit SIZE prints "
+              << human_bytes(mem_get_info(kMeta).second) << "), so it has no peak to report (--card or --limit print "
               << "`fits no` and the allocator's report): " << peak.message << '\n';
     return 1;
   }
@@ -300,7 +357,10 @@ int run(int argc, char** argv) {
         outside_allocator_line(distributed::modelled_nccl_figures(), total - free - memory_reserved(kMeta));
   }
   std::cout << report;
-  if (limit > 0) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n' << peak.explanation;
+  if (card)
+    std::cout << "card " << card->name << ": total " << card->total_bytes << " B, CUDA context and driver "
+              << card->driver_bytes << " B, left for PyTorch " << human_bytes(card->usable_bytes()) << '\n';
+  if (asks_fit) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n' << peak.explanation;
   if (max_batch)
     std::cout << "max_batch "
               << (gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace))

@@ -81,6 +81,22 @@ std::vector<GoldenStep> golden_steps(const json::Value& document, const std::str
   return out;
 }
 
+namespace {
+
+// Where golden/ is: the copy `cmake --install` put beside the program (<prefix>/share/bytegrad for
+// <prefix>/bin/bytegrad-walkthrough), else the checkout's shared/ it was built from.
+std::string shared_dir() {
+  std::error_code error;
+  const std::filesystem::path program = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path installed = program.parent_path().parent_path() / "share" / "bytegrad";
+    if (std::filesystem::is_directory(installed / "golden", error)) return installed.string();
+  }
+  return BYTEGRAD_SHARED_DIR;
+}
+
+}  // namespace
+
 std::string golden_scenario_path(const std::string& name, bool default_workspace, bool expandable_segments) {
   if (default_workspace && expandable_segments)
     throw std::invalid_argument("no golden set has both PyTorch's default workspaces and expandable segments");
@@ -89,8 +105,9 @@ std::string golden_scenario_path(const std::string& name, bool default_workspace
                                            : "scenarios/";
   // The golden sets: the seed programs' (golden/) and nanoGPT's GPT-2 (golden/gpt2/), each with the same
   // three folders; a name is found in the first set that has it.
-  const std::string seed_path = std::string(BYTEGRAD_SHARED_DIR) + "/golden/" + folder + name + ".json";
-  const std::string gpt2_path = std::string(BYTEGRAD_SHARED_DIR) + "/golden/gpt2/" + folder + name + ".json";
+  const std::string shared = shared_dir();
+  const std::string seed_path = shared + "/golden/" + folder + name + ".json";
+  const std::string gpt2_path = shared + "/golden/gpt2/" + folder + name + ".json";
   return !std::filesystem::exists(seed_path) && std::filesystem::exists(gpt2_path) ? gpt2_path : seed_path;
 }
 

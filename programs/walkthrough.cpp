@@ -149,7 +149,9 @@ int walk(const Program& program, const Options& options) {
       const GoldenStep* want = it == golden.end() ? nullptr : &it->second;
       const bool same = want && step_differences(s, *want).empty();
       if (want && !same) ++differing;
-      const std::string change = story ? story->since_last_mark(s.label) : "";
+      // The note (why the mark looks as it does) goes into the story too: the HTML report shows it with the mark.
+      const std::string note = options.expandable_segments ? "" : mark_note(program.name, s.label);
+      const std::string change = story ? story->mark(s.label, note).str() : "";
       if (!options.json) {
         std::cout << fmt::format(
             "{} {:<26} allocated {}  reserved {}  peak {}  segments {}  blocks {}\n",
@@ -168,8 +170,7 @@ int walk(const Program& program, const Options& options) {
         }
         if (!by_category.empty()) std::cout << fmt::format("   {:<26} by category: {}\n", "", by_category);
         // The notes explain the runs without expandable segments (segments, their sizes and splits).
-        if (const std::string note = options.expandable_segments ? "" : mark_note(program.name, s.label); !note.empty())
-          std::cout << fmt::format("   {:<26} {}\n", "", note);
+        if (!note.empty()) std::cout << fmt::format("   {:<26} {}\n", "", note);
         if (!s.message.empty()) std::cout << "   error: " << s.message << '\n';
         if (!s.explanation.empty()) {  // indented under the error, line by line
           std::istringstream lines(s.explanation);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds bytegrad as an outside project would use it, from a clean checkout's build directory:
-#   1. `cmake --install` to a temporary prefix, then examples/ and tests/consumer/ built against it with
-#      find_package, and run;
+#   1. `cmake --install` to a temporary prefix: the programs in bin/ run (the walkthrough with the goldens
+#      installed in share/bytegrad), then examples/ and tests/consumer/ built against it with find_package,
+#      and run;
 #   2. tests/consumer/ with FetchContent (SOURCE_DIR = this checkout): builds only the libraries, and runs;
 #   3. tests/consumer/ with add_subdirectory: configured (the checks are CMake's), not built again.
 # Usage: tools/check_consumer.sh BUILD_DIR   (an already built bytegrad build directory). Run by .ci/run.
@@ -17,6 +18,15 @@ echo "== install to $work/prefix"
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
 test -f "$work/prefix/include/bytegrad/bytegrad.h"
 test -f "$work/prefix/lib/cmake/bytegrad/bytegradConfig.cmake" || test -f "$work/prefix/lib64/cmake/bytegrad/bytegradConfig.cmake"
+
+echo "== the installed programs: bytegrad-estimate, bytegrad-walkthrough (with its goldens), bytegrad-replay"
+bin="$work/prefix/bin"
+"$bin/bytegrad-estimate" --help | grep -q -- "--card SIZE|NAME"
+"$bin/bytegrad-estimate" mlp --batch 4 --card 24GB | grep -x "fits yes"
+test -f "$work/prefix/share/bytegrad/golden/scenarios/seed001_mlp_estimate.json"
+"$bin/bytegrad-walkthrough" seed001_mlp_estimate --device meta | grep "marks equal PyTorch's"
+"$bin/bytegrad-replay" shared/golden/traces/w_mlp_adam.trace --check shared/golden/traces/w_mlp_adam.golden | grep "^OK: "
+test -x "$bin/bytegrad-launch"
 
 echo "== examples/ with find_package"
 cmake -S examples -B "$work/examples" "${common[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null

@@ -36,6 +36,7 @@
 #include "bytegrad/tensor/tensor.h"
 #include "bytegrad/testing/fresh_device.h"
 #include "bytegrad/testing/stream_work.h"
+#include "programs/mark_notes.h"
 #include "programs/scenario.h"
 
 using namespace bytegrad;
@@ -195,10 +196,10 @@ TEST_CASE("html: Chromium renders the report offline without errors; the marks' 
   CHECK(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
   CHECK(b.dom.find("data-errors=") == std::string::npos);
 
-  // The legend: the eight categories, in precedence order.
+  // The legend: the eight categories, in precedence order, then the reserved line.
   std::string names;
   for (MemoryCategory c : kMemoryCategories) names += std::string(category_name(c));
-  CHECK(strip_tags(element(b.dom, "id=\"legend\"", "ul")) == names);
+  CHECK(strip_tags(element(b.dom, "id=\"legend\"", "ul")) == names + "reserved");
 
   // The marks table: row K is golden step K, each figure its exact integer, with its human unit for bytes.
   const size_t table = b.dom.find("id=\"marks-table\"");
@@ -246,6 +247,149 @@ TEST_CASE("html: at each mark, the state the page replays has the golden's reser
     CHECK(shown("state-blocks") == std::to_string(want.blocks));
     CHECK(strip_tags(element(b.dom, "id=\"state-event\"", "div")).find("mark " + want.label) != std::string::npos);
   }
+}
+
+namespace {
+
+// An attribute's value in the first element whose markup holds `marker`.
+std::string attribute(const std::string& dom, const std::string& marker, const std::string& name) {
+  const size_t at = dom.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t open = dom.rfind('<', at), end = dom.find('>', at);
+  const std::string tag = dom.substr(open, end - open);
+  const size_t value = tag.find(" " + name + "=\"");
+  if (value == std::string::npos) return "";
+  const size_t from = value + name.size() + 3;
+  return tag.substr(from, tag.find('"', from) - from);
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("html: each mark shows the story's sentences: by op, by category, and why") {
+  const Report& r = report();
+  const Browser b = browse(file_url(r.page), "--dump-dom", "story");
+  REQUIRE(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  const size_t table = b.dom.find("id=\"marks-table\"");
+  REQUIRE(table != std::string::npos);
+  size_t notes = 0;
+  for (size_t k = 0; k < r.golden.size(); ++k) {
+    const GoldenStep& want = r.golden[k];
+    CAPTURE(want.label);
+    const std::string row = strip_tags(element(b.dom, "data-mark=\"" + std::to_string(k) + "\"", "tr", table));
+    const std::string note = mark_note(kScenario, want.label);
+    if (!note.empty()) {
+      ++notes;
+      CHECK(has(row, note));
+    }
+  }
+  CHECK(notes >= 5);  // seed001's marks are explained (programs/mark_notes.cpp)
+  // The first mark ("model"): the parameters appeared, 7455232 B (tests/ledger's arithmetic).
+  const std::string first = strip_tags(element(b.dom, "data-mark=\"0\"", "tr", table));
+  CHECK(has(first, "by category: +7.11 MiB (7455232 B) parameter"));
+
+  // Opened at a mark, the allocator's panel tells that mark's story.
+  const Browser at_model = browse(file_url(r.page) + "#mark=0", "--dump-dom", "story-mark0");
+  // Its lines are divs of their own inside #state-story, which ends before the next table.
+  const size_t story_at = at_model.dom.find("id=\"state-story\"");
+  REQUIRE(story_at != std::string::npos);
+  const std::string story = strip_tags(at_model.dom.substr(story_at, at_model.dom.find("<table", story_at) - story_at));
+  CHECK(has(story, "by category: +7.11 MiB (7455232 B) parameter"));
+  CHECK(has(story, mark_note(kScenario, r.golden[0].label)));
+}
+
+TEST_CASE("html: hiding categories (#hide=, as a legend click does) and zooming (#zoom=, as a drag does)") {
+  const Report& r = report();
+  const Browser whole = browse(file_url(r.page), "--dump-dom", "view-whole");
+  REQUIRE(whole.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  const double whole_max = std::stod(attribute(whole.dom, "id=\"timeline\"", "data-max-y"));
+  CHECK(has(whole.dom, "<polygon points="));
+  CHECK(has(whole.dom, "id=\"reserved-line\""));
+  CHECK(has(whole.dom, "id=\"zoom-reset\" disabled"));  // nothing to reset
+
+  // `other` (the data, the logits) and the reserved line hidden: their shapes are gone, the legend says so,
+  // and the axis fits what is left (below the whole view's, at least every mark's parameters and the rest).
+  const Browser hidden = browse(file_url(r.page) + "#hide=other,reserved", "--dump-dom", "view-hidden");
+  CHECK(console_lines(hidden.log).empty());
+  REQUIRE(hidden.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  CHECK(!has(hidden.dom, "fill-opacity=\"0.9\" data-category=\"other\""));
+  CHECK(has(hidden.dom, "fill-opacity=\"0.9\" data-category=\"parameter\""));
+  CHECK(!has(hidden.dom, "id=\"reserved-line\""));
+  CHECK(attribute(hidden.dom, "data-category=\"other\" role=", "data-hidden") == "yes");
+  CHECK(attribute(hidden.dom, "data-legend=\"reserved\"", "data-hidden") == "yes");
+  CHECK(attribute(hidden.dom, "data-category=\"parameter\" role=", "data-hidden") == "");
+  const double hidden_max = std::stod(attribute(hidden.dom, "id=\"timeline\"", "data-max-y"));
+  CHECK(hidden_max < whole_max);
+  const size_t by_category = hidden.dom.find("id=\"marks-category-table\"");
+  for (size_t k = 0; k < r.golden.size(); ++k) {
+    const std::string row = element(hidden.dom, "data-mark=\"" + std::to_string(k) + "\"", "tr", by_category);
+    const std::string other = element(row, "data-category=\"other\"", "td");
+    const int64_t shown = r.golden[k].allocated - std::stoll(strip_tags(other.substr(0, other.find("<span"))));
+    CHECK(hidden_max >= static_cast<double>(shown));
+  }
+
+  // A zoom into events 10..39: the axis starts at 10, the range is named, only marks inside are labelled,
+  // and "all events" is offered.
+  const Browser zoomed = browse(file_url(r.page) + "#zoom=10-40", "--dump-dom", "view-zoomed");
+  CHECK(console_lines(zoomed.log).empty());
+  REQUIRE(zoomed.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  CHECK(attribute(zoomed.dom, "id=\"timeline\"", "data-zoom") == "10-40");
+  const std::string range = strip_tags(element(zoomed.dom, "id=\"timeline-range\"", "text"));
+  CHECK(has(range, "allocator events 10\u201339 of "));
+  CHECK(!has(zoomed.dom, "id=\"zoom-reset\" disabled"));
+  const size_t table = zoomed.dom.find("id=\"marks-table\"");
+  for (size_t k = 0; k < r.golden.size(); ++k) {
+    const std::string row = element(zoomed.dom, "data-mark=\"" + std::to_string(k) + "\"", "tr", table);
+    const int64_t event = std::stoll(attribute(row, "data-event=", "data-event"));
+    CAPTURE(event);
+    CHECK(has(zoomed.dom, "data-mark-label=\"" + std::to_string(k) + "\"") == (event >= 10 && event < 40));
+  }
+}
+
+TEST_CASE("html: a click on a legend entry hides its category, a drag zooms, a double-click shows every event") {
+  const Report& r = report();
+  // The report with a script of our own at the end that drives the page as a user's mouse would (the events
+  // the page listens to), recording the timeline's view after each step on <body>.
+  std::string page = read(r.page);
+  const std::string driver = R"(<script>
+(function () {
+  var body = document.body, plot = document.getElementById('timeline');
+  document.querySelector('#legend li[data-category="other"]').click();
+  body.setAttribute('data-after-click', plot.querySelector('polygon[data-category="other"]') ? 'shown' : 'hidden');
+  var box = plot.getBoundingClientRect();
+  function x(fraction) { return box.left + (84 + fraction * 1080) * box.width / 1180; }
+  var y = box.top + box.height / 2;
+  plot.dispatchEvent(new MouseEvent('mousedown', { clientX: x(0.25), clientY: y, button: 0, bubbles: true }));
+  window.dispatchEvent(new MouseEvent('mousemove', { clientX: x(0.5), clientY: y, bubbles: true }));
+  window.dispatchEvent(new MouseEvent('mouseup', { clientX: x(0.5), clientY: y, bubbles: true }));
+  body.setAttribute('data-after-drag', plot.getAttribute('data-zoom'));
+  plot.dispatchEvent(new MouseEvent('dblclick', { clientX: x(0.3), clientY: y, bubbles: true }));
+  body.setAttribute('data-after-dblclick', plot.getAttribute('data-zoom'));
+  document.querySelector('#legend li[data-category="other"]').click();
+  body.setAttribute('data-after-second-click', plot.querySelector('polygon[data-category="other"]') ? 'shown' : 'hidden');
+})();
+</script>
+)";
+  const size_t end = page.rfind("</body>");
+  REQUIRE(end != std::string::npos);
+  page.insert(end, driver);
+  const fs::path driven = out_dir / "driven.html";
+  std::ofstream(driven, std::ios::binary) << page;
+  const Browser b = browse(file_url(driven), "--window-size=1280,1000 --dump-dom", "driven");
+  CHECK(console_lines(b.log).empty());
+  REQUIRE(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
+  CHECK(attribute(b.dom, "data-after-click=", "data-after-click") == "hidden");
+  CHECK(attribute(b.dom, "data-after-second-click=", "data-after-second-click") == "shown");
+  // The drag covered the second quarter of the plot: the view is about events N/4 to N/2.
+  const std::string whole = attribute(b.dom, "data-after-dblclick=", "data-after-dblclick");
+  REQUIRE(whole.rfind("0-", 0) == 0);
+  const double events = std::stod(whole.substr(2));
+  const std::string dragged = attribute(b.dom, "data-after-drag=", "data-after-drag");
+  const size_t dash = dragged.find('-');
+  REQUIRE(dash != std::string::npos);
+  CHECK(std::stod(dragged.substr(0, dash)) == doctest::Approx(events / 4).epsilon(0.02));
+  CHECK(std::stod(dragged.substr(dash + 1)) == doctest::Approx(events / 2).epsilon(0.02));
 }
 
 TEST_CASE("html: a screenshot of the report, kept with the test output") {

@@ -32,7 +32,7 @@ void FormulaNode::finish(const std::shared_ptr<FormulaNode>& self, const std::ve
   const size_t with_history = std::min(outputs.size(), differentiable_outputs_);
   for (size_t i = 0; i < with_history; ++i) set_history(outputs[i], self, static_cast<uint32_t>(i));
   for (const auto& [slot, output] : output_saves_)
-    saved_[slot] = SavedVariable(outputs.at(output), name_, saved_names_[slot]);
+    saved_[slot] = SavedVariable(outputs.at(output), name_, saved_names_[slot], /*node_output=*/true);
   output_saves_.clear();
 }
 

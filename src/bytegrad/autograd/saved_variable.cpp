@@ -5,10 +5,11 @@
 #include <stdexcept>
 
 #include "bytegrad/autograd/autograd_meta.h"
+#include "bytegrad/autograd/module_scope.h"
 
 namespace bytegrad {
 
-SavedVariable::SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand)
+SavedVariable::SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand, bool node_output)
     : saved_version_(tensor.defined() ? tensor.version() : 0),
       defined_(tensor.defined()),
       operand_(std::move(operand)),
@@ -20,10 +21,13 @@ SavedVariable::SavedVariable(const Tensor& tensor, const std::string& saved_by, 
     packed_ = hooks_->pack(tensor);
   } else {
     data_ = tensor.alias();
-    // A non-leaf kept for backward is an activation (a leaf saved, such as the input, stays what it was).
+    // A non-leaf kept for backward is an activation (a leaf saved, such as the input, stays what it was), and
+    // so is an output the node made and keeps without history (Dropout's mask): saved_tensors() lists both.
     const AutogradMeta* meta = autograd_meta(tensor);
-    if (meta && meta->grad_fn) {
-      const std::string module = meta->grad_fn->module();
+    if ((meta && meta->grad_fn) || node_output) {
+      // A node's output without history is saved while the node is made, inside its module's scope.
+      const std::shared_ptr<const std::string> running = current_module_name_ptr();
+      const std::string module = meta && meta->grad_fn ? meta->grad_fn->module() : (running ? *running : "");
       activation_role_ = MemoryRole(tensor, MemoryCategory::activation,
                                     "saved by " + saved_by + (module.empty() ? "" : " (" + module + ")"));
     }

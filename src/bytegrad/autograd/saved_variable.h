@@ -18,7 +18,9 @@ class SavedVariable {
  public:
   SavedVariable() = default;
   // `saved_by` is the node's name ("MulBackward0"), `operand` what the tensor is to it ("other").
-  SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand = {});
+  // `node_output`: the tensor is an output of the saving node itself (save_output), an activation even
+  // when it has no history of its own (Dropout's bool mask, max's indices).
+  SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand = {}, bool node_output = false);
 
   bool defined() const { return defined_; }
   bool released() const { return released_; }
@@ -33,7 +35,7 @@ class SavedVariable {
   Tensor unpack_from_hooks(const std::string& node_name) const;
 
   Tensor data_;
-  MemoryRole activation_role_;  // data_'s block is an activation while saved here (non-leaves only)
+  MemoryRole activation_role_;  // data_'s block is an activation while saved here (non-leaves and the node's outputs)
   std::shared_ptr<SavedTensorHooks> hooks_;
   std::shared_ptr<void> packed_;
   uint64_t saved_version_ = 0;

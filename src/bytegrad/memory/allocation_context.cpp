@@ -1,6 +1,7 @@
 #include "bytegrad/memory/allocation_context.h"
 
 #include <mutex>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -46,11 +47,23 @@ const std::string* intern(std::string_view tag) {
 
 // nullptr: no tag (a pointer to no_tag() here would need a dynamic initializer per thread).
 thread_local const std::string* current_tag = nullptr;
+thread_local const std::string* current_name = nullptr;  // the innermost TensorNameScope's, or none
+
+const std::string* intern_name(std::string_view name) {
+  if (name.empty()) throw std::invalid_argument("TensorNameScope: the name is empty");
+  return intern(name);
+}
 
 }  // namespace
 
 const std::string& current_allocation_tag() { return current_tag ? *current_tag : no_tag(); }
 
 AllocationScope::AllocationScope(std::string_view tag) : scope_(current_tag, intern(tag)) {}
+
+TensorNameScope::TensorNameScope(std::string_view name) : scope_(current_name, intern_name(name)) {}
+
+const std::string& current_block_tag() { return current_name ? *current_name : current_allocation_tag(); }
+
+bool naming_blocks() { return current_name != nullptr; }
 
 }  // namespace bytegrad

@@ -26,13 +26,14 @@ CategoryChange BlockCategories::recategorize(Entry& e) {
   return change;
 }
 
-void BlockCategories::on_alloc(Entry& e, uintptr_t ptr, size_t bytes, const std::string& tag) {
+void BlockCategories::on_alloc(Entry& e, uintptr_t ptr, size_t bytes, const std::string& tag, bool named) {
   e.ptr = ptr;
   e.bytes = static_cast<int64_t>(bytes);
   e.birth = e.current = current_birth_category();
   e.role_owner_category = MemoryCategory::other;
   e.roles = {};
   e.birth_owner = &tag;
+  e.named = named && !tag.empty();
   e.role_owner.clear();
   e.prev = nullptr;
   e.next = live_;
@@ -122,6 +123,8 @@ std::string BlockCategories::module_owner(const Entry& e) {
 LedgerBlock BlockCategories::ledger_block(const Entry& e) {
   const bool role_named = !e.role_owner.empty() && e.role_owner_category == e.current;
   const bool tagged = e.birth_owner && !e.birth_owner->empty();
+  if (e.named)
+    return {e.ptr, e.bytes, e.current, role_named ? *e.birth_owner + " (" + e.role_owner + ")" : *e.birth_owner};
   return {e.ptr, e.bytes, e.current, role_named ? e.role_owner : (tagged ? *e.birth_owner : std::string("untagged"))};
 }
 

@@ -46,6 +46,7 @@ struct BlockCategoryEntry {
   MemoryCategory role_owner_category = MemoryCategory::other;
   std::array<uint16_t, kMemoryCategoryCount> roles{};
   const std::string* birth_owner = nullptr;  // the allocation tag (interned: allocation_context.h)
+  bool named = false;                        // birth_owner is a TensorNameScope's name, not an op's tag
   std::string role_owner;                    // the name a role gave it ("fc1.weight"), "" when none
   BlockCategoryEntry* prev = nullptr;        // the live list
   BlockCategoryEntry* next = nullptr;
@@ -61,7 +62,9 @@ class BlockCategories {
   BlockCategories& operator=(const BlockCategories&) = delete;
 
   // The block at `ptr` (whose record holds `e`) became live / is freed; on_free returns its category.
-  void on_alloc(Entry& e, uintptr_t ptr, size_t bytes, const std::string& tag);
+  // `named`: the tag is a name the program gave (TensorNameScope), which the reports keep even when a
+  // role names the block too ("my batch (saved by AddmmBackward0 (fc1))").
+  void on_alloc(Entry& e, uintptr_t ptr, size_t bytes, const std::string& tag, bool named = false);
   MemoryCategory on_free(Entry& e);
   // A role's count goes up or down (a storage can be saved by several nodes, or be the parameter of two
   // modules); `owner`, when given, names the block while this role decides its category. Returns the

@@ -179,7 +179,7 @@ void* CachingAllocator::malloc(size_t bytes, StreamId stream) {
   Block* block = take_found_block(request);
   void* ptr = reinterpret_cast<void*>(block->ptr);
   raw_->mark_in_use(ptr, bytes, true);  // the requested bytes only: a write past them is a bug
-  categories_.on_alloc(block->category, block->ptr, block->size, current_allocation_tag());
+  categories_.on_alloc(block->category, block->ptr, block->size, current_block_tag(), naming_blocks());
   // Recorded once the block has its category, so the entry's totals include it.
   if (history_.enabled())
     history_.record(TraceAction::alloc, block->ptr, block->requested_size, block->stream, categories_.totals(),

@@ -73,7 +73,7 @@ void History::record(TraceAction action, uintptr_t address, size_t size, StreamI
                    stream,
                    std::chrono::duration_cast<std::chrono::microseconds>(now).count(),
                    device_free,
-                   current_allocation_tag(),
+                   current_block_tag(),
                    categories.block_size,
                    categories.category,
                    categories.previous_category,

@@ -79,6 +79,13 @@ inline constexpr size_t kSimDefaultTotalBytes = 85017493504;
 // On that card, cudaMemGetInfo showed 85017493504 - 84465090560 = 552402944 bytes in use with an empty
 // cache (golden seed002 notes, mem_get_info): the CUDA context and driver reservations.
 inline constexpr size_t kSimDefaultContextBytes = 552402944;
+// What the driver holds outside PyTorch's allocator once a training program has launched its first kernels
+// and made its first cuBLAS handle: total - free - memory_reserved() = 720175104 bytes (the context's
+// 552402944, then 96468992 more at the first allocation's launches, then 71303168 with cuBLAS; cuBLASLt adds
+// nothing). Measured on an H200 with PyTorch 2.11 and CUDA 13.0: tests/data/pytorch_probes/cuda_context.json
+// (outside_allocator_bytes_after.cublas; tests/programs/card.cpp holds this constant to it). The H100's
+// context there measured the same 552402944. bytegrad-estimate --card takes it off a card's total.
+inline constexpr size_t kCudaDriverShareBytes = 720175104;
 
 struct SimulatedCapacity {
   size_t total_bytes = kSimDefaultTotalBytes;

@@ -202,9 +202,9 @@ void Adam::init_state(const Group& g) {
     if (!param.grad().defined() || s.exp_avg.defined()) continue;
     AllocationScope state_scope("Adam state");
     CategoryScope state_category(MemoryCategory::optimizer_state);
-    s.exp_avg = zeros_like(param);
-    s.exp_avg_sq = zeros_like(param);
-    if (g.amsgrad) s.max_exp_avg_sq = zeros_like(param);
+    s.exp_avg = named(state_name(i, "exp_avg"), [&] { return zeros_like(param); });
+    s.exp_avg_sq = named(state_name(i, "exp_avg_sq"), [&] { return zeros_like(param); });
+    if (g.amsgrad) s.max_exp_avg_sq = named(state_name(i, "max_exp_avg_sq"), [&] { return zeros_like(param); });
   }
 }
 

@@ -10,6 +10,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/memory_category.h"
 #include "bytegrad/optim/optimizer.h"
+#include "bytegrad/tensor/memory_role.h"
 #include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::optim {
@@ -129,6 +130,12 @@ Tensor cast_like_param(const Tensor& value, const Tensor& param) {
 
 }  // namespace
 
+std::string Optimizer::state_name(size_t param_index, std::string_view key) const {
+  std::string owner = memory_role_owner(params_.at(param_index));
+  if (owner.empty()) owner = fmt::format("param{}", param_index);
+  return fmt::format("{}.{}", owner, key);
+}
+
 void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
   const std::vector<size_t> sizes = group_sizes();
   if (state_dict.param_groups.size() != sizes.size())
@@ -193,8 +200,10 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
           throw std::invalid_argument(fmt::format("{}: \"{}\" is a meta tensor: it has no values to load onto {}",
                                                   where, key, describe(param)));
       }
-      for (const std::string& key : keys)
+      for (const std::string& key : keys) {
+        TensorNameScope name(state_name(i, key));  // a copy made here is this parameter's state
         cast.tensors.insert_or_assign(key, cast_like_param(entry.tensors.at(key), param));
+      }
       new_state[i] = std::move(cast);
     }
   }

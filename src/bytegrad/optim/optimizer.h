@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bytegrad/core/json.h"
@@ -100,6 +101,10 @@ class Optimizer {
   // PyTorch's add_param_group rule: params_ is the groups' parameters concatenated (each group ends at the
   // matching entry of group_ends); a tensor in two groups would be stepped twice with two states.
   void check_groups_disjoint(const std::vector<size_t>& group_ends) const;
+  // What the ledger and reports call parameter `param_index`'s state `key` ("0.weight.exp_avg"): the name a
+  // module gave the parameter, else "param<index>" (its index in params(), as state_dict() numbers it).
+  // State is allocated inside a TensorNameScope of this name.
+  std::string state_name(size_t param_index, std::string_view key) const;
   std::vector<Tensor> params_;
 };
 

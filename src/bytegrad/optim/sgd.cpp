@@ -134,6 +134,7 @@ void SGD::single_tensor_step() {
       if (!buf.defined()) {
         AllocationScope state_scope("SGD momentum_buffer");
         CategoryScope state_category(MemoryCategory::optimizer_state);
+        TensorNameScope state_name_scope(state_name(i, "momentum_buffer"));
         buf = grad.clone().detach();
       } else {
         buf.mul_(momentum_).add_(grad, 1.0 - dampening_);
@@ -165,6 +166,7 @@ void SGD::multi_tensor_step() {
       if (!buf.defined()) {
         AllocationScope state_scope("SGD momentum_buffer");
         CategoryScope state_category(MemoryCategory::optimizer_state);
+        TensorNameScope state_name_scope(state_name(with_grad[k], "momentum_buffer"));
         buf = grads[k].clone().detach();
       } else {
         buf.mul_(momentum_).add_(grads[k], 1.0 - dampening_);

@@ -205,7 +205,8 @@ AllocatorState allocator_state_after(const MemorySnapshot& snapshot, size_t inde
 //   "initial": the state before the first entry: "segments": [[address, size, expandable, stream]],
 //             "blocks": [[address, size, requested, category, tag, stream]] (live), "pending": the same for
 //             blocks freed but waiting on other streams' events (record_stream)
-//   "marks": [{"label", "event" (-1: not on this history), "figures": {"allocated": n, ...}, "ledger": [8]}]
+//   "marks": [{"label", "event" (-1: not on this history), "figures": {"allocated": n, ...}, "ledger": [8],
+//             "change" (the story's sentence: by op), "by_category" (by category), "note" (why; may be "")}]
 //   "peak": {"allocated", "phase", "bytes": [8], "event" (the first entry at which allocated reached it;
 //            -1 when no entry does), "largest": [{"address", "bytes", "category", "owner"}]}
 namespace {
@@ -359,6 +360,10 @@ std::string memory_report_json(const MemorySnapshot& snapshot, const std::vector
         m.event < static_cast<int64_t>(trace.size()) ? m.event : -1, m.allocated, m.reserved, m.max_allocated,
         m.max_reserved, m.segments, m.blocks, m.requested, m.inactive_split, fmt::join(m.ledger, ", "));
     json::append_quoted(out, m.change.str());
+    out += ", \"by_category\": ";
+    json::append_quoted(out, m.change.by_category());
+    out += ", \"note\": ";
+    json::append_quoted(out, m.note);
     out += "}";
   }
   out += "],\n";

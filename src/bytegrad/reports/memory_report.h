@@ -1,7 +1,9 @@
 // The memory report: one self-contained HTML page (scripts, styles and data inline; nothing fetched, so it
 // opens from file:// offline in any browser) that explains a program's device memory:
 //  - the timeline: allocated bytes stacked by category (memory_category.h) at every history entry, the
-//    reserved bytes over it, the marks drawn at their entries and the peak;
+//    reserved bytes over it, the marks drawn at their entries and the peak; a legend click hides a category
+//    (the axis fits what is left), a drag zooms into a range of entries, a double-click shows them all
+//    (report.html#hide=workspace,other&zoom=100-400 opens with that view);
 //  - the peak: bytes per category when max_memory_allocated() was reached, the phase (forward, backward,
 //    optimizer step) and the largest live blocks with their owners (peak_report);
 //  - the allocator's state at a chosen entry (a slider, a click on the timeline, a mark, or the page's
@@ -12,7 +14,8 @@
 //    them (record_stream: pending until their events complete) are drawn hatched, whatever the streams;
 //  - a table of the marks: each figure (allocated, reserved, max_allocated, max_reserved, segments, blocks,
 //    requested, inactive_split) as a plain integer and in human units ("7455232", "7.11 MiB"), and the bytes
-//    of each category.
+//    of each category; with each mark its story (what changed by op and by category, and the mark's note:
+//    MemoryStory::mark(label, note)), also shown under the allocator's figures when a mark is chosen.
 //
 //   bytegrad::MemoryStory story(bytegrad::kSim);   // records the allocator's history from here
 //   auto model = ...;            story.mark("model");

@@ -28,6 +28,7 @@ MemoryStory::MemoryStory(Device device) : device_(device) {
   CachingAllocator& allocator = caching_allocator(device);
   next_entry_ = allocator.attach_history_observer();  // what was recorded before the story is not its own
   allocator_id_ = allocator.id();
+  previous_ledger_ = allocator.category_bytes();
 }
 
 MemoryStory::~MemoryStory() {
@@ -67,13 +68,36 @@ std::string MemoryChange::str() const {
   for (const OpBytes& f : freed)
     phrases.emplace_back(f.bytes, fmt::format("-{} {} (earlier)", human_bytes(f.bytes), f.op));
   std::stable_sort(phrases.begin(), phrases.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // A long list (an optimizer's first step names every parameter's state) ends in a count: the largest
+  // first, the rest summed.
+  constexpr size_t kPhrases = 12;
   std::string text;
-  for (const auto& [bytes, phrase] : phrases) text += (text.empty() ? "" : ", ") + phrase;
+  for (size_t i = 0; i < std::min(phrases.size(), kPhrases); ++i)
+    text += (text.empty() ? "" : ", ") + phrases[i].second;
+  if (phrases.size() > kPhrases) {
+    int64_t more_added = 0, more_freed = 0;
+    for (size_t i = kPhrases; i < phrases.size(); ++i)
+      (phrases[i].second.front() == '+' ? more_added : more_freed) += phrases[i].first;
+    text += fmt::format(", and {} more ({}{}{})", phrases.size() - kPhrases,
+                        more_added ? "+" + human_bytes(more_added) : "", more_added && more_freed ? ", " : "",
+                        more_freed ? "-" + human_bytes(more_freed) + " (earlier)" : "");
+  }
   if (transient_blocks > 0) text += fmt::format("{}{} transient blocks", text.empty() ? "" : "; ", transient_blocks);
   return text.empty() ? "no change" : text;
 }
 
-MemoryChange MemoryStory::mark(const std::string& label) {
+std::string MemoryChange::by_category() const {
+  std::string text;
+  for (MemoryCategory c : kMemoryCategories) {
+    const int64_t delta = category_delta[static_cast<size_t>(c)];
+    if (delta != 0)
+      text += fmt::format("{}{}{} {}", text.empty() ? "" : ", ", delta > 0 ? "+" : "", human_bytes(delta),
+                          category_name(c));
+  }
+  return text;
+}
+
+MemoryChange MemoryStory::mark(const std::string& label, const std::string& note) {
   CachingAllocator& allocator = caching_allocator(device_);
   MemoryChange change;
   // The device was reconfigured: a new allocator, a new history.
@@ -81,6 +105,7 @@ MemoryChange MemoryStory::mark(const std::string& label) {
     next_entry_ = allocator.attach_history_observer();
     allocator_id_ = allocator.id();
     live_.clear();
+    previous_ledger_ = {};
     change.device_reconfigured = true;
     for (StoryMark& m : marks_) m.event = -1;  // their history was the old allocator's
   }
@@ -120,7 +145,10 @@ MemoryChange MemoryStory::mark(const std::string& label) {
   m.label = label.empty() ? "mark " + std::to_string(marks_.size() + 1) : label;
   // snapshot() records its own entry just after the trace it returns (as PyTorch does): the next index.
   m.event = static_cast<int64_t>(trace.size());
+  m.note = note;
   m.ledger = allocator.category_bytes();
+  for (size_t c = 0; c < kMemoryCategoryCount; ++c) change.category_delta[c] = m.ledger[c] - previous_ledger_[c];
+  previous_ledger_ = m.ledger;
   m.change = change;
   marks_.push_back(std::move(m));
   return change;

@@ -2,7 +2,7 @@
 // It reads the device allocator's history (it turns recording on): which ops' blocks appeared since the
 // previous mark and are still alive, which older blocks were freed, and how many blocks came and went in
 // between (transient). Ops are named by the allocation tag they ran under (memory/allocation_context.h):
-// "linear", "relu", "workspace", "zeros", ...
+// "linear", "relu", "workspace", ..., or by the TensorNameScope the blocks were made in ("0.weight.exp_avg").
 //
 //   bytegrad::MemoryStory story(bytegrad::kSim);
 //   auto y = model(x);
@@ -38,9 +38,13 @@ struct MemoryChange {
   std::vector<OpBytes> freed;        // blocks made before the previous mark and freed since, by op, largest first
   int64_t transient_blocks = 0;      // made and freed again between the two marks
   bool device_reconfigured = false;  // the device got a new allocator: its history starts now
+  CategoryBytes category_delta{};    // allocated bytes by category now minus at the previous mark
   int64_t net_bytes() const;         // sum(added) - sum(freed)
-  // "+4.00 MiB (4194304 B) linear, -512 B sum (earlier); 3 transient blocks", or "no change".
+  // "+4.00 MiB (4194304 B) linear, -512 B sum (earlier); 3 transient blocks", or "no change"; at most 12
+  // phrases, the largest, then "and N more (...)".
   std::string str() const;
+  // What each category did: "+4.00 MiB (4194304 B) activation, -512 B other"; "" when none changed.
+  std::string by_category() const;
 };
 
 class CachingAllocator;
@@ -66,6 +70,7 @@ MemoryFigures memory_figures(const CachingAllocator& allocator);
 // One mark as the story kept it.
 struct StoryMark : MemoryFigures {
   std::string label;
+  std::string note;  // why memory looks as it does here, in the program's words ("" when it gave none)
   // The index, in the device allocator's history (snapshot().trace), of the `snapshot` entry this mark
   // logged; -1 once that history is gone (the device got a new allocator after the mark).
   int64_t event = -1;
@@ -84,8 +89,9 @@ class MemoryStory {
   MemoryStory& operator=(const MemoryStory&) = delete;
 
   // The change since the previous mark (or since construction), and the start of the next. The mark is
-  // kept under `label` ("mark N" when empty).
-  MemoryChange mark(const std::string& label = {});
+  // kept under `label` ("mark N" when empty) with `note`, a sentence saying why (the HTML report shows it
+  // with the mark, as the walkthrough prints its notes).
+  MemoryChange mark(const std::string& label = {}, const std::string& note = {});
   std::string since_last_mark(const std::string& label = {}) { return mark(label).str(); }
 
   Device device() const { return device_; }
@@ -101,6 +107,7 @@ class MemoryStory {
   uint64_t allocator_id_ = 0;            // the allocator being read (a reconfigured device gets a new one)
   uint64_t next_entry_ = 0;              // the sequence number of the first history entry not read yet
   std::map<uintptr_t, LiveBlock> live_;  // blocks allocated while recording
+  CategoryBytes previous_ledger_{};      // the categories at the previous mark (or at construction)
   std::vector<StoryMark> marks_;
 };
 

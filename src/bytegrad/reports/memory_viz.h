@@ -15,8 +15,9 @@
 //    has values for: PYTORCH_CUDA_ALLOC_CONF, max_split_size, garbage_collection_threshold,
 //    roundup_power2_divisions, expandable_segments, and release_lock_on_cudamalloc, always false here).
 //  - Stacks: bytegrad records no call stacks; instead each history entry's allocation tag (the op running
-//    when it was recorded: "linear", "Adam state", "workspace"...; memory/allocation_context.h; for a free,
-//    the op that released the block, as PyTorch's free stacks are the freeing code's) becomes a one-frame
+//    when it was recorded: "linear", "workspace", or a TensorNameScope's name such as "0.weight.exp_avg";
+//    memory/allocation_context.h; for a free, the op that released the block, as PyTorch's free stacks are
+//    the freeing code's) becomes a one-frame
 //    stack {"filename": "bytegrad", "line": 0, "name": tag}. Live blocks get the tag of the alloc that made
 //    them when the history still holds it, else [] (the viewer then says the block predates recording).
 //    Entries recorded with no tag get [].
