@@ -426,7 +426,7 @@ class ParamGroup {
 };
 
 struct StateContext {
-  std::vector<std::shared_ptr<FSDPState>> all_states;
+  std::vector<std::weak_ptr<FSDPState>> all_states;  // the modules' hooks own the states
   FSDPState* iter_forward_root = nullptr;
   bool final_callback_queued = false;
 };
@@ -488,7 +488,7 @@ void FSDPState::lazy_init() {
     s->state_ctx_ = state_ctx_;
     s->comm_ = comm_;
     if (s->params_) s->params_->set_comm(comm_);
-    state_ctx_->all_states.push_back(std::move(s));
+    state_ctx_->all_states.push_back(s);
   }
   // The root's parameters stay gathered from its forward to its post-backward.
   if (params_) params_->never_reshard_after_forward();
@@ -498,8 +498,8 @@ void FSDPState::lazy_init() {
   comm_->reduce_scatter = get_stream_from_pool(device, -1);
   comm_->all_reduce = get_stream_from_pool(device, 0);
   comm_->initialised = true;
-  for (const auto& s : state_ctx_->all_states)
-    if (s->params_) s->params_->lazy_init();
+  for (const auto& weak : state_ctx_->all_states)
+    if (auto s = weak.lock(); s && s->params_) s->params_->lazy_init();
 }
 
 Tensor FSDPState::pre_forward(const Tensor& input) {
@@ -562,7 +562,9 @@ void FSDPState::pre_backward() {
 }
 
 void FSDPState::final_callback() {
-  for (const auto& s : state_ctx_->all_states) {
+  for (const auto& weak : state_ctx_->all_states) {
+    const std::shared_ptr<FSDPState> s = weak.lock();
+    if (!s) continue;
     if (s->params_ && s->params_->training_state != TrainingState::post_backward) s->params_->post_backward();
     s->training_state_ = TrainingState::idle;
     if (s->params_) s->params_->training_state = TrainingState::idle;
