@@ -387,9 +387,10 @@ class ParamGroup {
         offset += p.padded_numel();
       }
     }
-    // Python's loop over the gradients keeps the last one bound until foreach_reduce returns.
+    // Python's loop over the gradients keeps the last one bound until foreach_reduce returns, and
+    // list.clear() drops the others from the end.
     Tensor last_grad = grads.back();
-    grads.clear();
+    while (!grads.empty()) grads.pop_back();
     const Stream current = current_stream(device);
     comm_->reduce_scatter.wait_stream(current);
     Event reduced;
