@@ -21,7 +21,6 @@ const std::vector<std::string>& fsdp_program_names();
 // probe's trace ends there (FSDP's reference cycles keep PyTorch's model until a garbage collection).
 // Throws std::invalid_argument for an unknown name.
 void run_fsdp_program(const std::string& name, distributed::ProcessGroup& pg,
-                      const std::function<void(const std::string&)>& mark,
-                      const std::function<void()>& at_end = {});
+                      const std::function<void(const std::string&)>& mark, const std::function<void()>& at_end = {});
 
 }  // namespace bytegrad::programs

@@ -122,14 +122,13 @@ Mark mark_now(const std::string& label, Device device, StreamOrdinals& ordinals)
 
 // The probe's trace keeps PyTorch's actions only.
 std::vector<TraceRow> trace_now(Device device, StreamOrdinals& ordinals) {
-  static const std::set<std::string> pytorch_actions = {"alloc",         "free_requested", "free_completed",
-                                                        "segment_alloc", "segment_free",   "segment_map",
-                                                        "segment_unmap", "oom"};
+  static const std::set<std::string> pytorch_actions = {
+      "alloc",        "free_requested", "free_completed", "segment_alloc",
+      "segment_free", "segment_map",    "segment_unmap",  "oom"};
   std::vector<TraceRow> rows;
   for (const TraceEntry& e : caching_allocator(device).snapshot().trace) {
     const std::string action(trace_action_name(e.action));
-    if (pytorch_actions.count(action))
-      rows.push_back({action, static_cast<int64_t>(e.size), ordinals.of(e.stream)});
+    if (pytorch_actions.count(action)) rows.push_back({action, static_cast<int64_t>(e.size), ordinals.of(e.stream)});
   }
   return rows;
 }
@@ -151,11 +150,11 @@ std::vector<std::string> compare(const Run& ours, const Run& want, bool with_tra
                     std::to_string(b.figures.at(name)));
     if (a.streams != b.streams) {
       std::string s = a.label + " per stream: got";
-      for (const auto& [k, v] : a.streams) s += " " + std::to_string(k) + ":[" + std::to_string(v.first) + ", " +
-                                                 std::to_string(v.second) + "]";
+      for (const auto& [k, v] : a.streams)
+        s += " " + std::to_string(k) + ":[" + std::to_string(v.first) + ", " + std::to_string(v.second) + "]";
       s += ", want";
-      for (const auto& [k, v] : b.streams) s += " " + std::to_string(k) + ":[" + std::to_string(v.first) + ", " +
-                                                 std::to_string(v.second) + "]";
+      for (const auto& [k, v] : b.streams)
+        s += " " + std::to_string(k) + ":[" + std::to_string(v.first) + ", " + std::to_string(v.second) + "]";
       d.push_back(s);
     }
   }
@@ -238,14 +237,16 @@ std::vector<Run> run_on_threads(const std::string& program, DeviceType type, int
 
 // The programs every rank of which is exact, and those that are not yet, with what is missing.
 const std::vector<std::string>& exact_programs() {
-  static const std::vector<std::string> names = {"mlp_fsdp",       "mlp_fsdp_no_reshard",       "mlp_fsdp_mixed",
-                                                 "mlp_fsdp_uneven", "gpt2_tiny_fsdp",            "gpt2_tiny_fsdp_no_reshard",
-                                                 "gpt2_tiny_fsdp_mixed"};
+  static const std::vector<std::string> names = {
+      "mlp_fsdp",       "mlp_fsdp_no_reshard",       "mlp_fsdp_mixed",      "mlp_fsdp_uneven",
+      "gpt2_tiny_fsdp", "gpt2_tiny_fsdp_no_reshard", "gpt2_tiny_fsdp_mixed"};
   return names;
 }
 const std::vector<std::pair<std::string, std::string>>& programs_not_yet_exact() {
   static const std::vector<std::pair<std::string, std::string>> names = {
-      {"gpt2_small_fsdp", "?"}, {"gpt2_small_fsdp_mixed", "?"}};
+      {"mlp_fsdp_meta", "not written: bytegrad has no Module::to_empty / reset_parameters"},
+      {"mlp_fsdp_reshard_int", "not written: reshard_after_forward as an int (resharding to a smaller group)"},
+      {"gpt2_tiny_fsdp_clip", "not written: clip_grad_norm_ over sharded gradients (an all-reduce of the norm)"}};
   return names;
 }
 
@@ -275,6 +276,24 @@ TEST_CASE("FSDP2 programs not yet exact (expected failures): each still differs,
     }
 }
 
+// GPT-2 small (124M; label slow). Rank 1 of gpt2_small_fsdp is exact. PyTorch's rank 0 of gpt2_small_fsdp
+// and both ranks of gpt2_small_fsdp_mixed hold 262144 or 917504 more bytes at `sharded` than rank 1 of
+// gpt2_small_fsdp, although the programs are identical up to that mark (mixed precision acts only from the
+// first forward): nondeterminism in PyTorch's run that one recording per program cannot settle.
+TEST_CASE("FSDP2 of GPT-2 small as PyTorch on two H100s (slow)") {
+  for (const char* program : {"gpt2_small_fsdp"}) {
+    const auto d = compare(run_alone(program, 1), recorded(program, 1));
+    CHECK_MESSAGE(d.empty(), program << " rank 1 differs from PyTorch:" << joined(d));
+  }
+  for (const auto& [program, rank] : std::vector<std::pair<std::string, int>>{
+           {"gpt2_small_fsdp", 0}, {"gpt2_small_fsdp_mixed", 0}, {"gpt2_small_fsdp_mixed", 1}}) {
+    const auto d = compare(run_alone(program, rank), recorded(program, rank));
+    MESSAGE("expected failure: " << program << " rank " << rank
+                                 << " (PyTorch holds extra bytes at `sharded`):" << joined(d, 4));
+    CHECK_MESSAGE(!d.empty(), program << " rank " << rank << " is now exact");
+  }
+}
+
 TEST_CASE("FSDP2 on the threads backend gives the fake backend's figures and trace, on sim and meta") {
   for (const std::string& program : exact_programs())
     for (DeviceType type : {DeviceType::sim, DeviceType::meta}) {
@@ -282,8 +301,136 @@ TEST_CASE("FSDP2 on the threads backend gives the fake backend's figures and tra
       for (int rank = 0; rank < 2; ++rank) {
         const auto d = compare(together[static_cast<size_t>(rank)], run_alone(program, rank));
         CHECK_MESSAGE(d.empty(), program << " rank " << rank << " on threads ("
-                                         << (type == DeviceType::sim ? "sim" : "meta") << ") differs from fake:"
-                                         << joined(d));
+                                         << (type == DeviceType::sim ? "sim" : "meta")
+                                         << ") differs from fake:" << joined(d));
       }
     }
+}
+
+namespace {
+
+// 8 -> 7 -> 5: first dimensions two ranks split unevenly (4 + 3 rows, 3 + 2 rows).
+class SmallNet : public nn::Module {
+ public:
+  SmallNet() {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(8, 7, kCpu));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(7, 5, kCpu));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu((*fc1)(x));
+    return (*fc2)(h);
+  }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+struct TrainingData {
+  TensorDict initial;
+  Tensor x, y;  // the whole batch (8 rows), on the CPU
+};
+
+TrainingData training_data() {
+  manual_seed(11);
+  SmallNet net;
+  TrainingData d;
+  for (const auto& [name, t] : net.state_dict()) d.initial.insert_or_assign(name, t.clone());
+  d.x = randn({8, 8}, TensorOptions{}.with_device(kCpu));
+  d.y = randint(0, 5, {8}, TensorOptions{ScalarType::int64, kCpu});
+  return d;
+}
+
+// Three Adam steps on rows [begin, begin + count); with a group, under fully_shard (each Linear, then the
+// root). Returns each parameter's values this rank holds (its shard's rows under FSDP).
+std::vector<std::vector<double>> train_small(const TrainingData& d, Device device, ProcessGroup* pg, int64_t begin,
+                                             int64_t count) {
+  auto net = std::make_shared<SmallNet>();
+  net->load_state_dict(d.initial);
+  net->to(device);
+  if (pg) {
+    fully_shard(net->fc1, *pg);
+    fully_shard(net->fc2, *pg);
+    fully_shard(net, *pg);
+  }
+  optim::Adam opt(net->parameters(), optim::AdamOptions{.lr = 0.01});
+  const Tensor x = d.x.narrow(0, begin, count).to(device);
+  const Tensor y = d.y.narrow(0, begin, count).to(device);
+  for (int step = 0; step < 3; ++step) {
+    cross_entropy((*net)(x), y).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  std::vector<std::vector<double>> values;
+  for (const Tensor& p : net->parameters()) {
+    const Tensor host = p.detach().cpu().contiguous();
+    const auto* data = static_cast<const float*>(host.data_ptr());
+    values.emplace_back(data, data + host.numel());
+  }
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("two FSDP ranks on half batches hold the rows of one rank's parameters trained on the whole batch") {
+  const TrainingData d = training_data();
+  std::vector<std::vector<double>> whole;
+  {
+    testing::FreshDevice one(kSim, testing::small_card());
+    whole = train_small(d, kSim, nullptr, 0, 8);
+  }
+  testing::FreshRankDevices fresh(2, DeviceType::sim);
+  std::vector<std::vector<std::vector<double>>> ranks(2);
+  run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+    ranks[static_cast<size_t>(pg.rank())] = train_small(d, pg.device(), &pg, pg.rank() * 4, 4);
+  });
+  // Parameters in order fc1.weight (7 x 8), fc1.bias (7), fc2.weight (5 x 7), fc2.bias (5): rank r holds rows
+  // [r * ceil(d0 / 2), ...) of each.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 8}, {7, 1}, {5, 7}, {5, 1}};
+  double worst = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto [rows, row] = shapes[i];
+    for (int r = 0; r < 2; ++r) {
+      const int64_t first = r * fsdp_padded_rows(rows, 2), local = fsdp_local_rows(rows, 2, r);
+      const auto& mine = ranks[static_cast<size_t>(r)][i];
+      REQUIRE(static_cast<int64_t>(mine.size()) == local * row);
+      for (int64_t k = 0; k < local * row; ++k)
+        worst =
+            std::max(worst, std::abs(mine[static_cast<size_t>(k)] - whole[i][static_cast<size_t>(first * row + k)]));
+    }
+  }
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("fully_shard refuses a module off the group's device, a second call, and a 0-dimensional parameter") {
+  testing::FreshRankDevices fresh(2, DeviceType::sim);
+  std::vector<std::vector<std::string>> errors(2);
+  run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+    auto& mine = errors[static_cast<size_t>(pg.rank())];
+    auto on_cpu = std::make_shared<nn::Linear>(4, 4, kCpu);
+    try {
+      fully_shard(on_cpu, pg);
+    } catch (const std::invalid_argument& e) {
+      mine.push_back(e.what());
+    }
+    auto twice = std::make_shared<nn::Linear>(4, 4, pg.device());
+    fully_shard(twice, pg);
+    try {
+      fully_shard(twice, pg);
+    } catch (const std::invalid_argument& e) {
+      mine.push_back(e.what());
+    }
+    struct Scalar : nn::Module {
+      explicit Scalar(Device d) { register_parameter("scale", ones({}, TensorOptions{}.with_device(d))); }
+      Tensor forward(const Tensor& x) override { return x; }
+    };
+    try {
+      fully_shard(std::make_shared<Scalar>(pg.device()), pg);
+    } catch (const std::invalid_argument& e) {
+      mine.push_back(e.what());
+    }
+  });
+  for (const auto& mine : errors) {
+    REQUIRE(mine.size() == 3);
+    CHECK(mine[0].find("parameter 'weight' is on cpu") != std::string::npos);
+    CHECK(mine[1].find("already given to fully_shard") != std::string::npos);
+    CHECK(mine[2].find("parameter 'scale' has 0 dimensions") != std::string::npos);
+  }
 }

@@ -56,9 +56,8 @@ int64_t split_copy_metadata_count(Device device, const std::vector<int64_t>& spl
   const DeviceLaunchLimits limits = device_launch_limits(device);
   int64_t num_blocks = 0;
   for (int64_t b : split_bytes) num_blocks += div_up(b, kTileBytes);
-  const auto max_blocks =
-      static_cast<int64_t>(static_cast<double>(limits.multiprocessor_count) * limits.max_threads_per_multiprocessor /
-                           128 * 2.0);
+  const auto max_blocks = static_cast<int64_t>(static_cast<double>(limits.multiprocessor_count) *
+                                               limits.max_threads_per_multiprocessor / 128 * 2.0);
   const int64_t iter_factor = div_up(num_blocks * num_chunks, max_blocks);
   int64_t chunks_per_block = 1;
   while (chunks_per_block * chunks_per_block < iter_factor) ++chunks_per_block;  // ceil(sqrt(iter_factor))
@@ -112,8 +111,8 @@ Tensor through_post_backward_node(const Tensor& input, std::function<void()> cal
 }
 
 struct AllGatherResult {
-  Tensor output;  // the flat: W x the group's padded shard elements
-  Event event;    // recorded on the all-gather stream after the collective
+  Tensor output;      // the flat: W x the group's padded shard elements
+  Event event;        // recorded on the all-gather stream after the collective
   Tensor cast_input;  // with param_dtype: the cast copy of the shards, freed with the call
 };
 
@@ -145,9 +144,9 @@ struct FSDPParam {
   ScalarType orig_dtype = ScalarType::float32;
   ScalarType unsharded_dtype = ScalarType::float32;
   int64_t padded_rows = 0, local_rows = 0, row_numel = 1;
-  Tensor padded_shard;        // padded_rows x rest, orig_dtype
-  Tensor all_gather_output;   // padded_rows * W x rest (flat), unsharded_dtype; storage 0 bytes while sharded
-  Tensor kept_sharded_grad;   // a sharded .grad set aside while the handle shows the unsharded parameter
+  Tensor padded_shard;       // padded_rows x rest, orig_dtype
+  Tensor all_gather_output;  // padded_rows * W x rest (flat), unsharded_dtype; storage 0 bytes while sharded
+  Tensor kept_sharded_grad;  // a sharded .grad set aside while the handle shows the unsharded parameter
 
   int64_t padded_numel() const { return padded_rows * row_numel; }
   Shape sharded_size() const {
@@ -235,7 +234,8 @@ class ParamGroup {
     gather.wait_stream(copy_in);
     {
       StreamGuard on(gather);
-      group_.all_gather_into_tensor(result->output, result->output.narrow(0, static_cast<int64_t>(rank) * total, total));
+      group_.all_gather_into_tensor(result->output,
+                                    result->output.narrow(0, static_cast<int64_t>(rank) * total, total));
       result->event = gather.record_event();
     }
     result->cast_input = Tensor();  // the cast copy goes when foreach_all_gather returns
@@ -331,7 +331,8 @@ class ParamGroup {
       }
     }
     std::vector<int64_t> split_bytes;
-    for (const FSDPParam& p : params_) split_bytes.push_back(p.padded_numel() * static_cast<int64_t>(element_size(dtype)));
+    for (const FSDPParam& p : params_)
+      split_bytes.push_back(p.padded_numel() * static_cast<int64_t>(element_size(dtype)));
     packed_launch_metadata(device, split_copy_metadata_count(device, split_bytes, world));
     int64_t total = 0;
     for (const FSDPParam& p : params_) total += p.padded_numel();
@@ -381,7 +382,8 @@ class ParamGroup {
           const int64_t rows = std::clamp<int64_t>(p.full_size[0] - r * p.padded_rows, 0, p.padded_rows);
           Tensor dest = input.narrow(0, r * chunk + offset, p.padded_numel());
           if (rows > 0)
-            dest.narrow(0, 0, rows * p.row_numel).copy_(flat.narrow(0, r * p.padded_rows * p.row_numel, rows * p.row_numel));
+            dest.narrow(0, 0, rows * p.row_numel)
+                .copy_(flat.narrow(0, r * p.padded_rows * p.row_numel, rows * p.row_numel));
           if (rows < p.padded_rows) dest.narrow(0, rows * p.row_numel, (p.padded_rows - rows) * p.row_numel).zero_();
         }
         offset += p.padded_numel();
@@ -644,9 +646,8 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
     registry()[module.get()] = state;
   }
   module->register_forward_pre_hook([state](nn::Module&, const Tensor& input) { return state->pre_forward(input); });
-  module->register_forward_hook([state](nn::Module&, const Tensor&, const Tensor& output) {
-    state->post_forward({output});
-  });
+  module->register_forward_hook(
+      [state](nn::Module&, const Tensor&, const Tensor& output) { state->post_forward({output}); });
   return FSDPModule(state);
 }
 
