@@ -3,6 +3,9 @@
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/streams.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace bytegrad {
 
 StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
@@ -12,6 +15,22 @@ StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device
   } else {
     data_ = host_allocator().malloc(nbytes);
   }
+}
+
+void StorageImpl::resize(size_t nbytes) {
+  if (nbytes == nbytes_) return;
+  if (nbytes != 0 && nbytes_ != 0)
+    throw std::invalid_argument("StorageImpl::resize: from " + std::to_string(nbytes_) + " to " +
+                                std::to_string(nbytes) + " bytes; only resizing to or from 0 is supported");
+  if (nbytes == 0) {
+    if (allocator_) allocator_->free(data_);
+    else host_allocator().free(data_, nbytes_);
+    data_ = nullptr;
+    nbytes_ = 0;
+    return;
+  }
+  data_ = allocator_ ? allocator_->malloc(nbytes, current_stream(device_).id()) : host_allocator().malloc(nbytes);
+  nbytes_ = nbytes;
 }
 
 StorageImpl::~StorageImpl() {

@@ -1,0 +1,436 @@
+// FSDP2 (fully_shard) against PyTorch 2.11 on two H100s with NCCL: tools/probes/fsdp_probe.py's programs
+// (programs/fsdp_programs.h), recorded once each (tests/data/pytorch_probes/fsdp_n2/<program>.n2.run0.rank<K>
+// .json). Every rank alone on the fake backend (meta) is held to its recording: every figure of every mark,
+// each side stream's reserved and allocated bytes, and the allocator trace entry by entry. The threads
+// backend (both ranks together, on sim where values are computed) must give the fake backend's figures.
+// Programs not yet exact are run too and their first difference reported (expected failures).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bytegrad/core/json.h"
+#include "bytegrad/distributed/fake.h"
+#include "bytegrad/distributed/fsdp.h"
+#include "bytegrad/distributed/launcher.h"
+#include "bytegrad/memory/caching_allocator.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/history.h"
+#include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/nn/linear.h"
+#include "bytegrad/optim/adam.h"
+#include "bytegrad/tensor/blas_workspace.h"
+#include "bytegrad/tensor/ops.h"
+#include "programs/fsdp_programs.h"
+#include "tests/distributed/support.h"
+
+using namespace bytegrad;
+using namespace bytegrad::distributed;
+
+namespace {
+
+const std::vector<std::pair<const char*, const char*>>& figure_keys() {
+  static const std::vector<std::pair<const char*, const char*>> keys = {
+      {"allocated", "allocated_bytes.all.current"},
+      {"reserved", "reserved_bytes.all.current"},
+      {"max_allocated", "allocated_bytes.all.peak"},
+      {"max_reserved", "reserved_bytes.all.peak"},
+      {"active", "active_bytes.all.current"},
+      {"segments", "segment.all.current"},
+      {"blocks", "allocation.all.current"},
+      {"requested", "requested_bytes.all.current"},
+      {"inactive_split", "inactive_split_bytes.all.current"},
+      {"num_device_alloc", "num_device_alloc"},
+      {"num_device_free", "num_device_free"}};
+  return keys;
+}
+
+struct Mark {
+  std::string label;
+  std::map<std::string, int64_t> figures;
+  std::map<int, std::pair<int64_t, int64_t>> streams;  // stream ordinal: (reserved, allocated)
+};
+struct TraceRow {
+  std::string action;
+  int64_t size = 0;
+  int stream = 0;
+  bool operator==(const TraceRow&) const = default;
+};
+struct Run {
+  std::vector<Mark> marks;
+  std::vector<TraceRow> trace;
+};
+
+std::string row_str(const TraceRow& r) {
+  return r.action + " " + std::to_string(r.size) + " (stream " + std::to_string(r.stream) + ")";
+}
+
+Run recorded(const std::string& program, int rank, int world = 2) {
+  const std::string n = "n" + std::to_string(world);
+  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/fsdp_" + n + "/" + program + "." + n +
+                           ".run0.rank" + std::to_string(rank) + ".json";
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const json::Value doc = json::parse(text.str());
+  Run out;
+  for (const json::Value& m : doc["marks"].items) {
+    Mark mark{m["label"].string(), {}, {}};
+    for (const auto& [name, key] : figure_keys()) mark.figures[name] = m[name].integer();
+    for (const auto& [ordinal, pair] : m["streams"].members)
+      mark.streams[std::stoi(ordinal)] = {pair.items.at(0).integer(), pair.items.at(1).integer()};
+    out.marks.push_back(std::move(mark));
+  }
+  for (const json::Value& e : doc["trace"].items)
+    out.trace.push_back({e.items.at(0).string(), e.items.at(1).integer(), static_cast<int>(e.items.at(2).integer())});
+  return out;
+}
+
+// Streams numbered as the probe numbers them: 0 the default stream, the others by first appearance among
+// the segments at a mark, then in the trace.
+class StreamOrdinals {
+ public:
+  int of(StreamId id) {
+    auto it = ordinals_.find(id);
+    if (it != ordinals_.end()) return it->second;
+    const int next = static_cast<int>(ordinals_.size());
+    ordinals_[id] = next;
+    return next;
+  }
+
+ private:
+  std::map<StreamId, int> ordinals_{{0, 0}};
+};
+
+Mark mark_now(const std::string& label, Device device, StreamOrdinals& ordinals) {
+  auto stats = memory_stats(device);
+  Mark m{label, {}, {}};
+  for (const auto& [name, key] : figure_keys()) m.figures[name] = stats[key];
+  for (const SegmentInfo& s : caching_allocator(device).snapshot().segments) {
+    auto& entry = m.streams[ordinals.of(s.stream)];
+    entry.first += static_cast<int64_t>(s.total_size);
+    entry.second += static_cast<int64_t>(s.allocated_size);
+  }
+  return m;
+}
+
+// The probe's trace keeps PyTorch's actions only.
+std::vector<TraceRow> trace_now(Device device, StreamOrdinals& ordinals) {
+  static const std::set<std::string> pytorch_actions = {
+      "alloc",        "free_requested", "free_completed", "segment_alloc",
+      "segment_free", "segment_map",    "segment_unmap",  "oom"};
+  std::vector<TraceRow> rows;
+  for (const TraceEntry& e : caching_allocator(device).snapshot().trace) {
+    const std::string action(trace_action_name(e.action));
+    if (pytorch_actions.count(action)) rows.push_back({action, static_cast<int64_t>(e.size), ordinals.of(e.stream)});
+  }
+  return rows;
+}
+
+// Every difference of figures and per-stream figures, and the first differing trace entry.
+std::vector<std::string> compare(const Run& ours, const Run& want, bool with_trace = true) {
+  std::vector<std::string> d;
+  if (ours.marks.size() != want.marks.size())
+    d.push_back(std::to_string(ours.marks.size()) + " marks, the recording has " + std::to_string(want.marks.size()));
+  for (size_t i = 0; i < std::min(ours.marks.size(), want.marks.size()); ++i) {
+    const Mark &a = ours.marks[i], &b = want.marks[i];
+    if (a.label != b.label) {
+      d.push_back("mark " + std::to_string(i) + " is " + a.label + ", recorded " + b.label);
+      break;
+    }
+    for (const auto& [name, key] : figure_keys())
+      if (a.figures.at(name) != b.figures.at(name))
+        d.push_back(a.label + " " + name + ": got " + std::to_string(a.figures.at(name)) + ", want " +
+                    std::to_string(b.figures.at(name)));
+    if (a.streams != b.streams) {
+      std::string s = a.label + " per stream: got";
+      for (const auto& [k, v] : a.streams)
+        s += " " + std::to_string(k) + ":[" + std::to_string(v.first) + ", " + std::to_string(v.second) + "]";
+      s += ", want";
+      for (const auto& [k, v] : b.streams)
+        s += " " + std::to_string(k) + ":[" + std::to_string(v.first) + ", " + std::to_string(v.second) + "]";
+      d.push_back(s);
+    }
+  }
+  if (with_trace) {
+    const size_t n = std::min(ours.trace.size(), want.trace.size());
+    size_t i = 0;
+    while (i < n && ours.trace[i] == want.trace[i]) ++i;
+    if (i < n)
+      d.push_back("trace entry " + std::to_string(i) + ": got " + row_str(ours.trace[i]) + ", recorded " +
+                  row_str(want.trace[i]));
+    else if (ours.trace.size() != want.trace.size())
+      d.push_back("trace: " + std::to_string(ours.trace.size()) + " entries, recorded " +
+                  std::to_string(want.trace.size()));
+  }
+  return d;
+}
+
+std::string joined(const std::vector<std::string>& lines, size_t most = 12) {
+  std::string s;
+  for (size_t i = 0; i < lines.size() && i < most; ++i) s += "\n  " + lines[i];
+  if (lines.size() > most) s += "\n  ... " + std::to_string(lines.size() - most) + " more";
+  return s;
+}
+
+// PyTorch's default cuBLAS workspaces (the probe sets no CUBLAS_WORKSPACE_CONFIG), restored afterwards.
+class DefaultWorkspaces {
+ public:
+  DefaultWorkspaces() {
+    if (const char* old = std::getenv("CUBLAS_WORKSPACE_CONFIG")) saved_ = old;
+    unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  }
+  ~DefaultWorkspaces() {
+    if (!saved_.empty()) setenv("CUBLAS_WORKSPACE_CONFIG", saved_.c_str(), 1);
+  }
+  DefaultWorkspaces(const DefaultWorkspaces&) = delete;
+  DefaultWorkspaces& operator=(const DefaultWorkspaces&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+Run run_alone(const std::string& program, int rank, int world = 2) {
+  DefaultWorkspaces workspaces;
+  const Device device{DeviceType::meta, 0};
+  testing::FreshDevice fresh(device, testing::small_card());
+  clear_blas_workspaces();
+  auto pg = make_fake_process_group(rank, world, device);
+  Run run;
+  StreamOrdinals ordinals;
+  caching_allocator(device).record_history(true);
+  programs::run_fsdp_program(
+      program, *pg, [&](const std::string& label) { run.marks.push_back(mark_now(label, device, ordinals)); },
+      [&] { run.trace = trace_now(device, ordinals); });
+  caching_allocator(device).record_history(false);
+  clear_blas_workspaces();
+  // BYTEGRAD_FSDP_TRACE=<prefix>: writes this run's trace as <prefix>.<program>.rank<R>, one entry a line.
+  if (const char* prefix = std::getenv("BYTEGRAD_FSDP_TRACE")) {
+    std::ofstream out(std::string(prefix) + "." + program + ".rank" + std::to_string(rank));
+    for (const TraceRow& r : run.trace) out << r.action << " " << r.size << " " << r.stream << "\n";
+  }
+  return run;
+}
+
+std::vector<Run> run_on_threads(const std::string& program, DeviceType type, int world = 2) {
+  DefaultWorkspaces workspaces;
+  testing::FreshRankDevices fresh(world, type);
+  std::vector<Run> runs(static_cast<size_t>(world));
+  std::vector<StreamOrdinals> ordinals(static_cast<size_t>(world));
+  run_ranks(world, type, [&](ProcessGroup& pg) {
+    const auto r = static_cast<size_t>(pg.rank());
+    caching_allocator(pg.device()).record_history(true);
+    programs::run_fsdp_program(
+        program, pg,
+        [&](const std::string& label) { runs[r].marks.push_back(mark_now(label, pg.device(), ordinals[r])); },
+        [&] { runs[r].trace = trace_now(pg.device(), ordinals[r]); });
+    caching_allocator(pg.device()).record_history(false);
+  });
+  return runs;
+}
+
+// The programs every rank of which is exact, and those that are not yet, with what is missing.
+const std::vector<std::string>& exact_programs() {
+  static const std::vector<std::string> names = {
+      "mlp_fsdp",       "mlp_fsdp_no_reshard",       "mlp_fsdp_mixed",      "mlp_fsdp_uneven",
+      "gpt2_tiny_fsdp", "gpt2_tiny_fsdp_no_reshard", "gpt2_tiny_fsdp_mixed"};
+  return names;
+}
+const std::vector<std::pair<std::string, std::string>>& programs_not_yet_exact() {
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"mlp_fsdp_meta", "not written: bytegrad has no Module::to_empty / reset_parameters"},
+      {"mlp_fsdp_reshard_int", "not written: reshard_after_forward as an int (resharding to a smaller group)"},
+      {"gpt2_tiny_fsdp_clip", "not written: clip_grad_norm_ over sharded gradients (an all-reduce of the norm)"}};
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP2 programs exact against PyTorch on two H100s: every mark, every stream, the trace, per rank") {
+  for (const std::string& program : exact_programs())
+    for (int rank = 0; rank < 2; ++rank) {
+      CAPTURE(program);
+      CAPTURE(rank);
+      const auto d = compare(run_alone(program, rank), recorded(program, rank));
+      CHECK_MESSAGE(d.empty(), program << " rank " << rank << " differs from PyTorch:" << joined(d));
+    }
+}
+
+TEST_CASE("FSDP2 programs not yet exact (expected failures): each still differs, first difference shown") {
+  for (const auto& [program, missing] : programs_not_yet_exact())
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<std::string> d;
+      try {
+        d = compare(run_alone(program, rank), recorded(program, rank));
+      } catch (const std::exception& e) {
+        d.push_back(std::string("throws: ") + e.what());
+      }
+      MESSAGE("expected failure: " << program << " rank " << rank << " (" << missing << "):" << joined(d, 4));
+      CHECK_MESSAGE(!d.empty(), program << " rank " << rank << " is now exact: move it to exact_programs()");
+    }
+}
+
+// GPT-2 small (124M; label slow). Rank 1 of gpt2_small_fsdp is exact. PyTorch's rank 0 of gpt2_small_fsdp
+// and both ranks of gpt2_small_fsdp_mixed hold 262144 or 917504 more bytes at `sharded` than rank 1 of
+// gpt2_small_fsdp, although the programs are identical up to that mark (mixed precision acts only from the
+// first forward): nondeterminism in PyTorch's run that one recording per program cannot settle.
+TEST_CASE("FSDP2 of GPT-2 small as PyTorch on two H100s (slow)") {
+  for (const char* program : {"gpt2_small_fsdp"}) {
+    const auto d = compare(run_alone(program, 1), recorded(program, 1));
+    CHECK_MESSAGE(d.empty(), program << " rank 1 differs from PyTorch:" << joined(d));
+  }
+  for (const auto& [program, rank] : std::vector<std::pair<std::string, int>>{
+           {"gpt2_small_fsdp", 0}, {"gpt2_small_fsdp_mixed", 0}, {"gpt2_small_fsdp_mixed", 1}}) {
+    const auto d = compare(run_alone(program, rank), recorded(program, rank));
+    MESSAGE("expected failure: " << program << " rank " << rank
+                                 << " (PyTorch holds extra bytes at `sharded`):" << joined(d, 4));
+    CHECK_MESSAGE(!d.empty(), program << " rank " << rank << " is now exact");
+  }
+}
+
+TEST_CASE("FSDP2 on the threads backend gives the fake backend's figures and trace, on sim and meta") {
+  for (const std::string& program : exact_programs())
+    for (DeviceType type : {DeviceType::sim, DeviceType::meta}) {
+      const auto together = run_on_threads(program, type);
+      for (int rank = 0; rank < 2; ++rank) {
+        const auto d = compare(together[static_cast<size_t>(rank)], run_alone(program, rank));
+        CHECK_MESSAGE(d.empty(), program << " rank " << rank << " on threads ("
+                                         << (type == DeviceType::sim ? "sim" : "meta")
+                                         << ") differs from fake:" << joined(d));
+      }
+    }
+}
+
+namespace {
+
+// 8 -> 7 -> 5: first dimensions two ranks split unevenly (4 + 3 rows, 3 + 2 rows).
+class SmallNet : public nn::Module {
+ public:
+  SmallNet() {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(8, 7, kCpu));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(7, 5, kCpu));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu((*fc1)(x));
+    return (*fc2)(h);
+  }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+struct TrainingData {
+  TensorDict initial;
+  Tensor x, y;  // the whole batch (8 rows), on the CPU
+};
+
+TrainingData training_data() {
+  manual_seed(11);
+  SmallNet net;
+  TrainingData d;
+  for (const auto& [name, t] : net.state_dict()) d.initial.insert_or_assign(name, t.clone());
+  d.x = randn({8, 8}, TensorOptions{}.with_device(kCpu));
+  d.y = randint(0, 5, {8}, TensorOptions{ScalarType::int64, kCpu});
+  return d;
+}
+
+// Three Adam steps on rows [begin, begin + count); with a group, under fully_shard (each Linear, then the
+// root). Returns each parameter's values this rank holds (its shard's rows under FSDP).
+std::vector<std::vector<double>> train_small(const TrainingData& d, Device device, ProcessGroup* pg, int64_t begin,
+                                             int64_t count) {
+  auto net = std::make_shared<SmallNet>();
+  net->load_state_dict(d.initial);
+  net->to(device);
+  if (pg) {
+    fully_shard(net->fc1, *pg);
+    fully_shard(net->fc2, *pg);
+    fully_shard(net, *pg);
+  }
+  optim::Adam opt(net->parameters(), optim::AdamOptions{.lr = 0.01});
+  const Tensor x = d.x.narrow(0, begin, count).to(device);
+  const Tensor y = d.y.narrow(0, begin, count).to(device);
+  for (int step = 0; step < 3; ++step) {
+    cross_entropy((*net)(x), y).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  std::vector<std::vector<double>> values;
+  for (const Tensor& p : net->parameters()) {
+    const Tensor host = p.detach().cpu().contiguous();
+    const auto* data = static_cast<const float*>(host.data_ptr());
+    values.emplace_back(data, data + host.numel());
+  }
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("two FSDP ranks on half batches hold the rows of one rank's parameters trained on the whole batch") {
+  const TrainingData d = training_data();
+  std::vector<std::vector<double>> whole;
+  {
+    testing::FreshDevice one(kSim, testing::small_card());
+    whole = train_small(d, kSim, nullptr, 0, 8);
+  }
+  testing::FreshRankDevices fresh(2, DeviceType::sim);
+  std::vector<std::vector<std::vector<double>>> ranks(2);
+  run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+    ranks[static_cast<size_t>(pg.rank())] = train_small(d, pg.device(), &pg, pg.rank() * 4, 4);
+  });
+  // Parameters in order fc1.weight (7 x 8), fc1.bias (7), fc2.weight (5 x 7), fc2.bias (5): rank r holds rows
+  // [r * ceil(d0 / 2), ...) of each.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 8}, {7, 1}, {5, 7}, {5, 1}};
+  double worst = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto [rows, row] = shapes[i];
+    for (int r = 0; r < 2; ++r) {
+      const int64_t first = r * fsdp_padded_rows(rows, 2), local = fsdp_local_rows(rows, 2, r);
+      const auto& mine = ranks[static_cast<size_t>(r)][i];
+      REQUIRE(static_cast<int64_t>(mine.size()) == local * row);
+      for (int64_t k = 0; k < local * row; ++k)
+        worst =
+            std::max(worst, std::abs(mine[static_cast<size_t>(k)] - whole[i][static_cast<size_t>(first * row + k)]));
+    }
+  }
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("fully_shard refuses a module off the group's device, a second call, and a 0-dimensional parameter") {
+  testing::FreshRankDevices fresh(2, DeviceType::sim);
+  std::vector<std::vector<std::string>> errors(2);
+  run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+    auto& mine = errors[static_cast<size_t>(pg.rank())];
+    auto on_cpu = std::make_shared<nn::Linear>(4, 4, kCpu);
+    try {
+      fully_shard(on_cpu, pg);
+    } catch (const std::invalid_argument& e) {
+      mine.push_back(e.what());
+    }
+    auto twice = std::make_shared<nn::Linear>(4, 4, pg.device());
+    fully_shard(twice, pg);
+    try {
+      fully_shard(twice, pg);
+    } catch (const std::invalid_argument& e) {
+      mine.push_back(e.what());
+    }
+    struct Scalar : nn::Module {
+      explicit Scalar(Device d) { register_parameter("scale", ones({}, TensorOptions{}.with_device(d))); }
+      Tensor forward(const Tensor& x) override { return x; }
+    };
+    try {
+      fully_shard(std::make_shared<Scalar>(pg.device()), pg);
+    } catch (const std::invalid_argument& e) {
+      mine.push_back(e.what());
+    }
+  });
+  for (const auto& mine : errors) {
+    REQUIRE(mine.size() == 3);
+    CHECK(mine[0].find("parameter 'weight' is on cpu") != std::string::npos);
+    CHECK(mine[1].find("already given to fully_shard") != std::string::npos);
+    CHECK(mine[2].find("parameter 'scale' has 0 dimensions") != std::string::npos);
+  }
+}
