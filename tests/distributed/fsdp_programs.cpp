@@ -1,4 +1,4 @@
-// FSDP2 (fully_shard) against PyTorch 2.11 on two H100s with NCCL: tools/probes/fsdp_probe.py's programs
+// FSDP2 (fully_shard) against PyTorch 2.11 on two H200s with NCCL: tools/probes/fsdp_probe.py's programs
 // (programs/fsdp_programs.h), recorded once each (tests/data/pytorch_probes/fsdp_n2/<program>.n2.run0.rank<K>
 // .json). Every rank alone on the fake backend (meta) is held to its recording: every figure of every mark,
 // each side stream's reserved and allocated bytes, and the allocator trace entry by entry. The threads
@@ -70,10 +70,10 @@ std::string row_str(const TraceRow& r) {
   return r.action + " " + std::to_string(r.size) + " (stream " + std::to_string(r.stream) + ")";
 }
 
-Run recorded(const std::string& program, int rank, int world = 2) {
+Run recorded(const std::string& program, int rank, int world = 2, int run = 0) {
   const std::string n = "n" + std::to_string(world);
   const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/fsdp_" + n + "/" + program + "." + n +
-                           ".run0.rank" + std::to_string(rank) + ".json";
+                           ".run" + std::to_string(run) + ".rank" + std::to_string(rank) + ".json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "cannot read " << path);
   std::stringstream text;
@@ -252,7 +252,7 @@ const std::vector<std::pair<std::string, std::string>>& programs_not_yet_exact()
 
 }  // namespace
 
-TEST_CASE("FSDP2 programs exact against PyTorch on two H100s: every mark, every stream, the trace, per rank") {
+TEST_CASE("FSDP2 programs exact against PyTorch on two H200s: every mark, every stream, the trace, per rank") {
   for (const std::string& program : exact_programs())
     for (int rank = 0; rank < 2; ++rank) {
       CAPTURE(program);
@@ -276,20 +276,31 @@ TEST_CASE("FSDP2 programs not yet exact (expected failures): each still differs,
     }
 }
 
-// GPT-2 small (124M; label slow). Rank 1 of gpt2_small_fsdp is exact. PyTorch's rank 0 of gpt2_small_fsdp
-// and both ranks of gpt2_small_fsdp_mixed hold 262144 or 917504 more bytes at `sharded` than rank 1 of
-// gpt2_small_fsdp, although the programs are identical up to that mark (mixed precision acts only from the
-// first forward): nondeterminism in PyTorch's run that one recording per program cannot settle.
-TEST_CASE("FSDP2 of GPT-2 small as PyTorch on two H100s (slow)") {
-  for (const char* program : {"gpt2_small_fsdp"}) {
-    const auto d = compare(run_alone(program, 1), recorded(program, 1));
-    CHECK_MESSAGE(d.empty(), program << " rank 1 differs from PyTorch:" << joined(d));
+// GPT-2 small (124M; label slow), recorded three times in fresh processes. PyTorch's own runs disagree at
+// `sharded` and after, by 262144 to 1441792 bytes of `allocated` with the same block count and the same
+// trace of sizes: the same requests served by blocks split differently, i.e. which of two equal free blocks
+// best fit took (placement by address, issue 31). A rank is exact when it equals one of PyTorch's runs.
+TEST_CASE("FSDP2 of GPT-2 small as PyTorch on two H200s, one of three runs (slow)") {
+  constexpr int kRuns = 3;
+  auto closest = [&](const std::string& program, int rank) {
+    const Run ours = run_alone(program, rank);
+    std::vector<std::string> best;
+    for (int run = 0; run < kRuns; ++run) {
+      auto d = compare(ours, recorded(program, rank, 2, run));
+      if (d.empty()) return d;
+      if (best.empty() || d.size() < best.size()) best = std::move(d);
+    }
+    return best;
+  };
+  {
+    const auto d = closest("gpt2_small_fsdp", 1);
+    CHECK_MESSAGE(d.empty(), "gpt2_small_fsdp rank 1 differs from each of PyTorch's runs:" << joined(d));
   }
   for (const auto& [program, rank] : std::vector<std::pair<std::string, int>>{
            {"gpt2_small_fsdp", 0}, {"gpt2_small_fsdp_mixed", 0}, {"gpt2_small_fsdp_mixed", 1}}) {
-    const auto d = compare(run_alone(program, rank), recorded(program, rank));
+    const auto d = closest(program, rank);
     MESSAGE("expected failure: " << program << " rank " << rank
-                                 << " (PyTorch holds extra bytes at `sharded`):" << joined(d, 4));
+                                 << " (placement: none of PyTorch's runs; closest):" << joined(d, 4));
     CHECK_MESSAGE(!d.empty(), program << " rank " << rank << " is now exact");
   }
 }

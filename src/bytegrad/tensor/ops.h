@@ -468,8 +468,9 @@ Tensor cumsum(const Tensor& x, int64_t dim);
 // torch.flip(x, {dim}): one contiguous copy with dim reversed (no autograd node: cumsum's backward uses it).
 Tensor flip(const Tensor& x, int64_t dim);
 // torch.sort(x, dim, descending): values (x's dtype), then indices (int64), allocated in that order; a stable
-// sort (equal elements keep their order, NaN sorts above every number). PyTorch's CUDA sort allocates nothing
-// more while the sorted dimension has at most 4096 elements (its in-place small sort); longer dimensions go
+// sort (equal elements keep their order, NaN sorts above every number). While the sorted dimension has at
+// most 4096 elements (its in-place small sort) PyTorch's CUDA sort adds only an int64 arange of that
+// dimension's length, freed before it returns (the indices are filled from it); longer dimensions go
 // through a segmented radix sort with temporaries that bytegrad does not model. Backward: zeros of x's shape,
 // the gradient scattered into it at the indices (value_selecting_reduction_backward).
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
