@@ -35,7 +35,8 @@ constexpr KnownCard kKnownCards[] = {
 
 int64_t parse_byte_size(const std::string& option, const std::string& text) {
   const std::string expected =
-      option + " needs a size such as 24GB or 24GiB (B, KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: of 1024), got '" +
+      option +
+      " needs a size such as 24GB or 24GiB (B, KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: of 1024), got '" +
       text + "'";
   size_t used = 0;
   double number = 0;
@@ -50,16 +51,16 @@ int64_t parse_byte_size(const std::string& option, const std::string& text) {
   std::string unit = text.substr(used);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(unit.begin());
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},          {"b", 1},          {"kb", 1e3},        {"mb", 1e6},        {"gb", 1e9},
-      {"tb", 1e12},     {"kib", 1024.0},   {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+      {"", 1},      {"b", 1},        {"kb", 1e3},        {"mb", 1e6},           {"gb", 1e9},
+      {"tb", 1e12}, {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
   double scale = 0;
   for (const auto& [name, factor] : kUnits)
     if (lower(unit) == name) scale = factor;
   if (scale == 0) {
     const std::string u = lower(unit);
     if (u == "k" || u == "m" || u == "g" || u == "t")
-      throw std::invalid_argument(fmt::format("{} '{}': '{}' is ambiguous; write {}B (powers of 1000) or {}iB (of 1024)",
-                                              option, text, unit, unit, unit));
+      throw std::invalid_argument(fmt::format(
+          "{} '{}': '{}' is ambiguous; write {}B (powers of 1000) or {}iB (of 1024)", option, text, unit, unit, unit));
     throw std::invalid_argument(option + ": unknown unit '" + unit + "' in '" + text +
                                 "' (B, KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: of 1024)");
   }

@@ -33,8 +33,8 @@ TEST_CASE("card: the driver's share and the cards' totals are the recording's") 
   const json::Value r = recording();
   const json::Value& outside = r["outside_allocator_bytes_after"];
   CHECK(kCudaDriverShareBytes == outside["cublas"].unsigned_integer());
-  CHECK(outside["cublaslt"].integer() == outside["cublas"].integer());  // cuBLASLt adds nothing after cuBLAS
-  CHECK(kSimDefaultContextBytes == outside["context"].unsigned_integer());  // the goldens' H100 measured the same
+  CHECK(outside["cublaslt"].integer() == outside["cublas"].integer());            // cuBLASLt adds nothing after cuBLAS
+  CHECK(kSimDefaultContextBytes == outside["context"].unsigned_integer());        // the goldens' H100 measured the same
   CHECK(kSimDefaultContextBytes + 96468992 + 71303168 == kCudaDriverShareBytes);  // context, launches, cuBLAS
   CHECK(parse_card("H200-141GB").total_bytes == r["total_bytes"].integer());
   CHECK(parse_card("h200").total_bytes == r["total_bytes"].integer());
@@ -54,8 +54,8 @@ TEST_CASE("card: a size is the card's total as its maker states it, less the dri
                        "--card '500MB' (500000000 bytes) is no larger than what the CUDA driver keeps on a card "
                        "(720175104 bytes): nothing is left for PyTorch",
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(parse_card("A100"),
-                       doctest::Contains("got 'A100' (or a card: H100-80GB, H200-141GB)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_card("A100"), doctest::Contains("got 'A100' (or a card: H100-80GB, H200-141GB)"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("card: sizes in powers of 1000 and of 1024, any case; ambiguous and bad sizes refused") {
