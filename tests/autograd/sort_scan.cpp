@@ -64,9 +64,9 @@ TEST_CASE("cumsum events: output, int64 copy of an integer input, CUB scratch fo
         AllocationEvents{{"alloc", 512000}, {"alloc", 512000}, {"free", 512000}, {"free", 512000}});
   const Tensor line = randn({1 << 20}, TensorOptions{ScalarType::float32, d});
   // 2^20 * 4 = 4194304 out; CUB's storage: ceil(2^20 / 1920) = 547 tiles, (547 + 32) * 8 = 4632 bytes,
-  // rounded up to 4864, plus 255 = 5119.
+  // rounded up to 4864, one more 256-byte part, plus 255 = 5375 (PyTorch's recording has 5375).
   CHECK(allocation_events(d, [&] { (void)cumsum(line, 0); }) ==
-        AllocationEvents{{"alloc", 4194304}, {"alloc", 5119}, {"free", 5119}, {"free", 4194304}});
+        AllocationEvents{{"alloc", 4194304}, {"alloc", 5375}, {"free", 5375}, {"free", 4194304}});
 }
 
 TEST_CASE("cumsum backward events: flip, cumsum, flip; the first two freed at the end of the expression") {
@@ -118,9 +118,10 @@ TEST_CASE("sort and topk events: values then indices; backward zeros then the sc
   const Device d = kSim;
   Tensor x = randn({1024, 1000}, TensorOptions{ScalarType::float32, d}).requires_grad_();
   Tensor values;
-  // values 1024 * 1000 * 4 = 4096000, indices 1024 * 1000 * 8 = 8192000 (kept: the node saves them).
+  // values 1024 * 1000 * 4 = 4096000, indices 1024 * 1000 * 8 = 8192000 (kept: the node saves them), and
+  // the int64 arange the indices are filled from, 1000 * 8 = 8000, freed.
   CHECK(allocation_events(d, [&] { values = sort(x, 1).first; }) ==
-        AllocationEvents{{"alloc", 4096000}, {"alloc", 8192000}});
+        AllocationEvents{{"alloc", 4096000}, {"alloc", 8192000}, {"alloc", 8000}, {"free", 8000}});
   const Tensor g = ones_like(values);
   // zeros of x's shape (4096000, the gradient); the indices are freed with the node after backward.
   CHECK(allocation_events(d, [&] { values.backward(g); }) == AllocationEvents{{"alloc", 4096000}, {"free", 8192000}});
