@@ -4,12 +4,20 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bytegrad/distributed/fsdp.h"
 #include "bytegrad/distributed/process_group.h"
+#include "bytegrad/nn/gpt.h"
 
 namespace bytegrad::programs {
+
+// fully_shard on each of nanoGPT's transformer blocks, then on the root (the probe's and torchtitan's
+// order); returns the root's handle, whose forward(...) runs GPT::forward(x, y) between its hooks.
+distributed::FSDPModule fully_shard_gpt(const std::shared_ptr<nn::GPT>& model, distributed::ProcessGroup& pg,
+                                        const distributed::FullyShardOptions& options);
 
 // The probe's program names, in its order ("mlp_fsdp", ..., "gpt2_small_fsdp_mixed").
 const std::vector<std::string>& fsdp_program_names();

@@ -1,12 +1,14 @@
 // tools/probes/fsdp_probe.py's mlp_program and gpt2_program, statement by statement.
 #include "programs/fsdp_programs.h"
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <utility>
 
 #include "bytegrad/distributed/fsdp.h"
 #include "bytegrad/memory/streams.h"
+#include "bytegrad/nn/clip_grad.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/ops.h"
@@ -48,17 +50,24 @@ Device build_device(const ProcessGroup& pg) {
 struct MLPVariant {
   FullyShardOptions shard;
   bool uneven = false;
+  bool meta = false;                   // built on meta, sharded there, then to_empty on the device and reset_parameters
+  bool reshard_to_half_world = false;  // the probe's reshard_after_forward=max(1, world // 2), an int
 };
 
-// The probe's train(): forward, backward, step, zero_grad(set_to_none), then `del out, loss`.
+// The probe's train(): forward, backward, (clip_grad_norm_ to 1, its result dropped,) step,
+// zero_grad(set_to_none), then `del out, loss`.
 template <typename Forward>
-void train(const Mark& mark, optim::Optimizer& opt, Forward&& forward) {
+void train(const Mark& mark, optim::Optimizer& opt, Forward&& forward, const nn::Module* clip = nullptr) {
   for (int i = 0; i < kIterations; ++i) {
     const std::string s = "s" + std::to_string(i);
     auto [out, loss] = forward();
     mark(s + "_forward");
     loss.backward();
     mark(s + "_backward");
+    if (clip) {
+      (void)nn::utils::clip_grad_norm_(clip->parameters(), 1.0);
+      mark(s + "_clip");
+    }
     opt.step();
     mark(s + "_step");
     opt.zero_grad(/*set_to_none=*/true);
@@ -72,13 +81,24 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const 
   const Device dev = pg.device();
   manual_seed(1337);
   const int64_t in = v.uneven ? 1000 : 1024;
-  auto model = v.uneven ? std::make_shared<MLP>(1000, 3001, 1001, build_device(pg))
-                        : std::make_shared<MLP>(1024, 4096, 4096, build_device(pg));
-  model->to(dev);
+  // PyTorch's meta device holds no memory: a meta device of bytegrad's other than the group's stands in.
+  const Device build = v.meta ? Device{DeviceType::meta, 100 + pg.rank()} : build_device(pg);
+  auto model =
+      v.uneven ? std::make_shared<MLP>(1000, 3001, 1001, build) : std::make_shared<MLP>(1024, 4096, 4096, build);
+  if (!v.meta) model->to(dev);
   mark("model");
-  for (const auto& layer : {model->fc1, model->fc2, model->fc3}) distributed::fully_shard(layer, pg, v.shard);
-  distributed::fully_shard(model, pg, v.shard);
+  FullyShardOptions shard = v.shard;
+  if (v.reshard_to_half_world) shard.reshard_after_forward = std::max(1, pg.size() / 2);
+  for (const auto& layer : {model->fc1, model->fc2, model->fc3}) distributed::fully_shard(layer, pg, shard);
+  distributed::fully_shard(model, pg, shard);
   mark("sharded");
+  if (v.meta) {
+    model->to_empty(dev);
+    mark("to_empty");
+    for (nn::Module* m : model->modules())
+      if (auto* linear = dynamic_cast<nn::Linear*>(m)) linear->reset_parameters();
+    mark("initialised");
+  }
   auto opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3, .foreach = true});
   manual_seed(100 + pg.rank());
   Tensor x = randn({64, in}, TensorOptions{}.with_device(dev));
@@ -96,22 +116,13 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const 
 }
 
 void gpt2_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const nn::GPTConfig& config, int64_t batch,
-                  int64_t seq, const FullyShardOptions& shard) {
+                  int64_t seq, const FullyShardOptions& shard, bool clip) {
   const Device dev = pg.device();
   manual_seed(1337);
   auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(build_device(pg)));
   model->to(dev);
   mark("model");
-  for (const auto& [name, m] : model->named_modules()) {
-    if (name.rfind("transformer.h.", 0) != 0 || name.find('.', 14) != std::string::npos) continue;
-    for (const auto& child : model->named_modules())
-      if (child.first == name) {
-        // The blocks are owned by the model's ModuleList; fully_shard needs a shared handle to each.
-        std::shared_ptr<nn::Module> block(model, child.second);
-        distributed::fully_shard(block, pg, shard);
-      }
-  }
-  distributed::FSDPModule root = distributed::fully_shard(model, pg, shard);
+  distributed::FSDPModule root = fully_shard_gpt(model, pg, shard);
   mark("sharded");
   GPTTraining training{.config = config, .batch = batch, .seq = seq};
   auto opt = make_gpt_optimizer(*model, training);
@@ -120,10 +131,13 @@ void gpt2_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const
   Tensor x = randint(0, config.vocab_size, {batch, seq}, int64_on);
   Tensor y = randint(0, config.vocab_size, {batch, seq}, int64_on);
   mark("data");
-  train(mark, *opt, [&] {
-    nn::GPT::Output out = root.forward([&] { return model->forward(x, y); });
-    return std::make_pair(out.logits, out.loss);
-  });
+  train(
+      mark, *opt,
+      [&] {
+        nn::GPT::Output out = root.forward([&] { return model->forward(x, y); });
+        return std::make_pair(out.logits, out.loss);
+      },
+      clip ? model.get() : nullptr);
   opt.reset();
   x = Tensor();
   y = Tensor();
@@ -145,14 +159,20 @@ const std::vector<Entry>& programs() {
                                                  .reduce_dtype = ScalarType::float32};
     mlp("mlp_fsdp", {});
     mlp("mlp_fsdp_no_reshard", {.shard = {.reshard_after_forward = false}});
+    // 1 at two ranks, which PyTorch reads as false.
+    mlp("mlp_fsdp_reshard_int", {.reshard_to_half_world = true});
     mlp("mlp_fsdp_mixed", {.shard = {.mp_policy = bf16}});
     mlp("mlp_fsdp_uneven", {.uneven = true});
-    auto gpt = [&](const std::string& name, nn::GPTConfig c, int64_t b, int64_t t, FullyShardOptions o) {
-      p.push_back({name, [=](ProcessGroup& pg, const Mark& m, const AtEnd& e) { gpt2_program(pg, m, e, c, b, t, o); }});
+    mlp("mlp_fsdp_meta", {.meta = true});
+    auto gpt = [&](const std::string& name, nn::GPTConfig c, int64_t b, int64_t t, FullyShardOptions o,
+                   bool clip = false) {
+      p.push_back(
+          {name, [=](ProcessGroup& pg, const Mark& m, const AtEnd& e) { gpt2_program(pg, m, e, c, b, t, o, clip); }});
     };
     gpt("gpt2_tiny_fsdp", gpt2_tiny_config(), 4, 64, {});
     gpt("gpt2_tiny_fsdp_no_reshard", gpt2_tiny_config(), 4, 64, {.reshard_after_forward = false});
     gpt("gpt2_tiny_fsdp_mixed", gpt2_tiny_config(), 4, 64, {.mp_policy = bf16});
+    gpt("gpt2_tiny_fsdp_clip", gpt2_tiny_config(), 4, 64, {}, /*clip=*/true);
     gpt("gpt2_small_fsdp", gpt2_small_config(), 4, 256, {});
     gpt("gpt2_small_fsdp_mixed", gpt2_small_config(), 4, 256, {.mp_policy = bf16});
     return p;
@@ -161,6 +181,17 @@ const std::vector<Entry>& programs() {
 }
 
 }  // namespace
+
+distributed::FSDPModule fully_shard_gpt(const std::shared_ptr<nn::GPT>& model, ProcessGroup& pg,
+                                        const FullyShardOptions& options) {
+  for (const auto& [name, m] : model->named_modules()) {
+    if (name.rfind("transformer.h.", 0) != 0 || name.find('.', 14) != std::string::npos) continue;
+    // The blocks are owned by the model's ModuleList; fully_shard needs a shared handle to each.
+    std::shared_ptr<nn::Module> block(model, m);
+    distributed::fully_shard(block, pg, options);
+  }
+  return distributed::fully_shard(model, pg, options);
+}
 
 const std::vector<std::string>& fsdp_program_names() {
   static const std::vector<std::string> names = [] {

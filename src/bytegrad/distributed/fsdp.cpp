@@ -6,6 +6,7 @@
 #include "bytegrad/distributed/fsdp.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -17,6 +18,8 @@
 #include "bytegrad/autograd/node.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/streams.h"
+#include "bytegrad/nn/clip_grad.h"
+#include "bytegrad/nn/init.h"
 #include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::distributed {
@@ -168,6 +171,26 @@ struct FSDPParam {
     if (kept_sharded_grad.defined() && !param.grad().defined()) param.set_grad(kept_sharded_grad);
     kept_sharded_grad = Tensor();
   }
+  // Built on meta: the handle still shows a shard on a meta device other than the group's.
+  bool awaits_materialisation(Device device) const {
+    return param.device() != device && param.device().type == DeviceType::meta;
+  }
+  // FSDPParam.reset_sharded_param, after to() / to_empty() gave the handle new data of the (unpadded) local
+  // size: a shorter shard is copied into a new zeroed padded one (the unpadded data freed as the handle
+  // moves to it); one of the padded size becomes the padded shard itself. Nothing while still on meta.
+  void reset_sharded_param(Device device) {
+    if (awaits_materialisation(device) || param.storage() == padded_shard.storage()) return;
+    Shape padded = full_size;
+    padded[0] = padded_rows;
+    if (local_rows != padded_rows) {
+      Tensor repadded = zeros(padded, TensorOptions{orig_dtype, param.device()});
+      if (local_rows > 0) repadded.narrow(0, 0, local_rows).copy_(param.detach());
+      padded_shard = repadded;
+      point_handle(padded_shard.storage(), sharded_size(), orig_dtype);
+    } else {
+      padded_shard = param.detach();
+    }
+  }
   void to_unsharded() {
     if (Tensor g = param.grad(); g.defined()) {
       kept_sharded_grad = g;
@@ -192,9 +215,24 @@ class ParamGroup {
   TrainingState training_state = TrainingState::idle;
   bool unsharded() const { return unsharded_; }
 
-  // FSDPParamGroup.lazy_init's reset_sharded_param: a shard shorter than the padded size (set by to_empty
-  // on the unpadded local shape) is padded again.
-  void lazy_init() {}
+  // FSDPParamGroup.lazy_init: the shards re-padded if to() / to_empty() changed them since (a no-op after
+  // FSDP's own apply hook), then none may still be on meta.
+  void lazy_init() {
+    NoGradGuard no_grad;
+    reset_sharded_params();
+    for (const FSDPParam& p : params_)
+      if (p.awaits_materialisation(group_.device()))
+        throw std::runtime_error("fully_shard: parameter '" + p.name + "' is still on " + p.param.device().str() +
+                                 "; materialise the model (to_empty(device), then reset_parameters() or a state "
+                                 "dict) before its first forward");
+  }
+  void reset_sharded_params() {
+    for (FSDPParam& p : params_) p.reset_sharded_param(group_.device());
+  }
+  bool awaits_materialisation() const {
+    return std::any_of(params_.begin(), params_.end(),
+                       [&](const FSDPParam& p) { return p.awaits_materialisation(group_.device()); });
+  }
 
   void unshard() {
     if (all_gather_result_ || unsharded_) return;
@@ -428,6 +466,77 @@ class ParamGroup {
   std::vector<size_t> post_forward_indices_;
 };
 
+// What a sharded parameter (a DTensor in PyTorch) brings to code outside FSDP: its group, for
+// clip_grad_norm_'s all-reduce, and DTensor's random-number tracker (OffsetBasedRNGTracker, one per process,
+// i.e. per process group here), for what random fills allocate. Shared by the group's fully_shard calls.
+struct ShardedGroup {
+  ProcessGroup* group = nullptr;
+  Device device;
+  bool tracker_made = false;
+};
+std::mutex sharded_mutex;
+std::map<const ProcessGroup*, std::weak_ptr<ShardedGroup>>& sharded_groups() {
+  static std::map<const ProcessGroup*, std::weak_ptr<ShardedGroup>> trackers;
+  return trackers;
+}
+std::map<const TensorImpl*, std::weak_ptr<ShardedGroup>>& sharded_params() {
+  static std::map<const TensorImpl*, std::weak_ptr<ShardedGroup>> params;
+  return params;
+}
+
+void on_sharded_random_fill(const Tensor& t) {
+  std::shared_ptr<ShardedGroup> rng;
+  bool make_tracker = false;
+  {
+    std::lock_guard<std::mutex> lock(sharded_mutex);
+    auto it = sharded_params().find(&t.impl());
+    if (it != sharded_params().end()) rng = it->second.lock();
+    if (!rng || t.device() != rng->device) return;
+    make_tracker = !rng->tracker_made;
+    rng->tracker_made = true;
+  }
+  NoGradGuard no_grad;
+  const TensorOptions bytes{ScalarType::uint8, rng->device};
+  if (make_tracker) {
+    // The first random op on a DTensor makes the tracker: the generator's state (seed and offset, 16 bytes)
+    // copied to the device and broadcast from rank 0, this rank's own copy, their elementwise comparison;
+    // all three freed when it returns. (No broadcast here: only rank 0's state would differ.)
+    Tensor state = empty({16}, bytes);
+    Tensor own = empty({16}, bytes);
+    Tensor same = empty({16}, TensorOptions{ScalarType::bool_, rng->device});
+  }
+  // Every random op on a DTensor: the generator's state on the device while the shard's offset is set.
+  Tensor region_state = empty({16}, bytes);
+}
+
+// clip_grad_norm_ over sharded gradients: the stacked local norms made whole as DTensor redistributes a
+// _NormPartial to Replicate (nn/clip_grad.h).
+nn::utils::ShardedNormReducer sharded_norm_reducer(const Tensor& parameter) {
+  std::shared_ptr<ShardedGroup> sharded;
+  {
+    std::lock_guard<std::mutex> lock(sharded_mutex);
+    auto it = sharded_params().find(&parameter.impl());
+    if (it != sharded_params().end()) sharded = it->second.lock();
+  }
+  if (!sharded) return {};
+  return [sharded](const Tensor& stacked, double norm_type) {
+    NoGradGuard no_grad;
+    ProcessGroup& group = *sharded->group;
+    if (std::isinf(norm_type)) {
+      Tensor reduced = stacked.clone();  // the functional all-reduce's output
+      group.all_reduce(reduced, ReduceOp::max);
+      return reduced;
+    }
+    // The powers and the reduced copy are freed (in that order) once the root exists.
+    Tensor reduced;
+    const Tensor powered = pow(stacked, norm_type);
+    reduced = powered.clone();
+    group.all_reduce(reduced, ReduceOp::sum);
+    Tensor whole = pow(reduced, 1.0 / norm_type);
+    return whole;
+  };
+}
+
 struct StateContext {
   std::vector<std::weak_ptr<FSDPState>> all_states;  // the modules' hooks own the states
   FSDPState* iter_forward_root = nullptr;
@@ -448,6 +557,9 @@ class FSDPState : public std::enable_shared_from_this<FSDPState> {
   void reshard() {
     if (params_) params_->reshard();
   }
+  void before_apply();
+  void after_apply();
+  std::shared_ptr<ShardedGroup> sharded;  // shared by the process group's fully_shard calls
 
  private:
   void lazy_init();
@@ -479,6 +591,27 @@ std::shared_ptr<FSDPState> state_of(const nn::Module* m) {
 }
 
 }  // namespace
+
+// The outermost FSDP module's to() / to_empty() of a model built on meta allocates 4 bytes on the device
+// and frees them before the first parameter is made (PyTorch 2.11 records it; which DTensor step makes it
+// is not identified). Depth counted per thread, as each rank is a thread on the threads backend.
+thread_local int apply_depth = 0;
+
+void FSDPState::before_apply() {
+  reshard();  // FSDPModule._apply: the sharded parameters registered first
+  if (apply_depth++ > 0) return;
+  bool on_meta = false;
+  for (nn::Module* m : module_->modules())
+    if (std::shared_ptr<FSDPState> s = state_of(m); s && s->params_ && s->params_->awaits_materialisation())
+      on_meta = true;
+  if (on_meta) Tensor scratch = empty({1}, TensorOptions{ScalarType::float32, group_.device()});
+}
+
+void FSDPState::after_apply() {
+  --apply_depth;
+  NoGradGuard no_grad;
+  if (params_) params_->reset_sharded_params();
+}
 
 void FSDPState::lazy_init() {
   if (is_root_) return;
@@ -581,6 +714,27 @@ void FSDPState::final_callback() {
   state_ctx_->final_callback_queued = false;
 }
 
+namespace {
+
+// _get_post_forward_mesh_info: an int is the world size the parameters keep after forward.
+bool reshard_after_forward_of(const std::variant<bool, int>& option, int world) {
+  if (const bool* flag = std::get_if<bool>(&option)) return *flag;
+  const int size = std::get<int>(option);
+  if (size < 1 || size > world || world % size != 0)
+    throw std::invalid_argument(
+        "fully_shard: reshard_after_forward as an int is the world size to reshard to, a "
+        "factor of " +
+        std::to_string(world) + ", not " + std::to_string(size));
+  if (size == 1) return false;
+  if (size == world) return true;
+  throw std::invalid_argument("fully_shard: reshard_after_forward=" + std::to_string(size) +
+                              " (resharding to a smaller group than " + std::to_string(world) +
+                              " ranks after forward) is not supported yet; pass true, false, 1 or " +
+                              std::to_string(world));
+}
+
+}  // namespace
+
 int64_t fsdp_padded_rows(int64_t rows, int world) { return div_up(rows, world); }
 
 int64_t fsdp_local_rows(int64_t rows, int world, int rank) {
@@ -602,9 +756,10 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
   std::vector<FSDPParam> params;
   for (const auto& [name, p] : module->named_parameters()) {
     if (std::find(managed.begin(), managed.end(), &p.impl()) != managed.end()) continue;
-    if (p.device() != group.device())
+    // A model built on meta (a meta device other than the group's) is sharded on meta, materialised later.
+    if (p.device() != group.device() && p.device().type != DeviceType::meta)
       throw std::invalid_argument("fully_shard: parameter '" + name + "' is on " + p.device().str() +
-                                  ", the process group's device is " + group.device().str());
+                                  ", the process group's device is " + group.device().str() + " (or build it on meta)");
     if (p.dim() == 0)
       throw std::invalid_argument("fully_shard: parameter '" + name +
                                   "' has 0 dimensions; Shard(0) needs at least one");
@@ -627,7 +782,7 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
     for (FSDPParam& fp : params) {
       Shape padded = fp.full_size;
       padded[0] = fp.padded_rows;
-      fp.padded_shard = zeros(padded, TensorOptions{fp.orig_dtype, group.device()});
+      fp.padded_shard = zeros(padded, TensorOptions{fp.orig_dtype, fp.param.device()});
       if (fp.local_rows > 0)
         fp.padded_shard.narrow(0, 0, fp.local_rows)
             .copy_(fp.param.detach().narrow(0, rank * fp.padded_rows, fp.local_rows));
@@ -636,8 +791,11 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
     }
   }
   full.clear();
+  std::vector<Tensor> sharded_handles;
+  for (const FSDPParam& fp : params) sharded_handles.push_back(fp.param);
   std::unique_ptr<ParamGroup> param_group;
-  const bool reshard = options.reshard_after_forward.value_or(true);
+  const bool reshard =
+      options.reshard_after_forward ? reshard_after_forward_of(*options.reshard_after_forward, world) : true;
   if (!params.empty()) param_group = std::make_unique<ParamGroup>(std::move(params), group, reshard, options.mp_policy);
   auto state = std::make_shared<FSDPState>(module.get(), group, options, std::move(param_group));
   {
@@ -645,6 +803,26 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
     for (auto it = registry().begin(); it != registry().end();) it = it->second.expired() ? registry().erase(it) : ++it;
     registry()[module.get()] = state;
   }
+  {
+    static std::once_flag observer_installed;
+    std::call_once(observer_installed, [] {
+      nn::init::set_random_fill_observer(&on_sharded_random_fill);
+      nn::utils::set_sharded_norm_lookup(&sharded_norm_reducer);
+    });
+    std::lock_guard<std::mutex> lock(sharded_mutex);
+    for (auto it = sharded_groups().begin(); it != sharded_groups().end();)
+      it = it->second.expired() ? sharded_groups().erase(it) : ++it;
+    for (auto it = sharded_params().begin(); it != sharded_params().end();)
+      it = it->second.expired() ? sharded_params().erase(it) : ++it;
+    state->sharded = sharded_groups()[&group].lock();
+    if (!state->sharded) {
+      state->sharded = std::make_shared<ShardedGroup>(ShardedGroup{&group, group.device()});
+      sharded_groups()[&group] = state->sharded;
+    }
+    for (const Tensor& p : sharded_handles) sharded_params()[&p.impl()] = state->sharded;
+  }
+  module->add_apply_hooks([state](nn::Module&) { state->before_apply(); },
+                          [state](nn::Module&) { state->after_apply(); });
   module->register_forward_pre_hook([state](nn::Module&, const Tensor& input) { return state->pre_forward(input); });
   module->register_forward_hook(
       [state](nn::Module&, const Tensor&, const Tensor& output) { state->post_forward({output}); });

@@ -38,6 +38,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "bytegrad/distributed/process_group.h"
@@ -54,7 +55,10 @@ struct MixedPrecisionPolicy {
 
 struct FullyShardOptions {
   // unset: PyTorch 2.11's None, reshard after forward except for the root (kept until its post-backward).
-  std::optional<bool> reshard_after_forward;
+  // An int is the world size to reshard to after forward, a factor of the group's size: 1 is false (each
+  // rank keeps the whole parameters, as PyTorch reads it), the group's size is true; one between (resharding
+  // to a smaller group) is not built yet and is refused.
+  std::optional<std::variant<bool, int>> reshard_after_forward;
   MixedPrecisionPolicy mp_policy;
 };
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -57,6 +58,30 @@ bool use_foreach(const std::vector<Tensor>& group, std::optional<bool> foreach) 
   return false;
 }
 
+std::atomic<ShardedNormLookup> sharded_norm_lookup{nullptr};
+
+// The reducer of the parameters that have gradients: empty when none is sharded.
+ShardedNormReducer sharded_reducer_of(const std::vector<Tensor>& parameters) {
+  const ShardedNormLookup lookup = sharded_norm_lookup.load();
+  if (lookup == nullptr) return {};
+  ShardedNormReducer reducer;
+  bool any = false, unsharded = false;
+  for (const Tensor& p : parameters) {
+    if (!p.grad().defined()) continue;
+    ShardedNormReducer mine = lookup(p);
+    if (mine) {
+      if (!reducer) reducer = std::move(mine);
+      any = true;
+    } else {
+      unsharded = true;
+    }
+  }
+  if (any && unsharded)
+    throw std::invalid_argument(
+        "clip_grad_norm_: some gradients are sharded (fully_shard) and some are not; clip each kind separately");
+  return reducer;
+}
+
 std::string order_name(double norm_type) {
   return std::isinf(norm_type) ? (norm_type > 0 ? "inf" : "-inf") : fmt::format("{}", norm_type);
 }
@@ -72,6 +97,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   const std::vector<Tensor> grads = gradients_of(parameters);
   if (grads.empty()) return scalar_tensor(0.0, TensorOptions{ScalarType::float32, kCpu});
   const std::vector<std::vector<Tensor>> groups = group_by_device_and_dtype(grads);
+  const ShardedNormReducer reducer = sharded_reducer_of(parameters);
 
   // _get_total_norm
   std::vector<Tensor> norms;
@@ -84,7 +110,16 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   }
   const Device first_device = grads.front().device();
   for (Tensor& n : norms) n = n.to(first_device);
-  Tensor total_norm = vector_norm(stack(norms), norm_type);
+  Tensor total_norm;
+  {
+    const Tensor stacked = stack(norms);
+    if (reducer) {
+      const Tensor whole = reducer(stacked, norm_type);  // freed before the stack, once the norm exists
+      total_norm = vector_norm(whole, norm_type);
+    } else {
+      total_norm = vector_norm(stacked, norm_type);
+    }
+  }
   norms.clear();
   if (error_if_nonfinite) {
     // torch.logical_or(total_norm.isnan(), total_norm.isinf()): isnan is self != self, isinf abs(self) == inf.
@@ -121,6 +156,8 @@ Tensor clip_grad_norm_(const Tensor& parameter, double max_norm, double norm_typ
                        std::optional<bool> foreach) {
   return clip_grad_norm_(std::vector<Tensor>{parameter}, max_norm, norm_type, error_if_nonfinite, foreach);
 }
+
+void set_sharded_norm_lookup(ShardedNormLookup lookup) { sharded_norm_lookup.store(lookup); }
 
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value, std::optional<bool> foreach) {
   NoGradGuard no_grad;

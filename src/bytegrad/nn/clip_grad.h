@@ -16,6 +16,7 @@
 // foreach_norm; the rest is the same, the gradients multiplied one by one. clip_grad_value_ allocates nothing.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -35,6 +36,16 @@ Tensor clip_grad_norm_(const Tensor& parameter, double max_norm, double norm_typ
                        bool error_if_nonfinite = false, std::optional<bool> foreach = std::nullopt);
 
 // Clamps every gradient into [-clip_value, clip_value] in place.
+// Gradients sharded over a process group (FSDP's; DTensor gradients in PyTorch): the norms computed from this
+// rank's shards are partial, and PyTorch 2.11 makes their stack whole as DTensor redistributes a
+// _NormPartial to Replicate: the p-th powers, an all-reduce of a copy (sum; max for inf), the p-th root.
+// The total norm and the clip coefficient are then the same on every rank. distributed/fsdp.h installs the
+// lookup, which gives a parameter's reducer (an empty one for an unsharded parameter); mixing sharded and
+// unsharded gradients in one call is refused, as PyTorch refuses stacking DTensors with tensors.
+using ShardedNormReducer = std::function<Tensor(const Tensor& stacked_local_norms, double norm_type)>;
+using ShardedNormLookup = ShardedNormReducer (*)(const Tensor& parameter);
+void set_sharded_norm_lookup(ShardedNormLookup lookup);
+
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value,
                       std::optional<bool> foreach = std::nullopt);
 void clip_grad_value_(const Tensor& parameter, double clip_value, std::optional<bool> foreach = std::nullopt);

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/nn/init.h"
 #include "bytegrad/tensor/ops.h"
 
@@ -16,6 +17,11 @@ void Embedding::set_weight(const Tensor& weight) {
   if (weight.dim() != 2)
     throw std::invalid_argument("Embedding::set_weight: the weight must be 2-d, got " + describe(weight));
   weight_ = register_parameter("weight", weight);
+}
+
+void Embedding::reset_parameters() {
+  NoGradGuard no_grad;
+  init::normal_(weight_);
 }
 
 Tensor Embedding::forward(const Tensor& indices) { return embedding(weight_, indices); }

@@ -12,6 +12,8 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim, TensorOptions options = {});
   Tensor forward(const Tensor& indices) override;
+  // torch.nn.Embedding.reset_parameters (no padding_idx here): the weight drawn again from N(0, 1), in place.
+  void reset_parameters();
   const Tensor& weight() const { return weight_; }
   // `embedding.weight = other.weight` (weight tying): registers that tensor as this module's "weight",
   // replacing its own, so both modules share one parameter.

@@ -21,4 +21,10 @@ const Tensor& normal_(const Tensor& t, double mean = 0.0, double std = 1.0);
 // and of its bias.
 double fan_in_bound(int64_t fan_in);
 
+// Called with the tensor before each random fill above (none is installed by default): distributed/fsdp.h
+// installs one that allocates what DTensor's random-number tracker allocates when a sharded parameter is
+// filled (reset_parameters after to_empty). A plain function so installing it races with no reader.
+using RandomFillObserver = void (*)(const Tensor&);
+void set_random_fill_observer(RandomFillObserver observer);
+
 }  // namespace bytegrad::nn::init

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops.h"
 
@@ -25,6 +26,12 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
     weight_ = register_parameter("weight", ones(normalized_shape_, options));
     if (bias) bias_ = register_parameter("bias", zeros(normalized_shape_, options));
   }
+}
+
+void LayerNorm::reset_parameters() {
+  NoGradGuard no_grad;
+  if (weight_.defined()) weight_.fill_(1.0);
+  if (bias_.defined()) bias_.zero_();
 }
 
 Tensor LayerNorm::forward(const Tensor& input) {

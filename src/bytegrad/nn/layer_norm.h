@@ -21,6 +21,8 @@ class LayerNorm : public Module {
                      TensorOptions options = {})
       : LayerNorm(Shape{normalized_size}, eps, elementwise_affine, bias, options) {}
   Tensor forward(const Tensor& input) override;
+  // torch.nn.LayerNorm.reset_parameters: weight to ones and bias to zeros, in place (nothing allocated).
+  void reset_parameters();
   const Shape& normalized_shape() const { return normalized_shape_; }
   double eps() const { return eps_; }
   const Tensor& weight() const { return weight_; }  // undefined without elementwise_affine

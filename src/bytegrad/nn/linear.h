@@ -15,6 +15,9 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, Device device)
       : Linear(in_features, out_features, true, TensorOptions{}.with_device(device)) {}
   Tensor forward(const Tensor& input) override;
+  // torch.nn.Linear.reset_parameters: the weight and bias drawn again, in place, as the constructor draws
+  // them (after to_empty on a model built on meta; nothing is allocated).
+  void reset_parameters();
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
 

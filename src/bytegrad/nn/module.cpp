@@ -313,30 +313,48 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
-Module& Module::to(Device device) {
-  NoGradGuard no_grad;
-  // `t.data = t.data.to(device)`: the copy is made, then the handle's data replaced, which frees the old
+void Module::apply_to_tensors(const std::function<Tensor(const Tensor&)>& fn) {
+  for (auto& [before, after] : apply_hooks_)
+    if (before) before(*this);
+  // `t.data = fn(t.data)`: the new tensor is made, then the handle's data replaced, which frees the old
   // block (when nothing else holds it) before the next tensor moves.
-  auto move = [&](const Tensor& t) {
-    if (t.device() == device) return;
-    Tensor moved = t.to(device);
+  auto replace = [&](const Tensor& t) {
+    Tensor made = fn(t);
+    if (made.storage() == t.storage()) return;
     TensorImpl& impl = t.impl();
-    impl.storage = moved.storage();
-    impl.sizes = moved.sizes();
-    impl.strides = moved.strides();
-    impl.storage_offset = moved.storage_offset();
+    impl.storage = made.storage();
+    impl.sizes = made.sizes();
+    impl.strides = made.strides();
+    impl.storage_offset = made.storage_offset();
   };
-  for (auto& [name, child] : children_) child->to(device);
+  for (auto& [name, child] : children_) child->apply_to_tensors(fn);
   for (auto& [name, t] : parameters_) {
-    move(t);
+    replace(t);
     if (Tensor grad = t.grad(); grad.defined()) {
-      move(grad);
-      t.set_grad(grad);  // the moved block takes the `gradient` role
+      replace(grad);
+      t.set_grad(grad);  // the new block takes the `gradient` role
     }
   }
-  for (auto& [name, t] : buffers_) move(t);
-  refresh_memory_roles();  // the moved blocks take the `parameter` / `buffer` roles
+  for (auto& [name, t] : buffers_) replace(t);
+  refresh_memory_roles();  // the new blocks take the `parameter` / `buffer` roles
+  for (auto& [before, after] : apply_hooks_)
+    if (after) after(*this);
+}
+
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  apply_to_tensors([&](const Tensor& t) { return t.device() == device ? t : t.to(device); });
   return *this;
+}
+
+Module& Module::to_empty(Device device) {
+  NoGradGuard no_grad;
+  apply_to_tensors([&](const Tensor& t) { return empty(t.sizes(), TensorOptions{t.dtype(), device}); });
+  return *this;
+}
+
+void Module::add_apply_hooks(std::function<void(Module&)> before, std::function<void(Module&)> after) {
+  apply_hooks_.emplace_back(std::move(before), std::move(after));
 }
 
 }  // namespace bytegrad::nn

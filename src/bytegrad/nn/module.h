@@ -136,6 +136,14 @@ class Module {
   // PyTorch's, so the segments and peaks are too.
   Module& to(Device device);
   Module& cuda() { return to(Device{DeviceType::cuda, 0}); }
+  // torch.nn.Module.to_empty(device=...): every parameter, gradient and buffer re-made uninitialised on
+  // `device` with its sizes and dtype, in to()'s order, each handle kept (requires_grad with it). The way to
+  // materialise a model built on meta; the values then come from reset_parameters() or a state dict.
+  Module& to_empty(Device device);
+  // Code run around this module's part of to() / to_empty() (PyTorch's Module._apply, which FSDP's module
+  // overrides to reshard before and re-pad its shards after): `before` first, `after` once the children
+  // and this module's own tensors are done. Either may be empty.
+  void add_apply_hooks(std::function<void(Module&)> before, std::function<void(Module&)> after);
 
   // PyTorch's state_dict(): every parameter and buffer under its path ("fc1.weight"), in PyTorch's order
   // (each module's own parameters, then its own buffers, then its children, depth first). A tensor
@@ -154,6 +162,9 @@ class Module {
 
  private:
   void add_child(std::string name, std::shared_ptr<Module> child);
+  // Module._apply: `fn` gives each tensor's new data (or returns it unchanged), children first.
+  void apply_to_tensors(const std::function<Tensor(const Tensor&)>& fn);
+  std::vector<std::pair<std::function<void(Module&)>, std::function<void(Module&)>>> apply_hooks_;
   Tensor call_forward(const Tensor& input);
   RemovableHandle add_forward_pre_hook(ForwardPreHook hook);
   RemovableHandle add_forward_hook(ForwardHook hook);
