@@ -6,6 +6,7 @@
 //                          [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]
 //                          [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]
 //                          [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]
+//                          [--fsdp N [--reshard-after-forward true|false] [--mixed bf16]]
 //
 // --amp runs each forward inside torch.autocast(device_type="cuda", dtype=...) (tensor/autocast.h), as
 // nanoGPT's train.py does; --attention sdpa calls scaled_dot_product_attention (nanoGPT's flash branch, no
@@ -34,6 +35,9 @@
 // them off the card with the driver's share. --zero1 uses
 // ZeroRedundancyOptimizer, whose optimizer state differs by rank (--rank R, default 0, takes the largest
 // parameters first). The old gradient buckets at the rebuild are counted as held (docs/distributed.md).
+// --fsdp N: FSDP2 (fully_shard on each block, then the root; programs/fsdp_programs.h) over N ranks on the
+// fake backend, run twice, as rank 0 and as rank N-1 (the ranks whose shards differ: the last may hold fewer
+// rows); each run's lines follow a `rank R of N` line, and a card or cap fits only when both runs fit.
 //
 //   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
 //                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--card SIZE|NAME]
@@ -76,6 +80,7 @@ constexpr const char* kUsage =
     "                         [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]\n"
     "                         [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]\n"
     "                         [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]\n"
+    "                         [--fsdp N [--reshard-after-forward true|false] [--mixed bf16]]\n"
     "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]\n"
     "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--card SIZE|NAME]\n"
     "                         [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING] [--memory-viz FILE]\n"
@@ -117,6 +122,13 @@ std::string help_text() {
          "  --gradient-as-bucket-view\n"
          "                         with --ddp: the gradients are views into DDP's buckets (no separate copy).\n"
          "  --zero1                with --ddp: ZeroRedundancyOptimizer, each rank keeping its share of the state.\n"
+         "  --fsdp N               gpt2: FSDP2 over N ranks (fully_shard on each block, then the root), run as\n"
+         "                         rank 0 and as rank N-1 (the ranks whose shards differ), each one's peak printed\n"
+         "                         after a `rank R of N` line; with --max-batch, the largest batch every rank fits.\n"
+         "  --reshard-after-forward true|false\n"
+         "                         with --fsdp: free each block's gathered parameters after its forward (true,\n"
+         "                         PyTorch's default for all but the root) or keep them until backward.\n"
+         "  --mixed bf16           with --fsdp: MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32).\n"
          "\n"
          "Will it fit:\n" +
          card_help() +
@@ -174,6 +186,50 @@ double positive_number(const std::string& option, const std::string& text) {
   return value;
 }
 
+// --fsdp N: rank 0 and rank N-1 on the fake backend, one fresh run each; a card or cap fits when both do.
+int estimate_fully_sharded(const GPTTraining& t, const std::optional<Card>& card, int64_t limit, bool max_batch,
+                           bool default_workspace) {
+  const int world = t.fully_shard->world_size;
+  const bool asks_fit = limit > 0 || card.has_value();
+  bool all_fit = true;
+  std::string explanation;
+  int64_t largest_batch = -1;
+  for (const int rank : {0, world - 1}) {
+    GPTTraining mine = t;
+    mine.fully_shard->rank = rank;
+    const TrainingPeak peak =
+        estimate_on_meta([&](Device on) { train_gpt(mine, nullptr, on); }, default_workspace, limit);
+    if (peak.out_of_memory && !asks_fit) {
+      std::cerr << "bytegrad-estimate: rank " << rank << " of " << world << " does not fit on meta's modelled card ("
+                << human_bytes(mem_get_info(kMeta).second)
+                << "), so it has no peak to report (--card or --limit print `fits no`): " << peak.message << '\n';
+      return 1;
+    }
+    std::cout << "rank " << rank << " of " << world << '\n'
+              << "peak_allocated " << peak.peak_allocated << '\n'
+              << "peak_reserved " << peak.peak_reserved << '\n';
+    PeakReport report{kMeta, peak.at_peak};
+    const auto [free, total] = mem_get_info(kMeta);
+    report.outside_allocator =
+        outside_allocator_line(distributed::modelled_nccl_figures(), total - free - memory_reserved(kMeta));
+    std::cout << report;
+    if (peak.out_of_memory && all_fit) {
+      all_fit = false;
+      explanation = "rank " + std::to_string(rank) + ": " + peak.explanation;
+    }
+    if (max_batch) {
+      const int64_t batch = max_gpt_batch(mine, limit, default_workspace);
+      largest_batch = largest_batch < 0 ? batch : std::min(largest_batch, batch);
+    }
+  }
+  if (card)
+    std::cout << "card " << card->name << ": total " << card->total_bytes << " B, CUDA context and driver "
+              << card->driver_bytes << " B, left for PyTorch " << human_bytes(card->usable_bytes()) << '\n';
+  if (asks_fit) std::cout << "fits " << (all_fit ? "yes" : "no") << '\n' << explanation;
+  if (max_batch) std::cout << "max_batch " << largest_batch << '\n';
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) return usage_error("which model? (gpt2)");
   const std::string model = argv[1];
@@ -192,6 +248,9 @@ int run(int argc, char** argv) {
   std::optional<Card> card;
   std::string data_parallel_option;  // the last of --rank, --bucket-cap-mb, ... (each needs --ddp)
   bool ddp_given = false;
+  std::string fully_shard_option;  // the last of --reshard-after-forward, --mixed (each needs --fsdp)
+  std::optional<bool> reshard_after_forward;
+  bool mixed_bf16 = false;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -278,8 +337,25 @@ int run(int argc, char** argv) {
       else if (arg == "--gradient-as-bucket-view") t.data_parallel->ddp.gradient_as_bucket_view = true;
       else t.data_parallel->zero1 = true;
       data_parallel_option = arg;
+    } else if (arg == "--fsdp" && gpt) {
+      const int64_t n = positive_integer(arg, value());
+      if (n < 2) return usage_error("--fsdp needs at least 2 ranks, got " + std::to_string(n));
+      t.fully_shard.emplace();
+      t.fully_shard->world_size = static_cast<int>(n);
+    } else if (arg == "--reshard-after-forward" && gpt) {
+      const std::string r = value();
+      if (r != "true" && r != "false")
+        return usage_error("--reshard-after-forward '" + r + "': expected true or false");
+      reshard_after_forward = r == "true";
+      fully_shard_option = arg;
+    } else if (arg == "--mixed" && gpt) {
+      const std::string d = value();
+      if (d != "bf16") return usage_error("--mixed '" + d + "': expected bf16");
+      mixed_bf16 = true;
+      fully_shard_option = arg;
     } else if (arg == "--amp" || arg == "--attention" || arg == "--checkpoint" || arg == "--ddp" || arg == "--rank" ||
-               arg == "--bucket-cap-mb" || arg == "--gradient-as-bucket-view" || arg == "--zero1") {
+               arg == "--bucket-cap-mb" || arg == "--gradient-as-bucket-view" || arg == "--zero1" || arg == "--fsdp" ||
+               arg == "--reshard-after-forward" || arg == "--mixed") {
       return usage_error(arg + " is a gpt2 option");
     } else {
       return usage_error("unknown option '" + arg + "'");
@@ -296,6 +372,16 @@ int run(int argc, char** argv) {
   // Whether the question is "does it fit" (a card or a cap), rather than "what does it take".
   const bool asks_fit = limit > 0 || card.has_value();
   if (!data_parallel_option.empty() && !ddp_given) return usage_error(data_parallel_option + " needs --ddp N");
+  if (!fully_shard_option.empty() && !t.fully_shard) return usage_error(fully_shard_option + " needs --fsdp N");
+  if (t.fully_shard && t.data_parallel)
+    return usage_error("--fsdp and --ddp are two ways of data parallelism: pick one");
+  if (t.fully_shard && (marks || !memory_viz.empty()))
+    return usage_error(std::string(marks ? "--marks" : "--memory-viz") + " is not available with --fsdp (two runs)");
+  if (t.fully_shard) {
+    t.fully_shard->options.reshard_after_forward = reshard_after_forward;
+    if (mixed_bf16)
+      t.fully_shard->options.mp_policy = {.param_dtype = ScalarType::bfloat16, .reduce_dtype = ScalarType::float32};
+  }
   if (t.data_parallel && t.data_parallel->rank >= t.data_parallel->world_size)
     return usage_error("--rank " + std::to_string(t.data_parallel->rank) + " is not a rank of --ddp " +
                        std::to_string(t.data_parallel->world_size));
@@ -314,13 +400,15 @@ int run(int argc, char** argv) {
   // under --ddp NCCL's buffers too (the measured model: they live outside the allocator on every rank).
   if (card) {
     int64_t held_back = card->driver_bytes;
-    if (t.data_parallel)
+    if (t.data_parallel || t.fully_shard)
       for (const OutsideAllocatorPart& part : distributed::modelled_nccl_figures().parts) held_back += part.bytes;
     if (held_back >= card->total_bytes)
       return usage_error("--card " + card->name + " has no memory left after the driver's share and NCCL's buffers");
     configure_simulated_device(kMeta, SimulatedCapacity{.total_bytes = static_cast<size_t>(card->total_bytes),
                                                         .context_bytes = static_cast<size_t>(held_back)});
   }
+
+  if (t.fully_shard) return estimate_fully_sharded(t, card, limit, max_batch, default_workspace);
 
   ScenarioRecorder recorder(model, kMeta);
   ScenarioRecorder* record = marks ? &recorder : nullptr;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bytegrad/distributed/ddp.h"
+#include "bytegrad/distributed/fsdp.h"
 #include "bytegrad/distributed/zero.h"
 #include "bytegrad/nn/gpt.h"
 #include "bytegrad/optim/optimizer.h"
@@ -37,6 +38,17 @@ struct GPTDataParallel {
   distributed::ProcessGroup* group = nullptr;
 };
 
+// FSDP2: fully_shard on each transformer block, then the root (programs/fsdp_programs.h's nanoGPT), after
+// the model is built and moved to the device, with each rank's data drawn after manual_seed(100 + rank) and
+// a "sharded" mark after sharding. Without a group (bytegrad-estimate --fsdp) this device is rank `rank` of
+// `world_size` on the fake backend; with one, that group's rank.
+struct GPTFullyShard {
+  int world_size = 2;
+  int rank = 0;
+  distributed::FullyShardOptions options;
+  distributed::ProcessGroup* group = nullptr;
+};
+
 struct GPTTraining {
   nn::GPTConfig config;
   int64_t batch = 4;
@@ -48,6 +60,8 @@ struct GPTTraining {
   std::optional<ScalarType> amp;
   // Data parallel (bytegrad-estimate --ddp): see GPTDataParallel.
   std::optional<GPTDataParallel> data_parallel;
+  // FSDP2 (bytegrad-estimate --fsdp): see GPTFullyShard. Not with data_parallel.
+  std::optional<GPTFullyShard> fully_shard;
 };
 
 // nanoGPT's configure_optimizers groups with PyTorch's defaults for what it does not set: weight decay 0.1

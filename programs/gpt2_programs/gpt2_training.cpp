@@ -9,6 +9,7 @@
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
+#include "programs/fsdp_programs.h"
 #include "programs/gpt2_programs.h"
 
 namespace bytegrad::programs {
@@ -61,7 +62,18 @@ void train_gpt(const GPTTraining& t, const std::function<void(const std::string&
   std::unique_ptr<distributed::ProcessGroup> own_group;
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   std::unique_ptr<optim::Optimizer> opt;
-  if (t.data_parallel) {
+  std::optional<distributed::FSDPModule> root;
+  if (t.fully_shard) {
+    const GPTFullyShard& fs = *t.fully_shard;
+    distributed::ProcessGroup* group = fs.group;
+    if (!group) {
+      own_group = distributed::make_fake_process_group(fs.rank, fs.world_size, on);
+      group = own_group.get();
+    }
+    root = fully_shard_gpt(model, *group, fs.options);
+    mark("sharded");
+    manual_seed(100 + group->rank());  // each rank its own batch
+  } else if (t.data_parallel) {
     const GPTDataParallel& dp = *t.data_parallel;
     distributed::ProcessGroup* group = dp.group;
     if (!group) {
@@ -98,7 +110,8 @@ void train_gpt(const GPTTraining& t, const std::function<void(const std::string&
     {
       std::optional<AutocastGuard> autocast;  // with torch.autocast(device_type="cuda", dtype=...):
       if (t.amp) autocast.emplace(on.type, *t.amp);
-      out = ddp ? ddp->forward([&] { return model->forward(x, y); }) : model->forward(x, y);
+      if (root) out = root->forward([&] { return model->forward(x, y); });
+      else out = ddp ? ddp->forward([&] { return model->forward(x, y); }) : model->forward(x, y);
     }  // leaving the region frees the cached weight casts that no node saved
     mark(s + "_forward");
     out.loss.backward();
