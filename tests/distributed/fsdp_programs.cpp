@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/history.h"
 #include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/nn/clip_grad.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/blas_workspace.h"
@@ -354,9 +356,10 @@ TrainingData training_data() {
 }
 
 // Three Adam steps on rows [begin, begin + count); with a group, under fully_shard (each Linear, then the
-// root). Returns each parameter's values this rank holds (its shard's rows under FSDP).
+// root); with max_norm, the gradients clipped to it before each step. Returns each parameter's values this
+// rank holds (its shard's rows under FSDP).
 std::vector<std::vector<double>> train_small(const TrainingData& d, Device device, ProcessGroup* pg, int64_t begin,
-                                             int64_t count) {
+                                             int64_t count, std::optional<double> max_norm = std::nullopt) {
   auto net = std::make_shared<SmallNet>();
   net->load_state_dict(d.initial);
   net->to(device);
@@ -370,6 +373,7 @@ std::vector<std::vector<double>> train_small(const TrainingData& d, Device devic
   const Tensor y = d.y.narrow(0, begin, count).to(device);
   for (int step = 0; step < 3; ++step) {
     cross_entropy((*net)(x), y).backward();
+    if (max_norm) (void)nn::utils::clip_grad_norm_(net->parameters(), *max_norm);
     opt.step();
     opt.zero_grad();
   }
@@ -382,19 +386,19 @@ std::vector<std::vector<double>> train_small(const TrainingData& d, Device devic
   return values;
 }
 
-}  // namespace
-
-TEST_CASE("two FSDP ranks on half batches hold the rows of one rank's parameters trained on the whole batch") {
+// Whether two FSDP ranks on half batches end with the rows of one rank's parameters trained on the whole
+// batch (the largest difference of any value); with max_norm, both clip their gradients to it first.
+double fsdp_versus_one_rank(std::optional<double> max_norm) {
   const TrainingData d = training_data();
   std::vector<std::vector<double>> whole;
   {
     testing::FreshDevice one(kSim, testing::small_card());
-    whole = train_small(d, kSim, nullptr, 0, 8);
+    whole = train_small(d, kSim, nullptr, 0, 8, max_norm);
   }
   testing::FreshRankDevices fresh(2, DeviceType::sim);
   std::vector<std::vector<std::vector<double>>> ranks(2);
   run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
-    ranks[static_cast<size_t>(pg.rank())] = train_small(d, pg.device(), &pg, pg.rank() * 4, 4);
+    ranks[static_cast<size_t>(pg.rank())] = train_small(d, pg.device(), &pg, pg.rank() * 4, 4, max_norm);
   });
   // Parameters in order fc1.weight (7 x 8), fc1.bias (7), fc2.weight (5 x 7), fc2.bias (5): rank r holds rows
   // [r * ceil(d0 / 2), ...) of each.
@@ -411,7 +415,20 @@ TEST_CASE("two FSDP ranks on half batches hold the rows of one rank's parameters
             std::max(worst, std::abs(mine[static_cast<size_t>(k)] - whole[i][static_cast<size_t>(first * row + k)]));
     }
   }
-  CHECK(worst < 1e-6);
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("two FSDP ranks on half batches hold the rows of one rank's parameters trained on the whole batch") {
+  CHECK(fsdp_versus_one_rank(std::nullopt) < 1e-6);
+}
+
+// Clipped to 0.05, below the gradients' own norm: clip_grad_norm_ over shards all-reduces the norm, so each
+// rank scales its shard as one rank scales the whole gradient. Without the all-reduce each rank would clip
+// by its shard's norm alone and the values would part.
+TEST_CASE("clip_grad_norm_ over FSDP shards clips as one rank clips the whole gradients") {
+  CHECK(fsdp_versus_one_rank(0.05) < 1e-6);
 }
 
 TEST_CASE("fully_shard refuses a module off the group's device, a second call, and a 0-dimensional parameter") {
@@ -447,5 +464,44 @@ TEST_CASE("fully_shard refuses a module off the group's device, a second call, a
     CHECK(mine[0].find("parameter 'weight' is on cpu") != std::string::npos);
     CHECK(mine[1].find("already given to fully_shard") != std::string::npos);
     CHECK(mine[2].find("parameter 'scale' has 0 dimensions") != std::string::npos);
+  }
+}
+
+TEST_CASE("fully_shard: reshard_after_forward as an int is a factor of the world; meta is materialised first") {
+  testing::FreshRankDevices fresh(2, DeviceType::sim);
+  std::vector<std::vector<std::string>> errors(2);
+  std::vector<int> shown(2, 0);
+  run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+    auto& mine = errors[static_cast<size_t>(pg.rank())];
+    for (const int size : {0, 3}) {
+      try {
+        fully_shard(std::make_shared<nn::Linear>(4, 4, pg.device()), pg, {.reshard_after_forward = size});
+      } catch (const std::invalid_argument& e) {
+        mine.push_back(e.what());
+      }
+    }
+    // 1 keeps the gathered parameters after forward (false), 2 (the world) frees them (true): accepted.
+    fully_shard(std::make_shared<nn::Linear>(4, 4, pg.device()), pg, {.reshard_after_forward = 1});
+    fully_shard(std::make_shared<nn::Linear>(4, 4, pg.device()), pg, {.reshard_after_forward = 2});
+    // Built on meta and sharded there: the first forward refuses until to_empty.
+    auto on_meta = std::make_shared<nn::Linear>(4, 4, Device{DeviceType::meta, 50 + pg.rank()});
+    fully_shard(on_meta, pg);
+    const Tensor x = ones({2, 4}, TensorOptions{}.with_device(pg.device()));
+    try {
+      (*on_meta)(x);
+    } catch (const std::runtime_error& e) {
+      mine.push_back(e.what());
+    }
+    on_meta->to_empty(pg.device());
+    on_meta->reset_parameters();
+    shown[static_cast<size_t>(pg.rank())] = static_cast<int>((*on_meta)(x).size(1));
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    const auto& mine = errors[r];
+    REQUIRE(mine.size() == 3);
+    CHECK(mine[0].find("a factor of 2, not 0") != std::string::npos);
+    CHECK(mine[1].find("a factor of 2, not 3") != std::string::npos);
+    CHECK(mine[2].find("parameter 'weight' is still on meta") != std::string::npos);
+    CHECK(shown[r] == 4);
   }
 }

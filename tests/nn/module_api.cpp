@@ -202,3 +202,27 @@ TEST_CASE("Module::to keeps the training step working on the new device") {
   CHECK(model.lin->weight().grad().device() == kSim);
   CHECK(model.lin->bias().grad().device() == kSim);
 }
+
+TEST_CASE("Module::to_empty re-makes every tensor on the device in to()'s order; reset_parameters redraws") {
+  fresh_sim();
+  const Device meta_build{DeviceType::meta, 7};  // a model built on meta: no values, nothing on sim
+  manual_seed(0);
+  Model model(meta_build);
+  const Tensor weight = model.lin->weight();
+  // The same order and sizes as Module::to: lin's weight (32*32*4 = 4096), bias (128), then scale (1200),
+  // then running (2400); uninitialised, so nothing but the allocations.
+  const AllocationEvents events = allocation_events(kSim, [&] { model.to_empty(kSim); });
+  CHECK(events == AllocationEvents{{"alloc", 4096}, {"alloc", 128}, {"alloc", 1200}, {"alloc", 2400}});
+  CHECK(weight.device() == kSim);
+  CHECK(weight.requires_grad());
+  CHECK(model.running.device() == kSim);
+  CHECK_FALSE(model.running.requires_grad());
+  // Redrawn from the same seed, Linear's parameters equal those its constructor draws.
+  manual_seed(0);
+  nn::Linear built(32, 32, kSim);
+  manual_seed(0);
+  const AllocationEvents none = allocation_events(kSim, [&] { model.lin->reset_parameters(); });
+  CHECK(none.empty());
+  CHECK(model.lin->weight().tolist() == built.weight().tolist());
+  CHECK(model.lin->bias().tolist() == built.bias().tolist());
+}
