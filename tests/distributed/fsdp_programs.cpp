@@ -470,7 +470,7 @@ TEST_CASE("fully_shard refuses a module off the group's device, a second call, a
 TEST_CASE("fully_shard: reshard_after_forward as an int is a factor of the world; meta is materialised first") {
   testing::FreshRankDevices fresh(2, DeviceType::sim);
   std::vector<std::vector<std::string>> errors(2);
-  std::vector<int> shown(2, 0);
+  std::vector<int> shown(2, 0), local_rows(2, 0);
   run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
     auto& mine = errors[static_cast<size_t>(pg.rank())];
     for (const int size : {0, 3}) {
@@ -483,8 +483,9 @@ TEST_CASE("fully_shard: reshard_after_forward as an int is a factor of the world
     // 1 keeps the gathered parameters after forward (false), 2 (the world) frees them (true): accepted.
     fully_shard(std::make_shared<nn::Linear>(4, 4, pg.device()), pg, {.reshard_after_forward = 1});
     fully_shard(std::make_shared<nn::Linear>(4, 4, pg.device()), pg, {.reshard_after_forward = 2});
-    // Built on meta and sharded there: the first forward refuses until to_empty.
-    auto on_meta = std::make_shared<nn::Linear>(4, 4, Device{DeviceType::meta, 50 + pg.rank()});
+    // Built on meta and sharded there: the first forward refuses until to_empty. Three rows split 2 + 1:
+    // rank 1's one-row shard is padded again to two after to_empty.
+    auto on_meta = std::make_shared<nn::Linear>(4, 3, Device{DeviceType::meta, 50 + pg.rank()});
     fully_shard(on_meta, pg);
     const Tensor x = ones({2, 4}, TensorOptions{}.with_device(pg.device()));
     try {
@@ -494,6 +495,7 @@ TEST_CASE("fully_shard: reshard_after_forward as an int is a factor of the world
     }
     on_meta->to_empty(pg.device());
     on_meta->reset_parameters();
+    local_rows[static_cast<size_t>(pg.rank())] = static_cast<int>(on_meta->weight().size(0));
     shown[static_cast<size_t>(pg.rank())] = static_cast<int>((*on_meta)(x).size(1));
   });
   for (size_t r = 0; r < 2; ++r) {
@@ -502,6 +504,7 @@ TEST_CASE("fully_shard: reshard_after_forward as an int is a factor of the world
     CHECK(mine[0].find("a factor of 2, not 0") != std::string::npos);
     CHECK(mine[1].find("a factor of 2, not 3") != std::string::npos);
     CHECK(mine[2].find("parameter 'weight' is still on meta") != std::string::npos);
-    CHECK(shown[r] == 4);
+    CHECK(local_rows[r] == (r == 0 ? 2 : 1));
+    CHECK(shown[r] == 3);
   }
 }
