@@ -51,7 +51,7 @@ void packed_launch_metadata(Device device, int64_t int64_count) {
 }
 
 // Blocks of 128 threads moving 16 bytes each, as both kernels tile their work.
-constexpr int64_t kTileBytes = 128 * 16;
+constexpr int64_t kTileBytes = int64_t{128} * 16;
 
 // split_with_sizes_copy(flat.view(W, -1), split_sizes, dim=1): dst and src addresses, chunk sizes (one per
 // split), one entry per block, and the blocks' running sums (splits + 1).
@@ -549,7 +549,7 @@ struct StateContext {
 class FSDPState : public std::enable_shared_from_this<FSDPState> {
  public:
   FSDPState(nn::Module* module, ProcessGroup& group, FullyShardOptions options, std::unique_ptr<ParamGroup> params)
-      : module_(module), group_(group), options_(std::move(options)), params_(std::move(params)) {}
+      : module_(module), group_(group), options_(options), params_(std::move(params)) {}
 
   Tensor pre_forward(const Tensor& input);
   void post_forward(const std::vector<Tensor>& outputs);
@@ -792,6 +792,7 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
   }
   full.clear();
   std::vector<Tensor> sharded_handles;
+  sharded_handles.reserve(params.size());
   for (const FSDPParam& fp : params) sharded_handles.push_back(fp.param);
   std::unique_ptr<ParamGroup> param_group;
   const bool reshard =
