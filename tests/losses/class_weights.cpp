@@ -62,7 +62,9 @@ TEST_CASE("cross_entropy with class weights is nll_loss of log_softmax with them
     for (size_t i = 0; i < ce.size(); ++i) CHECK(ce[i] == doctest::Approx(nll[i]).epsilon(1e-12));
     const Tensor out_weights = red == Reduction::none ? randn({5}, f64()) : ones({}, f64());
     check_gradients(
-        [&](auto& v) { return sum(cross_entropy(v[0], t, {.weight = w, .ignore_index = 3, .reduction = red}) * out_weights); },
+        [&](auto& v) {
+          return sum(cross_entropy(v[0], t, {.weight = w, .ignore_index = 3, .reduction = red}) * out_weights);
+        },
         {randn({5, 4}, f64())});
   }
 }
@@ -92,9 +94,7 @@ TEST_CASE("cross_entropy with class weights and label smoothing (sum, none) agai
   CHECK(cross_entropy(logits, t, {.weight = w, .ignore_index = 1, .reduction = Reduction::sum, .label_smoothing = s})
             .item() == doctest::Approx(total).epsilon(1e-12));
   check_gradients(
-      [&](auto& v) {
-        return cross_entropy(v[0], t, {.weight = w, .reduction = Reduction::sum, .label_smoothing = s});
-      },
+      [&](auto& v) { return cross_entropy(v[0], t, {.weight = w, .reduction = Reduction::sum, .label_smoothing = s}); },
       {randn({4, 3}, f64())});
 }
 
@@ -107,8 +107,9 @@ TEST_CASE("nll_loss: a non-contiguous weight is copied after the outputs and fre
   NoGradGuard no_grad;
   // output (0-d, 4 bytes), total_weight (4), the weight's contiguous copy (10 * 4 = 40), freed on return, then
   // total_weight (no graph keeps it)
-  CHECK(allocation_events(kSim, [&] { const Tensor loss = nll_loss(log_probs, t, Reduction::mean, -100, every_other); }) ==
-        AllocationEvents{{"alloc", 4}, {"alloc", 4}, {"alloc", 40}, {"free", 40}, {"free", 4}, {"free", 4}});
+  CHECK(allocation_events(kSim, [&] {
+          const Tensor loss = nll_loss(log_probs, t, Reduction::mean, -100, every_other);
+        }) == AllocationEvents{{"alloc", 4}, {"alloc", 4}, {"alloc", 40}, {"free", 40}, {"free", 4}, {"free", 4}});
 }
 
 TEST_CASE("class weights: clear errors") {

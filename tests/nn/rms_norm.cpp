@@ -73,15 +73,14 @@ TEST_CASE("rms_norm on sim allocates as PyTorch's fused CUDA kernel: output, rst
     NoGradGuard no_grad;
     const Tensor xt = randn({256, 64}, f32).t();
     CHECK(allocation_events(kSim, [&] { const Tensor out = rms_norm(xt, {256}); }) ==
-          AllocationEvents{{"alloc", 65536}, {"alloc", 65536}, {"alloc", 256}, {"free", 65536}, {"free", 256},
-                           {"free", 65536}});
+          AllocationEvents{
+              {"alloc", 65536}, {"alloc", 65536}, {"alloc", 256}, {"free", 65536}, {"free", 256}, {"free", 65536}});
   }
 }
 
 TEST_CASE("rms_norm refuses bad input with clear errors") {
   const Tensor x = randn({2, 4}, TensorOptions{ScalarType::float32, kCpu});
-  CHECK_THROWS_WITH_AS(rms_norm(x, {3}), doctest::Contains("expected input with shape [*, 3]"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(rms_norm(x, {3}), doctest::Contains("expected input with shape [*, 3]"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(rms_norm(x, {}), doctest::Contains("at least 1-dimensional"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(rms_norm(x, {4}, ones({3}, TensorOptions{ScalarType::float32, kCpu})),
                        doctest::Contains("weight"), std::invalid_argument);

@@ -18,8 +18,8 @@ RMSNorm::RMSNorm(Shape normalized_shape, std::optional<double> eps, bool element
       throw std::invalid_argument(
           fmt::format("RMSNorm: normalized_shape {} has a negative size", shape_str(normalized_shape_)));
   if (!is_floating_point(options.resolved_dtype()))
-    throw std::invalid_argument(fmt::format("RMSNorm: the weight must be floating point, got {}",
-                                            scalar_type_name(options.resolved_dtype())));
+    throw std::invalid_argument(
+        fmt::format("RMSNorm: the weight must be floating point, got {}", scalar_type_name(options.resolved_dtype())));
   if (elementwise_affine) {
     AllocationScope scope("parameter");
     weight_ = register_parameter("weight", ones(normalized_shape_, options));

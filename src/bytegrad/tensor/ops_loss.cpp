@@ -68,7 +68,7 @@ void check_nll_weight(const char* op, const Tensor& weight, const Tensor& log_pr
         "shape: {}",
         op, classes, shape_str(weight.sizes())));
   check_device_and_dtype(op, weight, log_probs);
-  if (weight.requires_grad())
+  if (tensor_requires_grad(weight))
     throw std::invalid_argument(fmt::format(
         "{}: the function 'nll_loss_forward' is not differentiable with respect to argument 'weight'. This input "
         "cannot have requires_grad True.",
