@@ -64,7 +64,7 @@ RowsCols check_inputs(const char* op, const Tensor& input, const Shape& normaliz
                     op, shape_str(normalized_shape), expected, shape_str(input.sizes())));
   }
   const int64_t axis = ndim - nd;
-  int64_t M = 1, N = 1;  // NOLINT(readability-identifier-naming): PyTorch's names for rows and row length
+  int64_t M = 1, N = 1;
   for (int64_t i = 0; i < ndim; ++i) (i < axis ? M : N) *= input.sizes()[i];
   return {M, N};
 }
