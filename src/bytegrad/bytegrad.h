@@ -40,6 +40,7 @@
 #include "bytegrad/nn/embedding.h"
 #include "bytegrad/nn/init.h"
 #include "bytegrad/nn/layer_norm.h"
+#include "bytegrad/nn/rms_norm.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/nn/module.h"
 #include "bytegrad/nn/module_dict.h"

@@ -1,7 +1,8 @@
 // LayerNorm's kernels (kernels/cuda/cuda_layer_norm.cu) and triu/tril (cuda_triangle.cu) on cuda against
 // the cpu backend: forward output, mean and rstd, and every gradient, for short rows (warp per row), long
 // rows (block per row), 2-d normalized shapes, without weight/bias, in float32, float64 and bfloat16, and
-// the tall-and-narrow shape whose weight/bias gradients go through partial blocks and sum(0).
+// the tall-and-narrow shape whose weight/bias gradients go through partial blocks and sum(0); the same kernels
+// in RMS mode (fused_rms_norm: no mean) likewise.
 #include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
@@ -39,6 +40,38 @@ void compare_layer_norm(const Shape& shape, const Shape& norm, ScalarType dtype,
     check_close(gg.grad_weight, gc.grad_weight, rtol, rtol * std::max(1.0, max_abs(gc.grad_weight)), "grad_weight");
   if (affine && bias)
     check_close(gg.grad_bias, gc.grad_bias, rtol, rtol * std::max(1.0, max_abs(gc.grad_bias)), "grad_bias");
+}
+
+void compare_rms_norm(const Shape& shape, const Shape& norm, ScalarType dtype, bool affine) {
+  CAPTURE(shape_str(shape));
+  CAPTURE(shape_str(norm));
+  CAPTURE(scalar_type_name(dtype));
+  CAPTURE(affine);
+  Pair x = random_pair(shape, dtype, 2.0);
+  Pair w = affine ? random_pair(norm, dtype) : Pair{};
+  Pair dy = random_pair(shape, dtype);
+  const RmsNormResult rc = fused_rms_norm(x.cpu, norm, opt(w.cpu), 1e-6);
+  const RmsNormResult rg = fused_rms_norm(x.gpu, norm, opt(w.gpu), 1e-6);
+  const double rtol = dtype == ScalarType::float64 ? 1e-10 : dtype == ScalarType::bfloat16 ? 2e-2 : 1e-4;
+  check_close(rg.output, rc.output, rtol, rtol * std::max(1.0, max_abs(rc.output)), "output");
+  check_close(rg.rstd, rc.rstd, dtype == ScalarType::float64 ? 1e-10 : 1e-4, 1e-6, "rstd");
+  const RmsNormGrads gc = fused_rms_norm_backward(dy.cpu, x.cpu, norm, rc.rstd, opt(w.cpu), {true, affine});
+  const RmsNormGrads gg = fused_rms_norm_backward(dy.gpu, x.gpu, norm, rg.rstd, opt(w.gpu), {true, affine});
+  check_close(gg.grad_input, gc.grad_input, rtol * 4, rtol * 4 * std::max(1.0, max_abs(gc.grad_input)), "grad_input");
+  if (affine)
+    check_close(gg.grad_weight, gc.grad_weight, rtol, rtol * std::max(1.0, max_abs(gc.grad_weight)), "grad_weight");
+}
+
+TEST_CASE("rms_norm forward and backward: cuda matches cpu") {
+  require_gpu();
+  manual_seed(43);
+  for (ScalarType dtype : {ScalarType::float32, ScalarType::float64, ScalarType::bfloat16}) {
+    compare_rms_norm({4, 16}, {16}, dtype, true);
+    compare_rms_norm({2, 3, 100}, {3, 100}, dtype, true);  // 2-d normalized shape
+    compare_rms_norm({64, 256}, {256}, dtype, false);
+    compare_rms_norm({16, 3000}, {3000}, dtype, true);  // block per row
+  }
+  compare_rms_norm({70000, 32}, {32}, ScalarType::float32, true);  // weight gradient through partial rows
 }
 
 TEST_CASE("layer_norm forward and backward: cuda matches cpu") {

@@ -2537,6 +2537,54 @@ void add_more_nn_drivers(Drivers& drivers) {
         return layer_norm(in[0], p.shape, weight, bias);
       }};
 
+  // rms_norm: native_layer_norm's plan less the bias; eps left unset (the accumulation dtype's epsilon).
+  drivers[OpId::fused_rms_norm] = Driver{
+      [](Gen& g) {
+        Plan p;
+        Shape s = g.shape(3);
+        if (s.empty()) s = {1 + g.pick(4)};
+        const ScalarType t = g.dtype_like(g.float_dtype(), 10);
+        g.tensor(p, t, s);
+        const size_t k = 1 + g.pick(s.size());
+        p.shape = Shape(s.end() - k, s.end());
+        if (g.chance(6)) p.shape[0] += 1;
+        p.ints = {g.chance(60)};  // weight given
+        if (p.ints[0]) g.tensor(p, t, g.chance(5) ? Shape{p.shape.back() + 1} : p.shape);
+        return p;
+      },
+      [](const Plan& p) {
+        Expect e;
+        const Host x = host_view(p, 0);
+        check_dtype_rule(e, DtypeRule::floating, x.dtype, "fused_rms_norm");
+        const Shape& n = p.shape;
+        if (n.size() > x.sizes.size() || !std::equal(n.begin(), n.end(), x.sizes.end() - n.size()))
+          e.refuse("shape", "rms_norm: normalized_shape " + shape_text(n) + " is not the input's trailing shape");
+        for (size_t i = 1; i < p.views.size(); ++i)
+          if (p.views[i].sizes != n) e.refuse("shape", "rms_norm: weight of the wrong shape");
+        e.dtype = x.dtype;
+        e.sizes = x.sizes;
+        e.tolerance_scale = 8;
+        return e;
+      },
+      [](const std::vector<Host>& in, const Plan& p, const Expect&) {
+        const Host& x = in[0];
+        const int64_t n = numel_of(p.shape), rows = n ? static_cast<int64_t>(x.v.size()) / n : 0;
+        const double eps = x.dtype == ScalarType::float64 ? std::numeric_limits<double>::epsilon()
+                                                          : static_cast<double>(std::numeric_limits<float>::epsilon());
+        Values out(x.v.size());
+        const Host* weight = p.ints[0] ? &in[1] : nullptr;
+        for (int64_t r = 0; r < rows; ++r) {
+          double squares = 0;
+          for (int64_t j = 0; j < n; ++j) squares += x.v[r * n + j] * x.v[r * n + j];
+          const double rstd = 1.0 / std::sqrt(squares / n + eps);
+          for (int64_t j = 0; j < n; ++j) out[r * n + j] = x.v[r * n + j] * rstd * (weight ? weight->v[j] : 1.0);
+        }
+        return out;
+      },
+      [](const std::vector<Tensor>& in, const Plan& p) {
+        return rms_norm(in[0], p.shape, p.ints[0] ? std::optional<Tensor>(in[1]) : std::nullopt);
+      }};
+
   for (const bool upper : {true, false}) {
     drivers[upper ? OpId::triu : OpId::tril] =
         Driver{[](Gen& g) {

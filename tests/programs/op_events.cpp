@@ -116,11 +116,18 @@ std::optional<OpCase> op_case(const std::string& name) {
     const bool ce = starts("cross_entropy ");
     const size_t smoothing_at = name.find(" ls=");  // "cross_entropy ls=0.1 mean [64,10]": label_smoothing
     const double smoothing = smoothing_at == std::string::npos ? 0.0 : std::stod(name.substr(smoothing_at + 4));
-    c.inputs = [s](Device d) {
-      return std::vector<Tensor>{rg(s, d), randint(0, s[1], {s[0]}, TensorOptions{ScalarType::int64, d})};
+    const bool weighted = name.find(" weight ") != std::string::npos;  // class weights rand(C), made first
+    c.inputs = [s, weighted](Device d) {
+      std::vector<Tensor> in{rg(s, d), randint(0, s[1], {s[0]}, TensorOptions{ScalarType::int64, d})};
+      if (weighted) in.push_back(rand({s[1]}, TensorOptions{ScalarType::float32, d}));
+      return in;
     };
     c.op = [ce, red, smoothing](const std::vector<Tensor>& in) {
-      return ce ? cross_entropy(in[0], in[1], red, -100, smoothing) : nll_loss(in[0], in[1], red);
+      const std::optional<Tensor> weight = in.size() > 2 ? std::optional<Tensor>(in[2]) : std::nullopt;
+      return ce ? cross_entropy(
+                      in[0], in[1],
+                      {.weight = weight, .ignore_index = -100, .reduction = red, .label_smoothing = smoothing})
+                : nll_loss(in[0], in[1], red, -100, weight);
     };
     c.heavy = numel_of(s) > (1 << 24);
   } else if (starts("log_softmax ") || starts("softmax ")) {
@@ -245,6 +252,20 @@ std::optional<OpCase> op_case(const std::string& name) {
       const bool largest = param("largest=") == 1;
       c.op = [k, dim, largest](const std::vector<Tensor>& in) { return topk(in[0], k, dim, largest).first; };
     }
+  } else if (starts("fused_rms_norm ")) {  // "fused_rms_norm weight norm=2 [16, 64, 256]": F.rms_norm
+    const Shape s(n.begin(), n.end());
+    const auto dims = static_cast<size_t>(std::stoll(name.substr(name.find("norm=") + 5)));
+    const Shape normalized(s.end() - static_cast<std::ptrdiff_t>(dims), s.end());
+    const bool affine = name.find(" weight ") != std::string::npos;
+    c.inputs = [s, normalized, affine](Device d) {
+      std::vector<Tensor> in{rg(s, d)};
+      if (affine) in.push_back(rg(normalized, d));
+      return in;
+    };
+    c.op = [normalized](const std::vector<Tensor>& in) {
+      return rms_norm(in[0], normalized, in.size() > 1 ? std::optional<Tensor>(in[1]) : std::nullopt);
+    };
+    c.heavy = numel_of(s) > (1 << 24);
   } else if (starts("one_hot ")) {  // "one_hot classes=10 [64]": arange(n) % classes; classes=-1 inferred
     const int64_t count = n.at(0);
     const int64_t classes = std::stoll(name.substr(name.find("classes=") + 8));
@@ -361,7 +382,7 @@ const std::map<std::string, std::string>& unary_rows_not_recorded() {
 const std::set<std::string>& rows_awaiting_recording() {
   // Rows added to the table whose probe cases (op_table_cases()) are not recorded yet; empty when the
   // recording has every row (re-record on the GPU machine after adding one, docs/adding-an-op.md).
-  static const std::set<std::string> rows = {};
+  static const std::set<std::string> rows = {"fused_rms_norm"};
   return rows;
 }
 
@@ -410,7 +431,7 @@ TEST_CASE("op_table events: every op_table case forward and backward as PyTorch;
 
 // Composite ops PyTorch builds from others (no node of their own), recorded by the probe's "composite" group
 // into op_table_events.jsonl: replayed as the op_table cases are. Until recorded, the test says so.
-TEST_CASE("composite events: cross_entropy with label_smoothing, forward and backward as PyTorch") {
+TEST_CASE("composite events: cross_entropy with label_smoothing or weights, forward and backward as PyTorch") {
   const std::vector<Json> rows = probe_rows("composite", "op_table_events.jsonl");
   if (rows.empty()) {
     MESSAGE(

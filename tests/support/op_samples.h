@@ -279,6 +279,12 @@ inline const std::map<OpId, OpSample>& op_samples() {
           return std::vector<Tensor>{r({3, 4}, d), r({4}, d), r({4}, d)};
         },
         [](auto& v) { return layer_norm(v[0], {4}, v[1], v[2]); }, 3);
+    row(
+        OpId::fused_rms_norm,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), r({4}, d)};
+        },
+        [](auto& v) { return rms_norm(v[0], {4}, v[1], 1e-6); }, 2);
     // scaled_dot_product_attention's fused backends, called as ops (float64 would take the math path through
     // scaled_dot_product_attention): causal with Sq < Sk (top-left aligned) and Dv != D; a scale given.
     auto attention_inputs = [](Device d) {

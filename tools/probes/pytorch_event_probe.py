@@ -261,6 +261,20 @@ def op_table_cases():
         C.append((f"dot [{n}]", fb(lambda n=n: (rg(n), rg(n)), lambda a, b: torch.matmul(a, b))))
     for (m, n) in [(3, 4), (1024, 512), (4096, 4096)]:
         C.append((f"mv [{m},{n}]", fb(lambda m=m, n=n: (rg(m, n), rg(n)), lambda a, v: torch.matmul(a, v))))
+    # nll_loss with class weights (rand(C), no grad, made before recording), every reduction.
+    for n, c in [(64, 10), (1024, 1000)]:
+        for red in ["mean", "sum", "none"]:
+            C.append((f"nll_loss weight {red} [{n},{c}]",
+                      fb(lambda n=n, c=c: (rg(n, c), torch.randint(0, c, (n,), device=DEV), torch.rand(c, device=DEV)),
+                         lambda x, t, w, red=red: F.nll_loss(x, t, weight=w, reduction=red))))
+    # rms_norm (on CUDA _fused_rms_norm: output, rstd; backward grad_input, grad_weight), over the last
+    # norm= dims, with and without a weight; (70000, 32) takes the weight gradient's partial-rows path
+    # (M > 65536, N / 32 < SMs / 2: an (R, N) block reduced with sum(0)).
+    for shape, dims, affine in [((1024, 1024), 1, True), ((16, 64, 256), 1, True), ((16, 64, 256), 2, False),
+                                ((70000, 32), 1, True), ((7,), 1, True)]:
+        C.append((f"fused_rms_norm {'weight' if affine else 'noweight'} norm={dims} {list(shape)}",
+                  fb(lambda s=shape, k=dims, a=affine: (rg(*s),) + ((rg(*s[len(s) - k:]),) if a else ()),
+                     lambda x, *w, k=dims: F.rms_norm(x, x.shape[x.dim() - k:], w[0] if w else None))))
     for name, fn in C:
         CASES.append(("op_table", name, fn))
 
@@ -275,6 +289,18 @@ def composite_cases():
             C.append((f"cross_entropy ls=0.1 {red} [{n},{c}]",
                       fb(lambda n=n, c=c, tgt=tgt: (rg(n, c), tgt()),
                          lambda x, t, red=red: F.cross_entropy(x, t, reduction=red, label_smoothing=0.1))))
+    # Class weights (rand(C), made before recording): plain, and with label_smoothing for sum and none (mean
+    # with both divides by weight.gather(0, target.masked_select(...)).sum(): bytegrad refuses it).
+    for n, c in [(64, 10), (1024, 1000)]:
+        def tgt_w(n=n, c=c):
+            return rg(n, c), torch.randint(0, c, (n,), device=DEV), torch.rand(c, device=DEV)
+        for red in ["mean", "sum", "none"]:
+            C.append((f"cross_entropy weight {red} [{n},{c}]",
+                      fb(tgt_w, lambda x, t, w, red=red: F.cross_entropy(x, t, weight=w, reduction=red))))
+        for red in ["sum", "none"]:
+            C.append((f"cross_entropy weight ls=0.1 {red} [{n},{c}]",
+                      fb(tgt_w, lambda x, t, w, red=red: F.cross_entropy(x, t, weight=w, reduction=red,
+                                                                         label_smoothing=0.1))))
     # one_hot: num_classes given (zeros + scatter_) and inferred (x.max() first, read by .item()).
     for n, c, given in [(64, 10, True), (4096, 1000, True), (64, 10, False), (4096, 1000, False)]:
         C.append((f"one_hot classes={c if given else -1} [{n}]",

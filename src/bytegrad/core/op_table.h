@@ -166,6 +166,7 @@
   X(where, where, any, None, grad, WhereBackward0)                                                                  \
   X(dropout, binary, floating, Dropout, grad, NativeDropoutBackward0)                                               \
   X(native_layer_norm, layer_norm, floating, LayerNorm, grad, NativeLayerNormBackward0)                             \
+  X(fused_rms_norm, layer_norm, floating, LayerNorm, grad, FusedRmsNormBackward0)                                   \
   X(triu, triangle, any, Diagonal, grad, TriuBackward0)                                                             \
   X(tril, triangle, any, Diagonal, grad, TrilBackward0)                                                             \
   X(clamp, binary_scalar, not_bool, Clamp, grad, ClampBackward1)                                                    \

@@ -154,12 +154,15 @@ class KernelBackend {
 
   // Layer normalization of x (M, N), contiguous: per row, mean and rstd = 1 / sqrt(biased variance + eps)
   // (both (M), in the accumulation dtype: float32 for the 16/32-bit floats, float64 for float64), and
-  // y (M, N) = (x - mean) * rstd * weight + bias (weight, bias (N) or nullptr).
+  // y (M, N) = (x - mean) * rstd * weight + bias (weight, bias (N) or nullptr). A mean whose data is null
+  // asks for RMS normalization (PyTorch's _fused_rms_norm, which reuses layer_norm's kernels): rows of
+  // rstd.numel(), no mean subtracted, rstd = 1 / sqrt(mean(x^2) + eps), no bias.
   virtual void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                           const StridedView* weight, const StridedView* bias, double eps) = 0;
   // Its gradient given dy (M, N) and the forward's x, mean, rstd, weight (each contiguous; nullptr where
   // absent or not wanted): dx (M, N); dweight_partials and dbias_partials are (R, N), row r holding the sum
-  // over the rows m with m % R == r of dy * (x - mean) * rstd and of dy (R == 1: the whole gradient).
+  // over the rows m with m % R == r of dy * (x - mean) * rstd and of dy (R == 1: the whole gradient). A null
+  // mean's data: the RMS gradient (mean taken as 0, dx without the mean(g) term, no bias partials).
   virtual void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
                                    const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
                                    const StridedView& mean, const StridedView& rstd, const StridedView* weight) = 0;
@@ -167,20 +170,22 @@ class KernelBackend {
   // (upper) or j - i <= diagonal (lower); out and in share sizes (at least 2-d).
   virtual void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) = 0;
 
-  // Negative log-likelihood (PyTorch's nll_loss_forward, no class weights). log_probs is (N, C) or (C);
-  // target (int64) is (N) or () to match. output is (N) for Reduction::none with a 2-d input, else 0-d;
-  // total_weight is 0-d, log_probs' dtype: the number of targets not equal to ignore_index (0 for none).
-  // mean divides by total_weight (0 / 0 = NaN when every target is ignored, as PyTorch). A target outside
-  // [0, C) that is not ignore_index is an error (cpu: std::out_of_range; cuda: the output becomes NaN,
-  // where PyTorch raises a device-side assert).
+  // Negative log-likelihood (PyTorch's nll_loss_forward). log_probs is (N, C) or (C); target (int64) is (N)
+  // or () to match; weight, when not null, is (C) in log_probs' dtype, contiguous: target t counts weight[t]
+  // (1 without weights). output is (N) for Reduction::none with a 2-d input (-weight[t] * log_probs[i][t]),
+  // else 0-d; total_weight is 0-d, log_probs' dtype: the sum of the weights of the targets not equal to
+  // ignore_index (0 for none). mean divides by total_weight (0 / 0 = NaN when every target is ignored). A target
+  // outside [0, C) that is not ignore_index is an error (cpu: std::out_of_range; cuda: the output becomes NaN, where
+  // PyTorch raises a device-side assert).
   virtual void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
-                        const StridedView& target, Reduction reduction, int64_t ignore_index) = 0;
-  // Writes grad_input[i][target[i]] = -grad (grad = grad_output[i] for none, grad_output / total_weight for
-  // mean, grad_output for sum) for every non-ignored target; grad_input ((N, C) or (C)) must already be
-  // zero everywhere else.
+                        const StridedView& target, Reduction reduction, int64_t ignore_index,
+                        const StridedView* weight) = 0;
+  // Writes grad_input[i][target[i]] = -weight[t] * grad (grad = grad_output[i] for none, grad_output /
+  // total_weight for mean, grad_output for sum; weight[t] = 1 without weights) for every non-ignored target;
+  // grad_input ((N, C) or (C)) must already be zero everywhere else.
   virtual void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output,
                                  const StridedView& target, const StridedView& total_weight, Reduction reduction,
-                                 int64_t ignore_index) = 0;
+                                 int64_t ignore_index, const StridedView* weight) = 0;
 
   // Scaled dot-product attention as the fused backends compute it (tensor/ops_attention.cpp): for every
   // (b, h) and query row i, the scores s_ij = scale * q_i . k_j over the keys the row may see (causal: j <= i,

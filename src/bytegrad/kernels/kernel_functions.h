@@ -46,9 +46,10 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
 void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
 
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
-              const StridedView& target, Reduction reduction, int64_t ignore_index);
+              const StridedView& target, Reduction reduction, int64_t ignore_index, const StridedView* weight);
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
-                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index);
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                       const StridedView* weight);
 
 // See backend.h's attention_forward.
 void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,

@@ -38,10 +38,10 @@ class MetaBackend final : public KernelBackend {
   void layer_norm_backward(const StridedView*, const StridedView*, const StridedView*, const StridedView&,
                            const StridedView&, const StridedView&, const StridedView&, const StridedView*) override {}
   void triangle(const StridedView&, const StridedView&, int64_t, bool) override {}
-  void nll_loss(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction,
-                int64_t) override {}
+  void nll_loss(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction, int64_t,
+                const StridedView*) override {}
   void nll_loss_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction,
-                         int64_t) override {}
+                         int64_t, const StridedView*) override {}
   void attention_forward(const StridedView&, const StridedView*, const StridedView&, const StridedView&,
                          const StridedView&, double, bool, const AttentionExtras&) override {}
   void attention_backward(const StridedView&, const StridedView&, const StridedView&, const StridedView&,

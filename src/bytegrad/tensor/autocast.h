@@ -17,7 +17,7 @@
 // the other losses, ...) it does not implement. Inside a region each op listed below runs as PyTorch's
 // autocast wrapper runs it, with autocast off for everything it calls inside:
 //   lower precision (the region's dtype): linear, matmul, mm, bmm, mv, addmm, scaled_dot_product_attention
-//   float32: the op table's pointwise rows whose autocast column says fp32 (core/op_table.h), layer_norm,
+//   float32: the op table's pointwise rows whose autocast column says fp32 (core/op_table.h), layer_norm, rms_norm,
 //     native_layer_norm, nll_loss, mse_loss
 //     Each floating operand on a GPU-like device (float64 excepted) is cast first, with the autograd-visible
 //     to(dtype) (a ToCopyBackward0 node; the cast's output is a new allocation).

@@ -276,6 +276,33 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
                   const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
                   double eps = 1e-5);
+// PyTorch's _fused_rms_norm (its CUDA kernel, layer_norm_kernel.cu): y = x * rstd * weight over the trailing
+// normalized_shape dims, rstd = 1 / sqrt(mean(x^2) + eps), eps defaulting to the accumulation dtype's
+// machine epsilon (float32's for the 16/32-bit floats, float64's for float64). A non-contiguous input (or
+// weight) is first copied (freed on return); then the output (input's shape and dtype, contiguous) and rstd
+// (M values in the accumulation dtype, viewed as input.shape[:axis] + [1] * len(normalized_shape)). Recorded
+// as "fused_rms_norm" (inputs {input, weight}; scalars {eps}; ints normalized_shape): FusedRmsNormBackward0
+// saves input, weight and rstd, so without a graph rstd is freed when the caller drops it.
+struct RmsNormResult {
+  Tensor output;
+  Tensor rstd;
+};
+RmsNormResult fused_rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
+                             std::optional<double> eps);
+struct RmsNormGrads {
+  Tensor grad_input, grad_weight;  // undefined where output_mask is false
+};
+// PyTorch's _fused_rms_norm_backward (CUDA): grad_input then grad_weight (those asked for; grad_weight zeroed
+// when there are no rows), then a non-contiguous grad_output copied; for tall inputs with short rows the
+// weight gradient is first summed into (R, N) partial rows reduced with sum(0), as native_layer_norm_backward.
+RmsNormGrads fused_rms_norm_backward(const Tensor& grad_output, const Tensor& input, const Shape& normalized_shape,
+                                     const Tensor& rstd, const std::optional<Tensor>& weight,
+                                     std::array<bool, 2> output_mask);
+// F.rms_norm / torch.rms_norm: on CUDA PyTorch 2.11 runs _fused_rms_norm whenever the input is not complex,
+// not channels-last, and the weight (if any) has the input's dtype; bytegrad models that path on every
+// device (a weight of another dtype, PyTorch's composite fallback, is refused). Returns the output only.
+Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                std::optional<double> eps = std::nullopt);
 
 // ------------------------------------------------------------------------- scaled dot-product attention
 // (ops_attention.cpp) F.scaled_dot_product_attention(query, key, value, is_causal=..., scale=...) without a
@@ -491,26 +518,48 @@ Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
 // ------------------------------------------------------------------------------------------ losses
 // (ops_loss.cpp) Reduction is backend.h's (none, mean, sum: PyTorch's numbering).
 
-// PyTorch's nll_loss_forward: log_probs (N, C) or (C), target int64 (N) or (). Allocates the output ((N) for
-// none with a 2-d input, else 0-d) THEN total_weight (0-d, log_probs' dtype), as the structured kernel's
-// two outputs; a non-contiguous log_probs or target is copied after them (expect_contiguous). Recorded as
-// "nll_loss" with inputs {log_probs, target, total_weight} (total_weight never requires grad: its edge is
-// null) and ints {reduction, ignore_index}; the node keeps total_weight alive until backward, so without a
-// graph it is freed when the call returns. Class weights are not supported.
+// PyTorch's nll_loss_forward: log_probs (N, C) or (C), target int64 (N) or (), optional class weights (C)
+// of log_probs' dtype and device (target t counts weight[t]; total_weight is the sum of the non-ignored
+// targets' weights and mean divides by it). Allocates the output ((N) for none with a 2-d input, else 0-d)
+// THEN total_weight (0-d, log_probs' dtype), as the structured kernel's two outputs; a non-contiguous
+// log_probs, target or weight is copied after them, in that order (expect_contiguous, weight.contiguous()).
+// Recorded as "nll_loss" with inputs {log_probs, target, weight (undefined when absent)} and ints
+// {reduction, ignore_index}; the node saves self, target, weight and total_weight, keeping total_weight
+// alive until backward, so without a graph it is freed when the call returns. A weight that requires grad
+// is refused, as PyTorch refuses it (nll_loss is not differentiable with respect to its weight).
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,
-                int64_t ignore_index = -100);
+                int64_t ignore_index = -100, const std::optional<Tensor>& weight = std::nullopt);
+// torch.nn.functional.nll_loss's keywords: nll_loss(x, t, {.weight = w, .reduction = Reduction::sum}).
+struct NllLossOptions {
+  std::optional<Tensor> weight;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+};
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options);
 // PyTorch's nll_loss_backward: one zeroed (contiguous) gradient of self's shape, then non-contiguous
-// operands copied (target, self, grad_output: expect_contiguous in that order), then the kernel.
+// operands copied (target, self, grad_output: expect_contiguous in that order, then weight), then the kernel.
 Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Tensor& target,
-                         const Tensor& total_weight, Reduction reduction, int64_t ignore_index);
-// Composite, as PyTorch's cross_entropy with class indices: nll_loss(log_softmax(logits, class dim)), the
-// class dim being 1 (0 for a 1-d logits). No class weights. label_smoothing in [0, 1] (above 0) mixes in
-// the uniform distribution as PyTorch's cross_entropy_loss_label_smoothing does, op for op: after nll_loss,
-// the ignore mask (target == ignore_index), -log_probs.sum(class dim) zeroed where ignored, reduced (mean:
-// divided by the count of targets not ignored), then (1 - s) * nll + reduced * (s / C); each of those ops
-// allocates as it does alone.
+                         const Tensor& total_weight, Reduction reduction, int64_t ignore_index,
+                         const std::optional<Tensor>& weight = std::nullopt);
+// Composite, as PyTorch's cross_entropy with class indices: nll_loss(log_softmax(logits, class dim), target,
+// weight), the class dim being 1 (0 for a 1-d logits). label_smoothing in [0, 1] (above 0) mixes in the
+// uniform distribution as PyTorch's cross_entropy_loss_label_smoothing does, op for op: after nll_loss,
+// -log_probs.sum(class dim) (with weights: -(log_probs * weight viewed along the class dim).sum(class dim)),
+// then the ignore mask (target == ignore_index) zeroing it, reduced (mean: divided by the count of targets
+// not ignored), then (1 - s) * nll + reduced * (s / C); each of those ops allocates as it does alone. With
+// weights, label smoothing and reduction mean PyTorch divides by weight.gather(0,
+// target.masked_select(~ignore_mask)).sum(): bytegrad has no masked_select, so that one combination is
+// refused before anything is computed.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean,
                      int64_t ignore_index = -100, double label_smoothing = 0.0);
+// torch.nn.functional.cross_entropy's keywords: cross_entropy(x, t, {.weight = w, .label_smoothing = 0.1}).
+struct CrossEntropyOptions {
+  std::optional<Tensor> weight;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+  double label_smoothing = 0.0;
+};
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options);
 // PyTorch's mse_loss. Input and target of different shapes are broadcast as torch.nn.functional.mse_loss
 // broadcasts them (each expanded to the common shape: views, with ExpandBackward0 nodes), after its
 // UserWarning "Using a target size (torch.Size([...])) that is different to the input size (...). ..." on

@@ -1,7 +1,7 @@
-// Losses with PyTorch's allocations: nll_loss (two outputs, output then total_weight), its backward (one
-// zeroed gradient), cross_entropy (composite: log_softmax then nll_loss), mse_loss (a 0-d output holding
-// an input-sized block, then an input-sized squared-difference temporary reduced into it) and its backward
-// (one input-sized gradient).
+// Losses with PyTorch's allocations: nll_loss (two outputs, output then total_weight; optional class
+// weights), its backward (one zeroed gradient), cross_entropy (composite: log_softmax then nll_loss), mse_loss (a 0-d
+// output holding an input-sized block, then an input-sized squared-difference temporary reduced into it) and its
+// backward (one input-sized gradient).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -57,15 +57,37 @@ void check_nll_operands(const char* op, const Tensor& log_probs, const Tensor& t
                                             shape_str(log_probs.sizes()), shape_str(target.sizes())));
 }
 
+// PyTorch's weight checks (nll_loss_forward's meta function and the autograd wrapper's check_no_requires_grad),
+// plus bytegrad's: the weight of log_probs' dtype and device. An undefined weight passes.
+void check_nll_weight(const char* op, const Tensor& weight, const Tensor& log_probs) {
+  if (!weight.defined()) return;
+  const int64_t classes = log_probs.sizes().back();
+  if (weight.dim() != 1 || weight.numel() != classes)
+    throw std::invalid_argument(fmt::format(
+        "{}: weight tensor should be defined either for all {} classes or no classes but got weight tensor of "
+        "shape: {}",
+        op, classes, shape_str(weight.sizes())));
+  check_device_and_dtype(op, weight, log_probs);
+  if (tensor_requires_grad(weight))
+    throw std::invalid_argument(fmt::format(
+        "{}: the function 'nll_loss_forward' is not differentiable with respect to argument 'weight'. This input "
+        "cannot have requires_grad True.",
+        op));
+}
+
+Tensor defined_or_empty(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
+
 struct NllResult {
   Tensor output;
   Tensor total_weight;
 };
 
-NllResult nll_loss_compute(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+NllResult nll_loss_compute(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index,
+                           const Tensor& weight) {
   AllocationScope scope("nll_loss");
   check_reduction("nll_loss", reduction);
   check_nll_operands("nll_loss", log_probs, target);
+  check_nll_weight("nll_loss", weight, log_probs);
   const TensorOptions options{log_probs.dtype(), log_probs.device()};
   const bool per_row = reduction == Reduction::none && log_probs.dim() == 2;
   // The structured kernel's outputs, in order: output, then total_weight.
@@ -75,27 +97,46 @@ NllResult nll_loss_compute(const Tensor& log_probs, const Tensor& target, Reduct
   // Then the kernel reads contiguous operands (copies only when they are not: expect_contiguous).
   const Tensor input = log_probs.contiguous();
   const Tensor targets = target.contiguous();
+  const Tensor weights = weight.defined() ? weight.contiguous() : Tensor();
+  const StridedView weight_view = weights.defined() ? kv(weights) : StridedView{};
   backend_of(log_probs).nll_loss(kv(result.output), kv(result.total_weight), kv(input), kv(targets), reduction,
-                                 ignore_index);
+                                 ignore_index, weights.defined() ? &weight_view : nullptr);
   return result;
 }
 
 }  // namespace
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
-  BYTEGRAD_AUTOCAST(fp32, nll_loss, log_probs, target, reduction, ignore_index);
-  OpRecording recording = begin_recording<OpId::nll_loss>({log_probs, target}, {reduction, ignore_index});
-  NllResult r = without_recording([&] { return nll_loss_compute(log_probs, target, reduction, ignore_index); });
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index,
+                const std::optional<Tensor>& weight) {
+  BYTEGRAD_AUTOCAST(fp32, nll_loss, log_probs, target, reduction, ignore_index, weight);
+  const Tensor w = defined_or_empty(weight);
+  // The autograd wrapper's check comes before the node is made (nothing is allocated yet).
+  if (w.defined()) check_nll_weight("nll_loss", w, log_probs);
+  OpRecording recording = begin_recording<OpId::nll_loss>({log_probs, target, w}, {reduction, ignore_index});
+  NllResult r = without_recording([&] { return nll_loss_compute(log_probs, target, reduction, ignore_index, w); });
   recording.finish({r.output, r.total_weight});
   return r.output;
 }
 
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options) {
+  return nll_loss(log_probs, target, options.reduction, options.ignore_index, options.weight);
+}
+
 Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Tensor& target,
-                         const Tensor& total_weight, Reduction reduction, int64_t ignore_index) {
+                         const Tensor& total_weight, Reduction reduction, int64_t ignore_index,
+                         const std::optional<Tensor>& weight) {
   const char* name = "nll_loss_backward";
   AllocationScope scope(name);
   check_reduction(name, reduction);
   check_nll_operands(name, self, target);
+  const Tensor w = defined_or_empty(weight);
+  if (w.defined()) {
+    check_defined(name, self);
+    if (w.dim() != 1 || w.numel() != self.sizes().back())
+      throw std::invalid_argument(fmt::format("{}: weight {} should hold one value per class of the input {}", name,
+                                              describe(w), describe(self)));
+    check_device_and_dtype(name, w, self);
+  }
   check_device_and_dtype(name, grad_output, self);
   check_device_and_dtype(name, total_weight, self);
   const bool per_row = reduction == Reduction::none && self.dim() == 2;
@@ -111,12 +152,27 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
   const Tensor input = self.contiguous();
   const Tensor grad = grad_output.contiguous();
   (void)input;  // only its contiguity is PyTorch's business: the kernel needs nothing from its values
-  backend_of(self).nll_loss_backward(kv(grad_input), kv(grad), kv(targets), kv(total_weight), reduction, ignore_index);
+  const Tensor weights = w.defined() ? w.contiguous() : Tensor();
+  const StridedView weight_view = weights.defined() ? kv(weights) : StridedView{};
+  backend_of(self).nll_loss_backward(kv(grad_input), kv(grad), kv(targets), kv(total_weight), reduction, ignore_index,
+                                     weights.defined() ? &weight_view : nullptr);
   return grad_input;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index,
                      double label_smoothing) {
+  return cross_entropy(logits, target,
+                       CrossEntropyOptions{.weight = std::nullopt,
+                                           .ignore_index = ignore_index,
+                                           .reduction = reduction,
+                                           .label_smoothing = label_smoothing});
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  const Reduction reduction = options.reduction;
+  const int64_t ignore_index = options.ignore_index;
+  const double label_smoothing = options.label_smoothing;
+  const bool weighted = options.weight && options.weight->defined();
   check_defined("cross_entropy", logits);
   if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
     throw std::invalid_argument(
@@ -127,14 +183,29 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   // PyTorch's cross_entropy_loss calls log_softmax with dtype = the logits' dtype, which autocast leaves alone
   // (fp32_set_opt_dtype only fills in a missing dtype) and which converts nothing: under autocast the
   // log-probabilities stay in the logits' dtype and nll_loss (float32 policy) casts them.
+  if (weighted && label_smoothing > 0.0 && reduction == Reduction::mean)
+    throw std::invalid_argument(
+        "cross_entropy: class weights with label_smoothing and reduction 'mean' are not supported: PyTorch "
+        "divides by weight.gather(0, target.masked_select(~ignore_mask)).sum(), and bytegrad has no masked_select "
+        "to allocate as it does; use reduction 'sum' or 'none' (and divide by the weights' sum yourself), or "
+        "no label_smoothing");
   const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
   const Tensor log_probs = log_softmax(logits, class_dim, logits.dtype());
-  Tensor nll = nll_loss(log_probs, target, reduction, ignore_index);
+  Tensor nll = nll_loss(log_probs, target, reduction, ignore_index, options.weight);
   if (label_smoothing == 0.0) return nll;
-  // PyTorch's cross_entropy_loss_label_smoothing (without weights), in its order: each temporary lives as long
-  // as it does there (the statements and their operands are PyTorch's).
+  // PyTorch's cross_entropy_loss_label_smoothing, in its order: each temporary lives as long as it does there
+  // (the statements and their operands are PyTorch's).
   check_reduction("cross_entropy", reduction);
-  Tensor smooth_loss = -log_probs.sum(Shape{class_dim});
+  Tensor smooth_loss;
+  if (weighted) {
+    // The weight viewed to broadcast along the class dim: (C) for 1-d logits, (1, C) for 2-d.
+    Shape weight_shape(static_cast<size_t>(log_probs.dim()), 1);
+    weight_shape[static_cast<size_t>(class_dim)] = options.weight->size(0);
+    const Tensor weight_view = options.weight->view(weight_shape);
+    smooth_loss = -(log_probs * weight_view).sum(Shape{class_dim});
+  } else {
+    smooth_loss = -log_probs.sum(Shape{class_dim});
+  }
   const Tensor ignore_mask = eq(target, static_cast<double>(ignore_index));  // after the sum (recorded order)
   smooth_loss.masked_fill_(ignore_mask, 0.0);
   Tensor reduced;

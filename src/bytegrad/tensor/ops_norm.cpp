@@ -1,9 +1,12 @@
 // Layer normalization, allocating what PyTorch 2.11's CUDA layer_norm allocates (aten/src/ATen/native/cuda/
 // layer_norm_kernel.cu): forward output, mean, rstd; backward grad_input, grad_weight, grad_bias, and for
-// tall inputs with short rows the partial-sum blocks its gamma/beta kernel reduces with sum(0).
+// tall inputs with short rows the partial-sum blocks its gamma/beta kernel reduces with sum(0). RMS
+// normalization (_fused_rms_norm) runs the same kernels without a mean, as PyTorch's does, and allocates
+// the same way less the mean and the bias gradient.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "bytegrad/memory/allocation_context.h"
@@ -72,6 +75,8 @@ Tensor value_or_undefined(const std::optional<Tensor>& t) { return t ? *t : Tens
 StridedView rows_view(const Tensor& t, int64_t M, int64_t N) { return kv(t.view({M, N})); }
 StridedView flat_view(const Tensor& t) { return kv(t.view({t.numel()})); }
 
+Shape stat_shape_of(const Tensor& input, const Shape& normalized_shape);
+
 LayerNormResult layer_norm_compute(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
                                    const Tensor& bias, double eps) {
   AllocationScope scope("native_layer_norm");
@@ -90,12 +95,40 @@ LayerNormResult layer_norm_compute(const Tensor& input, const Shape& normalized_
     backend_of(input).layer_norm(rows_view(Y, M, N), kv(mean), kv(rstd), rows_view(X, M, N),
                                  gamma.defined() ? &w : nullptr, beta.defined() ? &b : nullptr, eps);
   }
-  // mean and rstd viewed as input.shape[:axis] + [1] * len(normalized_shape)
+  const Shape stat_shape = stat_shape_of(input, normalized_shape);
+  return {Y, mean.view(stat_shape), rstd.view(stat_shape)};
+}
+
+// mean and rstd viewed as input.shape[:axis] + [1] * len(normalized_shape).
+Shape stat_shape_of(const Tensor& input, const Shape& normalized_shape) {
   const size_t axis = input.sizes().size() - normalized_shape.size();
   Shape stat_shape(input.sizes().begin(), input.sizes().begin() + static_cast<std::ptrdiff_t>(axis));
   stat_shape.resize(input.sizes().size(), 1);
-  return {Y, mean.view(stat_shape), rstd.view(stat_shape)};
+  return stat_shape;
 }
+
+RmsNormResult rms_norm_compute(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, double eps) {
+  AllocationScope scope("fused_rms_norm");
+  const auto [M, N] = check_inputs("rms_norm", input, normalized_shape, weight, Tensor());
+  const Tensor X = input.contiguous();
+  const Tensor gamma = weight.defined() ? weight.contiguous() : Tensor();
+  Tensor Y = empty(X.sizes(), TensorOptions{X.dtype(), X.device()});
+  Tensor rstd = empty({M}, TensorOptions{stat_dtype(input.dtype()), input.device()});
+  if (M > 0) {
+    const StridedView w = gamma.defined() ? flat_view(gamma) : StridedView{};
+    StridedView no_mean = kv(rstd);  // the kernels' RMS mode: a mean without data
+    no_mean.data = nullptr;
+    backend_of(input).layer_norm(rows_view(Y, M, N), no_mean, kv(rstd), rows_view(X, M, N),
+                                 gamma.defined() ? &w : nullptr, nullptr, eps);
+  }
+  return {Y, rstd.view(stat_shape_of(input, normalized_shape))};
+}
+
+// The backward both norms share: PyTorch's layer_norm_backward_cuda, and _fused_rms_norm_backward_cuda when
+// mean is undefined (then no bias and no bias gradient).
+LayerNormGrads norm_backward(const char* op, const Tensor& grad_output, const Tensor& input,
+                             const Shape& normalized_shape, const Tensor& mean, const Tensor& rstd, const Tensor& w,
+                             const Tensor& b, std::array<bool, 3> output_mask);
 
 }  // namespace
 
@@ -120,7 +153,55 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
                                           const std::optional<Tensor>& bias, std::array<bool, 3> output_mask) {
   const char* op = "native_layer_norm_backward";
   AllocationScope scope(op);
-  const Tensor w = value_or_undefined(weight), b = value_or_undefined(bias);
+  check_defined(op, mean);
+  return norm_backward(op, grad_output, input, normalized_shape, mean, rstd, value_or_undefined(weight),
+                       value_or_undefined(bias), output_mask);
+}
+
+RmsNormResult fused_rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
+                             std::optional<double> eps) {
+  check_defined("rms_norm", input);
+  const Tensor w = value_or_undefined(weight);
+  // _fused_rms_norm_cuda's default: the accumulation dtype's machine epsilon.
+  const double resolved_eps = eps.value_or(stat_dtype(input.dtype()) == ScalarType::float64
+                                               ? std::numeric_limits<double>::epsilon()
+                                               : static_cast<double>(std::numeric_limits<float>::epsilon()));
+  OpRecording recording = begin_recording<OpId::fused_rms_norm>({input, w}, {normalized_shape, resolved_eps});
+  RmsNormResult result = without_recording([&] { return rms_norm_compute(input, normalized_shape, w, resolved_eps); });
+  recording.finish({result.output, result.rstd});
+  return result;
+}
+
+Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const std::optional<Tensor>& weight,
+                std::optional<double> eps) {
+  BYTEGRAD_AUTOCAST(fp32, rms_norm, input, normalized_shape, weight, eps);
+  check_defined("rms_norm", input);
+  if (weight && weight->defined() && weight->dtype() != input.dtype())
+    throw std::invalid_argument(fmt::format(
+        "rms_norm: the weight {} and the input {} differ in dtype; PyTorch then leaves its fused kernel for a "
+        "composite of upcasts and pointwise ops whose memory bytegrad does not model: give both one dtype",
+        describe(*weight), describe(input)));
+  return fused_rms_norm(input, normalized_shape, weight, eps).output;
+}
+
+RmsNormGrads fused_rms_norm_backward(const Tensor& grad_output, const Tensor& input, const Shape& normalized_shape,
+                                     const Tensor& rstd, const std::optional<Tensor>& weight,
+                                     std::array<bool, 2> output_mask) {
+  const char* op = "fused_rms_norm_backward";
+  AllocationScope scope(op);
+  LayerNormGrads grads = norm_backward(op, grad_output, input, normalized_shape, Tensor(), rstd,
+                                       value_or_undefined(weight), Tensor(), {output_mask[0], output_mask[1], false});
+  return {std::move(grads.grad_input), std::move(grads.grad_weight)};
+}
+
+namespace {
+
+LayerNormGrads norm_backward(const char* op, const Tensor& grad_output, const Tensor& input,
+                             const Shape& normalized_shape, const Tensor& mean, const Tensor& rstd, const Tensor& w,
+                             const Tensor& b, std::array<bool, 3> output_mask) {
+  const bool rms = !mean.defined();
+  check_defined(op, grad_output);
+  check_defined(op, rstd);
   const auto [M, N] = check_inputs(op, input, normalized_shape, w, b);
   check_same_device(op, grad_output, input);
   check_same_dtype(op, grad_output, input);
@@ -128,9 +209,11 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
     throw std::invalid_argument(fmt::format("{}: the gradient {} and the input {} differ in shape", op,
                                             describe(grad_output), describe(input)));
   for (const Tensor* stat : {&mean, &rstd}) {
+    if (!stat->defined()) continue;  // RMS: no mean
     check_same_device(op, *stat, input);
     if (stat->numel() != M || stat->dtype() != stat_dtype(input.dtype()))
-      throw std::invalid_argument(fmt::format("{}: mean and rstd must hold {} {} values (one per row), got {}", op, M,
+      throw std::invalid_argument(fmt::format("{}: {} must hold {} {} values (one per row), got {}", op,
+                                              rms ? "rstd" : "mean and rstd", M,
                                               scalar_type_name(stat_dtype(input.dtype())), describe(*stat)));
   }
   if (output_mask[1] && !w.defined())
@@ -147,7 +230,10 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
   if (output_mask[2]) grads.grad_bias = M > 0 ? empty_like(beta) : zeros_like(beta);
   if (M == 0 || N == 0) return grads;
   const Tensor dY = grad_output.contiguous();
-  const Tensor mean_c = mean.contiguous(), rstd_c = rstd.contiguous();
+  const Tensor mean_c = rms ? Tensor() : mean.contiguous(), rstd_c = rstd.contiguous();
+  StridedView mean_view = flat_view(rstd_c);
+  if (rms) mean_view.data = nullptr;  // the kernels' RMS mode
+  else mean_view = flat_view(mean_c);
 
   const StridedView dx = grads.grad_input.defined() ? rows_view(grads.grad_input, M, N) : StridedView{};
   const StridedView g = gamma.defined() ? flat_view(gamma) : StridedView{};
@@ -173,7 +259,7 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
   const StridedView db = db_target.defined() ? kv(db_target.view({R, N})) : StridedView{};
   backend_of(input).layer_norm_backward(grads.grad_input.defined() ? &dx : nullptr, dw_target.defined() ? &dw : nullptr,
                                         db_target.defined() ? &db : nullptr, rows_view(dY, M, N), rows_view(X, M, N),
-                                        flat_view(mean_c), flat_view(rstd_c), gamma.defined() ? &g : nullptr);
+                                        mean_view, flat_view(rstd_c), gamma.defined() ? &g : nullptr);
   if (partial) {
     // *dgamma = dgamma_blocks.sum(0): the reduction's result replaces (frees) the first allocation.
     if (dgamma_blocks.defined()) grads.grad_weight = sum(dgamma_blocks, {0}).view(gamma.sizes());
@@ -181,5 +267,7 @@ LayerNormGrads native_layer_norm_backward(const Tensor& grad_output, const Tenso
   }
   return grads;
 }
+
+}  // namespace
 
 }  // namespace bytegrad

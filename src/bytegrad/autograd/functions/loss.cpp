@@ -1,23 +1,27 @@
 // Derivatives of the losses, as derivatives.yaml states them. nll_loss saves its input (log_probs), the
-// target and total_weight (kept alive until backward); its backward allocates one zeroed input-sized
-// gradient. mse_loss saves input and target; its backward allocates one input-sized gradient per operand
-// that needs one (the target's is mse_loss_backward(grad, target, input)).
+// target, the class weights (when given) and total_weight (kept alive until backward); its backward
+// allocates one zeroed input-sized gradient. mse_loss saves input and target; its backward allocates one input-sized
+// gradient per operand that needs one (the target's is mse_loss_backward(grad, target, input)).
 #include "bytegrad/autograd/functions/formulas.h"
 #include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::formulas {
 
-// inputs: log_probs, target; outputs: output, total_weight (not differentiable, saved after the kernel)
+// inputs: log_probs, target, weight (undefined when absent; never requires grad); outputs: output,
+// total_weight (not differentiable, saved after the kernel)
 std::shared_ptr<FormulaNode> nll_loss(const OpRecord& r, const op_args::NllLoss& args) {
   auto node = make_node(
       r,
       [args](const FormulaNode& n, TensorList& g) {
-        return TensorList{
-            nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(2), args.reduction, args.ignore_index), Tensor()};
+        const Tensor& weight = n.saved(2);
+        return TensorList{nll_loss_backward(g[0], n.saved(0), n.saved(1), n.saved(3), args.reduction, args.ignore_index,
+                                            weight.defined() ? std::optional<Tensor>(weight) : std::nullopt),
+                          Tensor(), Tensor()};
       },
       /*differentiable_outputs=*/1);
   node->save("self", r.inputs.at(0));
   node->save("target", r.inputs.at(1));
+  node->save("weight", r.inputs.at(2));
   node->save_output("total_weight", 1);
   return node;
 }

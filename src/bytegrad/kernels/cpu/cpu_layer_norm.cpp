@@ -1,6 +1,7 @@
 // Layer normalization over contiguous (M, N) rows, forward and backward. Each row's statistics are
 // computed in double (two passes: the mean, then the mean squared deviation, so a large common offset does
-// not cancel), and stored in the accumulation dtype the caller allocated (float32 or float64).
+// not cancel), and stored in the accumulation dtype the caller allocated (float32 or float64). Without a
+// mean (its data null) the rows are RMS-normalized: no mean is subtracted and rstd = 1 / sqrt(mean(x^2) + eps).
 #include <cmath>
 #include <vector>
 
@@ -20,8 +21,9 @@ double optional_at(const StridedView* v, int64_t i, double absent) {
 
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                 const StridedView* weight, const StridedView* bias, double eps) {
-  const int64_t M = mean.numel();
+  const int64_t M = rstd.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
+  const bool rms = mean.data == nullptr;
   dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.data);
@@ -29,8 +31,10 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
     for (int64_t m = 0; m < M; ++m) {
       const T* row = in + m * N;
       double mu = 0;
-      for (int64_t n = 0; n < N; ++n) mu += convert<double>(row[n]);
-      mu = N > 0 ? mu / static_cast<double>(N) : 0.0;
+      if (!rms) {
+        for (int64_t n = 0; n < N; ++n) mu += convert<double>(row[n]);
+        mu = N > 0 ? mu / static_cast<double>(N) : 0.0;
+      }
       double var = 0;
       for (int64_t n = 0; n < N; ++n) {
         const double d = convert<double>(row[n]) - mu;
@@ -38,7 +42,7 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
       }
       var = N > 0 ? var / static_cast<double>(N) : 0.0;
       const double r = 1.0 / std::sqrt(var + eps);
-      store_from_double(static_cast<char*>(mean.data) + m * element_size(mean.dtype), mean.dtype, mu);
+      if (!rms) store_from_double(static_cast<char*>(mean.data) + m * element_size(mean.dtype), mean.dtype, mu);
       store_from_double(static_cast<char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype, r);
       for (int64_t n = 0; n < N; ++n) {
         const double normalized = (convert<double>(row[n]) - mu) * r;
@@ -51,8 +55,9 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
 void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
                          const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
                          const StridedView* weight) {
-  const int64_t M = mean.numel();
+  const int64_t M = rstd.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
+  const bool rms = mean.data == nullptr;
   dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xs = static_cast<const T*>(x.data);
@@ -63,7 +68,8 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
     std::vector<double> dw(static_cast<size_t>(rw * N), 0.0), db(static_cast<size_t>(rb * N), 0.0);
     std::vector<double> g(static_cast<size_t>(N)), xhat(static_cast<size_t>(N));
     for (int64_t m = 0; m < M; ++m) {
-      const double mu = load_as_double(static_cast<const char*>(mean.data) + m * element_size(mean.dtype), mean.dtype);
+      const double mu =
+          rms ? 0.0 : load_as_double(static_cast<const char*>(mean.data) + m * element_size(mean.dtype), mean.dtype);
       const double r = load_as_double(static_cast<const char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype);
       double sum_g = 0, sum_g_xhat = 0;
       for (int64_t n = 0; n < N; ++n) {
@@ -76,10 +82,12 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
         if (rb) db[static_cast<size_t>((m % rb) * N + n)] += grad;
       }
       if (dx) {
-        // d/dx of (x - mean) * rstd, contracted with g: rstd * (g - mean(g) - xhat * mean(g * xhat))
+        // d/dx of (x - mean) * rstd, contracted with g: rstd * (g - mean(g) - xhat * mean(g * xhat)); without
+        // the mean there is no mean(g) term.
         T* out = static_cast<T*>(dx->data) + m * N;
         const double inv_n = 1.0 / static_cast<double>(N);
-        for (int64_t n = 0; n < N; ++n) out[n] = convert<T>(r * (g[n] - sum_g * inv_n - xhat[n] * sum_g_xhat * inv_n));
+        const double mean_g = rms ? 0.0 : sum_g * inv_n;
+        for (int64_t n = 0; n < N; ++n) out[n] = convert<T>(r * (g[n] - mean_g - xhat[n] * sum_g_xhat * inv_n));
       }
     }
     if (dweight_partials)

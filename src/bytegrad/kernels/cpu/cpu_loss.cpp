@@ -1,5 +1,6 @@
-// Negative log-likelihood, forward and backward (PyTorch's nll_loss_forward / nll_loss_backward without
-// class weights). Sums are accumulated in double; the total weight is the count of non-ignored targets.
+// Negative log-likelihood, forward and backward (PyTorch's nll_loss_forward / nll_loss_backward), with or
+// without class weights. Sums are accumulated in double; the total weight is the sum of the non-ignored
+// targets' weights (their count without weights).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -20,10 +21,19 @@ int64_t checked_target(const StridedView& target, const NllGeometry& g, int64_t 
   return t;
 }
 
+// The class weight of target t (1 without weights).
+double class_weight(const StridedView* weight, int64_t t) {
+  if (!weight) return 1.0;
+  const int64_t stride = weight->strides.empty() ? 0 : weight->strides[0];
+  return load_as_double(
+      static_cast<const char*>(weight->data) + t * stride * static_cast<int64_t>(element_size(weight->dtype)),
+      weight->dtype);
+}
+
 }  // namespace
 
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
-              const StridedView& target, Reduction reduction, int64_t ignore_index) {
+              const StridedView& target, Reduction reduction, int64_t ignore_index, const StridedView* weight) {
   const NllGeometry g = nll_geometry(log_probs, target, "cpu");
   const size_t element = element_size(log_probs.dtype);
   auto input_at = [&](int64_t i, int64_t t) {
@@ -36,28 +46,30 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
     const size_t out_element = element_size(output.dtype);
     for (int64_t i = 0; i < g.batch; ++i) {
       const int64_t t = checked_target(target, g, i, ignore_index);
-      const double value = t == ignore_index ? 0.0 : -input_at(i, t);
+      const double value = t == ignore_index ? 0.0 : -class_weight(weight, t) * input_at(i, t);
       store_from_double(static_cast<char*>(output.data) + i * out_stride * static_cast<int64_t>(out_element),
                         output.dtype, value);
     }
     store_from_double(total_weight.data, total_weight.dtype, 0.0);
     return;
   }
-  double total = 0, weight = 0;
+  double total = 0, weight_sum = 0;
   for (int64_t i = 0; i < g.batch; ++i) {
     const int64_t t = checked_target(target, g, i, ignore_index);
     if (t == ignore_index) continue;
-    total -= input_at(i, t);
-    weight += 1;
+    const double w = class_weight(weight, t);
+    total -= w * input_at(i, t);
+    weight_sum += w;
   }
   // mean with every target ignored is 0 / 0 = NaN, as PyTorch's.
-  const double result = reduction == Reduction::mean ? total / weight : total;
+  const double result = reduction == Reduction::mean ? total / weight_sum : total;
   store_from_double(output.data, output.dtype, result);
-  store_from_double(total_weight.data, total_weight.dtype, weight);
+  store_from_double(total_weight.data, total_weight.dtype, weight_sum);
 }
 
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
-                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index) {
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                       const StridedView* weight) {
   const NllGeometry g = nll_geometry(grad_input, target, "cpu");
   const size_t element = element_size(grad_input.dtype);
   const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
@@ -77,7 +89,7 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
                                     : grad;
     store_from_double(
         static_cast<char*>(grad_input.data) + (i * g.row_stride + t * g.class_stride) * static_cast<int64_t>(element),
-        grad_input.dtype, -row_grad);
+        grad_input.dtype, -class_weight(weight, t) * row_grad);
   }
 }
 

@@ -262,14 +262,16 @@ class CudaBackend final : public KernelBackend {
     cuda::triangle(out, in, diagonal, upper);
   }
   void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
-                const StridedView& target, Reduction reduction, int64_t ignore_index) override {
+                const StridedView& target, Reduction reduction, int64_t ignore_index,
+                const StridedView* weight) override {
     CudaCall call(output.device, "nll_loss", "", log_probs.dtype);
-    cuda::nll_loss(output, total_weight, log_probs, target, reduction, ignore_index);
+    cuda::nll_loss(output, total_weight, log_probs, target, reduction, ignore_index, weight);
   }
   void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
-                         const StridedView& total_weight, Reduction reduction, int64_t ignore_index) override {
+                         const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                         const StridedView* weight) override {
     CudaCall call(grad_input.device, "nll_loss_backward", "", grad_input.dtype);
-    cuda::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index);
+    cuda::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index, weight);
   }
   void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
                          const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) override {

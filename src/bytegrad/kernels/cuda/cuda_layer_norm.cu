@@ -6,7 +6,8 @@
 // x in a warp's registers (one read each), and so does the forward of rows up to 512. Weight and bias
 // gradients: an (8 columns x 128 lanes) block per 8 columns and partial row r, each lane summing every
 // 128th of the rows m with m % R == r (four rows' loads in flight), then the lanes combined in shared
-// memory.
+// memory. A null mean asks for RMS normalization (PyTorch's _fused_rms_norm runs layer_norm's kernels with
+// rms_norm set): the mean is taken as 0 and not stored, and the input gradient has no mean(g) term.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -60,15 +61,15 @@ struct InputGradOperands {
   const opmath_t<T>* rstd;
   const T* weight;
   __device__ __forceinline__ InputGradRow<T> row(int64_t r, int64_t n) const {
-    return {x + r * n, dy + r * n, weight, mean[r], rstd[r]};
+    return {x + r * n, dy + r * n, weight, mean ? mean[r] : opmath_t<T>(0), rstd[r]};
   }
 };
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) for g = dy * weight and xhat = (x - mean) * rstd, from
-// the row's sums of g and g * xhat.
+// mean(g) (0 for RMS normalization) and the row's sum of g * xhat.
 template <typename T, typename Acc>
-__device__ __forceinline__ T input_grad(Acc g, Acc xhat, Acc rstd, Acc sum_g, Acc sum_g_xhat, Acc inv_n) {
-  return convert<T>(rstd * (g - sum_g * inv_n - xhat * sum_g_xhat * inv_n));
+__device__ __forceinline__ T input_grad(Acc g, Acc xhat, Acc rstd, Acc mean_g, Acc sum_g_xhat, Acc inv_n) {
+  return convert<T>(rstd * (g - mean_g - xhat * sum_g_xhat * inv_n));
 }
 
 // rstd = 1 / sqrt(var + eps) from the lanes' sums of squared deviations; lane 0 stores the row's mean and rstd.
@@ -78,7 +79,7 @@ __device__ __forceinline__ Acc row_rstd(Acc sq, Acc mean, Acc n, double eps, int
   const Acc var = row_allreduce<kThreadsPerRow>(sq, SumOp{}) / n;
   const Acc rstd = Acc(1) / pointwise::m_sqrt(var + static_cast<Acc>(eps));
   if (lane == 0) {
-    mean_out[row] = mean;
+    if (mean_out) mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
   return rstd;
@@ -133,11 +134,14 @@ __device__ __forceinline__ void forward_row(const ForwardOperands<T>& io, int64_
       const int j = lane + i * kWarp;
       v[i] = j < N ? convert<Acc>(xr[j]) : Acc(0);
     }
-    Acc sum = 0;
+    Acc mean = 0;
+    if (io.mean) {
+      Acc sum = 0;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (lane + i * kWarp < N) sum += v[i];
-    const Acc mean = row_allreduce<kWarp>(sum, SumOp{}) / static_cast<Acc>(N);
+      for (int i = 0; i < kPerLane; ++i)
+        if (lane + i * kWarp < N) sum += v[i];
+      mean = row_allreduce<kWarp>(sum, SumOp{}) / static_cast<Acc>(N);
+    }
     Acc sq = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -155,9 +159,12 @@ __device__ __forceinline__ void forward_row(const ForwardOperands<T>& io, int64_
     }
   } else {
     constexpr int kThreadsPerRow = Rows::kThreads;
-    Acc sum = 0;
-    for (int64_t j = lane; j < N; j += kThreadsPerRow) sum += convert<Acc>(xr[j]);
-    const Acc mean = row_allreduce<kThreadsPerRow>(sum, SumOp{}) / static_cast<Acc>(N);
+    Acc mean = 0;
+    if (io.mean) {
+      Acc sum = 0;
+      for (int64_t j = lane; j < N; j += kThreadsPerRow) sum += convert<Acc>(xr[j]);
+      mean = row_allreduce<kThreadsPerRow>(sum, SumOp{}) / static_cast<Acc>(N);
+    }
     Acc sq = 0;
     for (int64_t j = lane; j < N; j += kThreadsPerRow) {
       const Acc d = convert<Acc>(xr[j]) - mean;
@@ -196,11 +203,12 @@ __device__ __forceinline__ void input_grad_row(const InputGradOperands<T>& io, i
     sum_g = row_allreduce<kWarp>(sum_g, SumOp{});
     sum_g_xhat = row_allreduce<kWarp>(sum_g_xhat, SumOp{});
     const Acc inv_n = Acc(1) / static_cast<Acc>(N);
+    const Acc mean_g = io.mean ? sum_g * inv_n : Acc(0);
     T* dr = io.dx + row * N;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
-      if (j < N) dr[j] = input_grad<T>(g[i], xhat[i], in.rstd, sum_g, sum_g_xhat, inv_n);
+      if (j < N) dr[j] = input_grad<T>(g[i], xhat[i], in.rstd, mean_g, sum_g_xhat, inv_n);
     }
   } else {
     constexpr int kThreadsPerRow = Rows::kThreads;
@@ -213,9 +221,10 @@ __device__ __forceinline__ void input_grad_row(const InputGradOperands<T>& io, i
     sum_g = row_allreduce<kThreadsPerRow>(sum_g, SumOp{});
     sum_g_xhat = row_allreduce<kThreadsPerRow>(sum_g_xhat, SumOp{});
     const Acc inv_n = Acc(1) / static_cast<Acc>(N);
+    const Acc mean_g = io.mean ? sum_g * inv_n : Acc(0);
     T* dr = io.dx + row * N;
     for (int64_t j = lane; j < N; j += kThreadsPerRow)
-      dr[j] = input_grad<T>(in.g(j), in.xhat(j), in.rstd, sum_g, sum_g_xhat, inv_n);
+      dr[j] = input_grad<T>(in.g(j), in.xhat(j), in.rstd, mean_g, sum_g_xhat, inv_n);
   }
 }
 
@@ -266,7 +275,7 @@ __global__ void __launch_bounds__(kColumns* kLanes)
         g[u] = convert<Acc>(dy[row * N + column]);
         if (dweight) {
           xv[u] = convert<Acc>(x[row * N + column]);
-          mu[u] = mean[row];
+          mu[u] = mean ? mean[row] : Acc(0);
           rs[u] = rstd[row];
         }
       }
@@ -278,7 +287,7 @@ __global__ void __launch_bounds__(kColumns* kLanes)
     }
     for (; m < M; m += step) {
       const Acc g = convert<Acc>(dy[m * N + column]);
-      if (dweight) w += g * (convert<Acc>(x[m * N + column]) - mean[m]) * rstd[m];
+      if (dweight) w += g * (convert<Acc>(x[m * N + column]) - (mean ? mean[m] : Acc(0))) * rstd[m];
       b += g;
     }
   }
@@ -309,9 +318,9 @@ P* data_or_null(const StridedView* v) {
 
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                 const StridedView* weight, const StridedView* bias, double eps) {
-  const int64_t M = mean.numel();
+  const int64_t M = rstd.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
-  for (const StridedView* v : {&y, &mean, &rstd, &x, weight, bias})
+  for (const StridedView* v : {&y, mean.data ? &mean : nullptr, &rstd, &x, weight, bias})
     if (v) require_contiguous(*v, "layer_norm");
   dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -341,9 +350,10 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
 void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
                          const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
                          const StridedView* weight) {
-  const int64_t M = mean.numel();
+  const int64_t M = rstd.numel();
   const int64_t N = M > 0 ? x.numel() / M : 0;
-  for (const StridedView* v : {dx, dweight_partials, dbias_partials, &dy, &x, &mean, &rstd, weight})
+  for (const StridedView* v :
+       {dx, dweight_partials, dbias_partials, &dy, &x, mean.data ? &mean : nullptr, &rstd, weight})
     if (v) require_contiguous(*v, "layer_norm_backward");
   dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -1,7 +1,8 @@
-// Negative log-likelihood, forward and backward, as PyTorch's CUDA nll_loss kernels compute it (no class
-// weights): the reduced forward is one block summing -input[i][target[i]] and counting non-ignored targets
-// in opmath (float for float32 and the 16-bit floats); the unreduced forward and the backward write one
-// element per row. A target outside [0, C) contributes NaN (PyTorch raises a device-side assert instead).
+// Negative log-likelihood, forward and backward, as PyTorch's CUDA nll_loss kernels compute it: the reduced
+// forward is one block summing -w[t] * input[i][t] and the weights w[t] of non-ignored targets t = target[i]
+// in opmath (float for float32 and the 16-bit floats; w = 1 without class weights); the unreduced forward
+// and the backward write one element per row. A target outside [0, C) contributes NaN (PyTorch raises a device-side
+// assert instead).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -18,8 +19,8 @@ constexpr int kLossThreads = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kLossThreads)
-    nll_reduce_kernel(T* output, T* total_weight, const T* input, const int64_t* target, NllGeometry g, bool mean,
-                      int64_t ignore_index) {
+    nll_reduce_kernel(T* output, T* total_weight, const T* input, const int64_t* target, const T* weights,
+                      int64_t weight_stride, NllGeometry g, bool mean, int64_t ignore_index) {
   using Acc = opmath_t<T>;
   __shared__ Acc sums[kLossThreads];
   __shared__ Acc counts[kLossThreads];
@@ -29,10 +30,12 @@ __global__ void __launch_bounds__(kLossThreads)
     if (t == ignore_index) continue;
     if (t < 0 || t >= g.classes) {
       sum += NAN;
+      count += 1;
     } else {
-      sum -= convert<Acc>(input[i * g.row_stride + t * g.class_stride]);
+      const Acc w = weights ? convert<Acc>(weights[t * weight_stride]) : Acc(1);
+      sum -= w * convert<Acc>(input[i * g.row_stride + t * g.class_stride]);
+      count += w;
     }
-    count += 1;
   }
   sums[threadIdx.x] = sum;
   counts[threadIdx.x] = count;
@@ -56,14 +59,19 @@ struct NllNoReduceFunctor {
   int64_t output_stride;
   const T* input;
   const int64_t* target;
+  const T* weights;  // nullptr: every class weighs 1
+  int64_t weight_stride;
   NllGeometry g;
   int64_t ignore_index;
   __device__ void operator()(int64_t i) const {
+    using Acc = opmath_t<T>;
     const int64_t t = target[i * g.target_stride];
     T value;
     if (t == ignore_index) value = convert<T>(0.0f);
     else if (t < 0 || t >= g.classes) value = convert<T>(static_cast<float>(NAN));
-    else value = convert<T>(-convert<opmath_t<T>>(input[i * g.row_stride + t * g.class_stride]));
+    else
+      value = convert<T>(-(weights ? convert<Acc>(weights[t * weight_stride]) : Acc(1)) *
+                         convert<Acc>(input[i * g.row_stride + t * g.class_stride]));
     output[i * output_stride] = value;
   }
 };
@@ -75,6 +83,8 @@ struct NllBackwardFunctor {
   int64_t grad_output_stride;  // per row for Reduction::none; 0 reads the single 0-d gradient
   const T* total_weight;       // divides for mean; nullptr otherwise
   const int64_t* target;
+  const T* weights;  // nullptr: every class weighs 1
+  int64_t weight_stride;
   NllGeometry g;
   int64_t ignore_index;
   __device__ void operator()(int64_t i) const {
@@ -83,6 +93,7 @@ struct NllBackwardFunctor {
     using Acc = opmath_t<T>;
     Acc grad = convert<Acc>(grad_output[i * grad_output_stride]);
     if (total_weight) grad = grad / convert<Acc>(*total_weight);
+    if (weights) grad = grad * convert<Acc>(weights[t * weight_stride]);
     grad_input[i * g.row_stride + t * g.class_stride] = convert<T>(-grad);
   }
 };
@@ -90,29 +101,34 @@ struct NllBackwardFunctor {
 }  // namespace
 
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
-              const StridedView& target, Reduction reduction, int64_t ignore_index) {
+              const StridedView& target, Reduction reduction, int64_t ignore_index, const StridedView* weight) {
   const NllGeometry g = nll_geometry(log_probs, target, "cuda");
+  const int64_t weight_stride = weight && !weight->strides.empty() ? weight->strides[0] : 0;
   dispatch_floating(log_probs.dtype, "nll_loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* out = static_cast<T*>(output.data);
-    T* weight = static_cast<T*>(total_weight.data);
+    T* total = static_cast<T*>(total_weight.data);
     const T* in = static_cast<const T*>(log_probs.data);
     const int64_t* tgt = static_cast<const int64_t*>(target.data);
+    const T* weights = weight ? static_cast<const T*>(weight->data) : nullptr;
     if (reduction == Reduction::none && log_probs.sizes.size() == 2) {
-      BYTEGRAD_CUDA_CHECK(cudaMemsetAsync(weight, 0, sizeof(T), launch_stream()));  // PyTorch: total_weight.zero_()
-      NllNoReduceFunctor<T> f{out, output.strides.empty() ? 0 : output.strides[0], in, tgt, g, ignore_index};
+      BYTEGRAD_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(T), launch_stream()));  // PyTorch: total_weight.zero_()
+      NllNoReduceFunctor<T> f{
+          out, output.strides.empty() ? 0 : output.strides[0], in, tgt, weights, weight_stride, g, ignore_index};
       for_each_index(g.batch, f, "nll_loss no-reduce kernel");
       return;
     }
-    nll_reduce_kernel<T>
-        <<<1, kLossThreads, 0, launch_stream()>>>(out, weight, in, tgt, g, reduction == Reduction::mean, ignore_index);
+    nll_reduce_kernel<T><<<1, kLossThreads, 0, launch_stream()>>>(out, total, in, tgt, weights, weight_stride, g,
+                                                                  reduction == Reduction::mean, ignore_index);
     BYTEGRAD_CUDA_CHECK_LAUNCH("nll_reduce_kernel");
   });
 }
 
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
-                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index) {
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                       const StridedView* weight) {
   const NllGeometry g = nll_geometry(grad_input, target, "cuda");
+  const int64_t weight_stride = weight && !weight->strides.empty() ? weight->strides[0] : 0;
   const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
   dispatch_floating(grad_input.dtype, "nll_loss_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -121,6 +137,8 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
                             per_row && !grad_output.strides.empty() ? grad_output.strides[0] : 0,
                             reduction == Reduction::mean ? static_cast<const T*>(total_weight.data) : nullptr,
                             static_cast<const int64_t*>(target.data),
+                            weight ? static_cast<const T*>(weight->data) : nullptr,
+                            weight_stride,
                             g,
                             ignore_index};
     for_each_index(g.batch, f, "nll_loss backward kernel");
