@@ -28,7 +28,7 @@ bool is_integral_or_bool(ScalarType t) { return is_integral(t, true); }
 // 5375 B for 2^20) shows one more 256-byte-aligned part beside the tile states.
 int64_t cub_scan_temporary_bytes(int64_t count, ScalarType dtype) {
   const auto element = static_cast<int64_t>(element_size(dtype));
-  const int64_t items_per_thread = std::max<int64_t>(1, std::min<int64_t>(15 * 4 / element, 30));
+  const int64_t items_per_thread = std::max<int64_t>(1, std::min<int64_t>(int64_t{15} * 4 / element, 30));
   const int64_t tile = 128 * items_per_thread;
   const int64_t tiles = (count + tile - 1) / tile;
   const int64_t status_word = element <= 2 ? 4 : element == 4 ? 8 : 16;  // the value and its status, together
