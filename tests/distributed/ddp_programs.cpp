@@ -38,23 +38,6 @@ using namespace bytegrad::distributed;
 
 namespace {
 
-// The probe's figures and the memory_stats keys they come from.
-const std::vector<std::pair<const char*, const char*>>& figure_keys() {
-  static const std::vector<std::pair<const char*, const char*>> keys = {
-      {"allocated", "allocated_bytes.all.current"},
-      {"reserved", "reserved_bytes.all.current"},
-      {"max_allocated", "allocated_bytes.all.peak"},
-      {"max_reserved", "reserved_bytes.all.peak"},
-      {"active", "active_bytes.all.current"},
-      {"segments", "segment.all.current"},
-      {"blocks", "allocation.all.current"},
-      {"requested", "requested_bytes.all.current"},
-      {"inactive_split", "inactive_split_bytes.all.current"},
-      {"num_device_alloc", "num_device_alloc"},
-      {"num_device_free", "num_device_free"}};
-  return keys;
-}
-
 struct Mark {
   std::string label;
   std::map<std::string, int64_t> figures;
@@ -73,7 +56,7 @@ Marks recorded(const std::string& program, int run, int rank, int world = 2) {
   Marks out;
   for (const json::Value& m : doc["marks"].items) {
     Mark mark{m["label"].string(), {}};
-    for (const auto& [name, key] : figure_keys()) mark.figures[name] = m[name].integer();
+    for (const auto& [name, key] : testing::probe_figure_keys()) mark.figures[name] = m[name].integer();
     out.push_back(std::move(mark));
   }
   return out;
@@ -82,7 +65,7 @@ Marks recorded(const std::string& program, int run, int rank, int world = 2) {
 Mark mark_now(const std::string& label, Device device) {
   auto stats = memory_stats(device);
   Mark m{label, {}};
-  for (const auto& [name, key] : figure_keys()) m.figures[name] = stats[key];
+  for (const auto& [name, key] : testing::probe_figure_keys()) m.figures[name] = stats[key];
   return m;
 }
 
@@ -102,7 +85,7 @@ Comparison compare(const Marks& ours, const Marks& want, const std::vector<std::
       c.differences.push_back("mark " + std::to_string(i) + " is " + ours[i].label + ", recorded " + want[i].label);
       return c;
     }
-    for (const auto& [name, key] : figure_keys()) {
+    for (const auto& [name, key] : testing::probe_figure_keys()) {
       if (!only_figures.empty() && std::find(only_figures.begin(), only_figures.end(), name) == only_figures.end())
         continue;
       const int64_t got = ours[i].figures.at(name), a = want[i].figures.at(name);

@@ -36,22 +36,6 @@ using namespace bytegrad::distributed;
 
 namespace {
 
-const std::vector<std::pair<const char*, const char*>>& figure_keys() {
-  static const std::vector<std::pair<const char*, const char*>> keys = {
-      {"allocated", "allocated_bytes.all.current"},
-      {"reserved", "reserved_bytes.all.current"},
-      {"max_allocated", "allocated_bytes.all.peak"},
-      {"max_reserved", "reserved_bytes.all.peak"},
-      {"active", "active_bytes.all.current"},
-      {"segments", "segment.all.current"},
-      {"blocks", "allocation.all.current"},
-      {"requested", "requested_bytes.all.current"},
-      {"inactive_split", "inactive_split_bytes.all.current"},
-      {"num_device_alloc", "num_device_alloc"},
-      {"num_device_free", "num_device_free"}};
-  return keys;
-}
-
 struct Mark {
   std::string label;
   std::map<std::string, int64_t> figures;
@@ -84,7 +68,7 @@ Run recorded(const std::string& program, int rank, int world = 2, int run = 0) {
   Run out;
   for (const json::Value& m : doc["marks"].items) {
     Mark mark{m["label"].string(), {}, {}};
-    for (const auto& [name, key] : figure_keys()) mark.figures[name] = m[name].integer();
+    for (const auto& [name, key] : testing::probe_figure_keys()) mark.figures[name] = m[name].integer();
     for (const auto& [ordinal, pair] : m["streams"].members)
       mark.streams[std::stoi(ordinal)] = {pair.items.at(0).integer(), pair.items.at(1).integer()};
     out.marks.push_back(std::move(mark));
@@ -113,7 +97,7 @@ class StreamOrdinals {
 Mark mark_now(const std::string& label, Device device, StreamOrdinals& ordinals) {
   auto stats = memory_stats(device);
   Mark m{label, {}, {}};
-  for (const auto& [name, key] : figure_keys()) m.figures[name] = stats[key];
+  for (const auto& [name, key] : testing::probe_figure_keys()) m.figures[name] = stats[key];
   for (const SegmentInfo& s : caching_allocator(device).snapshot().segments) {
     auto& entry = m.streams[ordinals.of(s.stream)];
     entry.first += static_cast<int64_t>(s.total_size);
@@ -146,7 +130,7 @@ std::vector<std::string> compare(const Run& ours, const Run& want, bool with_tra
       d.push_back("mark " + std::to_string(i) + " is " + a.label + ", recorded " + b.label);
       break;
     }
-    for (const auto& [name, key] : figure_keys())
+    for (const auto& [name, key] : testing::probe_figure_keys())
       if (a.figures.at(name) != b.figures.at(name))
         d.push_back(a.label + " " + name + ": got " + std::to_string(a.figures.at(name)) + ", want " +
                     std::to_string(b.figures.at(name)));

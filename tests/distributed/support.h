@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bytegrad/core/device.h"
@@ -35,5 +36,23 @@ class FreshRankDevices {
  private:
   std::vector<std::unique_ptr<FreshDevice>> fresh_;
 };
+
+// The distributed probes' figures (tools/probes/ddp_probe.py, fsdp_probe.py) and the memory_stats keys
+// they come from.
+inline const std::vector<std::pair<const char*, const char*>>& probe_figure_keys() {
+  static const std::vector<std::pair<const char*, const char*>> keys = {
+      {"allocated", "allocated_bytes.all.current"},
+      {"reserved", "reserved_bytes.all.current"},
+      {"max_allocated", "allocated_bytes.all.peak"},
+      {"max_reserved", "reserved_bytes.all.peak"},
+      {"active", "active_bytes.all.current"},
+      {"segments", "segment.all.current"},
+      {"blocks", "allocation.all.current"},
+      {"requested", "requested_bytes.all.current"},
+      {"inactive_split", "inactive_split_bytes.all.current"},
+      {"num_device_alloc", "num_device_alloc"},
+      {"num_device_free", "num_device_free"}};
+  return keys;
+}
 
 }  // namespace bytegrad::testing
