@@ -28,6 +28,7 @@
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/ops.h"
+#include "programs/checks.h"
 #include "programs/fsdp_programs.h"
 #include "tests/distributed/support.h"
 
@@ -372,16 +373,19 @@ std::vector<std::vector<double>> train_small(const TrainingData& d, Device devic
 
 // Whether two FSDP ranks on half batches end with the rows of one rank's parameters trained on the whole
 // batch (the largest difference of any value); with max_norm, both clip their gradients to it first.
-double fsdp_versus_one_rank(std::optional<double> max_norm) {
+double fsdp_versus_one_rank(std::optional<double> max_norm, DeviceType type = DeviceType::sim) {
   const TrainingData d = training_data();
   std::vector<std::vector<double>> whole;
-  {
-    testing::FreshDevice one(kSim, testing::small_card());
-    whole = train_small(d, kSim, nullptr, 0, 8, max_norm);
+  if (type == DeviceType::cuda) {  // the GPUs as they are (their allocators are not swapped for a small card)
+    whole = train_small(d, Device{type, 0}, nullptr, 0, 8, max_norm);
+  } else {
+    testing::FreshDevice one(Device{type, 0}, testing::small_card());
+    whole = train_small(d, Device{type, 0}, nullptr, 0, 8, max_norm);
   }
-  testing::FreshRankDevices fresh(2, DeviceType::sim);
+  std::optional<testing::FreshRankDevices> fresh;
+  if (type != DeviceType::cuda) fresh.emplace(2, type);
   std::vector<std::vector<std::vector<double>>> ranks(2);
-  run_ranks(2, DeviceType::sim, [&](ProcessGroup& pg) {
+  run_ranks(2, type, [&](ProcessGroup& pg) {
     ranks[static_cast<size_t>(pg.rank())] = train_small(d, pg.device(), &pg, pg.rank() * 4, 4, max_norm);
   });
   // Parameters in order fc1.weight (7 x 8), fc1.bias (7), fc2.weight (5 x 7), fc2.bias (5): rank r holds rows
@@ -491,4 +495,49 @@ TEST_CASE("fully_shard: reshard_after_forward as an int is a factor of the world
     CHECK(local_rows[r] == (r == 0 ? 2 : 1));
     CHECK(shown[r] == 3);
   }
+}
+
+// On two GPUs with NCCL (ctest distributed_fsdp_cuda, label multigpu): both ranks run together as threads,
+// each program's every figure, per-stream figure and trace entry per rank equal to the fake backend's
+// (and so to PyTorch's recordings for the exact programs). GPT-2 small is compared with PyTorch's three
+// runs and reported (placement, see above). Then the training check of the sim case above, on the GPUs.
+TEST_CASE("FSDP2 programs on two GPUs with NCCL give the fake backend's figures and trace" * doctest::timeout(600)) {
+  if (cuda_device_count() < 2) {
+    MESSAGE("skipped: needs 2 GPUs, found " << cuda_device_count());
+    return;
+  }
+  std::vector<std::string> programs = exact_programs();
+  programs.emplace_back("gpt2_small_fsdp");
+  for (const std::string& program : programs) {
+    CAPTURE(program);
+    for (int r = 0; r < 2; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});  // as a new process
+    std::vector<Run> on_cuda;
+    {
+      DefaultWorkspaces workspaces;
+      std::vector<Run> runs(2);
+      std::vector<StreamOrdinals> ordinals(2);
+      run_ranks(2, DeviceType::cuda, [&](ProcessGroup& pg) {
+        const auto r = static_cast<size_t>(pg.rank());
+        caching_allocator(pg.device()).record_history(true);
+        programs::run_fsdp_program(
+            program, pg,
+            [&](const std::string& label) { runs[r].marks.push_back(mark_now(label, pg.device(), ordinals[r])); },
+            [&] { runs[r].trace = trace_now(pg.device(), ordinals[r]); });
+        caching_allocator(pg.device()).record_history(false);
+      });
+      on_cuda = std::move(runs);
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      const Run& ours = on_cuda[static_cast<size_t>(rank)];
+      const auto d = compare(ours, run_alone(program, rank));
+      CHECK_MESSAGE(d.empty(), program << " rank " << rank << " on cuda differs from fake:" << joined(d));
+      if (program == "gpt2_small_fsdp")
+        for (int run = 0; run < 3; ++run)
+          MESSAGE(program << " rank " << rank << " on cuda against PyTorch's run " << run << ": "
+                          << (compare(ours, recorded(program, rank, 2, run)).empty() ? "equal" : "differs"));
+    }
+  }
+  for (int r = 0; r < 2; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});
+  CHECK(fsdp_versus_one_rank(std::nullopt, DeviceType::cuda) < 1e-5);
+  CHECK(fsdp_versus_one_rank(0.05, DeviceType::cuda) < 1e-5);
 }
