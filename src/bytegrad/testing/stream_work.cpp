@@ -13,7 +13,7 @@ void queue_busy_work(const Stream& stream) {
     case DeviceType::cuda:
 #ifdef BYTEGRAD_HAVE_CUDA
       // About a second on an H100 (1.98 GHz): far longer than the host needs to reach its next step.
-      cuda::spin_for_cycles(stream.native_handle(), 2'000'000'000);
+      cuda::spin_for_cycles(stream.device().index, stream.native_handle(), 2'000'000'000);
       return;
 #else
       break;

@@ -6,7 +6,7 @@
 
 namespace bytegrad::cuda {
 
-// Queues the spin on `stream` (a cudaStream_t; nullptr: the default stream) of the current device.
-void spin_for_cycles(void* stream, int64_t cycles);
+// Queues the spin on `stream` (a cudaStream_t of device `device`; nullptr: that device's default stream).
+void spin_for_cycles(int device, void* stream, int64_t cycles);
 
 }  // namespace bytegrad::cuda
