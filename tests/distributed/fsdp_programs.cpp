@@ -253,6 +253,32 @@ TEST_CASE("FSDP2 programs exact against PyTorch on two H200s: every mark, every 
     }
 }
 
+// tests/data/pytorch_probes/fsdp_n4: the same probe with torchrun on four H200s, once. Each of the four ranks
+// alone on the fake backend. Every figure and the whole trace are PyTorch's except `inactive_split` in the
+// MLP programs up to the first backward: a tie of placement. On four ranks fc1's 4 MiB weight shard takes a
+// new 20 MiB segment, whose free 16 MiB rest then ties with fc1's freed 16 MiB segment for fc2's 16 MiB
+// shard; best fit takes the lower address. The modelled driver (virtual_address_space.h) puts the older
+// 16 MiB segment in the gap the driver leaves at the top, above the new one; PyTorch's process had it lower
+// (its addresses were not recorded: issue 31). The tie is reported, not fitted.
+TEST_CASE("FSDP2 programs as PyTorch on four H200s: every rank, placement ties reported") {
+  for (const std::string& program : exact_programs())
+    for (int rank = 0; rank < 4; ++rank) {
+      CAPTURE(program);
+      CAPTURE(rank);
+      if (program == "mlp_fsdp_reshard_int") {  // reshard_after_forward=2 of 4: a smaller group after forward
+        CHECK_THROWS_WITH_AS(run_alone(program, rank, 4), doctest::Contains("not supported yet"),
+                             std::invalid_argument);
+        continue;
+      }
+      std::vector<std::string> placement, other;
+      for (std::string& d : compare(run_alone(program, rank, 4), recorded(program, rank, 4)))
+        (d.find(" inactive_split: ") != std::string::npos ? placement : other).push_back(std::move(d));
+      CHECK_MESSAGE(other.empty(), program << " rank " << rank << " of 4 differs from PyTorch:" << joined(other));
+      if (rank == 0 && !placement.empty())
+        MESSAGE("placement tie: " << program << " (every rank):" << joined(placement, 4));
+    }
+}
+
 TEST_CASE("FSDP2 programs not yet exact (expected failures): each still differs, first difference shown") {
   for (const auto& [program, missing] : programs_not_yet_exact())
     for (int rank = 0; rank < 2; ++rank) {
@@ -293,7 +319,13 @@ TEST_CASE("FSDP2 of GPT-2 small as PyTorch on two H200s, one of three runs (slow
     MESSAGE("expected failure: " << program << " rank " << rank
                                  << " (placement: none of PyTorch's runs; closest):" << joined(d, 4));
     CHECK_MESSAGE(!d.empty(), program << " rank " << rank << " is now exact");
-  }
+  }  // Four ranks, recorded once: reported (how far each rank is from PyTorch's one run).
+  for (const std::string program : {"gpt2_small_fsdp", "gpt2_small_fsdp_mixed"})
+    for (int rank = 0; rank < 4; ++rank) {
+      const auto d = compare(run_alone(program, rank, 4), recorded(program, rank, 4));
+      MESSAGE(program << " rank " << rank
+                      << " of 4: " << (d.empty() ? std::string("equal to PyTorch's run") : "differs:" + joined(d, 4)));
+    }
 }
 
 TEST_CASE("FSDP2 on the threads backend gives the fake backend's figures and trace, on sim and meta") {
