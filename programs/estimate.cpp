@@ -445,6 +445,21 @@ int run(int argc, char** argv) {
         outside_allocator_line(distributed::modelled_nccl_figures(), total - free - memory_reserved(kMeta));
   }
   std::cout << report;
+  if (peak.placement_ties > 0 && !peak.out_of_memory) {
+    // Best fit chose between equal free blocks by address, and PyTorch's addresses come from the driver:
+    // the same run with every such tie the other way shows whether the peaks depend on them.
+    const TrainingPeak other =
+        estimate_on_meta([&](Device on) { gpt ? train_gpt(t, nullptr, on) : train_mlp(m, nullptr, on); },
+                         default_workspace, limit, CachingAllocator::TieOrder::highest_address);
+    std::cout << "placement_ties " << peak.placement_ties
+              << " (requests best fit served from equal free blocks, by address: where segments land)\n";
+    if (other.peak_allocated == peak.peak_allocated && other.peak_reserved == peak.peak_reserved)
+      std::cout << "with ties the other way: the same peaks\n";
+    else
+      std::cout << "with ties the other way: peak_allocated " << other.peak_allocated << " peak_reserved "
+                << other.peak_reserved << (other.out_of_memory ? " (out of memory)" : "")
+                << " (PyTorch's run can give either)\n";
+  }
   if (card)
     std::cout << "card " << card->name << ": total " << card->total_bytes << " B, CUDA context and driver "
               << card->driver_bytes << " B, left for PyTorch " << human_bytes(card->usable_bytes()) << '\n';

@@ -10,6 +10,7 @@
 
 #include "bytegrad/core/device.h"
 #include "bytegrad/memory/block_categories.h"
+#include "bytegrad/memory/caching_allocator.h"
 #include "programs/scenario.h"
 
 namespace bytegrad::programs {
@@ -21,13 +22,16 @@ struct TrainingPeak {
   std::string message;         // the out-of-memory error's text, when it failed
   std::string explanation;     // OutOfMemoryError::report() as text, when it failed
   PeakRecord at_peak;          // bytes per category, phase and largest blocks at max_memory_allocated
+  int64_t placement_ties = 0;  // requests best fit served with equal free blocks (decided by address)
 };
 
 // Runs `run(kMeta)` as a fresh process: PyTorch's default cuBLAS workspaces unless default_workspace is
 // false (CUBLAS_WORKSPACE_CONFIG=:0:0); allocator settings from BYTEGRAD_ALLOC_CONF (as PyTorch reads
 // PYTORCH_CUDA_ALLOC_CONF: e.g. expandable_segments:True); limit_bytes > 0 caps the allocator's reserved memory as
-// torch.cuda.set_per_process_memory_fraction(limit / total) does.
-TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes);
+// torch.cuda.set_per_process_memory_fraction(limit / total) does. `ties`: which of equal free blocks best fit
+// takes (PyTorch: the lowest address); the other order gives the other outcome where figures turn on a tie.
+TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes,
+                              CachingAllocator::TieOrder ties = CachingAllocator::TieOrder::lowest_address);
 
 // The largest batch (>= 1) for which fits(batch) holds, 0 when batch 1 does not: doubling, then bisection
 // (memory grows with the batch).

@@ -72,5 +72,34 @@ TEST_CASE("best fit breaks a tie by the segments' tie addresses, not their point
   }
 }
 
+// The other outcome of a tie (CachingAllocator::TieOrder): a 12 MiB segment A, free and whole, and a 14 MiB
+// segment B holding 2 MiB with its 12 MiB rest free. A 12 MiB request ties between A and B's rest. Taking A
+// leaves B's rest free in a split segment (inactive_split 12 MiB); taking B's rest leaves A whole (0). The
+// two tie orders give the two figures, and both count the one tie.
+TEST_CASE("TieOrder: ties to the highest address give a tie's other outcome, and ties are counted") {
+  auto run = [](CachingAllocator::TieOrder order) {
+    CachingAllocator alloc(std::make_unique<MirroredTies>(false), {});
+    alloc.set_tie_order(order);
+    void* a = alloc.malloc(12 * MiB);  // above 10 MiB: a segment of its size rounded to 2 MiB
+    void* b = alloc.malloc(14 * MiB);
+    alloc.free(b);
+    void* in_b = alloc.malloc(2 * MiB);  // the only free block: B, split into 2 MiB + 12 MiB
+    alloc.free(a);
+    CHECK(alloc.placement_ties() == 0);
+    void* tied = alloc.malloc(12 * MiB);
+    CHECK(alloc.placement_ties() == 1);
+    const int64_t inactive_split = stat(alloc, "inactive_split_bytes.all.current");
+    const bool took_a = tied == a;
+    alloc.free(tied);
+    alloc.free(in_b);
+    return std::pair{took_a, inactive_split};
+  };
+  const auto lowest = run(CachingAllocator::TieOrder::lowest_address);
+  const auto highest = run(CachingAllocator::TieOrder::highest_address);
+  CHECK(lowest.first != highest.first);  // each order takes the other block
+  for (const auto& [took_a, inactive_split] : {lowest, highest})
+    CHECK(inactive_split == (took_a ? 12 * 1024 * 1024 : 0));  // B's free 12 MiB rest, or nothing split and free
+}
+
 }  // namespace
 }  // namespace bytegrad::testing

@@ -197,6 +197,18 @@ bool CachingAllocator::find_free_block(Request& request) {
   key.size = request.size;
   auto it = pool.free_blocks.lower_bound(&key);
   if (it == pool.free_blocks.end() || (*it)->stream != request.stream) return false;
+  if (!(*it)->segment) {
+    // Equal candidates sit next to each other, lowest tie address first.
+    auto equal = [&](auto next) {
+      return next != pool.free_blocks.end() && (*next)->stream == request.stream && (*next)->size == (*it)->size &&
+             !(*next)->segment;
+    };
+    if (equal(std::next(it))) {
+      ++placement_ties_;
+      if (tie_order_ == TieOrder::highest_address)
+        while (equal(std::next(it))) ++it;
+    }
+  }
   if ((*it)->segment) {
     // A free block at the end of a mapped range can grow into the unmapped range after it; best fit
     // compares such blocks by what they could grow to, walking on while the next candidate could grow
@@ -912,6 +924,21 @@ void CachingAllocator::set_memory_fraction(double fraction) {
   device_total_ = raw_->info().total;
   allowed_maximum_ = static_cast<size_t>(fraction * static_cast<double>(device_total_));
   fraction_set_ = true;  // stays set, even at 1.0
+}
+
+void CachingAllocator::set_tie_order(TieOrder order) {
+  std::lock_guard lock(mutex_);
+  tie_order_ = order;
+}
+
+CachingAllocator::TieOrder CachingAllocator::tie_order() const {
+  std::lock_guard lock(mutex_);
+  return tie_order_;
+}
+
+int64_t CachingAllocator::placement_ties() const {
+  std::lock_guard lock(mutex_);
+  return placement_ties_;
 }
 
 double CachingAllocator::memory_fraction() const {

@@ -108,6 +108,16 @@ class CachingAllocator {
   void begin_allocate_to_pool(MempoolId pool);
   void end_allocate_to_pool(MempoolId pool);
 
+  // Which of several equal free blocks best fit takes. PyTorch takes the lowest address, and addresses
+  // come from the CUDA driver, so a figure that turns on such a tie depends on where segments landed
+  // (issue 31; docs/status.md): highest_address runs a program the other way to show the other outcome.
+  // placement_ties() counts the requests best fit served with more than one equal candidate (segments of
+  // expandable ones excepted). Not part of PyTorch's statistics.
+  enum class TieOrder { lowest_address, highest_address };
+  void set_tie_order(TieOrder order);
+  TieOrder tie_order() const;
+  int64_t placement_ties() const;
+
   // Caps the segments this allocator may hold at fraction * total device memory (0 <= fraction <= 1).
   void set_memory_fraction(double fraction);
   // New settings between allocations (set_allocator_settings, memory_functions.h): later requests follow
@@ -265,6 +275,8 @@ class CachingAllocator {
   BlockCategories categories_;
   size_t total_reserved_ = 0;  // bytes of all segments: what the fraction cap and GC test
   bool fraction_set_ = false;
+  TieOrder tie_order_ = TieOrder::lowest_address;
+  int64_t placement_ties_ = 0;
   size_t allowed_maximum_ = 0;
   size_t device_total_ = 0;
   History history_;
