@@ -10,6 +10,16 @@
 
 namespace bytegrad {
 
+// A 0-d view as 1-d of one element, so dimension 0 exists (PyTorch accepts dim 0 and -1 on a scalar for
+// the ops along one dimension: cumsum, sort, gather and the like).
+inline StridedView at_least_1d(const StridedView& v) {
+  if (!v.sizes.empty()) return v;
+  StridedView one = v;
+  one.sizes = {1};
+  one.strides = {1};
+  return one;
+}
+
 // Where nll_loss's kernels find their elements: the (batch, classes) geometry of an (N, C) or (C) input, in
 // elements. Trivially copyable: the cuda kernels take it by value.
 struct NllGeometry {
