@@ -45,29 +45,13 @@ struct Mark {
 using Marks = std::vector<Mark>;
 
 Marks recorded(const std::string& program, int run, int rank, int world = 2) {
-  const std::string n = "n" + std::to_string(world);
-  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_" + n + "/" + program + "." + n +
-                           ".run" + std::to_string(run) + ".rank" + std::to_string(rank) + ".json";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const json::Value doc = json::parse(text.str());
+  const json::Value doc = testing::probe_recording("ddp", program, world, run, rank);
   Marks out;
-  for (const json::Value& m : doc["marks"].items) {
-    Mark mark{m["label"].string(), {}};
-    for (const auto& [name, key] : testing::probe_figure_keys()) mark.figures[name] = m[name].integer();
-    out.push_back(std::move(mark));
-  }
+  for (const json::Value& m : doc["marks"].items) out.push_back({m["label"].string(), testing::recorded_figures(m)});
   return out;
 }
 
-Mark mark_now(const std::string& label, Device device) {
-  auto stats = memory_stats(device);
-  Mark m{label, {}};
-  for (const auto& [name, key] : testing::probe_figure_keys()) m.figures[name] = stats[key];
-  return m;
-}
+Mark mark_now(const std::string& label, Device device) { return {label, testing::figures_now(device)}; }
 
 // Every figure of every mark that differs.
 struct Comparison {
@@ -97,23 +81,6 @@ Comparison compare(const Marks& ours, const Marks& want, const std::vector<std::
   return c;
 }
 
-// PyTorch's default cuBLAS workspaces (the probe sets no CUBLAS_WORKSPACE_CONFIG), restored afterwards.
-class DefaultWorkspaces {
- public:
-  DefaultWorkspaces() {
-    if (const char* old = std::getenv("CUBLAS_WORKSPACE_CONFIG")) saved_ = old;
-    unsetenv("CUBLAS_WORKSPACE_CONFIG");
-  }
-  ~DefaultWorkspaces() {
-    if (!saved_.empty()) setenv("CUBLAS_WORKSPACE_CONFIG", saved_.c_str(), 1);
-  }
-  DefaultWorkspaces(const DefaultWorkspaces&) = delete;
-  DefaultWorkspaces& operator=(const DefaultWorkspaces&) = delete;
-
- private:
-  std::string saved_;
-};
-
 using Timing = std::optional<int>;  // ProcessGroupOptions::unwaited_release_after
 
 std::string timing_name(Timing t) {
@@ -121,7 +88,7 @@ std::string timing_name(Timing t) {
 }
 
 std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, Timing timing, int world = 2) {
-  DefaultWorkspaces workspaces;
+  testing::DefaultWorkspaces workspaces;
   testing::FreshRankDevices fresh(world, type);
   std::vector<Marks> marks(static_cast<size_t>(world));
   ProcessGroupOptions options;
@@ -137,7 +104,7 @@ std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, T
 }
 
 Marks run_alone(const std::string& program, int rank, Timing timing, int world = 2) {
-  DefaultWorkspaces workspaces;
+  testing::DefaultWorkspaces workspaces;
   const Device device{DeviceType::meta, 0};
   testing::FreshDevice fresh(device, testing::small_card());
   clear_blas_workspaces();
@@ -267,7 +234,7 @@ TEST_CASE("DDP and ZeRO-1 programs on two GPUs with NCCL give the figures of one
     std::vector<Marks> on_cuda(2);
     for (int r = 0; r < 2; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});  // as a new process
     {
-      DefaultWorkspaces workspaces;
+      testing::DefaultWorkspaces workspaces;
       run_ranks(2, DeviceType::cuda, [&](ProcessGroup& pg) {
         programs::run_ddp_program(
             program, pg, [&](const std::string& label) { on_cuda[pg.rank()].push_back(mark_now(label, pg.device())); });
