@@ -25,7 +25,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_common import ITERATIONS, main, train  # noqa: E402  (same folder; also puts nanoGPT on the path)
+from probe_common import ITERATIONS, main, nanogpt, token_batch, train  # noqa: E402  (same folder; also puts nanoGPT on the path)
 
 
 # ------------------------------------------------------------------------------------------ the models
@@ -80,12 +80,7 @@ def mlp_program(r, rank, ddp_kwargs=None, no_sync=False, zero1=False, zero_bucke
 
 
 def gpt2_program(r, rank, cfg_name, B, T, ddp_kwargs=None, zero1=False, zero_bucket_view=False):
-    import gpt2_scenarios as g
-    dev = torch.device("cuda", rank)
-    g.DEV = dev
-    cfg = {"tiny": g.TINY, "small": g.SMALL}[cfg_name]
-    torch.manual_seed(1337)
-    model = g.GPT(cfg).to(dev)
+    g, cfg, model = nanogpt(rank, cfg_name)
     r.mark("model")
     ddp = DDP(model, device_ids=[rank], **(ddp_kwargs or {}))
     r.mark("wrapped")
@@ -95,9 +90,7 @@ def gpt2_program(r, rank, cfg_name, B, T, ddp_kwargs=None, zero1=False, zero_buc
                                       parameters_as_bucket_view=zero_bucket_view)
     else:
         opt = g.make_optimizer(model, None)
-    torch.manual_seed(100 + rank)
-    x = torch.randint(0, cfg.vocab, (B, T), device=dev)
-    y = torch.randint(0, cfg.vocab, (B, T), device=dev)
+    x, y = token_batch(rank, cfg, B, T)
     r.mark("data")
     train(r, ddp, opt, ((x, y), None))
 

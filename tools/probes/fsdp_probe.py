@@ -21,7 +21,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddp_probe import MLP  # noqa: E402  (same folder)
-from probe_common import main, train  # noqa: E402  (also puts the nanoGPT model on the path)
+from probe_common import main, nanogpt, token_batch, train  # noqa: E402  (also puts the nanoGPT model on the path)
 
 
 class UnevenMLP(nn.Module):
@@ -77,12 +77,7 @@ def mlp_program(r, rank, world, reshard=None, mixed=False, uneven=False, meta=Fa
 
 
 def gpt2_program(r, rank, world, cfg_name, B, T, reshard=None, mixed=False, clip=False):
-    import gpt2_scenarios as g
-    dev = torch.device("cuda", rank)
-    g.DEV = dev
-    cfg = {"tiny": g.TINY, "small": g.SMALL}[cfg_name]
-    torch.manual_seed(1337)
-    model = g.GPT(cfg).to(dev)
+    g, cfg, model = nanogpt(rank, cfg_name)
     r.mark("model")
     kw = shard_kwargs(reshard, mixed)
     for block in model.transformer.h:
@@ -90,9 +85,7 @@ def gpt2_program(r, rank, world, cfg_name, B, T, reshard=None, mixed=False, clip
     fully_shard(model, **kw)
     r.mark("sharded")
     opt = g.make_optimizer(model, None)
-    torch.manual_seed(100 + rank)
-    x = torch.randint(0, cfg.vocab, (B, T), device=dev)
-    y = torch.randint(0, cfg.vocab, (B, T), device=dev)
+    x, y = token_batch(rank, cfg, B, T)
     r.mark("data")
     train(r, model, opt, ((x, y), None), clip=clip)
 

@@ -66,6 +66,26 @@ class Recorder:
         return out
 
 
+def nanogpt(rank, cfg_name):
+    """The probes' nanoGPT (shared/golden/gpt2/gpt2_scenarios.py) of config "tiny" or "small", seeded and on
+    this rank's GPU: (the gpt2_scenarios module, the config, the model)."""
+    import gpt2_scenarios as g
+    dev = torch.device("cuda", rank)
+    g.DEV = dev
+    cfg = {"tiny": g.TINY, "small": g.SMALL}[cfg_name]
+    torch.manual_seed(1337)
+    return g, cfg, g.GPT(cfg).to(dev)
+
+
+def token_batch(rank, cfg, B, T):
+    """This rank's B x T batch of tokens and targets, seeded by rank."""
+    dev = torch.device("cuda", rank)
+    torch.manual_seed(100 + rank)
+    x = torch.randint(0, cfg.vocab, (B, T), device=dev)
+    y = torch.randint(0, cfg.vocab, (B, T), device=dev)
+    return x, y
+
+
 def train(r, model, opt, batch, clip=False, before_each=None):
     """ITERATIONS of forward, backward, (clip,) step, zero_grad(set_to_none=True), marked after each. batch is
     (x, y) for a classifier (cross_entropy on its output) or ((x, y), None) for nanoGPT (its own loss);
