@@ -38,8 +38,7 @@ void cumsum(const StridedView& out_view, const StridedView& in_view, int64_t dim
 void sort(const StridedView& values_view, const StridedView& indices_view, const StridedView& in_view, int64_t dim,
           bool descending) {
   const StridedView values = at_least_1d(values_view), indices = at_least_1d(indices_view), in = at_least_1d(in_view);
-  if (values.dtype != in.dtype || indices.dtype != ScalarType::int64)
-    throw std::invalid_argument("cpu backend: sort: values must have the input's dtype and indices int64");
+  check_sort_outputs(values, indices, in, "cpu");
   const auto d = static_cast<size_t>(dim);
   const int64_t length = in.sizes[d], keep = values.sizes[d];
   if (keep > length) throw std::invalid_argument("cpu backend: sort: more outputs than elements in a slice");

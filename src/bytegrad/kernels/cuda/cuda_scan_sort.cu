@@ -100,8 +100,7 @@ void cumsum(const StridedView& out_view, const StridedView& in_view, int64_t dim
 void sort(const StridedView& values_view, const StridedView& indices_view, const StridedView& in_view, int64_t dim,
           bool descending) {
   const StridedView values = at_least_1d(values_view), indices = at_least_1d(indices_view), in = at_least_1d(in_view);
-  if (values.dtype != in.dtype || indices.dtype != ScalarType::int64)
-    throw std::invalid_argument("cuda backend: sort: values must have the input's dtype and indices int64");
+  check_sort_outputs(values, indices, in, "cuda");
   const auto d = static_cast<size_t>(dim);
   const int64_t length = in.sizes[d];
   const std::vector<int64_t> bases = with_size_one_at(in.sizes, dim);
