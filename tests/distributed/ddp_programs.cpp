@@ -81,6 +81,8 @@ Comparison compare(const Marks& ours, const Marks& want, const std::vector<std::
   return c;
 }
 
+using testing::DefaultWorkspaces;
+
 using Timing = std::optional<int>;  // ProcessGroupOptions::unwaited_release_after
 
 std::string timing_name(Timing t) {
@@ -88,7 +90,7 @@ std::string timing_name(Timing t) {
 }
 
 std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, Timing timing, int world = 2) {
-  testing::DefaultWorkspaces workspaces;
+  DefaultWorkspaces workspaces;
   testing::FreshRankDevices fresh(world, type);
   std::vector<Marks> marks(static_cast<size_t>(world));
   ProcessGroupOptions options;
@@ -104,7 +106,7 @@ std::vector<Marks> run_on_threads(const std::string& program, DeviceType type, T
 }
 
 Marks run_alone(const std::string& program, int rank, Timing timing, int world = 2) {
-  testing::DefaultWorkspaces workspaces;
+  DefaultWorkspaces workspaces;
   const Device device{DeviceType::meta, 0};
   testing::FreshDevice fresh(device, testing::small_card());
   clear_blas_workspaces();
@@ -234,7 +236,7 @@ TEST_CASE("DDP and ZeRO-1 programs on two GPUs with NCCL give the figures of one
     std::vector<Marks> on_cuda(2);
     for (int r = 0; r < 2; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});  // as a new process
     {
-      testing::DefaultWorkspaces workspaces;
+      DefaultWorkspaces workspaces;
       run_ranks(2, DeviceType::cuda, [&](ProcessGroup& pg) {
         programs::run_ddp_program(
             program, pg, [&](const std::string& label) { on_cuda[pg.rank()].push_back(mark_now(label, pg.device())); });

@@ -155,8 +155,10 @@ std::string joined(const std::vector<std::string>& lines, size_t most = 12) {
   return s;
 }
 
+using testing::DefaultWorkspaces;
+
 Run run_alone(const std::string& program, int rank, int world = 2) {
-  testing::DefaultWorkspaces workspaces;
+  DefaultWorkspaces workspaces;
   const Device device{DeviceType::meta, 0};
   testing::FreshDevice fresh(device, testing::small_card());
   clear_blas_workspaces();
@@ -178,7 +180,7 @@ Run run_alone(const std::string& program, int rank, int world = 2) {
 }
 
 std::vector<Run> run_on_threads(const std::string& program, DeviceType type, int world = 2) {
-  testing::DefaultWorkspaces workspaces;
+  DefaultWorkspaces workspaces;
   testing::FreshRankDevices fresh(world, type);
   std::vector<Run> runs(static_cast<size_t>(world));
   std::vector<StreamOrdinals> ordinals(static_cast<size_t>(world));

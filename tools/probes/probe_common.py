@@ -60,7 +60,9 @@ class Recorder:
 
     def trace(self):
         entries = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
-        out = [[e["action"], e.get("size", 0), self.stream(e.get("stream", 0))] for e in entries
+        # [action, size, stream ordinal, address]: the address says which of two equal free blocks best fit
+        # took (placement ties, issue 31); the tests read the first three.
+        out = [[e["action"], e.get("size", 0), self.stream(e.get("stream", 0)), e.get("addr", 0)] for e in entries
                if e["action"] != "snapshot"]
         torch.cuda.memory._record_memory_history(enabled=None)
         return out
