@@ -51,6 +51,7 @@ inline Device build_device(const distributed::ProcessGroup& pg) {
 template <typename Entry>
 std::vector<std::string> program_names(const std::vector<Entry>& entries) {
   std::vector<std::string> names;
+  names.reserve(entries.size());
   for (const Entry& e : entries) names.push_back(e.name);
   return names;
 }
