@@ -6,49 +6,20 @@ timed the same way (median of synchronized steps after
 3 warm-up steps).
   python3 pytorch_ddp_step.py N [STEPS [fp32|bf16_sdpa [BATCH [SEQ]]]]    (starts torchrun itself)"""
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "shared", "golden", "gpt2"))
-sys.path.insert(0, os.path.join(HERE, "..", "shared", "golden"))
-import gpt2_scenarios as g  # noqa: E402
-
-
-def median_ms(step, steps):
-    for _ in range(3):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_gpt2_step import gpt2_step, median_ms  # noqa: E402  (also puts the golden model on the path)
 
 
 def step_ms(dev, steps, mode, B, T, ddp):
-    torch.manual_seed(1337)
-    model = g.GPT(g.SMALL, mode == "bf16_sdpa").to(dev)
-    wrapped = DDP(model, device_ids=[dev.index]) if ddp else model
-    opt = g.make_optimizer(model, foreach=None)
-    x = torch.randint(0, g.SMALL.vocab, (B, T), device=dev)
-    y = torch.randint(0, g.SMALL.vocab, (B, T), device=dev)
-
-    def step():
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=mode != "fp32"):
-            logits, loss = wrapped(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-
-    return median_ms(step, steps)
+    wrap = (lambda model: DDP(model, device_ids=[dev.index])) if ddp else None
+    return median_ms(gpt2_step(B, T, amp=mode != "fp32", sdpa=mode == "bf16_sdpa", device=dev, wrap=wrap), steps)
 
 
 def rank_main(steps, mode, B, T):

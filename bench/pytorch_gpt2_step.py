@@ -14,17 +14,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpt2_scenarios as g  # noqa: E402
 
 
-def gpt2_step(B, T, amp=False, sdpa=False):
-    """One synchronized training step of GPT-2 small at B x T tokens (bench/pytorch_gpt2_profile.py uses it too)."""
+def gpt2_step(B, T, amp=False, sdpa=False, device="cuda", wrap=None):
+    """One synchronized training step of GPT-2 small at B x T tokens on `device` (bench/pytorch_gpt2_profile.py and
+    pytorch_ddp_step.py use it too); the step calls wrap(model) where wrap is given (pytorch_ddp_step.py's DDP)."""
     torch.manual_seed(1337)
-    model = g.GPT(g.SMALL, sdpa).to("cuda")
+    model = g.GPT(g.SMALL, sdpa).to(device)
+    wrapped = wrap(model) if wrap else model
     opt = g.make_optimizer(model, foreach=None)
-    x = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
-    y = torch.randint(0, g.SMALL.vocab, (B, T), device="cuda")
+    x = torch.randint(0, g.SMALL.vocab, (B, T), device=device)
+    y = torch.randint(0, g.SMALL.vocab, (B, T), device=device)
 
     def step():
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=amp):
-            logits, loss = model(x, y)
+            logits, loss = wrapped(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -33,8 +35,8 @@ def gpt2_step(B, T, amp=False, sdpa=False):
     return step
 
 
-def median_ms(B, T, steps, amp=False, sdpa=False):
-    step = gpt2_step(B, T, amp, sdpa)
+def median_ms(step, steps):
+    """The median wall time of `steps` calls of step() after 3 warm-up calls, in milliseconds (step synchronizes)."""
     for _ in range(3):
         step()
     times = []
@@ -52,7 +54,7 @@ def main():
           f"steps)")
     for B, T in ((4, 256), (8, 1024)):
         torch.cuda.reset_peak_memory_stats()
-        ms = median_ms(B, T, steps, amp=mode != "fp32", sdpa=mode == "bf16_sdpa")
+        ms = median_ms(gpt2_step(B, T, amp=mode != "fp32", sdpa=mode == "bf16_sdpa"), steps)
         print(f"{B}x{T:<6} {ms:12.2f} ms {torch.cuda.max_memory_allocated():16d}")
 
 

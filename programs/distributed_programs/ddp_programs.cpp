@@ -12,6 +12,7 @@
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/ops.h"
+#include "programs/distributed_programs/probe_models.h"
 #include "programs/gpt2_programs.h"
 
 namespace bytegrad::programs {
@@ -23,35 +24,6 @@ using distributed::DistributedDataParallel;
 using distributed::ProcessGroup;
 using Mark = std::function<void(const std::string&)>;
 
-// 1024 -> 4096 -> 4096 -> 10 (20.8M parameters), with an optional Linear(256, 256) that forward never uses.
-class MLP : public nn::Module {
- public:
-  MLP(bool unused, Device on) {
-    fc1_ = register_module("fc1", std::make_shared<nn::Linear>(1024, 4096, on));
-    fc2_ = register_module("fc2", std::make_shared<nn::Linear>(4096, 4096, on));
-    fc3_ = register_module("fc3", std::make_shared<nn::Linear>(4096, 10, on));
-    if (unused) register_module("unused", std::make_shared<nn::Linear>(256, 256, on));
-  }
-  // fc3(relu(fc2(relu(fc1(x))))), one statement per layer so each layer's output is freed as Python frees
-  // it (C++ would keep a nested expression's temporaries to its end).
-  Tensor forward(const Tensor& x) override {
-    Tensor h = relu((*fc1_)(x));
-    h = relu((*fc2_)(h));
-    return (*fc3_)(h);
-  }
-
- private:
-  std::shared_ptr<nn::Linear> fc1_, fc2_, fc3_;
-};
-
-constexpr int kIterations = 3;
-
-// Where a rank builds its model before moving it: the CPU, or on meta a meta device no rank uses (no
-// arithmetic, and nothing lands in another rank's allocator).
-Device build_device(const ProcessGroup& pg) {
-  return pg.device().type == DeviceType::meta ? Device{DeviceType::meta, 100 + pg.rank()} : kCpu;
-}
-
 struct MLPVariant {
   DDPOptions ddp;
   bool no_sync = false;
@@ -62,7 +34,7 @@ struct MLPVariant {
 void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
   const Device dev = pg.device();
   manual_seed(1337);
-  auto model = std::make_shared<MLP>(v.ddp.find_unused_parameters, build_device(pg));
+  auto model = std::make_shared<ProbeMLP>(1024, 4096, 4096, build_device(pg), v.ddp.find_unused_parameters);
   model->to(dev);
   mark("model");
   DistributedDataParallel ddp(model, pg, v.ddp);
@@ -80,7 +52,7 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
   Tensor x = randn({64, 1024}, TensorOptions{}.with_device(dev));
   Tensor y = randint(0, 10, {64}, TensorOptions{ScalarType::int64, dev});
   mark("data");
-  for (int i = 0; i < kIterations; ++i) {
+  for (int i = 0; i < kProbeIterations; ++i) {
     const std::string s = "s" + std::to_string(i);
     if (v.no_sync) {
       auto guard = ddp.no_sync();
@@ -105,7 +77,7 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const MLPVariant& v) {
 // nanoGPT's loop (train_gpt) as this group's rank: the probe's gpt2_program is its data-parallel branch.
 void gpt2_program(ProcessGroup& pg, const Mark& mark, const nn::GPTConfig& config, int64_t batch, int64_t seq,
                   const DDPOptions& options, bool zero1, distributed::ZeroOptions zero = {}) {
-  GPTTraining training{.config = config, .batch = batch, .seq = seq, .steps = kIterations};
+  GPTTraining training{.config = config, .batch = batch, .seq = seq, .steps = kProbeIterations};
   training.data_parallel = GPTDataParallel{.ddp = options, .zero1 = zero1, .zero = zero, .group = &pg};
   train_gpt(training, mark, pg.device());
 }
@@ -147,24 +119,14 @@ const std::vector<Entry>& programs() {
 }  // namespace
 
 const std::vector<std::string>& ddp_program_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const Entry& e : programs()) n.push_back(e.name);
-    return n;
-  }();
+  static const std::vector<std::string> names = program_names(programs());
   return names;
 }
 
 void run_ddp_program(const std::string& name, ProcessGroup& pg, const Mark& mark) {
   for (const Entry& e : programs()) {
     if (e.name != name) continue;
-    const Mark synchronized_mark = [&](const std::string& label) {
-      synchronize(pg.device());
-      mark(label);
-    };
-    synchronized_mark("start");
-    synchronized_mark("process_group");
-    e.run(pg, synchronized_mark);
+    e.run(pg, start_probe_marks(pg, mark));
     return;
   }
   throw std::invalid_argument("run_ddp_program: no program named '" + name + "'");

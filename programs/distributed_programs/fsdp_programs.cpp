@@ -12,6 +12,7 @@
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/ops.h"
+#include "programs/distributed_programs/probe_models.h"
 #include "programs/gpt2_programs.h"
 
 namespace bytegrad::programs {
@@ -22,30 +23,6 @@ using distributed::FullyShardOptions;
 using distributed::ProcessGroup;
 using Mark = std::function<void(const std::string&)>;
 using AtEnd = std::function<void()>;
-
-// in -> hidden1 -> hidden2 -> 10 with ReLUs: the probe's MLP (1024, 4096, 4096) and UnevenMLP (1000, 3001,
-// 1001), whose first dimensions no world size of 2 or 4 divides.
-class MLP : public nn::Module {
- public:
-  MLP(int64_t in, int64_t hidden1, int64_t hidden2, Device on) {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(in, hidden1, on));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(hidden1, hidden2, on));
-    fc3 = register_module("fc3", std::make_shared<nn::Linear>(hidden2, 10, on));
-  }
-  // One statement per layer, so each layer's output is freed as Python frees it.
-  Tensor forward(const Tensor& x) override {
-    Tensor h = relu((*fc1)(x));
-    h = relu((*fc2)(h));
-    return (*fc3)(h);
-  }
-  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
-};
-
-constexpr int kIterations = 3;
-
-Device build_device(const ProcessGroup& pg) {
-  return pg.device().type == DeviceType::meta ? Device{DeviceType::meta, 100 + pg.rank()} : kCpu;
-}
 
 struct MLPVariant {
   FullyShardOptions shard;
@@ -58,7 +35,7 @@ struct MLPVariant {
 // zero_grad(set_to_none), then `del out, loss`.
 template <typename Forward>
 void train(const Mark& mark, optim::Optimizer& opt, Forward&& forward, const nn::Module* clip = nullptr) {
-  for (int i = 0; i < kIterations; ++i) {
+  for (int i = 0; i < kProbeIterations; ++i) {
     const std::string s = "s" + std::to_string(i);
     auto [out, loss] = forward();
     mark(s + "_forward");
@@ -83,8 +60,8 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const 
   const int64_t in = v.uneven ? 1000 : 1024;
   // PyTorch's meta device holds no memory: a meta device of bytegrad's other than the group's stands in.
   const Device build = v.meta ? Device{DeviceType::meta, 100 + pg.rank()} : build_device(pg);
-  auto model =
-      v.uneven ? std::make_shared<MLP>(1000, 3001, 1001, build) : std::make_shared<MLP>(1024, 4096, 4096, build);
+  auto model = v.uneven ? std::make_shared<ProbeMLP>(1000, 3001, 1001, build)
+                        : std::make_shared<ProbeMLP>(1024, 4096, 4096, build);
   if (!v.meta) model->to(dev);
   mark("model");
   FullyShardOptions shard = v.shard;
@@ -194,24 +171,14 @@ distributed::FSDPModule fully_shard_gpt(const std::shared_ptr<nn::GPT>& model, P
 }
 
 const std::vector<std::string>& fsdp_program_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const Entry& e : programs()) n.push_back(e.name);
-    return n;
-  }();
+  static const std::vector<std::string> names = program_names(programs());
   return names;
 }
 
 void run_fsdp_program(const std::string& name, ProcessGroup& pg, const Mark& mark, const AtEnd& at_end) {
   for (const Entry& e : programs()) {
     if (e.name != name) continue;
-    const Mark synchronized_mark = [&](const std::string& label) {
-      synchronize(pg.device());
-      mark(label);
-    };
-    synchronized_mark("start");
-    synchronized_mark("process_group");
-    e.run(pg, synchronized_mark, at_end);
+    e.run(pg, start_probe_marks(pg, mark), at_end);
     return;
   }
   throw std::invalid_argument("run_fsdp_program: no program named '" + name + "'");

@@ -45,29 +45,13 @@ struct Mark {
 using Marks = std::vector<Mark>;
 
 Marks recorded(const std::string& program, int run, int rank, int world = 2) {
-  const std::string n = "n" + std::to_string(world);
-  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/ddp_" + n + "/" + program + "." + n +
-                           ".run" + std::to_string(run) + ".rank" + std::to_string(rank) + ".json";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const json::Value doc = json::parse(text.str());
+  const json::Value doc = testing::probe_recording("ddp", program, world, run, rank);
   Marks out;
-  for (const json::Value& m : doc["marks"].items) {
-    Mark mark{m["label"].string(), {}};
-    for (const auto& [name, key] : testing::probe_figure_keys()) mark.figures[name] = m[name].integer();
-    out.push_back(std::move(mark));
-  }
+  for (const json::Value& m : doc["marks"].items) out.push_back({m["label"].string(), testing::recorded_figures(m)});
   return out;
 }
 
-Mark mark_now(const std::string& label, Device device) {
-  auto stats = memory_stats(device);
-  Mark m{label, {}};
-  for (const auto& [name, key] : testing::probe_figure_keys()) m.figures[name] = stats[key];
-  return m;
-}
+Mark mark_now(const std::string& label, Device device) { return {label, testing::figures_now(device)}; }
 
 // Every figure of every mark that differs.
 struct Comparison {
@@ -97,22 +81,7 @@ Comparison compare(const Marks& ours, const Marks& want, const std::vector<std::
   return c;
 }
 
-// PyTorch's default cuBLAS workspaces (the probe sets no CUBLAS_WORKSPACE_CONFIG), restored afterwards.
-class DefaultWorkspaces {
- public:
-  DefaultWorkspaces() {
-    if (const char* old = std::getenv("CUBLAS_WORKSPACE_CONFIG")) saved_ = old;
-    unsetenv("CUBLAS_WORKSPACE_CONFIG");
-  }
-  ~DefaultWorkspaces() {
-    if (!saved_.empty()) setenv("CUBLAS_WORKSPACE_CONFIG", saved_.c_str(), 1);
-  }
-  DefaultWorkspaces(const DefaultWorkspaces&) = delete;
-  DefaultWorkspaces& operator=(const DefaultWorkspaces&) = delete;
-
- private:
-  std::string saved_;
-};
+using testing::DefaultWorkspaces;
 
 using Timing = std::optional<int>;  // ProcessGroupOptions::unwaited_release_after
 

@@ -93,13 +93,7 @@ std::vector<std::vector<double>> train(const Data& d, Device device, ProcessGrou
     opt.step();
     opt.zero_grad();
   }
-  std::vector<std::vector<double>> values;
-  for (const Tensor& p : net->parameters()) {
-    const Tensor host = p.detach().cpu().contiguous();
-    const auto* data = static_cast<const float*>(host.data_ptr());
-    values.emplace_back(data, data + host.numel());
-  }
-  return values;
+  return testing::parameter_values(net->parameters());
 }
 
 double max_difference(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {

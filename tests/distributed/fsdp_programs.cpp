@@ -58,18 +58,10 @@ std::string row_str(const TraceRow& r) {
 }
 
 Run recorded(const std::string& program, int rank, int world = 2, int run = 0) {
-  const std::string n = "n" + std::to_string(world);
-  const std::string path = std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/fsdp_" + n + "/" + program + "." + n +
-                           ".run" + std::to_string(run) + ".rank" + std::to_string(rank) + ".json";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const json::Value doc = json::parse(text.str());
+  const json::Value doc = testing::probe_recording("fsdp", program, world, run, rank);
   Run out;
   for (const json::Value& m : doc["marks"].items) {
-    Mark mark{m["label"].string(), {}, {}};
-    for (const auto& [name, key] : testing::probe_figure_keys()) mark.figures[name] = m[name].integer();
+    Mark mark{m["label"].string(), testing::recorded_figures(m), {}};
     for (const auto& [ordinal, pair] : m["streams"].members)
       mark.streams[std::stoi(ordinal)] = {pair.items.at(0).integer(), pair.items.at(1).integer()};
     out.marks.push_back(std::move(mark));
@@ -96,9 +88,7 @@ class StreamOrdinals {
 };
 
 Mark mark_now(const std::string& label, Device device, StreamOrdinals& ordinals) {
-  auto stats = memory_stats(device);
-  Mark m{label, {}, {}};
-  for (const auto& [name, key] : testing::probe_figure_keys()) m.figures[name] = stats[key];
+  Mark m{label, testing::figures_now(device), {}};
   for (const SegmentInfo& s : caching_allocator(device).snapshot().segments) {
     auto& entry = m.streams[ordinals.of(s.stream)];
     entry.first += static_cast<int64_t>(s.total_size);
@@ -166,22 +156,7 @@ std::string joined(const std::vector<std::string>& lines, size_t most = 12) {
   return s;
 }
 
-// PyTorch's default cuBLAS workspaces (the probe sets no CUBLAS_WORKSPACE_CONFIG), restored afterwards.
-class DefaultWorkspaces {
- public:
-  DefaultWorkspaces() {
-    if (const char* old = std::getenv("CUBLAS_WORKSPACE_CONFIG")) saved_ = old;
-    unsetenv("CUBLAS_WORKSPACE_CONFIG");
-  }
-  ~DefaultWorkspaces() {
-    if (!saved_.empty()) setenv("CUBLAS_WORKSPACE_CONFIG", saved_.c_str(), 1);
-  }
-  DefaultWorkspaces(const DefaultWorkspaces&) = delete;
-  DefaultWorkspaces& operator=(const DefaultWorkspaces&) = delete;
-
- private:
-  std::string saved_;
-};
+using testing::DefaultWorkspaces;
 
 using TieOrder = CachingAllocator::TieOrder;
 
@@ -405,13 +380,7 @@ std::vector<std::vector<double>> train_small(const TrainingData& d, Device devic
     opt.step();
     opt.zero_grad();
   }
-  std::vector<std::vector<double>> values;
-  for (const Tensor& p : net->parameters()) {
-    const Tensor host = p.detach().cpu().contiguous();
-    const auto* data = static_cast<const float*>(host.data_ptr());
-    values.emplace_back(data, data + host.numel());
-  }
-  return values;
+  return testing::parameter_values(net->parameters());
 }
 
 // Whether two FSDP ranks on half batches end with the rows of one rank's parameters trained on the whole

@@ -82,8 +82,7 @@ class Recorder {
   void error(const std::exception& e) { run_.errors.push_back(e.what()); }
 
   Run finish() {
-    for (const TraceEntry& e : caching_allocator(device_).snapshot().trace)
-      if (e.action != TraceAction::snapshot && e.action != TraceAction::category) run_.trace.push_back(e);
+    run_.trace = probe_data::trace_now(device_);
     return run_;
   }
 
@@ -443,12 +442,7 @@ std::string normalize(const Run& run) {
 }
 
 Run recorded(const std::string& program) {
-  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/mempool_h100.jsonl");
-  REQUIRE(in.good());
-  std::string line;
-  while (std::getline(in, line)) {
-    const json::Value v = json::parse(line);
-    if (v["program"].string() != program) continue;
+  for (const json::Value& v : probe_data::program_recordings("mempool_h100.jsonl", program)) {
     Run run;
     for (const json::Value& m : v["marks"].items) {
       Mark mark{m["label"].string(), {}, {}, {}};

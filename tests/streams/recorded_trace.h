@@ -6,12 +6,14 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bytegrad/core/json.h"
+#include "bytegrad/memory/caching_allocator.h"
 #include "bytegrad/memory/history.h"
 #include "bytegrad/memory/memory_functions.h"
 
@@ -69,6 +71,28 @@ inline std::vector<TraceEntry> trace_of(const json::Value& trace) {
     entry.stream = e[3].unsigned_integer();
     out.push_back(entry);
   }
+  return out;
+}
+
+// A probe's recordings of one program: the lines of tests/data/pytorch_probes/<file> (JSON lines) whose
+// "program" is `program`, in file order.
+inline std::vector<json::Value> program_recordings(const std::string& file, const std::string& program) {
+  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/" + file);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << file);
+  std::vector<json::Value> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    json::Value v = json::parse(line);
+    if (v["program"].string() == program) out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// The allocator's trace as the probes keep it: PyTorch's actions (no snapshot or category entries).
+inline std::vector<TraceEntry> trace_now(Device device) {
+  std::vector<TraceEntry> out;
+  for (const TraceEntry& e : caching_allocator(device).snapshot().trace)
+    if (e.action != TraceAction::snapshot && e.action != TraceAction::category) out.push_back(e);
   return out;
 }
 

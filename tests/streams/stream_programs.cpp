@@ -73,8 +73,7 @@ class Recorder {
   }
 
   Run finish() {
-    for (const TraceEntry& e : caching_allocator(device_).snapshot().trace)
-      if (e.action != TraceAction::snapshot && e.action != TraceAction::category) run_.trace.push_back(e);
+    run_.trace = probe_data::trace_now(device_);
     return run_;
   }
 
@@ -356,13 +355,8 @@ std::string normalize(const Run& run) {
 }
 
 std::vector<std::pair<int, Run>> recorded(const std::string& program) {
-  std::ifstream in(std::string(BYTEGRAD_TEST_DATA_DIR) + "/pytorch_probes/streams_h100.jsonl");
-  REQUIRE(in.good());
   std::vector<std::pair<int, Run>> runs;
-  std::string line;
-  while (std::getline(in, line)) {
-    const json::Value v = json::parse(line);
-    if (v["program"].string() != program) continue;
+  for (const json::Value& v : probe_data::program_recordings("streams_h100.jsonl", program)) {
     Run run;
     for (const json::Value& m : v["marks"].items) {
       Mark mark{m["label"].string(), probe_data::figures_of(m), {}};

@@ -15,68 +15,17 @@ synchronizes at the same points). Measured 2026-11-26 on two H200s: all 12 progr
 for 2 repeats); the files were not kept (fetch OUT_DIR.tgz). device_free is cudaMemGetInfo's free bytes: NCCL's own buffers and the CUDA context show there, never in the
 allocator's figures. Streams are numbered by first appearance (0: the default stream). Keep NCCL_NVLS_ENABLE=0.
 """
-import json
 import os
-import subprocess
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "shared", "golden", "gpt2"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "shared", "golden"))
-
-ITERATIONS = 3
-
-
-class Recorder:
-    def __init__(self):
-        self.marks = []
-        self.streams = {0: 0}
-        torch.cuda.memory._record_memory_history(max_entries=2_000_000, context=None, stacks="python")
-
-    def stream(self, s):
-        return self.streams.setdefault(s, len(self.streams))
-
-    def mark(self, label):
-        torch.cuda.synchronize()
-        st = torch.cuda.memory_stats()
-        per_stream = {}
-        for seg in torch.cuda.memory._snapshot()["segments"]:
-            entry = per_stream.setdefault(self.stream(seg["stream"]), [0, 0])
-            entry[0] += seg["total_size"]
-            entry[1] += seg["allocated_size"]
-        self.marks.append({
-            "label": label,
-            "allocated": st.get("allocated_bytes.all.current", 0),
-            "reserved": st.get("reserved_bytes.all.current", 0),
-            "max_allocated": st.get("allocated_bytes.all.peak", 0),
-            "max_reserved": st.get("reserved_bytes.all.peak", 0),
-            "active": st.get("active_bytes.all.current", 0),
-            "segments": st.get("segment.all.current", 0),
-            "blocks": st.get("allocation.all.current", 0),
-            "requested": st.get("requested_bytes.all.current", 0),
-            "inactive_split": st.get("inactive_split_bytes.all.current", 0),
-            "num_device_alloc": st.get("num_device_alloc", 0),
-            "num_device_free": st.get("num_device_free", 0),
-            "num_sync_all_streams": st.get("num_sync_all_streams", 0),
-            "device_free": torch.cuda.mem_get_info()[0],
-            "streams": {str(k): v for k, v in sorted(per_stream.items())},
-        })
-
-    def trace(self):
-        entries = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
-        # [action, size, stream ordinal, address]: the address says which of two equal free blocks best fit
-        # took (placement ties, issue 31); the tests read the first three.
-        out = [[e["action"], e.get("size", 0), self.stream(e.get("stream", 0)), e.get("addr", 0)] for e in entries
-               if e["action"] != "snapshot"]
-        torch.cuda.memory._record_memory_history(enabled=None)
-        return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_common import ITERATIONS, main, nanogpt, token_batch, train  # noqa: E402  (same folder; also puts nanoGPT on the path)
 
 
 # ------------------------------------------------------------------------------------------ the models
@@ -131,12 +80,7 @@ def mlp_program(r, rank, ddp_kwargs=None, no_sync=False, zero1=False, zero_bucke
 
 
 def gpt2_program(r, rank, cfg_name, B, T, ddp_kwargs=None, zero1=False, zero_bucket_view=False):
-    import gpt2_scenarios as g
-    dev = torch.device("cuda", rank)
-    g.DEV = dev
-    cfg = {"tiny": g.TINY, "small": g.SMALL}[cfg_name]
-    torch.manual_seed(1337)
-    model = g.GPT(cfg).to(dev)
+    g, cfg, model = nanogpt(rank, cfg_name)
     r.mark("model")
     ddp = DDP(model, device_ids=[rank], **(ddp_kwargs or {}))
     r.mark("wrapped")
@@ -146,79 +90,32 @@ def gpt2_program(r, rank, cfg_name, B, T, ddp_kwargs=None, zero1=False, zero_buc
                                       parameters_as_bucket_view=zero_bucket_view)
     else:
         opt = g.make_optimizer(model, None)
-    torch.manual_seed(100 + rank)
-    x = torch.randint(0, cfg.vocab, (B, T), device=dev)
-    y = torch.randint(0, cfg.vocab, (B, T), device=dev)
+    x, y = token_batch(rank, cfg, B, T)
     r.mark("data")
-    for i in range(ITERATIONS):
-        logits, loss = ddp(x, y)
-        r.mark(f"s{i}_forward")
-        loss.backward()
-        r.mark(f"s{i}_backward")
-        opt.step()
-        r.mark(f"s{i}_step")
-        opt.zero_grad(set_to_none=True)
-        del logits, loss
-        r.mark(f"s{i}_zero_grad")
+    train(r, ddp, opt, ((x, y), None))
 
 
 PROGRAMS = {
-    "mlp_ddp": lambda r, rank: mlp_program(r, rank),
-    "mlp_ddp_bucket_view": lambda r, rank: mlp_program(r, rank, {"gradient_as_bucket_view": True}),
-    "mlp_ddp_cap1": lambda r, rank: mlp_program(r, rank, {"bucket_cap_mb": 1}),
-    "mlp_ddp_unused": lambda r, rank: mlp_program(r, rank, {"find_unused_parameters": True}),
-    "mlp_ddp_static": lambda r, rank: mlp_program(r, rank, {"static_graph": True}),
-    "mlp_ddp_no_sync": lambda r, rank: mlp_program(r, rank, no_sync=True),
-    "mlp_zero1": lambda r, rank: mlp_program(r, rank, zero1=True),
+    "mlp_ddp": lambda r, rank, w: mlp_program(r, rank),
+    "mlp_ddp_bucket_view": lambda r, rank, w: mlp_program(r, rank, {"gradient_as_bucket_view": True}),
+    "mlp_ddp_cap1": lambda r, rank, w: mlp_program(r, rank, {"bucket_cap_mb": 1}),
+    "mlp_ddp_unused": lambda r, rank, w: mlp_program(r, rank, {"find_unused_parameters": True}),
+    "mlp_ddp_static": lambda r, rank, w: mlp_program(r, rank, {"static_graph": True}),
+    "mlp_ddp_no_sync": lambda r, rank, w: mlp_program(r, rank, no_sync=True),
+    "mlp_zero1": lambda r, rank, w: mlp_program(r, rank, zero1=True),
     # parameters_as_bucket_view: the constructor's flat bucket per rank, parameters re-pointed into it.
-    "mlp_zero1_bucket_view": lambda r, rank: mlp_program(r, rank, zero1=True, zero_bucket_view=True),
-    "gpt2_tiny_ddp": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64),
-    "gpt2_tiny_ddp_bucket_view": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64,
-                                                              {"gradient_as_bucket_view": True}),
-    "gpt2_small_ddp": lambda r, rank: gpt2_program(r, rank, "small", 4, 256),
-    "gpt2_small_ddp_bucket_view": lambda r, rank: gpt2_program(r, rank, "small", 4, 256,
-                                                               {"gradient_as_bucket_view": True}),
-    "gpt2_small_zero1": lambda r, rank: gpt2_program(r, rank, "small", 4, 256, zero1=True),
-    "gpt2_tiny_zero1_bucket_view": lambda r, rank: gpt2_program(r, rank, "tiny", 4, 64, zero1=True,
-                                                                zero_bucket_view=True),
+    "mlp_zero1_bucket_view": lambda r, rank, w: mlp_program(r, rank, zero1=True, zero_bucket_view=True),
+    "gpt2_tiny_ddp": lambda r, rank, w: gpt2_program(r, rank, "tiny", 4, 64),
+    "gpt2_tiny_ddp_bucket_view": lambda r, rank, w: gpt2_program(r, rank, "tiny", 4, 64,
+                                                                 {"gradient_as_bucket_view": True}),
+    "gpt2_small_ddp": lambda r, rank, w: gpt2_program(r, rank, "small", 4, 256),
+    "gpt2_small_ddp_bucket_view": lambda r, rank, w: gpt2_program(r, rank, "small", 4, 256,
+                                                                  {"gradient_as_bucket_view": True}),
+    "gpt2_small_zero1": lambda r, rank, w: gpt2_program(r, rank, "small", 4, 256, zero1=True),
+    "gpt2_tiny_zero1_bucket_view": lambda r, rank, w: gpt2_program(r, rank, "tiny", 4, 64, zero1=True,
+                                                                   zero_bucket_view=True),
 }
 
 
-def run_rank(out_dir, program, run):
-    rank = int(os.environ["LOCAL_RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(rank)
-    r = Recorder()
-    r.mark("start")
-    dist.init_process_group("nccl")
-    r.mark("process_group")
-    PROGRAMS[program](r, rank)
-    doc = {"program": program, "world_size": world, "rank": rank, "run": run, "torch": torch.__version__,
-           "nccl": ".".join(map(str, torch.cuda.nccl.version())), "marks": r.marks, "trace": r.trace()}
-    with open(os.path.join(out_dir, f"{program}.n{world}.run{run}.rank{rank}.json"), "w") as f:
-        json.dump(doc, f)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def main():
-    args = sys.argv[1:]
-    if args[0] == "--all":
-        out_dir, n, repeats = args[1], int(args[2]), int(args[3])
-        names = args[4:] or list(PROGRAMS)
-        os.makedirs(out_dir, exist_ok=True)
-        env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-        for name in names:
-            for run in range(repeats):
-                p = subprocess.run(["torchrun", "--standalone", f"--nproc_per_node={n}", __file__, out_dir, name,
-                                    str(run)], env=env, capture_output=True, text=True, timeout=300)
-                print(name, run, "rc", p.returncode, p.stderr[-1500:] if p.returncode else "", flush=True)
-        # One archive: the device tool brings back only a few files of a folder.
-        subprocess.run(["tar", "czf", out_dir.rstrip("/") + ".tgz", "-C", os.path.dirname(os.path.abspath(out_dir)),
-                        os.path.basename(out_dir.rstrip("/"))], check=True)
-        return
-    run_rank(args[0], args[1], int(args[2]))
-
-
 if __name__ == "__main__":
-    main()
+    main(PROGRAMS, __file__)

@@ -11,22 +11,17 @@ examples and torchtitan apply it: to each Linear of the MLP (each transformer bl
 root. Every program runs three iterations of forward, backward, (clip,) step, zero_grad(set_to_none=True).
 Keep NCCL_NVLS_ENABLE=0.
 """
-import json
 import os
-import subprocess
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from ddp_probe import MLP, Recorder  # noqa: E402  (same folder; also puts the nanoGPT model on the path)
-
-ITERATIONS = 3
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_probe import MLP  # noqa: E402  (same folder)
+from probe_common import main, nanogpt, token_batch, train  # noqa: E402  (also puts the nanoGPT model on the path)
 
 
 class UnevenMLP(nn.Module):
@@ -49,24 +44,6 @@ def shard_kwargs(reshard, mixed):
     if mixed:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return kw
-
-
-def train(r, model, opt, batch, clip):
-    x, y = batch
-    for i in range(ITERATIONS):
-        out = model(*x) if isinstance(x, tuple) else model(x)
-        loss = out[1] if isinstance(out, tuple) else F.cross_entropy(out, y)
-        r.mark(f"s{i}_forward")
-        loss.backward()
-        r.mark(f"s{i}_backward")
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            r.mark(f"s{i}_clip")
-        opt.step()
-        r.mark(f"s{i}_step")
-        opt.zero_grad(set_to_none=True)
-        del out, loss
-        r.mark(f"s{i}_zero_grad")
 
 
 def mlp_program(r, rank, world, reshard=None, mixed=False, uneven=False, meta=False):
@@ -100,12 +77,7 @@ def mlp_program(r, rank, world, reshard=None, mixed=False, uneven=False, meta=Fa
 
 
 def gpt2_program(r, rank, world, cfg_name, B, T, reshard=None, mixed=False, clip=False):
-    import gpt2_scenarios as g
-    dev = torch.device("cuda", rank)
-    g.DEV = dev
-    cfg = {"tiny": g.TINY, "small": g.SMALL}[cfg_name]
-    torch.manual_seed(1337)
-    model = g.GPT(cfg).to(dev)
+    g, cfg, model = nanogpt(rank, cfg_name)
     r.mark("model")
     kw = shard_kwargs(reshard, mixed)
     for block in model.transformer.h:
@@ -113,9 +85,7 @@ def gpt2_program(r, rank, world, cfg_name, B, T, reshard=None, mixed=False, clip
     fully_shard(model, **kw)
     r.mark("sharded")
     opt = g.make_optimizer(model, None)
-    torch.manual_seed(100 + rank)
-    x = torch.randint(0, cfg.vocab, (B, T), device=dev)
-    y = torch.randint(0, cfg.vocab, (B, T), device=dev)
+    x, y = token_batch(rank, cfg, B, T)
     r.mark("data")
     train(r, model, opt, ((x, y), None), clip=clip)
 
@@ -136,40 +106,5 @@ PROGRAMS = {
 }
 
 
-def run_rank(out_dir, program, run):
-    rank = int(os.environ["LOCAL_RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(rank)
-    r = Recorder()
-    r.mark("start")
-    dist.init_process_group("nccl")
-    r.mark("process_group")
-    PROGRAMS[program](r, rank, world)
-    doc = {"program": program, "world_size": world, "rank": rank, "run": run, "torch": torch.__version__,
-           "nccl": ".".join(map(str, torch.cuda.nccl.version())), "marks": r.marks, "trace": r.trace()}
-    with open(os.path.join(out_dir, f"{program}.n{world}.run{run}.rank{rank}.json"), "w") as f:
-        json.dump(doc, f)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def main():
-    args = sys.argv[1:]
-    if args[0] == "--all":
-        out_dir, n, repeats = args[1], int(args[2]), int(args[3])
-        names = args[4:] or list(PROGRAMS)
-        os.makedirs(out_dir, exist_ok=True)
-        env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-        for name in names:
-            for run in range(repeats):
-                p = subprocess.run(["torchrun", "--standalone", f"--nproc_per_node={n}", __file__, out_dir, name,
-                                    str(run)], env=env, capture_output=True, text=True, timeout=300)
-                print(name, run, "rc", p.returncode, p.stderr[-3000:] if p.returncode else "", flush=True)
-        subprocess.run(["tar", "czf", out_dir.rstrip("/") + ".tgz", "-C", os.path.dirname(os.path.abspath(out_dir)),
-                        os.path.basename(out_dir.rstrip("/"))], check=True)
-        return
-    run_rank(args[0], args[1], int(args[2]))
-
-
 if __name__ == "__main__":
-    main()
+    main(PROGRAMS, __file__)

@@ -10,6 +10,25 @@
 
 namespace bytegrad {
 
+// A 0-d view as 1-d of one element, so dimension 0 exists (PyTorch accepts dim 0 and -1 on a scalar for
+// the ops along one dimension: cumsum, sort, gather and the like).
+inline StridedView at_least_1d(const StridedView& v) {
+  if (!v.sizes.empty()) return v;
+  StridedView one = v;
+  one.sizes = {1};
+  one.strides = {1};
+  return one;
+}
+
+// sort's (and topk's) outputs: values in the input's dtype, indices int64. `backend` names the caller in
+// the message ("cpu", "cuda").
+inline void check_sort_outputs(const StridedView& values, const StridedView& indices, const StridedView& in,
+                               const char* backend) {
+  if (values.dtype != in.dtype || indices.dtype != ScalarType::int64)
+    throw std::invalid_argument(std::string(backend) +
+                                " backend: sort: values must have the input's dtype and indices int64");
+}
+
 // Where nll_loss's kernels find their elements: the (batch, classes) geometry of an (N, C) or (C) input, in
 // elements. Trivially copyable: the cuda kernels take it by value.
 struct NllGeometry {

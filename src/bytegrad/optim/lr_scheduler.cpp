@@ -146,76 +146,66 @@ std::vector<double> LambdaLR::get_lr() {
   return out;
 }
 
+// ---------------------------------------------------------------------------------- ClosedFormLRScheduler
+
+std::vector<double> ClosedFormLRScheduler::get_lr() {
+  std::vector<double> out = current_lrs();
+  for (size_t g = 0; g < out.size(); ++g) out[g] = next_lr(out[g], base_lrs_[g]);
+  return out;
+}
+
+std::optional<std::vector<double>> ClosedFormLRScheduler::closed_form_lr() const {
+  std::vector<double> out;
+  for (double base : base_lrs_) out.push_back(lr_at_epoch(base));
+  return out;
+}
+
 // ------------------------------------------------------------------------------------------------- StepLR
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
-    : LRScheduler(optimizer), step_size_(require_positive(step_size, "StepLR: step_size")), gamma_(gamma) {
+    : ClosedFormLRScheduler(optimizer), step_size_(require_positive(step_size, "StepLR: step_size")), gamma_(gamma) {
   initial_step();
 }
 
-std::vector<double> StepLR::get_lr() {
-  std::vector<double> out = current_lrs();
-  if (last_epoch_ == 0 || last_epoch_ % step_size_ != 0) return out;
-  for (double& lr : out) lr *= gamma_;
-  return out;
+double StepLR::next_lr(double lr, double /*base_lr*/) const {
+  if (last_epoch_ == 0 || last_epoch_ % step_size_ != 0) return lr;
+  return lr * gamma_;
 }
 
-std::optional<std::vector<double>> StepLR::closed_form_lr() const {
-  std::vector<double> out;
+double StepLR::lr_at_epoch(double base_lr) const {
   const int64_t decays = last_epoch_ / step_size_;  // Python's last_epoch // step_size
-  for (double base : base_lrs_) out.push_back(base * std::pow(gamma_, static_cast<double>(decays)));
-  return out;
+  return base_lr * std::pow(gamma_, static_cast<double>(decays));
 }
 
 // -------------------------------------------------------------------------------------------- MultiStepLR
 
 MultiStepLR::MultiStepLR(Optimizer& optimizer, const std::vector<int64_t>& milestones, double gamma)
-    : LRScheduler(optimizer), gamma_(gamma) {
+    : ClosedFormLRScheduler(optimizer), gamma_(gamma) {
   for (int64_t m : milestones) ++milestones_[m];
   initial_step();
 }
 
-std::vector<double> MultiStepLR::get_lr() {
-  std::vector<double> out = current_lrs();
+double MultiStepLR::next_lr(double lr, double /*base_lr*/) const {
   auto it = milestones_.find(last_epoch_);
-  if (it == milestones_.end()) return out;
-  for (double& lr : out) lr *= std::pow(gamma_, static_cast<double>(it->second));
-  return out;
+  if (it == milestones_.end()) return lr;
+  return lr * std::pow(gamma_, static_cast<double>(it->second));
 }
 
-std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
+double MultiStepLR::lr_at_epoch(double base_lr) const {
   // bisect_right over the sorted milestones, each as many times as it was given.
   int64_t passed = 0;
   for (const auto& [epoch, count] : milestones_)
     if (epoch <= last_epoch_) passed += count;
-  std::vector<double> out;
-  for (double base : base_lrs_) out.push_back(base * std::pow(gamma_, static_cast<double>(passed)));
-  return out;
-}
-
-// ------------------------------------------------------------------------------------------ ExponentialLR
-
-ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
-  initial_step();
-}
-
-std::vector<double> ExponentialLR::get_lr() {
-  std::vector<double> out = current_lrs();
-  if (is_initial_) return out;
-  for (double& lr : out) lr *= gamma_;
-  return out;
-}
-
-std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
-  std::vector<double> out;
-  for (double base : base_lrs_) out.push_back(base * std::pow(gamma_, static_cast<double>(last_epoch_)));
-  return out;
+  return base_lr * std::pow(gamma_, static_cast<double>(passed));
 }
 
 // ----------------------------------------------------------------------------------------------- LinearLR
 
 LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
-    : LRScheduler(optimizer), start_factor_(start_factor), end_factor_(end_factor), total_iters_(total_iters) {
+    : ClosedFormLRScheduler(optimizer),
+      start_factor_(start_factor),
+      end_factor_(end_factor),
+      total_iters_(total_iters) {
   if (start_factor > 1.0 || start_factor <= 0)
     throw std::invalid_argument(
         "LinearLR: Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
@@ -224,58 +214,30 @@ LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
   initial_step();
 }
 
-std::vector<double> LinearLR::get_lr() {
-  std::vector<double> out = current_lrs();
-  if (last_epoch_ == 0) {
-    for (double& lr : out) lr *= start_factor_;
-    return out;
-  }
-  if (is_initial_ || last_epoch_ > total_iters_) return out;
+double LinearLR::next_lr(double lr, double /*base_lr*/) const {
+  if (last_epoch_ == 0) return lr * start_factor_;
+  if (is_initial_ || last_epoch_ > total_iters_) return lr;
   const double delta = end_factor_ - start_factor_;
   const double factor =
       1.0 + delta / (static_cast<double>(total_iters_) * start_factor_ + static_cast<double>(last_epoch_ - 1) * delta);
-  for (double& lr : out) lr *= factor;
-  return out;
+  return lr * factor;
 }
 
-std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
-  std::vector<double> out;
+double LinearLR::lr_at_epoch(double base_lr) const {
   const auto done = static_cast<double>(std::min(total_iters_, last_epoch_));
-  for (double base : base_lrs_)
-    out.push_back(base * (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_)));
-  return out;
+  return base_lr * (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_));
 }
 
-// -------------------------------------------------------------------------------------- CosineAnnealingLR
+// ------------------------------------------------------------------------------------------ ExponentialLR
 
-CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
-    : LRScheduler(optimizer), T_max_(require_positive(T_max, "CosineAnnealingLR: T_max")), eta_min_(eta_min) {
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : ClosedFormLRScheduler(optimizer), gamma_(gamma) {
   initial_step();
 }
 
-std::vector<double> CosineAnnealingLR::get_lr() {
-  constexpr double pi = std::numbers::pi;
-  const auto t_max = static_cast<double>(T_max_);
-  const auto epoch = static_cast<double>(last_epoch_);
-  std::vector<double> out = current_lrs();
-  if (is_initial_) return out;
-  if ((last_epoch_ - 1 - T_max_) % (2 * T_max_) == 0) {
-    for (size_t g = 0; g < out.size(); ++g) out[g] += (base_lrs_[g] - eta_min_) * (1 - std::cos(pi / t_max)) / 2;
-    return out;
-  }
-  for (double& lr : out)
-    lr = (1 + std::cos(pi * epoch / t_max)) / (1 + std::cos(pi * (epoch - 1) / t_max)) * (lr - eta_min_) + eta_min_;
-  return out;
-}
+double ExponentialLR::next_lr(double lr, double /*base_lr*/) const { return is_initial_ ? lr : lr * gamma_; }
 
-std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
-  constexpr double pi = std::numbers::pi;
-  std::vector<double> out;
-  for (double base : base_lrs_)
-    out.push_back(eta_min_ + (base - eta_min_) *
-                                 (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) /
-                                 2);
-  return out;
+double ExponentialLR::lr_at_epoch(double base_lr) const {
+  return base_lr * std::pow(gamma_, static_cast<double>(last_epoch_));
 }
 
 // ------------------------------------------------------------------------------------------- SequentialLR
@@ -348,6 +310,28 @@ void SequentialLR::load_state_dict(const json::Value& state) {
   LRScheduler::load_state_dict(state);
   const json::Value& children = state["_schedulers"];
   for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i].get().load_state_dict(children[i]);
+}
+
+// -------------------------------------------------------------------------------------- CosineAnnealingLR
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : ClosedFormLRScheduler(optimizer), T_max_(require_positive(T_max, "CosineAnnealingLR: T_max")), eta_min_(eta_min) {
+  initial_step();
+}
+
+double CosineAnnealingLR::one_plus_cosine(int64_t epoch) const {
+  return 1 + std::cos(std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(T_max_));
+}
+
+double CosineAnnealingLR::next_lr(double lr, double base_lr) const {
+  if (is_initial_) return lr;
+  if ((last_epoch_ - 1 - T_max_) % (2 * T_max_) == 0)
+    return lr + (base_lr - eta_min_) * (1 - std::cos(std::numbers::pi / static_cast<double>(T_max_))) / 2;
+  return one_plus_cosine(last_epoch_) / one_plus_cosine(last_epoch_ - 1) * (lr - eta_min_) + eta_min_;
+}
+
+double CosineAnnealingLR::lr_at_epoch(double base_lr) const {
+  return eta_min_ + (base_lr - eta_min_) * one_plus_cosine(last_epoch_) / 2;
 }
 
 }  // namespace bytegrad::optim

@@ -1,7 +1,8 @@
 // torch.optim.lr_scheduler's schedulers, value for value: each computes the next learning rate of every
 // param group the way PyTorch 2.11 does (its recursive "chainable" form from the groups' current lr, and
 // the closed form where PyTorch uses one), in doubles as Python's floats, so a schedule equals PyTorch's to
-// the last bit (tests/optim/lr_scheduler.cpp against tests/data/pytorch_probes/lr_schedulers.json).
+// the last bit (tests/optim/lr_scheduler.cpp against tests/data/pytorch_probes/lr_schedulers.json). The
+// classes follow lr_scheduler.py's order.
 //
 //   optim::AdamW opt(model.parameters(), 1e-3);
 //   optim::LinearLR warmup(opt, 0.1, 1.0, 5);
@@ -87,74 +88,67 @@ class LambdaLR : public LRScheduler {
   std::vector<Lambda> lr_lambdas_;
 };
 
+// A schedule PyTorch also writes in closed form (its _get_closed_form_lr, used by step(epoch) and by
+// SequentialLR at a milestone): a subclass gives both formulas for one param group, this class applies
+// them to every group.
+class ClosedFormLRScheduler : public LRScheduler {
+ protected:
+  using LRScheduler::LRScheduler;
+  // A group's next lr from its current lr (PyTorch's get_lr, the recursive form); base_lr is its initial_lr.
+  virtual double next_lr(double lr, double base_lr) const = 0;
+  // A group's lr at last_epoch from its initial_lr alone (the closed form).
+  virtual double lr_at_epoch(double base_lr) const = 0;
+
+ private:
+  std::vector<double> get_lr() final;
+  std::optional<std::vector<double>> closed_form_lr() const final;
+};
+
 // lr times gamma every step_size epochs.
-class StepLR : public LRScheduler {
+class StepLR : public ClosedFormLRScheduler {
  public:
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
 
- protected:
-  std::vector<double> get_lr() override;
-  std::optional<std::vector<double>> closed_form_lr() const override;
-
  private:
+  double next_lr(double lr, double base_lr) const override;
+  double lr_at_epoch(double base_lr) const override;
   int64_t step_size_;
   double gamma_;
 };
 
 // lr times gamma at each milestone (a milestone given twice multiplies by gamma twice, as PyTorch's Counter).
-class MultiStepLR : public LRScheduler {
+class MultiStepLR : public ClosedFormLRScheduler {
  public:
   MultiStepLR(Optimizer& optimizer, const std::vector<int64_t>& milestones, double gamma = 0.1);
 
- protected:
-  std::vector<double> get_lr() override;
-  std::optional<std::vector<double>> closed_form_lr() const override;
-
  private:
+  double next_lr(double lr, double base_lr) const override;
+  double lr_at_epoch(double base_lr) const override;
   std::map<int64_t, int> milestones_;  // epoch -> how many times it was given
   double gamma_;
 };
 
-// lr times gamma every epoch.
-class ExponentialLR : public LRScheduler {
- public:
-  ExponentialLR(Optimizer& optimizer, double gamma);
-
- protected:
-  std::vector<double> get_lr() override;
-  std::optional<std::vector<double>> closed_form_lr() const override;
-
- private:
-  double gamma_;
-};
-
 // lr from start_factor * initial_lr to end_factor * initial_lr over total_iters epochs, linearly.
-class LinearLR : public LRScheduler {
+class LinearLR : public ClosedFormLRScheduler {
  public:
   LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0, int64_t total_iters = 5);
 
- protected:
-  std::vector<double> get_lr() override;
-  std::optional<std::vector<double>> closed_form_lr() const override;
-
  private:
+  double next_lr(double lr, double base_lr) const override;
+  double lr_at_epoch(double base_lr) const override;
   double start_factor_, end_factor_;
   int64_t total_iters_;
 };
 
-// Half a cosine from initial_lr down to eta_min over T_max epochs, then back up, and so on (SGDR without
-// restarts), in PyTorch's recursive form.
-class CosineAnnealingLR : public LRScheduler {
+// lr times gamma every epoch.
+class ExponentialLR : public ClosedFormLRScheduler {
  public:
-  CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
-
- protected:
-  std::vector<double> get_lr() override;
-  std::optional<std::vector<double>> closed_form_lr() const override;
+  ExponentialLR(Optimizer& optimizer, double gamma);
 
  private:
-  int64_t T_max_;
-  double eta_min_;
+  double next_lr(double lr, double base_lr) const override;
+  double lr_at_epoch(double base_lr) const override;
+  double gamma_;
 };
 
 // Runs `schedulers` one after the other, switching at each milestone (epochs), as PyTorch's SequentialLR:
@@ -175,6 +169,21 @@ class SequentialLR : public LRScheduler {
   static void undo_one_epoch(LRScheduler& scheduler);
   std::vector<std::reference_wrapper<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
+};
+
+// Half a cosine from initial_lr down to eta_min over T_max epochs, then back up, and so on (SGDR without
+// restarts): step() follows PyTorch's recursive form, step(epoch) its closed form.
+class CosineAnnealingLR : public ClosedFormLRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
+
+ private:
+  // 1 + cos(pi * epoch / T_max): both forms are made of it.
+  double one_plus_cosine(int64_t epoch) const;
+  double next_lr(double lr, double base_lr) const override;
+  double lr_at_epoch(double base_lr) const override;
+  int64_t T_max_;
+  double eta_min_;
 };
 
 }  // namespace bytegrad::optim

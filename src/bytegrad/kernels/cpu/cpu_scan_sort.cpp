@@ -1,34 +1,16 @@
 // Kernels along one dimension: cumsum (a running sum per slice), sort (a stable sort per slice, also
 // topk's: only the first values.sizes[dim] are written) and scatter_fill (one_hot's scatter_ of a number).
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bytegrad/kernels/cpu/cpu_kernels.h"
+#include "bytegrad/kernels/operand_checks.h"
+#include "bytegrad/kernels/sort_order.h"
 
 namespace bytegrad::cpu {
-
-namespace {
-
-// A 0-d view as 1-d of one element, so dim 0 exists.
-StridedView at_least_1d(const StridedView& v) {
-  if (!v.sizes.empty()) return v;
-  StridedView one = v;
-  one.sizes = {1};
-  one.strides = {1};
-  return one;
-}
-
-template <typename T>
-bool is_nan(T v) {
-  if constexpr (is_float_like_v<T>) return std::isnan(static_cast<double>(convert<double>(v)));
-  else return false;
-}
-
-}  // namespace
 
 void cumsum(const StridedView& out_view, const StridedView& in_view, int64_t dim) {
   const StridedView out = at_least_1d(out_view), in = at_least_1d(in_view);
@@ -56,8 +38,7 @@ void cumsum(const StridedView& out_view, const StridedView& in_view, int64_t dim
 void sort(const StridedView& values_view, const StridedView& indices_view, const StridedView& in_view, int64_t dim,
           bool descending) {
   const StridedView values = at_least_1d(values_view), indices = at_least_1d(indices_view), in = at_least_1d(in_view);
-  if (values.dtype != in.dtype || indices.dtype != ScalarType::int64)
-    throw std::invalid_argument("cpu backend: sort: values must have the input's dtype and indices int64");
+  check_sort_outputs(values, indices, in, "cpu");
   const auto d = static_cast<size_t>(dim);
   const int64_t length = in.sizes[d], keep = values.sizes[d];
   if (keep > length) throw std::invalid_argument("cpu backend: sort: more outputs than elements in a slice");
@@ -68,12 +49,9 @@ void sort(const StridedView& values_view, const StridedView& indices_view, const
     using M = opmath_t<T>;
     std::vector<int64_t> order(static_cast<size_t>(length));
     std::vector<M> slice(static_cast<size_t>(length));
-    // NaN above every number (PyTorch's order); a stable sort keeps equal elements in their input order.
+    // A stable sort keeps equal elements in their input order.
     const auto before = [&](int64_t a, int64_t b) {
-      const M x = slice[static_cast<size_t>(a)], y = slice[static_cast<size_t>(b)];
-      const bool x_nan = is_nan(x), y_nan = is_nan(y);
-      if (descending) return x_nan ? !y_nan : (!y_nan && x > y);
-      return y_nan ? !x_nan : (!x_nan && x < y);
+      return pointwise::ordered_before(slice[static_cast<size_t>(a)], slice[static_cast<size_t>(b)], descending);
     };
     for_each_row<3>({&value_bases, &index_bases, &in_bases},
                     [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s, int64_t n) {

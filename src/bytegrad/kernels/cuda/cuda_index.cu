@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/operand_checks.h"
 
 namespace bytegrad::cuda {
 
@@ -74,15 +75,6 @@ void dispatch_index(ScalarType dtype, const char* op, F&& f) {
   if (dtype == ScalarType::int64) return f(TypeTag<int64_t>{});
   if (dtype == ScalarType::int32) return f(TypeTag<int32_t>{});
   throw std::invalid_argument(std::string("cuda backend: ") + op + ": indices must be int64 (or int32)");
-}
-
-// A 0-d view as 1-d of one element, so `dim` 0 exists (PyTorch accepts dim 0 / -1 on scalars).
-StridedView at_least_1d(const StridedView& v) {
-  if (!v.sizes.empty()) return v;
-  StridedView one = v;
-  one.sizes = {1};
-  one.strides = {1};
-  return one;
 }
 
 int64_t checked_dim(int64_t dim, const StridedView& v, const char* op) {

@@ -17,22 +17,45 @@ namespace {
 
 constexpr int kLossThreads = 256;
 
+// What every nll kernel reads besides the values: each row's target class, the class weights, where they
+// lie and ignore_index. Trivially copyable: kernels take it by value.
+template <typename T>
+struct NllTargets {
+  const int64_t* target;
+  const T* weights;  // nullptr: every class weighs 1
+  int64_t weight_stride;
+  NllGeometry g;
+  int64_t ignore_index;
+
+  __device__ int64_t of_row(int64_t i) const { return target[i * g.target_stride]; }
+  __device__ opmath_t<T> weight(int64_t t) const {
+    return weights ? convert<opmath_t<T>>(weights[t * weight_stride]) : opmath_t<T>(1);
+  }
+};
+
+template <typename T>
+NllTargets<T> nll_targets(const StridedView& target, const StridedView* weight, const NllGeometry& g,
+                          int64_t ignore_index) {
+  return {static_cast<const int64_t*>(target.data), weight ? static_cast<const T*>(weight->data) : nullptr,
+          weight && !weight->strides.empty() ? weight->strides[0] : 0, g, ignore_index};
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kLossThreads)
-    nll_reduce_kernel(T* output, T* total_weight, const T* input, const int64_t* target, const T* weights,
-                      int64_t weight_stride, NllGeometry g, bool mean, int64_t ignore_index) {
+    nll_reduce_kernel(T* output, T* total_weight, const T* input, NllTargets<T> targets, bool mean) {
   using Acc = opmath_t<T>;
+  const NllGeometry& g = targets.g;
   __shared__ Acc sums[kLossThreads];
   __shared__ Acc counts[kLossThreads];
   Acc sum = 0, count = 0;
   for (int64_t i = threadIdx.x; i < g.batch; i += kLossThreads) {
-    const int64_t t = target[i * g.target_stride];
-    if (t == ignore_index) continue;
+    const int64_t t = targets.of_row(i);
+    if (t == targets.ignore_index) continue;
     if (t < 0 || t >= g.classes) {
       sum += NAN;
       count += 1;
     } else {
-      const Acc w = weights ? convert<Acc>(weights[t * weight_stride]) : Acc(1);
+      const Acc w = targets.weight(t);
       sum -= w * convert<Acc>(input[i * g.row_stride + t * g.class_stride]);
       count += w;
     }
@@ -58,20 +81,15 @@ struct NllNoReduceFunctor {
   T* output;
   int64_t output_stride;
   const T* input;
-  const int64_t* target;
-  const T* weights;  // nullptr: every class weighs 1
-  int64_t weight_stride;
-  NllGeometry g;
-  int64_t ignore_index;
+  NllTargets<T> targets;
   __device__ void operator()(int64_t i) const {
     using Acc = opmath_t<T>;
-    const int64_t t = target[i * g.target_stride];
+    const NllGeometry& g = targets.g;
+    const int64_t t = targets.of_row(i);
     T value;
-    if (t == ignore_index) value = convert<T>(0.0f);
+    if (t == targets.ignore_index) value = convert<T>(0.0f);
     else if (t < 0 || t >= g.classes) value = convert<T>(static_cast<float>(NAN));
-    else
-      value = convert<T>(-(weights ? convert<Acc>(weights[t * weight_stride]) : Acc(1)) *
-                         convert<Acc>(input[i * g.row_stride + t * g.class_stride]));
+    else value = convert<T>(-targets.weight(t) * convert<Acc>(input[i * g.row_stride + t * g.class_stride]));
     output[i * output_stride] = value;
   }
 };
@@ -82,18 +100,15 @@ struct NllBackwardFunctor {
   const T* grad_output;
   int64_t grad_output_stride;  // per row for Reduction::none; 0 reads the single 0-d gradient
   const T* total_weight;       // divides for mean; nullptr otherwise
-  const int64_t* target;
-  const T* weights;  // nullptr: every class weighs 1
-  int64_t weight_stride;
-  NllGeometry g;
-  int64_t ignore_index;
+  NllTargets<T> targets;
   __device__ void operator()(int64_t i) const {
-    const int64_t t = target[i * g.target_stride];
-    if (t == ignore_index || t < 0 || t >= g.classes) return;
+    const NllGeometry& g = targets.g;
+    const int64_t t = targets.of_row(i);
+    if (t == targets.ignore_index || t < 0 || t >= g.classes) return;
     using Acc = opmath_t<T>;
     Acc grad = convert<Acc>(grad_output[i * grad_output_stride]);
     if (total_weight) grad = grad / convert<Acc>(*total_weight);
-    if (weights) grad = grad * convert<Acc>(weights[t * weight_stride]);
+    if (targets.weights) grad = grad * targets.weight(t);
     grad_input[i * g.row_stride + t * g.class_stride] = convert<T>(-grad);
   }
 };
@@ -103,23 +118,20 @@ struct NllBackwardFunctor {
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
               const StridedView& target, Reduction reduction, int64_t ignore_index, const StridedView* weight) {
   const NllGeometry g = nll_geometry(log_probs, target, "cuda");
-  const int64_t weight_stride = weight && !weight->strides.empty() ? weight->strides[0] : 0;
   dispatch_floating(log_probs.dtype, "nll_loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* out = static_cast<T*>(output.data);
     T* total = static_cast<T*>(total_weight.data);
     const T* in = static_cast<const T*>(log_probs.data);
-    const int64_t* tgt = static_cast<const int64_t*>(target.data);
-    const T* weights = weight ? static_cast<const T*>(weight->data) : nullptr;
+    const NllTargets<T> targets = nll_targets<T>(target, weight, g, ignore_index);
     if (reduction == Reduction::none && log_probs.sizes.size() == 2) {
       BYTEGRAD_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(T), launch_stream()));  // PyTorch: total_weight.zero_()
-      NllNoReduceFunctor<T> f{
-          out, output.strides.empty() ? 0 : output.strides[0], in, tgt, weights, weight_stride, g, ignore_index};
+      NllNoReduceFunctor<T> f{out, output.strides.empty() ? 0 : output.strides[0], in, targets};
       for_each_index(g.batch, f, "nll_loss no-reduce kernel");
       return;
     }
-    nll_reduce_kernel<T><<<1, kLossThreads, 0, launch_stream()>>>(out, total, in, tgt, weights, weight_stride, g,
-                                                                  reduction == Reduction::mean, ignore_index);
+    nll_reduce_kernel<T>
+        <<<1, kLossThreads, 0, launch_stream()>>>(out, total, in, targets, reduction == Reduction::mean);
     BYTEGRAD_CUDA_CHECK_LAUNCH("nll_reduce_kernel");
   });
 }
@@ -128,19 +140,13 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
                        const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
                        const StridedView* weight) {
   const NllGeometry g = nll_geometry(grad_input, target, "cuda");
-  const int64_t weight_stride = weight && !weight->strides.empty() ? weight->strides[0] : 0;
   const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
   dispatch_floating(grad_input.dtype, "nll_loss_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    NllBackwardFunctor<T> f{static_cast<T*>(grad_input.data),
-                            static_cast<const T*>(grad_output.data),
+    NllBackwardFunctor<T> f{static_cast<T*>(grad_input.data), static_cast<const T*>(grad_output.data),
                             per_row && !grad_output.strides.empty() ? grad_output.strides[0] : 0,
                             reduction == Reduction::mean ? static_cast<const T*>(total_weight.data) : nullptr,
-                            static_cast<const int64_t*>(target.data),
-                            weight ? static_cast<const T*>(weight->data) : nullptr,
-                            weight_stride,
-                            g,
-                            ignore_index};
+                            nll_targets<T>(target, weight, g, ignore_index)};
     for_each_index(g.batch, f, "nll_loss backward kernel");
   });
 }

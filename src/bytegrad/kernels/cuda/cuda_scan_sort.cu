@@ -8,36 +8,16 @@
 #include <string>
 
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
+#include "bytegrad/kernels/operand_checks.h"
+#include "bytegrad/kernels/sort_order.h"
 
 namespace bytegrad::cuda {
 
 namespace {
 
-StridedView at_least_1d(const StridedView& v) {
-  if (!v.sizes.empty()) return v;
-  StridedView one = v;
-  one.sizes = {1};
-  one.strides = {1};
-  return one;
-}
-
 std::vector<int64_t> with_size_one_at(std::vector<int64_t> sizes, int64_t dim) {
   sizes[static_cast<size_t>(dim)] = 1;
   return sizes;
-}
-
-template <typename M>
-__device__ __forceinline__ bool is_nan(M v) {
-  if constexpr (std::is_floating_point_v<M>) return v != v;
-  else return false;
-}
-
-// x goes before y in the sorted slice (NaN above every number, as PyTorch orders it).
-template <typename M>
-__device__ __forceinline__ bool ordered_before(M x, M y, bool descending) {
-  const bool x_nan = is_nan(x), y_nan = is_nan(y);
-  if (descending) return x_nan ? !y_nan : (!y_nan && x > y);
-  return y_nan ? !x_nan : (!x_nan && x < y);
 }
 
 template <typename T>
@@ -75,8 +55,8 @@ struct SortRankFunctor {
     int64_t rank = 0;
     for (int64_t j = 0; j < length; ++j) {
       const M other = convert<M>(in[o[2] + j * in_step]);
-      const bool other_first =
-          ordered_before(other, mine, descending) || (j < position && !ordered_before(mine, other, descending));
+      const bool other_first = pointwise::ordered_before(other, mine, descending) ||
+                               (j < position && !pointwise::ordered_before(mine, other, descending));
       rank += other_first ? 1 : 0;
     }
     if (rank < keep) {
@@ -120,8 +100,7 @@ void cumsum(const StridedView& out_view, const StridedView& in_view, int64_t dim
 void sort(const StridedView& values_view, const StridedView& indices_view, const StridedView& in_view, int64_t dim,
           bool descending) {
   const StridedView values = at_least_1d(values_view), indices = at_least_1d(indices_view), in = at_least_1d(in_view);
-  if (values.dtype != in.dtype || indices.dtype != ScalarType::int64)
-    throw std::invalid_argument("cuda backend: sort: values must have the input's dtype and indices int64");
+  check_sort_outputs(values, indices, in, "cuda");
   const auto d = static_cast<size_t>(dim);
   const int64_t length = in.sizes[d];
   const std::vector<int64_t> bases = with_size_one_at(in.sizes, dim);
