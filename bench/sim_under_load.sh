@@ -5,7 +5,8 @@
 # core taken), started before the busy run and ended right after it. Idle and busy runs alternate, so drift
 # in whatever else the machine runs affects both alike.
 #   bench/sim_under_load.sh [ROUNDS] [SPINNERS]        (defaults: 3 rounds, $(nproc) spinners)
-# WALKTHROUGH=path picks another bytegrad-walkthrough (e.g. a baseline build's); TIMEOUT=seconds caps each
+# WALKTHROUGH=path picks another bytegrad-walkthrough (e.g. a baseline build's); SCENARIOS="name ..." runs
+# those instead of all seed programs (e.g. seed000_torch_sum, the GEMM-bound one); TIMEOUT=seconds caps each
 # run (default 600: a run cut off there is reported as such, and counted as that many seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ rounds=${1:-3}
 spinners=${2:-$(nproc)}
 walkthrough=${WALKTHROUGH:-build/programs/bytegrad-walkthrough}
 limit=${TIMEOUT:-600}
+read -r -a scenarios <<<"${SCENARIOS:-all}"
 [ -x "$walkthrough" ] || { echo "no $walkthrough: build it first (tools/build.sh)" >&2; exit 2; }
 
 spinner_pids=()
@@ -33,7 +35,7 @@ start_load() {
 run_once() {
   local start end status
   start=$(date +%s.%N)
-  timeout "$limit" "$walkthrough" all --device sim >/dev/null 2>&1
+  timeout "$limit" "$walkthrough" "${scenarios[@]}" --device sim >/dev/null 2>&1
   status=$?
   end=$(date +%s.%N)
   if [ "$status" -eq 124 ]; then
@@ -47,7 +49,7 @@ run_once() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "walkthrough: $walkthrough, $(nproc) processors, ${spinners} spinners for the busy runs, ${rounds} rounds"
+echo "walkthrough: $walkthrough ${scenarios[*]} on sim, $(nproc) processors, ${spinners} spinners for the busy runs, ${rounds} rounds"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 idle_times=() busy_times=()
 for round in $(seq "$rounds"); do

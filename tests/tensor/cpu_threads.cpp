@@ -2,9 +2,12 @@
 // parallel_for's chunks, and matrix products whose every bit is the same whatever the thread count.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -82,6 +85,27 @@ TEST_CASE("parallel_for covers the range once, in chunks of at least the grain, 
     CHECK(chunks_of(0, 1000, 10, 1) == std::vector<std::pair<int64_t, int64_t>>{{0, 1000}});
   }
   CHECK(chunks_of(7, 7, 1, 1).empty());
+}
+
+TEST_CASE("parallel_for runs chunks on two threads at once") {
+  // Each of the two chunks waits (up to 30 s, however busy the machine) until both have started: only
+  // possible when a helper thread takes one while the caller holds the other.
+  const NumThreadsScope scope(2);
+  std::atomic<int> started{0};
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  parallel::parallel_for(0, 2, 1, 1, [&](int64_t, int64_t) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      threads.insert(std::this_thread::get_id());
+    }
+    ++started;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  CHECK(started.load() == 2);
+  CHECK(threads.size() == 2);
 }
 
 TEST_CASE("parallel_for: every index written once, nested loops inline, exceptions rethrown") {

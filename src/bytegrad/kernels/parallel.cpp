@@ -92,8 +92,9 @@ class ThreadPool {
   void run(const std::shared_ptr<Job>& job) {
     {
       const std::lock_guard<std::mutex> lock(mutex_);
+      // A new helper counts from the generation before this job's, so this job is the first it sees.
       while (static_cast<int>(helpers_.size()) < job->helpers_wanted)
-        helpers_.emplace_back([this] { serve(); });
+        helpers_.emplace_back([this, seen = generation_] { serve(seen); });
       current_job_ = job;
       ++generation_;
     }
@@ -119,10 +120,9 @@ class ThreadPool {
  private:
   ThreadPool() : owner_pid_(getpid()) {}
 
-  void serve() {
+  void serve(uint64_t seen) {
     inside_parallel_region = true;
     std::unique_lock<std::mutex> lock(mutex_);
-    uint64_t seen = generation_;
     for (;;) {
       work_available_.wait(lock, [&] { return generation_ != seen; });
       seen = generation_;
