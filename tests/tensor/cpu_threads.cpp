@@ -151,10 +151,10 @@ TEST_CASE("matrix products are bitwise the same with 1 to 7 threads") {
         Tensor a, b, c;
       };
       std::vector<Case> cases = {
-          {r({1000, 300}), r({300, 70}), Tensor()},   {r({997, 61}), r({61, 33}), Tensor()},
-          {r({2049, 784}), r({784, 1}), Tensor()},    {r({515, 1030}), r({1030, 129}), Tensor()},
-          {r({300, 777}).t(), r({300, 50}), Tensor()}, {r({640, 128}), r({45, 128}).t(), Tensor()},
-          {r({333, 200}), r({200, 96}), r({333, 96})}, {r({3, 400, 64}), r({3, 64, 80}), Tensor()},
+          {r({1000, 300}), r({300, 70}), Tensor()},       {r({997, 61}), r({61, 33}), Tensor()},
+          {r({2049, 784}), r({784, 1}), Tensor()},        {r({515, 1030}), r({1030, 129}), Tensor()},
+          {r({300, 777}).t(), r({300, 50}), Tensor()},    {r({640, 128}), r({45, 128}).t(), Tensor()},
+          {r({333, 200}), r({200, 96}), r({333, 96})},    {r({3, 400, 64}), r({3, 64, 80}), Tensor()},
           {r({300, 20, 32}), r({300, 32, 24}), Tensor()},  // 30720 flops a product: whole ones to each thread
       };
       const auto products = [&] {

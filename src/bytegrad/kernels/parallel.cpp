@@ -28,7 +28,7 @@ int available_processors() {
     const int count = CPU_COUNT(&mask);
     if (count > 0) return count;
   }
-  return std::max(1U, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 }
 
 int default_num_threads() {
@@ -60,8 +60,9 @@ struct Job {
   std::condition_variable all_finished;
   std::exception_ptr error;
 
-  // Takes chunks until none is left (chunk i starts at begin + i * chunk_size; the last one ends at end). A chunk is only claimed before finished_chunks reaches chunk_count,
-  // and the caller returns only after that, so body is never called once the caller has returned.
+  // Takes chunks until none is left (chunk i starts at begin + i * chunk_size; the last one ends at end). A chunk is
+  // only claimed before finished_chunks reaches chunk_count, and the caller returns only after that, so body is never
+  // called once the caller has returned.
   void run_chunks() {
     for (int64_t chunk = next_chunk.fetch_add(1); chunk < chunk_count; chunk = next_chunk.fetch_add(1)) {
       const int64_t chunk_begin = begin + chunk * chunk_size;

@@ -26,9 +26,9 @@ namespace parallel {
 
 // Calls body(chunk_begin, chunk_end) over [begin, end) cut into chunks, on up to get_num_threads() threads.
 // Each chunk has at least `grain` indices (the last one takes the remainder), and every chunk boundary but
-// `end` is begin + a multiple of `align`; with fewer than two grains of work, or when called from inside another parallel_for (or while
-// another thread's is running), body(begin, end) runs once on the calling thread. Chunks run concurrently,
-// so body must only write what its own chunk owns. The first exception a chunk throws is rethrown here
+// `end` is begin + a multiple of `align`; with fewer than two grains of work, or when called from inside another
+// parallel_for (or while another thread's is running), body(begin, end) runs once on the calling thread. Chunks run
+// concurrently, so body must only write what its own chunk owns. The first exception a chunk throws is rethrown here
 // after every chunk has finished.
 void parallel_for(int64_t begin, int64_t end, int64_t grain, int64_t align,
                   const std::function<void(int64_t, int64_t)>& body);
