@@ -15,6 +15,7 @@
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/memory/out_of_memory.h"
 #include "bytegrad/memory/streams.h"
+#include "bytegrad/kernels/parallel.h"
 #include "bytegrad/reports/memory_ledger.h"
 #include "bytegrad/reports/memory_report.h"
 #include "bytegrad/reports/memory_story.h"

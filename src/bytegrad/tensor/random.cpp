@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "bytegrad/core/checked_convert.h"
+#include "bytegrad/kernels/parallel.h"
 #include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
@@ -130,16 +131,26 @@ void uniform_chunk(std::vector<double>& values) {
   for (double& v : values) v = uniform_locked(generator().engine);
 }
 
-// Box-Muller, both outputs of each pair used.
+// Box-Muller, both outputs of each pair used. The uniforms are drawn in the generator's order under its
+// lock; the logarithms and sines, most of the time, then run on the kernel threads (each pair's values
+// depend only on its own two uniforms, so they are the same whatever the thread count).
 void normal_chunk(std::vector<double>& values) {
-  std::lock_guard lock(generator().mutex);
-  auto& engine = generator().engine;
-  for (size_t i = 0; i < values.size(); i += 2) {
-    double radius = std::sqrt(-2.0 * std::log(1.0 - uniform_locked(engine)));
-    double angle = 2.0 * std::numbers::pi * uniform_locked(engine);
-    values[i] = radius * std::cos(angle);
-    if (i + 1 < values.size()) values[i + 1] = radius * std::sin(angle);
+  const size_t pairs = (values.size() + 1) / 2;
+  std::vector<double> uniforms(2 * pairs);
+  {
+    std::lock_guard lock(generator().mutex);
+    for (double& u : uniforms) u = uniform_locked(generator().engine);
   }
+  constexpr int64_t kPairsPerGrain = 1 << 14;  // about a third of a millisecond of logarithms and sines
+  parallel::parallel_for(0, static_cast<int64_t>(pairs), kPairsPerGrain, 1, [&](int64_t first, int64_t last) {
+    for (auto pair = static_cast<size_t>(first); pair < static_cast<size_t>(last); ++pair) {
+      const size_t i = 2 * pair;
+      const double radius = std::sqrt(-2.0 * std::log(1.0 - uniforms[i]));
+      const double angle = 2.0 * std::numbers::pi * uniforms[i + 1];
+      values[i] = radius * std::cos(angle);
+      if (i + 1 < values.size()) values[i + 1] = radius * std::sin(angle);
+    }
+  });
 }
 
 template <typename T>
