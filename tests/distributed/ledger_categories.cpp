@@ -83,9 +83,9 @@ Marks ddp_marks(const std::string& program, int rank) {
 
 // The programs' MLP: Linear(1024, 4096), Linear(4096, 4096), Linear(4096, 10), fp32. On two ranks every
 // parameter is a shard of ceil(rows / 2) rows, the same on both ranks here (4096 / 2 = 2048, 10 / 2 = 5).
-constexpr int64_t kShardFc1 = block(2048 * 1024 * 4) + block(2048 * 4);  // 8388608 + 8192
-constexpr int64_t kShardFc2 = block(2048 * 4096 * 4) + block(2048 * 4);  // 33554432 + 8192
-constexpr int64_t kShardFc3 = block(5 * 4096 * 4) + block(5 * 4);        // 81920 + 512
+constexpr int64_t kShardFc1 = block(2048 * 1024 * 4) + block(2048 * 4);    // 8388608 + 8192
+constexpr int64_t kShardFc2 = block(2048 * 4096 * 4) + block(2048 * 4);    // 33554432 + 8192
+constexpr int64_t kShardFc3 = block(5 * 4096 * 4) + block(5 * 4);          // 81920 + 512
 constexpr int64_t kShardedParameters = kShardFc1 + kShardFc2 + kShardFc3;  // 42041856
 // Each group's sharded gradients are views of one reduce-scatter output: its padded shard elements.
 constexpr int64_t kShardedGradients = block((2048 * 1024 + 2048) * 4) + block((2048 * 4096 + 2048) * 4) +
@@ -168,7 +168,8 @@ TEST_CASE("FSDP2 ledger: inside a layer's forward, its gathered parameters and i
   // fc2's flat all-gather output (2 ranks x 128 x (4096 + 1) floats) lives until the root's post-forward;
   // fc1's went when fc2 copied out.
   CHECK(l[MemoryCategory::communication] == block(2 * 128 * 4097 * 4));
-  CHECK(l[MemoryCategory::parameter] == block(2048 * 1024 * 4) + block(2048 * 4) + block(128 * 4096 * 4) + block(128 * 4));
+  CHECK(l[MemoryCategory::parameter] ==
+        block(2048 * 1024 * 4) + block(2048 * 4) + block(128 * 4096 * 4) + block(128 * 4));
 }
 
 TEST_CASE("DDP ledger: the gradient bucket is communication, or the gradients with gradient_as_bucket_view") {

@@ -261,7 +261,9 @@ class ParamGroup {
       ScalarType dtype = orig_dtype_;
       if (mp_.param_dtype && *mp_.param_dtype != orig_dtype_) {
         dtype = *mp_.param_dtype;
-        result->cast_input = named("FSDP all-gather input", [&] { return empty({total}, TensorOptions{dtype, device}); });
+        result->cast_input = named("FSDP all-gather input", [&] {
+          return empty({total}, TensorOptions{dtype, device});
+        });
         int64_t offset = 0;
         for (const FSDPParam& p : params_) {
           Tensor split = result->cast_input.narrow(0, offset, p.padded_numel());
@@ -272,7 +274,9 @@ class ParamGroup {
       } else {
         for (const FSDPParam& p : params_) inputs.push_back(p.padded_shard.view({p.padded_numel()}));
       }
-      result->output = named("FSDP all-gather output", [&] { return empty({total * world}, TensorOptions{dtype, device}); });
+      result->output = named("FSDP all-gather output", [&] {
+        return empty({total * world}, TensorOptions{dtype, device});
+      });
       int64_t offset = static_cast<int64_t>(rank) * total;
       for (const Tensor& in : inputs) {
         result->output.narrow(0, offset, in.numel()).copy_(in);
@@ -425,8 +429,9 @@ class ParamGroup {
     // Everything reduce() allocates feeds or receives the reduce-scatter; the output's views become the
     // sharded .grad, which makes it `gradient` (memory_category.h's precedence).
     CategoryScope communication(MemoryCategory::communication);
-    Tensor input =
-        named("FSDP reduce-scatter input", [&] { return empty({input_numel}, TensorOptions{reduce_dtype, device}); });
+    Tensor input = named("FSDP reduce-scatter input", [&] {
+      return empty({input_numel}, TensorOptions{reduce_dtype, device});
+    });
     packed_launch_metadata(device, chunk_cat_metadata_count(padded_chunk_bytes));
     {
       int64_t offset = 0;
@@ -454,8 +459,9 @@ class ParamGroup {
     Event reduced;
     {
       StreamGuard on(comm_->reduce_scatter);
-      Tensor output = named("FSDP reduce-scatter output",
-                            [&] { return empty({input_numel / world}, TensorOptions{reduce_dtype, device}); });
+      Tensor output = named("FSDP reduce-scatter output", [&] {
+        return empty({input_numel / world}, TensorOptions{reduce_dtype, device});
+      });
       group_.reduce_scatter_tensor(output, input, ReduceOp::avg);
       if (reduce_dtype != orig_dtype_) output = output.to(orig_dtype_);
       int64_t offset = 0;

@@ -34,9 +34,9 @@ enum class MemoryCategory : uint8_t {
 };
 inline constexpr int kMemoryCategoryCount = 10;
 inline constexpr std::array<MemoryCategory, kMemoryCategoryCount> kMemoryCategories = {
-    MemoryCategory::parameter,       MemoryCategory::gathered_parameter, MemoryCategory::buffer,
-    MemoryCategory::gradient,        MemoryCategory::optimizer_state,    MemoryCategory::communication,
-    MemoryCategory::workspace,       MemoryCategory::activation,         MemoryCategory::autograd_temporary,
+    MemoryCategory::parameter, MemoryCategory::gathered_parameter, MemoryCategory::buffer,
+    MemoryCategory::gradient,  MemoryCategory::optimizer_state,    MemoryCategory::communication,
+    MemoryCategory::workspace, MemoryCategory::activation,         MemoryCategory::autograd_temporary,
     MemoryCategory::other};
 
 std::string_view category_name(MemoryCategory category);  // "parameter", "optimizer_state", ...
