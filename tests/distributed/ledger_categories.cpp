@@ -126,6 +126,40 @@ TEST_CASE("FSDP2 ledger: sharded parameters, gradients and Adam state of the MLP
   }
 }
 
+TEST_CASE("FSDP2 ledger: built on meta, the shards made by to_empty are the parameters") {
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    const Marks m = fsdp_marks("mlp_fsdp_meta", rank);
+    CHECK(m.at("sharded").allocated == 0);  // sharded on another meta device, nothing here yet
+    for (const char* label : {"to_empty", "initialised", "s0_backward", "s2_zero_grad"}) {
+      CAPTURE(label);
+      CHECK(m.at(label)[MemoryCategory::parameter] == kShardedParameters);
+    }
+    CHECK(m.at("s0_backward")[MemoryCategory::gradient] == kShardedGradients);
+  }
+}
+
+TEST_CASE("FSDP2 ledger: uneven shards, padded the same on both ranks, Adam's state by each rank's real rows") {
+  // UnevenMLP: Linear(1000, 3001), Linear(3001, 1001), Linear(1001, 10). Padded rows ceil(d0 / 2): 1501, 501
+  // and 5; real rows 1501, 501, 5 on rank 0 and 1500, 500, 5 on rank 1.
+  const auto linears = [](int64_t rows1, int64_t rows2, int64_t rows3) {
+    return block(rows1 * 1000 * 4) + block(rows1 * 4) + block(rows2 * 3001 * 4) + block(rows2 * 4) +
+           block(rows3 * 1001 * 4) + block(rows3 * 4);
+  };
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    const Marks m = fsdp_marks("mlp_fsdp_uneven", rank);
+    CHECK(m.at("sharded")[MemoryCategory::parameter] == linears(1501, 501, 5));
+    CHECK(m.at("s0_step")[MemoryCategory::parameter] == linears(1501, 501, 5));
+    // exp_avg and exp_avg_sq of the real rows. The two weights' states are blocks of about 6 MB, and a large
+    // block keeps the rest of its segment when that rest is 1 MiB or less (the caching allocator's rule), so
+    // each of those four blocks may count up to 1 MiB more than its request.
+    const int64_t state = 2 * (rank == 0 ? linears(1501, 501, 5) : linears(1500, 500, 5));
+    CHECK(m.at("s0_step")[MemoryCategory::optimizer_state] >= state);
+    CHECK(m.at("s0_step")[MemoryCategory::optimizer_state] <= state + 4 * (int64_t{1} << 20));
+  }
+}
+
 TEST_CASE("FSDP2 ledger: without resharding after forward the whole parameters stay, as gathered_parameter") {
   for (int rank = 0; rank < 2; ++rank) {
     CAPTURE(rank);
