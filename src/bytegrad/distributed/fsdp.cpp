@@ -791,7 +791,9 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
                                   "' has 0 dimensions; Shard(0) needs at least one");
     FSDPParam fp;
     fp.name = name;
-    fp.path = module_path.empty() ? name : module_path + "." + name;
+    fp.path = module_path;
+    if (!fp.path.empty()) fp.path += '.';
+    fp.path += name;
     fp.param = p;
     fp.full_size = p.sizes();
     fp.orig_dtype = p.dtype();
