@@ -4,7 +4,7 @@
 //    refused) appears, the page says it rendered (<body data-rendered="yes">, set by its script last);
 //  - the marks table holds every mark of the golden file (shared/golden/scenarios/seed001_mlp_estimate.json,
 //    read here) with each of its eight figures as the exact integer, byte figures with their human unit
-//    (bytegrad's human_bytes) beside them; the legend names the eight categories;
+//    (bytegrad's human_bytes) beside them; the legend names the ten categories;
 //  - opened at each mark (report.html#mark=K), the allocator state the page replays in JavaScript has the
 //    golden's reserved, allocated, segments and blocks;
 //  - a screenshot is kept: build/tests/html/seed001_mlp_estimate.png;
@@ -196,7 +196,7 @@ TEST_CASE("html: Chromium renders the report offline without errors; the marks' 
   CHECK(b.dom.find("data-rendered=\"yes\"") != std::string::npos);
   CHECK(b.dom.find("data-errors=") == std::string::npos);
 
-  // The legend: the eight categories, in precedence order, then the reserved line.
+  // The legend: the categories, in precedence order, then the reserved line.
   std::string names;
   for (MemoryCategory c : kMemoryCategories) names += std::string(category_name(c));
   CHECK(strip_tags(element(b.dom, "id=\"legend\"", "ul")) == names + "reserved");

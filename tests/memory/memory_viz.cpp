@@ -49,7 +49,7 @@ void check_no_category(const Json& v) {
   for (const Json& child : v.items) check_no_category(child);
 }
 
-// Trace entries carry "category": alloc and free entries one of bytegrad's eight (memory_category.h), the
+// Trace entries carry "category": alloc and free entries one of bytegrad's categories (memory_category.h), the
 // others "unknown". The viewer throws when categories exist but none is "unknown" (the format's item 5).
 void check_categories(const Json& doc) {
   check_no_category(doc["segments"]);

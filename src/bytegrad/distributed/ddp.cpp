@@ -143,6 +143,7 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<Tensor>& tensors
       f.flat = f.tensors[0].view({-1});  // flatten_dense_tensors of one tensor is a view
     } else {
       // flatten_dense_tensors: at::cat of the flattened tensors, one allocation on the current stream.
+      CategoryScope communication(MemoryCategory::communication);
       AllocationScope scope("broadcast_coalesced flat");
       int64_t numel = 0;
       for (const Tensor& t : f.tensors) numel += t.numel();
@@ -268,6 +269,7 @@ class Reducer {
 
   void initialize_local_used_map() {
     local_used_map_.assign(params_.size(), 0);
+    CategoryScope communication(MemoryCategory::communication);  // all-reduced to find the unused parameters
     AllocationScope scope("DDP local_used_map");
     local_used_map_dev_ =
         empty({static_cast<int64_t>(params_.size())}, TensorOptions{ScalarType::int32, group_.device()});
@@ -276,7 +278,9 @@ class Reducer {
   void initialize_buckets(const std::vector<std::vector<size_t>>& assignment) {
     buckets_.clear();  // the old flats go now (unless an unwaited all-reduce still holds one)
     locators_.assign(params_.size(), {});
-    CategoryScope category(MemoryCategory::gradient);
+    // With gradient_as_bucket_view the bucket is where the gradients live (.grad views it); without, it is a
+    // second copy of them that exists for the all-reduce.
+    CategoryScope category(options_.gradient_as_bucket_view ? MemoryCategory::gradient : MemoryCategory::communication);
     AllocationScope scope("DDP gradient bucket");
     NoGradGuard no_grad;
     for (const auto& indices : assignment) {
@@ -312,6 +316,7 @@ class Reducer {
   // Every rank takes rank 0's assignment: two small int32 tensors broadcast and waited for.
   std::vector<std::vector<size_t>> sync_bucket_indices(const std::vector<std::vector<size_t>>& local) {
     NoGradGuard no_grad;
+    CategoryScope communication(MemoryCategory::communication);
     AllocationScope scope("DDP bucket indices");
     std::vector<int32_t> indices;
     std::vector<int64_t> local_flat;
@@ -563,6 +568,7 @@ namespace {
 // all-gathered, then rank 0's shapes broadcast and compared, with the same small device tensors.
 void verify_params_across_processes(ProcessGroup& group, const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
+  CategoryScope communication(MemoryCategory::communication);  // small tensors gathered and broadcast
   AllocationScope scope("DDP parameter check");
   const Device device = group.device();
   const TensorOptions int64_on{ScalarType::int64, device};

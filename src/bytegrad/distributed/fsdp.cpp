@@ -16,10 +16,13 @@
 #include "bytegrad/autograd/engine.h"
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/autograd/node.h"
+#include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/memory_category.h"
 #include "bytegrad/memory/streams.h"
 #include "bytegrad/nn/clip_grad.h"
 #include "bytegrad/nn/init.h"
+#include "bytegrad/tensor/memory_role.h"
 #include "bytegrad/tensor/ops.h"
 
 namespace bytegrad::distributed {
@@ -142,7 +145,8 @@ struct CommContext {
 // One parameter under Shard(0).
 struct FSDPParam {
   std::string name;
-  Tensor param;  // the module's handle
+  std::string path;  // the name the ledger gives its blocks: the module's path and the name ("fc1.weight")
+  Tensor param;      // the module's handle
   Shape full_size;
   ScalarType orig_dtype = ScalarType::float32;
   ScalarType unsharded_dtype = ScalarType::float32;
@@ -150,6 +154,10 @@ struct FSDPParam {
   Tensor padded_shard;       // padded_rows x rest, orig_dtype
   Tensor all_gather_output;  // padded_rows * W x rest (flat), unsharded_dtype; storage 0 bytes while sharded
   Tensor kept_sharded_grad;  // a sharded .grad set aside while the handle shows the unsharded parameter
+  // The padded shard is this rank's `parameter` in the ledger: the module's own role went with the full
+  // tensor's block when the handle moved to the shard.
+  MemoryRole shard_role;
+  void take_shard_role() { shard_role = MemoryRole(padded_shard, MemoryCategory::parameter, path); }
 
   int64_t padded_numel() const { return padded_rows * row_numel; }
   Shape sharded_size() const {
@@ -190,6 +198,7 @@ struct FSDPParam {
     } else {
       padded_shard = param.detach();
     }
+    take_shard_role();
   }
   void to_unsharded() {
     if (Tensor g = param.grad(); g.defined()) {
@@ -245,13 +254,16 @@ class ParamGroup {
     int64_t total = 0;
     for (const FSDPParam& p : params_) total += p.padded_numel();
     NoGradGuard no_grad;
+    CategoryScope communication(MemoryCategory::communication);
     {
       StreamGuard on(copy_in);
       std::vector<Tensor> inputs;
       ScalarType dtype = orig_dtype_;
       if (mp_.param_dtype && *mp_.param_dtype != orig_dtype_) {
         dtype = *mp_.param_dtype;
-        result->cast_input = empty({total}, TensorOptions{dtype, device});
+        result->cast_input = named("FSDP all-gather input", [&] {
+          return empty({total}, TensorOptions{dtype, device});
+        });
         int64_t offset = 0;
         for (const FSDPParam& p : params_) {
           Tensor split = result->cast_input.narrow(0, offset, p.padded_numel());
@@ -262,7 +274,9 @@ class ParamGroup {
       } else {
         for (const FSDPParam& p : params_) inputs.push_back(p.padded_shard.view({p.padded_numel()}));
       }
-      result->output = empty({total * world}, TensorOptions{dtype, device});
+      result->output = named("FSDP all-gather output", [&] {
+        return empty({total * world}, TensorOptions{dtype, device});
+      });
       int64_t offset = static_cast<int64_t>(rank) * total;
       for (const Tensor& in : inputs) {
         result->output.narrow(0, offset, in.numel()).copy_(in);
@@ -359,7 +373,11 @@ class ParamGroup {
     const int world = group_.size();
     const ScalarType dtype = result.output.dtype();
     NoGradGuard no_grad;
+    CategoryScope communication(MemoryCategory::communication);  // the copy-out's launch metadata
     for (FSDPParam& p : params_) {
+      // The unsharded parameter the module computes with: a `gathered_parameter` named as the parameter.
+      CategoryScope gathered(MemoryCategory::gathered_parameter);
+      TensorNameScope name(p.path);
       const size_t nbytes = static_cast<size_t>(p.padded_numel() * world) * element_size(dtype);
       if (!p.all_gather_output.defined()) {
         p.all_gather_output = empty({p.padded_numel() * world}, TensorOptions{dtype, device});
@@ -408,7 +426,12 @@ class ParamGroup {
       padded_chunk_bytes.push_back(p->padded_numel() * static_cast<int64_t>(element_size(reduce_dtype)));
     }
     NoGradGuard no_grad;
-    Tensor input = empty({input_numel}, TensorOptions{reduce_dtype, device});
+    // Everything reduce() allocates feeds or receives the reduce-scatter; the output's views become the
+    // sharded .grad, which makes it `gradient` (memory_category.h's precedence).
+    CategoryScope communication(MemoryCategory::communication);
+    Tensor input = named("FSDP reduce-scatter input", [&] {
+      return empty({input_numel}, TensorOptions{reduce_dtype, device});
+    });
     packed_launch_metadata(device, chunk_cat_metadata_count(padded_chunk_bytes));
     {
       int64_t offset = 0;
@@ -436,7 +459,9 @@ class ParamGroup {
     Event reduced;
     {
       StreamGuard on(comm_->reduce_scatter);
-      Tensor output = empty({input_numel / world}, TensorOptions{reduce_dtype, device});
+      Tensor output = named("FSDP reduce-scatter output", [&] {
+        return empty({input_numel / world}, TensorOptions{reduce_dtype, device});
+      });
       group_.reduce_scatter_tensor(output, input, ReduceOp::avg);
       if (reduce_dtype != orig_dtype_) output = output.to(orig_dtype_);
       int64_t offset = 0;
@@ -753,6 +778,7 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
     if (state_of(m))
       for (const Tensor& p : m->parameters()) managed.push_back(&p.impl());
   const int world = group.size(), rank = group.rank();
+  const std::string module_path = module->name();
   std::vector<FSDPParam> params;
   for (const auto& [name, p] : module->named_parameters()) {
     if (std::find(managed.begin(), managed.end(), &p.impl()) != managed.end()) continue;
@@ -765,6 +791,9 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
                                   "' has 0 dimensions; Shard(0) needs at least one");
     FSDPParam fp;
     fp.name = name;
+    fp.path = module_path;
+    if (!fp.path.empty()) fp.path += '.';
+    fp.path += name;
     fp.param = p;
     fp.full_size = p.sizes();
     fp.orig_dtype = p.dtype();
@@ -788,6 +817,7 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
             .copy_(fp.param.detach().narrow(0, rank * fp.padded_rows, fp.local_rows));
       full.push_back(fp.param.storage());
       fp.point_handle(fp.padded_shard.storage(), fp.sharded_size(), fp.orig_dtype);
+      fp.take_shard_role();
     }
   }
   full.clear();

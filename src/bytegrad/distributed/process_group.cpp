@@ -6,6 +6,7 @@
 #include "bytegrad/core/enum_name.h"
 #include "bytegrad/core/strided_view.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/memory_category.h"
 
 namespace bytegrad::distributed {
 
@@ -192,6 +193,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(const std::vector<Tensor>& output
   }
   Tensor flat;
   {
+    CategoryScope communication(MemoryCategory::communication);
     AllocationScope scope("all_gather flat");
     flat = empty({size_ * input.numel()}, TensorOptions{input.dtype(), device_});
   }
@@ -227,6 +229,7 @@ std::shared_ptr<Work> ProcessGroup::barrier(bool async_op) {
   // caller's async_op; a synchronous barrier then synchronizes the current stream (reference §2.3).
   Tensor flag;
   {
+    CategoryScope communication(MemoryCategory::communication);
     AllocationScope scope("barrier");
     flag = zeros({1}, TensorOptions{ScalarType::float32, device_});
   }

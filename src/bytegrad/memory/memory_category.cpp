@@ -17,8 +17,9 @@ MemoryPhase& thread_phase() {
 
 // The names in the enum's order (memory_category.h).
 std::string_view category_name(MemoryCategory category) {
-  static constexpr std::string_view kNames[] = {"parameter", "buffer",     "gradient",           "optimizer_state",
-                                                "workspace", "activation", "autograd_temporary", "other"};
+  static constexpr std::string_view kNames[] = {
+      "parameter",     "gathered_parameter", "buffer",     "gradient",           "optimizer_state",
+      "communication", "workspace",          "activation", "autograd_temporary", "other"};
   return enum_name(category, kNames, "other");
 }
 

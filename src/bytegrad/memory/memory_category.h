@@ -1,9 +1,17 @@
 // What a block of device memory is for. Every live block has exactly one category, by this precedence:
-// parameter > buffer > gradient > optimizer_state > workspace > activation > autograd_temporary > other.
+// parameter > gathered_parameter > buffer > gradient > optimizer_state > communication > workspace >
+// activation > autograd_temporary > other.
 // A block is born with a category (the thread's CategoryScope: `autograd_temporary` inside backward,
-// `workspace` for BLAS workspaces, else `other`) and gains or loses roles while it lives (registered as a
-// module's parameter or buffer, made a leaf's .grad, kept as optimizer state, saved by an autograd node);
-// its category is the highest of its birth category and its current roles.
+// `workspace` for BLAS workspaces, `gathered_parameter` and `communication` in FSDP and DDP, else `other`)
+// and gains or loses roles while it lives (registered as a module's parameter or buffer, made a leaf's
+// .grad, kept as optimizer state, saved by an autograd node); its category is the highest of its birth
+// category and its current roles.
+//  - gathered_parameter: a parameter an FSDP all-gather made whole (its unsharded tensor), held while its
+//    module runs; the shard it came from stays a `parameter`.
+//  - communication: a buffer that exists to feed or receive a collective: FSDP's all-gather flats and
+//    reduce-scatter input, DDP's gradient buckets without gradient_as_bucket_view, the broadcast flats,
+//    the barrier's flag. Below gradient, so that a bucket or reduce-scatter output whose views became the
+//    .grad counts as gradients.
 #pragma once
 
 #include <array>
@@ -14,19 +22,22 @@ namespace bytegrad {
 
 enum class MemoryCategory : uint8_t {
   parameter,
+  gathered_parameter,
   buffer,
   gradient,
   optimizer_state,
+  communication,
   workspace,
   activation,
   autograd_temporary,
   other,
 };
-inline constexpr int kMemoryCategoryCount = 8;
+inline constexpr int kMemoryCategoryCount = 10;
 inline constexpr std::array<MemoryCategory, kMemoryCategoryCount> kMemoryCategories = {
-    MemoryCategory::parameter,          MemoryCategory::buffer,    MemoryCategory::gradient,
-    MemoryCategory::optimizer_state,    MemoryCategory::workspace, MemoryCategory::activation,
-    MemoryCategory::autograd_temporary, MemoryCategory::other};
+    MemoryCategory::parameter, MemoryCategory::gathered_parameter, MemoryCategory::buffer,
+    MemoryCategory::gradient,  MemoryCategory::optimizer_state,    MemoryCategory::communication,
+    MemoryCategory::workspace, MemoryCategory::activation,         MemoryCategory::autograd_temporary,
+    MemoryCategory::other};
 
 std::string_view category_name(MemoryCategory category);  // "parameter", "optimizer_state", ...
 

@@ -189,7 +189,7 @@ AllocatorState allocator_state_after(const MemorySnapshot& snapshot, size_t inde
 
 // The JSON the page draws (one object):
 //   "title", "subtitle", "device", "outside_allocator" (NCCL's memory outside the allocator, or ""): strings
-//   "categories": the eight category names, in precedence order (a category is its index here)
+//   "categories": the category names, in precedence order (a category is its index here)
 //   "actions": the history's action names (an action is its index here)
 //   "address_base": the addresses' origin as "0x..." (every address below is an offset from it, so that
 //                   JavaScript's doubles hold it exactly)

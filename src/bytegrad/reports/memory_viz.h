@@ -22,8 +22,9 @@
 //    them when the history still holds it, else [] (the viewer then says the block predates recording).
 //    Entries recorded with no tag get [].
 //  - Categories: alloc, free_requested and free_completed entries carry "category", the block's category
-//    (memory_category.h: "parameter", "buffer", "gradient", "optimizer_state", "workspace", "activation",
-//    "autograd_temporary", "other"): at an alloc the one it was born with, at a free the one it had then.
+//    (memory_category.h: "parameter", "gathered_parameter", "buffer", "gradient", "optimizer_state",
+//    "communication", "workspace", "activation", "autograd_temporary", "other"): at an alloc the one it was
+//    born with, at a free the one it had then.
 //    The viewer colours each allocation by its alloc's category and draws a legend. Entries about no block
 //    (segment_*, snapshot, oom) say "unknown": the viewer adds "unknown" to its legend through a misspelt
 //    property that throws unless some entry already has it (shared/reference/memory-viz-format.md, item 5).
