@@ -249,16 +249,18 @@ TEST_CASE("scaled_dot_product_attention enable_gqa events: the two repeats live 
   gqa();  // the thread's cuBLAS workspace, made once, out of the way
   const AllocationEvents events = allocation_events(d, gqa);
   // Math backend, no graph: q * sqrt(scale) (1*4*8*16*4 = 2048 bytes), then key repeated and value repeated
-  // (2048 each, PyTorch's pre_process_group_query_attention_input), ..., and at the end, after attn (1024),
-  // the key repeat then the value repeat freed before the scaled query.
-  REQUIRE(events.size() >= 6);
+  // (2048 each, PyTorch's pre_process_group_query_attention_input), ...; as the math op returns, its locals
+  // go: the key repeat, the value repeat, the scaled query (2048 each); then the caller drops the second
+  // output, attn (1*4*8*8*4 = 1024), and the lambda the result (2048).
+  REQUIRE(events.size() >= 8);
   CHECK(events[0] == std::pair<std::string, int64_t>{"alloc", 2048});
   CHECK(events[1] == std::pair<std::string, int64_t>{"alloc", 2048});
   CHECK(events[2] == std::pair<std::string, int64_t>{"alloc", 2048});
   const size_t n = events.size();
-  CHECK(events[n - 4] == std::pair<std::string, int64_t>{"free", 1024});
+  CHECK(events[n - 5] == std::pair<std::string, int64_t>{"free", 2048});
+  CHECK(events[n - 4] == std::pair<std::string, int64_t>{"free", 2048});
   CHECK(events[n - 3] == std::pair<std::string, int64_t>{"free", 2048});
-  CHECK(events[n - 2] == std::pair<std::string, int64_t>{"free", 2048});
+  CHECK(events[n - 2] == std::pair<std::string, int64_t>{"free", 1024});
   CHECK(events[n - 1] == std::pair<std::string, int64_t>{"free", 2048});
   // With key and value already repeated, the same call has exactly those two blocks fewer.
   const Tensor k_rep = repeat_interleave(k, 2, 1), v_rep = repeat_interleave(v, 2, 1);
