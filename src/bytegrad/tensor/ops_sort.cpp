@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -89,8 +90,10 @@ int64_t cub_select_temporary_bytes(int64_t count) {
   return cub_parts_bytes({(tiles + 32) * 8, 256});
 }
 
+// The launch limits CUB's grid sizes come from: the card's on cuda, the modelled one's on sim and meta, an
+// H100's on cpu (which makes the same scratch, as cumsum's does on every device).
 DeviceLaunchLimits launch_limits_or_h100(Device device) {
-  if (device.type == DeviceType::cpu) return DeviceLaunchLimits{132, 2048};  // cpu allocates no CUB scratch
+  if (device.type == DeviceType::cpu) return DeviceLaunchLimits{132, 2048};
   const DeviceLaunchLimits limits = device_launch_limits(device);
   return limits.multiprocessor_count > 0 ? limits : DeviceLaunchLimits{132, 2048};
 }
