@@ -74,7 +74,7 @@ int64_t cub_parts_bytes(std::initializer_list<int64_t> parts) {
 // block of the even-share grid (SM occupancy of 8 blocks of 256 threads, times the SMs, times CUB's
 // subscription factor 5). A model of CUB's dispatch, to be checked by the recording (masked_select cases).
 int64_t cub_count_temporary_bytes(int64_t count, const DeviceLaunchLimits& limits) {
-  constexpr int64_t kTile = 256 * 16;
+  constexpr int64_t kTile = int64_t{256} * 16;
   if (count <= kTile) return 1;
   const int64_t occupancy = std::max<int64_t>(1, limits.max_threads_per_multiprocessor / 256);
   const int64_t max_blocks = occupancy * limits.multiprocessor_count * 5;
@@ -85,7 +85,7 @@ int64_t cub_count_temporary_bytes(int64_t count, const DeviceLaunchLimits& limit
 // offset and its status, 8 bytes) per tile of 128 threads times 5 items, plus 32 of padding, laid out as
 // the scan's (cub_scan_temporary_bytes: one more 256-byte part). A model, as above.
 int64_t cub_select_temporary_bytes(int64_t count) {
-  constexpr int64_t kTile = 128 * 5;
+  constexpr int64_t kTile = int64_t{128} * 5;
   const int64_t tiles = (count + kTile - 1) / kTile;
   return cub_parts_bytes({(tiles + 32) * 8, 256});
 }

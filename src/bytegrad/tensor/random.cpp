@@ -309,8 +309,8 @@ namespace {
 // there is more than one pass, and a counter per pass. A model of CUB's dispatch, to be checked by the
 // recording (the probe's randperm cases).
 int64_t cub_radix_sort_pairs_bytes(int64_t n, int64_t key_bytes, int64_t value_bytes, int64_t bits) {
-  if (n <= 256 * 19) return 1;
-  constexpr int64_t kDigits = 256, kTile = 384 * 24;
+  if (n <= int64_t{256} * 19) return 1;
+  constexpr int64_t kDigits = 256, kTile = int64_t{384} * 24;
   const int64_t passes = (bits + 7) / 8;
   const int64_t tiles = (n + kTile - 1) / kTile;
   const auto rounded = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
