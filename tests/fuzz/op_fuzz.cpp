@@ -2228,6 +2228,39 @@ void add_nn_drivers(Drivers& drivers) {
                return in[0];
              }};
 
+  // masked_select(x, mask): the broadcast elements where mask is true, row-major, as 1-d. Its size depends on
+  // the mask's values, so meta refuses it (data_dependent_rows below: run on cpu and sim only).
+  drivers[OpId::masked_select] =
+      Driver{[](Gen& g) {
+               Plan p;
+               const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
+               g.tensor(p, g.dtype(), shapes[0]);
+               g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[1], g.chance(3));
+               return p;
+             },
+             [](const Plan& p) {
+               Expect e;
+               check_devices(e, p, {0, 1});
+               const Host x = host_view(p, 0), mask = host_view(p, 1);
+               if (!is_bool(mask.dtype)) e.refuse("dtype", "masked_select: expected BoolTensor for mask");
+               const auto shape = broadcast_shapes({x.sizes, mask.sizes});
+               if (!shape) e.refuse("broadcast", "mask does not broadcast");
+               e.dtype = x.dtype;
+               int64_t count = 0;
+               if (shape)
+                 for (int64_t k = 0; k < numel_of(*shape); ++k) count += at_broadcast(mask, *shape, k) != 0 ? 1 : 0;
+               e.sizes = {count};
+               return e;
+             },
+             [](const std::vector<Host>& in, const Plan&, const Expect&) {
+               Values out;
+               const Shape shape = broadcast_shapes({in[0].sizes, in[1].sizes}).value_or(Shape{});
+               for (int64_t k = 0; k < numel_of(shape); ++k)
+                 if (at_broadcast(in[1], shape, k) != 0) out.push_back(at_broadcast(in[0], shape, k));
+               return out;
+             },
+             [](const std::vector<Tensor>& in, const Plan&) { return masked_select(in[0], in[1]); }};
+
   // clamp(x, min?, max?): ints[0] says which bounds are given (bit 0: min, bit 1: max; none is refused).
   drivers[OpId::clamp] =
       Driver{[](Gen& g) {
@@ -2987,7 +3020,10 @@ struct Runner {
     Rng rng(seed * 0x9E3779B97F4A7C15ull + index);
     Gen gen{rng};
     const Device kDevices[] = {kCpu, kSim, kSim, kMeta};
-    const Device device = gen.one_of(kDevices);
+    // Rows whose output size depends on the input's values: meta has none and refuses them (as PyTorch's meta).
+    const bool data_dependent = info.name == "masked_select";
+    const Device kWithValues[] = {kCpu, kSim};
+    const Device device = data_dependent ? gen.one_of(kWithValues) : gen.one_of(kDevices);
     Plan plan = driver.make(gen);
     const std::string row(info.name);
     Expect expect;
@@ -3117,7 +3153,7 @@ struct Runner {
       }
     }
     // Meta gives the same shapes, strides, dtype and allocated bytes as sim.
-    if (device == kSim && row != "to_device") {  // (to_device on meta stays on meta: another op)
+    if (device == kSim && row != "to_device" && !data_dependent) {  // (to_device on meta stays on meta: another op)
       const int64_t sim_growth = figures(kSim).allocated - sim_before.allocated;
       const Shape sim_strides = result.strides();
       try {

@@ -276,6 +276,32 @@ std::optional<OpCase> op_case(const std::string& name) {
       return std::vector<Tensor>{from_vector(values, {count}, TensorOptions{ScalarType::int64, d})};
     };
     c.op = [classes](const std::vector<Tensor>& in) { return one_hot(in[0], classes); };
+  } else if (starts("masked_select ")) {  // "masked_select [4, 256] mask=[256]": mask[i] = i % 2 == 1 (flat)
+    const size_t mask_at = name.find(" mask=");
+    const std::vector<int64_t> xs = ints_in(name.substr(0, mask_at)), ms = ints_in(name.substr(mask_at));
+    const Shape s(xs.begin(), xs.end()), m(ms.begin(), ms.end());
+    c.inputs = [s, m](Device d) {
+      std::vector<double> flags(static_cast<size_t>(numel_of(m)));
+      for (size_t i = 0; i < flags.size(); ++i) flags[i] = static_cast<double>(i % 2);
+      return std::vector<Tensor>{rg(s, d), from_vector(flags, m, TensorOptions{ScalarType::bool_, d})};
+    };
+    c.op = [](const std::vector<Tensor>& in) { return masked_select(in[0], in[1]); };
+  } else if (starts("sdpa gqa ")) {  // "sdpa gqa causal [B,Hq,Hkv,L,D]": float32, enable_gqa
+    const bool causal = name.find(" causal ") != std::string::npos;
+    const int64_t b = n[0], hq = n[1], hk = n[2], l = n[3], dim = n[4];
+    c.inputs = [=](Device d) {
+      return std::vector<Tensor>{rg({b, hq, l, dim}, d), rg({b, hk, l, dim}, d), rg({b, hk, l, dim}, d)};
+    };
+    c.op = [causal](const std::vector<Tensor>& in) {
+      return scaled_dot_product_attention(in[0], in[1], in[2], std::nullopt, 0.0, causal, std::nullopt, true);
+    };
+  } else if (starts("randperm ")) {  // "randperm [1000]": int64 on the device, no inputs, forward only
+    const int64_t count = n.at(0);
+    // The one input, empty (no allocation), carries the device.
+    c.inputs = [](Device d) { return std::vector<Tensor>{empty({0}, TensorOptions{ScalarType::int64, d})}; };
+    c.op = [count](const std::vector<Tensor>& in) {
+      return randperm(count, TensorOptions{ScalarType::int64, in[0].device()});
+    };
   } else if (starts("norm ") && name.find(" ord=") != std::string::npos) {  // forward only, no grad
     const Shape s(n.begin(), n.end());
     const double ord = name.find("ord=inf") != std::string::npos ? inf : 1.0;
@@ -382,7 +408,7 @@ const std::map<std::string, std::string>& unary_rows_not_recorded() {
 const std::set<std::string>& rows_awaiting_recording() {
   // Rows added to the table whose probe cases (op_table_cases()) are not recorded yet; empty when the
   // recording has every row (re-record on the GPU machine after adding one, docs/adding-an-op.md).
-  static const std::set<std::string> rows = {};
+  static const std::set<std::string> rows = {"masked_select"};
   return rows;
 }
 

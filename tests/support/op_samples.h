@@ -263,6 +263,12 @@ inline const std::map<OpId, OpSample>& op_samples() {
         },
         [](auto& v) { return masked_fill(v[0], v[1], 0.5); });
     row(
+        OpId::masked_select,
+        [](Device d) {
+          return std::vector<Tensor>{r({3, 4}, d), mask({4}, d)};
+        },
+        [](auto& v) { return masked_select(v[0], v[1]); });
+    row(
         OpId::where,
         [](Device d) {
           return std::vector<Tensor>{r({3, 4}, d), r({3, 4}, d), mask({3, 4}, d)};

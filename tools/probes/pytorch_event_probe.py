@@ -275,12 +275,23 @@ def op_table_cases():
         C.append((f"fused_rms_norm {'weight' if affine else 'noweight'} norm={dims} {list(shape)}",
                   fb(lambda s=shape, k=dims, a=affine: (rg(*s),) + ((rg(*s[len(s) - k:]),) if a else ()),
                      lambda x, *w, k=dims: F.rms_norm(x, x.shape[x.dim() - k:], w[0] if w else None))))
+    # masked_select: every other element selected (mask i % 2 == 1, made before recording), forward and backward.
+    # nonzero's CUB count (one tile up to 4096 items, else the even-share grid) and select scratch, the int64
+    # positions, the output; backward's zeros, int64 prefix sums and CUB scan scratch. A broadcast mask ([256]
+    # over [4, 256]) is copied contiguous first.
+    for shape, mshape in [((1024,), (1024,)), ((4, 256), (256,)), ((64, 1000), (64, 1000)), ((1 << 20,), (1 << 20,)),
+                          ((7,), (7,))]:
+        C.append((f"masked_select {list(shape)} mask={list(mshape)}",
+                  fb(lambda s=shape, m=mshape: (rg(*s), torch.arange(m[0] if len(m) == 1 else m[0] * m[1],
+                                                                     device=DEV).view(m) % 2 == 1),
+                     lambda x, m: torch.masked_select(x, m))))
     for name, fn in C:
         CASES.append(("op_table", name, fn))
 
 
 def composite_cases():
-    """Ops PyTorch composes from others (no node of their own): cross_entropy with label_smoothing."""
+    """Ops PyTorch composes from others (no node of their own): cross_entropy with label_smoothing, one_hot,
+    repeat_interleave, SDPA with enable_gqa (math backend), and randperm (a factory)."""
     C = []
     for n, c in [(64, 10), (1024, 1000)]:
         def tgt(n=n, c=c):
@@ -289,15 +300,15 @@ def composite_cases():
             C.append((f"cross_entropy ls=0.1 {red} [{n},{c}]",
                       fb(lambda n=n, c=c, tgt=tgt: (rg(n, c), tgt()),
                          lambda x, t, red=red: F.cross_entropy(x, t, reduction=red, label_smoothing=0.1))))
-    # Class weights (rand(C), made before recording): plain, and with label_smoothing for sum and none (mean
-    # with both divides by weight.gather(0, target.masked_select(...)).sum(): bytegrad refuses it).
+    # Class weights (rand(C), made before recording): plain, and with label_smoothing for every reduction (mean
+    # with both divides by weight.gather(0, target.masked_select(~ignore_mask).flatten()).sum()).
     for n, c in [(64, 10), (1024, 1000)]:
         def tgt_w(n=n, c=c):
             return rg(n, c), torch.randint(0, c, (n,), device=DEV), torch.rand(c, device=DEV)
         for red in ["mean", "sum", "none"]:
             C.append((f"cross_entropy weight {red} [{n},{c}]",
                       fb(tgt_w, lambda x, t, w, red=red: F.cross_entropy(x, t, weight=w, reduction=red))))
-        for red in ["sum", "none"]:
+        for red in ["mean", "sum", "none"]:
             C.append((f"cross_entropy weight ls=0.1 {red} [{n},{c}]",
                       fb(tgt_w, lambda x, t, w, red=red: F.cross_entropy(x, t, weight=w, reduction=red,
                                                                          label_smoothing=0.1))))
@@ -309,6 +320,18 @@ def composite_cases():
     for shape, repeats, dim in [((64, 32), 2, 1), ((1024, 1024), 3, 0), ((7,), 4, 0)]:
         C.append((f"repeat_interleave r={repeats} dim={dim} {list(shape)}",
                   fb(lambda s=shape: (rg(*s),), lambda x, r=repeats, d=dim: torch.repeat_interleave(x, r, dim=d))))
+    # SDPA with enable_gqa, float32 [B, Hq, Hkv, L, D]: fewer key/value heads rule out the memory-efficient
+    # kernel, so PyTorch runs the math backend, which repeat_interleaves key then value to Hq heads.
+    for b, hq, hk, l, d in [(2, 8, 2, 64, 64), (1, 4, 1, 33, 16)]:
+        for causal in [False, True]:
+            C.append((f"sdpa gqa{' causal' if causal else ''} [{b},{hq},{hk},{l},{d}]",
+                      fb(lambda b=b, hq=hq, hk=hk, l=l, d=d: (rg(b, hq, l, d), rg(b, hk, l, d), rg(b, hk, l, d)),
+                         lambda q, k, v, causal=causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                                      enable_gqa=True))))
+    # randperm on the GPU (Randperm.cu): the result, arange(n), random keys (int32 up to 32 bits, else int64)
+    # and their sorted copy, CUB's radix-sort scratch; forward only.
+    for n in [5, 1000, 30000, 65536, 1 << 20]:
+        C.append((f"randperm [{n}]", fb(lambda: (), lambda n=n: torch.randperm(n, device=DEV))))
     for name, fn in C:
         CASES.append(("composite", name, fn))
 

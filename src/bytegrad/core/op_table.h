@@ -171,11 +171,12 @@
   X(tril, triangle, any, Diagonal, grad, TrilBackward0)                                                             \
   X(clamp, binary_scalar, not_bool, Clamp, grad, ClampBackward1)                                                    \
   X(leaky_relu, binary, floating, Scalar, grad, LeakyReluBackward0)                                                 \
-  /* along one dimension (tensor/ops_sort.cpp): running sums, sorts; flip (cumsum's backward) has no node */        \
+  /* along one dimension and the masked scans (tensor/ops_sort.cpp); flip (cumsum's backward) has no node */        \
   X(cumsum, cumsum, any, Dim, grad, CumsumBackward0)                                                                \
   X(sort, sort, not_bool, Sort, grad, SortBackward0)                                                                \
   X(topk, sort, not_bool, TopK, grad, TopkBackward0)                                                                \
   X(flip, copy, any, Dim, no_grad, -)                                                                               \
+  X(masked_select, masked_select, any, None, grad, MaskedSelectBackward0)                                           \
   /* scaled_dot_product_attention's fused backends (tensor/ops_attention.cpp) */                                    \
   X(scaled_dot_product_cudnn_attention, sdpa, floating, Attention, grad, ScaledDotProductCudnnAttentionBackward0)   \
   X(scaled_dot_product_efficient_attention, sdpa, floating, Attention, grad,                                        \

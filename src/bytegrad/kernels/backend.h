@@ -144,6 +144,13 @@ class KernelBackend {
   virtual void sort(const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim,
                     bool descending) = 0;
 
+  // masked_select: out (1-d) = the elements of in where mask (bool, in's sizes: the op broadcasts both) is
+  // true, in row-major order; out holds exactly that many (the op counted them).
+  virtual void masked_select(const StridedView& out, const StridedView& in, const StridedView& mask) = 0;
+  // masked_scatter_: out[i] = source[k] for the k-th true mask[i] in row-major order; mask has out's sizes,
+  // source (1-d, contiguous) holds at least as many elements as mask has true values.
+  virtual void masked_scatter(const StridedView& out, const StridedView& mask, const StridedView& source) = 0;
+
   // out[i] = op(self[i], a[i], b[i], value) (TernaryOp); all four share out's sizes (stride 0 where
   // broadcast); out may alias self exactly (the in-place optimizer updates). Without `common` all four
   // share one floating dtype; with it (a floating type: result_type of self, a and b), each operand is read

@@ -36,6 +36,9 @@ void scatter_fill(const StridedView& out, int64_t dim, const StridedView& index,
 void cumsum(const StridedView& out, const StridedView& in, int64_t dim);
 void sort(const StridedView& values, const StridedView& indices, const StridedView& in, int64_t dim, bool descending);
 
+void masked_select(const StridedView& out, const StridedView& in, const StridedView& mask);
+void masked_scatter(const StridedView& out, const StridedView& mask, const StridedView& source);
+
 // Optional operands are nullptr where absent.
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                 const StridedView* weight, const StridedView* bias, double eps);

@@ -31,6 +31,8 @@ class MetaBackend final : public KernelBackend {
   void scatter_fill(const StridedView&, int64_t, const StridedView&, double) override {}
   void cumsum(const StridedView&, const StridedView&, int64_t) override {}
   void sort(const StridedView&, const StridedView&, const StridedView&, int64_t, bool) override {}
+  void masked_select(const StridedView&, const StridedView&, const StridedView&) override {}
+  void masked_scatter(const StridedView&, const StridedView&, const StridedView&) override {}
   void ternary(TernaryOp, const StridedView&, const StridedView&, const StridedView&, const StridedView&, double,
                std::optional<ScalarType>) override {}
   void layer_norm(const StridedView&, const StridedView&, const StridedView&, const StridedView&, const StridedView*,

@@ -122,6 +122,12 @@ class DriverAllocationsBackend final : public KernelBackend {
             bool descending) override {
     note_then_run(values, kWithStack, &KernelBackend::sort, values, indices, in, dim, descending);
   }
+  void masked_select(const StridedView& out, const StridedView& in, const StridedView& mask) override {
+    note_then_run(in, kWithStack, &KernelBackend::masked_select, out, in, mask);
+  }
+  void masked_scatter(const StridedView& out, const StridedView& mask, const StridedView& source) override {
+    note_then_run(out, kWithStack, &KernelBackend::masked_scatter, out, mask, source);
+  }
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                const StridedView& b, double value, std::optional<ScalarType> common) override {
     note_then_run(out, pointwise(), &KernelBackend::ternary, op, out, self, a, b, value, common);

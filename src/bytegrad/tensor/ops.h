@@ -358,9 +358,15 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
 // allocates in backward a (B, H, L, S rounded up to 16) gradient in the mask's dtype that autograd sums back
 // to the mask's shape; dropout adds nothing on memory-efficient and cuDNN, and on flash one 16-byte block
 // allocated and freed (and no key splits). Recorded in tests/data/pytorch_probes/sdpa_mask/mask.events.
+//  - enable_gqa (grouped-query attention): key and value may have fewer heads (dimension -3) than query, each
+//    count dividing query's (else refused, as PyTorch's check). With fewer heads PyTorch 2.11's memory-efficient
+//    kernel refuses the call, so float32 and float64 (and inputs that are not 4-d) run the math backend, which
+//    repeats key then value to query's head count (repeat_interleave along -3: one copy each, kept until the
+//    call returns; their gradients sum the copies back). 16-bit 4-d inputs, which PyTorch runs on cuDNN or
+//    flash with grouped heads, are refused (not modelled yet). Equal head counts ignore it.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal = false,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
 enum class SdpaBackend { cudnn_attention, flash_attention, efficient_attention, math };
 // The backend PyTorch 2.11 runs for these inputs on an H100 (sdp_utils.cpp's select_sdp_backend; the rule and
@@ -462,7 +468,7 @@ Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
                                          bool is_causal = false, std::optional<double> scale = std::nullopt);
 Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
                                          const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
-                                         std::optional<double> scale);
+                                         std::optional<double> scale, bool enable_gqa = false);
 
 // ------------------------------------------------------------------------------- triangular parts
 // (ops_triangle.cpp) torch.triu / torch.tril over the last two dims (x at
@@ -514,6 +520,17 @@ Tensor value_selecting_backward(const Tensor& grad, int64_t dim, const Tensor& i
 // zeros, and scatter_ of 1. Values below 0 or not below num_classes are refused naming the value (read on the
 // host; on meta, where there are no values, -1 is refused and the values are not checked).
 Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
+// torch.masked_select(input, mask): the elements of input where the bool mask is true (the two broadcast
+// together), in row-major order, as a 1-d tensor. Allocates as PyTorch's CUDA op, which indexes with
+// mask.nonzero(): the mask's contiguous copy when it is broadcast or strided, a 4-byte count, CUB's count
+// and select scratch (sizes modelled in ops_sort.cpp), the int64 positions (dims x count), then the output,
+// then the positions freed. The count is read on the host. On meta the output's size is unknown (it depends
+// on the mask's values): refused, as PyTorch's meta kernel refuses it. Backward: masked_select_backward.
+Tensor masked_select(const Tensor& input, const Tensor& mask);
+// FunctionsManual's masked_select_backward: zeros of the broadcast shape (input's dtype), then
+// masked_scatter_(mask, grad) into it: an int64 prefix sum of that shape, the mask's contiguous copy when
+// needed, CUB's scan scratch, all freed before it returns.
+Tensor masked_select_backward(const Tensor& grad, const Tensor& input, const Tensor& mask);
 
 // ------------------------------------------------------------------------------------------ losses
 // (ops_loss.cpp) Reduction is backend.h's (none, mean, sum: PyTorch's numbering).
@@ -547,9 +564,9 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
 // -log_probs.sum(class dim) (with weights: -(log_probs * weight viewed along the class dim).sum(class dim)),
 // then the ignore mask (target == ignore_index) zeroing it, reduced (mean: divided by the count of targets
 // not ignored), then (1 - s) * nll + reduced * (s / C); each of those ops allocates as it does alone. With
-// weights, label smoothing and reduction mean PyTorch divides by weight.gather(0,
-// target.masked_select(~ignore_mask)).sum(): bytegrad has no masked_select, so that one combination is
-// refused before anything is computed.
+// weights, label smoothing and reduction mean the divisor is PyTorch's weight.gather(0,
+// target.masked_select(~ignore_mask).flatten()).sum() (the weights of the targets not ignored), made before
+// smooth_loss.sum() as GCC orders that statement.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::mean,
                      int64_t ignore_index = -100, double label_smoothing = 0.0);
 // torch.nn.functional.cross_entropy's keywords: cross_entropy(x, t, {.weight = w, .label_smoothing = 0.1}).

@@ -97,8 +97,28 @@ double resolve_scale(const Tensor& q, std::optional<double> scale) {
 // on one device, at least 2-d, their batch dimensions broadcastable (matmul's rule); attn_mask bool (True:
 // take part) or float32 or query's dtype, on their device, broadcastable to the scores (..., L, S);
 // dropout_p in [0, 1]; no mask together with is_causal.
+// With enable_gqa (pre_process_group_query_attention_input): query, key and value at least 3-d, and the head
+// counts (dimension -3) all equal, or key's and value's each dividing query's. True when key and value must be
+// repeated to query's head count.
+bool gqa_repeats(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool enable_gqa) {
+  if (!enable_gqa) return false;
+  if (q.dim() < 3 || k.dim() < 3 || v.dim() < 3)
+    throw std::invalid_argument(fmt::format(
+        "{}: enable_gqa reads the head count (dimension -3): query {}, key {} and value {} must be at least 3-d", op,
+        describe(q), describe(k), describe(v)));
+  const int64_t hq = q.size(-3), hk = k.size(-3), hv = v.size(-3);
+  if (hq == hk && hk == hv) return false;
+  if (hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0)
+    throw std::invalid_argument(
+        fmt::format("{}: with enable_gqa the number of heads in key ({}) and value ({}) must divide the number "
+                    "of heads in query ({})",
+                    op, hk, hv, hq));
+  return true;
+}
+
 void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal) {
+                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
+                     bool enable_gqa = false) {
   check_qkv_tensors(op, q, k, v);
   if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
     throw std::invalid_argument(
@@ -111,8 +131,12 @@ void check_sdpa_call(const char* op, const Tensor& q, const Tensor& k, const Ten
   if (v.size(-2) != k.size(-2))
     throw std::invalid_argument(fmt::format("{}: key {} and value {} must share the sequence length (dimension -2)", op,
                                             describe(k), describe(v)));
-  const Shape q_batch(q.sizes().begin(), q.sizes().end() - 2), k_batch(k.sizes().begin(), k.sizes().end() - 2),
+  Shape q_batch(q.sizes().begin(), q.sizes().end() - 2), k_batch(k.sizes().begin(), k.sizes().end() - 2),
       v_batch(v.sizes().begin(), v.sizes().end() - 2);
+  if (gqa_repeats(op, q, k, v, enable_gqa)) {  // key and value take query's head count once repeated
+    k_batch.back() = q.size(-3);
+    v_batch.back() = q.size(-3);
+  }
   const Shape batch = broadcast_shapes(op, broadcast_shapes(op, q_batch, k_batch), v_batch);
   if (!(dropout_p >= 0.0 && dropout_p <= 1.0))  // NaN fails both
     throw std::invalid_argument(
@@ -911,7 +935,7 @@ struct MathOutputs {
 
 MathOutputs attention_math(const Tensor& query_in, const Tensor& key_in, const Tensor& value_in,
                            const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
-                           std::optional<double> scale) {
+                           std::optional<double> scale, bool enable_gqa) {
   const ScalarType origin = query_in.dtype();
   const bool upcast = is_half(origin);
   Tensor q_acc = upcast ? query_in.to(ScalarType::float32) : query_in;
@@ -926,7 +950,14 @@ MathOutputs attention_math(const Tensor& query_in, const Tensor& key_in, const T
     const Tensor keep = tril(ones({L, S}, TensorOptions{ScalarType::bool_, query_in.device()}));
     mask = convert_boolean_mask(keep, query.dtype());
   }
-  Tensor attn = matmul(query, k_acc.transpose(-2, -1) * factor);
+  // Grouped-query attention: key then value repeated (repeat_interleave along dim -3) to query's head count,
+  // both kept to the end (PyTorch's structured binding of a tuple, freed key first after attn).
+  Tensor key_expanded = k_acc, value_expanded = v_acc;
+  if (gqa_repeats("scaled_dot_product_attention", query_in, key_in, value_in, enable_gqa)) {
+    key_expanded = repeat_interleave(k_acc, query_in.size(-3) / key_in.size(-3), -3);
+    value_expanded = repeat_interleave(v_acc, query_in.size(-3) / value_in.size(-3), -3);
+  }
+  Tensor attn = matmul(query, key_expanded.transpose(-2, -1) * factor);
   // In place, as PyTorch does for plain tensors (attn.add_(mask); a tensor subclass or a Python dispatch mode
   // gets attn.add(mask), whose recording (the `tagged` cases) shows one more block).
   if (mask.defined()) attn.add_(mask);
@@ -934,9 +965,11 @@ MathOutputs attention_math(const Tensor& query_in, const Tensor& key_in, const T
   if (dropout_p > 0.0) attn = dropout(attn, dropout_p, true);
   MathOutputs r;
   r.attn = upcast ? attn.to(origin) : attn;  // the second output: attn itself unless it is a copy
-  r.output = matmul(attn, v_acc);
+  r.output = matmul(attn, value_expanded);
   if (upcast) r.output = r.output.to(origin);
   attn = Tensor();
+  key_expanded = Tensor();
+  value_expanded = Tensor();
   query = Tensor();
   mask = Tensor();
   v_acc = Tensor();
@@ -954,15 +987,15 @@ Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
 
 Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
                                          const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
-                                         std::optional<double> scale) {
-  check_sdpa_call("scaled_dot_product_attention_math", query, key, value, attn_mask, dropout_p, is_causal);
+                                         std::optional<double> scale, bool enable_gqa) {
+  check_sdpa_call("scaled_dot_product_attention_math", query, key, value, attn_mask, dropout_p, is_causal, enable_gqa);
   if (attn_mask && attn_mask->defined() && is_causal)
     throw std::invalid_argument(
         "scaled_dot_product_attention_math: explicit attn_mask should not be set when "
         "is_causal=True (give one or the other)");
   const std::optional<Tensor> mask =
       attn_mask ? std::optional<Tensor>(convert_boolean_mask(*attn_mask, query.dtype())) : std::nullopt;
-  MathOutputs r = attention_math(query, key, value, mask, dropout_p, is_causal, scale);
+  MathOutputs r = attention_math(query, key, value, mask, dropout_p, is_causal, scale, enable_gqa);
   Tensor output = std::move(r.output);
   return output;  // then r.attn
 }
@@ -1041,13 +1074,32 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const std::optional<Tensor>& attn_mask, double dropout_p, bool is_causal,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, bool enable_gqa) {
   BYTEGRAD_AUTOCAST(lower_precision_fp, scaled_dot_product_attention, query, key, value, attn_mask, dropout_p,
-                    is_causal, scale);
+                    is_causal, scale, enable_gqa);
   const char* op = "scaled_dot_product_attention";
   const std::optional<Tensor> mask = attn_mask && attn_mask->defined() ? attn_mask : std::nullopt;
-  check_sdpa_call(op, query, key, value, mask, dropout_p, is_causal);
+  check_sdpa_call(op, query, key, value, mask, dropout_p, is_causal, enable_gqa);
   const bool four_d = query.dim() == 4 && key.dim() == 4 && value.dim() == 4;
+  if (gqa_repeats(op, query, key, value, enable_gqa)) {
+    // Fewer key/value heads than query heads. PyTorch 2.11's memory-efficient kernel refuses them
+    // (check_batch_size_and_num_heads_dense<false>), so float32 and float64 run the math backend, which
+    // repeats key and value; 16-bit 4-d inputs go to cuDNN or flash with the grouped heads as they are.
+    if (four_d && is_half(query.dtype()))
+      throw std::invalid_argument(fmt::format(
+          "{}: enable_gqa with {} query heads and {} key / {} value heads in {}: PyTorch 2.11 runs this on "
+          "cuDNN or flash attention with grouped heads, whose memory bytegrad does not model yet; repeat key and "
+          "value yourself (repeat_interleave(key, {}, -3)) or compute in float32",
+          op, query.size(-3), key.size(-3), value.size(-3), scalar_type_name(query.dtype()),
+          query.size(-3) / key.size(-3)));
+    if (mask && is_causal)
+      throw std::invalid_argument(fmt::format(
+          "{}: explicit attn_mask should not be set when is_causal=True on the math backend (give one or the other)",
+          op));
+    const std::optional<Tensor> converted =
+        mask ? std::optional<Tensor>(convert_boolean_mask(*mask, query.dtype())) : std::nullopt;
+    return scaled_dot_product_attention_math(query, key, value, converted, dropout_p, is_causal, scale, true);
+  }
   if (!mask && dropout_p == 0.0 && four_d) return scaled_dot_product_attention(query, key, value, is_causal, scale);
   // PyTorch 2.11's backend selection reads dimension -2 of the mask for 4-d 16-bit inputs and fails on a 1-d
   // mask, whatever the head dim (mask_choices.txt: IndexError in all 320 such rows; float32 and 3-d pass).

@@ -183,12 +183,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   // PyTorch's cross_entropy_loss calls log_softmax with dtype = the logits' dtype, which autocast leaves alone
   // (fp32_set_opt_dtype only fills in a missing dtype) and which converts nothing: under autocast the
   // log-probabilities stay in the logits' dtype and nll_loss (float32 policy) casts them.
-  if (weighted && label_smoothing > 0.0 && reduction == Reduction::mean)
-    throw std::invalid_argument(
-        "cross_entropy: class weights with label_smoothing and reduction 'mean' are not supported: PyTorch "
-        "divides by weight.gather(0, target.masked_select(~ignore_mask)).sum(), and bytegrad has no masked_select "
-        "to allocate as it does; use reduction 'sum' or 'none' (and divide by the weights' sum yourself), or "
-        "no label_smoothing");
   const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
   const Tensor log_probs = log_softmax(logits, class_dim, logits.dtype());
   Tensor nll = nll_loss(log_probs, target, reduction, ignore_index, options.weight);
@@ -211,6 +205,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   Tensor reduced;
   switch (reduction) {
     case Reduction::mean: {
+      if (weighted) {
+        // smooth_loss.sum() / weight.gather(0, target.masked_select(~ignore_mask).flatten()).sum(): GCC (which
+        // builds PyTorch) evaluates the divisor first, and every temporary lives to the end of the statement,
+        // freed last made first; the locals of this block do the same, in that order.
+        const Tensor kept = logical_not(ignore_mask);
+        const Tensor kept_targets = masked_select(target, kept);
+        const Tensor kept_weights = gather(*options.weight, 0, kept_targets.flatten());
+        const Tensor weight_sum = kept_weights.sum();
+        const Tensor loss_sum = smooth_loss.sum();
+        reduced = loss_sum / weight_sum;
+        break;
+      }
       const Tensor true_mask = logical_not(ignore_mask);  // ~ignore_mask: one bool tensor, as bitwise_not
       reduced = smooth_loss.sum() / true_mask.sum();
       break;

@@ -1,13 +1,18 @@
-// Ops along one dimension: cumsum, flip, sort, topk, and one_hot (composite: zeros and a scatter of 1).
-// Each allocates what PyTorch's CUDA op allocates, in its order (ops.h lists them).
+// Ops along one dimension: cumsum, flip, sort, topk, and one_hot (composite: zeros and a scatter of 1); and
+// the scan-based masked ops, masked_select and its backward (masked_scatter_). Each allocates what
+// PyTorch's CUDA op allocates, in its order (ops.h lists them).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -55,6 +60,42 @@ Tensor cumsum_compute(const Tensor& x, int64_t dim) {
   }
   backend_of(x).cumsum(kv(out), kv(input), dim);
   return out;
+}
+
+// CUB's temporary storage, parts rounded up to 256 bytes then 255 bytes of alignment slack (AliasTemporaries).
+int64_t cub_parts_bytes(std::initializer_list<int64_t> parts) {
+  int64_t total = 0;
+  for (int64_t part : parts) total += (part + 255) / 256 * 256;
+  return total + 255;
+}
+
+// nonzero's count, cub::DeviceReduce::Sum of a bool-to-int iterator into an int: one tile (256 threads of 16
+// items, Policy600's int accumulator) needs no storage and CUB asks for 1 byte; more items take one int per
+// block of the even-share grid (SM occupancy of 8 blocks of 256 threads, times the SMs, times CUB's
+// subscription factor 5). A model of CUB's dispatch, to be checked by the recording (masked_select cases).
+int64_t cub_count_temporary_bytes(int64_t count, const DeviceLaunchLimits& limits) {
+  constexpr int64_t kTile = int64_t{256} * 16;
+  if (count <= kTile) return 1;
+  const int64_t occupancy = std::max<int64_t>(1, limits.max_threads_per_multiprocessor / 256);
+  const int64_t max_blocks = occupancy * limits.multiprocessor_count * 5;
+  return cub_parts_bytes({max_blocks * 4});
+}
+
+// nonzero's cub::DeviceSelect::Flagged of int64 positions with 32-bit offsets: one tile-status word (the
+// offset and its status, 8 bytes) per tile of 128 threads times 5 items, plus 32 of padding, laid out as
+// the scan's (cub_scan_temporary_bytes: one more 256-byte part). A model, as above.
+int64_t cub_select_temporary_bytes(int64_t count) {
+  constexpr int64_t kTile = int64_t{128} * 5;
+  const int64_t tiles = (count + kTile - 1) / kTile;
+  return cub_parts_bytes({(tiles + 32) * 8, 256});
+}
+
+// The launch limits CUB's grid sizes come from: the card's on cuda, the modelled one's on sim and meta, an
+// H100's on cpu (which makes the same scratch, as cumsum's does on every device).
+DeviceLaunchLimits launch_limits_or_h100(Device device) {
+  if (device.type == DeviceType::cpu) return DeviceLaunchLimits{132, 2048};
+  const DeviceLaunchLimits limits = device_launch_limits(device);
+  return limits.multiprocessor_count > 0 ? limits : DeviceLaunchLimits{132, 2048};
 }
 
 void check_sortable(const char* op, const Tensor& x, OpId id) {
@@ -182,6 +223,89 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
   Tensor out = zeros(shape, TensorOptions{ScalarType::int64, x.device()});
   backend_of(out).scatter_fill(kv(out), out.dim() - 1, kv(x.unsqueeze(-1)), 1.0);
   return out;
+}
+
+// ------------------------------------------------------------------------------------- masked_select
+
+namespace {
+
+// PyTorch's masked_select on CUDA: both operands (a 0-d one as 1-d) expanded to their common shape, then
+// index(self, [mask]), whose bool index becomes mask.nonzero() (nonzero_cuda_out_impl: the mask made
+// contiguous, a 4-byte count, CUB's count then select scratch, the (count, dims) int64 positions), then the
+// output of count elements, then the positions freed when the index op returns.
+Tensor masked_select_compute(const Tensor& input, const Tensor& mask, const Shape& shape) {
+  AllocationScope scope("masked_select");
+  const Shape common = shape.empty() ? Shape{1} : shape;
+  const Tensor in = (input.dim() == 0 ? input.view({1}) : input).expand(common);
+  const Tensor selector = (mask.dim() == 0 ? mask.view({1}) : mask).expand(common);
+  const int64_t n = shape_numel(common);
+  const DeviceLaunchLimits limits = launch_limits_or_h100(input.device());
+  int64_t count = 0;
+  Tensor positions;
+  {
+    const Tensor mask_contiguous = selector.contiguous();  // nonzero's self.contiguous()
+    std::vector<uint8_t> flags(static_cast<size_t>(n));
+    backend_of(mask_contiguous).copy_to_host(std::as_writable_bytes(std::span(flags)), kv(mask_contiguous));
+    for (uint8_t flag : flags) count += flag != 0 ? 1 : 0;
+    // Chunks of at most 2^30 elements once numel reaches INT_MAX, each with its own count and scratch.
+    const int64_t chunk = n < std::numeric_limits<int32_t>::max() ? n : (int64_t{1} << 30);
+    const int64_t chunks = chunk == 0 ? 1 : (n + chunk - 1) / chunk;
+    const TensorOptions bytes{ScalarType::uint8, input.device()};
+    const Tensor counts = empty({4 * chunks}, bytes);  // one int per chunk
+    for (int64_t c = 0; c < chunks; ++c) {
+      const Tensor scratch = empty({cub_count_temporary_bytes(std::min(chunk, n - c * chunk), limits)}, bytes);
+    }
+    positions = empty({static_cast<int64_t>(common.size()), count}, TensorOptions{ScalarType::int64, input.device()});
+    for (int64_t c = 0; c < chunks; ++c) {
+      const Tensor scratch = empty({cub_select_temporary_bytes(std::min(chunk, n - c * chunk))}, bytes);
+    }
+  }  // the count, then the contiguous mask (when it was a copy), freed as nonzero returns
+  Tensor out = empty({count}, TensorOptions{input.dtype(), input.device()});
+  if (count > 0) backend_of(input).masked_select(kv(out), kv(in), kv(selector));
+  return out;
+}
+
+}  // namespace
+
+Tensor masked_select(const Tensor& input, const Tensor& mask) {
+  check_defined("masked_select", input);
+  check_defined("masked_select", mask);
+  check_same_device("masked_select", input, mask);
+  if (mask.dtype() != ScalarType::bool_)
+    throw std::invalid_argument(
+        fmt::format("masked_select: the mask {} must be bool (PyTorch: expected BoolTensor for mask)", describe(mask)));
+  const Shape shape = broadcast_shapes("masked_select", input, mask);
+  if (input.is_meta())
+    throw std::invalid_argument(fmt::format(
+        "masked_select: the output's size is the number of true values of the mask {}, which a meta tensor does "
+        "not have (PyTorch's meta kernel refuses it too); run it on sim for the figures",
+        describe(mask)));
+  return compute_recorded<OpId::masked_select>({input, mask}, {},
+                                               [&] { return masked_select_compute(input, mask, shape); });
+}
+
+Tensor masked_select_backward(const Tensor& grad, const Tensor& input, const Tensor& mask) {
+  AllocationScope scope("masked_select_backward");
+  // FunctionsManual's masked_select_backward: zeros_like(input expanded to the common shape), then
+  // masked_scatter_(mask, grad) into it.
+  const Shape shape = broadcast_shapes("masked_select_backward", input, mask);
+  Tensor result = zeros(shape, TensorOptions{input.dtype(), input.device()});
+  if (result.numel() == 0) return result;
+  // masked_scatter__cuda: the mask expanded to self (expand_inplace), an int64 prefix sum of self's shape,
+  // then (launch_masked_scatter_kernel) the mask made contiguous, CUB's exclusive scan scratch, the source
+  // made contiguous; the kernel; the locals freed in reverse, the prefix sums last.
+  const Tensor selector = mask.expand(shape);
+  const Tensor prefix_sums = empty(shape, TensorOptions{ScalarType::int64, input.device()});
+  {
+    const Tensor mask_contiguous = selector.contiguous();
+    {
+      const Tensor scratch = empty({cub_scan_temporary_bytes(result.numel(), ScalarType::int64)},
+                                   TensorOptions{ScalarType::uint8, input.device()});
+    }
+    const Tensor source = grad.contiguous();
+    backend_of(result).masked_scatter(kv(result), kv(selector), kv(source.reshape({source.numel()})));
+  }
+  return result;
 }
 
 }  // namespace bytegrad

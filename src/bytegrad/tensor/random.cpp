@@ -310,6 +310,34 @@ uint64_t Generator::random64() {
   return impl_->engine();
 }
 
+namespace {
+
+// The temporary storage of cub::DeviceRadixSort::SortPairs (not overwriting its inputs) on n pairs of
+// key_bytes keys and value_bytes values sorted on `bits` bits, as PyTorch's radix_sort_pairs asks for it: one
+// tile (256 threads of 19 items) sorts in one block and CUB asks for 1 byte; more run the onesweep passes
+// (8-bit digits, tiles of 384 threads x 24 items; parts rounded up to 256 bytes then 255 bytes of alignment
+// slack): per-pass digit bins, a lookback word per digit and tile, the keys' and values' second buffers when
+// there is more than one pass, and a counter per pass. A model of CUB's dispatch, to be checked by the
+// recording (the probe's randperm cases).
+int64_t cub_radix_sort_pairs_bytes(int64_t n, int64_t key_bytes, int64_t value_bytes, int64_t bits) {
+  if (n <= int64_t{256} * 19) return 1;
+  constexpr int64_t kDigits = 256, kTile = int64_t{384} * 24;
+  const int64_t passes = (bits + 7) / 8;
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  const auto rounded = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t second_buffers = passes <= 1 ? 0 : rounded(n * key_bytes) + rounded(n * value_bytes);
+  return rounded(passes * kDigits * 8) + rounded(tiles * kDigits * 4) + second_buffers + rounded(passes * 4) + 255;
+}
+
+// PyTorch's CUDA randperm (Randperm.cu) allocates: the result, an arange(n) of its dtype, random keys (int32
+// when ceil(log2(n - (6 n^2 + 1) / (12 ln 0.9))) bits fit 32, else int64) and their sorted copy, CUB's radix
+// sort scratch (freed at once), then frees the sorted keys, the keys and the arange. The same on sim, meta and
+// cuda; the permutation itself is drawn on the host (Fisher-Yates, another engine than PyTorch's sort of random
+// keys: both uniform) and copied in, except on meta.
+Tensor randperm_on_device(int64_t n, const TensorOptions& options, Generator* generator_handle);
+
+}  // namespace
+
 Tensor randperm(int64_t n, TensorOptions options, Generator* generator_handle) {
   if (n < 0) throw std::invalid_argument(fmt::format("randperm: n must be non-negative, got {}", n));
   options.dtype = options.resolved_dtype(ScalarType::int64);  // torch.randperm's default dtype
@@ -320,12 +348,8 @@ Tensor randperm(int64_t n, TensorOptions options, Generator* generator_handle) {
       (dtype == ScalarType::float64 && n > (int64_t{1} << 53)))
     throw std::invalid_argument(
         fmt::format("randperm: n is too large for result tensor type: '{}' (n = {})", scalar_type_name(dtype), n));
-  if (options.resolved_device().type != DeviceType::cpu)
-    throw std::invalid_argument(fmt::format(
-        "randperm on {}: bytegrad does not model the temporaries of PyTorch's GPU randperm yet; draw it on cpu "
-        "and move it (randperm(n, options).to(device): one block of n elements there)",
-        options.resolved_device().str()));
   if (options.requires_grad) throw std::invalid_argument("randperm: an integer permutation cannot require grad");
+  if (options.resolved_device().type != DeviceType::cpu) return randperm_on_device(n, options, generator_handle);
   std::vector<int64_t> values(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = i;
   // Fisher-Yates from the front, as PyTorch's randperm_cpu: position i swaps with one of i .. n-1.
@@ -344,5 +368,38 @@ Tensor randperm(int64_t n, TensorOptions options, Generator* generator_handle) {
   AllocationScope scope("randperm");
   return from_vector(values, {n}, options);
 }
+
+namespace {
+
+Tensor randperm_on_device(int64_t n, const TensorOptions& options, Generator* generator_handle) {
+  AllocationScope scope("randperm");
+  const Device device = options.resolved_device();
+  const ScalarType dtype = *options.dtype;
+  Tensor result = empty({n}, TensorOptions{dtype, device});
+  if (n == 0) return result;
+  {
+    const Tensor range = arange(n, TensorOptions{dtype, device});
+    const auto nd = static_cast<double>(n);
+    const int bits =
+        std::min(64, static_cast<int>(std::ceil(std::log2(nd - (6 * nd * nd + 1) / (std::log(0.9) * 12)))));
+    const ScalarType key_type = bits <= 32 ? ScalarType::int32 : ScalarType::int64;
+    const Tensor keys = empty({n}, TensorOptions{key_type, device});
+    const Tensor sorted_keys = empty({n}, TensorOptions{key_type, device});
+    {
+      const auto key_bytes = static_cast<int64_t>(element_size(key_type));
+      const auto value_bytes = static_cast<int64_t>(element_size(dtype));
+      const Tensor scratch = empty({cub_radix_sort_pairs_bytes(n, key_bytes, value_bytes, bits)},
+                                   TensorOptions{ScalarType::uint8, device});
+    }
+  }  // sorted keys, keys, then the arange freed
+  // The values: the cpu path's shuffle, copied in (no device allocation).
+  if (device.type != DeviceType::meta) {
+    const Tensor host = randperm(n, TensorOptions{dtype, kCpu}, generator_handle);
+    result.copy_(host);
+  }
+  return result;
+}
+
+}  // namespace
 
 }  // namespace bytegrad

@@ -417,10 +417,10 @@ class Generator {
 };
 // torch.randperm: 0 .. n-1 in random order, int64 unless options.dtype says otherwise, from `generator`
 // (the process generator when null). Drawn on the host by a Fisher-Yates shuffle, as PyTorch's CPU
-// kernel draws it (the values are not PyTorch's: another engine). On cpu only: PyTorch's CUDA randperm
-// sorts random keys with temporaries bytegrad does not model yet, so another device is refused with a
-// message (draw on cpu and .to(device): one block of n elements there). n < 0, or n beyond what the dtype
-// holds exactly, is refused.
+// kernel draws it (the values are not PyTorch's: another engine). On cuda, sim and meta it allocates what
+// PyTorch's CUDA randperm does (Randperm.cu: the result, an arange, random keys and their sorted copy, CUB's
+// radix-sort scratch, modelled in random.cpp; the temporaries freed before it returns) and copies the host
+// shuffle in (meta: no values). n < 0, or n beyond what the dtype holds exactly, is refused.
 Tensor randperm(int64_t n, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);

@@ -34,6 +34,17 @@ std::shared_ptr<FormulaNode> masked_fill(const OpRecord& r, const op_args::Scala
   return node;
 }
 
+// masked_select saves self and mask (derivatives.yaml); backward: masked_select_backward, zeros of the
+// broadcast shape with the gradient scattered in place where the mask is true.
+std::shared_ptr<FormulaNode> masked_select(const OpRecord& r, const op_args::None&) {  // inputs: self, mask
+  auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
+    return TensorList{masked_select_backward(g[0], n.saved(0), n.saved(1)), Tensor()};
+  });
+  node->save("self", r.inputs.at(0));
+  node->save("mask", r.inputs.at(1));
+  return node;
+}
+
 std::shared_ptr<FormulaNode> where(const OpRecord& r, const op_args::None&) {  // inputs: condition, self, other
   auto node = make_node(r, [](const FormulaNode& n, TensorList& g) {
     Tensor cond = n.saved(0);

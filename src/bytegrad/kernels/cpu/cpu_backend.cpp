@@ -70,6 +70,12 @@ class CpuBackend final : public KernelBackend {
             bool descending) override {
     cpu::sort(values, indices, in, dim, descending);
   }
+  void masked_select(const StridedView& out, const StridedView& in, const StridedView& mask) override {
+    cpu::masked_select(out, in, mask);
+  }
+  void masked_scatter(const StridedView& out, const StridedView& mask, const StridedView& source) override {
+    cpu::masked_scatter(out, mask, source);
+  }
 
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                const StridedView& b, double value, std::optional<ScalarType> common) override {

@@ -238,6 +238,14 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(values.device, "sort", descending ? "descending" : "", in.dtype);
     cuda::sort(values, indices, in, dim, descending);
   }
+  void masked_select(const StridedView& out, const StridedView& in, const StridedView& mask) override {
+    CudaCall call(out.device, "masked_select", "", in.dtype);
+    cuda::masked_select(out, in, mask);
+  }
+  void masked_scatter(const StridedView& out, const StridedView& mask, const StridedView& source) override {
+    CudaCall call(out.device, "masked_scatter", "", out.dtype);
+    cuda::masked_scatter(out, mask, source);
+  }
   void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                const StridedView& b, double value, std::optional<ScalarType> common) override {
     CudaDeviceGuard guard(out.device);
