@@ -59,10 +59,13 @@ class CudaTimeline final : public StreamTimeline {
     cuda_runtime::check(cudaEventElapsedTime(&ms, as_event(start), as_event(end)), "cudaEventElapsedTime");
     return ms;
   }
+  // The default stream's handle (nullptr) names the current device's: this device is made current first.
   bool query_stream(StreamId stream) override {
+    use_device();
     return cuda_runtime::is_done(cudaStreamQuery(as_stream(stream)), "cudaStreamQuery");
   }
   void synchronize_stream(StreamId stream) override {
+    use_device();
     cuda_runtime::check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
   }
   void synchronize_device() override {
