@@ -72,7 +72,7 @@ int64_t cub_parts_bytes(std::initializer_list<int64_t> parts) {
 // nonzero's count, cub::DeviceReduce::Sum of a bool-to-int iterator into an int: one tile (256 threads of 16
 // items, Policy600's int accumulator) needs no storage and CUB asks for 1 byte; more items take one int per
 // block of the even-share grid (SM occupancy of 8 blocks of 256 threads, times the SMs, times CUB's
-// subscription factor 5). A model of CUB's dispatch, to be checked by the recording (masked_select cases).
+// subscription factor 5), as the masked_select recordings show.
 int64_t cub_count_temporary_bytes(int64_t count, const DeviceLaunchLimits& limits) {
   constexpr int64_t kTile = int64_t{256} * 16;
   if (count <= kTile) return 1;
@@ -82,10 +82,12 @@ int64_t cub_count_temporary_bytes(int64_t count, const DeviceLaunchLimits& limit
 }
 
 // nonzero's cub::DeviceSelect::Flagged of int64 positions with 32-bit offsets: one tile-status word (the
-// offset and its status, 8 bytes) per tile of 128 threads times 5 items, plus 32 of padding, laid out as
-// the scan's (cub_scan_temporary_bytes: one more 256-byte part). A model, as above.
+// offset and its status, 8 bytes) per tile, plus 32 of padding, laid out as the scan's
+// (cub_scan_temporary_bytes: one more 256-byte part). A tile is CUB's sm90 tuning for a flagged select of
+// 8-byte primitives with 4-byte offsets: 384 threads of 11 items (checked by the masked_select recordings:
+// 64000 and 2^20 mask elements).
 int64_t cub_select_temporary_bytes(int64_t count) {
-  constexpr int64_t kTile = int64_t{128} * 5;
+  constexpr int64_t kTile = int64_t{384} * 11;
   const int64_t tiles = (count + kTile - 1) / kTile;
   return cub_parts_bytes({(tiles + 32) * 8, 256});
 }

@@ -313,17 +313,23 @@ uint64_t Generator::random64() {
 namespace {
 
 // The temporary storage of cub::DeviceRadixSort::SortPairs (not overwriting its inputs) on n pairs of
-// key_bytes keys and value_bytes values sorted on `bits` bits, as PyTorch's radix_sort_pairs asks for it: one
-// tile (256 threads of 19 items) sorts in one block and CUB asks for 1 byte; more run the onesweep passes
-// (8-bit digits, tiles of 384 threads x 24 items; parts rounded up to 256 bytes then 255 bytes of alignment
-// slack): per-pass digit bins, a lookback word per digit and tile, the keys' and values' second buffers when
-// there is more than one pass, and a counter per pass. A model of CUB's dispatch, to be checked by the
-// recording (the probe's randperm cases).
+// key_bytes keys and value_bytes values sorted on `bits` bits, as PyTorch's radix_sort_pairs asks for it (int
+// offsets): one tile (256 threads of 19 items) sorts in one block and CUB asks for 1 byte; more run the
+// onesweep passes (8-bit digits; parts rounded up to 256 bytes then 255 bytes of alignment slack): per-pass
+// digit bins, a lookback word per digit and tile, the keys' and values' second buffers when there is more
+// than one pass, and a counter per pass. A tile is 384 threads of CUB's sm90 onesweep items per thread for
+// the key size (4-byte keys: 23 with values under 8 bytes, else 30; 8-byte keys: 30, else 24), scaled to the
+// larger of key and value as CUB scales them (x 4 / bytes, at most twice). Checked by the probe's randperm
+// cases (op_table_events.jsonl: 4-byte keys with 8-byte values, and 8-byte keys).
 int64_t cub_radix_sort_pairs_bytes(int64_t n, int64_t key_bytes, int64_t value_bytes, int64_t bits) {
   if (n <= int64_t{256} * 19) return 1;
-  constexpr int64_t kDigits = 256, kTile = int64_t{384} * 24;
+  constexpr int64_t kDigits = 256, kThreads = 384;
+  const int64_t nominal_items = key_bytes <= 4 ? (value_bytes < 8 ? 23 : 30) : (value_bytes < 8 ? 30 : 24);
+  const int64_t dominant_bytes = std::max(key_bytes, value_bytes);
+  const int64_t items = std::max<int64_t>(1, std::min(nominal_items * 4 / dominant_bytes, nominal_items * 2));
+  const int64_t tile = kThreads * items;
   const int64_t passes = (bits + 7) / 8;
-  const int64_t tiles = (n + kTile - 1) / kTile;
+  const int64_t tiles = (n + tile - 1) / tile;
   const auto rounded = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   const int64_t second_buffers = passes <= 1 ? 0 : rounded(n * key_bytes) + rounded(n * value_bytes);
   return rounded(passes * kDigits * 8) + rounded(tiles * kDigits * 4) + second_buffers + rounded(passes * 4) + 255;
@@ -376,6 +382,8 @@ Tensor randperm_on_device(int64_t n, const TensorOptions& options, Generator* ge
   const Device device = options.resolved_device();
   const ScalarType dtype = *options.dtype;
   Tensor result = empty({n}, TensorOptions{dtype, device});
+  // check_supported_max_int_with_precision: n - 1 as a 0-d tensor of the result's dtype, made and dropped.
+  (void)empty({}, TensorOptions{dtype, device});
   if (n == 0) return result;
   {
     const Tensor range = arange(n, TensorOptions{dtype, device});
