@@ -102,7 +102,7 @@ TEST_CASE("masked_select events on sim: nonzero's scratch, the positions, the ou
   Tensor x = randn({1024}, TensorOptions{ScalarType::float32, d}).requires_grad_();
   Tensor y;
   // 4: nonzero's int count; 1: CUB's single-tile reduce (1024 <= 4096 items); 512 * 1 * 8 = 4096: the int64
-  // positions (1 dim x 512); CUB's select scratch: 2 tiles of 640 -> (2 + 32) * 8 = 272 -> 512, + 256 + 255 =
+  // positions (1 dim x 512); CUB's select scratch: 1 tile of 384 x 11 -> (1 + 32) * 8 = 264 -> 512, + 256 + 255 =
   // 1023; then the output 512 * 4 = 2048, and the positions freed.
   CHECK(allocation_events(d, [&] { y = masked_select(x, mask); }) == AllocationEvents{{"alloc", 4},
                                                                                       {"alloc", 1},
@@ -282,14 +282,17 @@ TEST_CASE("randperm on sim, meta: a permutation, with PyTorch's CUDA temporaries
   CHECK_THROWS_WITH(randperm(-1, TensorOptions{ScalarType::int64, kSim}), doctest::Contains("non-negative"));
   CHECK_THROWS_WITH(randperm(300, TensorOptions{ScalarType::uint8, kSim}), doctest::Contains("too large"));
 
-  // n = 1000: ceil(log2(1000 + 6e6 / 1.264)) = 23 bits, int32 keys. result 8000, arange 8000, keys 4000,
-  // sorted keys 4000, CUB scratch (one tile: 1000 <= 4864 items, 1 byte), then sorted keys, keys, arange freed.
+  // n = 1000: ceil(log2(1000 + 6e6 / 1.264)) = 23 bits, int32 keys. result 8000, the range check's 0-d int64
+  // (8, freed), arange 8000, keys 4000, sorted keys 4000, CUB scratch (one tile: 1000 <= 4864 items, 1 byte),
+  // then sorted keys, keys, arange freed.
   for (const Device d : {kSim, kMeta}) {
     CAPTURE(d.str());
     CHECK(allocation_events(d,
                             [&] {
                               (void)randperm(1000, TensorOptions{ScalarType::int64, d});
                             }) == AllocationEvents{{"alloc", 8000},
+                                                   {"alloc", 8},
+                                                   {"free", 8},
                                                    {"alloc", 8000},
                                                    {"alloc", 4000},
                                                    {"alloc", 4000},
@@ -301,18 +304,21 @@ TEST_CASE("randperm on sim, meta: a permutation, with PyTorch's CUDA temporaries
                                                    {"free", 8000}});
   }
   // n = 2^16: 2^32 * 6 / 1.264 needs 35 bits: int64 keys (8 bytes each), 5 passes of 8 bits. CUB's onesweep
-  // scratch: bins 5 * 256 * 8 = 10240; lookback ceil(65536 / 9216) = 8 tiles * 256 * 4 = 8192; second key and
-  // value buffers 65536 * 8 = 524288 each; counters 5 * 4 = 20 -> 256; + 255: 1067519.
+  // scratch: bins 5 * 256 * 8 = 10240; lookback over tiles of 384 threads x 12 items (CUB's sm90 24 for 8-byte
+  // keys and values, x 4 / 8): ceil(65536 / 4608) = 15 tiles * 256 * 4 = 15360; second key and value buffers
+  // 65536 * 8 = 524288 each; counters 5 * 4 = 20 -> 256; + 255: 1074687 (PyTorch's, op_table_events.jsonl).
   const int64_t n = 65536;
   CHECK(allocation_events(kMeta,
                           [&] {
                             (void)randperm(n, TensorOptions{ScalarType::int64, kMeta});
                           }) == AllocationEvents{{"alloc", 524288},
+                                                 {"alloc", 8},
+                                                 {"free", 8},
                                                  {"alloc", 524288},
                                                  {"alloc", 524288},
                                                  {"alloc", 524288},
-                                                 {"alloc", 1067519},
-                                                 {"free", 1067519},
+                                                 {"alloc", 1074687},
+                                                 {"free", 1074687},
                                                  {"free", 524288},
                                                  {"free", 524288},
                                                  {"free", 524288},
