@@ -217,8 +217,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
         reduced = loss_sum / weight_sum;
         break;
       }
+      // smooth_loss.sum() / (~ignore_mask).sum(), in GCC's order as above (the divisor first), whatever
+      // order this compiler would give the operands.
       const Tensor true_mask = logical_not(ignore_mask);  // ~ignore_mask: one bool tensor, as bitwise_not
-      reduced = smooth_loss.sum() / true_mask.sum();
+      const Tensor kept_count = true_mask.sum();
+      const Tensor loss_sum = smooth_loss.sum();
+      reduced = loss_sum / kept_count;
       break;
     }
     case Reduction::sum: reduced = smooth_loss.sum(); break;
