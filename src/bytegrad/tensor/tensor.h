@@ -346,26 +346,13 @@ Tensor from_blob(const void* data, const Shape& sizes, TensorOptions options = {
 // The dtype of a C++ element type: int64_t -> int64, int32_t -> int32, uint8_t -> uint8, float -> float32,
 // double -> float64.
 template <typename T>
-constexpr ScalarType scalar_type_of();
-template <>
-constexpr ScalarType scalar_type_of<int64_t>() {
-  return ScalarType::int64;
-}
-template <>
-constexpr ScalarType scalar_type_of<int32_t>() {
-  return ScalarType::int32;
-}
-template <>
-constexpr ScalarType scalar_type_of<uint8_t>() {
-  return ScalarType::uint8;
-}
-template <>
-constexpr ScalarType scalar_type_of<float>() {
-  return ScalarType::float32;
-}
-template <>
-constexpr ScalarType scalar_type_of<double>() {
-  return ScalarType::float64;
+constexpr ScalarType scalar_type_of() {
+  if constexpr (std::is_same_v<T, int64_t>) return ScalarType::int64;
+  else if constexpr (std::is_same_v<T, int32_t>) return ScalarType::int32;
+  else if constexpr (std::is_same_v<T, uint8_t>) return ScalarType::uint8;
+  else if constexpr (std::is_same_v<T, float>) return ScalarType::float32;
+  else if constexpr (std::is_same_v<T, double>) return ScalarType::float64;
+  else static_assert(sizeof(T) == 0, "scalar_type_of: no dtype for this element type");
 }
 // Typed host values, exact (int64 values beyond 2^53 too): the tensor's dtype is T's unless options say
 // another, which converts as from_vector's doubles do (checked). A braced list of numbers still calls
