@@ -183,9 +183,13 @@ Run run_alone(const std::string& program, int rank, int world = 2, TieOrder ties
   return run;
 }
 
+// On cuda the GPUs' allocators start afresh as in a new process (fresh_process_state), not on a small card.
 std::vector<Run> run_on_threads(const std::string& program, DeviceType type, int world = 2) {
   DefaultWorkspaces workspaces;
-  testing::FreshRankDevices fresh(world, type);
+  std::optional<testing::FreshRankDevices> fresh;
+  if (type == DeviceType::cuda)
+    for (int r = 0; r < world; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});
+  else fresh.emplace(world, type);
   std::vector<Run> runs(static_cast<size_t>(world));
   std::vector<StreamOrdinals> ordinals(static_cast<size_t>(world));
   run_ranks(world, type, [&](ProcessGroup& pg) {
@@ -522,23 +526,7 @@ TEST_CASE("FSDP2 programs on two GPUs with NCCL give the fake backend's figures 
   programs.emplace_back("gpt2_small_fsdp");
   for (const std::string& program : programs) {
     CAPTURE(program);
-    for (int r = 0; r < 2; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});  // as a new process
-    std::vector<Run> on_cuda;
-    {
-      DefaultWorkspaces workspaces;
-      std::vector<Run> runs(2);
-      std::vector<StreamOrdinals> ordinals(2);
-      run_ranks(2, DeviceType::cuda, [&](ProcessGroup& pg) {
-        const auto r = static_cast<size_t>(pg.rank());
-        caching_allocator(pg.device()).record_history(true);
-        programs::run_fsdp_program(
-            program, pg,
-            [&](const std::string& label) { runs[r].marks.push_back(mark_now(label, pg.device(), ordinals[r])); },
-            [&] { runs[r].trace = trace_now(pg.device(), ordinals[r]); });
-        caching_allocator(pg.device()).record_history(false);
-      });
-      on_cuda = std::move(runs);
-    }
+    const std::vector<Run> on_cuda = run_on_threads(program, DeviceType::cuda);
     for (int rank = 0; rank < 2; ++rank) {
       const Run& ours = on_cuda[static_cast<size_t>(rank)];
       const auto d = compare(ours, run_alone(program, rank));
