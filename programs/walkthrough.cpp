@@ -30,6 +30,7 @@
 // stderr); 2 on a bad argument (one line naming it and what is accepted); 77 for --device cuda without a GPU.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,29 @@ std::string bytes_figure(int64_t ours, const GoldenStep* golden, int64_t GoldenS
 }
 
 // Runs one program with fresh statistics; returns the number of marks that differ from the golden.
+// Best fit gives a tie between equal free blocks to the lower address, and PyTorch's addresses come from the
+// CUDA driver (docs/status.md). When the run had such ties, the same program again on meta (whose figures
+// are sim's and cuda's) with every tie the other way: which marks would then differ.
+std::string placement_line(const Program& program, const ScenarioRecorder& ran, int64_t ties) {
+  fresh_process_state(kMeta);
+  caching_allocator(kMeta).set_tie_order(CachingAllocator::TieOrder::highest_address);
+  ScenarioRecorder other(program.name, kMeta);
+  program.run(other);
+  if (program.needs_simulated_device) configure_simulated_device(kMeta, SimulatedCapacity{});
+  fresh_process_state(kMeta);  // a new allocator: ties to the lowest address again
+  std::vector<std::string> differing;
+  for (size_t i = 0; i < std::min(ran.steps().size(), other.steps().size()); ++i) {
+    const std::vector<std::string> d = step_differences(other.steps()[i], ran.steps()[i]);
+    if (!d.empty()) differing.push_back(ran.steps()[i].label + " (" + d.front() + ")");
+  }
+  std::string line = fmt::format("   placement: {} {} equal free blocks, taken by address; with ties the other way ",
+                                 ties, ties == 1 ? "request found" : "requests found");
+  if (differing.empty()) return line + "every mark is the same\n";
+  line += fmt::format("{} marks differ, where PyTorch's run could too:", differing.size());
+  for (size_t i = 0; i < differing.size() && i < 3; ++i) line += (i ? "; " : " ") + differing[i];
+  return line + (differing.size() > 3 ? "; ...\n" : "\n");
+}
+
 int walk(const Program& program, const Options& options) {
   fresh_process_state(options.device);
   std::map<std::string, GoldenStep> golden;
@@ -201,13 +225,16 @@ int walk(const Program& program, const Options& options) {
       if (!options.json) std::cout << "   memory_viz: " << path << '\n';
     }
   }
+  const int64_t ties = caching_allocator(options.device).placement_ties();
   if (program.needs_simulated_device) configure_simulated_device(options.device, SimulatedCapacity{});
+  const std::string placement = ties > 0 && !options.json ? placement_line(program, r, ties) : "";
   if (options.json) {
     std::cout << json_line(r) << '\n';
   } else if (has_golden) {
     std::cout << (differing ? fmt::format("   {} of {} marks differ from PyTorch\n", differing, r.steps().size())
                             : fmt::format("   all {} marks equal PyTorch's, every figure\n", r.steps().size()));
   }
+  std::cout << placement;
   return differing;
 }
 
