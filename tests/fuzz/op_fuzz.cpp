@@ -1676,6 +1676,16 @@ void add_view_drivers(Drivers& drivers) {
 
 namespace {
 
+// An input and a mask that broadcast together (mostly): a bool mask, now and then another dtype
+// (masked_fill, masked_select).
+Plan input_and_mask(Gen& g) {
+  Plan p;
+  const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
+  g.tensor(p, g.dtype(), shapes[0]);
+  g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[1], g.chance(3));
+  return p;
+}
+
 // A Python-number argument that may not fit the tensor's dtype (fill_, masked_fill, constant_pad_nd).
 double fill_value(Gen& g) {
   const double kOutOfRange[] = {300,
@@ -2186,58 +2196,53 @@ void add_nn_drivers(Drivers& drivers) {
                }};
   }
 
-  drivers[OpId::masked_fill] =
-      Driver{[](Gen& g) {
-               Plan p;
-               const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
-               g.tensor(p, g.dtype(), shapes[0]);
-               g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[1], g.chance(3));
-               p.scalars = {fill_value(g)};
-               p.in_place = g.chance(35);
-               return p;
-             },
-             [](const Plan& p) {
-               Expect e;
-               check_devices(e, p, {0, 1});
-               const Host x = host_view(p, 0), mask = host_view(p, 1);
-               if (!is_bool(mask.dtype)) e.refuse("dtype", "masked_fill only supports boolean masks");
-               const auto shape = broadcast_shapes({x.sizes, mask.sizes});
-               if (!shape) e.refuse("broadcast", "mask does not broadcast");
-               if (p.in_place && shape && *shape != x.sizes) e.refuse("broadcast", "mask does not broadcast to self");
-               e.tag("scalar");
-               if (!fits(p.scalars[0], x.dtype)) e.refuse("scalar", "value cannot be converted to " + name(x.dtype));
-               e.dtype = x.dtype;
-               e.sizes = p.in_place ? x.sizes : shape.value_or(Shape{});
-               if (p.in_place) {
-                 e.written = 0;
-                 // masked_fill_ only warns on an expanded self (deprecated), so its values are the kernel's.
-                 if (may_overlap_itself(p.views[0])) e.tag("overlap"), e.values_known = false;
-               }
-               return e;
-             },
-             [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
-               Values out(numel_of(e.sizes));
-               for (size_t k = 0; k < out.size(); ++k)
-                 out[k] = at_broadcast(in[1], e.sizes, k) != 0 ? filled(p.scalars[0], in[0].dtype)
-                                                               : at_broadcast(in[0], e.sizes, k);
-               return out;
-             },
-             [](const std::vector<Tensor>& in, const Plan& p) {
-               if (!p.in_place) return masked_fill(in[0], in[1], p.scalars[0]);
-               in[0].masked_fill_(in[1], p.scalars[0]);
-               return in[0];
-             }};
+  drivers[OpId::masked_fill] = Driver{[](Gen& g) {
+                                        Plan p = input_and_mask(g);
+                                        p.scalars = {fill_value(g)};
+                                        p.in_place = g.chance(35);
+                                        return p;
+                                      },
+                                      [](const Plan& p) {
+                                        Expect e;
+                                        check_devices(e, p, {0, 1});
+                                        const Host x = host_view(p, 0), mask = host_view(p, 1);
+                                        if (!is_bool(mask.dtype))
+                                          e.refuse("dtype", "masked_fill only supports boolean masks");
+                                        const auto shape = broadcast_shapes({x.sizes, mask.sizes});
+                                        if (!shape) e.refuse("broadcast", "mask does not broadcast");
+                                        if (p.in_place && shape && *shape != x.sizes)
+                                          e.refuse("broadcast", "mask does not broadcast to self");
+                                        e.tag("scalar");
+                                        if (!fits(p.scalars[0], x.dtype))
+                                          e.refuse("scalar", "value cannot be converted to " + name(x.dtype));
+                                        e.dtype = x.dtype;
+                                        e.sizes = p.in_place ? x.sizes : shape.value_or(Shape{});
+                                        if (p.in_place) {
+                                          e.written = 0;
+                                          // masked_fill_ only warns on an expanded self (deprecated), so its values are
+                                          // the kernel's.
+                                          if (may_overlap_itself(p.views[0])) e.tag("overlap"), e.values_known = false;
+                                        }
+                                        return e;
+                                      },
+                                      [](const std::vector<Host>& in, const Plan& p, const Expect& e) {
+                                        Values out(numel_of(e.sizes));
+                                        for (size_t k = 0; k < out.size(); ++k)
+                                          out[k] = at_broadcast(in[1], e.sizes, k) != 0
+                                                       ? filled(p.scalars[0], in[0].dtype)
+                                                       : at_broadcast(in[0], e.sizes, k);
+                                        return out;
+                                      },
+                                      [](const std::vector<Tensor>& in, const Plan& p) {
+                                        if (!p.in_place) return masked_fill(in[0], in[1], p.scalars[0]);
+                                        in[0].masked_fill_(in[1], p.scalars[0]);
+                                        return in[0];
+                                      }};
 
   // masked_select(x, mask): the broadcast elements where mask is true, row-major, as 1-d. Its size depends on
   // the mask's values, so meta refuses it (data_dependent_rows below: run on cpu and sim only).
   drivers[OpId::masked_select] =
-      Driver{[](Gen& g) {
-               Plan p;
-               const std::vector<Shape> shapes = g.broadcastable(2, g.chance(6));
-               g.tensor(p, g.dtype(), shapes[0]);
-               g.tensor(p, g.chance(90) ? ScalarType::bool_ : g.dtype(), shapes[1], g.chance(3));
-               return p;
-             },
+      Driver{[](Gen& g) { return input_and_mask(g); },
              [](const Plan& p) {
                Expect e;
                check_devices(e, p, {0, 1});
