@@ -2,7 +2,7 @@
 """Records, in real PyTorch on a CUDA GPU, the caching-allocator events each small case makes.
 
 Usage: python3 pytorch_event_probe.py OUT.jsonl [GROUP...]   (groups: reduce, layernorm, ops, optim,
-op_table, promotion; the first four are tests/data/pytorch_probes/events.jsonl, op_table is
+op_table, composite, gqa16, promotion; the first four are tests/data/pytorch_probes/events.jsonl, op_table is
 op_table_events.jsonl: ops added with the op table, docs/adding-an-op.md; promotion: operands of two dtypes,
 not yet recorded)
 One JSON object per line: {"group", "case", "events": [["alloc"|"free", requested_bytes], ...],
@@ -336,6 +336,30 @@ def composite_cases():
         CASES.append(("composite", name, fn))
 
 
+def gqa16_cases():
+    """SDPA with enable_gqa in bfloat16 and float16, 4-d [B, Hq, Hkv, L, D]: PyTorch 2.11 picks a fused
+    backend (flash or cuDNN take grouped heads natively); the case name records the node of the output
+    (the backend chosen), and the events forward and backward."""
+    C = []
+    for dt, dn in [(torch.bfloat16, "bf16"), (torch.float16, "f16")]:
+        for b, hq, hk, l, d in [(2, 8, 2, 64, 64), (1, 4, 1, 33, 16), (2, 12, 4, 256, 64), (1, 8, 8, 128, 128),
+                                (4, 16, 2, 1024, 64)]:
+            for causal in [False, True]:
+                def mk(b=b, hq=hq, hk=hk, l=l, d=d, dt=dt):
+                    return (rg(b, hq, l, d, dt=dt), rg(b, hk, l, d, dt=dt), rg(b, hk, l, d, dt=dt))
+
+                def op(q, k, v, causal=causal):
+                    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                    BACKEND.append(type(y.grad_fn).__name__ if y.grad_fn is not None else "")
+                    return y
+                C.append((f"sdpa gqa {dn}{' causal' if causal else ''} [{b},{hq},{hk},{l},{d}]", fb(mk, op)))
+    for name, fn in C:
+        CASES.append(("gqa16", name, fn))
+
+
+BACKEND = []
+
+
 # ------------------------------------------------------------------ type promotion
 def promotion_cases():
     """Operands of two dtypes (bytegrad's tests/tensor/promotion.cpp and tests/autograd/promotion.cpp hold
@@ -417,6 +441,7 @@ def main():
     ops_cases()
     op_table_cases()
     composite_cases()
+    gqa16_cases()
     promotion_cases()
     optim_cases()
     with open(out_path, "w") as f:
@@ -427,8 +452,11 @@ def main():
             if group not in groups:
                 continue
             try:
+                BACKEND.clear()
                 ev, r = fn()
                 row = {"group": group, "case": name, "events": ev}
+                if BACKEND:
+                    row["node"] = BACKEND[0]
                 if r is not None:
                     row["output_bytes"] = nbytes(r)
             except Exception as e:  # record and go on: one odd case must not lose the rest
