@@ -221,6 +221,43 @@ TEST_CASE("scaled_dot_product_attention enable_gqa: the math backend with key an
   CHECK(same.tolist() == want.tolist());
 }
 
+TEST_CASE("scaled_dot_product_attention enable_gqa in bf16 and fp16: cuDNN with grouped heads, as the math path") {
+  for (const ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16})
+    for (const bool causal : {false, true}) {
+      CAPTURE(scalar_type_name(dtype));
+      CAPTURE(causal);
+      manual_seed(11);
+      const TensorOptions o{dtype, kSim};
+      Tensor q = randn({2, 6, 9, 16}, o).requires_grad_();
+      Tensor k = randn({2, 2, 9, 16}, o).requires_grad_(), v = randn({2, 2, 9, 16}, o).requires_grad_();
+      const Tensor y = scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, causal, std::nullopt, true);
+      CHECK(y.grad_fn_name() == "ScaledDotProductCudnnAttentionBackward0");
+      CHECK(y.sizes() == Shape{2, 6, 9, 16});
+      // The reference: float32 leaves of the same values, key and value repeated (query heads 0-2 read
+      // key/value head 0, 3-5 head 1), the math path; repeat_interleave's gradient sums each group.
+      Tensor qf = q.detach().to(ScalarType::float32).requires_grad_();
+      Tensor kf = k.detach().to(ScalarType::float32).requires_grad_();
+      Tensor vf = v.detach().to(ScalarType::float32).requires_grad_();
+      const Tensor want =
+          scaled_dot_product_attention_math(qf, repeat_interleave(kf, 3, 1), repeat_interleave(vf, 3, 1), causal);
+      const double tol = dtype == ScalarType::bfloat16 ? 2e-2 : 2e-3;
+      const auto close = [&](const Tensor& got, const Tensor& expect, const char* what) {
+        CAPTURE(what);
+        const std::vector<double> a = got.to(ScalarType::float32).tolist(), b = expect.tolist();
+        REQUIRE(a.size() == b.size());
+        for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(tol).scale(1.0));
+      };
+      close(y.detach(), want.detach(), "output");
+      const Tensor w = randn({2, 6, 9, 16}, TensorOptions{ScalarType::float32, kSim});
+      (y * w.to(dtype)).sum().backward();
+      (want * w.to(dtype).to(ScalarType::float32)).sum().backward();
+      close(q.grad(), qf.grad(), "dq");
+      close(k.grad(), kf.grad(), "dk");
+      close(v.grad(), vf.grad(), "dv");
+      CHECK(k.grad().sizes() == Shape{2, 2, 9, 16});
+    }
+}
+
 TEST_CASE("scaled_dot_product_attention enable_gqa: errors") {
   const TensorOptions f32{ScalarType::float32, kSim};
   const Tensor q = randn({1, 6, 4, 8}, f32);
@@ -230,11 +267,16 @@ TEST_CASE("scaled_dot_product_attention enable_gqa: errors") {
   // Without enable_gqa, 6 and 4 heads do not broadcast.
   CHECK_THROWS_AS(scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false, std::nullopt, false),
                   std::invalid_argument);
+  // 16-bit 4-d inputs whose backend would not be cuDNN (head dim 12: flash) are not recorded: refused.
   const TensorOptions bf16{ScalarType::bfloat16, kSim};
   CHECK_THROWS_WITH(
-      scaled_dot_product_attention(randn({1, 4, 4, 8}, bf16), randn({1, 2, 4, 8}, bf16), randn({1, 2, 4, 8}, bf16),
+      scaled_dot_product_attention(randn({1, 4, 4, 12}, bf16), randn({1, 2, 4, 12}, bf16), randn({1, 2, 4, 12}, bf16),
                                    std::nullopt, 0.0, false, std::nullopt, true),
-      doctest::Contains("cuDNN or flash"));
+      doctest::Contains("memory is not recorded"));
+  CHECK_THROWS_WITH(
+      scaled_dot_product_attention(randn({1, 4, 4, 8}, bf16), randn({1, 2, 4, 8}, bf16), randn({1, 2, 4, 8}, bf16),
+                                   std::nullopt, 0.5, false, std::nullopt, true),
+      doctest::Contains("with dropout"));
   CHECK_THROWS_WITH(scaled_dot_product_attention(randn({4, 8}, f32), randn({4, 8}, f32), randn({4, 8}, f32),
                                                  std::nullopt, 0.0, false, std::nullopt, true),
                     doctest::Contains("at least 3-d"));

@@ -286,12 +286,19 @@ std::optional<OpCase> op_case(const std::string& name) {
       return std::vector<Tensor>{rg(s, d), from_vector(flags, m, TensorOptions{ScalarType::bool_, d})};
     };
     c.op = [](const std::vector<Tensor>& in) { return masked_select(in[0], in[1]); };
-  } else if (starts("sdpa gqa ")) {  // "sdpa gqa causal [B,Hq,Hkv,L,D]": float32, enable_gqa
+  } else if (starts("sdpa gqa ")) {  // "sdpa gqa [bf16 |f16 ]causal [B,Hq,Hkv,L,D]": float32 unless named
     const bool causal = name.find(" causal ") != std::string::npos;
+    const ScalarType dtype = starts("sdpa gqa bf16 ")  ? ScalarType::bfloat16
+                             : starts("sdpa gqa f16 ") ? ScalarType::float16
+                                                       : ScalarType::float32;
     const int64_t b = n[0], hq = n[1], hk = n[2], l = n[3], dim = n[4];
     c.inputs = [=](Device d) {
-      return std::vector<Tensor>{rg({b, hq, l, dim}, d), rg({b, hk, l, dim}, d), rg({b, hk, l, dim}, d)};
+      const TensorOptions o{dtype, d};
+      return std::vector<Tensor>{randn({b, hq, l, dim}, o).requires_grad_(), randn({b, hk, l, dim}, o).requires_grad_(),
+                                 randn({b, hk, l, dim}, o).requires_grad_()};
     };
+    // The CPU reference takes B*Hq*L*L*D multiply-adds three times; the largest cases replay on meta.
+    c.heavy = b * hq * l * l * dim > (int64_t{1} << 26);
     c.op = [causal](const std::vector<Tensor>& in) {
       return scaled_dot_product_attention(in[0], in[1], in[2], std::nullopt, 0.0, causal, std::nullopt, true);
     };
@@ -466,6 +473,27 @@ TEST_CASE("composite events: cross_entropy with label_smoothing or weights, forw
     return;
   }
   for (const Json& row : rows) check_op_events(row);
+}
+
+// SDPA with enable_gqa in bf16 and fp16 (the probe's gqa16 group): PyTorch 2.11 ran every case on cuDNN with
+// the grouped heads as they are (the node of each output, recorded beside it, is
+// ScaledDotProductCudnnAttentionBackward0); bytegrad takes its cuDNN path and must match event for event.
+TEST_CASE("gqa16 events: 16-bit SDPA with enable_gqa on cuDNN, forward and backward as PyTorch") {
+  const std::vector<Json> rows = probe_rows("gqa16", "op_table_events.jsonl");
+  REQUIRE(rows.size() == 20);
+  for (const Json& row : rows) {
+    const Json* node = row.find("node");
+    REQUIRE(node);
+    CHECK(node->string() == "ScaledDotProductCudnnAttentionBackward0");
+    check_op_events(row);
+  }
+  // The node bytegrad records is cuDNN's too.
+  GoldenConditions conditions(kMeta);
+  const TensorOptions bf16{ScalarType::bfloat16, kMeta};
+  const Tensor q = randn({2, 8, 64, 64}, bf16).requires_grad_();
+  const Tensor k = randn({2, 2, 64, 64}, bf16).requires_grad_(), v = randn({2, 2, 64, 64}, bf16).requires_grad_();
+  const Tensor y = scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt, true);
+  CHECK(y.grad_fn_name() == "ScaledDotProductCudnnAttentionBackward0");
 }
 
 TEST_CASE("optimizer events: every optim row of events.jsonl bytegrad has, step1, step2, zero_grad as PyTorch") {

@@ -40,6 +40,7 @@ namespace {
 
 struct Dims {
   int64_t B, H, Sq, Sk, D, Dv;
+  int64_t Hk;  // key and value heads: H, or (grouped-query attention on cuDNN) a divisor of H
 };
 
 // Query, key and value: defined, on one device, of one floating dtype.
@@ -55,9 +56,10 @@ void check_qkv_tensors(const char* op, const Tensor& q, const Tensor& k, const T
 bool last_dim_contiguous(const Tensor& t) { return t.size(-1) == 1 || t.stride(-1) == 1; }
 
 // What every path needs: three defined 4-d (B, H, S, D) tensors of one floating dtype on one device, with
-// equal batch and head counts (no grouped-query attention), q and k of one head dimension, k and v of one
-// sequence length.
-Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+// equal batch and head counts, q and k of one head dimension, k and v of one sequence length. `grouped`
+// (cuDNN, which takes grouped-query attention natively): key and value may have Hk heads, equal, dividing
+// query's H; query head h then reads key/value head h / (H / Hk).
+Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool grouped = false) {
   check_qkv_tensors(op, q, k, v);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"query", &q}, {"key", &k}, {"value", &v}})
     if (t->dim() != 4)
@@ -65,12 +67,17 @@ Dims check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, co
           fmt::format("{}: expected {} of 4 dimensions (batch, heads, sequence, head dim), "
                       "got {}",
                       op, name, describe(*t)));
-  const Dims n{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
-  if (k.size(0) != n.B || v.size(0) != n.B || k.size(1) != n.H || v.size(1) != n.H)
+  const Dims n{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), k.size(1)};
+  const bool heads_ok =
+      grouped ? v.size(1) == n.Hk && (n.Hk == n.H || (n.Hk > 0 && n.H % n.Hk == 0)) : n.Hk == n.H && v.size(1) == n.H;
+  if (k.size(0) != n.B || v.size(0) != n.B || !heads_ok)
     throw std::invalid_argument(
-        fmt::format("{}: query {}, key {} and value {} must share batch size and number of "
-                    "heads (grouped-query attention is not supported)",
-                    op, describe(q), describe(k), describe(v)));
+        grouped ? fmt::format("{}: query {}, key {} and value {} must share batch size, and key and value one number "
+                              "of heads that divides query's",
+                              op, describe(q), describe(k), describe(v))
+                : fmt::format("{}: query {}, key {} and value {} must share batch size and number of "
+                              "heads (grouped-query attention is not supported)",
+                              op, describe(q), describe(k), describe(v)));
   if (k.size(3) != n.D)
     throw std::invalid_argument(
         fmt::format("{}: query {} and key {} must share the head dimension", op, describe(q), describe(k)));
@@ -246,10 +253,11 @@ void check_attention_bias(const char* op, const Tensor& bias, const Tensor& q, c
                                             exact ? "have" : "broadcast to", shape_str(scores)));
 }
 
-// A fused backend's checks of its inputs and bias (`exact_bias`: see check_attention_bias); their sizes.
+// A fused backend's checks of its inputs and bias (`exact_bias`: see check_attention_bias; `grouped`: see
+// check_attention_inputs); their sizes.
 Dims check_fused_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                      bool exact_bias) {
-  const Dims n = check_attention_inputs(op, q, k, v);
+                      bool exact_bias, bool grouped = false) {
+  const Dims n = check_attention_inputs(op, q, k, v, grouped);
   check_fused_inputs(op, q, k, v);
   check_attention_bias(op, bias, q, n, exact_bias);
   return n;
@@ -297,7 +305,7 @@ AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                               bool compute_log_sumexp, bool is_causal, double scale, const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_cudnn_attention";
   AllocationScope scope(op);
-  const Dims n = check_fused_call(op, q, k, v, bias, false);
+  const Dims n = check_fused_call(op, q, k, v, bias, false, true);
   check_cudnn_dropout(op, dropout.p);
   const TensorOptions int64_on{ScalarType::int64, q.device()};
   AttentionResult r;
@@ -339,8 +347,15 @@ AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 // which reads as a float32 dQ accumulator, a float32 per-row sum (dO . O) and 256 bytes; it also matches the
 // cuDNN calls of sdpa_flash/flash.events (D 160 and 256, Sq 37 with Sk 90, non-causal, contiguous q/k/v:
 // 165120, 152400, ...). Not recorded (so uncertain): Dv != D.
+// Grouped-query attention (Hk < H key/value heads; op_table_events.jsonl's gqa16 rows, bf16 and fp16, causal
+// or not) adds 4*B*H*Sq*D in every recorded case: [1,4,1,33,16] 8448 + 528 + 256 + 8448 = 17680, [2,8,2,64,64]
+// 528640, [2,12,4,256,64] 3170560, [4,16,2,1024,64] 33816832. Read as dK and dV over all H query heads in the
+// inputs' 16-bit dtype (2*B*H*Sk*D + 2*B*H*Sk*Dv bytes), reduced into Hk heads afterwards (the cuDNN
+// frontend's dK_fullhead / dV_fullhead); every recorded case has Sq == Sk and D == Dv, so that reading and
+// any other with those sizes agree. Equal head counts with enable_gqa ([1,8,8,128,128]) add nothing.
 int64_t cudnn_backward_workspace_bytes(const Dims& n) {
-  return 4 * n.B * n.H * n.Sq * n.D + 4 * n.B * n.H * n.Sq + 256;
+  const int64_t full_head_grads = n.Hk != n.H ? 2 * n.B * n.H * n.Sk * (n.D + n.Dv) : 0;
+  return 4 * n.B * n.H * n.Sq * n.D + 4 * n.B * n.H * n.Sq + 256 + full_head_grads;
 }
 
 AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -348,7 +363,7 @@ AttentionGrads cudnn_backward(const Tensor& grad_out, const Tensor& q, const Ten
                               double scale, const AttentionDropout& dropout) {
   const char* op = "scaled_dot_product_cudnn_attention_backward";
   AllocationScope scope(op);
-  const Dims n = check_fused_call(op, q, k, v, bias, false);
+  const Dims n = check_fused_call(op, q, k, v, bias, false, true);
   check_cudnn_dropout(op, dropout.p);
   AttentionGrads g;
   g.grad_query = empty_preserving_layout(q);
@@ -688,15 +703,24 @@ int64_t flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t
 // that are not multiples of 8, and for Sk == 1 (cuDNN refuses it) when causal is off or Sq == 1; the
 // memory-efficient kernels for causal calls with Sk == 1 < Sq and for D above 256; math otherwise.
 // The same rule holds on every device, so cpu, sim and meta allocate what the H100 would.
+namespace {
+// The cuDNN rule of select_sdpa_backend (below) on checked sizes.
+bool cudnn_takes(const Tensor& query, const Tensor& key, const Tensor& value, const Dims& n) {
+  const bool last_dims_unit = query.stride(-1) == 1 && key.stride(-1) == 1 && value.stride(-1) == 1;
+  const bool last_dims_ok = last_dims_unit || n.D == 1;  // ignore_singleton_dim (cuDNN, flash)
+  const bool nonempty = n.Sq > 0 && n.Sk > 0;
+  return is_half(query.dtype()) && last_dims_ok && nonempty && n.B <= 65535 && n.H <= 65535 && n.D % 8 == 0 &&
+         n.Dv % 8 == 0 && n.D <= 256 && n.Dv <= 256 && n.Sk != 1;
+}
+}  // namespace
+
 SdpaBackend select_sdpa_backend(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal) {
   const Dims n = check_attention_inputs("scaled_dot_product_attention", query, key, value);
   const ScalarType dtype = query.dtype();
   const bool last_dims_unit = query.stride(-1) == 1 && key.stride(-1) == 1 && value.stride(-1) == 1;
   const bool last_dims_ok = last_dims_unit || n.D == 1;  // ignore_singleton_dim (cuDNN, flash)
   const bool nonempty = n.Sq > 0 && n.Sk > 0;
-  if (is_half(dtype) && last_dims_ok && nonempty && n.B <= 65535 && n.H <= 65535 && n.D % 8 == 0 && n.Dv % 8 == 0 &&
-      n.D <= 256 && n.Dv <= 256 && n.Sk != 1)
-    return SdpaBackend::cudnn_attention;
+  if (cudnn_takes(query, key, value, n)) return SdpaBackend::cudnn_attention;
   if (is_half(dtype) && last_dims_ok && nonempty && n.D == n.Dv && n.D <= 256 && (!is_causal || n.Sq == n.Sk))
     return SdpaBackend::flash_attention;
   const int64_t alignment = is_half(dtype) ? 8 : 4;
@@ -1085,13 +1109,27 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     // Fewer key/value heads than query heads. PyTorch 2.11's memory-efficient kernel refuses them
     // (check_batch_size_and_num_heads_dense<false>), so float32 and float64 run the math backend, which
     // repeats key and value; 16-bit 4-d inputs go to cuDNN or flash with the grouped heads as they are.
-    if (four_d && is_half(query.dtype()))
+    // Recorded (op_table_events.jsonl, group gqa16: bf16 and fp16, causal or not, no mask, no dropout, key and
+    // value of one head count, head dims multiples of 8): cuDNN in every case, its blocks as without grouping
+    // but for the backward's workspace (cudnn_backward_workspace_bytes). The rest of the 16-bit 4-d cases
+    // (flash for head dims that are not multiples of 8, a mask, dropout, key and value heads that differ) are
+    // not recorded and refused.
+    if (four_d && is_half(query.dtype())) {
+      const Dims n{query.size(0), query.size(1), query.size(2), key.size(2), query.size(3), value.size(3), key.size(1)};
+      const bool plain = !mask && dropout_p == 0.0 && key.size(1) == value.size(1) && key.size(0) == query.size(0) &&
+                         value.size(0) == query.size(0);
+      if (plain && cudnn_takes(query, key, value, n)) {
+        const bool compute_log_sumexp = needs_graph({query, key, value});
+        return output_of(scaled_dot_product_cudnn_attention(query, key, value, compute_log_sumexp, is_causal, scale));
+      }
       throw std::invalid_argument(fmt::format(
-          "{}: enable_gqa with {} query heads and {} key / {} value heads in {}: PyTorch 2.11 runs this on "
-          "cuDNN or flash attention with grouped heads, whose memory bytegrad does not model yet; repeat key and "
-          "value yourself (repeat_interleave(key, {}, -3)) or compute in float32",
-          op, query.size(-3), key.size(-3), value.size(-3), scalar_type_name(query.dtype()),
-          query.size(-3) / key.size(-3)));
+          "{}: enable_gqa with {} query heads and {} key / {} value heads in {}{}{}: bytegrad models PyTorch 2.11's "
+          "cuDNN path with grouped heads (no mask, no dropout, key and value of one head count, head dims "
+          "multiples of 8 up to 256, more than one key); this call would take another backend, whose memory is "
+          "not recorded: repeat key and value yourself (repeat_interleave(key, {}, -3)) or compute in float32",
+          op, query.size(-3), key.size(-3), value.size(-3), scalar_type_name(query.dtype()), mask ? " with a mask" : "",
+          dropout_p > 0.0 ? " with dropout" : "", query.size(-3) / key.size(-3)));
+    }
     if (mask && is_causal)
       throw std::invalid_argument(fmt::format(
           "{}: explicit attn_mask should not be set when is_causal=True on the math backend (give one or the other)",

@@ -6,8 +6,12 @@
 // written once in the tensors' dtypes. Host scratch only (a row of scores; dk, dv accumulators per (b, h)).
 // An additive bias (the mask) joins the scaled scores; dropout (attention_dropout.h) scales each kept
 // probability by 1 / (1 - p) where it meets v, and backward redraws the same elements.
+// Grouped-query attention (k and v with Hk heads dividing q's H, as cuDNN takes them): query head h reads
+// key/value head h / (H / Hk), and the gradients of a key/value head sum over the query heads of its group.
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bytegrad/kernels/attention_dropout.h"
@@ -87,6 +91,8 @@ double score(double scale, const T* qi, int64_t q_step, const T* kj, int64_t k_s
 struct AttentionSizes {
   int64_t B = 0, H = 0, Sq = 0, D = 0, Sk = 0, Dv = 0;
   DropoutFactor z;
+  int64_t Hk = 0;  // key/value heads; query head h reads head h / (H / Hk)
+  int64_t group() const { return H / Hk; }
 };
 
 // Calls body(TypeTag<T>, sizes) with q's element type T, which must be floating (`op` names the call).
@@ -94,9 +100,12 @@ template <typename Body>
 void dispatch_attention(const StridedView& q, const StridedView& k, const StridedView& v, const AttentionExtras& extras,
                         const char* op, Body&& body) {
   const int64_t B = q.sizes[0], H = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
-  const int64_t Sk = k.sizes[2], Dv = v.sizes[3];
+  const int64_t Sk = k.sizes[2], Dv = v.sizes[3], Hk = k.sizes[1];
+  if (v.sizes[1] != Hk || (Hk != H && (Hk <= 0 || H % Hk != 0)))
+    throw std::invalid_argument(std::string("cpu backend: ") + op +
+                                ": key and value must have one number of heads dividing query's");
   const AttentionSizes sizes{
-      B, H, Sq, D, Sk, Dv, {dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset), H, Sq, Sk}};
+      B, H, Sq, D, Sk, Dv, {dropout_draw(extras.dropout_p, extras.philox_seed, extras.philox_offset), H, Sq, Sk}, Hk};
   dispatch_floating(q.dtype, op, [&](auto tag) { body(tag, sizes); });
 }
 
@@ -115,7 +124,8 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
   if (extras.bias) check_rank(*extras.bias, 4, "the bias");
   dispatch_attention(q, k, v, extras, "attention", [&](auto tag, const AttentionSizes& sizes) {
     using T = typename decltype(tag)::type;
-    const auto& [B, H, Sq, D, Sk, Dv, z] = sizes;
+    const auto& [B, H, Sq, D, Sk, Dv, z, Hk] = sizes;
+    const int64_t G = sizes.group();
     const Rows<T> Q{q}, K{k}, V{v}, O{out};
     std::vector<double> p(static_cast<size_t>(Sk)), acc(static_cast<size_t>(Dv));
     for (int64_t b = 0; b < B; ++b)
@@ -125,7 +135,7 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
           const T* qi = Q.at(b, h, i);
           double m = -std::numeric_limits<double>::infinity();
           for (int64_t j = 0; j < n; ++j) {
-            p[j] = score(scale, qi, Q.step(), K.at(b, h, j), K.step(), D, extras.bias, b, h, i, j);
+            p[j] = score(scale, qi, Q.step(), K.at(b, h / G, j), K.step(), D, extras.bias, b, h, i, j);
             m = std::max(m, p[j]);
           }
           // A row whose every score is -inf (no key visible, or all masked) gives 0 and a logsumexp of -inf.
@@ -136,7 +146,7 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
           std::fill(acc.begin(), acc.end(), 0.0);
           for (int64_t j = 0; any && j < n; ++j) {
             const double w = std::exp(p[j] - row_lse) * z.at(b, h, i, j);
-            const T* vj = V.at(b, h, j);
+            const T* vj = V.at(b, h / G, j);
             for (int64_t d = 0; d < Dv; ++d) acc[d] += w * convert<double>(vj[d * V.step()]);
           }
           T* oi = O.at(b, h, i);
@@ -155,44 +165,47 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   if (extras.grad_bias) check_rank(*extras.grad_bias, 4, "the bias gradient");
   dispatch_attention(q, k, v, extras, "attention_backward", [&](auto tag, const AttentionSizes& sizes) {
     using T = typename decltype(tag)::type;
-    const auto& [B, H, Sq, D, Sk, Dv, z] = sizes;
+    const auto& [B, H, Sq, D, Sk, Dv, z, Hk] = sizes;
+    const int64_t G = sizes.group();
     const Rows<T> Q{q}, K{k}, V{v}, O{out}, dO{dout}, dQ{dq}, dK{dk}, dV{dv};
     std::vector<double> dk_acc(static_cast<size_t>(Sk * D)), dv_acc(static_cast<size_t>(Sk * Dv));
     std::vector<double> dq_acc(static_cast<size_t>(D));
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t hk = 0; hk < Hk; ++hk) {
         std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
         std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
-        for (int64_t i = 0; i < Sq; ++i) {
-          const int64_t n = visible_keys(i, Sk, is_causal);
-          const T* qi = Q.at(b, h, i);
-          const T* doi = dO.at(b, h, i);
-          const double row_lse = load_as_double(lse_at(lse, b, h, i), lse.dtype);
-          const double delta = dot(doi, dO.step(), O.at(b, h, i), O.step(), Dv);
-          // a row that saw no key (logsumexp -inf) has no probabilities
-          const bool any = row_lse > -std::numeric_limits<double>::infinity();
-          std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
-          for (int64_t j = 0; j < Sk; ++j) {
-            double ds = 0;
-            if (any && j < n) {
-              const T* kj = K.at(b, h, j);
-              const T* vj = V.at(b, h, j);
-              const double p = std::exp(score(scale, qi, Q.step(), kj, K.step(), D, extras.bias, b, h, i, j) - row_lse);
-              const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
-              const double zij = z.at(b, h, i, j);
-              ds = p * (zij * dp - delta);
-              accumulate_row(dv_acc, dk_acc, dq_acc, p * zij, ds, scale, doi, dO.step(), qi, Q.step(), kj, K.step(), j,
-                             D, Dv);
+        for (int64_t h = hk * G; h < (hk + 1) * G; ++h)  // the query heads reading this key/value head
+          for (int64_t i = 0; i < Sq; ++i) {
+            const int64_t n = visible_keys(i, Sk, is_causal);
+            const T* qi = Q.at(b, h, i);
+            const T* doi = dO.at(b, h, i);
+            const double row_lse = load_as_double(lse_at(lse, b, h, i), lse.dtype);
+            const double delta = dot(doi, dO.step(), O.at(b, h, i), O.step(), Dv);
+            // a row that saw no key (logsumexp -inf) has no probabilities
+            const bool any = row_lse > -std::numeric_limits<double>::infinity();
+            std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+            for (int64_t j = 0; j < Sk; ++j) {
+              double ds = 0;
+              if (any && j < n) {
+                const T* kj = K.at(b, hk, j);
+                const T* vj = V.at(b, hk, j);
+                const double p =
+                    std::exp(score(scale, qi, Q.step(), kj, K.step(), D, extras.bias, b, h, i, j) - row_lse);
+                const double dp = dot(doi, dO.step(), vj, V.step(), Dv);
+                const double zij = z.at(b, h, i, j);
+                ds = p * (zij * dp - delta);
+                accumulate_row(dv_acc, dk_acc, dq_acc, p * zij, ds, scale, doi, dO.step(), qi, Q.step(), kj, K.step(),
+                               j, D, Dv);
+              }
+              if (extras.grad_bias)
+                store_from_double(element_at(*extras.grad_bias, b, h, i, j), extras.grad_bias->dtype, ds);
             }
-            if (extras.grad_bias)
-              store_from_double(element_at(*extras.grad_bias, b, h, i, j), extras.grad_bias->dtype, ds);
+            T* dqi = dQ.at(b, h, i);
+            for (int64_t d = 0; d < D; ++d) dqi[d * dQ.step()] = convert<T>(dq_acc[d]);
           }
-          T* dqi = dQ.at(b, h, i);
-          for (int64_t d = 0; d < D; ++d) dqi[d * dQ.step()] = convert<T>(dq_acc[d]);
-        }
         for (int64_t j = 0; j < Sk; ++j) {
-          T* dkj = dK.at(b, h, j);
-          T* dvj = dV.at(b, h, j);
+          T* dkj = dK.at(b, hk, j);
+          T* dvj = dV.at(b, hk, j);
           for (int64_t d = 0; d < D; ++d) dkj[d * dK.step()] = convert<T>(dk_acc[j * D + d]);
           for (int64_t d = 0; d < Dv; ++d) dvj[d * dV.step()] = convert<T>(dv_acc[j * Dv + d]);
         }

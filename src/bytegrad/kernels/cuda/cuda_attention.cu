@@ -22,6 +22,9 @@
 //    dq with one query row per warp streaming key tiles, as the forward. The scores are computed twice; no
 //    device scratch is needed, so the only device memory is what the op layer allocates (PyTorch's blocks).
 // Head dimensions up to 256 (a lane holds up to 8 output dimensions).
+// Grouped-query attention (k and v with H / G heads, as cuDNN takes them): query head h reads key/value head
+// h / G; dk/dv's blocks run over the key/value heads and each warp sums its key row's gradient over the G
+// query heads of its group (still no atomics). Such calls stay off the tensor-core kernels.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -78,6 +81,7 @@ __device__ __forceinline__ Acc minus_infinity() {
 
 struct Shape4 {
   int64_t B, H, Sq, Sk, D, Dv;
+  int64_t G = 1;  // query heads per key/value head (grouped-query attention); k and v have H / G heads
 };
 
 // A (B, H, Sq, Sk) operand of any floating dtype (the bias and its gradient); data nullptr when absent.
@@ -176,7 +180,8 @@ __device__ __forceinline__ Acc* shared_memory() {
 }
 
 // Where a thread works: the (b, h) slice of its block, the block's kWarps consecutive rows (query rows, or key
-// rows for dk/dv), one per warp, and its warp's row among them.
+// rows for dk/dv), one per warp, and its warp's row among them. For key rows h is a key/value head (H / G of
+// them).
 struct WarpRow {
   int64_t b, h;
   int64_t first_row;  // the block's
@@ -192,8 +197,9 @@ enum class RowsOf { queries, keys };
 __device__ __forceinline__ WarpRow warp_row(const Shape4& n, RowsOf which) {
   const int64_t& rows = which == RowsOf::keys ? n.Sk : n.Sq;
   const int64_t row_tiles = (rows + kWarps - 1) / kWarps;
+  const int64_t heads = which == RowsOf::keys ? n.H / n.G : n.H;
   const int64_t bh = blockIdx.x / row_tiles, tile = blockIdx.x % row_tiles;
-  const int64_t b = bh / n.H, h = bh % n.H;
+  const int64_t b = bh / heads, h = bh % heads;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t first_row = tile * kWarps, row = first_row + warp;
   return {b, h, first_row, row, warp, lane, row < rows};
@@ -212,13 +218,14 @@ __device__ __forceinline__ KeyCounts key_counts(const Params& p, int64_t first_r
 }
 
 // Runs body(t0) for the key tiles t0 = 0, kTile, ... below `keys`, each once its keys and values are in the
-// tiles; every thread of the block runs every tile (the loop synchronises the block).
+// tiles (those of query head h's key/value head h / G); every thread of the block runs every tile (the loop
+// synchronises the block).
 template <typename T, typename Acc, typename Params, typename Body>
 __device__ __forceinline__ void for_each_key_tile(const TilePair<Acc>& tiles, const Params& p, int64_t b, int64_t h,
                                                   int64_t keys, Body&& body) {
   for (int64_t t0 = 0; t0 < keys; t0 += kTile) {
     __syncthreads();  // the previous tile has been used (and each warp's own rows are written)
-    tiles.template load<T>(p.k, p.v, b, h, t0, p.n.Sk);
+    tiles.template load<T>(p.k, p.v, b, h / p.n.G, t0, p.n.Sk);
     __syncthreads();
     body(t0);
   }
@@ -359,13 +366,13 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
   Acc* k_rows = delta_tile + kTile;       // kWarps x D
   Acc* v_rows = k_rows + kWarps * D;      // kWarps x Dv
 
-  const auto [b, h, first_key, j, warp, lane, key_valid] = warp_row(p.n, RowsOf::keys);
+  const auto [b, hk, first_key, j, warp, lane, key_valid] = warp_row(p.n, RowsOf::keys);
 
   Acc* ks = k_rows + warp * D;
   Acc* vs = v_rows + warp * Dv;
   if (key_valid) {
-    for (int64_t d = lane; d < D; d += kWarp) ks[d] = convert<Acc>(p.k.at(b, h, j)[d]);
-    for (int64_t d = lane; d < Dv; d += kWarp) vs[d] = convert<Acc>(p.v.at(b, h, j)[d]);
+    for (int64_t d = lane; d < D; d += kWarp) ks[d] = convert<Acc>(p.k.at(b, hk, j)[d]);
+    for (int64_t d = lane; d < Dv; d += kWarp) vs[d] = convert<Acc>(p.v.at(b, hk, j)[d]);
   }
   Acc dk_acc[PerLane], dv_acc[PerLane];
 #pragma unroll
@@ -373,51 +380,53 @@ __global__ void __launch_bounds__(kThreads) attention_backward_dkdv_kernel(Backw
 
   // Causal: rows before the block's first key see none of its keys.
   const int64_t first_row = p.causal ? min(first_key, p.n.Sq) : 0;
-  for (int64_t t0 = first_row; t0 < p.n.Sq; t0 += kTile) {
-    __syncthreads();
-    load_tile<T, Acc>(q_tile, ldq, p.q, b, h, t0, p.n.Sq, D);
-    load_tile<T, Acc>(do_tile, ldo, p.dout, b, h, t0, p.n.Sq, Dv);
-    if (threadIdx.x < kTile) {
-      const int64_t i = t0 + threadIdx.x;
-      Acc delta = 0, row_lse = 0;
-      if (i < p.n.Sq) {
-        const T* o = p.out.at(b, h, i);
-        const T* g = p.dout.at(b, h, i);
-        for (int64_t d = 0; d < Dv; ++d) delta += convert<Acc>(g[d]) * convert<Acc>(o[d]);
-        row_lse = *p.lse.at(b, h, i);
+  // the query heads reading this key/value head, one after another (each adds to the same accumulators)
+  for (int64_t h = hk * p.n.G; h < (hk + 1) * p.n.G; ++h)
+    for (int64_t t0 = first_row; t0 < p.n.Sq; t0 += kTile) {
+      __syncthreads();
+      load_tile<T, Acc>(q_tile, ldq, p.q, b, h, t0, p.n.Sq, D);
+      load_tile<T, Acc>(do_tile, ldo, p.dout, b, h, t0, p.n.Sq, Dv);
+      if (threadIdx.x < kTile) {
+        const int64_t i = t0 + threadIdx.x;
+        Acc delta = 0, row_lse = 0;
+        if (i < p.n.Sq) {
+          const T* o = p.out.at(b, h, i);
+          const T* g = p.dout.at(b, h, i);
+          for (int64_t d = 0; d < Dv; ++d) delta += convert<Acc>(g[d]) * convert<Acc>(o[d]);
+          row_lse = *p.lse.at(b, h, i);
+        }
+        delta_tile[threadIdx.x] = delta;
+        lse_tile[threadIdx.x] = row_lse;
       }
-      delta_tile[threadIdx.x] = delta;
-      lse_tile[threadIdx.x] = row_lse;
-    }
-    __syncthreads();
-    if (!key_valid) continue;
-    const int64_t i = t0 + lane;
-    // a row whose logsumexp is -inf saw no key (all masked): no probabilities
-    const bool visible = i < p.n.Sq && (!p.causal || j <= i) && lse_tile[lane] > minus_infinity<Acc>();
-    Acc weight = 0, ds = 0;
-    if (visible) {
-      const auto [prob, dp] =
-          probability_and_grad(p, q_tile + lane * ldq, do_tile + lane * ldo, ks, vs, lse_tile[lane], b, h, i, j);
-      const Acc z = dropout_factor<Acc>(p.dropout, p.n, b, h, i, j);
-      weight = prob * z;
-      ds = prob * (z * dp - delta_tile[lane]);
-    }
-    for (int ii = 0; ii < kTile; ++ii) {
-      const Acc pi = __shfl_sync(0xffffffffu, weight, ii);
-      const Acc dsi = __shfl_sync(0xffffffffu, ds, ii);
-      const Acc* qr = q_tile + ii * ldq;
-      const Acc* gr = do_tile + ii * ldo;
+      __syncthreads();
+      if (!key_valid) continue;
+      const int64_t i = t0 + lane;
+      // a row whose logsumexp is -inf saw no key (all masked): no probabilities
+      const bool visible = i < p.n.Sq && (!p.causal || j <= i) && lse_tile[lane] > minus_infinity<Acc>();
+      Acc weight = 0, ds = 0;
+      if (visible) {
+        const auto [prob, dp] =
+            probability_and_grad(p, q_tile + lane * ldq, do_tile + lane * ldo, ks, vs, lse_tile[lane], b, h, i, j);
+        const Acc z = dropout_factor<Acc>(p.dropout, p.n, b, h, i, j);
+        weight = prob * z;
+        ds = prob * (z * dp - delta_tile[lane]);
+      }
+      for (int ii = 0; ii < kTile; ++ii) {
+        const Acc pi = __shfl_sync(0xffffffffu, weight, ii);
+        const Acc dsi = __shfl_sync(0xffffffffu, ds, ii);
+        const Acc* qr = q_tile + ii * ldq;
+        const Acc* gr = do_tile + ii * ldo;
 #pragma unroll
-      for (int c = 0; c < PerLane; ++c) {
-        const int64_t d = lane + c * kWarp;
-        if (d < Dv) dv_acc[c] += pi * gr[d];
-        if (d < D) dk_acc[c] += dsi * qr[d];
+        for (int c = 0; c < PerLane; ++c) {
+          const int64_t d = lane + c * kWarp;
+          if (d < Dv) dv_acc[c] += pi * gr[d];
+          if (d < D) dk_acc[c] += dsi * qr[d];
+        }
       }
     }
-  }
   if (!key_valid) return;
-  T* dkr = p.dk.at(b, h, j);
-  T* dvr = p.dv.at(b, h, j);
+  T* dkr = p.dk.at(b, hk, j);
+  T* dvr = p.dv.at(b, hk, j);
 #pragma unroll
   for (int c = 0; c < PerLane; ++c) {
     const int64_t d = lane + c * kWarp;
@@ -497,15 +506,21 @@ void check_score_matrix(const StridedView& v, const char* what) {
 }
 
 Shape4 shape_of(const StridedView& q, const StridedView& k, const StridedView& v) {
-  const Shape4 n{q.sizes[0], q.sizes[1], q.sizes[2], k.sizes[2], q.sizes[3], v.sizes[3]};
+  const int64_t heads = q.sizes[1], kv_heads = k.sizes[1];
+  if (v.sizes[1] != kv_heads || (kv_heads != heads && (kv_heads <= 0 || heads % kv_heads != 0)))
+    throw std::invalid_argument(
+        "cuda backend: attention: key and value must have one number of heads dividing query's");
+  const Shape4 n{
+      q.sizes[0], heads, q.sizes[2], k.sizes[2], q.sizes[3], v.sizes[3], kv_heads == heads ? 1 : heads / kv_heads};
   if (n.D > kMaxHeadDim || n.Dv > kMaxHeadDim)
     throw std::invalid_argument("cuda backend: attention supports head dimensions up to " +
                                 std::to_string(kMaxHeadDim) + ", got " + std::to_string(std::max(n.D, n.Dv)));
   return n;
 }
 
-unsigned blocks_for(const Shape4& n, int64_t rows) {
-  const int64_t blocks = n.B * n.H * ((rows + kWarps - 1) / kWarps);
+// Blocks over (b, h, row tiles): query heads for query rows, key/value heads (H / G) for key rows.
+unsigned blocks_for(const Shape4& n, int64_t rows, bool key_rows = false) {
+  const int64_t blocks = n.B * (key_rows ? n.H / n.G : n.H) * ((rows + kWarps - 1) / kWarps);
   if (blocks > INT_MAX) throw std::invalid_argument("cuda backend: attention: too many (batch, head, row) blocks");
   return static_cast<unsigned>(blocks);
 }
@@ -554,7 +569,7 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
   const Shape4 n = shape_of(q, k, v);
   if (extras.bias) check_score_matrix(*extras.bias, "the bias");
   if (out.numel() == 0) return;
-  if (!extras.any() && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
+  if (!extras.any() && n.G == 1 && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
     return attention_forward_tensor_cores(out, lse, q, k, v, scale, is_causal);
   dispatch_floating(q.dtype, "attention_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -600,7 +615,7 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   if (extras.bias) check_score_matrix(*extras.bias, "the bias");
   if (extras.grad_bias) check_score_matrix(*extras.grad_bias, "the bias gradient");
   if (dq.numel() == 0 && dk.numel() == 0 && dv.numel() == 0) return;
-  if (!extras.any() && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
+  if (!extras.any() && n.G == 1 && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
     return attention_backward_tensor_cores(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch);
   dispatch_floating(q.dtype, "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -619,7 +634,8 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
         const size_t smem =
             sizeof(Acc) * (kTile * (n.D + 1) + kTile * (n.Dv + 1) + 2 * kTile + kWarps * n.D + kWarps * n.Dv);
         set_shared_memory(attention_backward_dkdv_kernel<T, Acc, per_lane>, smem, "attention_backward (dk, dv)");
-        attention_backward_dkdv_kernel<T, Acc, per_lane><<<blocks_for(n, n.Sk), kThreads, smem, launch_stream()>>>(p);
+        attention_backward_dkdv_kernel<T, Acc, per_lane>
+            <<<blocks_for(n, n.Sk, true), kThreads, smem, launch_stream()>>>(p);
         BYTEGRAD_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
       }
       if (n.Sq > 0) {
