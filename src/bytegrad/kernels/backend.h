@@ -102,6 +102,22 @@ class KernelBackend {
   // out[i] = mask[i] ? value : out[i]; mask (bool) broadcast to out's sizes.
   virtual void masked_fill(const StridedView& out, const StridedView& mask, double value) = 0;
 
+  // GradScaler's checks on a device that keeps the values (PyTorch's _amp_foreach_non_finite_check_and_unscale_
+  // and _amp_update_scale_ kernels): the op layer (tensor/ops_foreach.cpp) calls these for cuda only; cpu and
+  // sim check on the host there, meta computes nothing, so the defaults refuse.
+  // grad[i] *= inv_scale[0] for every element (computed in the gradient's math type), and found_inf[0] = 1
+  // when any element was inf or NaN before the multiply (never reset to 0). found_inf and inv_scale: one
+  // float32 element each on this device; grad floating, any strides.
+  virtual void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,
+                                                const StridedView& inv_scale);
+  // With found_inf[0] != 0: scale[0] = float(scale[0] * backoff_factor) and growth_tracker[0] = 0; otherwise
+  // the tracker counts one more step and on reaching growth_interval scale[0] = float(scale[0] *
+  // growth_factor) (kept when that is not finite) and the tracker restarts at 0. scale, found_inf float32 and
+  // growth_tracker int32, one element each, on this device; the products in double.
+  virtual void amp_update_scale(const StridedView& scale, const StridedView& growth_tracker,
+                                const StridedView& found_inf, double growth_factor, double backoff_factor,
+                                int64_t growth_interval);
+
   // out has in's rank with size 1 in every reduced dimension. argmax/argmin write int64 indices along the
   // flattened reduced dimensions. mean divides by the number of reduced elements.
   virtual void reduce(ReduceOp op, const StridedView& out, const StridedView& in) = 0;

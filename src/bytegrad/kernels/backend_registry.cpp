@@ -31,6 +31,18 @@ void KernelBackend::copy_to_host(std::span<std::byte> host, const StridedView& s
   copy_to_host_unchecked(host.data(), src);
 }
 
+void KernelBackend::amp_non_finite_check_and_unscale(const StridedView&, const StridedView&, const StridedView&) {
+  throw std::logic_error(
+      "amp_non_finite_check_and_unscale: this backend keeps no device values (the op layer checks cpu and sim "
+      "gradients on the host)");
+}
+
+void KernelBackend::amp_update_scale(const StridedView&, const StridedView&, const StridedView&, double, double,
+                                     int64_t) {
+  throw std::logic_error(
+      "amp_update_scale: this backend keeps no device values (the op layer updates cpu and sim scales on the host)");
+}
+
 KernelBackend& cpu_backend();
 KernelBackend& meta_backend();
 #ifdef BYTEGRAD_HAVE_CUDA

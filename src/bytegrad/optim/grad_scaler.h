@@ -21,7 +21,8 @@
 //    (_MultiDeviceReplicator's .to(device, copy=True)), the gradients of each dtype checked and unscaled in
 //    place (amp_foreach_non_finite_check_and_unscale_), the inv_scale copies freed, then inv_scale and
 //    found_inf themselves: one found_inf copy per device stays until update();
-//  - step: the optimizer's step when every found_inf is 0 (reading them allocates nothing);
+//  - step: the optimizer's step when every found_inf is 0 (reading them allocates nothing; on cuda the check,
+//    the unscale and update's scale change run on the device, and step's read of found_inf is the only one);
 //  - update: the found_inf copies summed into the first in place, the scale updated in place
 //    (amp_update_scale_), then every found_inf copy freed.
 // With enabled = false every call passes through (scale returns its argument, step steps).

@@ -617,16 +617,17 @@ void foreach_clamp_max_(const std::vector<Tensor>& tensors, double max);
 // torch._amp_foreach_non_finite_check_and_unscale_ (GradScaler.unscale_): sets found_inf (a 1-element
 // float32 tensor) to 1 when any element of `grads` is inf or NaN, and multiplies every gradient by
 // inv_scale (a 1-element float32 tensor) in place; found_inf is never reset to 0 here. The gradients are
-// floating, on found_inf's and inv_scale's device. Allocates nothing. bytegrad reads the gradients back to
-// the host for the check (PyTorch checks them in the multiply's kernel); on meta, where there are no values,
-// nothing is found.
+// floating, on found_inf's and inv_scale's device. Allocates nothing. On cuda one kernel per gradient checks
+// and multiplies and writes found_inf on the device (nothing is read back to the host); cpu and sim check the
+// values on the host, then multiply; on meta, where there are no values, nothing is found.
 void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,
                                                const Tensor& inv_scale);
 // torch._amp_update_scale_ (GradScaler.update): with found_inf non-zero, scale *= backoff_factor and the
 // growth tracker (a 1-element int32 tensor) becomes 0; otherwise the tracker counts one more successful
 // step, and on reaching growth_interval the scale is multiplied by growth_factor (kept when the product
 // would be inf) and the tracker restarts at 0. The products are computed in double and stored as float32,
-// as PyTorch's kernel computes them. Allocates nothing; a no-op on meta.
+// as PyTorch's kernel computes them (on cuda in a kernel on the device, reading nothing back). Allocates
+// nothing; a no-op on meta.
 void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                        double backoff_factor, int64_t growth_interval);
 

@@ -145,7 +145,18 @@ void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
           fmt::format("{}: the gradient {} is not on the device of inv_scale and found_inf ({})", name, describe(g),
                       inv_scale.device().str()));
   }
-  // The check reads the values before they are scaled (a finite value may overflow once multiplied).
+  // On cuda the check and the multiply are one kernel per gradient that writes found_inf on the device
+  // (PyTorch's _amp_foreach_non_finite_check_and_unscale_ kernel): nothing is read back to the host.
+  if (inv_scale.device().type == DeviceType::cuda) {
+    for (const Tensor& g : grads) {
+      if (g.numel() > 0) backend_of(g).amp_non_finite_check_and_unscale(kv(g), kv(found_inf), kv(inv_scale));
+      g.bump_version();
+    }
+    found_inf.bump_version();
+    return;
+  }
+  // cpu and sim: the check reads the values before they are scaled (a finite value may overflow once
+  // multiplied).
   bool non_finite = false;
   if (!inv_scale.is_meta())
     for (const Tensor& g : grads) {
@@ -168,6 +179,16 @@ void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const 
   check_amp_scalar(name, "growth_tracker", growth_tracker, ScalarType::int32);
   check_amp_scalar(name, "found_inf", found_inf, ScalarType::float32);
   if (scale.is_meta()) return;
+  if (scale.device().type == DeviceType::cuda) {  // on the device, as PyTorch's kernel: no value read back
+    if (found_inf.device() != scale.device() || growth_tracker.device() != scale.device())
+      throw std::invalid_argument(fmt::format("{}: scale {}, growth_tracker {} and found_inf {} must share a device",
+                                              name, describe(scale), describe(growth_tracker), describe(found_inf)));
+    backend_of(scale).amp_update_scale(kv(scale), kv(growth_tracker), kv(found_inf), growth_factor, backoff_factor,
+                                       growth_interval);
+    scale.bump_version();
+    growth_tracker.bump_version();
+    return;
+  }
   const auto current = static_cast<float>(scale.item());
   const auto tracker = static_cast<int64_t>(growth_tracker.item());
   if (found_inf.item() != 0) {

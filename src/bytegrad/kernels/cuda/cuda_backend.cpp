@@ -182,6 +182,16 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "masked_fill", "", out.dtype);
     cuda::masked_fill(out, mask, value);
   }
+  void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,
+                                        const StridedView& inv_scale) override {
+    CudaCall call(grad.device, "amp_non_finite_check_and_unscale", "", grad.dtype);
+    cuda::amp_non_finite_check_and_unscale(grad, found_inf, inv_scale);
+  }
+  void amp_update_scale(const StridedView& scale, const StridedView& growth_tracker, const StridedView& found_inf,
+                        double growth_factor, double backoff_factor, int64_t growth_interval) override {
+    CudaCall call(scale.device, "amp_update_scale", "", scale.dtype);
+    cuda::amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
+  }
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
     CudaCall call(out.device, "reduce", reduce_op_name(op), in.dtype);
     cuda::reduce(op, out, in);

@@ -62,6 +62,12 @@ bool foreach_enqueue_binary_scalar(BinaryOp op, const StridedView& out, const St
 bool foreach_enqueue_ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a,
                              const StridedView& b, double value);
 
+// ---- cuda_amp.cu (backend.h's GradScaler kernels)
+void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,
+                                      const StridedView& inv_scale);
+void amp_update_scale(const StridedView& scale, const StridedView& growth_tracker, const StridedView& found_inf,
+                      double growth_factor, double backoff_factor, int64_t growth_interval);
+
 // ---- cuda_attention.cu
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
