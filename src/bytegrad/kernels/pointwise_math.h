@@ -34,20 +34,13 @@ BYTEGRAD_FLOAT_AND_DOUBLE(log1p, log1p)
 #undef BYTEGRAD_FLOAT_AND_DOUBLE
 // PyTorch's CUDA rsqrt calls the device's rsqrt (rsqrtf: within 2 ulp of 1/sqrt); the host has none, and
 // computes 1 / sqrt as PyTorch's CPU kernel does.
-BYTEGRAD_HOST_DEVICE float m_rsqrt(float x) {
 #ifdef __CUDA_ARCH__
-  return ::rsqrtf(x);
+BYTEGRAD_HOST_DEVICE float m_rsqrt(float x) { return ::rsqrtf(x); }
+BYTEGRAD_HOST_DEVICE double m_rsqrt(double x) { return ::rsqrt(x); }
 #else
-  return 1.0F / ::sqrtf(x);
+BYTEGRAD_HOST_DEVICE float m_rsqrt(float x) { return 1.0F / ::sqrtf(x); }
+BYTEGRAD_HOST_DEVICE double m_rsqrt(double x) { return 1.0 / ::sqrt(x); }
 #endif
-}
-BYTEGRAD_HOST_DEVICE double m_rsqrt(double x) {
-#ifdef __CUDA_ARCH__
-  return ::rsqrt(x);
-#else
-  return 1.0 / ::sqrt(x);
-#endif
-}
 BYTEGRAD_HOST_DEVICE float m_pow(float x, float y) { return ::powf(x, y); }
 BYTEGRAD_HOST_DEVICE double m_pow(double x, double y) { return ::pow(x, y); }
 

@@ -11,6 +11,15 @@ namespace bytegrad::cpu {
 
 namespace {
 
+// x as M rows of N, M being the number of statistics (rstd's entries); without a mean (its data null) the
+// rows are RMS-normalized.
+struct RowLayout {
+  int64_t rows, width;
+  bool rms;
+  RowLayout(const StridedView& x, const StridedView& mean, const StridedView& rstd)
+      : rows(rstd.numel()), width(rows > 0 ? x.numel() / rows : 0), rms(mean.data == nullptr) {}
+};
+
 // Reads element i of an optional 1-d contiguous view as a double (default when absent).
 template <typename T>
 double optional_at(const StridedView* v, int64_t i, double absent) {
@@ -21,9 +30,8 @@ double optional_at(const StridedView* v, int64_t i, double absent) {
 
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                 const StridedView* weight, const StridedView* bias, double eps) {
-  const int64_t M = rstd.numel();
-  const int64_t N = M > 0 ? x.numel() / M : 0;
-  const bool rms = mean.data == nullptr;
+  const RowLayout layout(x, mean, rstd);
+  const int64_t M = layout.rows, N = layout.width;
   dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.data);
@@ -31,7 +39,7 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
     for (int64_t m = 0; m < M; ++m) {
       const T* row = in + m * N;
       double mu = 0;
-      if (!rms) {
+      if (!layout.rms) {
         for (int64_t n = 0; n < N; ++n) mu += convert<double>(row[n]);
         mu = N > 0 ? mu / static_cast<double>(N) : 0.0;
       }
@@ -42,7 +50,7 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
       }
       var = N > 0 ? var / static_cast<double>(N) : 0.0;
       const double r = 1.0 / std::sqrt(var + eps);
-      if (!rms) store_from_double(static_cast<char*>(mean.data) + m * element_size(mean.dtype), mean.dtype, mu);
+      if (!layout.rms) store_from_double(static_cast<char*>(mean.data) + m * element_size(mean.dtype), mean.dtype, mu);
       store_from_double(static_cast<char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype, r);
       for (int64_t n = 0; n < N; ++n) {
         const double normalized = (convert<double>(row[n]) - mu) * r;
@@ -55,9 +63,8 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
 void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
                          const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
                          const StridedView* weight) {
-  const int64_t M = rstd.numel();
-  const int64_t N = M > 0 ? x.numel() / M : 0;
-  const bool rms = mean.data == nullptr;
+  const RowLayout layout(x, mean, rstd);
+  const int64_t M = layout.rows, N = layout.width;
   dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xs = static_cast<const T*>(x.data);
@@ -69,7 +76,8 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
     std::vector<double> g(static_cast<size_t>(N)), xhat(static_cast<size_t>(N));
     for (int64_t m = 0; m < M; ++m) {
       const double mu =
-          rms ? 0.0 : load_as_double(static_cast<const char*>(mean.data) + m * element_size(mean.dtype), mean.dtype);
+          layout.rms ? 0.0
+                     : load_as_double(static_cast<const char*>(mean.data) + m * element_size(mean.dtype), mean.dtype);
       const double r = load_as_double(static_cast<const char*>(rstd.data) + m * element_size(rstd.dtype), rstd.dtype);
       double sum_g = 0, sum_g_xhat = 0;
       for (int64_t n = 0; n < N; ++n) {
@@ -86,7 +94,7 @@ void layer_norm_backward(const StridedView* dx, const StridedView* dweight_parti
         // the mean there is no mean(g) term.
         T* out = static_cast<T*>(dx->data) + m * N;
         const double inv_n = 1.0 / static_cast<double>(N);
-        const double mean_g = rms ? 0.0 : sum_g * inv_n;
+        const double mean_g = layout.rms ? 0.0 : sum_g * inv_n;
         for (int64_t n = 0; n < N; ++n) out[n] = convert<T>(r * (g[n] - mean_g - xhat[n] * sum_g_xhat * inv_n));
       }
     }
