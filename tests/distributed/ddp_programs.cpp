@@ -222,31 +222,31 @@ TEST_CASE("DDP and ZeRO-1 on four GPUs: the MLP programs and nanoGPT tiny, every
     check_program(program, false, {}, timings(), 4);
 }
 
-// On two GPUs with NCCL (ctest distributed_programs_cuda, label multigpu): each rank's figures equal the
-// fake backend's under one watchdog timing, and so PyTorch's recordings wherever those are reproduced.
-TEST_CASE("DDP and ZeRO-1 programs on two GPUs with NCCL give the figures of one watchdog timing") {
-  if (cuda_device_count() < 2) {
-    MESSAGE("skipped: needs 2 GPUs, found " << cuda_device_count());
-    return;
-  }
+namespace {
+
+// Runs the DDP programs as `world` ranks on `world` GPUs with NCCL and compares each rank with the fake
+// backend's figures under every watchdog timing.
+void check_programs_on_cuda(int world) {
+  CAPTURE(world);
   for (const char* program :
        {"mlp_ddp", "mlp_ddp_bucket_view", "mlp_ddp_cap1", "mlp_ddp_unused", "mlp_ddp_static", "mlp_ddp_no_sync",
         "mlp_zero1", "gpt2_tiny_ddp", "gpt2_tiny_ddp_bucket_view", "gpt2_small_ddp_bucket_view"}) {
     CAPTURE(program);
-    std::vector<Marks> on_cuda(2);
-    for (int r = 0; r < 2; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});  // as a new process
+    std::vector<Marks> on_cuda(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});  // as a new process
     {
       DefaultWorkspaces workspaces;
-      run_ranks(2, DeviceType::cuda, [&](ProcessGroup& pg) {
-        programs::run_ddp_program(
-            program, pg, [&](const std::string& label) { on_cuda[pg.rank()].push_back(mark_now(label, pg.device())); });
+      run_ranks(world, DeviceType::cuda, [&](ProcessGroup& pg) {
+        programs::run_ddp_program(program, pg, [&](const std::string& label) {
+          on_cuda[static_cast<size_t>(pg.rank())].push_back(mark_now(label, pg.device()));
+        });
       });
     }
-    for (int rank = 0; rank < 2; ++rank) {
+    for (int rank = 0; rank < world; ++rank) {
       bool reproduced = false;
       std::string closest;
       for (Timing t : timings()) {
-        const Comparison c = compare(on_cuda[rank], run_alone(program, rank, t));
+        const Comparison c = compare(on_cuda[static_cast<size_t>(rank)], run_alone(program, rank, t, world));
         if (c.differences.empty()) {
           reproduced = true;
           MESSAGE(program << " rank " << rank << " on cuda: " << timing_name(t));
@@ -258,6 +258,25 @@ TEST_CASE("DDP and ZeRO-1 programs on two GPUs with NCCL give the figures of one
       CHECK_MESSAGE(reproduced,
                     program << " rank " << rank << " on cuda matches no timing; against the first:" << closest);
     }
+  }
+}
+
+}  // namespace
+
+// On two GPUs with NCCL (ctest distributed_programs_cuda, label multigpu), and on four where the machine has
+// them: each rank's figures equal the fake backend's under one watchdog timing, and so PyTorch's recordings
+// wherever those are reproduced.
+TEST_CASE("DDP and ZeRO-1 programs on two GPUs (and four) with NCCL give the figures of one watchdog timing") {
+  if (cuda_device_count() < 2) {
+    MESSAGE("skipped: needs 2 GPUs, found " << cuda_device_count());
+    return;
+  }
+  for (const int world : {2, 4}) {
+    if (cuda_device_count() < world) {
+      MESSAGE("not run on " << world << " GPUs: found " << cuda_device_count());
+      continue;
+    }
+    check_programs_on_cuda(world);
   }
 }
 
