@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
 #include "bytegrad/autograd/grad_mode.h"
+#include "bytegrad/distributed/fake.h"
 #include "bytegrad/distributed/launcher.h"
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/tensor/ops.h"
@@ -215,4 +217,96 @@ TEST_CASE("rank threads start with fresh per-thread state") {
   });
   for (const Values& r : results) CHECK(r == Values{1, 1});
   CHECK_FALSE(grad_mode_enabled());
+}
+
+// new_group / split_group (torch.distributed's names): collectives on a subgroup move data among its ranks
+// only; ranks numbered by their place among the group's sorted ranks; a rank may hold several subgroups.
+Values subgroup_collectives(ProcessGroup& pg) {
+  const Device d = pg.device();
+  auto pair = pg.split_group({{0, 1}, {2, 3}});
+  Tensor x = full({2}, pg.rank() + 1, device(d));
+  pair->all_reduce(x);  // ranks 0, 1: 1 + 2; ranks 2, 3: 3 + 4
+  Tensor g = empty({4}, device(d));
+  pair->all_gather_into_tensor(g, full({2}, 10.0 * pg.rank(), device(d)));
+  Values out = x.tolist();
+  for (double v : g.tolist()) out.push_back(v);
+  out.push_back(pair->rank());
+  out.push_back(pair->size());
+  if (pg.rank() == 1 || pg.rank() == 3) {  // made by its members only; the others need not call
+    auto odd = pg.new_group({3, 1});
+    Tensor y = full({1}, pg.rank(), device(d));
+    odd->broadcast(y, 1);  // the group's rank 1: world rank 3
+    out.push_back(y.tolist().at(0));
+    out.push_back(odd->rank());
+  }
+  pg.all_reduce(x);  // the world group still works after its subgroups' collectives
+  out.push_back(x.tolist().at(0));
+  return out;
+}
+
+TEST_CASE("new_group and split_group: collectives on a subgroup move data among its ranks only") {
+  for (DeviceType type : {DeviceType::sim, DeviceType::cpu}) {
+    FreshRankDevices fresh(4, type);
+    const auto got = on_ranks(4, type, subgroup_collectives);
+    // The world all_reduce of the pairs' sums: 3 + 3 + 7 + 7.
+    CHECK(got[0] == Values{3, 3, 0, 0, 10, 10, 0, 2, 20});
+    CHECK(got[1] == Values{3, 3, 0, 0, 10, 10, 1, 2, 3, 0, 20});
+    CHECK(got[2] == Values{7, 7, 20, 20, 30, 30, 0, 2, 20});
+    CHECK(got[3] == Values{7, 7, 20, 20, 30, 30, 1, 2, 3, 1, 20});
+  }
+}
+
+TEST_CASE("new_group refuses a rank not in the group, a rank listed twice, one out of range, no ranks") {
+  auto error_of = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto pg = make_fake_process_group(0, 4, Device{DeviceType::meta, 0});
+  CHECK(error_of([&] { pg->new_group({1, 3}); }).find("rank 0 is not a member of the new group") != std::string::npos);
+  CHECK(error_of([&] { pg->new_group({0, 1, 1}); }).find("rank 1 is listed twice") != std::string::npos);
+  CHECK(error_of([&] {
+          pg->new_group({0, 4});
+        }).find("rank 4 is not in this group (ranks 0 to 3)") != std::string::npos);
+  CHECK(error_of([&] { pg->new_group({}); }).find("no ranks") != std::string::npos);
+  CHECK(error_of([&] {
+          pg->split_group({{1, 2}, {3}});
+        }).find("this rank is in none of the 2 groups") != std::string::npos);
+  CHECK(error_of([&] { pg->split_group({{0, 1}, {1, 2}}); }).find("rank 1 is in more than one") != std::string::npos);
+}
+
+TEST_CASE("fake backend: a subgroup is its rank alone at the subgroup's size, checking sizes by it") {
+  auto pg = make_fake_process_group(3, 4, Device{DeviceType::meta, 0});
+  auto pair = pg->split_group({{0, 1}, {2, 3}});
+  CHECK(pair->rank() == 1);
+  CHECK(pair->size() == 2);
+  CHECK(pair->device() == pg->device());
+  CHECK(pair->backend_name() == "fake");
+  const TensorOptions on{ScalarType::float32, pg->device()};
+  CHECK_NOTHROW(pair->all_gather_into_tensor(empty({8}, on), empty({4}, on)));
+  CHECK_THROWS_AS(pair->all_gather_into_tensor(empty({16}, on), empty({4}, on)), std::invalid_argument);
+}
+
+TEST_CASE("a threads subgroup whose member fails makes the others fail at once, not time out") {
+  FreshRankDevices fresh(4, DeviceType::sim);
+  std::vector<std::string> errors(4);
+  CHECK_THROWS_AS(run_ranks(4, DeviceType::sim,
+                            [&](ProcessGroup& pg) {
+                              auto pair = pg.split_group({{0, 1}, {2, 3}});
+                              if (pg.rank() == 1) throw std::runtime_error("rank 1 stops");
+                              Tensor x = zeros({1}, device(pg.device()));
+                              try {
+                                pair->all_reduce(x);
+                              } catch (const CollectiveError& e) {
+                                errors[static_cast<size_t>(pg.rank())] = e.what();
+                                throw;
+                              }
+                            }),
+                  RankFailure);
+  CHECK(!errors[0].empty());  // rank 1 aborted (or will never arrive), at once
+  CHECK(errors[2].empty());
+  CHECK(errors[3].empty());
 }

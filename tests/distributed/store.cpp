@@ -311,3 +311,20 @@ TEST_CASE("store backend: a rank whose group is destroyed is named at once by th
   CHECK(std::chrono::steady_clock::now() - start < 4000ms);  // well before the 5 s timeout
   CHECK(error_of([] { make_store_process_group(nullptr, 0, 1, kSim); }).find("no store") != std::string::npos);
 }
+
+TEST_CASE("store backend: subgroups (new_group) move data among their ranks only") {
+  const auto results = on_store_ranks(4, [](ProcessGroup& pg) {
+    auto pair = pg.split_group({{0, 1}, {2, 3}});
+    Tensor x = full({2}, pg.rank() + 1, device(pg.device()));
+    pair->all_reduce(x);
+    std::vector<double> out = x.tolist();
+    out.push_back(pair->rank());
+    pg.all_reduce(x);
+    out.push_back(x.tolist().at(0));
+    return out;
+  });
+  CHECK(results[0] == std::vector<double>{3, 3, 0, 20});
+  CHECK(results[1] == std::vector<double>{3, 3, 1, 20});
+  CHECK(results[2] == std::vector<double>{7, 7, 0, 20});
+  CHECK(results[3] == std::vector<double>{7, 7, 1, 20});
+}

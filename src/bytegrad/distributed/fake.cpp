@@ -1,6 +1,7 @@
 #include "bytegrad/distributed/fake.h"
 
 #include <string>
+#include <vector>
 
 namespace bytegrad::distributed {
 
@@ -15,6 +16,11 @@ class FakeProcessGroup final : public ProcessGroup {
 
  protected:
   void exchange(const Collective& /*call*/, const std::optional<Stream>& /*stream*/) override {}
+  // Alone as before: rank group_rank of the subgroup's size, on the same device.
+  std::unique_ptr<ProcessGroup> make_subgroup(const std::vector<int>& ranks, int group_rank, const std::string& /*key*/,
+                                              ProcessGroupOptions options) override {
+    return std::make_unique<FakeProcessGroup>(group_rank, static_cast<int>(ranks.size()), device(), options);
+  }
 };
 
 }  // namespace

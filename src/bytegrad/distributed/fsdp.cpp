@@ -117,7 +117,11 @@ Tensor through_post_backward_node(const Tensor& input, std::function<void()> cal
 }
 
 struct AllGatherResult {
-  Tensor output;      // the flat: W x the group's padded shard elements
+  Tensor output;  // the flat: W x the group's padded shard elements
+  // The all-gather's world (the group's, or the post-forward subgroup's) and each parameter's part of a
+  // rank's input.
+  int world = 1;
+  std::vector<int64_t> input_numels;
   Event event;        // recorded on the all-gather stream after the collective
   Tensor cast_input;  // with param_dtype: the cast copy of the shards, freed with the call
 };
@@ -154,6 +158,9 @@ struct FSDPParam {
   Tensor padded_shard;       // padded_rows x rest, orig_dtype
   Tensor all_gather_output;  // padded_rows * W x rest (flat), unsharded_dtype; storage 0 bytes while sharded
   Tensor kept_sharded_grad;  // a sharded .grad set aside while the handle shows the unsharded parameter
+  // reshard_after_forward=int: after forward, this rank's 1/int of the unsharded padded parameter (a clone,
+  // unsharded dtype, on the default stream), all-gathered from the smaller group in backward.
+  Tensor post_forward_shard;
   // The padded shard is this rank's `parameter` in the ledger: the module's own role went with the full
   // tensor's block when the handle moved to the shard.
   MemoryRole shard_role;
@@ -200,12 +207,29 @@ struct FSDPParam {
     }
     take_shard_role();
   }
-  void to_unsharded() {
+  // FSDPParam.to_unsharded; from the post-forward state, the post-forward shard is freed (it fed the
+  // copy-in, done by now). From the sharded state a post-forward shard left by an earlier reshard stays.
+  void to_unsharded(bool from_post_forward) {
     if (Tensor g = param.grad(); g.defined()) {
       kept_sharded_grad = g;
       param.set_grad(Tensor());
     }
     point_handle(all_gather_output.storage(), full_size, unsharded_dtype);
+    if (from_post_forward) post_forward_shard = Tensor();
+  }
+  // FSDPParam.to_sharded_post_forward: rank `rank` of `size` keeps its 1/size of the unsharded padded data
+  // (cloned so that the unsharded storage can be freed), then the unsharded storage goes.
+  void to_sharded_post_forward(int size, int rank) {
+    const int64_t numel = all_gather_output.numel() / size;
+    {
+      CategoryScope gathered(MemoryCategory::gathered_parameter);
+      TensorNameScope name(path);
+      post_forward_shard = all_gather_output.narrow(0, numel * rank, numel).clone();
+    }
+    Shape sizes = full_size;
+    sizes[0] = fsdp_local_rows(full_size[0], size, rank);
+    point_handle(post_forward_shard.storage(), sizes, unsharded_dtype);
+    all_gather_output.storage()->resize(0);
   }
 };
 
@@ -214,8 +238,12 @@ namespace {
 class ParamGroup {
  public:
   ParamGroup(std::vector<FSDPParam> params, ProcessGroup& group, bool reshard_after_forward,
-             const MixedPrecisionPolicy& mp)
-      : params_(std::move(params)), group_(group), reshard_after_forward_(reshard_after_forward), mp_(mp) {
+             const MixedPrecisionPolicy& mp, std::unique_ptr<ProcessGroup> post_forward_group)
+      : params_(std::move(params)),
+        group_(group),
+        reshard_after_forward_(reshard_after_forward),
+        mp_(mp),
+        post_forward_group_(std::move(post_forward_group)) {
     orig_dtype_ = params_.front().orig_dtype;
   }
 
@@ -249,17 +277,32 @@ class ParamGroup {
     const bool side = training_state == TrainingState::forward || training_state == TrainingState::pre_backward;
     const Stream copy_in = side ? comm_->copy_in : current_stream(device);
     const Stream gather = side ? comm_->all_gather : current_stream(device);
+    // From the post-forward state: gathered from the smaller group, the post-forward shards (already of
+    // the unsharded dtype) as inputs, once the all-gather streams waited for the reshard that made them.
+    ProcessGroup& group = sharded_post_forward_ ? *post_forward_group_ : group_;
+    if (reshard_after_forward_event_) {
+      comm_->copy_in.wait_event(*reshard_after_forward_event_);
+      comm_->all_gather.wait_event(*reshard_after_forward_event_);
+      reshard_after_forward_event_.reset();
+    }
     auto result = std::make_shared<AllGatherResult>();
-    const int world = group_.size(), rank = group_.rank();
+    const int world = group.size(), rank = group.rank();
+    result->world = world;
     int64_t total = 0;
-    for (const FSDPParam& p : params_) total += p.padded_numel();
+    for (const FSDPParam& p : params_) {
+      result->input_numels.push_back(sharded_post_forward_ ? p.post_forward_shard.numel() : p.padded_numel());
+      total += result->input_numels.back();
+    }
     NoGradGuard no_grad;
     CategoryScope communication(MemoryCategory::communication);
     {
       StreamGuard on(copy_in);
       std::vector<Tensor> inputs;
       ScalarType dtype = orig_dtype_;
-      if (mp_.param_dtype && *mp_.param_dtype != orig_dtype_) {
+      if (sharded_post_forward_) {
+        dtype = params_.front().post_forward_shard.dtype();
+        for (const FSDPParam& p : params_) inputs.push_back(p.post_forward_shard);
+      } else if (mp_.param_dtype && *mp_.param_dtype != orig_dtype_) {
         dtype = *mp_.param_dtype;
         result->cast_input = named("FSDP all-gather input", [&] {
           return empty({total}, TensorOptions{dtype, device});
@@ -286,8 +329,7 @@ class ParamGroup {
     gather.wait_stream(copy_in);
     {
       StreamGuard on(gather);
-      group_.all_gather_into_tensor(result->output,
-                                    result->output.narrow(0, static_cast<int64_t>(rank) * total, total));
+      group.all_gather_into_tensor(result->output, result->output.narrow(0, static_cast<int64_t>(rank) * total, total));
       result->event = gather.record_event();
     }
     result->cast_input = Tensor();  // the cast copy goes when foreach_all_gather returns
@@ -304,8 +346,9 @@ class ParamGroup {
       comm_->all_gather.wait_event(previous->event);
     }
     copy_out(*all_gather_result_);
-    for (FSDPParam& p : params_) p.to_unsharded();
+    for (FSDPParam& p : params_) p.to_unsharded(sharded_post_forward_);
     unsharded_ = true;
+    sharded_post_forward_ = false;
     const Device device = group_.device();
     Event copied = current_stream(device).record_event();
     if (training_state == TrainingState::forward) {
@@ -318,10 +361,23 @@ class ParamGroup {
   }
 
   void reshard() {
-    if (training_state == TrainingState::forward && !reshard_after_forward_) return;
-    if (!unsharded_) return;
+    if (training_state == TrainingState::forward) {
+      if (!reshard_after_forward_) return;
+      if (post_forward_group_) {  // to the smaller group's shard; the all-gather streams wait for it later
+        if (!unsharded_) return;
+        NoGradGuard no_grad;
+        for (FSDPParam& p : params_)
+          p.to_sharded_post_forward(post_forward_group_->size(), post_forward_group_->rank());
+        unsharded_ = false;
+        sharded_post_forward_ = true;
+        reshard_after_forward_event_ = current_stream(group_.device()).record_event();
+        return;
+      }
+    }
+    if (!unsharded_ && !sharded_post_forward_) return;
     for (FSDPParam& p : params_) p.to_sharded();
     unsharded_ = false;
+    sharded_post_forward_ = false;
   }
 
   void pre_forward() {
@@ -370,7 +426,7 @@ class ParamGroup {
   void copy_out(const AllGatherResult& result) {
     const Device device = group_.device();
     current_stream(device).wait_event(result.event);
-    const int world = group_.size();
+    const int world = result.world;
     const ScalarType dtype = result.output.dtype();
     NoGradGuard no_grad;
     CategoryScope communication(MemoryCategory::communication);  // the copy-out's launch metadata
@@ -378,26 +434,28 @@ class ParamGroup {
       // The unsharded parameter the module computes with: a `gathered_parameter` named as the parameter.
       CategoryScope gathered(MemoryCategory::gathered_parameter);
       TensorNameScope name(p.path);
-      const size_t nbytes = static_cast<size_t>(p.padded_numel() * world) * element_size(dtype);
+      const int64_t numel = p.padded_numel() * group_.size();  // the unsharded padded parameter
+      const size_t nbytes = static_cast<size_t>(numel) * element_size(dtype);
       if (!p.all_gather_output.defined()) {
-        p.all_gather_output = empty({p.padded_numel() * world}, TensorOptions{dtype, device});
+        p.all_gather_output = empty({numel}, TensorOptions{dtype, device});
         p.unsharded_dtype = dtype;
       } else {
         p.all_gather_output.storage()->resize(nbytes);
       }
     }
     std::vector<int64_t> split_bytes;
-    for (const FSDPParam& p : params_)
-      split_bytes.push_back(p.padded_numel() * static_cast<int64_t>(element_size(dtype)));
-    packed_launch_metadata(device, split_copy_metadata_count(device, split_bytes, world));
     int64_t total = 0;
-    for (const FSDPParam& p : params_) total += p.padded_numel();
+    for (int64_t n : result.input_numels) {
+      split_bytes.push_back(n * static_cast<int64_t>(element_size(dtype)));
+      total += n;
+    }
+    packed_launch_metadata(device, split_copy_metadata_count(device, split_bytes, world));
     int64_t offset = 0;
-    for (FSDPParam& p : params_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t n = result.input_numels[i];
       for (int r = 0; r < world; ++r)
-        p.all_gather_output.narrow(0, r * p.padded_numel(), p.padded_numel())
-            .copy_(result.output.narrow(0, r * total + offset, p.padded_numel()));
-      offset += p.padded_numel();
+        params_[i].all_gather_output.narrow(0, r * n, n).copy_(result.output.narrow(0, r * total + offset, n));
+      offset += n;
     }
   }
 
@@ -488,6 +546,12 @@ class ParamGroup {
   std::shared_ptr<CommContext> comm_;
   std::shared_ptr<AllGatherResult> all_gather_result_;
   bool unsharded_ = false;
+  // reshard_after_forward=int: the group of this rank's `int` consecutive ranks (PyTorch's post-forward
+  // mesh), made by this fully_shard call; whether the parameters are in its shards now; the default
+  // stream's event after that reshard.
+  std::unique_ptr<ProcessGroup> post_forward_group_;
+  bool sharded_post_forward_ = false;
+  std::optional<Event> reshard_after_forward_event_;
   std::vector<size_t> post_forward_indices_;
 };
 
@@ -741,21 +805,21 @@ void FSDPState::final_callback() {
 
 namespace {
 
-// _get_post_forward_mesh_info: an int is the world size the parameters keep after forward.
-bool reshard_after_forward_of(const std::variant<bool, int>& option, int world) {
-  if (const bool* flag = std::get_if<bool>(&option)) return *flag;
+// _get_post_forward_mesh_info: an int is the world size the parameters keep after forward: 1 is false,
+// the group's size true, one between resharding to a group of that many consecutive ranks (the post-forward
+// mesh's shard dimension: rank r with ranks r - r % size to r - r % size + size - 1). Returns whether to
+// reshard and that size (0 for the whole group).
+std::pair<bool, int> reshard_after_forward_of(const std::variant<bool, int>& option, int world) {
+  if (const bool* flag = std::get_if<bool>(&option)) return {*flag, 0};
   const int size = std::get<int>(option);
   if (size < 1 || size > world || world % size != 0)
     throw std::invalid_argument(
-        "fully_shard: reshard_after_forward as an int is the world size to reshard to, a "
-        "factor of " +
-        std::to_string(world) + ", not " + std::to_string(size));
-  if (size == 1) return false;
-  if (size == world) return true;
-  throw std::invalid_argument("fully_shard: reshard_after_forward=" + std::to_string(size) +
-                              " (resharding to a smaller group than " + std::to_string(world) +
-                              " ranks after forward) is not supported yet; pass true, false, 1 or " +
-                              std::to_string(world));
+        "fully_shard: reshard_after_forward as an int is the world size to reshard to after forward, a "
+        "factor of the group's " +
+        std::to_string(world) + " ranks from 1 to " + std::to_string(world) + ", not " + std::to_string(size));
+  if (size == 1) return {false, 0};
+  if (size == world) return {true, 0};
+  return {true, size};
 }
 
 }  // namespace
@@ -778,6 +842,9 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
     if (state_of(m))
       for (const Tensor& p : m->parameters()) managed.push_back(&p.impl());
   const int world = group.size(), rank = group.rank();
+  const auto [reshard, post_forward_size] = options.reshard_after_forward
+                                                ? reshard_after_forward_of(*options.reshard_after_forward, world)
+                                                : std::pair<bool, int>{true, 0};
   const std::string module_path = module->name();
   std::vector<FSDPParam> params;
   for (const auto& [name, p] : module->named_parameters()) {
@@ -825,9 +892,17 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
   sharded_handles.reserve(params.size());
   for (const FSDPParam& fp : params) sharded_handles.push_back(fp.param);
   std::unique_ptr<ParamGroup> param_group;
-  const bool reshard =
-      options.reshard_after_forward ? reshard_after_forward_of(*options.reshard_after_forward, world) : true;
-  if (!params.empty()) param_group = std::make_unique<ParamGroup>(std::move(params), group, reshard, options.mp_policy);
+  if (!params.empty()) {
+    // Each call with an int makes its own post-forward mesh, hence its own groups (as PyTorch's does).
+    std::unique_ptr<ProcessGroup> post_forward_group;
+    if (post_forward_size > 0) {
+      std::vector<std::vector<int>> groups(static_cast<size_t>(world / post_forward_size));
+      for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r / post_forward_size)].push_back(r);
+      post_forward_group = group.split_group(groups);
+    }
+    param_group = std::make_unique<ParamGroup>(std::move(params), group, reshard, options.mp_policy,
+                                               std::move(post_forward_group));
+  }
   auto state = std::make_shared<FSDPState>(module.get(), group, options, std::move(param_group));
   {
     std::lock_guard<std::mutex> lock(registry_mutex);

@@ -23,7 +23,9 @@
 //    split_with_sizes_copy's packed metadata (a small int64 buffer, freed at once). In forward the flat is
 //    kept until the next group's copy-out (the root's post-forward for the last); in backward it goes at once.
 //  - post-forward: reshard (the unsharded storage resized to 0) unless reshard_after_forward is false or the
-//    group is the root's (kept until its post-backward).
+//    group is the root's (kept until its post-backward). With an int k: first a clone of this rank's 1/k of
+//    each unsharded parameter (default stream), which backward's all-gather from the k ranks takes as its
+//    input and which is freed as the parameter becomes unsharded again.
 //  - pre-backward (a hook on the module's outputs): unshard, then prefetch the group that ran before it.
 //  - post-backward (after the module's inputs got their gradients, or at the end of backward): reshard,
 //    free the previous group's reduce-scatter input, allocate this one's on the default stream (padded,
@@ -56,8 +58,10 @@ struct MixedPrecisionPolicy {
 struct FullyShardOptions {
   // unset: PyTorch 2.11's None, reshard after forward except for the root (kept until its post-backward).
   // An int is the world size to reshard to after forward, a factor of the group's size: 1 is false (each
-  // rank keeps the whole parameters, as PyTorch reads it), the group's size is true; one between (resharding
-  // to a smaller group) is not built yet and is refused.
+  // rank keeps the whole parameters, as PyTorch reads it), the group's size is true; k between reshards to
+  // the group of k consecutive ranks (PyTorch's post-forward mesh, made per fully_shard call with
+  // ProcessGroup::split_group): each rank keeps 1/k of each unsharded parameter after forward, and backward
+  // all-gathers from those k ranks. Other values are refused.
   std::optional<std::variant<bool, int>> reshard_after_forward;
   MixedPrecisionPolicy mp_policy;
 };

@@ -128,8 +128,8 @@ std::unique_ptr<ProcessGroup> init_process_group(std::string_view backend, const
 
   if (backend == "store")
     return make_store_process_group(store, env.rank, env.world_size, device, options.group, "default_pg/");
-  NcclUniqueIdSource unique_id = [store, rank = env.rank] {
-    const std::string key = "default_pg/nccl_unique_id";
+  // Rank 0 of a group makes its id and puts it in the store; the others read it there.
+  auto shared_id = [store](const std::string& key, int rank) {
     NcclUniqueId id{};
     if (rank == 0) {
       id = make_nccl_unique_id();
@@ -143,7 +143,12 @@ std::unique_ptr<ProcessGroup> init_process_group(std::string_view backend, const
     }
     return id;
   };
-  return make_nccl_process_group(env.rank, env.world_size, device, unique_id, options.group, options.nccl);
+  NcclUniqueIdSource unique_id = [shared_id, rank = env.rank] { return shared_id("default_pg/nccl_unique_id", rank); };
+  NcclSubgroupIdSource subgroup_ids = [shared_id](const std::string& key, int group_rank) {
+    return shared_id("default_pg/sub/" + key + "/nccl_unique_id", group_rank);
+  };
+  return make_nccl_process_group(env.rank, env.world_size, device, unique_id, options.group, options.nccl,
+                                 subgroup_ids);
 }
 
 }  // namespace bytegrad::distributed

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #endif
@@ -59,7 +60,7 @@ bool nccl_available() { return false; }
 std::string nccl_version() { return ""; }
 NcclUniqueId make_nccl_unique_id() { no_nccl(); }
 std::unique_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, const NcclUniqueIdSource&, ProcessGroupOptions,
-                                                      NcclOptions) {
+                                                      NcclOptions, NcclSubgroupIdSource) {
   no_nccl();
 }
 std::vector<std::unique_ptr<ProcessGroup>> make_nccl_process_groups(int, ProcessGroupOptions) { no_nccl(); }
@@ -131,8 +132,11 @@ struct SharedAbort {
 class NcclProcessGroup final : public ProcessGroup {
  public:
   NcclProcessGroup(int rank, int size, Device device, NcclUniqueIdSource unique_id, ProcessGroupOptions options,
-                   std::shared_ptr<SharedAbort> shared)
-      : ProcessGroup(rank, size, device, options), unique_id_(std::move(unique_id)), shared_(std::move(shared)) {
+                   std::shared_ptr<SharedAbort> shared, NcclSubgroupIdSource subgroup_ids)
+      : ProcessGroup(rank, size, device, options),
+        unique_id_(std::move(unique_id)),
+        shared_(std::move(shared)),
+        subgroup_ids_(std::move(subgroup_ids)) {
     if (device.type != DeviceType::cuda)
       throw std::invalid_argument("the nccl backend runs ranks on cuda devices, not " + device.str() +
                                   " (use the store or threads backend there)");
@@ -180,6 +184,20 @@ class NcclProcessGroup final : public ProcessGroup {
 
  protected:
   bool measures_outside_allocator() const override { return true; }
+
+  // A communicator of its own, from a new unique id the subgroup's rank 0 makes, at its first collective.
+  std::unique_ptr<ProcessGroup> make_subgroup(const std::vector<int>& ranks, int group_rank, const std::string& key,
+                                              ProcessGroupOptions options) override {
+    if (!subgroup_ids_)
+      throw std::invalid_argument("new_group on nccl rank " + std::to_string(rank()) +
+                                  ": this group was made without a way to share a subgroup's NCCL id "
+                                  "(make_nccl_process_group's subgroup_ids)");
+    NcclSubgroupIdSource ids = subgroup_ids_;
+    NcclUniqueIdSource id = [ids, key, group_rank] { return ids(key, group_rank); };
+    NcclSubgroupIdSource nested = [ids, key](const std::string& k, int r) { return ids(key + "/" + k, r); };
+    return std::make_unique<NcclProcessGroup>(group_rank, static_cast<int>(ranks.size()), device(), id, options,
+                                              shared_, nested);
+  }
 
   void exchange(const Collective& call, const std::optional<Stream>& stream) override {
     const std::string where = "nccl " + call.str() + " on rank " + std::to_string(rank());
@@ -374,6 +392,7 @@ class NcclProcessGroup final : public ProcessGroup {
 
   NcclUniqueIdSource unique_id_;
   std::shared_ptr<SharedAbort> shared_;
+  NcclSubgroupIdSource subgroup_ids_;
   mutable std::mutex mutex_;
   std::condition_variable watchdog_wake_;
   ncclComm_t comm_ = nullptr;
@@ -417,8 +436,9 @@ NcclUniqueId make_nccl_unique_id() {
 
 std::unique_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
                                                       const NcclUniqueIdSource& unique_id, ProcessGroupOptions options,
-                                                      NcclOptions nccl) {
-  auto group = std::make_unique<NcclProcessGroup>(rank, world_size, device, unique_id, options, nullptr);
+                                                      NcclOptions nccl, NcclSubgroupIdSource subgroup_ids) {
+  auto group = std::make_unique<NcclProcessGroup>(rank, world_size, device, unique_id, options, nullptr,
+                                                  std::move(subgroup_ids));
   if (nccl.eager_init) group->make_communicator_now();
   return group;
 }
@@ -433,11 +453,23 @@ std::vector<std::unique_ptr<ProcessGroup>> make_nccl_process_groups(int world_si
                              std::to_string(cuda_device_count()) + " (CUDA_VISIBLE_DEVICES?)");
   const NcclUniqueId id = make_nccl_unique_id();
   auto shared = std::make_shared<SharedAbort>();
+  // Subgroups' ids, made by whichever member asks first (all ranks are in this process).
+  struct SubgroupIds {
+    std::mutex mutex;
+    std::map<std::string, NcclUniqueId> ids;
+  };
+  auto made = std::make_shared<SubgroupIds>();
+  NcclSubgroupIdSource subgroup_ids = [made](const std::string& key, int /*group_rank*/) {
+    std::lock_guard lock(made->mutex);
+    auto it = made->ids.find(key);
+    if (it == made->ids.end()) it = made->ids.emplace(key, make_nccl_unique_id()).first;
+    return it->second;
+  };
   std::vector<std::unique_ptr<ProcessGroup>> groups;
   groups.reserve(world_size);
   for (int r = 0; r < world_size; ++r)
     groups.push_back(std::make_unique<NcclProcessGroup>(
-        r, world_size, Device{DeviceType::cuda, r}, [id] { return id; }, options, shared));
+        r, world_size, Device{DeviceType::cuda, r}, [id] { return id; }, options, shared, subgroup_ids));
   return groups;
 }
 

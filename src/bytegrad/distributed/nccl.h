@@ -43,6 +43,11 @@ NcclUniqueId make_nccl_unique_id();
 // Called when the communicator is made (lazily): returns the id rank 0 made, e.g. from the store.
 using NcclUniqueIdSource = std::function<NcclUniqueId()>;
 
+// A subgroup's id (ProcessGroup::new_group): `key` names the subgroup alike on its members, the one of
+// group_rank 0 makes the id, the others get the same (PyTorch's new_group without a bound device: a new
+// communicator from a new unique id shared through the store, made at the subgroup's first collective).
+using NcclSubgroupIdSource = std::function<NcclUniqueId(const std::string& key, int group_rank)>;
+
 struct NcclOptions {
   bool eager_init = false;  // make the communicator when the group is made (PyTorch's device_id= argument)
 };
@@ -50,9 +55,11 @@ struct NcclOptions {
 // Rank `rank` of `world_size` on `device` (a cuda device this process sees).
 std::unique_ptr<ProcessGroup> make_nccl_process_group(int rank, int world_size, Device device,
                                                       const NcclUniqueIdSource& unique_id,
-                                                      ProcessGroupOptions options = {}, NcclOptions nccl = {});
+                                                      ProcessGroupOptions options = {}, NcclOptions nccl = {},
+                                                      NcclSubgroupIdSource subgroup_ids = {});
 // One group per GPU of this process (rank r on cuda:r), sharing one unique id, for run_ranks: each rank's
 // thread makes its communicator at its first collective. When one group is aborted, the others abort too.
+// Their subgroups (new_group) share ids in the process.
 // Throws std::runtime_error when fewer than world_size GPUs are visible.
 std::vector<std::unique_ptr<ProcessGroup>> make_nccl_process_groups(int world_size, ProcessGroupOptions options = {});
 

@@ -288,6 +288,49 @@ std::shared_ptr<Work> ProcessGroup::issue(Collective call, bool async_op) {
   return async_op ? work : nullptr;
 }
 
+std::unique_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
+                                                      std::optional<ProcessGroupOptions> options) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string listed;
+  for (int r : ranks) listed += (listed.empty() ? "" : ", ") + std::to_string(r);
+  const std::string where = "new_group([" + listed + "]) on rank " + std::to_string(rank_) + " of " +
+                            std::to_string(size_) + " (" + std::string(backend_name()) + ")";
+  if (ranks.empty()) throw std::invalid_argument(where + ": no ranks");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size_)
+      throw std::invalid_argument(where + ": rank " + std::to_string(ranks[i]) + " is not in this group (ranks 0 to " +
+                                  std::to_string(size_ - 1) + ")");
+    if (i > 0 && ranks[i] == ranks[i - 1])
+      throw std::invalid_argument(where + ": rank " + std::to_string(ranks[i]) + " is listed twice");
+  }
+  const auto mine = std::find(ranks.begin(), ranks.end(), rank_);
+  if (mine == ranks.end())
+    throw std::invalid_argument(where + ": rank " + std::to_string(rank_) +
+                                " is not a member of the new group, so it has no group to use (only its members "
+                                "make it)");
+  const int nth = ++subgroups_made_[ranks];
+  const std::string key = listed + "#" + std::to_string(nth);
+  return make_subgroup(ranks, static_cast<int>(mine - ranks.begin()), key, options.value_or(options_));
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::split_group(const std::vector<std::vector<int>>& groups,
+                                                        std::optional<ProcessGroupOptions> options) {
+  const std::vector<int>* found = nullptr;
+  std::vector<int> seen;
+  for (const auto& g : groups)
+    for (int r : g) {
+      if (std::find(seen.begin(), seen.end(), r) != seen.end())
+        throw std::invalid_argument("split_group on rank " + std::to_string(rank_) + ": rank " + std::to_string(r) +
+                                    " is in more than one of the groups");
+      seen.push_back(r);
+      if (r == rank_) found = &g;
+    }
+  if (!found)
+    throw std::invalid_argument("split_group on rank " + std::to_string(rank_) + ": this rank is in none of the " +
+                                std::to_string(groups.size()) + " groups");
+  return new_group(*found, options);
+}
+
 void ProcessGroup::release_completed_shelves() {
   std::vector<std::shared_ptr<TensorShelf>> done;
   const std::optional<int> after = options_.unwaited_release_after;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -168,6 +169,22 @@ class ProcessGroup {
                                               bool async_op = false);
   std::shared_ptr<Work> barrier(bool async_op = false);
 
+  // torch.distributed.new_group(ranks): a process group of some of this group's ranks (distinct, each in
+  // 0..size()-1, in any order: sorted, as PyTorch sorts them), on this rank's device, with its own
+  // collectives, sequence numbers, stream and (nccl) communicator, each made as the world group's are (at
+  // its first collective). This rank's rank in it is its place among the sorted ranks. Collectives on it
+  // move data among its ranks only. Every member calls new_group with the same ranks; ranks not in it need
+  // not call (the members of the n-th group of the same ranks meet each other). Called on a rank not in
+  // `ranks`, it throws std::invalid_argument naming the rank and the ranks (PyTorch returns a non-member
+  // placeholder whose collectives fail); so does a bad list. Options default to this group's.
+  std::unique_ptr<ProcessGroup> new_group(std::vector<int> ranks,
+                                          std::optional<ProcessGroupOptions> options = std::nullopt);
+  // torch.distributed.split_group: `groups` lists disjoint sets of this group's ranks; returns the group of
+  // the set this rank is in (new_group of that set). Throws std::invalid_argument when this rank is in none
+  // or the sets overlap.
+  std::unique_ptr<ProcessGroup> split_group(const std::vector<std::vector<int>>& groups,
+                                            std::optional<ProcessGroupOptions> options = std::nullopt);
+
   // The stream async collectives run on (the communicator's stream); none before the first collective
   // and on cpu.
   std::optional<Stream> collective_stream() const { return collective_stream_; }
@@ -190,6 +207,11 @@ class ProcessGroup {
   // The backend's part of one collective: agree with the other ranks and move the bytes (threads), nothing
   // (fake), or launch it on `stream` (nccl). Throws CollectiveError when the ranks disagree or fail.
   virtual void exchange(const Collective& call, const std::optional<Stream>& stream) = 0;
+  // The backend's subgroup (new_group checked the arguments): this rank is `group_rank` of `ranks` (this
+  // group's ranks, sorted); `key` names the group alike on all its members ("0,1#1": the ranks and the
+  // how-many-th group of these ranks this rank made), for the members to meet by.
+  virtual std::unique_ptr<ProcessGroup> make_subgroup(const std::vector<int>& ranks, int group_rank,
+                                                      const std::string& key, ProcessGroupOptions options) = 0;
   // True for a backend that measures NCCL's memory itself and hands it to set_measured_outside_allocator.
   virtual bool measures_outside_allocator() const { return false; }
   void set_measured_outside_allocator(OutsideAllocatorFigures figures);
@@ -219,7 +241,8 @@ class ProcessGroup {
   // Read by reports from any thread: its own small lock, never held while calling out.
   mutable std::mutex outside_mutex_;
   std::optional<OutsideAllocatorFigures> outside_;
-  int outside_source_ = 0;  // the registration in memory/outside_allocator.h
+  int outside_source_ = 0;                          // the registration in memory/outside_allocator.h
+  std::map<std::vector<int>, int> subgroups_made_;  // new_group's count per list of ranks
 };
 
 }  // namespace bytegrad::distributed

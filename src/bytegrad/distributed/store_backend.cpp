@@ -133,6 +133,13 @@ class StoreProcessGroup final : public ProcessGroup {
     }
   }
 
+  // The members meet under this group's prefix and the subgroup's key.
+  std::unique_ptr<ProcessGroup> make_subgroup(const std::vector<int>& ranks, int group_rank, const std::string& key,
+                                              ProcessGroupOptions options) override {
+    return std::make_unique<StoreProcessGroup>(store_, group_rank, static_cast<int>(ranks.size()), device(), options,
+                                               prefix_ + "sub/" + key + "/");
+  }
+
  private:
   std::string entry_key(uint64_t sequence, int rank) const {
     return prefix_ + "c/" + std::to_string(sequence) + "/" + std::to_string(rank);

@@ -1,5 +1,6 @@
 #include "bytegrad/distributed/threads.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -149,17 +150,38 @@ class Rendezvous {
     if (!error.empty()) throw CollectiveError(error);
   }
 
+  // A rank that aborts or shuts down does so in the subgroups it is in too (their members would wait for
+  // it otherwise); parent first, then child, never the other way.
   void abort(int rank, const std::string& reason) {
     std::lock_guard lock(mutex_);
     if (!aborted_) aborted_ = reason;
     if (!gone_[rank]) gone_[rank] = "it aborted: " + reason;
     changed_.notify_all();
+    for_subgroups_of(rank, [&](Rendezvous& sub, int sub_rank) { sub.abort(sub_rank, reason); });
   }
 
   void shutdown(int rank) {
     std::lock_guard lock(mutex_);
     if (!gone_[rank]) gone_[rank] = "it shut down (its function returned) before calling this collective";
     changed_.notify_all();
+    for_subgroups_of(rank, [&](Rendezvous& sub, int sub_rank) { sub.shutdown(sub_rank); });
+  }
+
+  // The rendezvous of the subgroup `key` of `ranks` (new_group's): the first member to ask makes it.
+  std::shared_ptr<Rendezvous> subgroup(const std::string& key, const std::vector<int>& ranks,
+                                       std::chrono::milliseconds timeout) {
+    std::lock_guard lock(mutex_);
+    Subgroup& sub = subgroups_[key];
+    std::shared_ptr<Rendezvous> made = sub.rendezvous.lock();
+    if (!made) {
+      made = std::make_shared<Rendezvous>(static_cast<int>(ranks.size()), timeout);
+      sub.rendezvous = made;
+      sub.ranks = ranks;
+      // A member already gone from this group is gone from the new one too.
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (gone_[ranks[i]]) made->gone_[i] = *gone_[ranks[i]];
+    }
+    return made;
   }
 
  private:
@@ -188,8 +210,23 @@ class Rendezvous {
     slot.done = true;
   }
 
+  template <typename F>
+  void for_subgroups_of(int rank, F&& f) {
+    for (auto& [key, sub] : subgroups_)
+      if (auto r = sub.rendezvous.lock()) {
+        auto it = std::find(sub.ranks.begin(), sub.ranks.end(), rank);
+        if (it != sub.ranks.end()) f(*r, static_cast<int>(it - sub.ranks.begin()));
+      }
+  }
+
+  struct Subgroup {
+    std::weak_ptr<Rendezvous> rendezvous;
+    std::vector<int> ranks;
+  };
+
   std::mutex mutex_;
   std::condition_variable changed_;
+  std::map<std::string, Subgroup> subgroups_;
   const int world_size_;
   const std::chrono::milliseconds timeout_;
   std::map<uint64_t, Slot> slots_;
@@ -223,6 +260,11 @@ class ThreadsProcessGroup final : public ProcessGroup {
                         .input_data = data_of(call.input),
                         .output_data = data_of(call.output)};
     rendezvous_->arrive(rank(), call, mine);
+  }
+  std::unique_ptr<ProcessGroup> make_subgroup(const std::vector<int>& ranks, int group_rank, const std::string& key,
+                                              ProcessGroupOptions options) override {
+    return std::make_unique<ThreadsProcessGroup>(group_rank, static_cast<int>(ranks.size()), device(), options,
+                                                 rendezvous_->subgroup(key, ranks, options.timeout));
   }
 
  private:
