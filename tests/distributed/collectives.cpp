@@ -10,6 +10,7 @@
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/distributed/fake.h"
 #include "bytegrad/distributed/launcher.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/distributed/support.h"
@@ -254,6 +255,20 @@ TEST_CASE("new_group and split_group: collectives on a subgroup move data among 
     CHECK(got[2] == Values{7, 7, 20, 20, 30, 30, 0, 2, 20});
     CHECK(got[3] == Values{7, 7, 20, 20, 30, 30, 1, 2, 3, 1, 20});
   }
+}
+
+// The same on four GPUs with NCCL (ctest distributed_subgroups_cuda, label multigpu): each subgroup is a
+// communicator of its own, made from a unique id its rank 0 draws.
+TEST_CASE("new_group and split_group on four GPUs with NCCL: the same values as on sim") {
+  if (cuda_device_count() < 4) {
+    MESSAGE("skipped: needs 4 GPUs, found " << cuda_device_count());
+    return;
+  }
+  const auto got = on_ranks(4, DeviceType::cuda, subgroup_collectives);
+  CHECK(got[0] == Values{3, 3, 0, 0, 10, 10, 0, 2, 20});
+  CHECK(got[1] == Values{3, 3, 0, 0, 10, 10, 1, 2, 3, 0, 20});
+  CHECK(got[2] == Values{7, 7, 20, 20, 30, 30, 0, 2, 20});
+  CHECK(got[3] == Values{7, 7, 20, 20, 30, 30, 1, 2, 3, 1, 20});
 }
 
 TEST_CASE("new_group refuses a rank not in the group, a rank listed twice, one out of range, no ranks") {
