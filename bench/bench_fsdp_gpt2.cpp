@@ -57,6 +57,20 @@ const char* const kUsage =
     "usage: bench_fsdp_gpt2 [STEPS [fp32|bf16_sdpa [BATCH [SEQ]]]] [--tiny] [--threads N]\n"
     "  under bytegrad-launch (nccl, one GPU per process), or with --threads N: N ranks as threads on sim\n";
 
+// `text` as a whole number, or an error naming `what`.
+int64_t number(const std::string& text, const char* what) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw std::invalid_argument(std::string(what) + " '" + text + "': expected a whole number");
+  return value;
+}
+
 Setup parse(int argc, char** argv) {
   Setup s;
   std::vector<std::string> positional;
@@ -66,7 +80,7 @@ Setup parse(int argc, char** argv) {
       s.tiny = true;
     } else if (a == "--threads") {
       if (i + 1 >= argc) throw std::invalid_argument("--threads needs a number of ranks");
-      s.threads = std::stoi(argv[++i]);
+      s.threads = static_cast<int>(number(argv[++i], "--threads"));
       if (s.threads < 1) throw std::invalid_argument("--threads: expected at least 1 rank");
     } else if (a.rfind("--", 0) == 0) {
       throw std::invalid_argument("unknown option '" + a + "'");
@@ -75,10 +89,10 @@ Setup parse(int argc, char** argv) {
     }
   }
   if (positional.size() > 4) throw std::invalid_argument("too many arguments");
-  if (!positional.empty()) s.steps = std::stoi(positional[0]);
+  if (!positional.empty()) s.steps = static_cast<int>(number(positional[0], "STEPS"));
   if (positional.size() > 1) s.mode = positional[1];
-  if (positional.size() > 2) s.batch = std::stoll(positional[2]);
-  if (positional.size() > 3) s.seq = std::stoll(positional[3]);
+  if (positional.size() > 2) s.batch = number(positional[2], "BATCH");
+  if (positional.size() > 3) s.seq = number(positional[3], "SEQ");
   if (s.mode != "fp32" && s.mode != "bf16_sdpa")
     throw std::invalid_argument("mode '" + s.mode + "': expected fp32 or bf16_sdpa");
   if (s.steps < 1 || s.batch < 1 || s.seq < 1) throw std::invalid_argument("STEPS, BATCH and SEQ must be positive");
@@ -115,8 +129,8 @@ int64_t gpt_parameters(const nn::GPTConfig& c) {
 double gpt2_step_ms(Device d, const Setup& s, distributed::ProcessGroup* group) {
   manual_seed(1337);
   const nn::GPTConfig config = s.config();
-  auto model = std::make_shared<nn::GPT>(config);
-  model->to(d);
+  // Built on the rank's own device: with --threads the ranks share one default device.
+  auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(d));
   std::optional<distributed::FSDPModule> root;
   if (group != nullptr) {
     // fully_shard on each transformer block ("transformer.h.<i>"), then on the root, as PyTorch's examples.
