@@ -14,15 +14,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpt2_scenarios as g  # noqa: E402
 
 
-def gpt2_step(B, T, amp=False, sdpa=False, device="cuda", wrap=None):
-    """One synchronized training step of GPT-2 small at B x T tokens on `device` (bench/pytorch_gpt2_profile.py and
-    pytorch_ddp_step.py use it too); the step calls wrap(model) where wrap is given (pytorch_ddp_step.py's DDP)."""
+def gpt2_step(B, T, amp=False, sdpa=False, device="cuda", wrap=None, cfg=None):
+    """One synchronized training step of GPT-2 small (or `cfg`) at B x T tokens on `device`
+    (bench/pytorch_gpt2_profile.py, pytorch_ddp_step.py and pytorch_fsdp_step.py use it too); wrap(model), where
+    given (DDP's wrapper, or fully_shard applied in place), runs before the optimizer is made over
+    model.parameters()."""
+    cfg = cfg or g.SMALL
     torch.manual_seed(1337)
-    model = g.GPT(g.SMALL, sdpa).to(device)
+    model = g.GPT(cfg, sdpa).to(device)
     wrapped = wrap(model) if wrap else model
     opt = g.make_optimizer(model, foreach=None)
-    x = torch.randint(0, g.SMALL.vocab, (B, T), device=device)
-    y = torch.randint(0, g.SMALL.vocab, (B, T), device=device)
+    x = torch.randint(0, cfg.vocab, (B, T), device=device)
+    y = torch.randint(0, cfg.vocab, (B, T), device=device)
 
     def step():
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=amp):

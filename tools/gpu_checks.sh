@@ -4,18 +4,29 @@
 # on cuda in its own process, with both cuBLAS workspace settings), compute-sanitizer memcheck on the
 # cuda suite's kernel tests, and the benchmarks with PyTorch's same steps as their baseline.
 # Usage (on the GPU machine, from the repository root): tools/gpu_checks.sh OUTDIR STEP...
-#   STEP: build | probe_streams | tests | sanitize | bench | bench_ddp   (e.g. tools/gpu_checks.sh out build tests bench)
-#   bench_ddp: GPT-2 small under DDP on every GPU of the machine, bytegrad (bytegrad-launch) beside PyTorch
-#   (torchrun), bf16 + SDPA at 8 x 1024 and fp32 at 4 x 256 tokens per GPU.
+#   STEP: build | probe_streams | tests | sanitize | bench | bench_ddp | bench_fsdp
+#   (e.g. tools/gpu_checks.sh out build tests bench)
+#   bench_ddp: GPT-2 small under DDP on 2 GPUs and, where the machine has 4 or more, on 4, bytegrad
+#   (bytegrad-launch) beside PyTorch (torchrun), bf16 + SDPA at 8 x 1024 and fp32 at 4 x 256 tokens per GPU.
+#   bench_fsdp: the same for GPT-2 small under FSDP2 (bench_fsdp_gpt2, pytorch_fsdp_step.py), and a table of
+#   both (tools/fsdp_bench_summary.py) in OUTDIR/bench_fsdp_summary.md. NCCL_NVLS_ENABLE=0 in every launch.
 #   probe_streams records PyTorch's side-stream programs (tools/probes/stream_probe.py) into
 #   OUTDIR/streams_h100.jsonl, the recording tests/data/pytorch_probes/streams_h100.jsonl is copied from.
-# Logs: OUTDIR/{build,probe_streams,tests,training,sanitizer,bench,bench_ddp}.log
+# Logs: OUTDIR/{build,probe_streams,tests,training,sanitizer,bench,bench_ddp,bench_fsdp}.log
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR build|tests|sanitize|bench...}
 shift
 mkdir -p "$out"
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
+# The rank counts the distributed benchmarks run at: 2, and 4 where the machine has 4 GPUs or more.
+rank_counts() {
+  local gpus
+  gpus=$(nvidia-smi -L | wc -l)
+  if [ "$gpus" -lt 2 ]; then echo "fewer than 2 GPUs: no distributed benchmark" >&2; return; fi
+  echo 2
+  if [ "$gpus" -ge 4 ]; then echo 4; fi
+}
 for step in "$@"; do
   case $step in
     build)
@@ -41,15 +52,29 @@ for step in "$@"; do
         >"$out/bench.log" 2>&1 || status=1
       cat "$out/bench.log" ;;
     bench_ddp)
-      gpus=$(nvidia-smi -L | wc -l)
       { export NCCL_NVLS_ENABLE=0
-        for args in "20 bf16_sdpa 8 1024" "20 fp32 4 256"; do
-          # shellcheck disable=SC2086
-          timeout 180 ./build/tools/bytegrad-launch --nproc-per-node "$gpus" ./build/bench/bench_ddp_gpt2 $args
-          # shellcheck disable=SC2086
-          timeout 180 python3 bench/pytorch_ddp_step.py "$gpus" $args 2>&1 | grep -v -e "^W" -e Warning -e "^ *return"
+        for n in $(rank_counts); do
+          for args in "20 bf16_sdpa 8 1024" "20 fp32 4 256"; do
+            # shellcheck disable=SC2086
+            timeout 180 ./build/tools/bytegrad-launch --nproc-per-node "$n" ./build/bench/bench_ddp_gpt2 $args
+            # shellcheck disable=SC2086
+            timeout 180 python3 bench/pytorch_ddp_step.py "$n" $args 2>&1 | grep -v -e "^W" -e Warning -e "^ *return"
+          done
         done; } >"$out/bench_ddp.log" 2>&1 || status=1
       cat "$out/bench_ddp.log" ;;
+    bench_fsdp)
+      { export NCCL_NVLS_ENABLE=0
+        for n in $(rank_counts); do
+          for args in "20 bf16_sdpa 8 1024" "20 fp32 4 256"; do
+            # shellcheck disable=SC2086
+            timeout 300 ./build/tools/bytegrad-launch --nproc-per-node "$n" ./build/bench/bench_fsdp_gpt2 $args
+            # shellcheck disable=SC2086
+            timeout 300 python3 bench/pytorch_fsdp_step.py "$n" $args 2>&1 | grep -v -e "^W" -e Warning -e "^ *return"
+          done
+        done; } >"$out/bench_fsdp.log" 2>&1 || status=1
+      python3 tools/fsdp_bench_summary.py "$out/bench_fsdp.log" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+        >"$out/bench_fsdp_summary.md" || status=1
+      cat "$out/bench_fsdp.log" "$out/bench_fsdp_summary.md" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -420,7 +421,12 @@ class ParamGroup {
     reduce(with_grad, grads);
   }
 
-  void finalize_backward() { post_forward_indices_.clear(); }
+  // _wait_for_post_backward: the optimizer reads the sharded gradients on the default stream after this.
+  void finalize_backward() {
+    if (post_reduce_event_) current_stream(group_.device()).wait_event(*post_reduce_event_);
+    post_reduce_event_.reset();
+    post_forward_indices_.clear();
+  }
 
  private:
   void copy_out(const AllGatherResult& result) {
@@ -534,7 +540,9 @@ class ParamGroup {
       }
       reduced = comm_->reduce_scatter.record_event();
     }
-    current.wait_event(reduced);  // _wait_for_post_backward before the optimizer reads the gradients
+    // The default stream waits for the reduction only at the end of backward (finalize_backward, PyTorch's
+    // _wait_for_post_backward), so the blocks' backward before this one overlaps its reduce-scatter.
+    post_reduce_event_ = reduced;
     comm_->reduce_scatter_state = CommContext::ReduceScatterState{input, reduced};
   }
 
@@ -553,6 +561,7 @@ class ParamGroup {
   bool sharded_post_forward_ = false;
   std::optional<Event> reshard_after_forward_event_;
   std::vector<size_t> post_forward_indices_;
+  std::optional<Event> post_reduce_event_;  // recorded after this group's last reduce-scatter
 };
 
 // What a sharded parameter (a DTensor in PyTorch) brings to code outside FSDP: its group, for

@@ -32,6 +32,9 @@
 //    reduce_dtype), chunk_cat's packed metadata, free the unsharded gradients (the last one when the
 //    reduction returns), the reduce-scatter output on its stream; each sharded .grad is a view of that
 //    output, which lives until the optimizer's zero_grad drops every view.
+//  Streams: the default stream waits for a group's all-gather just before its copy-out, for the previous
+//  reduce-scatter before the next one's input is written, and for every group's reduction only when
+//  backward ends; nothing waits on the host, so the collectives overlap the compute on either side of them.
 #pragma once
 
 #include <cstdint>
