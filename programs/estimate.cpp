@@ -284,8 +284,7 @@ int run(int argc, char** argv) {
       const int64_t n = positive_integer(arg, value());
       if (n > 1000) return usage_error("--steps " + std::to_string(n) + " is more than 1000");
       t.steps = m.steps = static_cast<int>(n);
-    }
-    else if (arg == "--optimizer") {
+    } else if (arg == "--optimizer") {
       const std::string o = value();
       if (o == "adamw") t.optimizer = GPTOptimizer::adamw, m.optimizer = MLPOptimizer::adamw;
       else if (o == "adam") t.optimizer = GPTOptimizer::adam, m.optimizer = MLPOptimizer::adam;
