@@ -26,7 +26,8 @@ gpt2_scenarios.py's train() with `steps` steps) on one GPU (CUDA_VISIBLE_DEVICES
 one per GPU; segment placement is a process's own, so runs side by side do not disturb each other's figures.
 Runs go case by case (both settings and both trials of a case before the next case), so a sweep cut short
 has whole cases. --budget SECONDS: no run starts after the budget is spent, and a run still going at the
-end is stopped (recorded with an error); what finished is on disk. --dry-run prints the drawn
+end is stopped (recorded with an error); what finished is on disk. When the first 8 runs all fail (no
+torch, no GPU) the sweep stops. --dry-run prints the drawn
 configurations, the rejected count and each run's command, and runs nothing.
 Checked by tests/programs/gpt2_generated.cpp (ctest gpt2_generated) once copied to
 tests/data/pytorch_probes/gpt2/generated/.
@@ -211,7 +212,7 @@ def main(argv):
     for k, job in enumerate(jobs):
         work.put((k, job))
     lock = threading.Lock()
-    done, failed, skipped = [0], [], [0]
+    done, failed, skipped, stop = [0], [], [0], [False]
 
     def worker(gpu):
         while True:
@@ -220,7 +221,7 @@ def main(argv):
             except queue.Empty:
                 return
             left = budget - (time.time() - start) if budget else None
-            if left is not None and left < 5:
+            if (left is not None and left < 5) or stop[0]:
                 with lock:
                     skipped[0] += 1
                 continue
@@ -242,9 +243,12 @@ def main(argv):
                 done[0] += 1
                 if doc.get("error"):
                     failed.append(f"t{t}/{sub}/{name}")
+                if done[0] >= 8 and len(failed) == done[0] and not stop[0]:
+                    stop[0] = True  # no torch, no GPU, ...: do not spend the budget on more of the same
+                    print("the first 8 runs all failed: stopping", flush=True)
                 print(f"[{done[0]:3}/{len(jobs)} {time.time() - start:6.1f}s gpu{gpu}] t{t}/{sub} {name}: "
                       f"{'ERROR' if doc.get('error') else 'ok'} {r.get('wall_seconds')}s "
-                      f"(in torch {r.get('seconds')}s) peak_allocated {peak}" +
+                      f"(in torch {r.get('seconds', '-')}s) peak_allocated {peak}" +
                       (f"\n      {doc['error'][-400:]}" if doc.get("error") else ""), flush=True)
 
     threads = [threading.Thread(target=worker, args=(g,)) for g in range(gpus)]
@@ -253,7 +257,7 @@ def main(argv):
     for th in threads:
         th.join()
     print(f"done: {done[0]} of {len(jobs)} runs in {time.time() - start:.1f}s on {gpus} GPU(s); "
-          f"not started (budget): {skipped[0]}; failed: {', '.join(failed) or 'none'}", flush=True)
+          f"not started (budget or failures): {skipped[0]}; failed: {', '.join(failed) or 'none'}", flush=True)
     return 0
 
 
