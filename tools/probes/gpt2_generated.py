@@ -212,7 +212,7 @@ def main(argv):
     for k, job in enumerate(jobs):
         work.put((k, job))
     lock = threading.Lock()
-    done, failed, skipped, stop = [0], [], [0], [False]
+    done, failed, skipped, stop, walls = [0], [], [0], [False], []
 
     def worker(gpu):
         while True:
@@ -241,6 +241,7 @@ def main(argv):
             peak = max((s["max_allocated"] for s in r["steps"]), default=0)
             with lock:
                 done[0] += 1
+                walls.append(r.get("wall_seconds") or 0)
                 if doc.get("error"):
                     failed.append(f"t{t}/{sub}/{name}")
                 if done[0] >= 8 and len(failed) == done[0] and not stop[0]:
@@ -256,6 +257,9 @@ def main(argv):
         th.start()
     for th in threads:
         th.join()
+    walls.sort()
+    if walls:
+        print(f"seconds per run: median {walls[len(walls) // 2]}, max {walls[-1]}, sum {sum(walls):.0f}", flush=True)
     print(f"done: {done[0]} of {len(jobs)} runs in {time.time() - start:.1f}s on {gpus} GPU(s); "
           f"not started (budget or failures): {skipped[0]}; failed: {', '.join(failed) or 'none'}", flush=True)
     return 0
