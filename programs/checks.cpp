@@ -14,6 +14,10 @@ constexpr const char* kAllocConfVariable = "BYTEGRAD_ALLOC_CONF";
 
 void fresh_process_state(Device device) {
   clear_blas_workspaces();
+  // A fresh process has no cuBLAS handle yet. Handles are noted by allocator address, and the next allocator
+  // can be built where this one was: without this, a later run found "its" handle made and skipped the
+  // driver's allocations for it, so a run's figures depended on the runs before it in the same process.
+  release_blas_workspaces(caching_allocator(device));
   reset_device(device);
 }
 

@@ -2,7 +2,7 @@
 // allocation PyTorch 2.11's caching allocator would make on an H100, no arithmetic).
 //
 //   bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B
-//                          [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
+//                          [--steps N] [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]
 //                          [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]
 //                          [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]
 //                          [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]
@@ -13,8 +13,8 @@
 // causal-mask buffer) instead of the explicit softmax(q @ k^T) path; --checkpoint runs each block under
 // activation checkpointing (torch.utils.checkpoint, use_reentrant=False).
 // nanoGPT's loop (shared/golden/gpt2/gpt2_scenarios.py): the model built and moved, the optimizer (AdamW with
-// nanoGPT's two groups by default, PyTorch's foreach path), two steps of forward, backward, step and
-// zero_grad(set_to_none=True). GPT-2 small's sizes by default (12 layers, 12 heads, 768 wide, vocabulary
+// nanoGPT's two groups by default, PyTorch's foreach path), two steps (--steps N: N) of forward, backward,
+// step and zero_grad(set_to_none=True). GPT-2 small's sizes by default (12 layers, 12 heads, 768 wide, vocabulary
 // 50257, block 1024), batch 4 x 256 tokens; PyTorch's default cuBLAS workspaces unless --no-workspace
 // (CUBLAS_WORKSPACE_CONFIG=:0:0). Prints `peak_allocated <bytes>` and `peak_reserved <bytes>`, each on its
 // own line, then the categories at the peak (memory_ledger.h's peak_report). --alloc-conf SETTING runs with
@@ -23,7 +23,7 @@
 // ("24GB": 24 * 10^9 bytes; "H100-80GB") less the CUDA context and the driver's share (programs/card.h), and
 // --limit SIZE caps the allocator as torch.cuda.set_per_process_memory_fraction does on whatever card runs
 // (the modelled H100 80GB without --card); either adds `fits yes|no` (with the out-of-memory report when
-// not), and with --max-batch the last line is `max_batch <N>`, the largest batch whose two steps fit (0 when
+// not), and with --max-batch the last line is `max_batch <N>`, the largest batch whose steps fit (0 when
 // none does). Sizes: GB = 10^9 bytes, GiB = 2^30 (programs/card.h's parse_byte_size). --marks first prints the figures
 // at every mark of the run (model, data, s0_forward, ...) as one JSON document, in the golden files' layout
 // (shared/golden/README.md). --memory-viz FILE writes the run's allocator history as a snapshot PyTorch's memory_viz
@@ -39,7 +39,7 @@
 // fake backend, run twice, as rank 0 and as rank N-1 (the ranks whose shards differ: the last may hold fewer
 // rows); each run's lines follow a `rank R of N` line, and a card or cap fits only when both runs fit.
 //
-//   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]
+//   bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--steps N] [--optimizer none|sgd|adam|adamw]
 //                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--card SIZE|NAME]
 //                         [--limit SIZE] [--max-batch]
 //
@@ -76,12 +76,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: bytegrad-estimate gpt2 [--n-layer N --n-head N --n-embd N --vocab N --block N] --seq T --batch B\n"
-    "                         [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
+    "                         [--steps N] [--optimizer adamw|adam|sgd] [--foreach on|off] [--no-workspace]\n"
     "                         [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]\n"
     "                         [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]\n"
     "                         [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]\n"
     "                         [--fsdp N [--reshard-after-forward true|false] [--mixed bf16]]\n"
-    "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--optimizer none|sgd|adam|adamw]\n"
+    "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--steps N] [--optimizer none|sgd|adam|adamw]\n"
     "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--card SIZE|NAME]\n"
     "                         [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING] [--memory-viz FILE]\n"
     "       bytegrad-estimate --help\n";
@@ -103,6 +103,7 @@ std::string help_text() {
          "The run:\n"
          "  --batch B              sequences (gpt2) or samples (mlp) per step (gpt2: 4, mlp: 256 by default).\n"
          "  --seq T                gpt2: tokens per sequence, at most --block (256 by default).\n"
+         "  --steps N              training steps, each forward, backward, step and zero_grad (2 by default).\n"
          "  --n-layer N, --n-head N, --n-embd N, --vocab N, --block N\n"
          "                         gpt2: the model's sizes (12, 12, 768, 50257, 1024: GPT-2 small).\n"
          "  --sizes A,B,...        mlp: the layer widths from the input to the classes (784,1024,1024,10).\n"
@@ -279,7 +280,11 @@ int run(int argc, char** argv) {
     else if (arg == "--block") t.config.block_size = positive_integer(arg, value());
     else if (arg == "--seq") t.seq = positive_integer(arg, value());
     else if (arg == "--batch") t.batch = m.batch = positive_integer(arg, value());
-    else if (arg == "--optimizer") {
+    else if (arg == "--steps") {
+      const int64_t n = positive_integer(arg, value());
+      if (n > 1000) return usage_error("--steps " + std::to_string(n) + " is more than 1000");
+      t.steps = m.steps = static_cast<int>(n);
+    } else if (arg == "--optimizer") {
       const std::string o = value();
       if (o == "adamw") t.optimizer = GPTOptimizer::adamw, m.optimizer = MLPOptimizer::adamw;
       else if (o == "adam") t.optimizer = GPTOptimizer::adam, m.optimizer = MLPOptimizer::adam;

@@ -57,7 +57,7 @@ std::string string_of(const json::Value& config, const char* key, const std::str
   return v && v->kind == json::Value::Kind::string ? v->text : otherwise;
 }
 
-// gpt2_sweep.py's "config": bytegrad-estimate's options.
+// gpt2_sweep.py's "config": bytegrad-estimate's options ("steps": 2 when absent).
 GPTTraining training_from_config(const json::Value& c, const std::string& path) {
   GPTTraining t;
   t.config.n_layer = integer_of(c, "n_layer", path);
@@ -81,6 +81,10 @@ GPTTraining training_from_config(const json::Value& c, const std::string& path) 
   if (attention == "sdpa") t.config.attention = kSdpa;
   else if (attention != "slow") fail(path, "unknown attention '" + attention + "'");
   t.config.checkpoint_blocks = boolean_of(c, "checkpoint", false);
+  if (const json::Value* steps = c.find("steps"); steps && steps->is_integer()) {
+    if (steps->integer() < 1 || steps->integer() > 1000) fail(path, "config \"steps\" is not between 1 and 1000");
+    t.steps = static_cast<int>(steps->integer());
+  }
   return t;
 }
 

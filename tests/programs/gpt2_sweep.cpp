@@ -36,6 +36,7 @@ std::string describe(const GPTProbe& p) {
   o << "--n-layer " << t.config.n_layer << " --n-head " << t.config.n_head << " --n-embd " << t.config.n_embd
     << " --vocab " << t.config.vocab_size << " --block " << t.config.block_size << " --seq " << t.seq << " --batch "
     << (p.max_batch_case ? 1 : t.batch);
+  if (t.steps != 2) o << " --steps " << t.steps;
   if (t.optimizer != GPTOptimizer::adamw) o << " --optimizer " << (t.optimizer == GPTOptimizer::adam ? "adam" : "sgd");
   if (!t.foreach) o << " --foreach off";
   if (t.amp) o << " --amp " << (*t.amp == ScalarType::bfloat16 ? "bf16" : "fp16");

@@ -6,6 +6,8 @@ PyTorch for comparison with bytegrad's estimator (programs::estimate_gpt_trainin
 
   python3 tools/probes/gpt2_sweep.py OUTDIR [--only x0|xd] [CASE...]
   python3 tools/probes/gpt2_sweep.py --events OUTDIR CASE...   allocator events of plain cases
+  python3 tools/probes/gpt2_sweep.py --generate SEED COUNT OUTDIR [--gpus N] [--budget S] [--dry-run]
+                                      a generated sweep on several GPUs (gpt2_generated.py)
 
 --events writes OUTDIR/{x0,xd}/CASE.events (gpt2_memory_events.py's format: the memory history without an
 op recorder, so backward is not perturbed; `# mark` lines between phases) for
@@ -104,16 +106,17 @@ WORKSPACES = (("x0", ":0:0"), ("xd", None))  # CUBLAS_WORKSPACE_CONFIG
 
 # ------------------------------------------------------------------------------------------ one run (child)
 
-def child(name, batch, out_path):
-    """Runs CASES[name] at `batch` (under its limit, if any) in this process; writes a JSON object with
-    "steps" (the marks reached), "fits" (False on torch.OutOfMemoryError) and "error" (any failure's text)."""
+def child(name, batch, out_path, config=None):
+    """Runs CASES[name] (or `config`, a generated case's) at `batch` (under its limit, if any) in this
+    process; writes a JSON object with "steps" (the marks reached), "fits" (False on torch.OutOfMemoryError)
+    and "error" (any failure's text)."""
     import torch
     import torch.utils.checkpoint
     sys.path.insert(0, GPT2_DIR)
     import gpt2_scenarios as g  # it puts shared/golden on sys.path
     from scenarios import Rec
 
-    c = CASES[name]
+    c = config if config is not None else CASES[name]
     fe = None if c["foreach"] else False  # None: PyTorch's default, the foreach path on CUDA
 
     if c["optimizer"] != "adamw":  # train() calls g.make_optimizer(model, foreach) by its module-global name
@@ -167,7 +170,7 @@ def child(name, batch, out_path):
             out["total_for_fraction"] = total
             torch.cuda.set_per_process_memory_fraction(min(1.0, c["limit"] / total), 0)
         g.train(r, g.Cfg(c["n_layer"], c["n_head"], c["n_embd"], c["vocab"], c["block"]), batch, c["seq"], fe,
-                c["amp"] is not None, sdpa=c["attention"] == "sdpa")
+                c["amp"] is not None, sdpa=c["attention"] == "sdpa", steps=c.get("steps", 2))
         out["fits"] = True
     except torch.OutOfMemoryError as e:
         out["fits"] = False
@@ -192,9 +195,12 @@ def child(name, batch, out_path):
 
 # ------------------------------------------------------------------------------------------ the sweep (parent)
 
-def run_child(name, batch, ws, sub_dir):
-    """One fresh process; returns its JSON object (with "error" when it wrote none)."""
+def run_child(name, batch, ws, sub_dir, config=None, gpu=None, timeout=240):
+    """One fresh process (on CUDA_VISIBLE_DEVICES=gpu when given; `config`: a generated case's, passed as
+    JSON); returns its JSON object (with "error" when it wrote none)."""
     env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     env.pop("CUBLAS_WORKSPACE_CONFIG", None)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # bytegrad's defaults: no allocator settings
     env.pop("PYTORCH_ALLOC_CONF", None)
@@ -205,8 +211,10 @@ def run_child(name, batch, ws, sub_dir):
         os.remove(tmp)
     t0 = time.time()
     try:
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "-", name, str(batch), tmp],
-                           capture_output=True, text=True, env=env, timeout=240)
+        args = [sys.executable, os.path.abspath(__file__), "-", name, str(batch), tmp]
+        if config is not None:
+            args.append(json.dumps(config))
+        p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
         rc, stderr = p.returncode, p.stderr
     except subprocess.TimeoutExpired as e:
         rc, stderr = "timeout", e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -291,6 +299,10 @@ def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
+    if argv[0] == "--generate":  # the generated sweep (gpt2_generated.py), sharing run_child
+        sys.path.insert(0, HERE)
+        import gpt2_generated
+        return gpt2_generated.main(argv[1:])
     if argv[0] == "--events":
         outdir, names = argv[1], argv[2:]
         for name in names:
@@ -337,7 +349,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "-":  # one run in this process: - CASE BATCH OUT_JSON
-        child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "-":  # one run in this process: - CASE BATCH OUT_JSON [CONFIG]
+        child(sys.argv[2], int(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5]) if len(sys.argv) == 6 else None)
     else:
         sys.exit(main(sys.argv[1:]))
