@@ -3,8 +3,9 @@
 pick, drawn from a seeded RNG, each recorded in PyTorch in fresh processes, with both cuBLAS workspace
 settings, TRIALS times (2: what PyTorch itself varies on), on several GPUs at once.
 
-  python3 tools/probes/gpt2_generated.py SEED COUNT OUTDIR [--gpus N] [--budget SECONDS] [--trials T]
-                                         [--dry-run]
+  python3 tools/probes/gpt2_generated.py SEED COUNT OUTDIR [--gpus N] [--per-gpu K] [--budget SECONDS]
+                                         [--trials T] [--dry-run]
+  A run whose file exists in OUTDIR is not run again: a later call with the same OUTDIR goes on where one stopped.
   (the same as tools/probes/gpt2_sweep.py --generate SEED COUNT OUTDIR ...)
 
 Draws (random.Random(SEED), so the same seed gives the same list): layers 1-12; heads 1-12 with the width
@@ -156,7 +157,7 @@ def main(argv):
         print(f"gpt2_generated: SEED and COUNT must be integers, got {argv[0]!r} {argv[1]!r}", file=sys.stderr)
         return 2
     outdir, rest = argv[2], argv[3:]
-    gpus, budget, trials, dry = 1, 0.0, 2, False
+    gpus, per_gpu, budget, trials, dry = 1, 1, 0.0, 2, False
     i = 0
     while i < len(rest):
         a = rest[i]
@@ -164,7 +165,7 @@ def main(argv):
             dry = True
             i += 1
             continue
-        if a not in ("--gpus", "--budget", "--trials") or i + 1 >= len(rest):
+        if a not in ("--gpus", "--per-gpu", "--budget", "--trials") or i + 1 >= len(rest):
             print(f"gpt2_generated: unknown option or missing value: {a!r}", file=sys.stderr)
             return 2
         try:
@@ -174,13 +175,16 @@ def main(argv):
             return 2
         if a == "--gpus":
             gpus = int(v)
+        elif a == "--per-gpu":
+            per_gpu = int(v)
         elif a == "--budget":
             budget = v
         else:
             trials = int(v)
         i += 2
-    if count < 1 or gpus < 1 or trials < 1 or budget < 0:
-        print("gpt2_generated: COUNT, --gpus and --trials must be at least 1, --budget not negative", file=sys.stderr)
+    if count < 1 or gpus < 1 or per_gpu < 1 or trials < 1 or budget < 0:
+        print("gpt2_generated: COUNT, --gpus, --per-gpu and --trials must be at least 1, --budget not negative",
+              file=sys.stderr)
         return 2
 
     cases, rejected = draw(seed, count)
@@ -226,6 +230,8 @@ def main(argv):
                     skipped[0] += 1
                 continue
             sub_dir = os.path.join(outdir, f"t{t}", sub)
+            if os.path.exists(os.path.join(sub_dir, name + ".json")):  # recorded by an earlier call: go on from there
+                continue
             timeout = 240 if left is None else max(5, min(240, left))
             r = gpt2_sweep.run_child(name, c["batch"], ws, sub_dir, config=c, gpu=gpu, timeout=timeout)
             doc = dict(case=name, workspace=ws or "default", trial=t, config=c, steps=r["steps"])
@@ -252,7 +258,9 @@ def main(argv):
                       f"(in torch {r.get('seconds', '-')}s) peak_allocated {peak}" +
                       (f"\n      {doc['error'][-400:]}" if doc.get("error") else ""), flush=True)
 
-    threads = [threading.Thread(target=worker, args=(g,)) for g in range(gpus)]
+    # Several processes per GPU: a run is mostly the process starting (import, CUDA context), and each process
+    # has its own address space, so its placement is a fresh process's whatever runs beside it.
+    threads = [threading.Thread(target=worker, args=(w % gpus,)) for w in range(gpus * per_gpu)]
     for th in threads:
         th.start()
     for th in threads:
