@@ -47,6 +47,16 @@ class DriverAllocationsBackend final : public KernelBackend {
   void arange(const StridedView& out, double start, double step) override {
     note_then_run(out, kGlobals, &KernelBackend::arange, out, start, step);
   }
+  // GradScaler's kernels: PyTorch's are a multi-tensor kernel and a one-thread kernel, module globals only.
+  void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,
+                                        const StridedView& inv_scale) override {
+    note_then_run(grad, kGlobals, &KernelBackend::amp_non_finite_check_and_unscale, grad, found_inf, inv_scale);
+  }
+  void amp_update_scale(const StridedView& scale, const StridedView& growth_tracker, const StridedView& found_inf,
+                        double growth_factor, double backoff_factor, int64_t growth_interval) override {
+    note_then_run(scale, kGlobals, &KernelBackend::amp_update_scale, scale, growth_tracker, found_inf, growth_factor,
+                  backoff_factor, growth_interval);
+  }
   void copy(const StridedView& dst, const StridedView& src) override {
     const bool memcpy = dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous();
     note_then_run(dst, memcpy ? 0 : kElementwise, &KernelBackend::copy, dst, src);
