@@ -11,6 +11,8 @@ def results(path):
     rows = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
+            # bytegrad-launch prefixes each rank's lines with "[rank R] "
+            line = line.removeprefix("[rank 0] ")
             if not line.startswith("result impl="):
                 continue
             fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
