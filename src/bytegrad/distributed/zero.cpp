@@ -157,7 +157,7 @@ namespace {
 
 json::Value ZeroRedundancyOptimizer::group_options(size_t /*group*/) const { refuse_state(); }
 std::optional<optim::ParamState> ZeroRedundancyOptimizer::param_state(size_t /*param_index*/) const { refuse_state(); }
-std::vector<std::string> ZeroRedundancyOptimizer::state_tensor_keys(const json::Value& /*options*/) const {
+optim::Optimizer::StateKeys ZeroRedundancyOptimizer::state_keys(const json::Value& /*options*/) const {
   refuse_state();
 }
 void ZeroRedundancyOptimizer::check_group_options(const std::vector<json::Value>& /*options*/) const { refuse_state(); }

@@ -67,8 +67,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   std::vector<size_t> group_sizes() const override { return {params_.size()}; }
   json::Value group_options(size_t group) const override;
   std::optional<optim::ParamState> param_state(size_t param_index) const override;
-  std::vector<std::string> state_tensor_keys(const json::Value& options) const override;
-  bool state_has_step() const override { return true; }
+  StateKeys state_keys(const json::Value& options) const override;
   void check_group_options(const std::vector<json::Value>& options) const override;
   void replace_state(const std::vector<json::Value>& options,
                      std::vector<std::optional<optim::ParamState>> state) override;

@@ -83,11 +83,7 @@ json::Value Adam::group_options(size_t group) const {
   out.add("eps", json_number(g.eps));
   out.add("weight_decay", json_number(g.weight_decay));
   out.add("amsgrad", json::boolean(g.amsgrad));
-  out.add("maximize", json::boolean(false));
-  out.add("foreach", json::boolean(g.foreach));
-  out.add("capturable", json::boolean(false));
-  out.add("differentiable", json::boolean(false));
-  out.add("fused", json::null());
+  add_flag_options(out, g.foreach, /*has_capturable=*/true);
   out.add("decoupled_weight_decay", json::boolean(decoupled_weight_decay_));
   if (pg.initial_lr) out.add("initial_lr", json_number(*pg.initial_lr));
   return out;
@@ -127,9 +123,9 @@ std::optional<ParamState> Adam::param_state(size_t param_index) const {
   return out;
 }
 
-std::vector<std::string> Adam::state_tensor_keys(const json::Value& options) const {
-  std::vector<std::string> keys{"exp_avg", "exp_avg_sq"};
-  if (option_bool(options, 0, "amsgrad", false)) keys.emplace_back("max_exp_avg_sq");
+Optimizer::StateKeys Adam::state_keys(const json::Value& options) const {
+  StateKeys keys{true, {"exp_avg", "exp_avg_sq"}};
+  if (option_bool(options, 0, "amsgrad", false)) keys.tensors.emplace_back("max_exp_avg_sq");
   return keys;
 }
 

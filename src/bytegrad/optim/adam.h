@@ -61,12 +61,6 @@ class Adam : public GroupedOptimizer<AdamOptions> {
 
  protected:
   Adam(std::vector<AdamParamGroup> groups, bool decoupled_weight_decay);
-  json::Value group_options(size_t group) const override;
-  std::optional<ParamState> param_state(size_t param_index) const override;
-  std::vector<std::string> state_tensor_keys(const json::Value& options) const override;
-  bool state_has_step() const override { return true; }
-  void check_group_options(const std::vector<json::Value>& options) const override;
-  void replace_state(const std::vector<json::Value>& options, std::vector<std::optional<ParamState>> state) override;
 
  private:
   // A group's parameters are params_[begin, end), with its hyperparameters resolved from its options at
@@ -82,6 +76,12 @@ class Adam : public GroupedOptimizer<AdamOptions> {
   void init_state(const Group& g);
   void single_tensor_step(const Group& g);
   void multi_tensor_step(const Group& g);
+  // state_dict and load_state_dict's pieces (optimizer.h)
+  json::Value group_options(size_t group) const override;
+  std::optional<ParamState> param_state(size_t param_index) const override;
+  StateKeys state_keys(const json::Value& options) const override;
+  void check_group_options(const std::vector<json::Value>& options) const override;
+  void replace_state(const std::vector<json::Value>& options, std::vector<std::optional<ParamState>> state) override;
   bool decoupled_weight_decay_;
   std::vector<State> state_;
 };

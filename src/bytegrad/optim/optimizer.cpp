@@ -53,6 +53,14 @@ void check_not_nan(const char* optimizer, const char* what, double value) {
 
 void Optimizer::zero_grad(bool set_to_none) { zero_grads(params_, set_to_none); }
 
+void add_flag_options(json::Value& group, bool foreach, bool has_capturable) {
+  group.add("maximize", json::boolean(false));
+  group.add("foreach", json::boolean(foreach));
+  if (has_capturable) group.add("capturable", json::boolean(false));
+  group.add("differentiable", json::boolean(false));
+  group.add("fused", json::null());
+}
+
 json::Value json_number(double value) {
   json::Value v;
   v.kind = json::Value::Kind::number;
@@ -174,13 +182,14 @@ void Optimizer::load_state_dict(const OptimizerStateDict& state_dict) {
       const auto [g, i] = it->second;
       const Tensor& param = params_[i];
       const std::string where = fmt::format("param group {}, parameter index {}", g, saved);
-      if (state_has_step() && !entry.step)
+      const StateKeys expected = state_keys(options[g]);
+      if (expected.step && !entry.step)
         throw std::invalid_argument(fmt::format("{}: the state has no \"step\"", where));
-      if (!state_has_step() && entry.step)
+      if (!expected.step && entry.step)
         throw std::invalid_argument(fmt::format("{}: unexpected key \"step\" in the state", where));
       if (entry.step && *entry.step < 0)
         throw std::invalid_argument(fmt::format("{}: \"step\" is negative ({})", where, *entry.step));
-      const std::vector<std::string> keys = state_tensor_keys(options[g]);
+      const std::vector<std::string>& keys = expected.tensors;
       for (const auto& [key, value] : entry.tensors)
         if (std::find(keys.begin(), keys.end(), key) == keys.end())
           throw std::invalid_argument(fmt::format("{}: unexpected key \"{}\" in the state", where, key));

@@ -90,9 +90,13 @@ class Optimizer {
   virtual std::vector<size_t> group_sizes() const = 0;
   virtual json::Value group_options(size_t group) const = 0;
   virtual std::optional<ParamState> param_state(size_t param_index) const = 0;
-  // The state keys parameter `param_index` must have under `options` (its group's, as loaded), tensors only.
-  virtual std::vector<std::string> state_tensor_keys(const json::Value& options) const = 0;
-  virtual bool state_has_step() const = 0;
+  // What a parameter's state must hold under `options` (its group's, as loaded): a "step" or not, and which
+  // tensors.
+  struct StateKeys {
+    bool step = false;
+    std::vector<std::string> tensors;
+  };
+  virtual StateKeys state_keys(const json::Value& options) const = 0;
   // Checks every group's options (throwing std::invalid_argument naming the group) without changing anything.
   virtual void check_group_options(const std::vector<json::Value>& options) const = 0;
   // Takes the checked options and state (one entry per parameter, cast already); cannot fail.
@@ -154,6 +158,9 @@ void check_not_nan(const char* optimizer, const char* what, double value);
 // Helpers for options held as JSON: a number written as Python's repr writes it (shortest round trip),
 // and readers that throw std::invalid_argument naming the group and key.
 json::Value json_number(double value);
+// The keys every PyTorch 2.11 optimizer's param group dict has after its own hyperparameters, in its order:
+// "maximize", "foreach", "capturable" (only the optimizers that have it), "differentiable", "fused".
+void add_flag_options(json::Value& group, bool foreach, bool has_capturable);
 double option_number(const json::Value& options, size_t group, const char* key);
 bool option_bool(const json::Value& options, size_t group, const char* key, bool absent);
 std::optional<double> option_initial_lr(const json::Value& options, size_t group);

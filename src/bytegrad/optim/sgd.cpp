@@ -53,10 +53,7 @@ json::Value SGD::group_options(size_t group) const {
   out.add("dampening", json_number(o.dampening));
   out.add("weight_decay", json_number(o.weight_decay));
   out.add("nesterov", json::boolean(o.nesterov));
-  out.add("maximize", json::boolean(false));
-  out.add("foreach", json::boolean(o.foreach));
-  out.add("differentiable", json::boolean(false));
-  out.add("fused", json::null());
+  add_flag_options(out, o.foreach, /*has_capturable=*/false);
   if (pg.initial_lr) out.add("initial_lr", json_number(*pg.initial_lr));
   return out;
 }
@@ -81,9 +78,9 @@ std::optional<ParamState> SGD::param_state(size_t param_index) const {
   return out;
 }
 
-std::vector<std::string> SGD::state_tensor_keys(const json::Value& options) const {
+Optimizer::StateKeys SGD::state_keys(const json::Value& options) const {
   if (option_number(options, 0, "momentum") == 0) return {};
-  return {"momentum_buffer"};
+  return {false, {"momentum_buffer"}};
 }
 
 void SGD::check_group_options(const std::vector<json::Value>& options) const {

@@ -40,20 +40,18 @@ class SGD : public GroupedOptimizer<SGDOptions> {
   // Undefined until the parameter's first step with momentum.
   const Tensor& momentum_buffer(size_t param_index) const { return momentum_buffers_.at(param_index); }
 
- protected:
-  json::Value group_options(size_t group) const override;
-  std::optional<ParamState> param_state(size_t param_index) const override;
-  std::vector<std::string> state_tensor_keys(const json::Value& options) const override;
-  bool state_has_step() const override { return false; }
-  void check_group_options(const std::vector<json::Value>& options) const override;
-  void replace_state(const std::vector<json::Value>& options, std::vector<std::optional<ParamState>> state) override;
-
  private:
   static void check_options(const SGDOptions& options);
   static SGDOptions options_from_json(const json::Value& options, size_t group);
   void load_options();
   void single_tensor_step();
   void multi_tensor_step();
+  // state_dict and load_state_dict's pieces (optimizer.h)
+  json::Value group_options(size_t group) const override;
+  std::optional<ParamState> param_state(size_t param_index) const override;
+  StateKeys state_keys(const json::Value& options) const override;
+  void check_group_options(const std::vector<json::Value>& options) const override;
+  void replace_state(const std::vector<json::Value>& options, std::vector<std::optional<ParamState>> state) override;
   double lr_ = 0, momentum_ = 0, dampening_ = 0, weight_decay_ = 0;
   bool nesterov_ = false, foreach_ = false;
   std::vector<Tensor> momentum_buffers_;
