@@ -25,6 +25,7 @@
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/tensor.h"
+#include "gpt2_bench_step.h"
 
 using namespace bytegrad;
 
@@ -36,23 +37,6 @@ struct Setup {
   int64_t batch, seq;
 };
 
-double median(std::vector<double> times) {
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-template <typename Step>
-double median_step_ms(const Step& step, int steps) {
-  for (int i = 0; i < 3; ++i) step();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    step();
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  return median(times);
-}
-
 // One rank's median step (distributed: under DDP on `group`; otherwise alone on `d`).
 double gpt2_step_ms(Device d, const Setup& s, distributed::ProcessGroup* group) {
   manual_seed(1337);
@@ -62,34 +46,15 @@ double gpt2_step_ms(Device d, const Setup& s, distributed::ProcessGroup* group) 
   model->to(d);
   std::optional<distributed::DistributedDataParallel> ddp;
   if (group != nullptr) ddp.emplace(model, *group);
-  std::vector<Tensor> decay, no_decay;
-  for (const Tensor& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  optim::AdamOptions with_decay{.lr = 6e-4, .betas = {0.9, 0.95}, .foreach = true}, without_decay = with_decay;
-  with_decay.weight_decay = 0.1;
-  without_decay.weight_decay = 0.0;
-  optim::AdamW opt(std::vector<optim::AdamParamGroup>{{decay, with_decay}, {no_decay, without_decay}});
-  const TensorOptions int64_on{ScalarType::int64, d};
-  const Tensor x = randint(0, config.vocab_size, {s.batch, s.seq}, int64_on);
-  const Tensor y = randint(0, config.vocab_size, {s.batch, s.seq}, int64_on);
-  auto step = [&] {
-    nn::GPT::Output out;
-    {
-      std::optional<AutocastGuard> autocast;
-      if (s.mode != "fp32") autocast.emplace(d.type, ScalarType::bfloat16);
-      out = ddp ? ddp->forward([&] { return model->forward(x, y); }) : model->forward(x, y);
-    }
-    out.loss.backward();
-    opt.step();
-    opt.zero_grad(true);
-    synchronize(d);
-  };
-  return median_step_ms(step, s.steps);
+  bench::Gpt2TrainingStep::Forward forward;
+  if (ddp) forward = [&](const std::function<nn::GPT::Output()>& plain) { return ddp->forward(plain); };
+  return bench::median_step_ms(bench::Gpt2TrainingStep(model, d, s.mode, s.batch, s.seq, forward), s.steps);
 }
 
 double all_reduce_ms(distributed::ProcessGroup& group, int steps) {
   const int64_t gradient_floats = 124439808;  // GPT-2 small's parameters (wte tied to lm_head)
   Tensor flat = zeros({gradient_floats}, TensorOptions{ScalarType::float32, group.device()});
-  return median_step_ms(
+  return bench::median_step_ms(
       [&] {
         group.all_reduce(flat);
         synchronize(group.device());

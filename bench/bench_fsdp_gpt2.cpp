@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -34,6 +35,7 @@
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/tensor.h"
+#include "gpt2_bench_step.h"
 
 using namespace bytegrad;
 
@@ -59,14 +61,10 @@ const char* const kUsage =
 
 // `text` as a whole number, or an error naming `what`.
 int64_t number(const std::string& text, const char* what) {
-  size_t used = 0;
   int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size())
+  const char* end = text.data() + text.size();
+  const auto parsed = std::from_chars(text.data(), end, value);
+  if (text.empty() || parsed.ec != std::errc() || parsed.ptr != end)
     throw std::invalid_argument(std::string(what) + " '" + text + "': expected a whole number");
   return value;
 }
@@ -102,23 +100,6 @@ Setup parse(int argc, char** argv) {
   return s;
 }
 
-double median(std::vector<double> times) {
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-template <typename Step>
-double median_step_ms(const Step& step, int steps) {
-  for (int i = 0; i < 3; ++i) step();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    step();
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  return median(times);
-}
-
 // nanoGPT's parameter count (wte tied to lm_head): 124,439,808 for GPT-2 small.
 int64_t gpt_parameters(const nn::GPTConfig& c) {
   const int64_t e = c.n_embd;
@@ -140,28 +121,9 @@ double gpt2_step_ms(Device d, const Setup& s, distributed::ProcessGroup* group) 
     }
     root.emplace(distributed::fully_shard(model, *group));
   }
-  std::vector<Tensor> decay, no_decay;  // the shards, once sharded
-  for (const Tensor& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  optim::AdamOptions with_decay{.lr = 6e-4, .betas = {0.9, 0.95}, .foreach = true}, without_decay = with_decay;
-  with_decay.weight_decay = 0.1;
-  without_decay.weight_decay = 0.0;
-  optim::AdamW opt(std::vector<optim::AdamParamGroup>{{decay, with_decay}, {no_decay, without_decay}});
-  const TensorOptions int64_on{ScalarType::int64, d};
-  const Tensor x = randint(0, config.vocab_size, {s.batch, s.seq}, int64_on);
-  const Tensor y = randint(0, config.vocab_size, {s.batch, s.seq}, int64_on);
-  auto step = [&] {
-    nn::GPT::Output out;
-    {
-      std::optional<AutocastGuard> autocast;
-      if (s.mode != "fp32") autocast.emplace(d.type, ScalarType::bfloat16);
-      out = root ? root->forward([&] { return model->forward(x, y); }) : model->forward(x, y);
-    }
-    out.loss.backward();
-    opt.step();
-    opt.zero_grad(true);
-    synchronize(d);
-  };
-  return median_step_ms(step, s.steps);
+  bench::Gpt2TrainingStep::Forward forward;  // the optimizer below holds the shards, once sharded
+  if (root) forward = [&](const std::function<nn::GPT::Output()>& plain) { return root->forward(plain); };
+  return bench::median_step_ms(bench::Gpt2TrainingStep(model, d, s.mode, s.batch, s.seq, forward), s.steps);
 }
 
 struct CommTimes {
@@ -177,13 +139,13 @@ CommTimes comm_ms(distributed::ProcessGroup& group, const Setup& s) {
   Tensor full = zeros({shard * world}, f32);
   Tensor part = zeros({shard}, f32);
   CommTimes t{};
-  t.all_gather_ms = median_step_ms(
+  t.all_gather_ms = bench::median_step_ms(
       [&] {
         group.all_gather_into_tensor(full, part);
         synchronize(group.device());
       },
       s.steps);
-  t.reduce_scatter_ms = median_step_ms(
+  t.reduce_scatter_ms = bench::median_step_ms(
       [&] {
         group.reduce_scatter_tensor(part, full, distributed::ReduceOp::avg);
         synchronize(group.device());

@@ -23,6 +23,7 @@
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/tensor.h"
+#include "gpt2_bench_step.h"
 
 using namespace bytegrad;
 
@@ -34,38 +35,11 @@ double median_step_ms(Device d, int64_t batch, int64_t seq, int steps, const std
   if (mode == "bf16_sdpa") config.attention = nn::AttentionKind::sdpa;
   auto model = std::make_shared<nn::GPT>(config);
   model->to(d);
-  std::vector<Tensor> decay, no_decay;
-  for (const Tensor& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  optim::AdamOptions with_decay{.lr = 6e-4, .betas = {0.9, 0.95}, .foreach = true}, without_decay = with_decay;
-  with_decay.weight_decay = 0.1;
-  without_decay.weight_decay = 0.0;
-  optim::AdamW opt(std::vector<optim::AdamParamGroup>{{decay, with_decay}, {no_decay, without_decay}});
-  const TensorOptions int64_on{ScalarType::int64, d};
-  const Tensor x = randint(0, config.vocab_size, {batch, seq}, int64_on);
-  const Tensor y = randint(0, config.vocab_size, {batch, seq}, int64_on);
-  auto step = [&] {
-    nn::GPT::Output out;
-    {
-      std::optional<AutocastGuard> autocast;
-      if (mode != "fp32") autocast.emplace(d.type, ScalarType::bfloat16);
-      out = model->forward(x, y);
-    }
-    out.loss.backward();
-    opt.step();
-    opt.zero_grad(true);
-    synchronize(d);
-  };
-  for (int i = 0; i < 3; ++i) step();
-  if (kernel_profiling_enabled()) kernel_profile_reset();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    step();
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
+  const double ms = bench::median_step_ms(bench::Gpt2TrainingStep(model, d, mode, batch, seq), steps, [] {
+    if (kernel_profiling_enabled()) kernel_profile_reset();
+  });
   if (kernel_profiling_enabled()) fmt::print("{} x {} tokens:\n{}\n", batch, seq, kernel_profile_report(steps));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return ms;
 }
 
 }  // namespace
