@@ -28,6 +28,20 @@ rank_counts() {  # 2, and 4 where the machine has them; BYTEGRAD_RANK_COUNTS="4"
   echo 2
   if [ "$gpus" -ge 4 ]; then echo 4; fi
 }
+# bytegrad (bench/bench_KIND_gpt2 under bytegrad-launch) beside PyTorch (bench/pytorch_KIND_step.py) at every
+# rank count, bf16 + SDPA at 8 x 1024 and fp32 at 4 x 256 tokens per GPU; KIND is ddp or fsdp.
+bench_distributed() {
+  local kind=$1 limit=$2 n args
+  export NCCL_NVLS_ENABLE=0
+  for n in $(rank_counts); do
+    for args in "20 bf16_sdpa 8 1024" "20 fp32 4 256"; do
+      # shellcheck disable=SC2086
+      timeout "$limit" ./build/tools/bytegrad-launch --nproc-per-node "$n" "./build/bench/bench_${kind}_gpt2" $args
+      # shellcheck disable=SC2086
+      timeout "$limit" python3 "bench/pytorch_${kind}_step.py" "$n" $args 2>&1 | grep -v -e "^W" -e Warning -e "^ *return"
+    done
+  done
+}
 for step in "$@"; do
   case $step in
     build)
@@ -53,26 +67,10 @@ for step in "$@"; do
         >"$out/bench.log" 2>&1 || status=1
       cat "$out/bench.log" ;;
     bench_ddp)
-      { export NCCL_NVLS_ENABLE=0
-        for n in $(rank_counts); do
-          for args in "20 bf16_sdpa 8 1024" "20 fp32 4 256"; do
-            # shellcheck disable=SC2086
-            timeout 180 ./build/tools/bytegrad-launch --nproc-per-node "$n" ./build/bench/bench_ddp_gpt2 $args
-            # shellcheck disable=SC2086
-            timeout 180 python3 bench/pytorch_ddp_step.py "$n" $args 2>&1 | grep -v -e "^W" -e Warning -e "^ *return"
-          done
-        done; } >"$out/bench_ddp.log" 2>&1 || status=1
+      bench_distributed ddp 180 >"$out/bench_ddp.log" 2>&1 || status=1
       cat "$out/bench_ddp.log" ;;
     bench_fsdp)
-      { export NCCL_NVLS_ENABLE=0
-        for n in $(rank_counts); do
-          for args in "20 bf16_sdpa 8 1024" "20 fp32 4 256"; do
-            # shellcheck disable=SC2086
-            timeout 300 ./build/tools/bytegrad-launch --nproc-per-node "$n" ./build/bench/bench_fsdp_gpt2 $args
-            # shellcheck disable=SC2086
-            timeout 300 python3 bench/pytorch_fsdp_step.py "$n" $args 2>&1 | grep -v -e "^W" -e Warning -e "^ *return"
-          done
-        done; } >"$out/bench_fsdp.log" 2>&1 || status=1
+      bench_distributed fsdp 300 >"$out/bench_fsdp.log" 2>&1 || status=1
       python3 tools/fsdp_bench_summary.py "$out/bench_fsdp.log" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
         >"$out/bench_fsdp_summary.md" || status=1
       cat "$out/bench_fsdp.log" "$out/bench_fsdp_summary.md" ;;
