@@ -59,8 +59,10 @@ namespace {
 bool nccl_available() { return false; }
 std::string nccl_version() { return ""; }
 NcclUniqueId make_nccl_unique_id() { no_nccl(); }
-std::unique_ptr<ProcessGroup> make_nccl_process_group(int, int, Device, const NcclUniqueIdSource&, ProcessGroupOptions,
-                                                      NcclOptions, NcclSubgroupIdSource) {
+// The NCCL build's signature, which keeps the subgroup id source (taken by value to be moved in).
+std::unique_ptr<ProcessGroup> make_nccl_process_group(
+    int, int, Device, const NcclUniqueIdSource&, ProcessGroupOptions, NcclOptions,
+    NcclSubgroupIdSource) {  // NOLINT(performance-unnecessary-value-param)
   no_nccl();
 }
 std::vector<std::unique_ptr<ProcessGroup>> make_nccl_process_groups(int, ProcessGroupOptions) { no_nccl(); }
