@@ -6,7 +6,7 @@
 //                          [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]
 //                          [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]
 //                          [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]
-//                          [--fsdp N [--reshard-after-forward true|false] [--mixed bf16]]
+//                          [--fsdp N [--reshard-after-forward true|false|K] [--mixed bf16]]
 //
 // --amp runs each forward inside torch.autocast(device_type="cuda", dtype=...) (tensor/autocast.h), as
 // nanoGPT's train.py does; --attention sdpa calls scaled_dot_product_attention (nanoGPT's flash branch, no
@@ -59,6 +59,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <variant>
 
 #include "bytegrad/memory/alloc_config.h"
 #include "bytegrad/memory/device_allocators.h"
@@ -80,7 +81,7 @@ constexpr const char* kUsage =
     "                         [--card SIZE|NAME] [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING]\n"
     "                         [--amp bf16|fp16|off] [--attention slow|sdpa] [--checkpoint] [--memory-viz FILE]\n"
     "                         [--ddp N [--rank R] [--bucket-cap-mb X] [--gradient-as-bucket-view] [--zero1]]\n"
-    "                         [--fsdp N [--reshard-after-forward true|false] [--mixed bf16]]\n"
+    "                         [--fsdp N [--reshard-after-forward true|false|K] [--mixed bf16]]\n"
     "       bytegrad-estimate mlp [--sizes 784,1024,1024,10] --batch B [--steps N] [--optimizer none|sgd|adam|adamw]\n"
     "                         [--foreach on|off] [--inplace-relu] [--no-workspace] [--card SIZE|NAME]\n"
     "                         [--limit SIZE] [--max-batch] [--marks] [--alloc-conf SETTING] [--memory-viz FILE]\n"
@@ -126,9 +127,10 @@ std::string help_text() {
          "  --fsdp N               gpt2: FSDP2 over N ranks (fully_shard on each block, then the root), run as\n"
          "                         rank 0 and as rank N-1 (the ranks whose shards differ), each one's peak printed\n"
          "                         after a `rank R of N` line; with --max-batch, the largest batch every rank fits.\n"
-         "  --reshard-after-forward true|false\n"
+         "  --reshard-after-forward true|false|K\n"
          "                         with --fsdp: free each block's gathered parameters after its forward (true,\n"
-         "                         PyTorch's default for all but the root) or keep them until backward.\n"
+         "                         PyTorch's default for all but the root) or keep them until backward; K, a\n"
+         "                         factor of N: keep 1/K of them after forward, gathered again from K ranks.\n"
          "  --mixed bf16           with --fsdp: MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32).\n"
          "\n"
          "Will it fit:\n" +
@@ -250,7 +252,7 @@ int run(int argc, char** argv) {
   std::string data_parallel_option;  // the last of --rank, --bucket-cap-mb, ... (each needs --ddp)
   bool ddp_given = false;
   std::string fully_shard_option;  // the last of --reshard-after-forward, --mixed (each needs --fsdp)
-  std::optional<bool> reshard_after_forward;
+  std::optional<std::variant<bool, int>> reshard_after_forward;
   bool mixed_bf16 = false;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -349,9 +351,10 @@ int run(int argc, char** argv) {
       t.fully_shard->world_size = static_cast<int>(n);
     } else if (arg == "--reshard-after-forward" && gpt) {
       const std::string r = value();
-      if (r != "true" && r != "false")
-        return usage_error("--reshard-after-forward '" + r + "': expected true or false");
-      reshard_after_forward = r == "true";
+      if (r == "true" || r == "false") reshard_after_forward = r == "true";
+      else if (!r.empty() && r.find_first_not_of("0123456789") == std::string::npos && r.size() < 10)
+        reshard_after_forward = static_cast<int>(std::stol(r));
+      else return usage_error("--reshard-after-forward '" + r + "': expected true, false or a number of ranks");
       fully_shard_option = arg;
     } else if (arg == "--mixed" && gpt) {
       const std::string d = value();
@@ -383,6 +386,10 @@ int run(int argc, char** argv) {
   if (t.fully_shard && (marks || !memory_viz.empty()))
     return usage_error(std::string(marks ? "--marks" : "--memory-viz") + " is not available with --fsdp (two runs)");
   if (t.fully_shard) {
+    if (const int* k = reshard_after_forward ? std::get_if<int>(&*reshard_after_forward) : nullptr;
+        k != nullptr && (*k < 1 || t.fully_shard->world_size % *k != 0))
+      return usage_error("--reshard-after-forward " + std::to_string(*k) + " is not a factor of --fsdp " +
+                         std::to_string(t.fully_shard->world_size));
     t.fully_shard->options.reshard_after_forward = reshard_after_forward;
     if (mixed_bf16)
       t.fully_shard->options.mp_policy = {.param_dtype = ScalarType::bfloat16, .reduce_dtype = ScalarType::float32};
