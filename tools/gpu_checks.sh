@@ -4,7 +4,9 @@
 # on cuda in its own process, with both cuBLAS workspace settings), compute-sanitizer memcheck on the
 # cuda suite's kernel tests, and the benchmarks with PyTorch's same steps as their baseline.
 # Usage (on the GPU machine, from the repository root): tools/gpu_checks.sh OUTDIR STEP...
-#   STEP: build | probe_streams | tests | sanitize | bench | bench_ddp | bench_fsdp
+#   STEP: build | probe_streams | tests | sanitize | bench | bench_speed | bench_ddp | bench_fsdp
+#   bench_speed: issue 30's table, GPT-2 small in every mode beside PyTorch eager and torch.compile
+#   (bench/pytorch_compile_step.py) in one run, written by bench/speed_table.py to OUTDIR/bench_speed_table.md.
 #   (e.g. tools/gpu_checks.sh out build tests bench)
 #   bench_ddp: GPT-2 small under DDP on 2 GPUs and, where the machine has 4 or more, on 4, bytegrad
 #   (bytegrad-launch) beside PyTorch (torchrun), bf16 + SDPA at 8 x 1024 and fp32 at 4 x 256 tokens per GPU.
@@ -12,7 +14,7 @@
 #   both (tools/fsdp_bench_summary.py) in OUTDIR/bench_fsdp_summary.md. NCCL_NVLS_ENABLE=0 in every launch.
 #   probe_streams records PyTorch's side-stream programs (tools/probes/stream_probe.py) into
 #   OUTDIR/streams_h100.jsonl, the recording tests/data/pytorch_probes/streams_h100.jsonl is copied from.
-# Logs: OUTDIR/{build,probe_streams,tests,training,sanitizer,bench,bench_ddp,bench_fsdp}.log
+# Logs: OUTDIR/{build,probe_streams,tests,training,sanitizer,bench,bench_speed,bench_ddp,bench_fsdp}.log
 set -uo pipefail
 out=${1:?usage: tools/gpu_checks.sh OUTDIR build|tests|sanitize|bench...}
 shift
@@ -66,6 +68,14 @@ for step in "$@"; do
         ./build/bench/bench_sdpa; python3 bench/pytorch_sdpa.py; } \
         >"$out/bench.log" 2>&1 || status=1
       cat "$out/bench.log" ;;
+    bench_speed)
+      # issue 30's table: bytegrad beside PyTorch eager and torch.compile, every mode at both shapes, one run
+      rm -f "$out/bench_speed_pytorch.json"
+      { for mode in fp32 bf16 bf16_sdpa; do ./build/bench/bench_gpt2 cuda 20 $mode; done
+        python3 bench/pytorch_compile_step.py --json "$out/bench_speed_pytorch.json"; } >"$out/bench_speed.log" 2>&1 || status=1
+      python3 bench/speed_table.py "$out/bench_speed.log" "$out/bench_speed_pytorch.json" \
+        "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" >"$out/bench_speed_table.md" || status=1
+      cat "$out/bench_speed_table.md" ;;
     bench_ddp)
       bench_distributed ddp 180 >"$out/bench_ddp.log" 2>&1 || status=1
       cat "$out/bench_ddp.log" ;;
