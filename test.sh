@@ -7,6 +7,9 @@
 #                          with ThreadSanitizer into build-tsan/ (CUDA off); any report fails it
 set -euo pipefail
 cd "$(dirname "$0")"
+# ctest runs as many tests at once as there are processors (CI's 2 cores; tests needing the whole machine are
+# RUN_SERIAL), unless CTEST_PARALLEL_LEVEL or a -j argument says otherwise.
+export CTEST_PARALLEL_LEVEL="${CTEST_PARALLEL_LEVEL:-$(nproc)}"
 if [ "${1:-}" = "--sanitize" ]; then
   shift
   export BYTEGRAD_BUILD_DIR=build-sanitize
