@@ -4,7 +4,7 @@ pick, drawn from a seeded RNG, each recorded in PyTorch in fresh processes, with
 settings, TRIALS times (2: what PyTorch itself varies on), on several GPUs at once.
 
   python3 tools/probes/gpt2_generated.py SEED COUNT OUTDIR [--gpus N] [--per-gpu K] [--budget SECONDS]
-                                         [--trials T] [--dry-run]
+                                         [--trials T] [--segments] [--dry-run]
   A run whose file exists in OUTDIR is not run again: a later call with the same OUTDIR goes on where one stopped.
   (the same as tools/probes/gpt2_sweep.py --generate SEED COUNT OUTDIR ...)
 
@@ -30,6 +30,12 @@ has whole cases. --budget SECONDS: no run starts after the budget is spent, and 
 end is stopped (recorded with an error); what finished is on disk. When the first 8 runs all fail (no
 torch, no GPU) the sweep stops. --dry-run prints the drawn
 configurations, the rejected count and each run's command, and runs nothing.
+--segments: each run also records PyTorch's memory history (_record_memory_history, addresses and Python
+frames) and keeps of it t<trial>/<x0|xd>/<case>.segments: the `# mark` lines, every segment_alloc and
+segment_free with its address, and the request that made each segment (the alloc after it), in
+gpt2_memory_events.py's line format: where the driver put each segment, for the placement model
+(tools/probes/compare_segments.py). Recording the history is itself host work that can move the driver's
+regions: compare the run's marks with a run without it.
 Checked by tests/programs/gpt2_generated.cpp (ctest gpt2_generated) once copied to
 tests/data/pytorch_probes/gpt2/generated/.
 """
@@ -147,6 +153,20 @@ def write_json(path, doc):
     os.replace(tmp, path)
 
 
+def keep_segment_lines(events_path, out_path):
+    """The marks, segment_alloc/segment_free lines and the alloc right after each segment_alloc (its request)."""
+    kept, after_segment = [], False
+    with open(events_path) as f:
+        for line in f:
+            action = line.split(" ", 1)[0]
+            if line.startswith("# mark") or action in ("segment_alloc", "segment_free") or \
+                    (after_segment and action == "alloc"):
+                kept.append(line.rstrip("\n"))
+            after_segment = action == "segment_alloc"
+    with open(out_path, "w") as f:
+        f.write("\n".join(kept) + "\n")
+
+
 def main(argv):
     if len(argv) < 3 or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -157,12 +177,13 @@ def main(argv):
         print(f"gpt2_generated: SEED and COUNT must be integers, got {argv[0]!r} {argv[1]!r}", file=sys.stderr)
         return 2
     outdir, rest = argv[2], argv[3:]
-    gpus, per_gpu, budget, trials, dry = 1, 1, 0.0, 2, False
+    gpus, per_gpu, budget, trials, dry, segments = 1, 1, 0.0, 2, False, False
     i = 0
     while i < len(rest):
         a = rest[i]
-        if a == "--dry-run":
-            dry = True
+        if a in ("--dry-run", "--segments"):
+            dry = dry or a == "--dry-run"
+            segments = segments or a == "--segments"
             i += 1
             continue
         if a not in ("--gpus", "--per-gpu", "--budget", "--trials") or i + 1 >= len(rest):
@@ -233,7 +254,12 @@ def main(argv):
             if os.path.exists(os.path.join(sub_dir, name + ".json")):  # recorded by an earlier call: go on from there
                 continue
             timeout = 240 if left is None else max(5, min(240, left))
-            r = gpt2_sweep.run_child(name, c["batch"], ws, sub_dir, config=c, gpu=gpu, timeout=timeout)
+            events = os.path.join(sub_dir, f".{name}.events.tmp") if segments else None
+            r = gpt2_sweep.run_child(name, c["batch"], ws, sub_dir, config=c, gpu=gpu, timeout=timeout,
+                                     events_path=events)
+            if events and os.path.exists(events):
+                keep_segment_lines(events, os.path.join(sub_dir, name + ".segments"))
+                os.remove(events)
             doc = dict(case=name, workspace=ws or "default", trial=t, config=c, steps=r["steps"])
             for key in ("error", "seconds", "wall_seconds", "torch", "device", "total_memory"):
                 if r.get(key) is not None:

@@ -195,10 +195,13 @@ def child(name, batch, out_path, config=None):
 
 # ------------------------------------------------------------------------------------------ the sweep (parent)
 
-def run_child(name, batch, ws, sub_dir, config=None, gpu=None, timeout=240):
+def run_child(name, batch, ws, sub_dir, config=None, gpu=None, timeout=240, events_path=None):
     """One fresh process (on CUDA_VISIBLE_DEVICES=gpu when given; `config`: a generated case's, passed as
-    JSON); returns its JSON object (with "error" when it wrote none)."""
+    JSON; `events_path`: also write its allocator events there); returns its JSON object (with "error" when it
+    wrote none)."""
     env = dict(os.environ)
+    if events_path is not None:
+        env["GPT2_SWEEP_EVENTS"] = os.path.abspath(events_path)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     env.pop("CUBLAS_WORKSPACE_CONFIG", None)
