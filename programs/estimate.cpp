@@ -458,13 +458,14 @@ int run(int argc, char** argv) {
   }
   std::cout << report;
   if (peak.placement_ties > 0 && !peak.out_of_memory) {
-    // Best fit chose between equal free blocks by address, and PyTorch's addresses come from the driver:
-    // the same run with every such tie the other way shows whether the peaks depend on them.
+    // Best fit chose between equal free blocks of different segments by address, and PyTorch's addresses come
+    // from the driver: the same run with the segments' order reversed shows whether the peaks depend on it.
     const TrainingPeak other =
         estimate_on_meta([&](Device on) { gpt ? train_gpt(t, nullptr, on) : train_mlp(m, nullptr, on); },
                          default_workspace, limit, CachingAllocator::TieOrder::highest_address);
     std::cout << "placement_ties " << peak.placement_ties
-              << " (requests best fit served from equal free blocks, by address: where segments land)\n";
+              << " (requests best fit served from equal free blocks in different segments, by address: where "
+                 "segments land)\n";
     if (other.peak_allocated == peak.peak_allocated && other.peak_reserved == peak.peak_reserved)
       std::cout << "with ties the other way: the same peaks\n";
     else

@@ -34,6 +34,7 @@ struct CachingAllocator::Block {
   // tie_address - ptr for the block's segment (mod 2^64): best fit orders equal sizes by ptr + tie_shift,
   // which keeps the order of blocks inside a segment and puts segments where RawMemory::tie_address says.
   uintptr_t tie_shift = 0;
+  uintptr_t segment_tie_address = 0;  // the tie address of its segment's start: which segment it lies in
 
   uintptr_t tie_address() const { return ptr + tie_shift; }
 
@@ -203,10 +204,20 @@ bool CachingAllocator::find_free_block(Request& request) {
       return next != pool.free_blocks.end() && (*next)->stream == request.stream && (*next)->size == (*it)->size &&
              !(*next)->segment;
     };
-    if (equal(std::next(it))) {
+    // Only candidates in different segments make a tie: inside one segment the order is its offsets', the
+    // same in every process. The other order takes the highest segment's candidates, each segment's in their
+    // own order (segments never overlap, so a segment's candidates are consecutive).
+    auto in_segment = [](auto a, auto b) { return (*a)->segment_tie_address == (*b)->segment_tie_address; };
+    auto other = std::next(it);
+    while (equal(other) && in_segment(other, it)) ++other;
+    if (equal(other)) {
       ++placement_ties_;
-      if (tie_order_ == TieOrder::highest_address)
-        while (equal(std::next(it))) ++it;
+      if (tie_order_ == TieOrder::highest_address) {
+        auto last = other;
+        while (equal(std::next(last))) ++last;
+        while (in_segment(std::prev(last), last)) --last;
+        it = last;
+      }
     }
   }
   if ((*it)->segment) {
@@ -245,6 +256,7 @@ bool CachingAllocator::allocate_segment(Request& request, bool is_retry) {
   Block* block = new_block();
   block->ptr = reinterpret_cast<uintptr_t>(ptr);
   block->tie_shift = raw_->tie_address(ptr) - block->ptr;
+  block->segment_tie_address = block->tie_address();
   block->size = bytes;
   block->stream = request.stream;
   block->pool = request.pool;
@@ -426,6 +438,7 @@ CachingAllocator::Block* CachingAllocator::take_found_block(Request& request) {
     block = new_block();
     block->ptr = remaining->ptr;
     block->tie_shift = remaining->tie_shift;
+    block->segment_tie_address = remaining->segment_tie_address;
     block->size = request.size;
     block->stream = request.stream;
     block->pool = &pool;

@@ -111,8 +111,10 @@ class CachingAllocator {
   // Which of several equal free blocks best fit takes. PyTorch takes the lowest address, and addresses
   // come from the CUDA driver, so a figure that turns on such a tie depends on where segments landed
   // (issue 31; docs/status.md): highest_address runs a program the other way to show the other outcome.
-  // placement_ties() counts the requests best fit served with more than one equal candidate (segments of
-  // expandable ones excepted). Not part of PyTorch's statistics.
+  // placement_ties() counts the requests best fit served with equal candidates in more than one segment
+  // (expandable segments excepted; inside one segment the order is the offsets', not the driver's), and
+  // highest_address takes the highest such segment's first candidate: the segments' order reversed. Not part
+  // of PyTorch's statistics.
   enum class TieOrder { lowest_address, highest_address };
   void set_tie_order(TieOrder order);
   TieOrder tie_order() const;
