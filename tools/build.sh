@@ -24,4 +24,6 @@ build_dir="${BYTEGRAD_BUILD_DIR:-build}"
 # stay on this machine. BYTEGRAD_CMAKE_ARGS come last and win (./test.sh --sanitize turns it off).
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BYTEGRAD_BUILD_TYPE:-Release}" -DBYTEGRAD_NATIVE=ON \
       ${BYTEGRAD_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+# BYTEGRAD_BUILD_TARGETS (space-separated) builds only those targets (./test.sh --sanitize --quick).
+read -r -a targets <<<"${BYTEGRAD_BUILD_TARGETS:-}"
+cmake --build "$build_dir" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"}
