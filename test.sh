@@ -15,6 +15,7 @@ cd "$(dirname "$0")"
 # ctest runs as many tests at once as there are processors (CI's 2 cores; tests needing the whole machine are
 # RUN_SERIAL), unless CTEST_PARALLEL_LEVEL or a -j argument says otherwise.
 export CTEST_PARALLEL_LEVEL="${CTEST_PARALLEL_LEVEL:-$(nproc)}"
+# The quick set: its ctest names, and the test programs they run (the two lists name the same suites).
 sanitize_quick_tests='^(memory|conformance|conformance_expandable|tensor|autograd|losses|optim|streams|fuzz_.*|bad_inputs|ledger|global_tensor_at_exit|threads|distributed)$'
 sanitize_quick_targets="test_memory test_conformance test_tensor test_autograd test_losses test_optim test_streams test_fuzz test_bad_inputs test_ledger test_global_tensor_at_exit test_threads test_distributed"
 quick_args=()
