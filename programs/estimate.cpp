@@ -189,6 +189,17 @@ double positive_number(const std::string& option, const std::string& text) {
   return value;
 }
 
+// The max_batch line (the output's last), after the batches below it that do not fit, when there are any.
+void print_max_batch(const BatchSearch& found) {
+  if (!found.not_fitting_below.empty()) {
+    std::cout << "not_fitting_below_max_batch";
+    for (auto it = found.not_fitting_below.rbegin(); it != found.not_fitting_below.rend(); ++it)
+      std::cout << ' ' << *it;
+    std::cout << " (the allocator's layout at the cap: these fail where a larger batch fits)\n";
+  }
+  std::cout << "max_batch " << found.largest << '\n';
+}
+
 // --fsdp N: rank 0 and rank N-1 on the fake backend, one fresh run each; a card or cap fits when both do.
 int estimate_fully_sharded(const GPTTraining& t, const std::optional<Card>& card, int64_t limit, bool max_batch,
                            bool default_workspace) {
@@ -196,7 +207,6 @@ int estimate_fully_sharded(const GPTTraining& t, const std::optional<Card>& card
   const bool asks_fit = limit > 0 || card.has_value();
   bool all_fit = true;
   std::string explanation;
-  int64_t largest_batch = -1;
   for (const int rank : {0, world - 1}) {
     GPTTraining mine = t;
     mine.fully_shard->rank = rank;
@@ -220,16 +230,12 @@ int estimate_fully_sharded(const GPTTraining& t, const std::optional<Card>& card
       all_fit = false;
       explanation = "rank " + std::to_string(rank) + ": " + peak.explanation;
     }
-    if (max_batch) {
-      const int64_t batch = max_gpt_batch(mine, limit, default_workspace);
-      largest_batch = largest_batch < 0 ? batch : std::min(largest_batch, batch);
-    }
   }
   if (card)
     std::cout << "card " << card->name << ": total " << card->total_bytes << " B, CUDA context and driver "
               << card->driver_bytes << " B, left for PyTorch " << human_bytes(card->usable_bytes()) << '\n';
   if (asks_fit) std::cout << "fits " << (all_fit ? "yes" : "no") << '\n' << explanation;
-  if (max_batch) std::cout << "max_batch " << largest_batch << '\n';
+  if (max_batch) print_max_batch(max_gpt_batch(t, limit, default_workspace));
   return 0;
 }
 
@@ -478,9 +484,7 @@ int run(int argc, char** argv) {
               << card->driver_bytes << " B, left for PyTorch " << human_bytes(card->usable_bytes()) << '\n';
   if (asks_fit) std::cout << "fits " << (peak.out_of_memory ? "no" : "yes") << '\n' << peak.explanation;
   if (max_batch)
-    std::cout << "max_batch "
-              << (gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace))
-              << '\n';
+    print_max_batch(gpt ? max_gpt_batch(t, limit, default_workspace) : max_mlp_batch(m, limit, default_workspace));
   return 0;
 }
 

@@ -80,8 +80,10 @@ std::unique_ptr<optim::Optimizer> make_gpt_optimizer(const nn::GPT& model, const
 // with marks, its figures at each of train_gpt's marks are recorded there too.
 TrainingPeak estimate_gpt_training(const GPTTraining& training, bool default_workspace = true, int64_t limit_bytes = 0,
                                    ScenarioRecorder* marks = nullptr);
-// The largest batch (>= 1) whose run fits under limit_bytes, 0 when even batch 1 does not.
-int64_t max_gpt_batch(GPTTraining training, int64_t limit_bytes, bool default_workspace = true);
+// The largest batch whose run fits under limit_bytes (0 when even batch 1 does not) and the batches below it
+// that do not (training_estimates.h's largest_fitting_batch). With fully_shard (no group): a batch fits when
+// it fits on rank 0 and on the last rank, the ranks whose shards differ.
+BatchSearch max_gpt_batch(GPTTraining training, int64_t limit_bytes, bool default_workspace = true);
 
 // The golden programs: tiny (2 layers, 2 heads, 64 wide, vocabulary 512, block 64) at batch 4 x 64, and
 // GPT-2 small (12, 12, 768, 50257, 1024) at batch 4 x 256, fp32, slow attention, AdamW foreach.

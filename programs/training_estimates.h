@@ -16,13 +16,14 @@
 namespace bytegrad::programs {
 
 struct TrainingPeak {
-  int64_t peak_allocated = 0;  // max_memory_allocated()
-  int64_t peak_reserved = 0;   // max_memory_reserved()
-  bool out_of_memory = false;  // the run failed under the limit (the peaks are those reached before)
-  std::string message;         // the out-of-memory error's text, when it failed
-  std::string explanation;     // OutOfMemoryError::report() as text, when it failed
-  PeakRecord at_peak;          // bytes per category, phase and largest blocks at max_memory_allocated
-  int64_t placement_ties = 0;  // requests best fit served with equal free blocks (decided by address)
+  int64_t peak_allocated = 0;         // max_memory_allocated()
+  int64_t peak_reserved = 0;          // max_memory_reserved()
+  bool out_of_memory = false;         // the run failed under the limit (the peaks are those reached before)
+  std::string message;                // the out-of-memory error's text, when it failed
+  std::string explanation;            // OutOfMemoryError::report() as text, when it failed
+  bool fragmentation_caused = false;  // it failed, yet allocated + the request fit under the room (a cap or the card)
+  PeakRecord at_peak;                 // bytes per category, phase and largest blocks at max_memory_allocated
+  int64_t placement_ties = 0;         // requests best fit served with equal free blocks (decided by address)
 };
 
 // Runs `run(kMeta)` as a fresh process: PyTorch's default cuBLAS workspaces unless default_workspace is
@@ -33,9 +34,25 @@ struct TrainingPeak {
 TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes,
                               CachingAllocator::TieOrder ties = CachingAllocator::TieOrder::lowest_address);
 
-// The largest batch (>= 1) for which fits(batch) holds, 0 when batch 1 does not: doubling, then bisection
-// (memory grows with the batch).
-int64_t largest_fitting_batch(const std::function<bool(int64_t)>& fits);
+// How a batch's run ended: it fit; it ran out of memory through fragmentation (the live blocks and the
+// request fit under the room, no free piece was long enough); or live memory alone exceeded the room.
+enum class BatchOutcome { fits, fragmented, over };
+BatchOutcome batch_outcome(const TrainingPeak& peak);
+// The worse of two ranks' outcomes (over, then fragmented, then fits).
+BatchOutcome worse(BatchOutcome a, BatchOutcome b);
+
+// The largest batch that fits and the batches just below it that do not. Near a cap fitting is not monotone
+// in the batch: GPT-2 small under FSDP2 on four ranks with 6 GiB fits 12 and 14 but not 13, in PyTorch on
+// four H100s as here (tests/data/pytorch_probes/fsdp_max_batch.json), because the allocator's flush at the
+// cap leaves a different layout. Live memory is monotone, so the search bounds the answer by the smallest
+// batch whose live memory alone exceeds the room (`over`: doubling, then bisection), walks down from there
+// to the first batch that fits (largest, 0 when none), then on down past the batches that do not
+// (not_fitting_below, largest first; empty where the batch below fits).
+struct BatchSearch {
+  int64_t largest = 0;
+  std::vector<int64_t> not_fitting_below;
+};
+BatchSearch largest_fitting_batch(const std::function<BatchOutcome(int64_t)>& run);
 
 // An MLP classifier's training (seed001's kind): Linear layers of `sizes` with ReLU between (in place or
 // not), built on the device; x = randn(batch, sizes[0]), y = randint(0, sizes.back(), (batch,)); `steps`
@@ -53,6 +70,6 @@ struct MLPTraining {
 void train_mlp(const MLPTraining& training, ScenarioRecorder* r, Device on);
 TrainingPeak estimate_mlp_training(const MLPTraining& training, bool default_workspace = true, int64_t limit_bytes = 0,
                                    ScenarioRecorder* marks = nullptr);
-int64_t max_mlp_batch(MLPTraining training, int64_t limit_bytes, bool default_workspace = true);
+BatchSearch max_mlp_batch(MLPTraining training, int64_t limit_bytes, bool default_workspace = true);
 
 }  // namespace bytegrad::programs

@@ -1,6 +1,8 @@
 #include "programs/training_estimates.h"
 
 #include <algorithm>
+#include <map>
+#include <stdexcept>
 #include <memory>
 
 #include "bytegrad/memory/memory_functions.h"
@@ -30,7 +32,10 @@ TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool defau
   } catch (const OutOfMemoryError& e) {
     peak.out_of_memory = true;
     peak.message = e.what();
-    if (e.has_report()) peak.explanation = e.report().str();
+    if (e.has_report()) {
+      peak.explanation = e.report().str();
+      peak.fragmentation_caused = e.report().fragmentation_caused();
+    }
   }
   peak.at_peak = peak_report(kMeta).record;
   peak.peak_allocated = max_memory_allocated(kMeta);
@@ -39,18 +44,38 @@ TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool defau
   return peak;
 }
 
-int64_t largest_fitting_batch(const std::function<bool(int64_t)>& fits) {
-  if (!fits(1)) return 0;
-  int64_t good = 1, bad = 2;
-  while (fits(bad)) {
-    good = bad;
-    bad *= 2;
+BatchOutcome batch_outcome(const TrainingPeak& peak) {
+  if (!peak.out_of_memory) return BatchOutcome::fits;
+  return peak.fragmentation_caused ? BatchOutcome::fragmented : BatchOutcome::over;
+}
+
+BatchOutcome worse(BatchOutcome a, BatchOutcome b) { return std::max(a, b); }
+
+BatchSearch largest_fitting_batch(const std::function<BatchOutcome(int64_t)>& run) {
+  std::map<int64_t, BatchOutcome> seen;  // each batch runs once
+  auto at = [&](int64_t batch) {
+    auto it = seen.find(batch);
+    return it != seen.end() ? it->second : seen.emplace(batch, run(batch)).first->second;
+  };
+  // The smallest batch whose live memory exceeds the room: every larger one does too.
+  constexpr int64_t kLargestTried = int64_t{1} << 40;
+  int64_t under = 0, over = 1;
+  while (at(over) != BatchOutcome::over) {
+    if (over >= kLargestTried)
+      throw std::runtime_error("largest_fitting_batch: batch " + std::to_string(over) + " still fits its live memory");
+    under = over;
+    over *= 2;
   }
-  while (bad - good > 1) {
-    const int64_t mid = good + (bad - good) / 2;
-    (fits(mid) ? good : bad) = mid;
+  while (over - under > 1) {
+    const int64_t mid = under + (over - under) / 2;
+    (at(mid) == BatchOutcome::over ? over : under) = mid;
   }
-  return good;
+  BatchSearch found;
+  found.largest = over - 1;
+  while (found.largest >= 1 && at(found.largest) != BatchOutcome::fits) --found.largest;
+  for (int64_t b = found.largest - 1; found.largest > 0 && b >= 1 && at(b) != BatchOutcome::fits; --b)
+    found.not_fitting_below.push_back(b);
+  return found;
 }
 
 void train_mlp(const MLPTraining& t, ScenarioRecorder* r, Device on) {
@@ -97,10 +122,10 @@ TrainingPeak estimate_mlp_training(const MLPTraining& t, bool default_workspace,
   return estimate_on_meta([&](Device on) { train_mlp(t, marks, on); }, default_workspace, limit_bytes);
 }
 
-int64_t max_mlp_batch(MLPTraining t, int64_t limit_bytes, bool default_workspace) {
+BatchSearch max_mlp_batch(MLPTraining t, int64_t limit_bytes, bool default_workspace) {
   return largest_fitting_batch([&](int64_t batch) {
     t.batch = batch;
-    return !estimate_mlp_training(t, default_workspace, limit_bytes).out_of_memory;
+    return batch_outcome(estimate_mlp_training(t, default_workspace, limit_bytes));
   });
 }
 

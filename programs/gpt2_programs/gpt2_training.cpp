@@ -129,10 +129,18 @@ TrainingPeak estimate_gpt_training(const GPTTraining& t, bool default_workspace,
   return estimate_on_meta([&](Device on) { train_gpt(t, marks, on); }, default_workspace, limit_bytes);
 }
 
-int64_t max_gpt_batch(GPTTraining t, int64_t limit_bytes, bool default_workspace) {
+BatchSearch max_gpt_batch(GPTTraining t, int64_t limit_bytes, bool default_workspace) {
   return largest_fitting_batch([&](int64_t batch) {
     t.batch = batch;
-    return !estimate_gpt_training(t, default_workspace, limit_bytes).out_of_memory;
+    if (!t.fully_shard || t.fully_shard->group)
+      return batch_outcome(estimate_gpt_training(t, default_workspace, limit_bytes));
+    BatchOutcome outcome = BatchOutcome::fits;
+    for (const int rank : {0, t.fully_shard->world_size - 1}) {
+      t.fully_shard->rank = rank;
+      outcome = worse(outcome, batch_outcome(estimate_gpt_training(t, default_workspace, limit_bytes)));
+      if (outcome == BatchOutcome::over) break;
+    }
+    return outcome;
   });
 }
 

@@ -3,10 +3,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "bytegrad/core/json.h"
 #include "bytegrad/memory/device_allocators.h"
@@ -88,9 +90,46 @@ TEST_CASE("card: training on a 1GB card fits what a cap of its usable bytes fits
   MLPTraining mlp{.sizes = {784, 4096, 4096, 10}, .batch = 8, .optimizer = MLPOptimizer::sgd};
   const SimulatedCapacity h100 = simulated_capacity(kMeta);
   configure_simulated_device(kMeta, {.total_bytes = 1000000000, .context_bytes = kCudaDriverShareBytes});
-  const int64_t on_card = max_mlp_batch(mlp, 0, /*default_workspace=*/false);
+  const int64_t on_card = max_mlp_batch(mlp, 0, /*default_workspace=*/false).largest;
   configure_simulated_device(kMeta, h100);
-  const int64_t capped = max_mlp_batch(mlp, 1000000000 - 720175104, /*default_workspace=*/false);
+  const int64_t capped = max_mlp_batch(mlp, 1000000000 - 720175104, /*default_workspace=*/false).largest;
   CHECK(on_card > 1);
   CHECK(on_card == capped);
+}
+
+TEST_CASE("largest_fitting_batch: the largest batch that fits, where fitting is not monotone near the cap") {
+  using enum BatchOutcome;
+  std::vector<int64_t> runs;
+  // FSDP2's four ranks at 6 GiB as PyTorch ran them: 12 and 14 fit, 13 fails through fragmentation, 15 on over.
+  auto four_ranks = [&](int64_t b) {
+    runs.push_back(b);
+    return b >= 15 ? over : b == 13 ? fragmented : fits;
+  };
+  const BatchSearch found = largest_fitting_batch(four_ranks);
+  CHECK(found.largest == 14);
+  CHECK(found.not_fitting_below == std::vector<int64_t>{13});
+  std::sort(runs.begin(), runs.end());
+  CHECK(std::adjacent_find(runs.begin(), runs.end()) == runs.end());  // each batch ran once
+  // Two batches below the largest fail; a fragmented batch just under `over` is walked past.
+  const BatchSearch gap = largest_fitting_batch([](int64_t b) {
+    return b >= 40 ? over : b == 39 || b == 36 || b == 35 ? fragmented : fits;
+  });
+  CHECK(gap.largest == 38);
+  CHECK(gap.not_fitting_below.empty());
+  const BatchSearch two = largest_fitting_batch([](int64_t b) {
+    return b >= 40 ? over : b == 36 || b == 35 ? fragmented : fits;
+  });
+  CHECK(two.largest == 39);
+  CHECK(two.not_fitting_below.empty());
+  const BatchSearch below = largest_fitting_batch([](int64_t b) {
+    return b >= 40 ? over : b == 38 || b == 37 ? fragmented : fits;
+  });
+  CHECK(below.largest == 39);
+  CHECK(below.not_fitting_below == std::vector<int64_t>{38, 37});
+  // Monotone: the batch before the first over; none when batch 1 is over or only fragments.
+  CHECK(largest_fitting_batch([](int64_t b) { return b >= 8 ? over : fits; }).largest == 7);
+  CHECK(largest_fitting_batch([](int64_t) { return over; }).largest == 0);
+  const BatchSearch none = largest_fitting_batch([](int64_t b) { return b >= 3 ? over : fragmented; });
+  CHECK(none.largest == 0);
+  CHECK(none.not_fitting_below.empty());
 }
