@@ -135,7 +135,7 @@ class Work {
 // barrier is one); the first broadcast, all-gather and reduce-scatter added nothing.
 inline constexpr int64_t kModelledNcclCommunicatorBytes = 205'520'896;
 inline constexpr int64_t kModelledNcclFirstAllReduceBytes = 301'989'888;
-inline constexpr std::string_view kModelledNcclBasis = "measured per rank on two H200s, NCCL 2.28.3";
+inline constexpr std::string_view kModelledNcclBasis = "measured per rank on two H200s and two H100s, NCCL 2.28.3";
 // The model's figures once the communicator is made, and after the first all_reduce when all_reduced.
 OutsideAllocatorFigures modelled_nccl_figures(bool all_reduced = true);
 
