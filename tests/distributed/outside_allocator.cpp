@@ -45,8 +45,9 @@ TEST_CASE("outside the allocator: a fake group's modelled NCCL memory, from its 
   CHECK_FALSE(memory_ledger(kSim).nccl);
 
   pg->broadcast(x, 0);  // the communicator is made
-  CHECK(outside_allocator_line(kSim) == "outside the allocator: " + kCommunicator + ", " + kContext +
-                                            " (NCCL modelled: measured per rank on two H200s and two H100s, NCCL 2.28.3)");
+  CHECK(outside_allocator_line(kSim) ==
+        "outside the allocator: " + kCommunicator + ", " + kContext +
+            " (NCCL modelled: measured per rank on two H200s and two H100s, NCCL 2.28.3)");
   pg->all_reduce(x);
   const std::string line = outside_allocator_line(kSim);
   CHECK(line == "outside the allocator: " + kCommunicator + ", " + kFirstAllReduce + ", " + kContext +
