@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <map>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/reports/memory_ledger.h"

@@ -110,7 +110,7 @@ TEST_CASE("largest_fitting_batch: the largest batch that fits, where fitting is 
   CHECK(found.not_fitting_below == std::vector<int64_t>{13});
   std::sort(runs.begin(), runs.end());
   CHECK(std::adjacent_find(runs.begin(), runs.end()) == runs.end());  // each batch ran once
-  // Two batches below the largest fail; a fragmented batch just under `over` is walked past.
+  // A fragmented batch just under `over` is walked past; ones further down are not looked for.
   const BatchSearch gap = largest_fitting_batch([](int64_t b) {
     return b >= 40 ? over : b == 39 || b == 36 || b == 35 ? fragmented : fits;
   });
@@ -121,6 +121,7 @@ TEST_CASE("largest_fitting_batch: the largest batch that fits, where fitting is 
   });
   CHECK(two.largest == 39);
   CHECK(two.not_fitting_below.empty());
+  // Two batches just below the largest fail: both are listed.
   const BatchSearch below = largest_fitting_batch([](int64_t b) {
     return b >= 40 ? over : b == 38 || b == 37 ? fragmented : fits;
   });
