@@ -2,6 +2,7 @@
 // each layout costs (PyTorch 2.11's rules: see tensor/blas_plan.h).
 #include "bytegrad/memory/caching_allocator.h"
 #include "bytegrad/tensor/blas_plan.h"
+#include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bytegrad::testing {
@@ -152,6 +153,33 @@ TEST_CASE("gemm of vectors and single rows (leading dimensions of size-1 matrice
       gemm_into(out.gpu, at.gpu, b.gpu, 1.0, 0.0);
       check_close(out, 1e-5, 1e-5, "small shapes, column-major a");
     }
+  }
+}
+
+// GPT-2's logits are 50257 wide: a 16-bit row that long is off 16 bytes, so its three products run as aligned
+// pieces (kernels/aligned_pieces.h). Here 2049 wide (the same misalignment) and at least 2^30 multiply-adds
+// each, so they take that path: the forward (C unaligned), the input's gradient (B unaligned, summed over the
+// vocabulary in pieces) and the weight's (B transposed and unaligned, summed over the tokens in groups).
+TEST_CASE("products with an odd vocabulary, in aligned pieces, match cpu") {
+  require_gpu();
+  const int64_t T = 1024, C = 768, V = 2049;
+  for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16}) {
+    CAPTURE(scalar_type_name(dtype));
+    Pair x = random_pair({T, C}, dtype), w = random_pair({V, C}, dtype), g = random_pair({T, V}, dtype);
+    const int64_t before = gpu_allocator().memory_allocated();
+    Pair logits{matmul(x.cpu, w.cpu.t()), matmul(x.gpu, w.gpu.t())};
+    Pair grad_x{matmul(g.cpu, w.cpu), matmul(g.gpu, w.gpu)};
+    Pair grad_w{matmul(g.cpu.t(), x.cpu), matmul(g.gpu.t(), x.gpu)};
+    // Nothing but the three results, each rounded up to 512 bytes: T * V, T * C and V * C elements.
+    const auto bytes = [&](int64_t elements) {
+      return (elements * static_cast<int64_t>(element_size(dtype)) + 511) / 512 * 512;
+    };
+    CHECK(gpu_allocator().memory_allocated() - before == bytes(T * V) + bytes(T * C) + bytes(V * C));
+    // The weight's gradient adds 8 groups' sums in 16 bits: a few roundings more than one product's.
+    const double rtol = gemm_rtol(dtype) * 4;
+    for (const auto& [name, result] :
+         {std::pair<const char*, Pair*>{"logits", &logits}, {"grad_x", &grad_x}, {"grad_w", &grad_w}})
+      check_close(*result, rtol, rtol * std::max(1.0, max_abs(result->cpu)), name);
   }
 }
 
