@@ -2,6 +2,8 @@
 // multi-tensor foreach batches (and AdamW's foreach step through them), the cuBLASLt bias epilogue, column
 // sums (bias gradients), warp-register and shared-memory softmax, the register layer-norm input gradient,
 // the vectorised masked_fill and inner-vectorised strided copies.
+#include <functional>
+
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/blas_plan.h"
 #include "bytegrad/tensor/ops.h"
@@ -55,6 +57,91 @@ TEST_CASE("foreach batches on cuda: unary, binary_scalar and ternary over many t
       check_close(roots[k], rtol, rtol, "foreach root " + std::to_string(k));
     }
   }
+}
+
+// One batch over an optimizer's ops (the cuda backend runs them as one pass over each tensor) against the
+// same ops each in its own batch: the same bits, every tensor. Then lists that share tensors between
+// positions, which one pass would read before another position's stage wrote them: still op by op.
+TEST_CASE("foreach ops held in one batch give the bits of op-by-op launches; lists sharing tensors stay op by op") {
+  require_gpu();
+  KernelBackend& backend = gpu();
+  auto view = [](const Tensor& t) { return t.view_for_kernels(); };
+  for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16}) {
+    CAPTURE(scalar_type_name(dtype));
+    // params, exp_avg, exp_avg_sq, grads, denominators; the second set a copy of the first
+    std::vector<std::vector<Tensor>> sets[2];
+    for (auto& set : sets) set.resize(5);
+    for (int64_t n : foreach_sizes())
+      for (int j = 0; j < 5; ++j) {
+        Tensor t = j == 2 ? random_pair({n}, dtype).gpu.abs() : random_pair({n}, dtype).gpu;
+        sets[0][j].push_back(t);
+        sets[1][j].push_back(t.clone());
+      }
+    auto adamw = [&](std::vector<std::vector<Tensor>>& t, bool one_batch, bool decay) {
+      std::vector<Tensor>&p = t[0], &m = t[1], &v = t[2], &g = t[3], &d = t[4];
+      auto stage = [&](const std::function<void(size_t)>& op) {
+        if (!one_batch) backend.begin_foreach();
+        for (size_t k = 0; k < p.size(); ++k) op(k);
+        if (!one_batch) backend.end_foreach();
+      };
+      if (one_batch) backend.begin_foreach();
+      if (decay)
+        stage([&](size_t k) { backend.binary_scalar(BinaryOp::mul, view(p[k]), view(p[k]), 1.0 - 1e-3, false); });
+      stage([&](size_t k) { backend.ternary(TernaryOp::lerp, view(m[k]), view(m[k]), view(g[k]), view(g[k]), 0.1); });
+      stage([&](size_t k) { backend.binary_scalar(BinaryOp::mul, view(v[k]), view(v[k]), 0.95, false); });
+      stage(
+          [&](size_t k) { backend.ternary(TernaryOp::addcmul, view(v[k]), view(v[k]), view(g[k]), view(g[k]), 0.05); });
+      stage([&](size_t k) { backend.unary(UnaryOp::sqrt, view(d[k]), view(v[k])); });
+      stage([&](size_t k) {
+        backend.binary_scalar(BinaryOp::div, view(d[k]), view(d[k]), 0.3 + 0.01 * static_cast<double>(k), false);
+      });
+      stage([&](size_t k) { backend.binary_scalar(BinaryOp::add, view(d[k]), view(d[k]), 1e-8, false); });
+      stage([&](size_t k) {
+        backend.ternary(TernaryOp::addcdiv, view(p[k]), view(p[k]), view(m[k]), view(d[k]),
+                        -1e-3 * static_cast<double>(k + 1));
+      });
+      if (one_batch) backend.end_foreach();
+    };
+    for (bool decay : {true, false}) {  // AdamW's update with weight decay, and Adam's without
+      CAPTURE(decay);
+      adamw(sets[0], true, decay);
+      adamw(sets[1], false, decay);
+      for (int j = 0; j < 5; ++j) {
+        int differing = 0;
+        for (size_t k = 0; k < sets[0][j].size(); ++k) {
+          const std::vector<double> one = sets[0][j][k].tolist(), apart = sets[1][j][k].tolist();
+          for (size_t i = 0; i < one.size(); ++i)
+            if (one[i] != apart[i] && ++differing <= 2)
+              FAIL_CHECK("list " << j << " tensor " << k << " element " << i << ": one batch " << one[i]
+                                 << ", op by op " << apart[i] << " (difference " << one[i] - apart[i] << ")");
+        }
+        INFO("list " << j);
+        CHECK(differing == 0);
+      }
+    }
+  }
+  // Position 0 of the second op reads what position 1 of the first wrote, and the other way round.
+  Tensor a = random_pair({20000}).gpu, b = random_pair({20000}).gpu, c0 = empty_like(a), c1 = empty_like(a);
+  Tensor a2 = a.clone(), b2 = b.clone(), d0 = empty_like(a), d1 = empty_like(a);
+  auto crossed = [&](Tensor& x, Tensor& y, Tensor& out0, Tensor& out1, bool one_batch) {
+    backend.begin_foreach();
+    backend.binary_scalar(BinaryOp::mul, view(x), view(x), 2.0, false);
+    backend.binary_scalar(BinaryOp::mul, view(y), view(y), 3.0, false);
+    if (!one_batch) {
+      backend.end_foreach();
+      backend.begin_foreach();
+    }
+    backend.binary_scalar(BinaryOp::add, view(out0), view(y), 1.0, false);
+    backend.binary_scalar(BinaryOp::add, view(out1), view(x), 1.0, false);
+    backend.end_foreach();
+  };
+  crossed(a, b, c0, c1, true);
+  crossed(a2, b2, d0, d1, false);
+  CHECK(c0.tolist() == d0.tolist());
+  CHECK(c1.tolist() == d1.tolist());
+  CHECK(a.tolist() == a2.tolist());
+  const std::vector<double> tripled = b.tolist(), plus_one = c0.tolist();
+  for (size_t i = 0; i < tripled.size(); i += 997) CHECK(plus_one[i] == doctest::Approx(tripled[i] + 1.0));
 }
 
 TEST_CASE("a foreach batch launches what it holds before a call it cannot hold, and strided operands run at once") {

@@ -62,9 +62,10 @@ class KernelBackend {
   // Foreach batches (PyTorch's _foreach_* ops, one launch over many tensors): between begin_foreach() and
   // the matching end_foreach() on a thread, a backend may hold back unary, binary_scalar and ternary calls
   // on contiguous operands and run them, in call order, as multi-tensor launches at end_foreach() or
-  // before its next call of another kind. The caller keeps every operand alive and unread by the host until
-  // end_foreach() (a loop of independent per-tensor updates, as the optimizers' foreach steps are). cpu,
-  // sim and meta run each call at once. Nests; ForeachBatch is the scope.
+  // before its next call of another kind; consecutive launches over lists of the same tensors may run as
+  // one pass (each op's values unchanged). The caller keeps every operand alive and unread by the host
+  // until end_foreach() (a loop of independent per-tensor updates, as the optimizers' foreach steps are).
+  // cpu, sim and meta run each call at once. Nests; ForeachBatch is the scope.
   virtual void begin_foreach() {}
   virtual void end_foreach() {}
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "bytegrad/autograd/grad_mode.h"
@@ -265,6 +266,12 @@ void Adam::multi_tensor_step(const Group& g) {
   // run the loop's per-tensor updates as multi-tensor launches (on cuda, as PyTorch's multi_tensor_apply).
   // No loop frees memory, so what a batch holds back stays valid until it runs.
   const Device device = params_[with_grad.front()].device();
+  // Where nothing is freed until the update is done (no weight-decayed copies of the gradients), one batch
+  // holds every op back, so the backend may run them as one pass over each parameter (on cuda, one load
+  // and store of each tensor instead of one per op; the values are the same). Adam's copies are freed
+  // midway, so there each op is its own batch.
+  std::optional<ForeachBatch> whole_update;
+  if (weight_decay == 0 || decoupled_weight_decay_) whole_update.emplace(device);
   std::vector<Tensor> grads;  // the .grad tensors, or their weight-decayed copies
   for (size_t i : with_grad) {
     state_[i].step += 1;
@@ -322,7 +329,8 @@ void Adam::multi_tensor_step(const Group& g) {
       addcdiv_(params_[i], state_[i].exp_avg, denoms[k], -step_size);
     }
   }
-  drop_list(denoms);  // freed when the function returns, last parameter first
+  whole_update.reset();  // launches what it held back, before its temporaries go
+  drop_list(denoms);     // freed when the function returns, last parameter first
 }
 
 }  // namespace bytegrad::optim

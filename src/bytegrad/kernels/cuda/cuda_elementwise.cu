@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "bytegrad/kernels/cuda/cuda_launch_stream.h"
+#include "bytegrad/kernels/cuda/cuda_foreach.cuh"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 #include "bytegrad/kernels/cuda/cuda_profile.h"
 #include "bytegrad/kernels/pointwise_math.h"
@@ -59,15 +62,6 @@ struct ConvertFn {
   __device__ To operator()(From x) const { return convert<To>(x); }
 };
 
-template <typename T, typename Out>
-struct UnaryFn {
-  UnaryOp op;
-  __device__ Out operator()(T x) const {
-    using Acc = opmath_t<T>;
-    return convert<Out>(pointwise::unary<Acc>(op, convert<Acc>(x)));
-  }
-};
-
 // The same with the op fixed at compile time, for the activations whose row says cuda `fixed` (and add): in
 // GPT-2's activation and its backward the runtime switch over every op inside the per-element loop cost a
 // quarter of the kernel's time.
@@ -108,25 +102,8 @@ struct MixedFloatFn {
   }
 };
 
-template <typename T, typename Out>
-struct BinaryScalarFn {
-  BinaryOp op;
-  opmath_t<T> scalar;  // the number in the tensor's math type
-  double exact;        // the number itself, for comparisons
-  bool scalar_first;
-  __device__ Out operator()(T a) const {
-    using Acc = opmath_t<T>;
-    return convert<Out>(pointwise::binary_with_scalar<Acc>(op, convert<Acc>(a), scalar, exact, scalar_first));
-  }
-};
-
 // ---- maps: apply an element function over strided views, or over contiguous ones in vectors. One
 // template serves every arity: the inputs' data pointers are typed by the pack Ins, in order.
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
 
 // Elements per vector: 16 bytes of the widest operand (one 128-bit load per operand and thread), so a
 // warp moves 512 contiguous bytes per operand with every load in flight before any store.
@@ -542,8 +519,6 @@ void masked_fill(const StridedView& out, const StridedView& mask, double value) 
 
 namespace {
 
-enum class ForeachKind : uint8_t { unary, binary_scalar, ternary };
-
 struct ForeachCall {
   ForeachKind kind;
   int op;  // the UnaryOp / BinaryOp / TernaryOp
@@ -566,8 +541,6 @@ ForeachQueue& foreach_queue() {
   return queue;
 }
 
-constexpr int kForeachChunk = 8192;  // elements per block
-
 // Kernel parameters: up to kForeachTensors tensors and the first block of each (a prefix sum).
 struct ForeachTable {
   int count;
@@ -578,33 +551,12 @@ struct ForeachTable {
   double scalar[kForeachTensors];
 };
 
-template <typename T>
-__device__ __forceinline__ T foreach_element(ForeachKind kind, int op, bool scalar_first, T x, T y, T z,
-                                             double scalar) {
-  using Acc = opmath_t<T>;
-  switch (kind) {
-    case ForeachKind::unary: return UnaryFn<T, T>{static_cast<UnaryOp>(op)}(x);
-    case ForeachKind::binary_scalar:
-      return BinaryScalarFn<T, T>{static_cast<BinaryOp>(op), from_double<Acc>(scalar), scalar, scalar_first}(x);
-    default:
-      return convert<T>(ternary_value<Acc>(static_cast<TernaryOp>(op), convert<Acc>(x), convert<Acc>(y),
-                                           convert<Acc>(z), static_cast<Acc>(scalar)));
-  }
-}
-
 template <typename T, ForeachKind kKind>
 __global__ void __launch_bounds__(kBlockThreads) foreach_kernel(ForeachTable table, int op, bool scalar_first) {
   constexpr int N = static_cast<int>(16 / sizeof(T));
-  // The tensor this block works on: the last whose first block is at or before ours.
-  int lo = 0, hi = table.count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (table.block_start[mid] <= static_cast<int>(blockIdx.x)) lo = mid;
-    else hi = mid - 1;
-  }
-  const int t = lo;
-  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_start[t]) * kForeachChunk;
-  const int64_t end = begin + kForeachChunk < table.numel[t] ? begin + kForeachChunk : table.numel[t];
+  const ForeachBlock block = foreach_block(table.block_start, table.numel, table.count);
+  const int t = block.tensor;
+  const int64_t begin = block.begin, end = block.end;
   T* out = static_cast<T*>(table.out[t]);
   const T* x = static_cast<const T*>(table.in[0][t]);
   const T* y = kKind == ForeachKind::ternary ? static_cast<const T*>(table.in[1][t]) : x;
@@ -712,6 +664,154 @@ void launch_foreach(const std::vector<ForeachCall>& calls, size_t first, size_t 
   if (previous_device != head.device) BYTEGRAD_CUDA_CHECK(cudaSetDevice(previous_device));
 }
 
+struct Run {  // consecutive queued calls of one launch: calls[first, last)
+  size_t first, last;
+};
+
+// ---- several foreach ops over the same tensors, one pass: an optimizer's update (lerp_, mul_, addcmul_,
+// sqrt, div_, add_, addcdiv_ over one parameter list) is several launches ("stages") over equally long lists
+// whose k-th tensors have one size. Where the stages are one of the programs below, they run as one kernel:
+// each element of the k-th tensors is loaded once, every stage's op applied in order in registers, and each
+// tensor written once. Each op is the same function of the same values as in its own launch, rounded to the
+// dtype after every op (no product and sum of two ops fused into one rounding), so the results are the same
+// bit for bit. Only where that order cannot be told apart from stage-by-stage order: the tensors of one
+// list position are the same tensor or disjoint, and no memory is shared between positions.
+
+// The slots of position k (each distinct pointer, in order of first use) and the stages over them, as a
+// program; false when more than kFusedSlots pointers.
+bool position_program(const std::vector<ForeachCall>& calls, const std::vector<Run>& runs, size_t first_run,
+                      size_t stages, size_t k, std::vector<const void*>& slots, FusedProgram& program) {
+  slots.clear();
+  program = FusedProgram{"", static_cast<int>(stages), {}, 0u, 0u};
+  auto slot_of = [&](const void* p, bool write) -> int {
+    size_t i = 0;
+    while (i < slots.size() && slots[i] != p) ++i;
+    if (i == slots.size()) {
+      if (slots.size() == kFusedSlots) return -1;
+      slots.push_back(p);
+      if (!write) program.load_mask |= 1u << i;
+    }
+    if (write) program.store_mask |= 1u << i;
+    return static_cast<int>(i);
+  };
+  for (size_t s = 0; s < stages; ++s) {
+    const ForeachCall& c = calls[runs[first_run + s].first + k];
+    FusedStage& st = program.stage[s];
+    st = FusedStage{c.kind, c.op, c.scalar_first, 0, {0, 0, 0}};
+    const int inputs = c.kind == ForeachKind::ternary ? 3 : 1;
+    for (int j = 0; j < 3; ++j) {
+      st.in[j] = j < inputs ? slot_of(c.in[j], false) : st.in[0];
+      if (st.in[j] < 0) return false;
+    }
+    st.out = slot_of(c.out, true);
+    if (st.out < 0) return false;
+  }
+  return true;
+}
+
+bool same_program(const FusedProgram& a, const FusedProgram& b) {
+  if (a.stages != b.stages || a.load_mask != b.load_mask || a.store_mask != b.store_mask) return false;
+  for (int s = 0; s < a.stages; ++s) {
+    const FusedStage &x = a.stage[s], &y = b.stage[s];
+    if (x.kind != y.kind || x.op != y.op || x.scalar_first != y.scalar_first || x.out != y.out || x.in[0] != y.in[0] ||
+        x.in[1] != y.in[1] || x.in[2] != y.in[2])
+      return false;
+  }
+  return true;
+}
+
+// Which of kFusedPrograms runs[first_run, first_run + stages) are at every position, with memory shared only
+// by the same tensor at the same position; -1: none.
+int fused_program(const std::vector<ForeachCall>& calls, const std::vector<Run>& runs, size_t first_run,
+                  size_t stages) {
+  const size_t positions = runs[first_run].last - runs[first_run].first;
+  std::vector<const void*> slots;
+  FusedProgram program{};
+  int found = -1;
+  struct Range {
+    uintptr_t begin, end;
+  };
+  std::vector<Range> ranges;
+  for (size_t k = 0; k < positions; ++k) {
+    if (!position_program(calls, runs, first_run, stages, k, slots, program)) return -1;
+    if (k == 0) {
+      for (int i = 0; i < static_cast<int>(std::size(kFusedPrograms)) && found < 0; ++i)
+        if (same_program(program, *kFusedPrograms[i])) found = i;
+      if (found < 0) return -1;
+    } else if (!same_program(program, *kFusedPrograms[found])) {
+      return -1;
+    }
+    const ForeachCall& c = calls[runs[first_run].first + k];
+    const auto bytes = static_cast<uintptr_t>(c.numel) * element_size(c.dtype);
+    for (const void* p : slots)
+      ranges.push_back({reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + bytes});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].begin < ranges[i - 1].end) return -1;  // a position's slots are distinct: overlap is sharing
+  return found;
+}
+
+struct FusedRuns {
+  size_t stages = 0;
+  int program = -1;
+};
+
+// The longest stretch of runs from runs[r] on that is one of the programs (stages 0: none).
+FusedRuns fusable_runs(const std::vector<ForeachCall>& calls, const std::vector<Run>& runs, size_t r) {
+  const ForeachCall& head = calls[runs[r].first];
+  const size_t positions = runs[r].last - runs[r].first;
+  size_t stages = 1;
+  while (r + stages < runs.size() && stages < static_cast<size_t>(kFusedStages)) {
+    const Run& next = runs[r + stages];
+    if (next.last - next.first != positions) break;
+    const ForeachCall& c = calls[next.first];
+    if (c.dtype != head.dtype || c.device != head.device) break;
+    bool sizes_match = true;
+    for (size_t k = 0; k < positions && sizes_match; ++k)
+      sizes_match = calls[next.first + k].numel == calls[runs[r].first + k].numel;
+    if (!sizes_match) break;
+    ++stages;
+  }
+  for (; stages >= 2; --stages)
+    if (const int program = fused_program(calls, runs, r, stages); program >= 0) return {stages, program};
+  return {};
+}
+
+// Launches runs[r, r + fused.stages) as passes of `fused.program` over up to kFusedTensors positions each.
+void launch_fused(const std::vector<ForeachCall>& calls, const std::vector<Run>& runs, size_t r, FusedRuns fused) {
+  const ForeachCall& head = calls[runs[r].first];
+  int previous_device = 0;
+  BYTEGRAD_CUDA_CHECK(cudaGetDevice(&previous_device));
+  if (previous_device != head.device) BYTEGRAD_CUDA_CHECK(cudaSetDevice(head.device));
+  CudaCallTimer timer("foreach fused", kFusedPrograms[fused.program]->name, head.dtype);
+  const size_t positions = runs[r].last - runs[r].first;
+  std::vector<const void*> slots;
+  FusedProgram program{};
+  for (size_t begin = 0; begin < positions;) {
+    FusedTable table{};
+    int blocks = 0;
+    size_t k = begin;
+    for (; k < positions && table.count < kFusedTensors; ++k) {
+      const ForeachCall& c = calls[runs[r].first + k];
+      const int64_t chunks = (c.numel + kForeachChunk - 1) / kForeachChunk;
+      if (table.count > 0 && blocks + chunks > (int64_t{1} << 30)) break;
+      const int t = table.count++;
+      position_program(calls, runs, r, fused.stages, k, slots, program);
+      table.block_start[t] = blocks;
+      table.numel[t] = c.numel;
+      for (size_t q = 0; q < slots.size(); ++q) table.slot[t][q] = const_cast<void*>(slots[q]);
+      for (size_t s = 0; s < fused.stages; ++s) table.scalar[t][s] = calls[runs[r + s].first + k].scalar;
+      blocks += static_cast<int>(chunks);
+    }
+    table.block_start[table.count] = blocks;
+    begin = k;
+    if (blocks == 0) continue;
+    launch_fused_pass(fused.program, head.dtype, blocks, table);
+  }
+  if (previous_device != head.device) BYTEGRAD_CUDA_CHECK(cudaSetDevice(previous_device));
+}
+
 bool foreach_dtype(ScalarType dtype) {
   return dtype == ScalarType::float32 || dtype == ScalarType::float64 || dtype == ScalarType::float16 ||
          dtype == ScalarType::bfloat16;
@@ -751,11 +851,21 @@ void foreach_flush() {
   if (q.calls.empty()) return;
   std::vector<ForeachCall> calls;
   calls.swap(q.calls);  // a launch error leaves an empty queue behind
+  std::vector<Run> runs;
   for (size_t first = 0; first < calls.size();) {
     size_t last = first + 1;
     while (last < calls.size() && same_launch(calls[first], calls[last])) ++last;
-    launch_foreach(calls, first, last);
+    runs.push_back({first, last});
     first = last;
+  }
+  for (size_t r = 0; r < runs.size();) {
+    if (const FusedRuns fused = fusable_runs(calls, runs, r); fused.stages >= 2) {
+      launch_fused(calls, runs, r, fused);
+      r += fused.stages;
+    } else {
+      launch_foreach(calls, runs[r].first, runs[r].last);
+      ++r;
+    }
   }
 }
 

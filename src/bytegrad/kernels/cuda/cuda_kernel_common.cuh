@@ -212,14 +212,16 @@ inline void require_same_sizes(const StridedView& a, const StridedView& b, const
 }
 
 // The optimizers' three-operand update (TernaryOp) of one element in opmath: lerp in PyTorch's two-sided
-// form (exact at both ends), addcmul, addcdiv. Shared by the strided kernel and the multi-tensor one.
+// form (exact at both ends), addcmul, addcdiv. Shared by the strided kernel, the multi-tensor one and the
+// fused optimizer pass. The last product and sum are one fused multiply-add, written out: the compiler
+// contracts them anyway, but not necessarily alike in every kernel, and those must agree bit for bit.
 template <typename Acc>
 __device__ __forceinline__ Acc ternary_value(TernaryOp op, Acc x, Acc y, Acc z, Acc value) {
   switch (op) {
     case TernaryOp::lerp:
-      return (value < Acc(0.5) && value > Acc(-0.5)) ? x + value * (y - x) : y - (y - x) * (Acc(1) - value);
-    case TernaryOp::addcmul: return x + value * y * z;
-    default: return x + value * (y / z);
+      return (value < Acc(0.5) && value > Acc(-0.5)) ? fma(value, y - x, x) : fma(-(y - x), Acc(1) - value, y);
+    case TernaryOp::addcmul: return fma(value * y, z, x);
+    default: return fma(value, y / z, x);
   }
 }
 

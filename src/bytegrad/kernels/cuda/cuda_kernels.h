@@ -49,7 +49,9 @@ inline void coalesce_dims(std::vector<int64_t>& sizes, std::vector<std::vector<i
 // operands are contiguous, of one floating dtype and of the output's dtype are queued instead of launched;
 // foreach_flush() (at foreach_end(), and before any other call of the backend) launches the queue in
 // order, consecutive calls of the same op and dtype together: one launch for up to kForeachTensors tensors,
-// each with its own scalar, as PyTorch's multi_tensor_apply. Nothing is allocated.
+// each with its own scalar, as PyTorch's multi_tensor_apply; and consecutive such launches over lists whose
+// k-th tensors are the same ones (an optimizer's update) as one pass that loads and stores each tensor
+// once, applying every op in order with the same rounding. Nothing is allocated.
 inline constexpr int kForeachTensors = 48;
 void foreach_begin();
 void foreach_end();
