@@ -1,7 +1,9 @@
 // The CUDA driver's own allocations in the placement model (VirtualAddressSpace::note_driver_allocations),
 // as measured on the H100 (tools/probes/driver_allocations_probe.py, driver_first_launch_probe.py). The
 // model's fresh process: free gaps of 2 MiB at T and 24 MiB at T + 74 MiB, new regions (rounded up to
-// 32 MiB) reserved downward from T - 414 MiB; every allocation takes the lowest gap it fits.
+// 32 MiB) reserved downward from T - 414 MiB; every allocation takes the lowest gap it fits. The first
+// launch frees the 414 MiB stretch below T (placed below the regions so far) unless a segment took the hole
+// at its top before (docs/evidence/generated_segments/).
 #include <doctest/doctest.h>
 
 #include "bytegrad/memory/virtual_address_space.h"
@@ -22,17 +24,56 @@ TEST_CASE("the model without driver allocations: lowest gap first, then new regi
   CHECK(space.allocate(20 * MiB) == T - 414 * MiB - 32 * MiB);  // 20 MiB in a new 32 MiB region
 }
 
-TEST_CASE("launch heap: 512 MiB reserved below, its top 6 MiB the lowest gap, taken before the older gaps") {
+TEST_CASE("launch heap: the stretch freed, 512 MiB reserved below, its top 6 MiB the lowest gap") {
   VirtualAddressSpace space(kBase, kSpan);
   space.note_driver_allocations(kLaunchHeap, kH100Threads);
-  // Reserved: [T - 926, T - 414) MiB. Its top 8 MiB start at T - 422: the driver's 2 MiB, then
-  // [T - 420, T - 414) free, below the fresh process's gaps at T and T + 74.
-  CHECK(space.allocate(2 * MiB) == T - 420 * MiB);
-  CHECK(space.allocate(4 * MiB) == T - 418 * MiB);
-  CHECK(space.allocate(2 * MiB) == T);  // the heap is full: the old gaps again
+  // The first launch frees the 414 MiB stretch, placed below the regions so far: [T - 828, T - 414) MiB;
+  // 160 MiB below it the heap's reservation, [T - 1500, T - 988). Its top 8 MiB start at T - 996: the
+  // driver's 2 MiB, then [T - 994, T - 988) free, the lowest gap.
+  CHECK(space.allocate(2 * MiB) == T - 994 * MiB);
+  CHECK(space.allocate(4 * MiB) == T - 992 * MiB);
+  CHECK(space.allocate(2 * MiB) == T - 828 * MiB);  // the heap is full: the stretch, from its bottom
   // New regions go below the reservation; noting the heap again reserves nothing more.
   space.note_driver_allocations(kLaunchHeap, kH100Threads);
-  CHECK(space.allocate(32 * MiB) == T - 414 * MiB - 512 * MiB - 32 * MiB);
+  CHECK(space.allocate(420 * MiB) == T - 1500 * MiB - 448 * MiB);  // 412 MiB left in the stretch
+}
+
+TEST_CASE("the stretch: free from the first launch on, below the regions made before it, lowest first") {
+  VirtualAddressSpace space(kBase, kSpan);
+  CHECK(space.allocate(2 * MiB) == T);
+  CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
+  CHECK(space.allocate(20 * MiB) == T - 446 * MiB);  // a new 32 MiB region; 20 MiB is no segment for the hole
+  space.note_driver_allocations(kLaunchHeap, kH100Threads);
+  // The stretch: [T - 860, T - 446) MiB; the heap's free top: [T - 1026, T - 1020).
+  CHECK(space.allocate(2 * MiB) == T - 1026 * MiB);
+  CHECK(space.allocate(20 * MiB) == T - 860 * MiB);   // the heap's 4 MiB are too small
+  CHECK(space.allocate(12 * MiB) == T - 840 * MiB);   // the stretch before the region's rest above it
+  CHECK(space.allocate(382 * MiB) == T - 828 * MiB);  // the rest of the stretch
+  CHECK(space.allocate(12 * MiB) == T - 426 * MiB);   // now the region's rest
+}
+
+TEST_CASE("the hole below T: a segment of more than 24 and at most 148 MiB before the first launch") {
+  SUBCASE("GPT-2 small's 148 MiB embedding takes it: no stretch at the launch") {
+    VirtualAddressSpace space(kBase, kSpan);
+    CHECK(space.allocate(2 * MiB) == T);
+    CHECK(space.allocate(148 * MiB) == T - 414 * MiB - 160 * MiB);  // a 160 MiB region below the others
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);       // heap: [T - 1086, T - 574)
+    CHECK(space.allocate(20 * MiB) == T + 74 * MiB);                // the heap's 6 MiB are too small
+    CHECK(space.allocate(20 * MiB) == T - 1086 * MiB - 32 * MiB);
+  }
+  SUBCASE("150 MiB does not fit it: the stretch comes") {
+    VirtualAddressSpace space(kBase, kSpan);
+    CHECK(space.allocate(2 * MiB) == T);
+    CHECK(space.allocate(150 * MiB) == T - 574 * MiB);
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // stretch: [T - 988, T - 574)
+    CHECK(space.allocate(20 * MiB) == T - 988 * MiB);
+  }
+  SUBCASE("after the first launch a segment of that size leaves the stretch as it is") {
+    VirtualAddressSpace space(kBase, kSpan);
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // stretch: [T - 828, T - 414)
+    CHECK(space.allocate(100 * MiB) == T - 828 * MiB);
+    CHECK(space.allocate(20 * MiB) == T - 728 * MiB);
+  }
 }
 
 TEST_CASE("module globals: one 2 MiB chunk in the lowest gap, the first time only") {
@@ -69,9 +110,10 @@ TEST_CASE("cuBLAS handles: 64 MiB each, and 129 KiB each from a shared 2 MiB chu
 TEST_CASE("one note, several allocations, in the order globals, launch heap, stack") {
   VirtualAddressSpace space(kBase, kSpan);
   space.note_driver_allocations(kModuleGlobals | kLaunchHeap | kKernelStack, kH100Threads);
-  // The chunk took T (before the heap existed); the stack took T + 74 (the heap's 6 MiB are too small).
-  CHECK(space.allocate(6 * MiB) == T - 420 * MiB);
-  CHECK(space.allocate(14 * MiB) == T + 84 * MiB);
+  // The chunk took T (before the heap existed); the stack the stretch's bottom, T - 828 MiB (the heap's
+  // 6 MiB at T - 994 are too small).
+  CHECK(space.allocate(6 * MiB) == T - 994 * MiB);
+  CHECK(space.allocate(14 * MiB) == T - 818 * MiB);
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
     if (rest > 0) gaps_.emplace(address + bytes, rest);
     return address;
   }
+  constexpr size_t kGapBytes = size_t{24} << 20;  // the gap at T + 74 MiB
+  if (!(driver_done_ & kLaunchHeap) && bytes > kGapBytes && bytes <= kHoleBytes) hole_taken_ = true;
   const size_t region = (bytes + kRegionGranularity - 1) / kRegionGranularity * kRegionGranularity;
   if (bottom_ - limit_ < region) return 0;
   bottom_ -= region;
@@ -51,6 +53,14 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
   }
   if ((what & kLaunchHeap) && !(driver_done_ & kLaunchHeap)) {
     driver_done_ |= kLaunchHeap;
+    // The stretch below T, freed now (header), and between it and the heap's reservation what the driver
+    // keeps there: the heap's top sits 160 MiB below the lowest region (docs/evidence/generated_segments/).
+    constexpr size_t kBelowRegions = 160 * kMiB;
+    if (!hole_taken_ && bottom_ - limit_ >= kStretchBytes + kBelowRegions) {
+      bottom_ -= kStretchBytes;
+      add_gap(bottom_, kStretchBytes);
+      bottom_ -= kBelowRegions;
+    }
     constexpr size_t kReserved = 512 * kMiB;
     if (bottom_ - limit_ >= kReserved) {
       bottom_ -= kReserved;

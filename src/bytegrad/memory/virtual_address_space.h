@@ -18,6 +18,20 @@
 // docs/evidence/driver_placement/). DriverAllocation names what a kernel launch or a new
 // cuBLAS handle makes it allocate; each is placed by the rule above, except the launch heap, which comes
 // with a reservation of its own.
+//
+// The stretch below the first small segment (docs/evidence/generated_segments/, 128 recorded runs on the
+// H100, tools/probes/segment_stretch.py): until the process's first kernel launch, the driver holds the
+// 414 MiB below T except a hole of about 150 MiB right under T, which takes the first segment of more than
+// 24 MiB (too large for the gap at T + 74 MiB) if it fits: at T - its size. From the first launch on, the
+// whole 414 MiB is free and the forward's segments fill it from its bottom, lowest address first. Where no
+// segment took the hole (102 of the 106 runs that show the stretch), the model makes the stretch a free
+// range at the first launch, placed below every region reserved so far, the launch heap's reservation
+// 160 MiB below it (where PyTorch's heap top sits below the lowest region): PyTorch's `.to()` segments mostly sit in
+// holes between host arenas above T, which the model does not follow, so the stretch's segments come below them as in
+// PyTorch. Where one did (GPT-2 small's 148 MiB embedding; 18 of the 20 runs that show it), the forward's segments go
+// elsewhere and the model keeps its regions below the others. The hole's size is not exact (a 126 MiB segment fitted
+// it, a 128 MiB one on a T 30 MiB above a 32 MiB boundary did not, a 148 MiB one on a T 20 MiB above did): 148 MiB, so
+// that GPT-2 small's embedding takes it.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +45,10 @@ namespace bytegrad {
 class VirtualAddressSpace {
  public:
   static constexpr size_t kRegionGranularity = size_t{32} << 20;
+  // The stretch of 414 MiB below the first small segment that the first kernel launch frees, and the
+  // hole at its top that segments of more than kGapBytes (24 MiB) and at most kHoleBytes take before.
+  static constexpr size_t kStretchBytes = size_t{414} << 20;
+  static constexpr size_t kHoleBytes = size_t{148} << 20;
 
   // Manages [base, base + span), span > 128 MiB.
   VirtualAddressSpace(uintptr_t base, size_t span);
@@ -56,6 +74,7 @@ class VirtualAddressSpace {
   uint32_t driver_done_ = 0;    // one-time DriverAllocation flags already placed
   bool globals_chunk_ = false;  // a 2 MiB chunk of small driver allocations exists
   size_t blas_chunk_left_ = 0;  // room left in cuBLAS's chunk
+  bool hole_taken_ = false;     // a segment took the hole below T before the first launch
 };
 
 }  // namespace bytegrad
