@@ -53,16 +53,21 @@ bool gemm_in_aligned_pieces(const GemmArgs& g, const std::function<void(const Ge
     return const_cast<char*>(static_cast<const char*>(p)) + elements * element;
   };
   auto group_size = [&](int64_t extent, int64_t q) { return (extent - q + period - 1) / period; };
+  // Columns q, q + period, ... of op(B) (B not transposed) and of C.
+  auto column_group = [&](int64_t q) {
+    GemmArgs group = g;
+    group.n = group_size(g.n, q);
+    group.b = at(g.b, q * g.ldb);
+    group.ldb = period * g.ldb;
+    group.c = at(g.c, q * g.ldc);
+    group.ldc = period * g.ldc;
+    return group;
+  };
 
   if (bad_c) {
     if (!g.transa || g.transb) return false;
     for (int64_t q = 0; q < std::min(period, g.n); ++q) {
-      GemmArgs group = g;
-      group.n = group_size(g.n, q);
-      group.b = at(g.b, q * g.ldb);
-      group.ldb = period * g.ldb;
-      group.c = at(g.c, q * g.ldc);
-      group.ldc = period * g.ldc;
+      const GemmArgs group = column_group(q);
       for (Range r : axis_pieces(g.m, q * g.ldc % step, step)) {
         GemmArgs piece = group;
         piece.m = r.end - r.begin;
@@ -76,12 +81,7 @@ bool gemm_in_aligned_pieces(const GemmArgs& g, const std::function<void(const Ge
   if (g.transa) return false;
   if (!g.transb) {
     for (int64_t q = 0; q < std::min(period, g.n); ++q) {
-      GemmArgs group = g;
-      group.n = group_size(g.n, q);
-      group.b = at(g.b, q * g.ldb);
-      group.ldb = period * g.ldb;
-      group.c = at(g.c, q * g.ldc);
-      group.ldc = period * g.ldc;
+      const GemmArgs group = column_group(q);
       bool first = true;
       for (Range r : axis_pieces(g.k, q * g.ldb % step, step)) {
         GemmArgs piece = group;
