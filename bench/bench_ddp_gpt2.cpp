@@ -40,10 +40,7 @@ struct Setup {
 // One rank's median step (distributed: under DDP on `group`; otherwise alone on `d`).
 double gpt2_step_ms(Device d, const Setup& s, distributed::ProcessGroup* group) {
   manual_seed(1337);
-  nn::GPTConfig config;  // GPT-2 small
-  if (s.mode == "bf16_sdpa") config.attention = nn::AttentionKind::sdpa;
-  auto model = std::make_shared<nn::GPT>(config);
-  model->to(d);
+  auto model = bench::gpt2_small_on(d, s.mode);
   std::optional<distributed::DistributedDataParallel> ddp;
   if (group != nullptr) ddp.emplace(model, *group);
   bench::Gpt2TrainingStep::Forward forward;

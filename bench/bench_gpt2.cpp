@@ -7,10 +7,14 @@
 // With BYTEGRAD_PROFILE_KERNELS=1 it also prints, per size, where the timed steps' GPU time went
 // (kernels/kernel_profile.h: per backend call and per autograd node; bench/pytorch_gpt2_profile.py prints
 // PyTorch's side). The profiler's events slow the steps a little: take timings from a run without it.
+// With BYTEGRAD_BENCH_TRACE=PREFIX it writes each size's allocator trace (action, requested bytes, block bytes,
+// tag; no addresses, which differ between devices) to PREFIX.<batch>x<seq>.txt, to find where two devices'
+// (or two builds') figures part.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -18,6 +22,8 @@
 #include <vector>
 
 #include "bytegrad/kernels/kernel_profile.h"
+#include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/history.h"
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/nn/gpt.h"
 #include "bytegrad/optim/adam.h"
@@ -31,10 +37,7 @@ namespace {
 
 double median_step_ms(Device d, int64_t batch, int64_t seq, int steps, const std::string& mode) {
   manual_seed(1337);
-  nn::GPTConfig config;  // GPT-2 small
-  if (mode == "bf16_sdpa") config.attention = nn::AttentionKind::sdpa;
-  auto model = std::make_shared<nn::GPT>(config);
-  model->to(d);
+  auto model = bench::gpt2_small_on(d, mode);
   const double ms = bench::median_step_ms(bench::Gpt2TrainingStep(model, d, mode, batch, seq), steps, [] {
     if (kernel_profiling_enabled()) kernel_profile_reset();
   });
@@ -55,10 +58,24 @@ int main(int argc, char** argv) {
   fmt::print("GPT-2 small {} training step on {} (AdamW foreach; median of {} synchronized steps)\n", mode, d.str(),
              steps);
   fmt::print("{:>10} {:>12} {:>16}\n", "tokens", "ms/step", "peak allocated");
+  const char* trace_prefix = std::getenv("BYTEGRAD_BENCH_TRACE");
   for (auto [batch, seq] : {std::pair<int64_t, int64_t>{4, 256}, {8, 1024}}) {
     reset_peak_memory_stats(d);
+    if (trace_prefix) caching_allocator(d).record_history(true);
     const double ms = median_step_ms(d, batch, seq, steps, mode);
     fmt::print("{:>10} {:>12.2f} {:>16}\n", fmt::format("{}x{}", batch, seq), ms, max_memory_allocated(d));
+    if (trace_prefix) {
+      const std::string path = fmt::format("{}.{}x{}.txt", trace_prefix, batch, seq);
+      std::FILE* out = std::fopen(path.c_str(), "w");
+      if (!out) {
+        fmt::print(stderr, "bench_gpt2: cannot write {}\n", path);
+        return 1;
+      }
+      for (const TraceEntry& e : caching_allocator(d).snapshot().trace)
+        fmt::print(out, "{} {} {} {}\n", trace_action_name(e.action), e.size, e.block_size, e.tag);
+      std::fclose(out);
+      caching_allocator(d).record_history(false);
+    }
     std::fflush(stdout);
   }
   return 0;

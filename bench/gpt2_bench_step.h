@@ -19,6 +19,19 @@
 
 namespace bytegrad::bench {
 
+// GPT-2 small as nanoGPT (and the PyTorch baselines) make it: built on the CPU with PyTorch's initialization,
+// then moved to `device`, so the device sees .to()'s allocations only (built there, the head's weight would be
+// made and dropped for the tie, and its segment stay cached). On meta it is built on a meta device no run
+// measures, as the golden programs do (no arithmetic for 124M random draws).
+inline std::shared_ptr<nn::GPT> gpt2_small_on(Device device, const std::string& mode) {
+  nn::GPTConfig config;
+  if (mode == "bf16_sdpa") config.attention = nn::AttentionKind::sdpa;
+  const Device build_on = device.type == DeviceType::meta ? Device{DeviceType::meta, 100 + device.index} : kCpu;
+  auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(build_on));
+  model->to(device);
+  return model;
+}
+
 // nanoGPT's step on `device`: AdamW foreach with its two groups (weight decay 0.1 on parameters of two or more
 // dimensions, 0 on the rest; lr 6e-4, betas 0.9 and 0.95) over the model's parameters as they are when the
 // step is made (the shards, once sharded), one random batch of tokens, bf16 autocast unless `mode` is "fp32",
