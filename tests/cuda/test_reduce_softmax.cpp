@@ -115,6 +115,29 @@ TEST_CASE("float16 and bfloat16 inputs reduced into float32 outputs (sum, prod a
   }
 }
 
+// The column path (a bias gradient's sum over rows, contiguous): 16-bit columns are read in pairs when their
+// count is even and the data 4-byte aligned, one at a time otherwise (an odd count, or a view one element in).
+TEST_CASE("sums and means over rows of 16-bit columns, in pairs and one at a time, equal cpu's") {
+  require_gpu();
+  for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16, ScalarType::float32}) {
+    for (const Shape& shape : {Shape{1024, 768}, Shape{300, 771}, Shape{129, 32}}) {
+      const Pair whole = random_pair({shape[0], shape[1] + 1}, dtype);
+      for (int64_t start : {0, 1}) {  // start 1: the rows' first element is 2 bytes past a 4-byte boundary
+        const Pair in = whole.map(
+            [&](const Tensor& t) { return t.view({-1}).slice(0, start, start + shape[0] * shape[1]).view(shape); });
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean}) {
+          Pair out = empty_pair({1, shape[1]}, dtype);
+          cpu().reduce(op, out.cpu_view(), in.cpu_view());
+          gpu().reduce(op, out.gpu_view(), in.gpu_view());
+          check_close(out, default_rtol(dtype), default_rtol(dtype) * std::max(1.0, max_abs(out.cpu)),
+                      "columns: " + std::to_string(shape[0]) + " x " + std::to_string(shape[1]) + " from " +
+                          std::to_string(start) + " " + std::string(scalar_type_name(dtype)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("argmax, argmin and max(dim) take the first of equal values and propagate NaN") {
   require_gpu();
   const double nan = std::nan("");

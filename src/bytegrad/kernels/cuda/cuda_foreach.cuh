@@ -10,11 +10,6 @@
 
 namespace bytegrad::cuda {
 
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
 template <typename T, typename Out>
 struct UnaryFn {
   UnaryOp op;

@@ -225,6 +225,13 @@ __device__ __forceinline__ Acc ternary_value(TernaryOp op, Acc x, Acc y, Acc z, 
   }
 }
 
+// N elements of T loaded or stored as one aligned vector (16-byte loads for the maps, 4-byte pairs for
+// 16-bit column sums).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
 // ------------------------------------------------------------------------------------------ launching
 
 inline constexpr int kBlockThreads = 256;

@@ -9,8 +9,11 @@
 // first index wins, as PyTorch documents for argmax/argmin and max(dim).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
@@ -153,43 +156,55 @@ Combine combine_for(ReduceOp op) {
 }
 
 // Sums (and means) over leading dimensions of a contiguous input into contiguous outputs, the shape of a
-// bias gradient (grad.sum(0) over (rows, columns)): a block of 8 columns x 128 lanes per 8 adjacent
-// outputs, each lane summing every 128th row (four loads in flight; a warp reads 4 rows x 32 bytes, whole
-// sectors), then the 128 lanes' sums added in lane order. Deterministic: no atomics.
-constexpr int kColumnTile = 8;
+// bias gradient (grad.sum(0) over (rows, columns)): a block of 8 threads x 128 lanes per 8 kPerThread
+// adjacent outputs, each thread reading kPerThread adjacent columns as one vector (2 for 16-bit types, so
+// a row's 8 threads read 32 bytes, a whole sector, as float32's 8 threads do with one each), each lane
+// summing every 128th row (four loads in flight), then the 128 lanes' sums added in lane order. Each column
+// is summed in the same order whatever kPerThread is. Deterministic: no atomics.
+constexpr int kColumnThreads = 8;
 constexpr int kColumnLanes = 128;
 
-template <typename T>
-__global__ void __launch_bounds__(kColumnTile* kColumnLanes)
+template <typename T, int kPerThread>
+__global__ void __launch_bounds__(kColumnThreads* kColumnLanes)
     reduce_columns_kernel(const T* in, void* values, ScalarType values_dtype, int64_t rows, int64_t columns, bool mean,
                           reduce_acc_t<T> mean_factor) {
   using Acc = reduce_acc_t<T>;
-  __shared__ Acc partial[kColumnLanes][kColumnTile + 1];
-  const int64_t column = static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
-  Acc acc = 0;
-  if (column < columns) {
-    const T* p = in + column;
+  using Row = Vec<T, kPerThread>;
+  constexpr int kTile = kColumnThreads * kPerThread;
+  __shared__ Acc partial[kColumnLanes][kTile + 1];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x * kPerThread;
+  Acc acc[kPerThread] = {};
+  // Launched with kPerThread > 1 only when columns is a multiple of it: a thread's columns are all in or all out.
+  if (first < columns) {
+    const T* p = in + first;
     int64_t r = threadIdx.y;
     constexpr int64_t step = kColumnLanes;
-    for (; r + 3 * step < rows; r += 4 * step) {
-      const Acc a0 = convert<Acc>(p[r * columns]);
-      const Acc a1 = convert<Acc>(p[(r + step) * columns]);
-      const Acc a2 = convert<Acc>(p[(r + 2 * step) * columns]);
-      const Acc a3 = convert<Acc>(p[(r + 3 * step) * columns]);
-      acc += a0;
-      acc += a1;
-      acc += a2;
-      acc += a3;
-    }
-    for (; r < rows; r += step) acc += convert<Acc>(p[r * columns]);
-  }
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && column < columns) {
-    Acc total = partial[0][threadIdx.x];
+    auto add = [&](const Row& v) {
 #pragma unroll
-    for (int k = 1; k < kColumnLanes; ++k) total += partial[k][threadIdx.x];
-    store_as(values, values_dtype, column, mean ? total * mean_factor : total);
+      for (int k = 0; k < kPerThread; ++k) acc[k] += convert<Acc>(v.v[k]);
+    };
+    auto load = [&](int64_t row) { return *reinterpret_cast<const Row*>(p + row * columns); };
+    for (; r + 3 * step < rows; r += 4 * step) {
+      const Row a0 = load(r), a1 = load(r + step), a2 = load(r + 2 * step), a3 = load(r + 3 * step);
+      add(a0);
+      add(a1);
+      add(a2);
+      add(a3);
+    }
+    for (; r < rows; r += step) add(load(r));
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) partial[threadIdx.y][threadIdx.x * kPerThread + k] = acc[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && first < columns) {
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int c = threadIdx.x * kPerThread + k;
+      Acc total = partial[0][c];
+#pragma unroll
+      for (int lane = 1; lane < kColumnLanes; ++lane) total += partial[lane][c];
+      store_as(values, values_dtype, first + k, mean ? total * mean_factor : total);
+    }
   }
 }
 
@@ -264,12 +279,21 @@ void launch_reduce(ReduceOp op, const StridedView& in, const std::vector<bool>& 
       using T = typename decltype(tag)::type;
       using Acc = reduce_acc_t<T>;
       const Acc factor = static_cast<Acc>(static_cast<Acc>(num_outputs) / static_cast<Acc>(num_outputs * reduce_size));
-      const dim3 block(kColumnTile, kColumnLanes);
-      const unsigned blocks = static_cast<unsigned>((columns + kColumnTile - 1) / kColumnTile);
-      reduce_columns_kernel<T><<<blocks, block, 0, launch_stream()>>>(static_cast<const T*>(in.data), values->data,
-                                                                      values->dtype, column_rows, columns,
-                                                                      op == ReduceOp::mean, factor);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_columns_kernel");
+      const bool mean = op == ReduceOp::mean;
+      constexpr int kPairs = sizeof(T) == 2 ? 2 : 1;  // 16-bit columns in pairs: 4-byte loads
+      const bool paired =
+          kPairs > 1 && columns % kPairs == 0 && reinterpret_cast<uintptr_t>(in.data) % (sizeof(T) * kPairs) == 0;
+      auto launch = [&](auto per_thread) {
+        constexpr int kPerThread = decltype(per_thread)::value;
+        const dim3 block(kColumnThreads, kColumnLanes);
+        const auto blocks =
+            static_cast<unsigned>((columns + kColumnThreads * kPerThread - 1) / (kColumnThreads * kPerThread));
+        reduce_columns_kernel<T, kPerThread><<<blocks, block, 0, launch_stream()>>>(
+            static_cast<const T*>(in.data), values->data, values->dtype, column_rows, columns, mean, factor);
+        BYTEGRAD_CUDA_CHECK_LAUNCH("reduce_columns_kernel");
+      };
+      if (paired) launch(std::integral_constant<int, kPairs>{});
+      else launch(std::integral_constant<int, 1>{});
     });
     return;
   }
