@@ -110,8 +110,7 @@ int64_t gpt_parameters(const nn::GPTConfig& c) {
 double gpt2_step_ms(Device d, const Setup& s, distributed::ProcessGroup* group) {
   manual_seed(1337);
   const nn::GPTConfig config = s.config();
-  // Built on the rank's own device: with --threads the ranks share one default device.
-  auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(d));
+  auto model = bench::gpt2_on(d, config);  // on the CPU, then moved to this rank's device, as PyTorch's step
   std::optional<distributed::FSDPModule> root;
   if (group != nullptr) {
     // fully_shard on each transformer block ("transformer.h.<i>"), then on the root, as PyTorch's examples.

@@ -19,17 +19,22 @@
 
 namespace bytegrad::bench {
 
-// GPT-2 small as nanoGPT (and the PyTorch baselines) make it: built on the CPU with PyTorch's initialization,
-// then moved to `device`, so the device sees .to()'s allocations only (built there, the head's weight would be
+// GPT as nanoGPT (and the PyTorch baselines) make it: built on the CPU with PyTorch's initialization, then
+// moved to `device`, so the device sees .to()'s allocations only (built there, the head's weight would be
 // made and dropped for the tie, and its segment stay cached). On meta it is built on a meta device no run
 // measures, as the golden programs do (no arithmetic for 124M random draws).
-inline std::shared_ptr<nn::GPT> gpt2_small_on(Device device, const std::string& mode) {
-  nn::GPTConfig config;
-  if (mode == "bf16_sdpa") config.attention = nn::AttentionKind::sdpa;
+inline std::shared_ptr<nn::GPT> gpt2_on(Device device, const nn::GPTConfig& config) {
   const Device build_on = device.type == DeviceType::meta ? Device{DeviceType::meta, 100 + device.index} : kCpu;
   auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(build_on));
   model->to(device);
   return model;
+}
+
+// GPT-2 small, with SDPA for mode "bf16_sdpa".
+inline std::shared_ptr<nn::GPT> gpt2_small_on(Device device, const std::string& mode) {
+  nn::GPTConfig config;
+  if (mode == "bf16_sdpa") config.attention = nn::AttentionKind::sdpa;
+  return gpt2_on(device, config);
 }
 
 // nanoGPT's step on `device`: AdamW foreach with its two groups (weight decay 0.1 on parameters of two or more
