@@ -591,7 +591,7 @@ TEST_CASE("FSDP2 programs on two GPUs with NCCL give the fake backend's figures 
       if (program == "gpt2_small_fsdp")
         for (int run = 0; run < 3; ++run)
           MESSAGE(program << " rank " << rank << " on cuda against PyTorch's run " << run << ": "
-                          << (compare(ours, recorded(program, rank, 2, run)).empty() ? "equal" : "differs"));
+                          << std::string(compare(ours, recorded(program, rank, 2, run)).empty() ? "equal" : "differs"));
     }
   }
   for (int r = 0; r < 2; ++r) programs::fresh_process_state(Device{DeviceType::cuda, r});
