@@ -8,27 +8,15 @@
 #include <cstdint>
 
 #include "bytegrad/kernels/host_device.h"
+#include "bytegrad/kernels/philox.h"
 
 namespace bytegrad {
 
 BYTEGRAD_HOST_DEVICE uint32_t philox_first_word(uint64_t seed, uint64_t index, uint64_t offset) {
-  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
-  uint32_t c2 = static_cast<uint32_t>(offset), c3 = static_cast<uint32_t>(offset >> 32);
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c1 = lo1;
-    c3 = lo0;
-    c0 = n0;
-    c2 = n2;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return c0;
+  return philox4x32_10(static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(offset),
+                       static_cast<uint32_t>(offset >> 32), static_cast<uint32_t>(seed),
+                       static_cast<uint32_t>(seed >> 32))
+      .w[0];
 }
 
 // Which elements survive: a draw at or above threshold = floor(p * 2^32) is kept (probability 1 - p up to
