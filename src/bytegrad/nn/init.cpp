@@ -2,10 +2,10 @@
 
 #include <atomic>
 #include <cmath>
-#include <vector>
 
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/tensor/random.h"
 
 namespace bytegrad::nn::init {
 
@@ -13,16 +13,15 @@ namespace {
 
 std::atomic<RandomFillObserver> random_fill_observer{nullptr};
 
-template <typename Draw>
-const Tensor& fill_with(const char* op, const Tensor& t, Draw draw) {
+// The checks and driver allocations of a fill, then `fill` (a tensor-layer fill from the process generator).
+template <typename Fill>
+const Tensor& fill_with(const char* op, const Tensor& t, Fill fill) {
   check_random_floating(op, t.dtype());
   if (RandomFillObserver observer = random_fill_observer.load()) observer(t);
   // PyTorch's uniform_/normal_ run curand's kernels on the device, whose module globals the driver allocates.
   if (t.numel() != 0) note_driver_allocations(t.device(), kModuleGlobals);
   if (t.is_meta()) return t;  // no values to write, and none drawn (as the random factories on meta)
-  std::vector<double> values(static_cast<size_t>(t.numel()));
-  for (double& v : values) v = draw();
-  fill_from_host(t, values);
+  fill();
   return t;
 }
 
@@ -34,11 +33,11 @@ Tensor empty_parameter(const Shape& sizes, TensorOptions options) {
 }
 
 const Tensor& uniform_(const Tensor& t, double bound) {
-  return fill_with("uniform_", t, [bound] { return (2.0 * random_uniform() - 1.0) * bound; });
+  return fill_with("uniform_", t, [&] { uniform_fill_(t, -bound, bound); });
 }
 
 const Tensor& normal_(const Tensor& t, double mean, double std) {
-  return fill_with("normal_", t, [mean, std] { return mean + std * random_normal(); });
+  return fill_with("normal_", t, [&] { normal_fill_(t, mean, std); });
 }
 
 void set_random_fill_observer(RandomFillObserver observer) { random_fill_observer.store(observer); }

@@ -11,6 +11,7 @@
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
+#include "bytegrad/tensor/random.h"
 
 namespace bytegrad {
 
@@ -148,12 +149,10 @@ DropoutResult dropout_compute(const Tensor& x, double p, bool train) {
   // One fused kernel that draws with curand (device_backend.h).
   if (x.numel() != 0) note_driver_allocations(x.device(), kModuleGlobals | kLaunchHeap);
   if (x.is_meta()) return {out, mask};
-  // The keep/drop draws come from the process generator on the host (host scratch, one double each), in
-  // the mask's memory order: an elementwise output is always dense, so its storage is one flat run.
+  // The keep/drop draws come from the process generator on the host (bernoulli_fill_), in the mask's memory
+  // order: an elementwise output is always dense, so its storage is one flat run.
   const double keep = 1.0 - p;
-  std::vector<double> kept(static_cast<size_t>(x.numel()));
-  for (double& k : kept) k = random_uniform() < keep ? 1.0 : 0.0;
-  fill_from_host(mask.as_strided({mask.numel()}, {1}, mask.storage_offset()), kept);
+  bernoulli_fill_(mask.as_strided({mask.numel()}, {1}, mask.storage_offset()), keep);
   // out = x * mask / (1 - p), computed in place in out.
   backend_of(x).copy(kv(out), kv(mask));
   backend_of(x).binary(BinaryOp::mul, kv(out), kv(out), kv(x), 1.0);

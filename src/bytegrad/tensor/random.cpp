@@ -1,5 +1,8 @@
-// The process's random generator. Values are drawn on the host (a seeded mt19937_64) and copied to the
-// device, so one seed gives the same tensor on cpu, sim and cuda. (They are not PyTorch's values: the
+// The process's random generator: Philox4x32-10 (kernels/philox.h), counter-based as PyTorch's CUDA generator,
+// with PyTorch's kind of state, a seed and an offset. Each draw takes the next range of counter blocks, so
+// element i of a call is a function of (seed, the call's offset, i) only: the values are drawn on the host,
+// in parallel chunks straight into the tensor's dtype (kernels/random_fill.h), and copied to the device, so one
+// seed gives the same tensor on cpu, sim and cuda, at any thread count. (They are not PyTorch's values: the
 // goldens depend on shapes, never on values.)
 #include <fmt/format.h>
 
@@ -7,25 +10,28 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
-#include <numbers>
-#include <random>
 #include <sstream>
 
 #include "bytegrad/core/checked_convert.h"
 #include "bytegrad/kernels/parallel.h"
+#include "bytegrad/kernels/random_fill.h"
 #include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops_support.h"
+#include "bytegrad/tensor/random.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace bytegrad {
 
 namespace {
 
+constexpr uint64_t kDefaultSeed = 67280421310721ULL;  // PyTorch's default seed
+
 struct ProcessGenerator {
   std::mutex mutex;
-  std::mt19937_64 engine{0};
+  uint64_t seed = kDefaultSeed;
+  uint64_t offset = 0;  // counter blocks drawn since the seed was set
 };
 
 ProcessGenerator& generator() {
@@ -33,8 +39,46 @@ ProcessGenerator& generator() {
   return instance;
 }
 
-double uniform_locked(std::mt19937_64& engine) {
-  return static_cast<double>(engine() >> 11) * 0x1.0p-53;  // 53 random bits in [0, 1)
+// A draw of n elements from the process generator: its key and the next n / per_block counter blocks.
+random_fill::Draw reserve(random_fill::Kind kind, ScalarType dtype, int64_t n) {
+  random_fill::Draw draw;
+  draw.kind = kind;
+  draw.dtype = dtype;
+  std::lock_guard lock(generator().mutex);
+  draw.seed = generator().seed;
+  draw.offset = generator().offset;
+  generator().offset += random_fill::draw_blocks(kind, dtype, n);
+  return draw;
+}
+
+// One value of a draw of one float64 element (its own block).
+double draw_scalar(random_fill::Kind kind) {
+  const random_fill::Draw draw = reserve(kind, ScalarType::float64, 1);
+  double value = 0.0;
+  random_fill::fill(draw, 0, 1, &value);
+  return value;
+}
+
+// The text of a state: the engine's name, the seed and the offset. parse_state refuses anything else (a
+// state saved by the mt19937_64 generator bytegrad had before, too) with a message naming `op`.
+constexpr const char* kStateName = "philox4x32_10";
+
+std::string state_text(uint64_t seed, uint64_t offset) { return fmt::format("{} {} {}", kStateName, seed, offset); }
+
+std::pair<uint64_t, uint64_t> parse_state(const std::string& text, const char* op) {
+  std::istringstream in(text);
+  std::string name;
+  uint64_t seed = 0, offset = 0;
+  in >> name >> seed >> offset;
+  std::string rest;
+  if (name != kStateName || in.fail() || (in >> rest))
+    throw std::invalid_argument(fmt::format(
+        "{}: the state is not one get_state returned: expected '{} SEED OFFSET', got '{}'{}", op, kStateName,
+        text.size() > 60 ? text.substr(0, 60) + "..." : text,
+        name == kStateName ? ""
+                           : " (states saved before bytegrad's generator became Philox4x32-10, a mt19937_64 "
+                             "dump, cannot be restored)"));
+  return {seed, offset};
 }
 
 // Host bytes of `values` converted to dtype, row-major. Values for an integer dtype are checked to fit
@@ -56,36 +100,25 @@ namespace {}  // namespace
 
 void manual_seed(uint64_t seed) {
   std::lock_guard lock(generator().mutex);
-  generator().engine.seed(seed);
+  generator().seed = seed;
+  generator().offset = 0;
 }
 
 RngState get_rng_state() {
   std::lock_guard lock(generator().mutex);
-  std::ostringstream out;
-  out << generator().engine;
-  return RngState{out.str()};
+  return RngState{state_text(generator().seed, generator().offset)};
 }
 
 void set_rng_state(const RngState& state) {
-  std::mt19937_64 engine;
-  std::istringstream in(state.engine);
-  in >> engine;
-  if (!in) throw std::invalid_argument("set_rng_state: the state is not one get_rng_state returned");
+  const auto [seed, offset] = parse_state(state.engine, "set_rng_state");
   std::lock_guard lock(generator().mutex);
-  generator().engine = engine;
+  generator().seed = seed;
+  generator().offset = offset;
 }
 
-double random_uniform() {
-  std::lock_guard lock(generator().mutex);
-  return uniform_locked(generator().engine);
-}
+double random_uniform() { return draw_scalar(random_fill::Kind::uniform); }
 
-double random_normal() {
-  std::lock_guard lock(generator().mutex);
-  // Box-Muller; 1 - u keeps the logarithm finite.
-  double u1 = 1.0 - uniform_locked(generator().engine), u2 = uniform_locked(generator().engine);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
+double random_normal() { return draw_scalar(random_fill::Kind::normal); }
 
 void fill_from_host(const Tensor& t, std::span<const double> values) {
   // Checked before anything is allocated or written, meta included (its shape still says how many).
@@ -101,56 +134,60 @@ void fill_from_host(const Tensor& t, std::span<const double> values) {
 
 namespace {
 
-// Draws in host chunks of at most a million values, so a 960 MB randn needs no gigabytes of staging.
-template <typename Draw>
-Tensor random_tensor(const Shape& sizes, TensorOptions options, Draw draw_chunk) {
-  // requires_grad is set once the values are in (the chunks below are views, which autograd would record
-  // on a tensor that requires grad); checked first, so a refused request allocates nothing.
+// Writes a draw's values into t, in parallel (kernels/parallel.h), straight in t's dtype. On cpu and sim
+// (the cpu backend's host memory) each thread writes its part of t itself; on cuda, chunks of a million
+// elements go through a host staging buffer, each copied to the device, so a 960 MB randn needs no gigabytes
+// of staging. A strided t is written through a contiguous temporary, as fill_from_host writes it.
+void write_draw(const Tensor& t, const random_fill::Draw& draw) {
+  Tensor target = t.is_contiguous() ? t : empty(t.sizes(), TensorOptions{t.dtype(), t.device()});
+  const int64_t n = t.numel();
+  const size_t width = element_size(t.dtype());
+  // A grain of 64 Ki elements is some tens of microseconds of drawing; chunk boundaries on whole batches of
+  // counter blocks (random_fill.cpp draws 256 at a time), so no block is drawn twice.
+  constexpr int64_t kGrain = 1 << 16, kAlign = 1024;
+  const auto draw_into = [&](std::byte* dst, int64_t start, int64_t count) {
+    parallel::parallel_for(0, count, kGrain, kAlign, [&](int64_t first, int64_t last) {
+      random_fill::fill(draw, start + first, last - first, dst + static_cast<size_t>(first) * width);
+    });
+  };
+  if (t.device().type == DeviceType::cpu || t.device().type == DeviceType::sim) {
+    draw_into(static_cast<std::byte*>(target.view_for_kernels().data), 0, n);
+  } else {
+    constexpr int64_t kChunk = 1 << 20;
+    const Tensor flat = target.view({-1});
+    std::vector<std::byte> staging(static_cast<size_t>(std::min(n, kChunk)) * width);
+    for (int64_t start = 0; start < n; start += kChunk) {
+      const int64_t count = std::min(kChunk, n - start);
+      draw_into(staging.data(), start, count);
+      backend_for(t.device())
+          .copy_from_host(flat.slice(0, start, start + count).view_for_kernels(),
+                          std::span<const std::byte>(staging.data(), static_cast<size_t>(count) * width));
+    }
+  }
+  if (!t.is_contiguous()) t.copy_(target);
+}
+
+// Fills t (not meta) with a draw of `kind` from the process generator.
+void fill_random(const Tensor& t, random_fill::Kind kind, double a, double b) {
+  if (t.is_meta() || t.numel() == 0) return;  // no values, and none drawn
+  random_fill::Draw draw = reserve(kind, t.dtype(), t.numel());
+  draw.a = a;
+  draw.b = b;
+  write_draw(t, draw);
+}
+
+template <typename Fill>
+Tensor random_tensor(const Shape& sizes, TensorOptions options, Fill fill) {
+  // requires_grad is set once the values are in (the chunks are views, which autograd would record on a
+  // tensor that requires grad); checked first, so a refused request allocates nothing.
   const RequiresGradSetter set_requires_grad = ops_detail::requires_grad_setter_for(options);
   options.requires_grad = false;
   Tensor out = empty(sizes, options);
   // PyTorch draws on the device, with curand's kernels, whose module globals the driver allocates.
   if (out.numel() != 0) note_driver_allocations(out.device(), kModuleGlobals);
-  if (!out.is_meta() && out.numel() != 0) {
-    constexpr int64_t kChunk = 1 << 20;
-    Tensor flat = out.view({-1});
-    std::vector<double> values;
-    for (int64_t start = 0; start < out.numel(); start += kChunk) {
-      const int64_t count = std::min(kChunk, out.numel() - start);
-      values.resize(static_cast<size_t>(count));
-      draw_chunk(values);
-      fill_from_host(flat.slice(0, start, start + count), values);
-    }
-  }
+  fill(out);
   if (set_requires_grad) set_requires_grad(out);
   return out;
-}
-
-void uniform_chunk(std::vector<double>& values) {
-  std::lock_guard lock(generator().mutex);
-  for (double& v : values) v = uniform_locked(generator().engine);
-}
-
-// Box-Muller, both outputs of each pair used. The uniforms are drawn in the generator's order under its
-// lock; the logarithms and sines, most of the time, then run on the kernel threads (each pair's values
-// depend only on its own two uniforms, so they are the same whatever the thread count).
-void normal_chunk(std::vector<double>& values) {
-  const size_t pairs = (values.size() + 1) / 2;
-  std::vector<double> uniforms(2 * pairs);
-  {
-    std::lock_guard lock(generator().mutex);
-    for (double& u : uniforms) u = uniform_locked(generator().engine);
-  }
-  constexpr int64_t kPairsPerGrain = 1 << 14;  // about a third of a millisecond of logarithms and sines
-  parallel::parallel_for(0, static_cast<int64_t>(pairs), kPairsPerGrain, 1, [&](int64_t first, int64_t last) {
-    for (auto pair = static_cast<size_t>(first); pair < static_cast<size_t>(last); ++pair) {
-      const size_t i = 2 * pair;
-      const double radius = std::sqrt(-2.0 * std::log(1.0 - uniforms[i]));
-      const double angle = 2.0 * std::numbers::pi * uniforms[i + 1];
-      values[i] = radius * std::cos(angle);
-      if (i + 1 < values.size()) values[i + 1] = radius * std::sin(angle);
-    }
-  });
 }
 
 template <typename T>
@@ -231,12 +268,12 @@ std::vector<std::byte> encode(std::span<const double> values, ScalarType dtype, 
 Tensor rand(const Shape& sizes, TensorOptions options) {
   check_random_floating("rand", options.resolved_dtype());
   AllocationScope scope("rand");
-  return random_tensor(sizes, options, uniform_chunk);
+  return random_tensor(sizes, options, [](const Tensor& t) { fill_random(t, random_fill::Kind::uniform, 0.0, 1.0); });
 }
 Tensor randn(const Shape& sizes, TensorOptions options) {
   check_random_floating("randn", options.resolved_dtype());
   AllocationScope scope("randn");
-  return random_tensor(sizes, options, normal_chunk);
+  return random_tensor(sizes, options, [](const Tensor& t) { fill_random(t, random_fill::Kind::normal, 0.0, 1.0); });
 }
 Tensor rand_like(const Tensor& t) { return rand(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
 Tensor randn_like(const Tensor& t) { return randn(t.sizes(), TensorOptions{t.dtype(), t.device()}); }
@@ -259,27 +296,55 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
                     holds(low) ? fmt::format("to - 1 = {}", high - 1) : fmt::format("from = {}", low),
                     scalar_type_name(dtype), low, high));
   AllocationScope scope("randint");
-  const double span = static_cast<double>(high) - static_cast<double>(low);  // high - low may overflow int64
-  return random_tensor(sizes, options, [&](std::vector<double>& values) {
-    uniform_chunk(values);
-    // min: for spans beyond 2^53 the product can round up to high itself.
-    for (double& v : values)
-      v = std::min(static_cast<double>(low) + std::floor(v * span), static_cast<double>(high - 1));
+  return random_tensor(sizes, options, [&](const Tensor& t) {
+    if (t.is_meta() || t.numel() == 0) return;
+    random_fill::Draw draw = reserve(random_fill::Kind::integers, t.dtype(), t.numel());
+    draw.ilow = low;
+    draw.ihigh = high;
+    write_draw(t, draw);
   });
 }
 
+void uniform_fill_(const Tensor& t, double low, double high) {
+  check_random_floating("uniform_", t.dtype());
+  fill_random(t, random_fill::Kind::uniform, low, high);
+}
+
+void normal_fill_(const Tensor& t, double mean, double std) {
+  check_random_floating("normal_", t.dtype());
+  fill_random(t, random_fill::Kind::normal, mean, std);
+}
+
+void bernoulli_fill_(const Tensor& t, double p) {
+  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument(fmt::format("bernoulli_: p must be in [0, 1], got {}", p));
+  fill_random(t, random_fill::Kind::bernoulli, p, 0.0);
+}
+
+// A Generator draws 64-bit values: value k is words 2j and 2j + 1 (j = k % 2) of counter block k / 2 of its
+// seed; its offset counts the values drawn.
 struct Generator::Impl {
   std::mutex mutex;
-  std::mt19937_64 engine;
   uint64_t seed = 0;
+  uint64_t offset = 0;
 };
+
+namespace {
+
+uint64_t random64_at(uint64_t seed, uint64_t index) {
+  uint32_t words[4];
+  random_fill::block_words(seed, index / 2, words);
+  const size_t j = 2 * static_cast<size_t>(index % 2);
+  return (static_cast<uint64_t>(words[j + 1]) << 32) | words[j];
+}
+
+}  // namespace
 
 Generator::Generator(uint64_t seed) : impl_(std::make_shared<Impl>()) { manual_seed(seed); }
 
 void Generator::manual_seed(uint64_t seed) {
   std::lock_guard lock(impl_->mutex);
-  impl_->engine.seed(seed);
   impl_->seed = seed;
+  impl_->offset = 0;
 }
 
 uint64_t Generator::initial_seed() const {
@@ -289,25 +354,19 @@ uint64_t Generator::initial_seed() const {
 
 std::string Generator::get_state() const {
   std::lock_guard lock(impl_->mutex);
-  std::ostringstream out;
-  out << impl_->seed << ' ' << impl_->engine;
-  return out.str();
+  return state_text(impl_->seed, impl_->offset);
 }
 
 void Generator::set_state(const std::string& state) {
-  std::istringstream in(state);
-  uint64_t seed = 0;
-  std::mt19937_64 engine;
-  in >> seed >> engine;
-  if (!in) throw std::invalid_argument("Generator::set_state: the state is not one get_state returned");
+  const auto [seed, offset] = parse_state(state, "Generator::set_state");
   std::lock_guard lock(impl_->mutex);
   impl_->seed = seed;
-  impl_->engine = engine;
+  impl_->offset = offset;
 }
 
 uint64_t Generator::random64() {
   std::lock_guard lock(impl_->mutex);
-  return impl_->engine();
+  return random64_at(impl_->seed, impl_->offset++);
 }
 
 namespace {
@@ -367,9 +426,11 @@ Tensor randperm(int64_t n, TensorOptions options, Generator* generator_handle) {
   };
   if (generator_handle) {
     draw([&] { return generator_handle->random64(); });
-  } else {
-    std::lock_guard lock(generator().mutex);
-    draw([&] { return generator().engine(); });
+  } else if (n > 1) {
+    // The process generator's next blocks: n - 1 values of 64 bits, two a block.
+    const random_fill::Draw blocks = reserve(random_fill::Kind::integers, ScalarType::int64, n - 1);
+    uint64_t index = 0;
+    draw([&] { return random64_at(blocks.seed, 2 * blocks.offset + index++); });
   }
   AllocationScope scope("randperm");
   return from_vector(values, {n}, options);
