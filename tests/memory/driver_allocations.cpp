@@ -52,6 +52,43 @@ TEST_CASE("the stretch: free from the first launch on, below the regions made be
   CHECK(space.allocate(12 * MiB) == T - 426 * MiB);   // now the region's rest
 }
 
+TEST_CASE("EarlyRegions::below_stretch: regions made before the first launch stay below the stretch") {
+  const auto run = [](EarlyRegions placement) {
+    VirtualAddressSpace space(kBase, kSpan);
+    space.set_early_regions(placement);
+    CHECK(space.allocate(2 * MiB) == T);
+    CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
+    CHECK(space.allocate(20 * MiB) == T - 446 * MiB);  // a new 32 MiB region below T - 414 MiB
+    CHECK_FALSE(space.early_regions_decided());
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);
+    CHECK(space.early_regions_decided());
+    return space.allocate(20 * MiB);  // the stretch's bottom
+  };
+  CHECK(run(EarlyRegions::in_host_holes) == T - 860 * MiB);  // [T - 860, T - 446): below the region
+  // [T - 414, T): above the region, one free range with the region's rest [T - 426, T - 414); the heap's
+  // reservation 160 MiB below the region, its free top [T - 612, T - 606) too small for 20 MiB.
+  CHECK(run(EarlyRegions::below_stretch) == T - 426 * MiB);
+
+  SUBCASE("without such regions both placements are one: nothing decided") {
+    for (EarlyRegions placement : {EarlyRegions::in_host_holes, EarlyRegions::below_stretch}) {
+      VirtualAddressSpace space(kBase, kSpan);
+      space.set_early_regions(placement);
+      CHECK(space.allocate(2 * MiB) == T);
+      space.note_driver_allocations(kLaunchHeap, kH100Threads);
+      CHECK_FALSE(space.early_regions_decided());
+      CHECK(space.allocate(20 * MiB) == T - 828 * MiB);
+    }
+  }
+  SUBCASE("a segment in the hole: no stretch, nothing decided") {
+    VirtualAddressSpace space(kBase, kSpan);
+    space.set_early_regions(EarlyRegions::below_stretch);
+    CHECK(space.allocate(2 * MiB) == T);
+    CHECK(space.allocate(148 * MiB) == T - 574 * MiB);
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);
+    CHECK_FALSE(space.early_regions_decided());
+  }
+}
+
 TEST_CASE("the hole below T: a segment of more than 24 and at most 148 MiB before the first launch") {
   SUBCASE("GPT-2 small's 148 MiB embedding takes it: no stretch at the launch") {
     VirtualAddressSpace space(kBase, kSpan);

@@ -949,6 +949,22 @@ CachingAllocator::TieOrder CachingAllocator::tie_order() const {
   return tie_order_;
 }
 
+void CachingAllocator::set_early_regions(EarlyRegions placement) {
+  std::lock_guard lock(mutex_);
+  early_regions_ = placement;
+  raw_->set_early_regions(placement);
+}
+
+CachingAllocator::EarlyRegions CachingAllocator::early_regions() const {
+  std::lock_guard lock(mutex_);
+  return early_regions_;
+}
+
+bool CachingAllocator::early_regions_decided() const {
+  std::lock_guard lock(mutex_);
+  return raw_->early_regions_decided();
+}
+
 int64_t CachingAllocator::placement_ties() const {
   std::lock_guard lock(mutex_);
   return placement_ties_;

@@ -119,6 +119,15 @@ class CachingAllocator {
   void set_tie_order(TieOrder order);
   TieOrder tie_order() const;
   int64_t placement_ties() const;
+  // The second placement outcome: where the regions reserved before the first kernel launch go against the
+  // stretch that launch frees (EarlyRegions, raw_memory.h; PyTorch's runs do both). Set it on a fresh
+  // allocator, before the first launch; in_host_holes unless set. early_regions_decided(): the first launch
+  // found such regions, so the other placement orders segments differently (and can give other figures).
+  // Devices whose addresses are not modelled ignore it.
+  using EarlyRegions = bytegrad::EarlyRegions;
+  void set_early_regions(EarlyRegions placement);
+  EarlyRegions early_regions() const;
+  bool early_regions_decided() const;
 
   // Caps the segments this allocator may hold at fraction * total device memory (0 <= fraction <= 1).
   void set_memory_fraction(double fraction);
@@ -278,6 +287,7 @@ class CachingAllocator {
   size_t total_reserved_ = 0;  // bytes of all segments: what the fraction cap and GC test
   bool fraction_set_ = false;
   TieOrder tie_order_ = TieOrder::lowest_address;
+  EarlyRegions early_regions_ = EarlyRegions::in_host_holes;
   int64_t placement_ties_ = 0;
   size_t allowed_maximum_ = 0;
   size_t device_total_ = 0;

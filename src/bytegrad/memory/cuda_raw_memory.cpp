@@ -138,6 +138,9 @@ class CudaRawMemory final : public RawMemory {
     }
     modelled_addresses_.note_driver_allocations(what, threads_on_card_);
   }
+  // Ties follow the model's addresses, so its placement of the regions before the first launch is cuda's too.
+  void set_early_regions(EarlyRegions placement) override { modelled_addresses_.set_early_regions(placement); }
+  bool early_regions_decided() const override { return !driver_ties_ && modelled_addresses_.early_regions_decided(); }
 
   uintptr_t reserve_addresses(size_t bytes) override {
     check(cudaSetDevice(index_), "cudaSetDevice");

@@ -31,6 +31,21 @@ enum DriverAllocation : uint32_t {
   kBlasHandle = 8,
 };
 
+// Where the driver puts the regions a program reserves before its first kernel launch that fit neither the
+// first gaps nor the hole below the first small segment T (in a training program, `.to()`'s segments;
+// virtual_address_space.h). The program does not decide it and the model cannot read it from the program
+// (tools/probes/to_regions.py on docs/evidence/generated_segments/): a figure that turns on it is a second
+// placement outcome, as a tie between segments is (CachingAllocator::TieOrder).
+enum class EarlyRegions {
+  // In holes of the host's address map above T, as in most recorded runs: the 414 MiB stretch that the first
+  // launch frees below T comes below them (the model reserves them below T - 414 MiB and the stretch below
+  // every region, which gives the same order).
+  in_host_holes,
+  // New regions below T - 414 MiB, as in SDPA runs that left no host holes: the stretch stays at T - 414 MiB,
+  // above them.
+  below_stretch,
+};
+
 class RawMemory {
  public:
   struct Info {
@@ -53,6 +68,11 @@ class RawMemory {
   // flags, virtual_address_space.h): where segments are placed by the model (sim, meta, and cuda's tie
   // addresses) the model places these too, since they move later segments. A real GPU makes them itself.
   virtual void note_driver_allocations(uint32_t /*what*/) {}
+  // Which placement of the regions reserved before the first launch the model follows (EarlyRegions; where
+  // segment addresses are not modelled, nothing), and whether it decided anything: the first launch found such
+  // regions below T - 414 MiB with the stretch still to place, so the other placement orders them differently.
+  virtual void set_early_regions(EarlyRegions /*placement*/) {}
+  virtual bool early_regions_decided() const { return false; }
 
   // Expandable segments. An address range of `bytes` that holds no memory (cuMemAddressReserve); 0 when
   // no addresses are left.

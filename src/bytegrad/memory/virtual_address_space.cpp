@@ -5,12 +5,11 @@
 
 namespace bytegrad {
 
-VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span) : limit_(base) {
+VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span)
+    : anchor_(base + span - (size_t{128} << 20)), bottom_(anchor_ - kStretchBytes), limit_(base) {
   constexpr size_t kMiB = size_t{1} << 20;
-  const uintptr_t anchor = base + span - 128 * kMiB;  // "T": the first small segment of a fresh process
-  gaps_.emplace(anchor, 2 * kMiB);
-  gaps_.emplace(anchor + 74 * kMiB, 24 * kMiB);
-  bottom_ = anchor - 414 * kMiB;
+  gaps_.emplace(anchor_, 2 * kMiB);
+  gaps_.emplace(anchor_ + 74 * kMiB, 24 * kMiB);
 }
 
 size_t VirtualAddressSpace::span_for(size_t total_bytes) {
@@ -55,10 +54,18 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     driver_done_ |= kLaunchHeap;
     // The stretch below T, freed now (header), and between it and the heap's reservation what the driver
     // keeps there: the heap's top sits 160 MiB below the lowest region (docs/evidence/generated_segments/).
+    // Regions reserved before this launch lie below T - 414 MiB in the model; by default the stretch goes below
+    // them (they stand for PyTorch's regions in host holes above T), with below_stretch it stays where it is.
     constexpr size_t kBelowRegions = 160 * kMiB;
     if (!hole_taken_ && bottom_ - limit_ >= kStretchBytes + kBelowRegions) {
-      bottom_ -= kStretchBytes;
-      add_gap(bottom_, kStretchBytes);
+      const bool early = bottom_ != anchor_ - kStretchBytes;
+      early_regions_decided_ = early;
+      if (early && early_regions_ == EarlyRegions::below_stretch) {
+        add_gap(anchor_ - kStretchBytes, kStretchBytes);
+      } else {
+        bottom_ -= kStretchBytes;
+        add_gap(bottom_, kStretchBytes);
+      }
       bottom_ -= kBelowRegions;
     }
     constexpr size_t kReserved = 512 * kMiB;
