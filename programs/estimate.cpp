@@ -464,21 +464,39 @@ int run(int argc, char** argv) {
         outside_allocator_line(distributed::modelled_nccl_figures(), total - free - memory_reserved(kMeta));
   }
   std::cout << report;
-  if (peak.placement_ties > 0 && !peak.out_of_memory) {
+  if ((peak.placement_ties > 0 || peak.early_regions_decided) && !peak.out_of_memory) {
     // Best fit chose between equal free blocks of different segments by address, and PyTorch's addresses come
     // from the driver: the same run with the segments' order reversed shows whether the peaks depend on it.
-    const TrainingPeak other =
-        estimate_on_meta([&](Device on) { gpt ? train_gpt(t, nullptr, on) : train_mlp(m, nullptr, on); },
-                         default_workspace, limit, CachingAllocator::TieOrder::highest_address);
-    std::cout << "placement_ties " << peak.placement_ties
-              << " (requests best fit served from equal free blocks in different segments, by address: where "
-                 "segments land)\n";
-    if (other.peak_allocated == peak.peak_allocated && other.peak_reserved == peak.peak_reserved)
-      std::cout << "with ties the other way: the same peaks\n";
-    else
-      std::cout << "with ties the other way: peak_allocated " << other.peak_allocated << " peak_reserved "
-                << other.peak_reserved << (other.out_of_memory ? " (out of memory)" : "")
-                << " (PyTorch's run can give either)\n";
+    // Likewise where the regions reserved before the first launch go (EarlyRegions): the run with them below
+    // the stretch, and with both.
+    using Early = CachingAllocator::EarlyRegions;
+    using Ties = CachingAllocator::TieOrder;
+    const auto again = [&](Ties ties, Early early) {
+      return estimate_on_meta([&](Device on) { gpt ? train_gpt(t, nullptr, on) : train_mlp(m, nullptr, on); },
+                              default_workspace, limit, ties, early);
+    };
+    const auto outcome = [&](const char* what, const TrainingPeak& other) {
+      if (other.peak_allocated == peak.peak_allocated && other.peak_reserved == peak.peak_reserved)
+        std::cout << what << ": the same peaks\n";
+      else
+        std::cout << what << ": peak_allocated " << other.peak_allocated << " peak_reserved " << other.peak_reserved
+                  << (other.out_of_memory ? " (out of memory)" : "") << " (PyTorch's run can give either)\n";
+    };
+    if (peak.placement_ties > 0) {
+      std::cout << "placement_ties " << peak.placement_ties
+                << " (requests best fit served from equal free blocks in different segments, by address: where "
+                   "segments land)\n";
+      outcome("with ties the other way", again(Ties::highest_address, Early::in_host_holes));
+    }
+    if (peak.early_regions_decided) {
+      std::cout << "early_regions (segments made before the first kernel launch, as .to()'s: the driver puts "
+                   "them above the first small segment or below the stretch that launch frees)\n";
+      const TrainingPeak below = again(Ties::lowest_address, Early::below_stretch);
+      outcome("with them below the stretch", below);
+      if (below.placement_ties > 0)
+        outcome("with them below the stretch and ties the other way",
+                again(Ties::highest_address, Early::below_stretch));
+    }
   }
   if (card)
     std::cout << "card " << card->name << ": total " << card->total_bytes << " B, CUDA context and driver "

@@ -16,14 +16,15 @@
 namespace bytegrad::programs {
 
 struct TrainingPeak {
-  int64_t peak_allocated = 0;         // max_memory_allocated()
-  int64_t peak_reserved = 0;          // max_memory_reserved()
-  bool out_of_memory = false;         // the run failed under the limit (the peaks are those reached before)
-  std::string message;                // the out-of-memory error's text, when it failed
-  std::string explanation;            // OutOfMemoryError::report() as text, when it failed
-  bool fragmentation_caused = false;  // it failed, yet allocated + the request fit under the room (a cap or the card)
-  PeakRecord at_peak;                 // bytes per category, phase and largest blocks at max_memory_allocated
-  int64_t placement_ties = 0;         // requests best fit served with equal free blocks (decided by address)
+  int64_t peak_allocated = 0;          // max_memory_allocated()
+  int64_t peak_reserved = 0;           // max_memory_reserved()
+  bool out_of_memory = false;          // the run failed under the limit (the peaks are those reached before)
+  std::string message;                 // the out-of-memory error's text, when it failed
+  std::string explanation;             // OutOfMemoryError::report() as text, when it failed
+  bool fragmentation_caused = false;   // it failed, yet allocated + the request fit under the room (a cap or the card)
+  PeakRecord at_peak;                  // bytes per category, phase and largest blocks at max_memory_allocated
+  int64_t placement_ties = 0;          // requests best fit served with equal free blocks (decided by address)
+  bool early_regions_decided = false;  // regions reserved before the first launch met the stretch (EarlyRegions)
 };
 
 // Runs `run(kMeta)` as a fresh process: PyTorch's default cuBLAS workspaces unless default_workspace is
@@ -31,8 +32,11 @@ struct TrainingPeak {
 // PYTORCH_CUDA_ALLOC_CONF: e.g. expandable_segments:True); limit_bytes > 0 caps the allocator's reserved memory as
 // torch.cuda.set_per_process_memory_fraction(limit / total) does. `ties`: which of equal free blocks best fit
 // takes (PyTorch: the lowest address); the other order gives the other outcome where figures turn on a tie.
+// `early`: where the regions reserved before the first kernel launch go (EarlyRegions, raw_memory.h), the
+// second placement outcome; the default is the model's.
 TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes,
-                              CachingAllocator::TieOrder ties = CachingAllocator::TieOrder::lowest_address);
+                              CachingAllocator::TieOrder ties = CachingAllocator::TieOrder::lowest_address,
+                              CachingAllocator::EarlyRegions early = CachingAllocator::EarlyRegions::in_host_holes);
 
 // How a batch's run ended: it fit; it ran out of memory through fragmentation (the live blocks and the
 // request fit under the room, no free piece was long enough); or live memory alone exceeded the room.

@@ -114,28 +114,50 @@ std::string bytes_figure(int64_t ours, const GoldenStep* golden, int64_t GoldenS
   return fmt::format("{} (PyTorch {})", human_bytes(ours), human_bytes(golden->*field));
 }
 
-// Runs one program with fresh statistics; returns the number of marks that differ from the golden.
-// Best fit gives a tie between equal free blocks to the lower address, and PyTorch's addresses come from the
-// CUDA driver (docs/status.md). When the run had such ties, the same program again on meta (whose figures
-// are sim's and cuda's) with every tie the other way: which marks would then differ.
-std::string placement_line(const Program& program, const ScenarioRecorder& ran, int64_t ties) {
+// The marks at which `program`, run again on meta (whose figures are sim's and cuda's) with another placement,
+// differs from `ran`: "label (first difference)".
+std::vector<std::string> marks_differing(const Program& program, const ScenarioRecorder& ran,
+                                         CachingAllocator::TieOrder ties, CachingAllocator::EarlyRegions early) {
   fresh_process_state(kMeta);
-  caching_allocator(kMeta).set_tie_order(CachingAllocator::TieOrder::highest_address);
+  caching_allocator(kMeta).set_tie_order(ties);
+  caching_allocator(kMeta).set_early_regions(early);
   ScenarioRecorder other(program.name, kMeta);
   program.run(other);
   if (program.needs_simulated_device) configure_simulated_device(kMeta, SimulatedCapacity{});
-  fresh_process_state(kMeta);  // a new allocator: ties to the lowest address again
+  fresh_process_state(kMeta);  // a new allocator: the default placement again
   std::vector<std::string> differing;
   for (size_t i = 0; i < std::min(ran.steps().size(), other.steps().size()); ++i) {
     const std::vector<std::string> d = step_differences(other.steps()[i], ran.steps()[i]);
     if (!d.empty()) differing.push_back(ran.steps()[i].label + " (" + d.front() + ")");
   }
-  std::string line = fmt::format("   placement: {} {} equal free blocks, taken by address; with ties the other way ",
-                                 ties, ties == 1 ? "request found" : "requests found");
-  if (differing.empty()) return line + "every mark is the same\n";
-  line += fmt::format("{} marks differ, where PyTorch's run could too:", differing.size());
+  return differing;
+}
+
+std::string differing_text(const std::vector<std::string>& differing) {
+  if (differing.empty()) return "every mark is the same\n";
+  std::string line = fmt::format("{} marks differ, where PyTorch's run could too:", differing.size());
   for (size_t i = 0; i < differing.size() && i < 3; ++i) line += (i ? "; " : " ") + differing[i];
   return line + (differing.size() > 3 ? "; ...\n" : "\n");
+}
+
+// Best fit gives a tie between equal free blocks to the lower address, and PyTorch's addresses come from the
+// CUDA driver (docs/status.md). When the run had such ties, the same program again with every tie the other
+// way: which marks would then differ. Likewise when segments made before the first kernel launch met the
+// stretch that launch frees (CachingAllocator::EarlyRegions): the run with them below it.
+std::string placement_line(const Program& program, const ScenarioRecorder& ran, int64_t ties, bool early) {
+  using Ties = CachingAllocator::TieOrder;
+  using Early = CachingAllocator::EarlyRegions;
+  std::string line;
+  if (ties > 0)
+    line += fmt::format("   placement: {} {} equal free blocks, taken by address; with ties the other way ", ties,
+                        ties == 1 ? "request found" : "requests found") +
+            differing_text(marks_differing(program, ran, Ties::highest_address, Early::in_host_holes));
+  if (early)
+    line +=
+        "   placement: segments made before the first launch, where the driver puts them; with them below the "
+        "stretch that launch frees " +
+        differing_text(marks_differing(program, ran, Ties::lowest_address, Early::below_stretch));
+  return line;
 }
 
 int walk(const Program& program, const Options& options) {
@@ -226,8 +248,9 @@ int walk(const Program& program, const Options& options) {
     }
   }
   const int64_t ties = caching_allocator(options.device).placement_ties();
+  const bool early = caching_allocator(options.device).early_regions_decided();
   if (program.needs_simulated_device) configure_simulated_device(options.device, SimulatedCapacity{});
-  const std::string placement = ties > 0 && !options.json ? placement_line(program, r, ties) : "";
+  const std::string placement = (ties > 0 || early) && !options.json ? placement_line(program, r, ties, early) : "";
   if (options.json) {
     std::cout << json_line(r) << '\n';
   } else if (has_golden) {

@@ -19,9 +19,10 @@
 namespace bytegrad::programs {
 
 TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes,
-                              CachingAllocator::TieOrder ties) {
+                              CachingAllocator::TieOrder ties, CachingAllocator::EarlyRegions early) {
   GoldenConditions conditions(kMeta, default_workspace ? Workspaces::pytorch_default : Workspaces::none);
   caching_allocator(kMeta).set_tie_order(ties);
+  caching_allocator(kMeta).set_early_regions(early);
   if (limit_bytes > 0) {
     const double total = static_cast<double>(mem_get_info(kMeta).second);
     set_per_process_memory_fraction(std::min(1.0, static_cast<double>(limit_bytes) / total), kMeta);
@@ -41,6 +42,7 @@ TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool defau
   peak.peak_allocated = max_memory_allocated(kMeta);
   peak.peak_reserved = max_memory_reserved(kMeta);
   peak.placement_ties = caching_allocator(kMeta).placement_ties();
+  peak.early_regions_decided = caching_allocator(kMeta).early_regions_decided();
   return peak;
 }
 
