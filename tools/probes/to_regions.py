@@ -11,7 +11,8 @@ recording is docs/evidence/generated_segments/). For every `.to()` segment not i
   B  below A - 414 MiB: a new region below the stretch.
 and the case's attention (the slow one registers a causal-mask buffer per layer on the CPU; SDPA does not).
 The placement model (memory/virtual_address_space.h) puts every such region below A - 414 MiB and the stretch
-below all of them, which gives the order of "A" runs; "B" runs have the stretch above them.
+below all of them, which gives the order of "A" runs; "B" runs have the stretch above them, which the model
+follows as a second placement outcome (CachingAllocator::EarlyRegions::below_stretch, memory/raw_memory.h).
 """
 import json
 import os
