@@ -167,6 +167,7 @@ Outcome classify(const Run& run) {
   o.some_trial_flagged = std::any_of(run.trials.begin(), run.trials.end(), covered);
   o.text += "; " + which + ", PyTorch's figures " + (o.flagged ? "among bytegrad's " : "not among bytegrad's ") + count;
   if (!o.flagged && o.some_trial_flagged) o.text += " (one trial's are)";
+  if (o.flagged && !o.one_outcome) o.text += " (from different outcomes at different marks)";
   return o;
 }
 
