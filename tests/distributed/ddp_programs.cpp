@@ -118,7 +118,8 @@ Marks run_alone(const std::string& program, int rank, Timing timing, int world =
   options.unwaited_release_after = timing;
   auto pg = make_fake_process_group(rank, world, device, options);
   Marks marks;
-  // BYTEGRAD_DDP_TRACE=<file>: writes this run's allocator trace as the probe's [action, size] pairs.
+  // BYTEGRAD_DDP_TRACE=<file>: writes this run's allocator trace, a line per entry: action, requested bytes,
+  // stream, address and tag (tools/probes/ddp_placement.py reads it beside the recordings with addresses).
   const char* trace_file = std::getenv("BYTEGRAD_DDP_TRACE");
   if (trace_file) caching_allocator(device).record_history(true);
   programs::run_ddp_program(program, *pg, [&](const std::string& label) { marks.push_back(mark_now(label, device)); });
@@ -126,7 +127,8 @@ Marks run_alone(const std::string& program, int rank, Timing timing, int world =
     std::ofstream out(std::string(trace_file) + "." + program + ".rank" + std::to_string(rank) +
                       (timing ? "." + std::to_string(*timing) : ".never"));
     for (const TraceEntry& e : caching_allocator(device).snapshot().trace)
-      out << trace_action_name(e.action) << " " << e.size << " " << e.tag << "\n";
+      out << trace_action_name(e.action) << " " << e.size << " " << e.stream << " " << e.address << " " << e.tag
+          << "\n";
     caching_allocator(device).record_history(false);
   }
   clear_blas_workspaces();
