@@ -358,7 +358,10 @@ TEST_CASE("debug: one GPT-2 small program alone" * doctest::skip()) {
 // these differently too (their inactive_split differs from the first backward). Every other figure is held by
 // check_every_figure: exact through s0_forward, and from s0_backward on, where bytegrad's two tie orders part,
 // reported as placement-dependent (neither order gives PyTorch's s0_backward inactive_split, 814013952 in one
-// run and 826596864 in the other: PyTorch's process breaks other ties than the segments' order alone).
+// run and 826596864 in the other). PyTorch's recordings with addresses (docs/evidence/ddp_addresses/, read by
+// tools/probes/ddp_placement.py) show why: PyTorch breaks every tie by its segments' addresses, and its layout
+// differs from the model's (two 12 MiB forward segments that bytegrad puts beside `.to()`'s segments get a
+// region of their own in PyTorch; where one 32 MiB pair of segments lands depends on the host's address map).
 // Slow (ctest label `slow`).
 TEST_CASE("DDP and ZeRO-1 of GPT-2 small (124M) as PyTorch on two H100s, on meta") {
   check_program("gpt2_small_ddp_bucket_view", false);
