@@ -12,7 +12,8 @@ segments, when it appeared, and where each new PyTorch segment went, relative to
 PROGRAM: gpt2 (g_gpt2_small_fp32's first step, PyTorch's default cuBLAS workspaces), seed001 (the seed's
 first forward and backward), lt:N (N MB of parameters moved, then one linear, as
 lt_workspace_placement_probe.py), gpt2:L,H,C,V,BLOCK,B,T,AMP,SDPA (any nanoGPT configuration, both
-steps; AMP and SDPA 0 or 1).
+steps; AMP and SDPA 0 or 1). PROBE_SCAN_EVERY=N: scan after every Nth op (and after each op that changed
+memory_reserved) instead of every op.
 """
 import ctypes, os, subprocess, sys
 
@@ -62,8 +63,19 @@ def report(label):
     if state["anchor"] is None:
         state["anchor"] = max(segs)
     anchor = state["anchor"]
-    lo, hi = min(min(segs), anchor) - (3 << 30), max(max(segs), anchor) + (512 << 20)
-    every = scan(lo, hi)
+    # Scan windows around the segments, not the whole span: a segment placed far from the others (DDP's
+    # GPT-2 small puts one ~hundreds of GiB below the rest) would make one span millions of probes.
+    windows = []
+    for b, s in sorted(list(segs.items()) + [(anchor, 0)]):
+        w_lo, w_hi = b - (3 << 30), b + s + (512 << 20)
+        if windows and w_lo <= windows[-1][1]:
+            windows[-1][1] = max(windows[-1][1], w_hi)
+        else:
+            windows.append([w_lo, w_hi])
+    every = {}
+    for w_lo, w_hi in windows:
+        every.update(scan(w_lo, w_hi))
+    lo, hi = windows[0][0], windows[-1][1]
     foreign = {b: s for b, s in every.items() if b not in segs}
     lines = []
     for b, s in sorted(segs.items()):
@@ -87,15 +99,23 @@ def report(label):
         print(f"after {label}:", flush=True)
         print("\n".join(lines), flush=True)
 
+# Scanning after every op costs ~60 ms (a GPT-2 small forward is thousands of ops): PROBE_SCAN_EVERY=N scans
+# after every Nth op and after any op that changed memory_reserved (a segment made or released).
+SCAN_EVERY = int(__import__("os").environ.get("PROBE_SCAN_EVERY", "1"))
+
 class EveryOp(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.n = 0
+        self.reserved = None
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.n += 1
         if not state.get("marks_only"):
-            report(f"op {self.n} {func}")
+            reserved = torch.cuda.memory_reserved()
+            if self.n % SCAN_EVERY == 0 or reserved != self.reserved:
+                report(f"op {self.n} {func}")
+            self.reserved = reserved
         return out
 
 prog = sys.argv[1]
