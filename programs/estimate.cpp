@@ -467,8 +467,8 @@ int run(int argc, char** argv) {
   if ((peak.placement_ties > 0 || peak.early_regions_decided) && !peak.out_of_memory) {
     // Best fit chose between equal free blocks of different segments by address, and PyTorch's addresses come
     // from the driver: the same run with the segments' order reversed shows whether the peaks depend on it.
-    // Likewise where the regions reserved before the first launch go (EarlyRegions): the run with them below
-    // the stretch, and with both.
+    // Likewise where the regions reserved before the first launch go (EarlyRegions): the run with the other
+    // placement than the host's address map implies, and with both.
     using Early = CachingAllocator::EarlyRegions;
     using Ties = CachingAllocator::TieOrder;
     const auto again = [&](Ties ties, Early early) {
@@ -486,16 +486,16 @@ int run(int argc, char** argv) {
       std::cout << "placement_ties " << peak.placement_ties
                 << " (requests best fit served from equal free blocks in different segments, by address: where "
                    "segments land)\n";
-      outcome("with ties the other way", again(Ties::highest_address, Early::in_host_holes));
+      outcome("with ties the other way", again(Ties::highest_address, Early::as_host_map));
     }
     if (peak.early_regions_decided) {
       std::cout << "early_regions (segments made before the first kernel launch, as .to()'s: the driver puts "
-                   "them above the first small segment or below the stretch that launch frees)\n";
-      const TrainingPeak below = again(Ties::lowest_address, Early::below_stretch);
-      outcome("with them below the stretch", below);
-      if (below.placement_ties > 0)
-        outcome("with them below the stretch and ties the other way",
-                again(Ties::highest_address, Early::below_stretch));
+                   "them in holes of the host's address map above the first small segment or below the stretch "
+                   "that launch frees)\n";
+      const TrainingPeak other = again(Ties::lowest_address, Early::reversed);
+      outcome("with them placed the other way", other);
+      if (other.placement_ties > 0)
+        outcome("with them placed the other way and ties the other way", again(Ties::highest_address, Early::reversed));
     }
   }
   if (card)

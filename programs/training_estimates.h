@@ -36,7 +36,7 @@ struct TrainingPeak {
 // second placement outcome; the default is the model's.
 TrainingPeak estimate_on_meta(const std::function<void(Device)>& run, bool default_workspace, int64_t limit_bytes,
                               CachingAllocator::TieOrder ties = CachingAllocator::TieOrder::lowest_address,
-                              CachingAllocator::EarlyRegions early = CachingAllocator::EarlyRegions::in_host_holes);
+                              CachingAllocator::EarlyRegions early = CachingAllocator::EarlyRegions::as_host_map);
 
 // How a batch's run ended: it fit; it ran out of memory through fragmentation (the live blocks and the
 // request fit under the room, no free piece was long enough); or live memory alone exceeded the room.

@@ -143,7 +143,7 @@ std::string differing_text(const std::vector<std::string>& differing) {
 // Best fit gives a tie between equal free blocks to the lower address, and PyTorch's addresses come from the
 // CUDA driver (docs/status.md). When the run had such ties, the same program again with every tie the other
 // way: which marks would then differ. Likewise when segments made before the first kernel launch met the
-// stretch that launch frees (CachingAllocator::EarlyRegions): the run with them below it.
+// stretch that launch frees (CachingAllocator::EarlyRegions): the run with them placed the other way.
 std::string placement_line(const Program& program, const ScenarioRecorder& ran, int64_t ties, bool early) {
   using Ties = CachingAllocator::TieOrder;
   using Early = CachingAllocator::EarlyRegions;
@@ -151,12 +151,12 @@ std::string placement_line(const Program& program, const ScenarioRecorder& ran, 
   if (ties > 0)
     line += fmt::format("   placement: {} {} equal free blocks, taken by address; with ties the other way ", ties,
                         ties == 1 ? "request found" : "requests found") +
-            differing_text(marks_differing(program, ran, Ties::highest_address, Early::in_host_holes));
+            differing_text(marks_differing(program, ran, Ties::highest_address, Early::as_host_map));
   if (early)
     line +=
-        "   placement: segments made before the first launch, where the driver puts them; with them below the "
-        "stretch that launch frees " +
-        differing_text(marks_differing(program, ran, Ties::lowest_address, Early::below_stretch));
+        "   placement: segments made before the first launch, where the driver puts them; with them placed the "
+        "other way against the stretch that launch frees " +
+        differing_text(marks_differing(program, ran, Ties::lowest_address, Early::reversed));
   return line;
 }
 

@@ -1,9 +1,10 @@
 // The CUDA driver's own allocations in the placement model (VirtualAddressSpace::note_driver_allocations),
 // as measured on the H100 (tools/probes/driver_allocations_probe.py, driver_first_launch_probe.py). The
-// model's fresh process: free gaps of 2 MiB at T and 24 MiB at T + 74 MiB, new regions (rounded up to
-// 32 MiB) reserved downward from T - 414 MiB; every allocation takes the lowest gap it fits. The first
-// launch frees the 414 MiB stretch below T (placed below the regions so far) unless a segment took the hole
-// at its top before (docs/evidence/generated_segments/).
+// model's fresh process: free gaps of 2 MiB at T and 24 MiB at T + 74 MiB that no region holds, new regions
+// (rounded up to 32 MiB) reserved downward from T - 414 MiB. The first launch frees the 414 MiB stretch below
+// T (placed below the regions so far) unless a segment took the hole at its top before
+// (docs/evidence/generated_segments/). Every allocation takes the lowest free gap of a region it fits, else
+// the lowest free range no region holds (T's gaps, the stretch), else a new region.
 #include <doctest/doctest.h>
 
 #include "bytegrad/memory/virtual_address_space.h"
@@ -38,7 +39,7 @@ TEST_CASE("launch heap: the stretch freed, 512 MiB reserved below, its top 6 MiB
   CHECK(space.allocate(420 * MiB) == T - 1500 * MiB - 448 * MiB);  // 412 MiB left in the stretch
 }
 
-TEST_CASE("the stretch: free from the first launch on, below the regions made before it, lowest first") {
+TEST_CASE("the stretch: free from the first launch on, below the regions made before it, after their rest") {
   VirtualAddressSpace space(kBase, kSpan);
   CHECK(space.allocate(2 * MiB) == T);
   CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
@@ -46,31 +47,37 @@ TEST_CASE("the stretch: free from the first launch on, below the regions made be
   space.note_driver_allocations(kLaunchHeap, kH100Threads);
   // The stretch: [T - 860, T - 446) MiB; the heap's free top: [T - 1026, T - 1020).
   CHECK(space.allocate(2 * MiB) == T - 1026 * MiB);
-  CHECK(space.allocate(20 * MiB) == T - 860 * MiB);   // the heap's 4 MiB are too small
-  CHECK(space.allocate(12 * MiB) == T - 840 * MiB);   // the stretch before the region's rest above it
-  CHECK(space.allocate(382 * MiB) == T - 828 * MiB);  // the rest of the stretch
-  CHECK(space.allocate(12 * MiB) == T - 426 * MiB);   // now the region's rest
+  CHECK(space.allocate(20 * MiB) == T - 860 * MiB);  // the heap's 4 MiB and the region's 12 are too small
+  // The region's rest before the stretch below it, as PyTorch's forward fills the rest of .to()'s region in
+  // a host hole above T before the stretch (c026, c057 of the generated sweep).
+  CHECK(space.allocate(12 * MiB) == T - 426 * MiB);
+  CHECK(space.allocate(12 * MiB) == T - 840 * MiB);  // then the stretch, from its bottom
 }
 
-TEST_CASE("EarlyRegions::below_stretch: regions made before the first launch stay below the stretch") {
-  const auto run = [](EarlyRegions placement) {
+TEST_CASE("EarlyRegions: regions made before the first launch in host holes, or below the stretch") {
+  const auto run = [](EarlyRegions placement, bool holes = true) {
     VirtualAddressSpace space(kBase, kSpan);
     space.set_early_regions(placement);
+    space.set_host_map_holes(holes);
     CHECK(space.allocate(2 * MiB) == T);
     CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
     CHECK(space.allocate(20 * MiB) == T - 446 * MiB);  // a new 32 MiB region below T - 414 MiB
     CHECK_FALSE(space.early_regions_decided());
     space.note_driver_allocations(kLaunchHeap, kH100Threads);
     CHECK(space.early_regions_decided());
-    return space.allocate(20 * MiB);  // the stretch's bottom
+    return space.allocate(20 * MiB);  // the stretch's bottom (the region's rest is 12 MiB)
   };
-  CHECK(run(EarlyRegions::in_host_holes) == T - 860 * MiB);  // [T - 860, T - 446): below the region
-  // [T - 414, T): above the region, one free range with the region's rest [T - 426, T - 414); the heap's
-  // reservation 160 MiB below the region, its free top [T - 612, T - 606) too small for 20 MiB.
-  CHECK(run(EarlyRegions::below_stretch) == T - 426 * MiB);
+  CHECK(run(EarlyRegions::as_host_map) == T - 860 * MiB);  // [T - 860, T - 446): below the region
+  // [T - 414, T): above the region; the heap's reservation 160 MiB below the region, its free top
+  // [T - 612, T - 606) too small for 20 MiB.
+  CHECK(run(EarlyRegions::reversed) == T - 414 * MiB);
+  // A host map without holes (no CPU thread pool before the launch) puts them below the stretch; reversed,
+  // in the holes.
+  CHECK(run(EarlyRegions::as_host_map, false) == T - 414 * MiB);
+  CHECK(run(EarlyRegions::reversed, false) == T - 860 * MiB);
 
   SUBCASE("without such regions both placements are one: nothing decided") {
-    for (EarlyRegions placement : {EarlyRegions::in_host_holes, EarlyRegions::below_stretch}) {
+    for (EarlyRegions placement : {EarlyRegions::as_host_map, EarlyRegions::reversed}) {
       VirtualAddressSpace space(kBase, kSpan);
       space.set_early_regions(placement);
       CHECK(space.allocate(2 * MiB) == T);
@@ -81,7 +88,7 @@ TEST_CASE("EarlyRegions::below_stretch: regions made before the first launch sta
   }
   SUBCASE("a segment in the hole: no stretch, nothing decided") {
     VirtualAddressSpace space(kBase, kSpan);
-    space.set_early_regions(EarlyRegions::below_stretch);
+    space.set_early_regions(EarlyRegions::reversed);
     CHECK(space.allocate(2 * MiB) == T);
     CHECK(space.allocate(148 * MiB) == T - 574 * MiB);
     space.note_driver_allocations(kLaunchHeap, kH100Threads);
@@ -113,12 +120,24 @@ TEST_CASE("the hole below T: a segment of more than 24 and at most 148 MiB befor
   }
 }
 
-TEST_CASE("module globals: one 2 MiB chunk in the lowest gap, the first time only") {
-  VirtualAddressSpace space(kBase, kSpan);
-  space.note_driver_allocations(kModuleGlobals, kH100Threads);
-  space.note_driver_allocations(kModuleGlobals, kH100Threads);
-  CHECK(space.allocate(2 * MiB) == T + 74 * MiB);  // T went to the chunk, once
-  CHECK(space.allocate(2 * MiB) == T + 76 * MiB);
+TEST_CASE("module globals: one 2 MiB chunk, the first time only; before the first launch in a region's gap") {
+  SUBCASE("no region yet: the chunk waits for the launch heap and takes its free top") {
+    VirtualAddressSpace space(kBase, kSpan);
+    space.note_driver_allocations(kModuleGlobals, kH100Threads);
+    CHECK(space.allocate(2 * MiB) == T);
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // heap's free top [T - 994, T - 988)
+    space.note_driver_allocations(kModuleGlobals, kH100Threads);
+    CHECK(space.allocate(4 * MiB) == T - 992 * MiB);  // the chunk took T - 994, once
+    CHECK(space.allocate(2 * MiB) == T - 828 * MiB);  // the stretch's bottom
+  }
+  SUBCASE("a region's free rest takes it") {
+    VirtualAddressSpace space(kBase, kSpan);
+    CHECK(space.allocate(2 * MiB) == T);
+    CHECK(space.allocate(24 * MiB) == T + 74 * MiB);
+    CHECK(space.allocate(20 * MiB) == T - 446 * MiB);
+    space.note_driver_allocations(kModuleGlobals, kH100Threads);  // T - 426
+    CHECK(space.allocate(2 * MiB) == T - 424 * MiB);
+  }
 }
 
 TEST_CASE("kernel stack: 32 bytes x 132 SMs x 2048 threads = 8.25 MiB, placed as 10 MiB, once") {
@@ -147,9 +166,9 @@ TEST_CASE("cuBLAS handles: 64 MiB each, and 129 KiB each from a shared 2 MiB chu
 TEST_CASE("one note, several allocations, in the order globals, launch heap, stack") {
   VirtualAddressSpace space(kBase, kSpan);
   space.note_driver_allocations(kModuleGlobals | kLaunchHeap | kKernelStack, kH100Threads);
-  // The chunk took T (before the heap existed); the stack the stretch's bottom, T - 828 MiB (the heap's
-  // 6 MiB at T - 994 are too small).
-  CHECK(space.allocate(6 * MiB) == T - 994 * MiB);
+  // The chunk found no region's gap before the heap, so it took the heap's free top, T - 994 MiB; the stack
+  // the stretch's bottom, T - 828 MiB (the heap's 4 MiB left are too small).
+  CHECK(space.allocate(4 * MiB) == T - 992 * MiB);
   CHECK(space.allocate(14 * MiB) == T - 818 * MiB);
 }
 

@@ -7,8 +7,8 @@
 //   - bytegrad exact (every figure at every mark equals PyTorch's) or not;
 //   - where not, whether bytegrad says the figure depends on placement: its other outcomes are the run with
 //     best fit's ties the other way (set_tie_order(highest_address), where it had ties between segments), the
-//     run with the regions reserved before the first launch below the stretch (set_early_regions(
-//     below_stretch), where the first launch met such regions), and the two together, as bytegrad-estimate
+//     run with the regions reserved before the first launch placed the other way (set_early_regions(
+//     EarlyRegions::reversed), where the first launch met such regions), and the two together, as bytegrad-estimate
 //     prints them; flagged: every PyTorch figure, at its mark, is one of those outcomes' figures there.
 //     Where PyTorch disagrees with itself, the run is explained only when that holds for every trial (a trial
 //     outside bytegrad's outcomes is an outcome bytegrad does not give); the runs where it holds for at least
@@ -98,7 +98,7 @@ using TieOrder = CachingAllocator::TieOrder;
 using EarlyRegions = CachingAllocator::EarlyRegions;
 
 MetaRun run_on_meta(const GPTTraining& t, bool default_workspace, TieOrder order,
-                    EarlyRegions early = EarlyRegions::in_host_holes) {
+                    EarlyRegions early = EarlyRegions::as_host_map) {
   ScenarioRecorder r("gpt2", kMeta);
   const TrainingPeak peak =
       estimate_on_meta([&](Device on) { train_gpt(t, &r, on); }, default_workspace, 0, order, early);
@@ -136,7 +136,7 @@ Outcome classify(const Run& run) {
     o.exact_for_some = std::any_of(run.trials.begin(), run.trials.end(),
                                    [&](const GPTProbe& p) { return same_marks(low.steps, p.steps); });
   }
-  // bytegrad's other outcomes: ties to the highest address, the early regions below the stretch, and both,
+  // bytegrad's other outcomes: ties to the highest address, the early regions placed the other way, and both,
   // each only where it can change something.
   std::vector<std::vector<GoldenStep>> outcomes = {low.steps};
   std::string which;
@@ -146,11 +146,11 @@ Outcome classify(const Run& run) {
   }
   if (low.early_regions_decided) {
     const MetaRun below =
-        run_on_meta(first.training, first.default_workspace, TieOrder::lowest_address, EarlyRegions::below_stretch);
+        run_on_meta(first.training, first.default_workspace, TieOrder::lowest_address, EarlyRegions::reversed);
     outcomes.push_back(below.steps);
     if (below.ties > 0)
       outcomes.push_back(
-          run_on_meta(first.training, first.default_workspace, TieOrder::highest_address, EarlyRegions::below_stretch)
+          run_on_meta(first.training, first.default_workspace, TieOrder::highest_address, EarlyRegions::reversed)
               .steps);
     which += std::string(which.empty() ? "" : ", ") + "early regions";
   }

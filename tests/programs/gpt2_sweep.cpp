@@ -201,6 +201,8 @@ TEST_CASE("GPT-2 sweep recorded in PyTorch: requests at every mark, max-batch an
                                                 "x0/mid_adam_single_8x512",
                                                 "x0/mid_ckpt_4x300",
                                                 "xd/mid_ckpt_4x300",
+                                                "x0/mid_fp16_sdpa_6x320",
+                                                "xd/mid_fp16_sdpa_6x320",
                                                 "x0/mid_sgd_bf16_8x512",
                                                 "xd/mid_sgd_bf16_8x512",
                                                 "x0/mid_sgd_single_8x512",

@@ -955,6 +955,11 @@ void CachingAllocator::set_early_regions(EarlyRegions placement) {
   raw_->set_early_regions(placement);
 }
 
+void CachingAllocator::set_host_map_holes(bool holes) {
+  std::lock_guard lock(mutex_);
+  raw_->set_host_map_holes(holes);
+}
+
 CachingAllocator::EarlyRegions CachingAllocator::early_regions() const {
   std::lock_guard lock(mutex_);
   return early_regions_;

@@ -120,12 +120,15 @@ class CachingAllocator {
   TieOrder tie_order() const;
   int64_t placement_ties() const;
   // The second placement outcome: where the regions reserved before the first kernel launch go against the
-  // stretch that launch frees (EarlyRegions, raw_memory.h; PyTorch's runs do both). Set it on a fresh
-  // allocator, before the first launch; in_host_holes unless set. early_regions_decided(): the first launch
+  // stretch that launch frees (EarlyRegions, raw_memory.h): as the host's address map implies
+  // (set_host_map_holes: whether the program's host work before the first launch left holes in it; true
+  // unless set), or reversed. Set both on a fresh allocator, before the first launch; as_host_map unless set.
+  // early_regions_decided(): the first launch
   // found such regions, so the other placement orders segments differently (and can give other figures).
   // Devices whose addresses are not modelled ignore it.
   using EarlyRegions = bytegrad::EarlyRegions;
   void set_early_regions(EarlyRegions placement);
+  void set_host_map_holes(bool holes);
   EarlyRegions early_regions() const;
   bool early_regions_decided() const;
 
@@ -287,7 +290,7 @@ class CachingAllocator {
   size_t total_reserved_ = 0;  // bytes of all segments: what the fraction cap and GC test
   bool fraction_set_ = false;
   TieOrder tie_order_ = TieOrder::lowest_address;
-  EarlyRegions early_regions_ = EarlyRegions::in_host_holes;
+  EarlyRegions early_regions_ = EarlyRegions::as_host_map;
   int64_t placement_ties_ = 0;
   size_t allowed_maximum_ = 0;
   size_t device_total_ = 0;

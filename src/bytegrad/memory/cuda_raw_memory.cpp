@@ -140,6 +140,7 @@ class CudaRawMemory final : public RawMemory {
   }
   // Ties follow the model's addresses, so its placement of the regions before the first launch is cuda's too.
   void set_early_regions(EarlyRegions placement) override { modelled_addresses_.set_early_regions(placement); }
+  void set_host_map_holes(bool holes) override { modelled_addresses_.set_host_map_holes(holes); }
   bool early_regions_decided() const override { return !driver_ties_ && modelled_addresses_.early_regions_decided(); }
 
   uintptr_t reserve_addresses(size_t bytes) override {

@@ -33,17 +33,21 @@ enum DriverAllocation : uint32_t {
 
 // Where the driver puts the regions a program reserves before its first kernel launch that fit neither the
 // first gaps nor the hole below the first small segment T (in a training program, `.to()`'s segments;
-// virtual_address_space.h). The program does not decide it and the model cannot read it from the program
-// (tools/probes/to_regions.py on docs/evidence/generated_segments/): a figure that turns on it is a second
-// placement outcome, as a tie between segments is (CachingAllocator::TieOrder).
+// virtual_address_space.h). Two placements were recorded (tools/probes/to_regions.py on
+// docs/evidence/generated_segments/):
+//  - in holes of the host's address map above T: the 414 MiB stretch that the first launch frees below T
+//    comes below them (the model reserves them below T - 414 MiB and the stretch below every region, which
+//    gives the same order);
+//  - new regions below T - 414 MiB, under the stretch, which stays at [T - 414 MiB, T).
+// Which one follows from the host's address map: host work before the launch that started PyTorch's CPU
+// thread pool left a glibc malloc arena per pool thread there, 128 MiB apart, with holes between them
+// (RawMemory::set_host_map_holes; nanoGPT's slow attention builds its causal mask with torch.tril on the CPU,
+// the SDPA model builds none). The program says which (default: holes); the other placement is still a
+// second outcome, since thread timing moves the holes (and a program's own runs were seen to differ), as a
+// tie between segments is (CachingAllocator::TieOrder).
 enum class EarlyRegions {
-  // In holes of the host's address map above T, as in most recorded runs: the 414 MiB stretch that the first
-  // launch frees below T comes below them (the model reserves them below T - 414 MiB and the stretch below
-  // every region, which gives the same order).
-  in_host_holes,
-  // New regions below T - 414 MiB, as in SDPA runs that left no host holes: the stretch stays at T - 414 MiB,
-  // above them.
-  below_stretch,
+  as_host_map,  // the placement the host map implies
+  reversed,     // the other one
 };
 
 class RawMemory {
@@ -72,6 +76,9 @@ class RawMemory {
   // segment addresses are not modelled, nothing), and whether it decided anything: the first launch found such
   // regions below T - 414 MiB with the stretch still to place, so the other placement orders them differently.
   virtual void set_early_regions(EarlyRegions /*placement*/) {}
+  // Whether the program's host work before its first kernel launch left holes in the process's address map
+  // (EarlyRegions above); true unless set.
+  virtual void set_host_map_holes(bool /*holes*/) {}
   virtual bool early_regions_decided() const { return false; }
 
   // Expandable segments. An address range of `bytes` that holds no memory (cuMemAddressReserve); 0 when

@@ -122,6 +122,7 @@ class PlacedRawMemory : public SimulatedRawMemory {
         what, size_t(capacity().multiprocessor_count) * size_t(capacity().max_threads_per_multiprocessor));
   }
   void set_early_regions(EarlyRegions placement) final { addresses_.set_early_regions(placement); }
+  void set_host_map_holes(bool holes) final { addresses_.set_host_map_holes(holes); }
   bool early_regions_decided() const final { return addresses_.early_regions_decided(); }
   bool map_at(uintptr_t address, size_t bytes) final { return commit(reinterpret_cast<void*>(address), bytes); }
   void unmap_at(uintptr_t address, size_t bytes) final { decommit(reinterpret_cast<void*>(address), bytes); }

@@ -8,8 +8,8 @@ namespace bytegrad {
 VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span)
     : anchor_(base + span - (size_t{128} << 20)), bottom_(anchor_ - kStretchBytes), limit_(base) {
   constexpr size_t kMiB = size_t{1} << 20;
-  gaps_.emplace(anchor_, 2 * kMiB);
-  gaps_.emplace(anchor_ + 74 * kMiB, 24 * kMiB);
+  unreserved_.emplace(anchor_, 2 * kMiB);
+  unreserved_.emplace(anchor_ + 74 * kMiB, 24 * kMiB);
 }
 
 size_t VirtualAddressSpace::span_for(size_t total_bytes) {
@@ -22,15 +22,27 @@ size_t VirtualAddressSpace::least_span_for(size_t total_bytes) {
   return std::max<size_t>(4 * total_bytes, 64 * kGiB) / kGiB * kGiB;
 }
 
-uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
-  for (auto it = gaps_.begin(); it != gaps_.end(); ++it) {
+namespace {
+
+// Takes `bytes` from the start of the lowest range of `ranges` that holds them; 0 when none does.
+uintptr_t take_lowest(std::map<uintptr_t, size_t>& ranges, size_t bytes) {
+  for (auto it = ranges.begin(); it != ranges.end(); ++it) {
     if (it->second < bytes) continue;
     const uintptr_t address = it->first;
     const size_t rest = it->second - bytes;
-    gaps_.erase(it);
-    if (rest > 0) gaps_.emplace(address + bytes, rest);
+    ranges.erase(it);
+    if (rest > 0) ranges.emplace(address + bytes, rest);
     return address;
   }
+  return 0;
+}
+
+}  // namespace
+
+uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
+  // What the process's regions have free first, then what the driver left unreserved (header).
+  if (const uintptr_t address = take_lowest(gaps_, bytes)) return address;
+  if (const uintptr_t address = take_lowest(unreserved_, bytes)) return address;
   constexpr size_t kGapBytes = size_t{24} << 20;  // the gap at T + 74 MiB
   if (!(driver_done_ & kLaunchHeap) && bytes > kGapBytes && bytes <= kHoleBytes) hole_taken_ = true;
   const size_t region = (bytes + kRegionGranularity - 1) / kRegionGranularity * kRegionGranularity;
@@ -40,32 +52,45 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
   return bottom_;
 }
 
-void VirtualAddressSpace::release(uintptr_t address, size_t bytes) { add_gap(address, bytes); }
+void VirtualAddressSpace::release(uintptr_t address, size_t bytes) {
+  const bool unreserved = address >= anchor_ || (address >= stretch_ && address < stretch_ + kStretchBytes);
+  add_range(unreserved ? unreserved_ : gaps_, address, bytes);
+}
 
 void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_on_card) {
   constexpr size_t kMiB = size_t{1} << 20;
   constexpr size_t kChunk = 2 * kMiB;
   // Driver allocations are never freed here, so an address of 0 (no room) just leaves the model as it is.
+  // Before the first launch's heap exists a module's globals chunk takes only a free gap of the process's
+  // regions; where none has room it waits for that launch and goes where a chunk goes then (header).
   if ((what & kModuleGlobals) && !globals_chunk_) {
-    allocate(kChunk);
-    globals_chunk_ = true;
+    if (driver_done_ & kLaunchHeap) {
+      allocate(kChunk);
+      globals_chunk_ = true;
+    } else {
+      globals_chunk_ = take_lowest(gaps_, kChunk) != 0;
+      globals_pending_ = !globals_chunk_;
+    }
   }
   if ((what & kLaunchHeap) && !(driver_done_ & kLaunchHeap)) {
     driver_done_ |= kLaunchHeap;
     // The stretch below T, freed now (header), and between it and the heap's reservation what the driver
     // keeps there: the heap's top sits 160 MiB below the lowest region (docs/evidence/generated_segments/).
-    // Regions reserved before this launch lie below T - 414 MiB in the model; by default the stretch goes below
-    // them (they stand for PyTorch's regions in host holes above T), with below_stretch it stays where it is.
+    // Regions reserved before this launch lie below T - 414 MiB in the model; where they stand for PyTorch's
+    // regions in host holes above T the stretch goes below them, else it stays where it is (EarlyRegions).
+    // Either way it is a range no region holds: taken only when no region's rest fits.
     constexpr size_t kBelowRegions = 160 * kMiB;
     if (!hole_taken_ && bottom_ - limit_ >= kStretchBytes + kBelowRegions) {
       const bool early = bottom_ != anchor_ - kStretchBytes;
       early_regions_decided_ = early;
-      if (early && early_regions_ == EarlyRegions::below_stretch) {
-        add_gap(anchor_ - kStretchBytes, kStretchBytes);
+      const bool in_host_holes = host_map_holes_ == (early_regions_ == EarlyRegions::as_host_map);
+      if (early && !in_host_holes) {
+        stretch_ = anchor_ - kStretchBytes;
       } else {
         bottom_ -= kStretchBytes;
-        add_gap(bottom_, kStretchBytes);
+        stretch_ = bottom_;
       }
+      add_range(unreserved_, stretch_, kStretchBytes);
       bottom_ -= kBelowRegions;
     }
     constexpr size_t kReserved = 512 * kMiB;
@@ -73,6 +98,11 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
       bottom_ -= kReserved;
       add_gap(bottom_ + kReserved - 6 * kMiB, 6 * kMiB);  // below it: the 2 MiB the driver maps
     }
+  }
+  if (globals_pending_ && (driver_done_ & kLaunchHeap)) {
+    allocate(kChunk);
+    globals_chunk_ = true;
+    globals_pending_ = false;
   }
   if ((what & kKernelStack) && !(driver_done_ & kKernelStack)) {
     driver_done_ |= kKernelStack;
@@ -92,21 +122,23 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
   }
 }
 
+void VirtualAddressSpace::add_gap(uintptr_t address, size_t bytes) { add_range(gaps_, address, bytes); }
+
 // Inserts a free range, merging it with free neighbours.
-void VirtualAddressSpace::add_gap(uintptr_t address, size_t bytes) {
-  auto next = gaps_.lower_bound(address);
-  if (next != gaps_.end() && address + bytes == next->first) {
+void VirtualAddressSpace::add_range(std::map<uintptr_t, size_t>& ranges, uintptr_t address, size_t bytes) {
+  auto next = ranges.lower_bound(address);
+  if (next != ranges.end() && address + bytes == next->first) {
     bytes += next->second;
-    next = gaps_.erase(next);
+    next = ranges.erase(next);
   }
-  if (next != gaps_.begin()) {
+  if (next != ranges.begin()) {
     auto prev = std::prev(next);
     if (prev->first + prev->second == address) {
       prev->second += bytes;
       return;
     }
   }
-  gaps_.emplace(address, bytes);
+  ranges.emplace(address, bytes);
 }
 
 }  // namespace bytegrad

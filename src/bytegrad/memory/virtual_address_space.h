@@ -2,15 +2,17 @@
 // address, so a simulated card must hand out segment addresses in the order a real one would, or the
 // same program can fragment differently. This models what the CUDA driver was measured doing on the
 // H100 (tools/probe_cuda_addresses.py, tools/pytorch_random_trace.py): every allocation takes the
-// lowest-addressed free gap it fits in; when none fits, a new region of the size rounded up to 32 MiB is
-// reserved below all earlier ones, the allocation takes its start and the rest stays free for later
-// (smaller) allocations. A fresh process starts with two free gaps the driver left at the top: 2 MiB at
-// T and 24 MiB at T + 74 MiB, and the first region ends at T - 414 MiB (fitted to 12 recorded runs; the
-// second gap was seen to hold at least 24 and less than 30 MiB). The driver takes regions from the
-// process's address map, so host mappings made meanwhile move them: PyTorch's CPU thread pool makes glibc
-// arenas 128 MiB apart whose holes later regions fill, in an order that depends on thread timing
-// (tools/probes/driver_placement_probe.py). That part is not modelled. sim and meta place their segments
-// here; a real GPU keeps one beside the driver for best fit's ties (RawMemory::tie_address).
+// lowest-addressed free gap of the process's regions it fits in; when none fits, the lowest free range that
+// no region holds (below); else a new region of the size rounded up to 32 MiB is reserved below all earlier
+// ones, the allocation takes its start and the rest stays free for later (smaller) allocations. A fresh
+// process starts with two free ranges the driver left at the top: 2 MiB at T and 24 MiB at T + 74 MiB, and
+// the first region ends at T - 414 MiB (fitted to 12 recorded runs; the second gap was seen to hold at least
+// 24 and less than 30 MiB). Regions' rests before those ranges: PyTorch's first forward fills the rest of
+// `.to()`'s last region before it takes anything from the stretch below (docs/status.md, session 26). The
+// driver takes regions from the process's address map, so host mappings made meanwhile move them: PyTorch's
+// CPU thread pool makes glibc arenas 128 MiB apart whose holes later regions fill, in an order that depends
+// on thread timing (tools/probes/driver_placement_probe.py). That part is not modelled. sim and meta place their
+// segments here; a real GPU keeps one beside the driver for best fit's ties (RawMemory::tie_address).
 //
 // The driver and cuBLAS allocate for themselves from the same addresses, and so move later segments
 // (tools/probes/driver_allocations_probe.py and driver_first_launch_probe.py, which asked the driver for
@@ -23,7 +25,8 @@
 // H100, tools/probes/segment_stretch.py): until the process's first kernel launch, the driver holds the
 // 414 MiB below T except a hole of about 150 MiB right under T, which takes the first segment of more than
 // 24 MiB (too large for the gap at T + 74 MiB) if it fits: at T - its size. From the first launch on, the
-// whole 414 MiB is free and the forward's segments fill it from its bottom, lowest address first. Where no
+// whole 414 MiB is free (a range no region holds: after the regions' rests) and the forward's segments fill
+// it from its bottom, lowest address first. Where no
 // segment took the hole (102 of the 106 runs that show the stretch), the model makes the stretch a free
 // range at the first launch, placed below every region reserved so far, the launch heap's reservation
 // 160 MiB below it (where PyTorch's heap top sits below the lowest region): PyTorch's `.to()` segments mostly sit in
@@ -34,12 +37,14 @@
 // that GPT-2 small's embedding takes it.
 //
 // Where the regions that come before the first launch go when they fit neither the first gaps nor the hole
-// (`.to()`'s segments; tools/probes/to_regions.py) is not in the program: in most recorded runs into holes
-// of the host's address map above T, so the stretch lies below them (the model's default, above), but in some
-// SDPA runs, whose host map had no such holes, to new regions below T - 414 MiB, under the stretch. No rule the
-// model can read sorts every run (c055 of the generated sweep, slow attention, did the second; c030 and c037
-// differ between their two workspace settings), so both are placements the model can follow
-// (EarlyRegions, raw_memory.h): below_stretch keeps the stretch at [T - 414 MiB, T), above every region.
+// (`.to()`'s segments; tools/probes/to_regions.py) follows the host's address map (EarlyRegions, raw_memory.h):
+// where the program's host work left holes (PyTorch's CPU thread pool's malloc arenas), into them, above T, so
+// the stretch lies below them (the model reserves them below T - 414 MiB and puts the stretch below); where it
+// left none (nanoGPT with SDPA), to new regions below T - 414 MiB, under the stretch, which stays at
+// [T - 414 MiB, T). set_host_map_holes says which; set_early_regions(reversed) follows the other.
+//
+// The driver's first chunk for module globals, when a launch before the first launch heap needs it (the data's
+// random fill) and no region has room, is placed with that heap (its free top), not in the ranges at T.
 #pragma once
 
 #include <cstddef>
@@ -73,24 +78,31 @@ class VirtualAddressSpace {
   // Places the driver's allocations `what` (DriverAllocation flags, applied in their order above) for a
   // card that holds `threads_on_card` threads at once. One-time allocations already made are not repeated.
   void note_driver_allocations(uint32_t what, size_t threads_on_card);
-  // Which placement of the regions reserved before the first launch to follow (EarlyRegions); set it before
-  // the first launch. early_regions_decided(): the first launch placed the stretch with such regions below
+  // Which placement of the regions reserved before the first launch to follow (EarlyRegions: as the host map
+  // implies, or reversed) and whether the host map has holes (true unless set); set both before the first
+  // launch. early_regions_decided(): the first launch placed the stretch with such regions below
   // T - 414 MiB, so the other placement would have ordered them differently against it.
   void set_early_regions(EarlyRegions placement) { early_regions_ = placement; }
+  void set_host_map_holes(bool holes) { host_map_holes_ = holes; }
   EarlyRegions early_regions() const { return early_regions_; }
   bool early_regions_decided() const { return early_regions_decided_; }
 
  private:
   void add_gap(uintptr_t address, size_t bytes);
-  std::map<uintptr_t, size_t> gaps_;  // free ranges inside reserved regions, by address
-  uintptr_t anchor_;                  // "T": the first small segment of a fresh process
-  uintptr_t bottom_;                  // start of the lowest region reserved so far
+  static void add_range(std::map<uintptr_t, size_t>& ranges, uintptr_t address, size_t bytes);
+  std::map<uintptr_t, size_t> gaps_;        // free ranges inside the process's regions, by address
+  std::map<uintptr_t, size_t> unreserved_;  // free ranges no region holds: the gaps at T, the stretch
+  uintptr_t stretch_ = 0;                   // the stretch's start, once the first launch freed it
+  uintptr_t anchor_;                        // "T": the first small segment of a fresh process
+  uintptr_t bottom_;                        // start of the lowest region reserved so far
   uintptr_t limit_;
-  uint32_t driver_done_ = 0;    // one-time DriverAllocation flags already placed
-  bool globals_chunk_ = false;  // a 2 MiB chunk of small driver allocations exists
-  size_t blas_chunk_left_ = 0;  // room left in cuBLAS's chunk
-  bool hole_taken_ = false;     // a segment took the hole below T before the first launch
-  EarlyRegions early_regions_ = EarlyRegions::in_host_holes;
+  uint32_t driver_done_ = 0;      // one-time DriverAllocation flags already placed
+  bool globals_chunk_ = false;    // a 2 MiB chunk of small driver allocations exists
+  bool globals_pending_ = false;  // a module loaded before the first launch found no gap for its chunk
+  size_t blas_chunk_left_ = 0;    // room left in cuBLAS's chunk
+  bool hole_taken_ = false;       // a segment took the hole below T before the first launch
+  EarlyRegions early_regions_ = EarlyRegions::as_host_map;
+  bool host_map_holes_ = true;
   bool early_regions_decided_ = false;
 };
 
