@@ -11,8 +11,9 @@ recording is docs/evidence/generated_segments/). For every `.to()` segment not i
   B  below A - 414 MiB: a new region below the stretch.
 and the case's attention (the slow one registers a causal-mask buffer per layer on the CPU; SDPA does not).
 The placement model (memory/virtual_address_space.h) puts every such region below A - 414 MiB and the stretch
-below all of them, which gives the order of "A" runs; "B" runs have the stretch above them, which the model
-follows as a second placement outcome (CachingAllocator::EarlyRegions::below_stretch, memory/raw_memory.h).
+below all of them, which gives the order of "A" runs; "B" runs have the stretch above them. The model follows
+"A" where the program's host work left holes in the address map (slow attention) and "B" where it left none
+(SDPA): CachingAllocator::set_host_map_holes; EarlyRegions::reversed gives the other (memory/raw_memory.h).
 """
 import json
 import os
