@@ -40,6 +40,12 @@
 // model can read sorts every run (c055 of the generated sweep, slow attention, did the second; c030 and c037
 // differ between their two workspace settings), so both are placements the model can follow
 // (EarlyRegions, raw_memory.h): below_stretch keeps the stretch at [T - 414 MiB, T), above every region.
+//
+// A process's first NCCL communicator (kNcclCommunicator; DDP makes it in its constructor, after `.to()`)
+// changes the layout (docs/evidence/ddp_addresses/, measured on two ranks and 10 recorded processes): NCCL's
+// 2 MiB buffers take the free ranges among the segments so far, and below every region the driver leaves
+// free ranges of 10, 690 and 504 MiB with the kernel stack and the launch heap's top between and above them,
+// which later segments fill lowest first; new regions go below all of it.
 #pragma once
 
 #include <cstddef>
