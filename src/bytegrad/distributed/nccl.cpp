@@ -327,6 +327,7 @@ class NcclProcessGroup final : public ProcessGroup {
       throw CollectiveError(message);
     }
     figures_.communicator_bytes = memory_outside_allocator(device()) - figures_.before_communicator;
+    note_driver_allocations(device(), kNcclCommunicator);  // for the model's tie addresses
     report_measured_figures();
     watchdog_ = std::thread([this] { watch(); });
   }

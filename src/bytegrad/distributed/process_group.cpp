@@ -6,6 +6,7 @@
 #include "bytegrad/core/enum_name.h"
 #include "bytegrad/core/strided_view.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_category.h"
 
 namespace bytegrad::distributed {
@@ -122,10 +123,18 @@ void ProcessGroup::set_measured_outside_allocator(OutsideAllocatorFigures figure
 void ProcessGroup::model_outside_allocator(CollectiveKind kind) {
   if (device_.type == DeviceType::cpu) return;  // no GPU memory to model
   const bool all_reduce = kind == CollectiveKind::all_reduce || kind == CollectiveKind::barrier;
-  std::lock_guard lock(outside_mutex_);
-  if (!outside_) outside_ = modelled_nccl_figures(/*all_reduced=*/false);
-  if (all_reduce && outside_->parts.size() == 1)
-    outside_->parts.push_back({"first all_reduce", kModelledNcclFirstAllReduceBytes});
+  bool made_communicator = false;
+  {
+    std::lock_guard lock(outside_mutex_);
+    if (!outside_) {
+      outside_ = modelled_nccl_figures(/*all_reduced=*/false);
+      made_communicator = true;
+    }
+    if (all_reduce && outside_->parts.size() == 1)
+      outside_->parts.push_back({"first all_reduce", kModelledNcclFirstAllReduceBytes});
+  }
+  // Where the communicator's buffers go moves later segments (virtual_address_space.h).
+  if (made_communicator) note_driver_allocations(device_, kNcclCommunicator);
 }
 
 void ProcessGroup::check_tensor(const char* collective, const char* what, const Tensor& tensor) const {

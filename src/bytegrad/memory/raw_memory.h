@@ -29,6 +29,11 @@ enum DriverAllocation : uint32_t {
   // A new cuBLAS handle (a thread's first matrix product): 64 MiB, and 129 KiB from a 2 MiB chunk of its
   // own that later handles share.
   kBlasHandle = 8,
+  // An NCCL communicator (a process group's first collective), measured in DDP processes of two ranks on two
+  // H200s (docs/evidence/ddp_addresses/, session 26): NCCL's buffers take every free range among the
+  // segments so far, and below them the driver leaves the layout the launch heap and kernel stack are part of
+  // (VirtualAddressSpace::note_driver_allocations).
+  kNcclCommunicator = 16,
 };
 
 // Where the driver puts the regions a program reserves before its first kernel launch that fit neither the

@@ -110,6 +110,25 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     const size_t bytes = kStackBytesPerThread * threads_on_card;
     if (bytes > 0) allocate((bytes + kChunk - 1) / kChunk * kChunk);
   }
+  if ((what & kNcclCommunicator) && !(driver_done_ & kNcclCommunicator)) {
+    driver_done_ |= kNcclCommunicator | kLaunchHeap | kKernelStack;
+    // Every free range among the segments so far is taken: NCCL's 2 MiB buffers fill `.to()`'s 12 MiB
+    // remainders in both ranks' scans (13 of 21 seen, the others never used either). Below every region,
+    // relative to B, the start of the second range: 10 MiB free, 690 MiB free, 14 MiB held (the kernel
+    // stack's 8.25 MiB), 504 MiB free, 8 MiB held (the launch heap's top), all above 694 MiB held; later
+    // regions come below those. The same offsets in all 10 recorded GPT-2 small DDP and ZeRO-1 processes.
+    constexpr size_t kBelowB = 704 * kMiB;
+    constexpr size_t kAboveB = 1216 * kMiB;
+    if (bottom_ - limit_ >= kBelowB + kAboveB) {
+      gaps_.clear();
+      unreserved_.clear();  // the ranges at T too
+      const uintptr_t b = bottom_ - kAboveB;
+      add_gap(b - 10 * kMiB, 10 * kMiB);
+      add_gap(b, 690 * kMiB);
+      add_gap(b + 704 * kMiB, 504 * kMiB);
+      bottom_ = b - kBelowB;
+    }
+  }
   if (what & kBlasHandle) {
     constexpr size_t kHandleSmall = size_t{129} * 1024;  // 128 KiB and 1 KiB
     allocate(64 * kMiB);

@@ -45,6 +45,12 @@
 //
 // The driver's first chunk for module globals, when a launch before the first launch heap needs it (the data's
 // random fill) and no region has room, is placed with that heap (its free top), not in the ranges at T.
+//
+// A process's first NCCL communicator (kNcclCommunicator; DDP makes it in its constructor, after `.to()`)
+// changes the layout (docs/evidence/ddp_addresses/, measured on two ranks and 10 recorded processes): NCCL's
+// 2 MiB buffers take the free ranges among the segments so far, and below every region the driver leaves
+// free ranges of 10, 690 and 504 MiB with the kernel stack and the launch heap's top between and above them,
+// which later segments fill lowest first; new regions go below all of it.
 #pragma once
 
 #include <cstddef>
