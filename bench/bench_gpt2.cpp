@@ -2,8 +2,9 @@
 // with the loss, backward, AdamW (foreach, nanoGPT's two groups), zero_grad(set_to_none=True); median of
 // synchronized steps after warm-up, at 4 x 256 and 8 x 1024 tokens. bench/pytorch_gpt2_step.py times
 // PyTorch's eager step the same way, for the same table.
-//   bench_gpt2 [DEVICE [STEPS [fp32|bf16|bf16_sdpa]]]   (bf16: the forward under bf16 autocast; _sdpa: with
-//   scaled_dot_product_attention), as pytorch_gpt2_step.py's same argument
+//   bench_gpt2 [DEVICE [STEPS [fp32|bf16|bf16_sdpa [BATCHxSEQ...]]]]   (bf16: the forward under bf16 autocast;
+//   _sdpa: with scaled_dot_product_attention, as pytorch_gpt2_step.py's same argument; BATCHxSEQ: the sizes
+//   to run instead of 4x256 and 8x1024)
 // With BYTEGRAD_PROFILE_KERNELS=1 it also prints, per size, where the timed steps' GPU time went
 // (kernels/kernel_profile.h: per backend call and per autograd node; bench/pytorch_gpt2_profile.py prints
 // PyTorch's side). The profiler's events slow the steps a little: take timings from a run without it.
@@ -19,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bytegrad/kernels/kernel_profile.h"
@@ -58,8 +60,30 @@ int main(int argc, char** argv) {
   fmt::print("GPT-2 small {} training step on {} (AdamW foreach; median of {} synchronized steps)\n", mode, d.str(),
              steps);
   fmt::print("{:>10} {:>12} {:>16}\n", "tokens", "ms/step", "peak allocated");
+  // Token counts as BATCHxSEQ after the mode (default: 4x256 and 8x1024).
+  std::vector<std::pair<int64_t, int64_t>> token_counts;
+  for (int i = 4; i < argc; ++i) {
+    const std::string text = argv[i];
+    const size_t x = text.find('x');
+    size_t batch_end = 0, seq_end = 0;
+    int64_t batch = 0, seq = 0;
+    try {
+      if (x != std::string::npos) {
+        batch = std::stoll(text.substr(0, x), &batch_end);
+        seq = std::stoll(text.substr(x + 1), &seq_end);
+      }
+    } catch (const std::exception&) {
+      batch_end = 0;
+    }
+    if (x == std::string::npos || batch_end != x || seq_end != text.size() - x - 1 || batch <= 0 || seq <= 0) {
+      fmt::print(stderr, "bench_gpt2: '{}': expected BATCHxSEQ, as 4x256\n", text);
+      return 2;
+    }
+    token_counts.emplace_back(batch, seq);
+  }
+  if (token_counts.empty()) token_counts = {{4, 256}, {8, 1024}};
   const char* trace_prefix = std::getenv("BYTEGRAD_BENCH_TRACE");
-  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{4, 256}, {8, 1024}}) {
+  for (auto [batch, seq] : token_counts) {
     reset_peak_memory_stats(d);
     if (trace_prefix) caching_allocator(d).record_history(true);
     const double ms = median_step_ms(d, batch, seq, steps, mode);

@@ -9,10 +9,13 @@
 
 #include "bytegrad/core/device.h"
 #include "bytegrad/core/scalar_type.h"
+#include "bytegrad/core/small_vector.h"
 
 namespace bytegrad {
 
-using Shape = std::vector<int64_t>;
+// Sizes or strides in elements. Inline room for 5 dimensions (GPT-2's largest tensors have 4), so making a
+// tensor or view allocates nothing for its shape; it converts to and from std::vector<int64_t>.
+using Shape = SmallVector<int64_t, 5>;
 
 // Product of the sizes (1 for a 0-d shape). Throws std::length_error when it exceeds int64 (which a
 // tensor's shape never does: check_shape refuses such shapes where tensors are made).

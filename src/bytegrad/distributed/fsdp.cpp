@@ -17,6 +17,7 @@
 #include "bytegrad/autograd/engine.h"
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/autograd/node.h"
+#include "bytegrad/core/strided_view.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_category.h"
@@ -33,19 +34,6 @@ namespace {
 enum class TrainingState { idle, forward, pre_backward, post_backward };
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-Shape contiguous_strides(const Shape& sizes) {
-  Shape strides(sizes.size(), 1);
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 2; d >= 0; --d)
-    strides[d] = strides[d + 1] * std::max<int64_t>(sizes[d + 1], 1);
-  return strides;
-}
-
-int64_t numel_of(const Shape& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
 
 // The device buffer ATen's CUDA kernels for split_with_sizes_copy and _chunk_cat pack their int64 launch
 // metadata into (pinned host memory copied to the device): allocated on the current stream and freed as the
@@ -876,7 +864,7 @@ FSDPModule fully_shard(const std::shared_ptr<nn::Module>& module, ProcessGroup& 
     fp.unsharded_dtype = options.mp_policy.param_dtype.value_or(p.dtype());
     fp.padded_rows = fsdp_padded_rows(p.size(0), world);
     fp.local_rows = fsdp_local_rows(p.size(0), world, rank);
-    fp.row_numel = numel_of(p.sizes()) / std::max<int64_t>(p.size(0), 1);
+    fp.row_numel = shape_numel(p.sizes()) / std::max<int64_t>(p.size(0), 1);
     params.push_back(std::move(fp));
   }
   // FSDPParam._init_sharded_param, parameter by parameter: a zeroed padded shard, this rank's rows copied in.

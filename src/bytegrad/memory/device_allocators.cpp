@@ -1,6 +1,7 @@
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_functions.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -20,6 +21,9 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<Device, std::unique_ptr<CachingAllocator>> allocators;
+  // Bumped (under `mutex`) whenever a device's allocator is replaced or removed: caching_allocator's
+  // per-thread memory of its last answer holds while this is unchanged.
+  std::atomic<uint64_t> allocators_generation{0};
   std::map<Device, SimulatedCapacity> capacities;
   std::optional<Device> default_device;
   std::vector<std::unique_ptr<CachingAllocator>> retired;  // allocators whose blocks outlived their scope
@@ -83,6 +87,7 @@ void replace_allocator(Registry& r, Device device, SimulatedCapacity capacity) {
   if (device.type != DeviceType::cuda) r.capacities.insert_or_assign(key, capacity);
   if (fresh) r.allocators.insert_or_assign(key, std::move(fresh));
   else if (it != r.allocators.end()) r.allocators.erase(it);
+  r.allocators_generation.fetch_add(1, std::memory_order_release);
 }
 
 void require_simulated(Device device, const char* what) {
@@ -93,13 +98,25 @@ void require_simulated(Device device, const char* what) {
 }  // namespace
 
 CachingAllocator& caching_allocator(Device device) {
+  // Every op asks; most ask for the device the thread asked for last. That answer is kept while no
+  // allocator has been replaced since, so the lookup takes no lock.
+  struct LastLookup {
+    CachingAllocator* allocator = nullptr;
+    Device device;
+    uint64_t generation = 0;
+  };
+  thread_local LastLookup last;
   Registry& r = registry();
+  if (last.allocator && last.device == device &&
+      last.generation == r.allocators_generation.load(std::memory_order_acquire))
+    return *last.allocator;
   std::lock_guard lock(r.mutex);
   const Device key = device;
-  if (auto it = r.allocators.find(key); it != r.allocators.end()) return *it->second;
+  auto it = r.allocators.find(key);
   // Inserted only once made: a failed creation (bad BYTEGRAD_ALLOC_CONF, absent GPU) leaves no entry.
-  auto made = make_allocator(r, device, capacity_of(r, device));
-  return *r.allocators.emplace(key, std::move(made)).first->second;
+  if (it == r.allocators.end()) it = r.allocators.emplace(key, make_allocator(r, device, capacity_of(r, device))).first;
+  last = {it->second.get(), device, r.allocators_generation.load(std::memory_order_relaxed)};
+  return *it->second;
 }
 
 void configure_simulated_device(Device device, SimulatedCapacity capacity) {
@@ -150,6 +167,7 @@ SimulatedDeviceState exchange_simulated_device(Device device, SimulatedDeviceSta
     r.allocators.erase(it);
   }
   if (state.allocator) r.allocators.emplace(key, std::move(state.allocator));
+  r.allocators_generation.fetch_add(1, std::memory_order_release);
   r.capacities.insert_or_assign(key, state.capacity);
   return previous;
 }

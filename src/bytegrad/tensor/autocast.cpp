@@ -5,6 +5,7 @@
 #include <memory>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -26,7 +27,17 @@ struct AutocastState {
   bool cache_enabled = true;
   int nesting = 0;
   bool inner_call = false;
-  std::unordered_map<const TensorImpl*, CachedCast> cache;
+  // The casts in the order they were made, and where each source's is. Emptied front to back, so the
+  // casts it alone holds are freed in that order, not in an order set by the sources' addresses (which a
+  // map keyed by them would give). A cast whose source died leaves an empty entry behind.
+  std::vector<CachedCast> cache;
+  std::unordered_map<const TensorImpl*, size_t> cache_index;
+
+  void clear_cache() {
+    for (CachedCast& entry : cache) entry.cast = Tensor();  // front to back
+    cache.clear();
+    cache_index.clear();
+  }
 };
 
 AutocastState& state() {
@@ -60,7 +71,7 @@ AutocastGuard::AutocastGuard(DeviceType device_type, ScalarType dtype, bool enab
 
 AutocastGuard::~AutocastGuard() {
   AutocastState& s = state();
-  if (--s.nesting == 0) s.cache.clear();  // torch.autocast.__exit__: leaving the outermost region
+  if (--s.nesting == 0) s.clear_cache();  // torch.autocast.__exit__: leaving the outermost region
   s.enabled = previous_enabled_;
   s.dtype = previous_dtype_;
   s.cache_enabled = previous_cache_enabled_;
@@ -69,8 +80,8 @@ AutocastGuard::~AutocastGuard() {
 bool is_autocast_enabled() { return state().enabled; }
 ScalarType autocast_dtype() { return state().dtype; }
 bool is_autocast_cache_enabled() { return state().cache_enabled; }
-void clear_autocast_cache() { state().cache.clear(); }
-size_t autocast_cache_size() { return state().cache.size(); }
+void clear_autocast_cache() { state().clear_cache(); }
+size_t autocast_cache_size() { return state().cache_index.size(); }
 
 namespace autocast {
 
@@ -94,13 +105,16 @@ Tensor cached_cast(ScalarType to, const Tensor& t) {
                          hook->requires_grad(t) && hook->is_leaf(t) && !t.impl().is_view;
   if (!cacheable) return t.to(to);
   const TensorImpl* key = &t.impl();
-  auto found = s.cache.find(key);
-  if (found != s.cache.end()) {
-    if (!found->second.source.expired()) return found->second.cast;
-    s.cache.erase(found);  // the source died and its address was reused
+  auto found = s.cache_index.find(key);
+  if (found != s.cache_index.end()) {
+    CachedCast& entry = s.cache[found->second];
+    if (!entry.source.expired()) return entry.cast;
+    entry = CachedCast{};  // the source died and its address was reused
+    s.cache_index.erase(found);
   }
   Tensor cast = t.to(to);
-  s.cache.emplace(key, CachedCast{t.impl_ptr(), cast});
+  s.cache_index.emplace(key, s.cache.size());
+  s.cache.push_back(CachedCast{t.impl_ptr(), cast});
   return cast;
 }
 

@@ -255,7 +255,7 @@ Tensor var_impl(const char* name, ReduceOp op, const Tensor& x, const Shape& dim
 // Recorded as norm (dims wrapped; none for dim=None) and var/std (with correction); the nodes save self
 // (before computing) and result for norm and std (after), as derivatives.yaml.
 Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whole, std::optional<ScalarType> dtype) {
-  Shape wrapped = whole ? Shape{} : wrapped_dims("norm", x, dims);
+  Shape wrapped = whole ? Shape{} : Shape(wrapped_dims("norm", x, dims));
   OpRecording recording = begin_recording<OpId::norm>({x}, {std::move(wrapped), keepdim});
   Tensor out = without_recording([&] { return norm_impl(x, dims, keepdim, dtype); });
   recording.finish({out});
@@ -265,7 +265,7 @@ Tensor norm_recorded(const Tensor& x, const Shape& dims, bool keepdim, bool whol
 template <OpId op>
 Tensor var_recorded(ReduceOp kernel, const Tensor& x, const Shape& dims, bool keepdim, bool whole, double correction) {
   const char* name = op_name(op).data();
-  Shape wrapped = whole ? Shape{} : wrapped_dims(name, x, dims);
+  Shape wrapped = whole ? Shape{} : Shape(wrapped_dims(name, x, dims));
   OpRecording recording = begin_recording<op>({x}, {std::move(wrapped), keepdim, whole, correction});
   Tensor out = without_recording([&] { return var_impl(name, kernel, x, dims, keepdim, correction); });
   recording.finish({out});

@@ -19,10 +19,7 @@ namespace bytegrad {
 
 Device TensorOptions::resolved_device() const { return device ? *device : default_device(); }
 
-TensorImpl& Tensor::impl() const {
-  if (!impl_) throw std::logic_error("use of an undefined tensor");
-  return *impl_;
-}
+void Tensor::throw_undefined() { throw std::logic_error("use of an undefined tensor"); }
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t range = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dim 0 and -1
@@ -112,15 +109,14 @@ Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int6
         "as_strided: sizes {}, strides {}, storage offset {}, and itemsize {} requiring a storage size of {} are out "
         "of bounds for storage of size {}",
         shape_str(new_sizes), shape_str(new_strides), offset, element_size(), needed, storage()->nbytes()));
-  auto out = std::make_shared<TensorImpl>();
-  out->storage = storage();
-  out->sizes = new_sizes;
-  out->strides = new_strides;
-  out->storage_offset = offset;
-  out->dtype = dtype();
-  out->version = impl().version;  // views share the version counter
-  out->is_view = true;
-  return Tensor(std::move(out));
+  // Views share the version counter: given here, so that no counter of its own is made and dropped.
+  return Tensor(std::make_shared<TensorImpl>(TensorImpl{.storage = storage(),
+                                                        .sizes = new_sizes,
+                                                        .strides = new_strides,
+                                                        .storage_offset = offset,
+                                                        .dtype = dtype(),
+                                                        .version = impl().version,
+                                                        .is_view = true}));
 }
 
 Tensor Tensor::alias() const {

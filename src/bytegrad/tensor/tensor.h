@@ -124,7 +124,11 @@ class Tensor {
   uint64_t version() const { return impl().version->value.load(); }
   void bump_version() const { impl().version->value.fetch_add(1); }
   StridedView view_for_kernels() const;
-  TensorImpl& impl() const;
+  TensorImpl& impl() const {  // inline: every accessor goes through it
+    if (!impl_) [[unlikely]]
+      throw_undefined();
+    return *impl_;
+  }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   // Number of handles to this TensorImpl (as PyTorch's use_count, for gradient stealing).
   long use_count() const { return impl_.use_count(); }
@@ -283,6 +287,7 @@ class Tensor {
  private:
   std::shared_ptr<TensorImpl> impl_;
   [[noreturn]] static void throw_item_out_of_range(double value, size_t bytes, bool is_signed);
+  [[noreturn]] static void throw_undefined();
 };
 
 // torch.max(x, dim) and min's result: two tensors, usable as `auto [values, indices] = x.max(1);` or as

@@ -97,14 +97,14 @@ inline int64_t load_index(const char* p, ScalarType dtype) {
 // N operands walked together over one shape. Strides are in elements; sizes and strides are coalesced.
 template <size_t N>
 struct LoopPlan {
-  std::vector<int64_t> sizes;  // outermost first; empty for a single element
-  std::array<std::vector<int64_t>, N> strides;
+  Shape sizes;  // outermost first; empty for a single element
+  std::array<Shape, N> strides;
   bool empty = false;  // some dimension has size 0: nothing to do
 };
 
 // order: the dimensions in the order to walk them, outermost first (row-major when empty).
 template <size_t N>
-LoopPlan<N> plan_loop(const std::vector<int64_t>& sizes, const std::array<const std::vector<int64_t>*, N>& strides,
+LoopPlan<N> plan_loop(const Shape& sizes, const std::array<const Shape*, N>& strides,
                       const std::vector<size_t>& order = {}) {
   LoopPlan<N> plan;
   for (size_t position = 0; position < sizes.size(); ++position) {
@@ -141,7 +141,7 @@ void for_each_row(const LoopPlan<N>& plan, std::array<char*, N> base, const std:
   }
   for (size_t k = 0; k < N; ++k) inner[k] = plan.strides[k][ndim - 1];
   const int64_t count = plan.sizes[ndim - 1];
-  std::vector<int64_t> index(ndim, 0);
+  Shape index(ndim, 0);
   std::array<char*, N> ptrs = base;
   while (true) {
     row(ptrs, inner, count);
@@ -167,7 +167,7 @@ void for_each_row(const LoopPlan<N>& plan, std::array<char*, N> base, const std:
 enum class WalkOrder { row_major, memory };
 
 // The dimensions sorted by decreasing stride of `strides` (outermost first; ties keep their order).
-inline std::vector<size_t> memory_order(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+inline std::vector<size_t> memory_order(const Shape& sizes, const Shape& strides) {
   std::vector<size_t> order(sizes.size());
   for (size_t d = 0; d < order.size(); ++d) order[d] = d;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
@@ -177,7 +177,7 @@ inline std::vector<size_t> memory_order(const std::vector<int64_t>& sizes, const
 // Convenience: walk views of one shape (the first view's sizes).
 template <size_t N, typename Row>
 void for_each_row(const std::array<const StridedView*, N>& views, Row&& row, WalkOrder walk = WalkOrder::memory) {
-  std::array<const std::vector<int64_t>*, N> strides{};
+  std::array<const Shape*, N> strides{};
   std::array<char*, N> base{};
   std::array<size_t, N> element_sizes{};
   for (size_t k = 0; k < N; ++k) {

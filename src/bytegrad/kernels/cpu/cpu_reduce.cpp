@@ -26,7 +26,7 @@ ReductionLayout layout_for(const StridedView& out, const StridedView& in, const 
   ReductionLayout layout;
   layout.kept_in = in;
   layout.kept_out = out;
-  std::vector<int64_t> reduced_sizes, reduced_strides;
+  Shape reduced_sizes, reduced_strides;
   for (size_t d = 0; d < in.sizes.size(); ++d) {
     if (!reduce_dim[d]) continue;
     reduced_sizes.push_back(in.sizes[d]);
