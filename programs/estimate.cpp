@@ -201,6 +201,24 @@ void print_max_batch(const BatchSearch& found) {
   std::cout << "max_batch " << found.largest << '\n';
 }
 
+// NCCL's memory outside the allocator on each rank, from the measured model (distributed/process_group.h):
+// one communicator and its ring; FSDP's ring comes with its first all_gather. Under --fsdp with a
+// --reshard-after-forward K between 1 and N each block's fully_shard call makes its own subgroup of K ranks,
+// used from the first backward, each a communicator with its ring (4 H200s: three per rank for an MLP of
+// three Linears, docs/evidence/nccl_outside/); the root is never resharded and never uses its own.
+OutsideAllocatorFigures modelled_nccl_for(const GPTTraining& t) {
+  OutsideAllocatorFigures figures = distributed::modelled_nccl_figures();
+  if (!t.fully_shard) return figures;
+  figures.parts.at(1).name = "first all_gather_into_tensor";
+  const auto& reshard = t.fully_shard->options.reshard_after_forward;
+  if (reshard && std::holds_alternative<int>(*reshard)) {
+    const int k = std::get<int>(*reshard);
+    if (k > 1 && k < t.fully_shard->world_size)
+      for (OutsideAllocatorPart& part : figures.parts) part.bytes *= 1 + t.config.n_layer;
+  }
+  return figures;
+}
+
 // --fsdp N: rank 0 and rank N-1 on the fake backend, one fresh run each; a card or cap fits when both do.
 int estimate_fully_sharded(const GPTTraining& t, const std::optional<Card>& card, int64_t limit, bool max_batch,
                            bool default_workspace) {
@@ -224,8 +242,7 @@ int estimate_fully_sharded(const GPTTraining& t, const std::optional<Card>& card
               << "peak_reserved " << peak.peak_reserved << '\n';
     PeakReport report{kMeta, peak.at_peak};
     const auto [free, total] = mem_get_info(kMeta);
-    report.outside_allocator =
-        outside_allocator_line(distributed::modelled_nccl_figures(), total - free - memory_reserved(kMeta));
+    report.outside_allocator = outside_allocator_line(modelled_nccl_for(t), total - free - memory_reserved(kMeta));
     std::cout << report;
     if (peak.out_of_memory && all_fit) {
       all_fit = false;
@@ -420,7 +437,7 @@ int run(int argc, char** argv) {
   if (card) {
     int64_t held_back = card->driver_bytes;
     if (t.data_parallel || t.fully_shard)
-      for (const OutsideAllocatorPart& part : distributed::modelled_nccl_figures().parts) held_back += part.bytes;
+      for (const OutsideAllocatorPart& part : modelled_nccl_for(t).parts) held_back += part.bytes;
     if (held_back >= card->total_bytes)
       return usage_error("--card " + card->name + " has no memory left after the driver's share and NCCL's buffers");
     configure_simulated_device(kMeta, SimulatedCapacity{.total_bytes = static_cast<size_t>(card->total_bytes),

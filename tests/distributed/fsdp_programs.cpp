@@ -23,6 +23,7 @@
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/history.h"
 #include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/memory/outside_allocator.h"
 #include "bytegrad/nn/clip_grad.h"
 #include "bytegrad/nn/linear.h"
 #include "bytegrad/optim/adam.h"
@@ -353,6 +354,70 @@ TEST_CASE("FSDP2 resharding to pairs of four ranks on the threads backend gives 
       CHECK_MESSAGE(d.empty(), program << " rank " << rank << " of 4 on threads ("
                                        << (type == DeviceType::sim ? "sim" : "meta")
                                        << ") differs from fake:" << joined(d));
+    }
+  }
+}
+
+namespace {
+
+// What a run holds outside the allocator at each mark: on the fake backend the model's NCCL figures (every
+// group on the device, subgroups included), in a recording cudaMemGetInfo's drop since `start` less the
+// allocator's reserved bytes (NCCL, the CUDA context's lazily loaded modules, cuBLAS's handles).
+std::map<std::string, int64_t> modelled_outside_by_mark(const std::string& program, int rank, int world) {
+  const Device device{DeviceType::meta, 0};
+  testing::FreshDevice fresh(device, testing::small_card());
+  clear_blas_workspaces();
+  auto pg = make_fake_process_group(rank, world, device);
+  std::map<std::string, int64_t> out;
+  programs::run_fsdp_program(
+      program, *pg,
+      [&](const std::string& label) {
+        int64_t bytes = 0;
+        if (const auto figures = outside_allocator_figures(device))
+          for (const OutsideAllocatorPart& part : figures->parts) bytes += part.bytes;
+        out[label] = bytes;
+      },
+      [] {});
+  clear_blas_workspaces();
+  return out;
+}
+
+std::map<std::string, int64_t> recorded_outside_by_mark(const std::string& program, int rank, int world) {
+  const json::Value doc = testing::probe_recording("fsdp", program, world, 0, rank);
+  std::map<std::string, int64_t> out;
+  const int64_t start = doc["marks"].items.at(0)["device_free"].integer();
+  for (const json::Value& m : doc["marks"].items)
+    out[m["label"].string()] = start - m["device_free"].integer() - m["reserved"].integer();
+  return out;
+}
+
+}  // namespace
+
+// reshard_after_forward=2 of 4: each fully_shard call makes its own post-forward subgroup (PyTorch's
+// DeviceMesh per call), so the MLP's three Linears are three communicators of two ranks, each made at its
+// module's first all-gather in backward with its ring's buffers. Against mlp_fsdp (the same program with
+// the default reshard) the recording holds 1524629504 B more outside the allocator from s0_backward on, on
+// every rank; the model gives 3 * (205520896 + 301989888) = 1522532352 B, 2 MiB (one of NCCL's 2 MiB
+// pages) less: tools/probes/nccl_outside_probe.py saw 484 MiB for one new pair and 486 for another.
+TEST_CASE("FSDP2 reshard to pairs of four: each module's subgroup communicator outside the allocator") {
+  constexpr int64_t kPerCommunicator = kModelledNcclCommunicatorBytes + kModelledNcclRingBytes;
+  constexpr int64_t kNcclPage = 2 * 1024 * 1024;
+  for (int rank = 0; rank < 4; ++rank) {
+    CAPTURE(rank);
+    const auto pairs = modelled_outside_by_mark("mlp_fsdp_reshard_int", rank, 4);
+    const auto whole = modelled_outside_by_mark("mlp_fsdp", rank, 4);
+    const auto pairs_recorded = recorded_outside_by_mark("mlp_fsdp_reshard_int", rank, 4);
+    const auto whole_recorded = recorded_outside_by_mark("mlp_fsdp", rank, 4);
+    CHECK(pairs.at("s0_forward") == whole.at("s0_forward"));  // no subgroup used yet
+    CHECK(pairs_recorded.at("s0_forward") == whole_recorded.at("s0_forward"));
+    for (const std::string label : {"s0_backward", "s2_zero_grad"}) {
+      CAPTURE(label);
+      const int64_t modelled = pairs.at(label) - whole.at(label);
+      CHECK(modelled == 3 * kPerCommunicator);
+      const int64_t measured = pairs_recorded.at(label) - whole_recorded.at(label);
+      CHECK(measured == 1524629504);
+      CHECK(measured - modelled <= kNcclPage);
+      CHECK(measured >= modelled);
     }
   }
 }

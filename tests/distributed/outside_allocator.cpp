@@ -3,7 +3,8 @@
 // the HTML report show them on a line of their own, never in allocated or reserved. On sim and meta the
 // figures are the model measured on two H200s (NCCL 2.28.3, per rank): the communicator 205,520,896 B
 // (196 MiB = 196 * 1048576) from the group's first collective, the first all_reduce 301,989,888 B
-// (288 MiB = 288 * 1048576) from its first all_reduce or barrier.
+// (288 MiB = 288 * 1048576) from its first collective on the ring (all_reduce, barrier, all_gather or
+// reduce_scatter; named after it), not from a broadcast.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -86,6 +87,23 @@ TEST_CASE("outside the allocator: a barrier counts as the first all_reduce; two 
   CHECK(figures->parts[0].bytes == 2 * 205'520'896);  // two communicators
   CHECK(figures->parts[1].name == "first all_reduce");
   CHECK(figures->parts[1].bytes == 301'989'888);  // only the first group all-reduced
+}
+
+// PyTorch on four H200s (tools/probes/nccl_outside_probe.py): a new subgroup's first all_gather took 484 MiB
+// (= 196 + 288), its reduce_scatter and all_reduce after it nothing.
+TEST_CASE("outside the allocator: a first all_gather brings the ring's buffers, named after it") {
+  FreshDevice fresh(kSim, small_card());
+  auto pg = make_fake_process_group(0, 2, kSim);
+  Tensor out = zeros({8}, device(kSim));
+  pg->all_gather_into_tensor(out, zeros({4}, device(kSim)));
+  pg->reduce_scatter_tensor(zeros({4}, device(kSim)), out);
+  pg->all_reduce(out);
+  const auto figures = outside_allocator_figures(kSim);
+  REQUIRE(figures);
+  REQUIRE(figures->parts.size() == 2);
+  CHECK(figures->parts[0].bytes == 205'520'896);
+  CHECK(figures->parts[1].name == "first all_gather_into_tensor");
+  CHECK(figures->parts[1].bytes == 301'989'888);  // once: the reduce_scatter and all_reduce add nothing
 }
 
 TEST_CASE("outside the allocator: the out-of-memory report and the HTML report show the line") {

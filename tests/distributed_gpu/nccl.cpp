@@ -173,6 +173,42 @@ TEST_CASE("nccl: collectives allocate nothing through the allocator; barrier one
   }
 }
 
+// The model (process_group.h) adds the ring's buffers at a group's first collective other than a broadcast,
+// as PyTorch on four H200s showed for a new subgroup whose first collective was an all_gather
+// (docs/evidence/nccl_outside/): here a new group's first all_gather grows NCCL's memory beyond the
+// communicator, and its reduce_scatter and all_reduce after it add nothing.
+TEST_CASE("nccl: a new group's first all_gather brings the ring's buffers; later collectives add nothing") {
+  std::vector<NcclMemoryFigures> found(2);
+  run_ranks(2, DeviceType::cuda, [&](ProcessGroup& pg) {
+    const Device d = pg.device();
+    auto group = pg.new_group({0, 1});
+    Tensor x = ones({1024}, device(d));
+    Tensor g = empty({2048}, device(d));
+    Tensor s = empty({1024}, device(d));
+    group->all_gather_into_tensor(g, x);
+    synchronize(d);
+    group->reduce_scatter_tensor(s, g);
+    group->all_reduce(x);
+    synchronize(d);
+    found[pg.rank()] = *nccl_memory_figures(*group);
+  });
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const NcclMemoryFigures& f = found[r];
+    std::string text =
+        "rank " + std::to_string(r) + " new group: communicator +" + std::to_string(f.communicator_bytes) + " B";
+    int64_t all_gather = 0, others = 0;
+    for (const auto& [kind, bytes] : f.first_use_bytes) {
+      text += ", first " + std::string(collective_name(kind)) + " +" + std::to_string(bytes) + " B";
+      (kind == CollectiveKind::all_gather_into_tensor ? all_gather : others) += bytes;
+    }
+    MESSAGE(text);
+    std::printf("%s\n", text.c_str());
+    CHECK(all_gather > 0);
+    CHECK(others == 0);
+  }
+}
+
 TEST_CASE("nccl: a rank that never makes its communicator makes the other time out naming the wait") {
   ProcessGroupOptions options;
   options.timeout = std::chrono::milliseconds(2000);

@@ -105,7 +105,7 @@ OutsideAllocatorFigures modelled_nccl_figures(bool all_reduced) {
   OutsideAllocatorFigures figures{.parts = {{"communicator", kModelledNcclCommunicatorBytes}},
                                   .measured = false,
                                   .basis = std::string(kModelledNcclBasis)};
-  if (all_reduced) figures.parts.push_back({"first all_reduce", kModelledNcclFirstAllReduceBytes});
+  if (all_reduced) figures.parts.push_back({"first all_reduce", kModelledNcclRingBytes});
   return figures;
 }
 
@@ -122,7 +122,10 @@ void ProcessGroup::set_measured_outside_allocator(OutsideAllocatorFigures figure
 
 void ProcessGroup::model_outside_allocator(CollectiveKind kind) {
   if (device_.type == DeviceType::cpu) return;  // no GPU memory to model
-  const bool all_reduce = kind == CollectiveKind::all_reduce || kind == CollectiveKind::barrier;
+  // The ring's buffers come with the first collective that runs on the ring: an all_reduce (a barrier is
+  // one), an all_gather or a reduce_scatter; a broadcast alone adds none. Named after that collective.
+  const bool on_ring = kind != CollectiveKind::broadcast;
+  const CollectiveKind named = kind == CollectiveKind::barrier ? CollectiveKind::all_reduce : kind;
   bool made_communicator = false;
   {
     std::lock_guard lock(outside_mutex_);
@@ -130,8 +133,8 @@ void ProcessGroup::model_outside_allocator(CollectiveKind kind) {
       outside_ = modelled_nccl_figures(/*all_reduced=*/false);
       made_communicator = true;
     }
-    if (all_reduce && outside_->parts.size() == 1)
-      outside_->parts.push_back({"first all_reduce", kModelledNcclFirstAllReduceBytes});
+    if (on_ring && outside_->parts.size() == 1)
+      outside_->parts.push_back({"first " + std::string(collective_name(named)), kModelledNcclRingBytes});
   }
   // Where the communicator's buffers go moves later segments (virtual_address_space.h).
   if (made_communicator) note_driver_allocations(device_, kNcclCommunicator);

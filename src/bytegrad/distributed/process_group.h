@@ -131,12 +131,14 @@ class Work {
 // NCCL's memory outside the allocator, per rank, measured on two H200s with NCCL 2.28.3 and
 // NCCL_NVLS_ENABLE=0 (the GPU test `nccl`; docs/distributed.md): the model that groups not running NCCL
 // report for a rank on sim, meta or cuda. The communicator's buffers come at the group's first collective
-// (ProcessGroupNCCL makes the communicator then), the all-reduce algorithm's at the first all_reduce (a
-// barrier is one); the first broadcast, all-gather and reduce-scatter added nothing.
+// (ProcessGroupNCCL makes the communicator then), the ring's at the first collective that runs on it (an
+// all_reduce, barrier, all_gather or reduce_scatter: in PyTorch on four H200s a new subgroup's first
+// all_gather took both, 484 MiB, and its later reduce_scatter and all_reduce nothing,
+// tools/probes/nccl_outside_probe.py); a broadcast alone adds nothing.
 inline constexpr int64_t kModelledNcclCommunicatorBytes = 205'520'896;
-inline constexpr int64_t kModelledNcclFirstAllReduceBytes = 301'989'888;
+inline constexpr int64_t kModelledNcclRingBytes = 301'989'888;
 inline constexpr std::string_view kModelledNcclBasis = "measured per rank on two H200s and two H100s, NCCL 2.28.3";
-// The model's figures once the communicator is made, and after the first all_reduce when all_reduced.
+// The model's figures once the communicator is made, and after a first all_reduce when all_reduced.
 OutsideAllocatorFigures modelled_nccl_figures(bool all_reduced = true);
 
 class ProcessGroup {
