@@ -381,9 +381,10 @@ TEST_CASE("DDP and ZeRO-1 of GPT-2 small (124M) as PyTorch on two H100s, on meta
 
 // The processes among those recordings whose host map left no free 32 MiB slot above the ranges DDP's
 // construction leaves (docs/evidence/ddp_addresses/, session 26; their s0_backward inactive_split is
-// 826596864), on two GPUs and on four (the same layout: NCCL's communicator leaves the same ranges): bytegrad's placement model, with the NCCL communicator's layout (kNcclCommunicator), gives
-// every figure at every mark of each, on its rank alone under one watchdog timing. In the others a forward
-// segment pair takes such a slot, which the model cannot know.
+// 826596864), on two GPUs and on four (the same layout: NCCL's communicator leaves the same ranges): bytegrad's
+// placement model, with the NCCL communicator's layout (kNcclCommunicator), gives every figure at every mark of each,
+// on its rank alone under one watchdog timing. In the others a forward segment pair takes such a slot, which the model
+// cannot know.
 TEST_CASE("GPT-2 small without bucket views and ZeRO-1: every figure where the host left no slot") {
   std::vector<Timing> many;
   for (int k = 1; k <= 400; ++k) many.push_back(k);

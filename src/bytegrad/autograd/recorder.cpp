@@ -35,6 +35,7 @@ constexpr std::array<Formula, kOpCount> kFormulas = {
 
 class GraphRecorder final : public AutogradHook {
  public:
+  bool saved_tensors_hooked() const override { return current_saved_tensor_hooks() != nullptr; }
   bool needs_graph(const std::vector<Tensor>& inputs) const override {
     if (!grad_mode_enabled()) return false;
     for (const Tensor& t : inputs)

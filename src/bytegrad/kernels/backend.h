@@ -211,6 +211,17 @@ class KernelBackend {
                                  const StridedView& target, const StridedView& total_weight, Reduction reduction,
                                  int64_t ignore_index, const StridedView* weight) = 0;
 
+  // out[i][target[i]] = in[i][target[i]], converted, for each row i whose target is in [0, C) and not
+  // ignore_index; out's other elements may be left unwritten. For a cast whose only reader is nll_loss (which
+  // reads those elements and no others: tensor/ops_loss.cpp). out and in are (N, C) of floating dtypes,
+  // target (N) int64 and contiguous. By default the whole cast (a backend without a kernel for it).
+  virtual void cast_target_elements(const StridedView& out, const StridedView& in, const StridedView& target,
+                                    int64_t ignore_index) {
+    (void)target;
+    (void)ignore_index;
+    copy(out, in);
+  }
+
   // Scaled dot-product attention as the fused backends compute it (tensor/ops_attention.cpp): for every
   // (b, h) and query row i, the scores s_ij = scale * q_i . k_j over the keys the row may see (causal: j <= i,
   // aligned top-left as PyTorch's is_causal), a softmax over them, out_i = sum_j softmax_ij v_j and

@@ -73,6 +73,9 @@ class AutogradHook {
   // The name of the node that made t ("AddmmBackward0"), "" for leaves and tensors without history; for
   // printing (Tensor::str shows grad_fn=<...> as PyTorch's repr does).
   virtual std::string grad_fn_name(const Tensor& t) const = 0;
+  // Whether saved-tensor hooks are installed on this thread: a tensor a node saves may then be read by
+  // someone other than the node's backward (pack may copy it), so an op must write all of it.
+  virtual bool saved_tensors_hooked() const { return false; }
 };
 
 void install_autograd_hook(AutogradHook* hook);

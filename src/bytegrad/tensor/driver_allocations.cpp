@@ -61,6 +61,11 @@ class DriverAllocationsBackend final : public KernelBackend {
     const bool memcpy = dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous();
     note_then_run(dst, memcpy ? 0 : kElementwise, &KernelBackend::copy, dst, src);
   }
+  // Stands in for the converting copy it replaces: that copy's first-launch allocations.
+  void cast_target_elements(const StridedView& out, const StridedView& in, const StridedView& target,
+                            int64_t ignore_index) override {
+    note_then_run(out, kElementwise, &KernelBackend::cast_target_elements, out, in, target, ignore_index);
+  }
   void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
     if (dst.numel() != 0) note_launch(dst.device);
     inner_.copy_from_host(dst, {static_cast<const std::byte*>(host), host_bytes(dst)});

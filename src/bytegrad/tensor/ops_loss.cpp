@@ -104,10 +104,33 @@ NllResult nll_loss_compute(const Tensor& log_probs, const Tensor& target, Reduct
   return result;
 }
 
+// Under autocast nll_loss runs in float32, so PyTorch first casts the 16-bit log-probabilities whole
+// (_to_copy: 1.6 GB for GPT-2's logits at 8 x 1024 tokens). nll_loss's forward reads one element of each
+// row, the target's, and its backward none (it saves the cast for its shape): the cast is allocated and
+// recorded as PyTorch's, and only those elements are written (backend cast_target_elements), unless
+// saved-tensor hooks could hand the saved cast to someone else. Unweighted, 2-d, contiguous targets (the
+// language-model loss); every other call casts whole.
+bool casts_only_target_elements(const Tensor& log_probs, const Tensor& target, const std::optional<Tensor>& weight) {
+  if (!autocast::active() || (weight && weight->defined()) || !autocast::is_eligible(log_probs)) return false;
+  if (log_probs.dtype() == ScalarType::float32 || log_probs.dim() != 2) return false;
+  if (target.dtype() != ScalarType::int64 || target.dim() != 1 || target.device() != log_probs.device() ||
+      !target.is_contiguous() || target.sizes()[0] != log_probs.sizes()[0])
+    return false;
+  const AutogradHook* hook = autograd_hook();
+  return hook == nullptr || !hook->saved_tensors_hooked();
+}
+
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index,
                 const std::optional<Tensor>& weight) {
+  if (casts_only_target_elements(log_probs, target, weight)) {
+    const Tensor cast = ops_detail::to_dtype_written_by(log_probs, ScalarType::float32, [&](const Tensor& out) {
+      backend_of(log_probs).cast_target_elements(kv(out), kv(log_probs), kv(target), ignore_index);
+    });
+    autocast::InnerCall inner;
+    return nll_loss(cast, target, reduction, ignore_index, weight);
+  }
   BYTEGRAD_AUTOCAST(fp32, nll_loss, log_probs, target, reduction, ignore_index, weight);
   const Tensor w = defined_or_empty(weight);
   // The autograd wrapper's check comes before the node is made (nothing is allocated yet).

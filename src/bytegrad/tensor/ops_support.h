@@ -2,6 +2,7 @@
 // broadcasting, and PyTorch's rule for the memory layout of an elementwise result.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 
@@ -48,6 +49,10 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 
 // PyTorch's is_non_overlapping_and_dense: some permutation of the tensor is contiguous.
 bool is_non_overlapping_and_dense(const Tensor& t);
+
+// Tensor::to(dtype): PyTorch's _to_copy output (allocated, recorded for autograd), its elements written by
+// `write` (the whole conversion; nll_loss under autocast writes only the elements it reads).
+Tensor to_dtype_written_by(const Tensor& self, ScalarType target, const std::function<void(const Tensor&)>& write);
 
 // The strides TensorIterator gives a new elementwise output of `sizes` computed from `inputs`: contiguous
 // when all inputs are; the inputs' strides when they all share one dense layout; otherwise the inputs'

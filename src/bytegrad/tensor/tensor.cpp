@@ -519,16 +519,26 @@ Tensor Tensor::to(Device target) const {
 
 Tensor Tensor::to(ScalarType target) const {
   if (target == dtype()) return *this;
+  return ops_detail::to_dtype_written_by(*this, target, [&](const Tensor& out) {
+    backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
+  });
+}
+
+namespace ops_detail {
+
+Tensor to_dtype_written_by(const Tensor& self, ScalarType target, const std::function<void(const Tensor&)>& write) {
   // PyTorch's _to_copy keeps the layout of a dense tensor (preserve_format) and makes others contiguous.
   Tensor out;
   {
     AllocationScope scope("to");
-    out = ops_detail::is_non_overlapping_and_dense(*this)
-              ? empty_strided(sizes(), strides(), TensorOptions{target, device()})
-              : empty(sizes(), TensorOptions{target, device()});
+    out = is_non_overlapping_and_dense(self)
+              ? empty_strided(self.sizes(), self.strides(), TensorOptions{target, self.device()})
+              : empty(self.sizes(), TensorOptions{target, self.device()});
   }
-  backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
-  return recorded<OpId::to_dtype>(*this, out);
+  write(out);
+  return recorded<OpId::to_dtype>(self, out);
 }
+
+}  // namespace ops_detail
 
 }  // namespace bytegrad

@@ -285,6 +285,11 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(output.device, "nll_loss", "", log_probs.dtype);
     cuda::nll_loss(output, total_weight, log_probs, target, reduction, ignore_index, weight);
   }
+  void cast_target_elements(const StridedView& out, const StridedView& in, const StridedView& target,
+                            int64_t ignore_index) override {
+    CudaCall call(out.device, "cast_target_elements", "", in.dtype);
+    cuda::cast_target_elements(out, in, target, ignore_index);
+  }
   void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                          const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
                          const StridedView* weight) override {

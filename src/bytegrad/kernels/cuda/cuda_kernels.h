@@ -70,6 +70,10 @@ void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView
 void amp_update_scale(const StridedView& scale, const StridedView& growth_tracker, const StridedView& found_inf,
                       double growth_factor, double backoff_factor, int64_t growth_interval);
 
+// ---- cuda_loss.cu (backend.h's cast_target_elements: the elements nll_loss reads of a cast)
+void cast_target_elements(const StridedView& out, const StridedView& in, const StridedView& target,
+                          int64_t ignore_index);
+
 // ---- cuda_attention.cu
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,

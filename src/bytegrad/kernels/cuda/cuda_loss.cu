@@ -113,6 +113,22 @@ struct NllBackwardFunctor {
   }
 };
 
+// One row's target element of a cast (backend.h's cast_target_elements).
+template <typename To, typename From>
+struct CastTargetElements {
+  To* out;
+  int64_t out_row, out_class;
+  const From* in;
+  const int64_t* target;
+  NllGeometry g;
+  int64_t ignore_index;
+  __device__ void operator()(int64_t i) const {
+    const int64_t t = target[i * g.target_stride];
+    if (t == ignore_index || t < 0 || t >= g.classes) return;
+    out[i * out_row + t * out_class] = convert<To>(in[i * g.row_stride + t * g.class_stride]);
+  }
+};
+
 }  // namespace
 
 void nll_loss(const StridedView& output, const StridedView& total_weight, const StridedView& log_probs,
@@ -133,6 +149,23 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
     nll_reduce_kernel<T>
         <<<1, kLossThreads, 0, launch_stream()>>>(out, total, in, targets, reduction == Reduction::mean);
     BYTEGRAD_CUDA_CHECK_LAUNCH("nll_reduce_kernel");
+  });
+}
+
+void cast_target_elements(const StridedView& out, const StridedView& in, const StridedView& target,
+                          int64_t ignore_index) {
+  const NllGeometry g = nll_geometry(in, target, "cuda");
+  const int64_t out_row = out.strides[0], out_class = out.strides[1];
+  dispatch_floating(out.dtype, "cast_target_elements", [&](auto out_tag) {
+    using To = typename decltype(out_tag)::type;
+    dispatch_floating(in.dtype, "cast_target_elements", [&](auto in_tag) {
+      using From = typename decltype(in_tag)::type;
+      auto* dst = static_cast<To*>(out.data);
+      const auto* src = static_cast<const From*>(in.data);
+      const auto* targets = static_cast<const int64_t*>(target.data);
+      const CastTargetElements<To, From> f{dst, out_row, out_class, src, targets, g, ignore_index};
+      for_each_index(g.batch, f, "cast_target_elements kernel");
+    });
   });
 }
 
