@@ -47,7 +47,17 @@ class SmallVector {
   }
   SmallVector(const std::vector<T>& values) { assign(values.begin(), values.end()); }  // NOLINT: implicit by design
 
-  SmallVector(const SmallVector& other) { assign(other.begin(), other.end()); }
+  SmallVector(const SmallVector& other) {
+    if (other.size_ <= N) {
+      // The whole inline room, a copy of fixed size the compiler writes as a few moves: shapes are copied
+      // with every tensor and view made, and a call to memcpy per copy cost more than the copy itself.
+      // `other` holds at least N readable elements (inline room, or a heap block past N).
+      std::memcpy(static_cast<void*>(inline_), other.data_, sizeof(inline_));
+      size_ = other.size_;
+    } else {
+      assign(other.begin(), other.end());
+    }
+  }
   SmallVector(SmallVector&& other) noexcept { take(other); }
   SmallVector& operator=(const SmallVector& other) {
     if (this != &other) assign(other.begin(), other.end());
@@ -229,7 +239,7 @@ class SmallVector {
   // vector inline.
   void take(SmallVector& other) noexcept {
     if (other.data_ == other.inline_) {
-      std::memcpy(static_cast<void*>(inline_), other.inline_, other.size_ * sizeof(T));
+      std::memcpy(static_cast<void*>(inline_), other.inline_, sizeof(inline_));  // fixed size: see the copy
     } else {
       data_ = other.data_;
       capacity_ = other.capacity_;
