@@ -35,7 +35,9 @@ TEST_CASE("host work: what starts PyTorch's CPU thread pool") {
   // Random fills are serial in PyTorch.
   CHECK_FALSE(pool_started_after([] { (void)randn({1024, 1024}, kOnCpu); }));
   // A meta device standing for the host counts (programs build there on meta); a measured one does not.
-  CHECK(pool_started_after([] { (void)tril(ones({64, 64}, TensorOptions{}.with_device(Device{DeviceType::meta, kHostStandInMetaIndex}))); }));
+  CHECK(pool_started_after([] {
+    (void)tril(ones({64, 64}, TensorOptions{}.with_device(Device{DeviceType::meta, kHostStandInMetaIndex})));
+  }));
   CHECK_FALSE(pool_started_after([] { (void)tril(ones({64, 64}, TensorOptions{}.with_device(kMeta))); }));
   CHECK_FALSE(pool_started_after([] { (void)tril(ones({64, 64}, TensorOptions{}.with_device(kSim))); }));
 }
