@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "bytegrad/distributed/fsdp.h"
+#include "bytegrad/memory/host_work.h"
 #include "bytegrad/memory/streams.h"
 #include "bytegrad/nn/clip_grad.h"
 #include "bytegrad/nn/linear.h"
@@ -59,7 +60,7 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const 
   manual_seed(1337);
   const int64_t in = v.uneven ? 1000 : 1024;
   // PyTorch's meta device holds no memory: a meta device of bytegrad's other than the group's stands in.
-  const Device build = v.meta ? Device{DeviceType::meta, 100 + pg.rank()} : build_device(pg);
+  const Device build = v.meta ? Device{DeviceType::meta, kHostStandInMetaIndex + pg.rank()} : build_device(pg);
   auto model = v.uneven ? std::make_shared<ProbeMLP>(1000, 3001, 1001, build)
                         : std::make_shared<ProbeMLP>(1024, 4096, 4096, build);
   if (!v.meta) model->to(dev);

@@ -6,6 +6,7 @@
 #include "bytegrad/distributed/fake.h"
 #include "bytegrad/distributed/zero.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/host_work.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/optim/sgd.h"
 #include "bytegrad/tensor/autocast.h"
@@ -56,13 +57,11 @@ void train_gpt(const GPTTraining& t, const std::function<void(const std::string&
   // is ever read, so there it is built on a meta device no run measures instead (no arithmetic: GPT-2
   // small's 124M random draws would take most of the run; and no data-parallel rank uses it); the measured
   // device sees the same .to() allocations.
-  const Device build_on = on.type == DeviceType::meta ? Device{DeviceType::meta, 100 + on.index} : kCpu;
-  // Where .to()'s regions go depends on the host's address map (EarlyRegions, memory/raw_memory.h): the slow
-  // attention's causal mask, torch.tril on the CPU, starts PyTorch's CPU thread pool, whose threads' malloc
-  // arenas leave holes the driver fills; the SDPA model's build runs no such kernel and leaves none (the
-  // generated sweep's addresses: tools/probes/to_regions.py).
-  if (on.type != DeviceType::cpu)
-    caching_allocator(on).set_host_map_holes(t.config.attention != nn::AttentionKind::sdpa);
+  const Device build_on =
+      on.type == DeviceType::meta ? Device{DeviceType::meta, kHostStandInMetaIndex + on.index} : kCpu;
+  // Where .to()'s regions go follows the host work done before (host_work.h): the slow attention's causal
+  // mask, torch.tril(torch.ones(block, block)) on the CPU, starts PyTorch's CPU thread pool when it is large
+  // enough to run in parallel; the build on meta's stand-in device counts as the CPU's.
   auto model = std::make_shared<nn::GPT>(t.config, TensorOptions{}.with_device(build_on));
   model->to(on);
   mark("model");

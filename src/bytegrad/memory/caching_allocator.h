@@ -121,11 +121,11 @@ class CachingAllocator {
   int64_t placement_ties() const;
   // The second placement outcome: where the regions reserved before the first kernel launch go against the
   // stretch that launch frees (EarlyRegions, raw_memory.h): as the host's address map implies
-  // (set_host_map_holes: whether the program's host work before the first launch left holes in it; true
-  // unless set), or reversed. Set both on a fresh allocator, before the first launch; as_host_map unless set.
-  // early_regions_decided(): the first launch
-  // found such regions, so the other placement orders segments differently (and can give other figures).
-  // Devices whose addresses are not modelled ignore it.
+  // (set_host_map_holes: whether the program's host work before the first launch left holes in it; unless
+  // set, as the host work noted so far says, host_work.h), or reversed. Set both on a fresh allocator, before the first
+  // launch; as_host_map unless set. early_regions_decided(): the first launch found such regions, so the other
+  // placement orders segments differently (and can give other figures). Devices whose addresses are not modelled ignore
+  // it.
   using EarlyRegions = bytegrad::EarlyRegions;
   void set_early_regions(EarlyRegions placement);
   void set_host_map_holes(bool holes);

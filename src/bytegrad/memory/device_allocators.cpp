@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "bytegrad/memory/host_work.h"
 #include "bytegrad/memory/streams.h"
 
 namespace bytegrad {
@@ -120,6 +121,7 @@ CachingAllocator& caching_allocator(Device device) {
 }
 
 void configure_simulated_device(Device device, SimulatedCapacity capacity) {
+  forget_host_work();  // as in a fresh process
   require_simulated(device, "configure_simulated_device");
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
@@ -158,6 +160,7 @@ std::unique_ptr<CachingAllocator> make_simulated_allocator(Device device, Simula
 
 SimulatedDeviceState exchange_simulated_device(Device device, SimulatedDeviceState state) {
   require_simulated(device, "exchange_simulated_device");
+  forget_host_work();  // as in a fresh process
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   const Device key = device;
@@ -180,6 +183,7 @@ void retire_allocator(std::unique_ptr<CachingAllocator> allocator) {
 }
 
 void reset_device(Device device) {
+  forget_host_work();  // as in a fresh process
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   replace_allocator(r, device, capacity_of(r, device));

@@ -46,8 +46,9 @@ enum DriverAllocation : uint32_t {
 //  - new regions below T - 414 MiB, under the stretch, which stays at [T - 414 MiB, T).
 // Which one follows from the host's address map: host work before the launch that started PyTorch's CPU
 // thread pool left a glibc malloc arena per pool thread there, 128 MiB apart, with holes between them
-// (RawMemory::set_host_map_holes; nanoGPT's slow attention builds its causal mask with torch.tril on the CPU,
-// the SDPA model builds none). The program says which (default: holes); the other placement is still a
+// (host_work.h: the op layer notes host loops PyTorch would run on the pool, e.g. nanoGPT's slow attention's
+// torch.tril on the CPU; the SDPA model builds no mask). RawMemory::set_host_map_holes overrides that note;
+// the other placement is still a
 // second outcome, since thread timing moves the holes (and a program's own runs were seen to differ), as a
 // tie between segments is (CachingAllocator::TieOrder).
 enum class EarlyRegions {
@@ -82,7 +83,7 @@ class RawMemory {
   // regions below T - 414 MiB with the stretch still to place, so the other placement orders them differently.
   virtual void set_early_regions(EarlyRegions /*placement*/) {}
   // Whether the program's host work before its first kernel launch left holes in the process's address map
-  // (EarlyRegions above); true unless set.
+  // (EarlyRegions above); unless set, as host_thread_pool_started() says at the first launch (host_work.h).
   virtual void set_host_map_holes(bool /*holes*/) {}
   virtual bool early_regions_decided() const { return false; }
 

@@ -1,5 +1,7 @@
 #include "bytegrad/memory/virtual_address_space.h"
 
+#include "bytegrad/memory/host_work.h"
+
 #include <algorithm>
 #include <iterator>
 
@@ -83,7 +85,8 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     if (!hole_taken_ && bottom_ - limit_ >= kStretchBytes + kBelowRegions) {
       const bool early = bottom_ != anchor_ - kStretchBytes;
       early_regions_decided_ = early;
-      const bool in_host_holes = host_map_holes_ == (early_regions_ == EarlyRegions::as_host_map);
+      const bool in_host_holes =
+          host_map_holes_.value_or(host_thread_pool_started()) == (early_regions_ == EarlyRegions::as_host_map);
       if (early && !in_host_holes) {
         stretch_ = anchor_ - kStretchBytes;
       } else {

@@ -56,6 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 
 #include "bytegrad/memory/raw_memory.h"
 
@@ -85,7 +86,8 @@ class VirtualAddressSpace {
   // card that holds `threads_on_card` threads at once. One-time allocations already made are not repeated.
   void note_driver_allocations(uint32_t what, size_t threads_on_card);
   // Which placement of the regions reserved before the first launch to follow (EarlyRegions: as the host map
-  // implies, or reversed) and whether the host map has holes (true unless set); set both before the first
+  // implies, or reversed) and whether the host map has holes (unless set: whether host work before the first
+  // launch started PyTorch's CPU thread pool, host_work.h); set both before the first
   // launch. early_regions_decided(): the first launch placed the stretch with such regions below
   // T - 414 MiB, so the other placement would have ordered them differently against it.
   void set_early_regions(EarlyRegions placement) { early_regions_ = placement; }
@@ -108,7 +110,7 @@ class VirtualAddressSpace {
   size_t blas_chunk_left_ = 0;    // room left in cuBLAS's chunk
   bool hole_taken_ = false;       // a segment took the hole below T before the first launch
   EarlyRegions early_regions_ = EarlyRegions::as_host_map;
-  bool host_map_holes_ = true;
+  std::optional<bool> host_map_holes_;  // unset: as the host work noted so far implies (host_work.h)
   bool early_regions_decided_ = false;
 };
 

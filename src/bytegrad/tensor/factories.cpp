@@ -8,6 +8,7 @@
 #include "bytegrad/core/checked_convert.h"
 #include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/host_work.h"
 #include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/tensor.h"
 
@@ -62,6 +63,7 @@ Tensor full(const Shape& sizes, double value, TensorOptions options) {
   AllocationScope scope(value == 0.0 ? "zeros" : value == 1.0 ? "ones" : "full");
   Tensor out = empty(sizes, options);
   backend_for(out.device()).fill(out.view_for_kernels(), element);
+  note_host_parallel_for(out.device(), out.numel(), kElementwiseGrain);
   return out;
 }
 

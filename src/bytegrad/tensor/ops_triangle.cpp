@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "bytegrad/memory/allocation_context.h"
+#include "bytegrad/memory/host_work.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -26,6 +27,13 @@ Tensor triangle_recorded(const Tensor& x, int64_t diagonal, bool upper) {
           fmt::format("{}: input tensor must have at least 2 dimensions, got {}", name, describe(x)));
     Tensor result = empty(x.sizes(), TensorOptions{x.dtype(), x.device()});
     backend_of(x).triangle(kv(result), kv(x), diagonal, upper);
+    // PyTorch loops over the matrices, then over one matrix's rows, both with grain 0 (host_work.h).
+    const int64_t rows = x.size(-2);
+    const int64_t cols = x.size(-1);
+    if (rows * cols > 0) {
+      const int64_t matrices = result.numel() / (rows * cols);
+      note_host_parallel_for(x.device(), matrices > 1 ? matrices : rows, 0);
+    }
     return result;
   });
   record_for_autograd({x}, [&] { return make_record<op>({x}, {out}, {diagonal}); });
