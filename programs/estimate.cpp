@@ -31,7 +31,7 @@
 // --ddp N: one rank of N under DistributedDataParallel (PyTorch's defaults; --bucket-cap-mb X,
 // --gradient-as-bucket-view), on the fake backend: its collectives allocate what NCCL's would; NCCL's own
 // buffers are outside the allocator, never in the figures: the peak report's line "outside the allocator:
-// NCCL communicator X, first all_reduce Y, CUDA context Z" gives the measured model of them, and --card takes
+// NCCL communicator X, ..., ring buffers Y, CUDA context Z" gives the measured model of them, and --card takes
 // them off the card with the driver's share. --zero1 uses
 // ZeroRedundancyOptimizer, whose optimizer state differs by rank (--rank R, default 0, takes the largest
 // parameters first). The old gradient buckets at the rebuild are counted as held (docs/distributed.md).
@@ -201,22 +201,39 @@ void print_max_batch(const BatchSearch& found) {
   std::cout << "max_batch " << found.largest << '\n';
 }
 
-// NCCL's memory outside the allocator on each rank, from the measured model (distributed/process_group.h):
-// one communicator and its ring; FSDP's ring comes with its first all_gather. Under --fsdp with a
-// --reshard-after-forward K between 1 and N each block's fully_shard call makes its own subgroup of K ranks,
-// used from the first backward, each a communicator with its ring (4 H200s: three per rank for an MLP of
-// three Linears, docs/evidence/nccl_outside/); the root is never resharded and never uses its own.
+// NCCL's memory outside the allocator on each rank, from the measured model (distributed/process_group.h): the
+// world group, the process's first communicator, with its ring; under --ddp its first collective is DDP's
+// broadcast of the module's state. Under --fsdp with a --reshard-after-forward K between 1 and N each block's
+// fully_shard call makes its own subgroup of K ranks, used from the first backward, each a later communicator
+// with its ring (4 H200s: three per rank for an MLP of three Linears, docs/evidence/nccl_outside/); the root is
+// never resharded and never uses its own.
 OutsideAllocatorFigures modelled_nccl_for(const GPTTraining& t) {
-  OutsideAllocatorFigures figures = distributed::modelled_nccl_figures();
+  OutsideAllocatorFigures figures =
+      distributed::modelled_nccl_figures(/*first_in_process=*/true, /*first_broadcast=*/!t.fully_shard);
   if (!t.fully_shard) return figures;
-  figures.parts.at(1).name = "first all_gather_into_tensor";
   const auto& reshard = t.fully_shard->options.reshard_after_forward;
   if (reshard && std::holds_alternative<int>(*reshard)) {
     const int k = std::get<int>(*reshard);
-    if (k > 1 && k < t.fully_shard->world_size)
-      for (OutsideAllocatorPart& part : figures.parts) part.bytes *= 1 + t.config.n_layer;
+    if (k > 1 && k < t.fully_shard->world_size) {
+      const OutsideAllocatorFigures subgroup = distributed::modelled_nccl_figures(/*first_in_process=*/false);
+      for (OutsideAllocatorPart& part : figures.parts)
+        for (const OutsideAllocatorPart& more : subgroup.parts)
+          if (more.name == part.name) part.bytes += t.config.n_layer * more.bytes;
+    }
   }
   return figures;
+}
+
+// The peak report's line on memory outside the allocator: NCCL's modelled parts and the CUDA context. Under
+// --card the simulated context holds NCCL's buffers too (the card's room is taken off with them), so they are
+// taken out of the context's figure here rather than shown twice.
+std::string modelled_outside_line(const GPTTraining& t, bool card_holds_nccl) {
+  const OutsideAllocatorFigures nccl = modelled_nccl_for(t);
+  const auto [free, total] = mem_get_info(kMeta);
+  int64_t context = static_cast<int64_t>(total - free) - memory_reserved(kMeta);
+  if (card_holds_nccl)
+    for (const OutsideAllocatorPart& part : nccl.parts) context -= part.bytes;
+  return outside_allocator_line(nccl, context);
 }
 
 // --fsdp N: rank 0 and rank N-1 on the fake backend, one fresh run each; a card or cap fits when both do.
@@ -241,8 +258,7 @@ int estimate_fully_sharded(const GPTTraining& t, const std::optional<Card>& card
               << "peak_allocated " << peak.peak_allocated << '\n'
               << "peak_reserved " << peak.peak_reserved << '\n';
     PeakReport report{kMeta, peak.at_peak};
-    const auto [free, total] = mem_get_info(kMeta);
-    report.outside_allocator = outside_allocator_line(modelled_nccl_for(t), total - free - memory_reserved(kMeta));
+    report.outside_allocator = modelled_outside_line(t, card.has_value());
     std::cout << report;
     if (peak.out_of_memory && all_fit) {
       all_fit = false;
@@ -476,9 +492,7 @@ int run(int argc, char** argv) {
   if (gpt && t.data_parallel) {
     // The rank's group is gone with the run: NCCL's memory from the model (distributed/process_group.h),
     // beside the modelled card's context, never in the figures above.
-    const auto [free, total] = mem_get_info(kMeta);
-    report.outside_allocator =
-        outside_allocator_line(distributed::modelled_nccl_figures(), total - free - memory_reserved(kMeta));
+    report.outside_allocator = modelled_outside_line(t, card.has_value());
   }
   std::cout << report;
   if ((peak.placement_ties > 0 || peak.early_regions_decided) && !peak.out_of_memory) {

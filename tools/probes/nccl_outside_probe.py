@@ -3,7 +3,7 @@
 kind, on the world group and on subgroups (issues 27 and 28: FSDP2's int `reshard_after_forward` all-gathers
 over a subgroup in backward, and each subgroup is a communicator of its own).
 
-  NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=N nccl_outside_probe.py OUT_DIR
+  NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=N nccl_outside_probe.py OUT_DIR [broadcast_first]
 
 Each rank writes OUT_DIR/nccl_outside.n<N>.rank<R>.json: {"world_size", "rank", "torch", "nccl",
 "steps": [{"label", "device_free", "reserved", "outside_delta"}]}, where outside_delta is the drop in
@@ -15,6 +15,11 @@ second all_gather; then subgroups by new_group (ranks in pairs, [0,1], [2,3], ..
 new_group for every pair as PyTorch requires), their first all_gather_into_tensor, reduce_scatter_tensor and
 all_reduce; then a second set of subgroups (ranks r and r + N/2, the other dimension of a (N/2, 2) mesh, as
 DeviceMesh makes for FSDP2's int reshard) and their first all_gather.
+
+With `broadcast_first` (DDP's order: its constructor broadcasts the module's state before any all_reduce), a
+fresh process's world group starts with a broadcast, then all_gather and all_reduce; then a new group of every
+rank (a second communicator over the same ranks) starts with a broadcast too, then all_gather and all_reduce.
+Files are then named nccl_outside_broadcast_first.n<N>.rank<R>.json.
 """
 import json
 import os
@@ -26,6 +31,7 @@ import torch.distributed as dist
 
 def main():
     out_dir = sys.argv[1]
+    broadcast_first = len(sys.argv) > 2 and sys.argv[2] == "broadcast_first"
     rank = int(os.environ["LOCAL_RANK"])
     world = int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)
@@ -58,6 +64,24 @@ def main():
         out = torch.empty(n, device=device)
         dist.reduce_scatter_tensor(out, torch.ones(n * size, device=device), group=group)
 
+    if broadcast_first:
+        dist.broadcast(torch.ones(n, device=device), src=0)
+        step("world broadcast (communicator)")
+        gather(None, world)
+        step("world all_gather_into_tensor")
+        dist.all_reduce(torch.ones(n, device=device))
+        step("world all_reduce")
+        copy = dist.new_group(list(range(world)))
+        step("new_group of every rank")
+        dist.broadcast(torch.ones(n, device=device), src=0, group=copy)
+        step("copy broadcast (communicator)")
+        gather(copy, world)
+        step("copy all_gather_into_tensor")
+        dist.all_reduce(torch.ones(n, device=device), group=copy)
+        step("copy all_reduce")
+        finish(out_dir, world, rank, steps, "nccl_outside_broadcast_first")
+        return
+
     gather(None, world)
     step("world all_gather_into_tensor (communicator)")
     scatter(None, world)
@@ -85,14 +109,18 @@ def main():
         gather(columns[rank % half], world // half)
         step("column all_gather_into_tensor (communicator)")
 
+    finish(out_dir, world, rank, steps, "nccl_outside")
+
+
+def finish(out_dir, world, rank, steps, name):
     doc = {"world_size": world, "rank": rank, "torch": torch.__version__,
            "nccl": ".".join(map(str, torch.cuda.nccl.version())), "steps": steps}
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"nccl_outside.n{world}.rank{rank}.json"), "w") as f:
+    with open(os.path.join(out_dir, f"{name}.n{world}.rank{rank}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     if rank == 0:
         for s in steps:
-            print(f"{s['label']:<48} outside_delta {s['outside_delta'] / 2**20:9.1f} MiB")
+            print(f"{s['label']:<48} outside_delta {s['outside_delta'] / 2**20:9.1f} MiB ({s['outside_delta']} B)")
     dist.destroy_process_group()
 
 

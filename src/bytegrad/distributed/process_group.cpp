@@ -1,6 +1,8 @@
 #include "bytegrad/distributed/process_group.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "bytegrad/core/enum_name.h"
@@ -101,13 +103,39 @@ ProcessGroup::ProcessGroup(int rank, int size, Device device, ProcessGroupOption
 // source reads only this base's members).
 ProcessGroup::~ProcessGroup() { unregister_outside_allocator_source(outside_source_); }
 
-OutsideAllocatorFigures modelled_nccl_figures(bool all_reduced) {
+OutsideAllocatorFigures modelled_nccl_figures(bool first_in_process, bool first_broadcast) {
   OutsideAllocatorFigures figures{.parts = {{"communicator", kModelledNcclCommunicatorBytes}},
                                   .measured = false,
                                   .basis = std::string(kModelledNcclBasis)};
-  if (all_reduced) figures.parts.push_back({"first all_reduce", kModelledNcclRingBytes});
+  if (first_in_process)
+    figures.parts.push_back({"first communicator in the process", kModelledNcclFirstInProcessBytes});
+  figures.parts.push_back({"ring buffers", kModelledNcclRingBytes});
+  if (first_broadcast) figures.parts.push_back({"first broadcast", kModelledNcclBroadcastBytes});
   return figures;
 }
+
+namespace {
+
+enum ProcessOnce : uint32_t { kFirstCommunicator = 1, kFirstBroadcast = 2 };
+
+// True the first time `what` happens on `device` in its process. A rank's device stands for its process, and a
+// fresh device for a fresh process: reset_device and fresh_process_state make a new allocator, whose id keys it.
+bool first_in_process(Device device, ProcessOnce what) {
+  static std::mutex mutex;
+  static std::map<Device, std::pair<uint64_t, uint32_t>> done;  // allocator id, ProcessOnce flags
+  const uint64_t allocator = caching_allocator(device).id();
+  std::lock_guard lock(mutex);
+  auto& [seen_allocator, flags] = done[device];
+  if (seen_allocator != allocator) {
+    seen_allocator = allocator;
+    flags = 0;
+  }
+  if (flags & what) return false;
+  flags |= what;
+  return true;
+}
+
+}  // namespace
 
 std::optional<OutsideAllocatorFigures> ProcessGroup::outside_allocator_figures() const {
   std::lock_guard lock(outside_mutex_);
@@ -122,19 +150,21 @@ void ProcessGroup::set_measured_outside_allocator(OutsideAllocatorFigures figure
 
 void ProcessGroup::model_outside_allocator(CollectiveKind kind) {
   if (device_.type == DeviceType::cpu) return;  // no GPU memory to model
-  // The ring's buffers come with the first collective that runs on the ring: an all_reduce (a barrier is
-  // one), an all_gather or a reduce_scatter; a broadcast alone adds none. Named after that collective.
-  const bool on_ring = kind != CollectiveKind::broadcast;
-  const CollectiveKind named = kind == CollectiveKind::barrier ? CollectiveKind::all_reduce : kind;
   bool made_communicator = false;
   {
     std::lock_guard lock(outside_mutex_);
-    if (!outside_) {
-      outside_ = modelled_nccl_figures(/*all_reduced=*/false);
-      made_communicator = true;
-    }
-    if (on_ring && outside_->parts.size() == 1)
-      outside_->parts.push_back({"first " + std::string(collective_name(named)), kModelledNcclRingBytes});
+    made_communicator = !outside_.has_value();
+  }
+  // Once made, only the process's first broadcast adds: check the common case without the process-wide map.
+  if (!made_communicator && kind != CollectiveKind::broadcast) return;
+  const bool first_broadcast = kind == CollectiveKind::broadcast && first_in_process(device_, kFirstBroadcast);
+  if (made_communicator) {
+    const bool first_communicator = first_in_process(device_, kFirstCommunicator);
+    std::lock_guard lock(outside_mutex_);
+    outside_ = modelled_nccl_figures(first_communicator, first_broadcast);
+  } else if (first_broadcast) {
+    std::lock_guard lock(outside_mutex_);
+    outside_->parts.push_back({"first broadcast", kModelledNcclBroadcastBytes});
   }
   // Where the communicator's buffers go moves later segments (virtual_address_space.h).
   if (made_communicator) note_driver_allocations(device_, kNcclCommunicator);

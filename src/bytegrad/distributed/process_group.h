@@ -128,18 +128,22 @@ class Work {
   bool barrier_ = false;
 };
 
-// NCCL's memory outside the allocator, per rank, measured on two H200s with NCCL 2.28.3 and
-// NCCL_NVLS_ENABLE=0 (the GPU test `nccl`; docs/distributed.md): the model that groups not running NCCL
-// report for a rank on sim, meta or cuda. The communicator's buffers come at the group's first collective
-// (ProcessGroupNCCL makes the communicator then), the ring's at the first collective that runs on it (an
-// all_reduce, barrier, all_gather or reduce_scatter: in PyTorch on four H200s a new subgroup's first
-// all_gather took both, 484 MiB, and its later reduce_scatter and all_reduce nothing,
-// tools/probes/nccl_outside_probe.py); a broadcast alone adds nothing.
-inline constexpr int64_t kModelledNcclCommunicatorBytes = 205'520'896;
-inline constexpr int64_t kModelledNcclRingBytes = 301'989'888;
-inline constexpr std::string_view kModelledNcclBasis = "measured per rank on two H200s and two H100s, NCCL 2.28.3";
-// The model's figures once the communicator is made, and after a first all_reduce when all_reduced.
-OutsideAllocatorFigures modelled_nccl_figures(bool all_reduced = true);
+// NCCL's memory outside the allocator, per rank, as PyTorch 2.11's NCCL 2.28.9 takes it on H200s with
+// NCCL_NVLS_ENABLE=0 (tools/probes/nccl_outside_probe.py; tests/data/pytorch_probes/nccl_outside/): the model
+// that groups not running NCCL report for a rank on sim, meta and cuda. All of a group's comes at its first
+// collective, whichever kind (ProcessGroupNCCL makes the communicator then): the communicator and its ring's
+// buffers, 484 MiB (a later group's first all_gather or broadcast took 484-486 MiB; bytegrad's own NCCL backend
+// splits them 196 + 288), and where it is the process's first communicator 356 MiB more (840 MiB in all, on
+// two and on four ranks); the process's first broadcast takes 4 MiB more, whenever it comes.
+inline constexpr int64_t kModelledNcclCommunicatorBytes = 205'520'896;    // 196 MiB
+inline constexpr int64_t kModelledNcclRingBytes = 301'989'888;            // 288 MiB
+inline constexpr int64_t kModelledNcclFirstInProcessBytes = 373'293'056;  // 356 MiB = 840 - 196 - 288
+inline constexpr int64_t kModelledNcclBroadcastBytes = 4'194'304;         // 4 MiB
+inline constexpr std::string_view kModelledNcclBasis = "measured per rank with PyTorch 2.11's NCCL 2.28.9 on H200s";
+// The model's parts for one group once its first collective ran: "communicator", "first communicator in the
+// process" where it was the rank's first, "ring buffers", and "first broadcast" where the process's first
+// broadcast ran on it.
+OutsideAllocatorFigures modelled_nccl_figures(bool first_in_process = true, bool first_broadcast = false);
 
 class ProcessGroup {
  public:

@@ -2,7 +2,7 @@
 // and buffers (bytegrad/distributed), shown apart in the ledger, the memory summary, the peak and
 // out-of-memory reports and the HTML report, and never added to allocated or reserved:
 //
-//   outside the allocator: NCCL communicator 196.00 MiB (205520896 B), first all_reduce 288.00 MiB
+//   outside the allocator: NCCL communicator 196.00 MiB (205520896 B), ring buffers 288.00 MiB
 //   (301989888 B), CUDA context 522.00 MiB (547356672 B)
 //
 // Layers point one way (memory is below distributed), so the layer that knows registers a source here and
@@ -22,7 +22,7 @@
 namespace bytegrad {
 
 struct OutsideAllocatorPart {
-  std::string name;  // NCCL's: "communicator", "first all_reduce"
+  std::string name;  // NCCL's: "communicator", "ring buffers" (modelled), "first all_reduce" (measured)
   int64_t bytes = 0;
 };
 

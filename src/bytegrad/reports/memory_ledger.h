@@ -11,7 +11,7 @@
 // context and whatever else other holders took: total - free - reserved by cudaMemGetInfo on cuda, the
 // modelled context on sim and meta. When a process group on the device has NCCL figures (measured on
 // cuda, modelled on sim and meta: memory/outside_allocator.h), a line names them apart: "outside the
-// allocator: NCCL communicator X, first all_reduce Y, CUDA context Z"; they are never part of allocated or
+// allocator: NCCL communicator X, ring buffers Y, CUDA context Z"; they are never part of allocated or
 // reserved.
 #pragma once
 
