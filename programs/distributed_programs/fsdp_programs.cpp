@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "bytegrad/memory/streams.h"
 #include "bytegrad/nn/clip_grad.h"
 #include "bytegrad/nn/linear.h"
+#include "bytegrad/tensor/autocast.h"
 #include "bytegrad/optim/adam.h"
 #include "bytegrad/tensor/ops.h"
 #include "programs/distributed_programs/probe_models.h"
@@ -93,8 +95,17 @@ void mlp_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const 
   if (at_end) at_end();
 }
 
-void gpt2_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const nn::GPTConfig& config, int64_t batch,
-                  int64_t seq, const FullyShardOptions& shard, bool clip) {
+// The probe's gpt2_program variants beyond the sharding options: clip the gradients, run the forward under
+// autocast, checkpoint every block.
+struct GPTVariant {
+  bool clip = false;
+  std::optional<ScalarType> amp;
+  bool checkpoint = false;
+};
+
+void gpt2_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, nn::GPTConfig config, int64_t batch,
+                  int64_t seq, const FullyShardOptions& shard, const GPTVariant& variant) {
+  config.checkpoint_blocks = variant.checkpoint;
   const Device dev = pg.device();
   manual_seed(1337);
   auto model = std::make_shared<nn::GPT>(config, TensorOptions{}.with_device(build_device(pg)));
@@ -112,10 +123,12 @@ void gpt2_program(ProcessGroup& pg, const Mark& mark, const AtEnd& at_end, const
   train(
       mark, *opt,
       [&] {
+        std::optional<AutocastGuard> autocast;  // with torch.autocast(device_type="cuda", dtype=amp):
+        if (variant.amp) autocast.emplace(dev.type, *variant.amp);
         nn::GPT::Output out = root.forward([&] { return model->forward(x, y); });
         return std::make_pair(out.logits, out.loss);
       },
-      clip ? model.get() : nullptr);
+      variant.clip ? model.get() : nullptr);
   opt.reset();
   x = Tensor();
   y = Tensor();
@@ -143,14 +156,16 @@ const std::vector<Entry>& programs() {
     mlp("mlp_fsdp_uneven", {.uneven = true});
     mlp("mlp_fsdp_meta", {.meta = true});
     auto gpt = [&](const std::string& name, nn::GPTConfig c, int64_t b, int64_t t, FullyShardOptions o,
-                   bool clip = false) {
+                   GPTVariant v = {}) {
       p.push_back(
-          {name, [=](ProcessGroup& pg, const Mark& m, const AtEnd& e) { gpt2_program(pg, m, e, c, b, t, o, clip); }});
+          {name, [=](ProcessGroup& pg, const Mark& m, const AtEnd& e) { gpt2_program(pg, m, e, c, b, t, o, v); }});
     };
     gpt("gpt2_tiny_fsdp", gpt2_tiny_config(), 4, 64, {});
     gpt("gpt2_tiny_fsdp_no_reshard", gpt2_tiny_config(), 4, 64, {.reshard_after_forward = false});
     gpt("gpt2_tiny_fsdp_mixed", gpt2_tiny_config(), 4, 64, {.mp_policy = bf16});
-    gpt("gpt2_tiny_fsdp_clip", gpt2_tiny_config(), 4, 64, {}, /*clip=*/true);
+    gpt("gpt2_tiny_fsdp_clip", gpt2_tiny_config(), 4, 64, {}, {.clip = true});
+    gpt("gpt2_tiny_fsdp_amp", gpt2_tiny_config(), 4, 64, {}, {.amp = ScalarType::bfloat16});
+    gpt("gpt2_tiny_fsdp_checkpoint", gpt2_tiny_config(), 4, 64, {}, {.checkpoint = true});
     gpt("gpt2_small_fsdp", gpt2_small_config(), 4, 256, {});
     gpt("gpt2_small_fsdp_mixed", gpt2_small_config(), 4, 256, {.mp_policy = bf16});
     return p;

@@ -6,6 +6,8 @@
 // Programs not yet exact are run too and their first difference reported (expected failures).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -216,7 +218,8 @@ const std::vector<std::string>& exact_programs() {
                                                  "gpt2_tiny_fsdp",
                                                  "gpt2_tiny_fsdp_no_reshard",
                                                  "gpt2_tiny_fsdp_mixed",
-                                                 "gpt2_tiny_fsdp_clip"};
+                                                 "gpt2_tiny_fsdp_clip",
+                                                 "gpt2_tiny_fsdp_checkpoint"};
   return names;
 }
 const std::vector<std::pair<std::string, std::string>>& programs_not_yet_exact() {
@@ -236,6 +239,57 @@ TEST_CASE("FSDP2 programs exact against PyTorch on two H200s: every mark, every 
     }
 }
 
+namespace {
+
+// The trace with each run of consecutive frees (free_requested, free_completed pairs) in one order: where
+// PyTorch frees a set of blocks in an order no recording pins (the autocast cache's casts at the region's end,
+// freed in its hash map's order of host pointers: rank 0 and rank 1 of one PyTorch run differ), the set is
+// what can be held to.
+std::vector<TraceRow> frees_as_sets(std::vector<TraceRow> trace) {
+  auto is_free = [&](size_t i) { return trace[i].action.starts_with("free_"); };
+  for (size_t i = 0; i < trace.size();) {
+    size_t end = i;
+    while (end < trace.size() && is_free(end)) ++end;
+    std::vector<std::pair<TraceRow, TraceRow>> pairs;
+    bool paired = (end - i) % 2 == 0;
+    for (size_t k = i; paired && k < end; k += 2) {
+      paired = trace[k].action == "free_requested" && trace[k + 1].action == "free_completed" &&
+               trace[k].size == trace[k + 1].size;
+      pairs.push_back({trace[k], trace[k + 1]});
+    }
+    if (paired && pairs.size() > 1) {
+      std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
+        return std::pair(a.first.stream, a.first.size) < std::pair(b.first.stream, b.first.size);
+      });
+      for (size_t k = 0; k < pairs.size(); ++k) {
+        trace[i + 2 * k] = pairs[k].first;
+        trace[i + 2 * k + 1] = pairs[k].second;
+      }
+    }
+    i = end == i ? i + 1 : end;
+  }
+  return trace;
+}
+
+}  // namespace
+
+// nanoGPT tiny with its forward and loss under bf16 autocast: every mark and stream exact on both ranks; in
+// the trace the casts the autocast cache frees at the region's end go in PyTorch's hash order, which differs
+// between its own two ranks (tests/data/pytorch_probes/fsdp_n2/gpt2_tiny_fsdp_amp.*: rank 0 frees a 128-byte
+// cast first where rank 1 frees a 384-byte one), so there the trace is held as sets of frees.
+TEST_CASE("FSDP2 under bf16 autocast: every mark and stream exact, the trace up to the autocast cache's order") {
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    Run ours = run_alone("gpt2_tiny_fsdp_amp", rank);
+    Run want = recorded("gpt2_tiny_fsdp_amp", rank);
+    CHECK_MESSAGE(compare(ours, want, /*with_trace=*/false).empty(), "rank " << rank << joined(compare(ours, want)));
+    ours.trace = frees_as_sets(ours.trace);
+    want.trace = frees_as_sets(want.trace);
+    const auto d = compare(ours, want);
+    CHECK_MESSAGE(d.empty(), "rank " << rank << " differs from PyTorch:" << joined(d));
+  }
+}
+
 // tests/data/pytorch_probes/fsdp_n4: the same probe with torchrun on four H200s, once. Each of the four ranks
 // alone on the fake backend, every figure, stream and trace entry. In the MLP programs one tie of placement
 // decides `inactive_split` up to the first backward: fc1's 4 MiB weight shard opens a 20 MiB segment whose
@@ -245,8 +299,10 @@ TEST_CASE("FSDP2 programs exact against PyTorch on two H200s: every mark, every 
 // its recording equals the run with ties to the lowest address or the run with ties to the highest (the
 // allocator's TieOrder): bytegrad gives both outcomes and PyTorch's is among them.
 TEST_CASE("FSDP2 programs as PyTorch on four H200s: every rank, under one of the two tie orders") {
+  // Recorded on two ranks only (session 28: no four-GPU machine was lent).
+  const std::set<std::string> two_ranks_only = {"gpt2_tiny_fsdp_checkpoint"};
   for (const std::string& program : exact_programs())
-    for (int rank = 0; rank < 4; ++rank) {
+    for (int rank = 0; rank < 4 && !two_ranks_only.contains(program); ++rank) {
       CAPTURE(program);
       CAPTURE(rank);
       const Run want = recorded(program, rank, 4);

@@ -76,7 +76,15 @@ def mlp_program(r, rank, world, reshard=None, mixed=False, uneven=False, meta=Fa
     train(r, model, opt, (x, y), clip=False)
 
 
-def gpt2_program(r, rank, world, cfg_name, B, T, reshard=None, mixed=False, clip=False):
+def gpt2_program(r, rank, world, cfg_name, B, T, reshard=None, mixed=False, clip=False, amp=None,
+                 checkpoint=False):
+    if checkpoint:
+        # Each Block's forward under torch.utils.checkpoint(use_reentrant=False), as gpt2_sweep.py does: the
+        # block's FSDP hooks run around it, the recomputation in backward calls the plain forward.
+        import torch.utils.checkpoint
+        import gpt2_scenarios as g
+        plain = g.Block.forward
+        g.Block.forward = lambda self, x: torch.utils.checkpoint.checkpoint(plain, self, x, use_reentrant=False)
     g, cfg, model = nanogpt(rank, cfg_name)
     r.mark("model")
     kw = shard_kwargs(reshard, mixed)
@@ -87,7 +95,7 @@ def gpt2_program(r, rank, world, cfg_name, B, T, reshard=None, mixed=False, clip
     opt = g.make_optimizer(model, None)
     x, y = token_batch(rank, cfg, B, T)
     r.mark("data")
-    train(r, model, opt, ((x, y), None), clip=clip)
+    train(r, model, opt, ((x, y), None), clip=clip, amp=amp)
 
 
 PROGRAMS = {
@@ -101,6 +109,8 @@ PROGRAMS = {
     "gpt2_tiny_fsdp_no_reshard": lambda r, rank, w: gpt2_program(r, rank, w, "tiny", 4, 64, reshard=False),
     "gpt2_tiny_fsdp_mixed": lambda r, rank, w: gpt2_program(r, rank, w, "tiny", 4, 64, mixed=True),
     "gpt2_tiny_fsdp_clip": lambda r, rank, w: gpt2_program(r, rank, w, "tiny", 4, 64, clip=True),
+    "gpt2_tiny_fsdp_amp": lambda r, rank, w: gpt2_program(r, rank, w, "tiny", 4, 64, amp=torch.bfloat16),
+    "gpt2_tiny_fsdp_checkpoint": lambda r, rank, w: gpt2_program(r, rank, w, "tiny", 4, 64, checkpoint=True),
     "gpt2_small_fsdp": lambda r, rank, w: gpt2_program(r, rank, w, "small", 4, 256),
     "gpt2_small_fsdp_mixed": lambda r, rank, w: gpt2_program(r, rank, w, "small", 4, 256, mixed=True),
 }

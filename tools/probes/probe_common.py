@@ -88,16 +88,19 @@ def token_batch(rank, cfg, B, T):
     return x, y
 
 
-def train(r, model, opt, batch, clip=False, before_each=None):
+def train(r, model, opt, batch, clip=False, before_each=None, amp=None):
     """ITERATIONS of forward, backward, (clip,) step, zero_grad(set_to_none=True), marked after each. batch is
     (x, y) for a classifier (cross_entropy on its output) or ((x, y), None) for nanoGPT (its own loss);
-    before_each(i), where given, runs first in iteration i."""
+    before_each(i), where given, runs first in iteration i; amp (a dtype), where given, runs the forward and
+    loss under torch.autocast(device_type="cuda", dtype=amp)."""
+    import contextlib
     x, y = batch
     for i in range(ITERATIONS):
         if before_each:
             before_each(i)
-        out = model(*x) if isinstance(x, tuple) else model(x)
-        loss = out[1] if isinstance(out, tuple) else F.cross_entropy(out, y)
+        with torch.autocast(device_type="cuda", dtype=amp) if amp else contextlib.nullcontext():
+            out = model(*x) if isinstance(x, tuple) else model(x)
+            loss = out[1] if isinstance(out, tuple) else F.cross_entropy(out, y)
         r.mark(f"s{i}_forward")
         loss.backward()
         r.mark(f"s{i}_backward")
