@@ -2,6 +2,7 @@
 // backend cast_target_elements): the kernel against its contract, and the loss, the gradient and every
 // allocation equal to the whole cast's (forced by installing saved-tensor hooks, under which the cast is
 // written whole).
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "bytegrad/memory/memory_functions.h"
 #include "bytegrad/memory/streams.h"
 #include "bytegrad/tensor/autocast.h"
+#include "bytegrad/tensor/gradient_reader.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
@@ -91,6 +93,53 @@ TEST_CASE("cross_entropy under bf16 autocast: the target-elements cast gives the
   CHECK(partial.allocated == whole.allocated);
   // The float32 cast (64 * 1000 * 4 = 256000 B) is part of the peak either way.
   CHECK(partial.peak >= 256000);
+}
+
+// tensor/gradient_reader.h on cuda: nll_loss_backward hands its gradient to the cast as packed rows
+// (nll_loss_backward_rows, cast_nll_rows) unless a hook on the cast's output may read it.
+LossRun packed_rows_backward(bool hooked, Reduction reduction, uint64_t& packed) {
+  const Tensor logits_f32 = randn({300, 5003}, TensorOptions{}.with_device(kCpu));
+  std::vector<double> tv(300);
+  for (size_t i = 0; i < tv.size(); ++i) tv[i] = i % 7 == 0 ? -1.0 : static_cast<double>((i * 131) % 5003);
+  const Tensor target = from_vector(tv, {300}, TensorOptions{}.with_dtype(ScalarType::int64).with_device(kCuda));
+  Tensor logits = logits_f32.to(kCuda).to(ScalarType::bfloat16).detach().requires_grad_(true);
+  synchronize(kCuda);
+  reset_peak_memory_stats(kCuda);
+  const int64_t before = memory_allocated(kCuda);
+  LossRun run;
+  {
+    const Tensor cast = log_softmax(logits, 1).to(ScalarType::float32);
+    if (hooked) cast.register_hook([](const Tensor& g) { return g; });
+    Tensor loss = nll_loss(cast, target, reduction, /*ignore_index=*/-1);
+    if (reduction == Reduction::none) loss = loss.sum();
+    const uint64_t handed = packed_nll_rows_handed();
+    loss.backward();
+    packed = packed_nll_rows_handed() - handed;
+    run.loss = loss.cpu().tolist();
+  }
+  run.grad = logits.grad().to(ScalarType::float32).cpu().tolist();
+  run.peak = max_memory_allocated(kCuda) - before;
+  run.allocated = memory_allocated(kCuda) - before;
+  return run;
+}
+
+TEST_CASE("the loss gradient as packed rows on cuda: the whole gradient's bits, peak and allocated") {
+  require_gpu();
+  for (const Reduction reduction : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    CAPTURE(static_cast<int>(reduction));
+    uint64_t packed_count = 0, whole_count = 0;
+    manual_seed(5);
+    const LossRun packed = packed_rows_backward(false, reduction, packed_count);
+    manual_seed(5);
+    const LossRun whole = packed_rows_backward(true, reduction, whole_count);
+    CHECK(packed_count == 1);
+    CHECK(whole_count == 0);
+    CHECK(packed.loss == whole.loss);
+    CHECK(packed.grad == whole.grad);  // bit for bit
+    CHECK(packed.peak == whole.peak);
+    CHECK(packed.allocated == whole.allocated);
+    CHECK(packed.peak >= 300 * 5003 * 4);  // the float32 gradient is allocated either way
+  }
 }
 
 }  // namespace

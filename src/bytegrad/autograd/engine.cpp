@@ -27,6 +27,7 @@
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/blas_workspace.h"
+#include "bytegrad/tensor/gradient_reader.h"
 
 namespace bytegrad {
 
@@ -85,6 +86,25 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
   return dependencies;
 }
 
+// The offer of tensor/gradient_reader.h for `node`'s apply: the gradient it returns first goes to one node
+// alone (no other edge leads there, and no gradient is buffered for it yet), which only casts it, has no
+// hooks, and runs right after it (no ready node comes first). The gradient must then arrive as that node expects it
+// (its dtype and shape), so that validate_gradient passes it on untouched.
+std::optional<SoleCastReader> sole_cast_reader(const Node& node, const std::unordered_map<Node*, int>& dependencies,
+                                               const std::unordered_map<Node*, TensorList>& not_ready,
+                                               const std::vector<ReadyTask>& ready) {
+  if (node.next_edges.empty() || !node.next_edges[0].valid()) return std::nullopt;
+  const Edge& edge = node.next_edges[0];
+  Node* next = edge.function.get();
+  const std::optional<ScalarType> cast = next->only_casts_gradient_to();
+  if (!cast || !next->tensor_pre_hooks.empty()) return std::nullopt;
+  const auto it = dependencies.find(next);
+  if (it == dependencies.end() || it->second != 1 || not_ready.contains(next)) return std::nullopt;
+  if (!ready.empty() && ready.front().node->sequence_nr() >= next->sequence_nr()) return std::nullopt;
+  const GradientMetadata& expected = next->input_metadata.at(edge.input_nr);
+  return SoleCastReader{.cast_to = *cast, .dtype = expected.dtype, .sizes = expected.sizes};
+}
+
 // The running backward's state (backward_pass_state); one per thread, as backward does not nest.
 thread_local std::unordered_map<const void*, std::shared_ptr<void>>* running_backward_state = nullptr;
 // Its final callbacks (queue_backward_callback).
@@ -113,11 +133,19 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
     accumulate(buffer, root.input_nr, std::move(root_grad));
     push_ready({root.function, std::move(buffer)});
   }
+  // A gradient handed on as packed rows (gradient_reader.h) goes to this node, which must take them.
+  const Node* packed_rows_reader = nullptr;
+  struct PackedRowsScope {
+    ~PackedRowsScope() { forget_packed_nll_rows(); }  // none outlives the backward, however it ends
+  } packed_rows_scope;
   while (!ready.empty()) {
     std::pop_heap(ready.begin(), ready.end(), LaterFirst());
     ReadyTask task = std::move(ready.back());
     ready.pop_back();
     Node& node = *task.node;
+    if (packed_rows_reader != nullptr && packed_rows_reader != &node)
+      throw std::logic_error("autograd engine: a gradient handed on as packed rows went to " + node.name() +
+                             ", not to the cast it was made for");
     TensorList outputs;
     {
       TensorList inputs = std::move(task.inputs);
@@ -125,7 +153,18 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
       AllocationScope scope(node_name);
       KernelProfileLabel profile_label(node_name);  // BYTEGRAD_PROFILE_KERNELS: the node's kernel time
       node.run_tensor_pre_hooks(inputs);
-      outputs = node.apply(std::move(inputs));
+      {
+        SoleCastReaderScope offer(packed_rows_reader == nullptr ? sole_cast_reader(node, dependencies, not_ready, ready)
+                                                                : std::nullopt);
+        outputs = node.apply(std::move(inputs));
+      }
+      if (packed_rows_reader != nullptr) {
+        if (packed_nll_rows_pending())
+          throw std::logic_error("autograd engine: " + node_name + " did not read the packed gradient it was handed");
+        packed_rows_reader = nullptr;
+      } else if (packed_nll_rows_pending()) {
+        packed_rows_reader = node.next_edges.at(0).function.get();
+      }
       if (outputs.size() < node.next_edges.size()) outputs.resize(node.next_edges.size());
       for (size_t i = 0; i < node.next_edges.size(); ++i) {
         const Edge& edge = node.next_edges[i];

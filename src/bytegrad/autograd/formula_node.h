@@ -21,6 +21,9 @@ class FormulaNode final : public Node {
 
   std::string name() const override { return name_; }
   TensorList apply(TensorList&& grads) override;
+  std::optional<ScalarType> only_casts_gradient_to() const override { return casts_gradient_to; }
+  // Set by a formula whose backward is `g[0].to(dtype)` and nothing else (formulas::to_dtype).
+  std::optional<ScalarType> casts_gradient_to;
   void release_variables() override {
     for (SavedVariable& s : saved_) s.reset();
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,10 @@ class Node {
   virtual TensorList apply(TensorList&& grads) = 0;
   // Drops saved tensors (after the node ran, unless the graph is retained).
   virtual void release_variables() {}
+  // Where this node's backward only casts its one incoming gradient to a dtype (ToCopyBackward0 of a dtype
+  // conversion), that dtype: the engine may then let the node before it hand it a gradient only the cast
+  // reads (tensor/gradient_reader.h).
+  virtual std::optional<ScalarType> only_casts_gradient_to() const { return std::nullopt; }
   // (operand name, saved variable) pairs, for saved_tensors().
   virtual std::vector<std::pair<std::string, const SavedVariable*>> saved_variables() const { return {}; }
 

@@ -4,6 +4,7 @@
 // and documents it beside the kernel, so it is visible in the allocator's history.
 #pragma once
 
+#include <stdexcept>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -220,6 +221,27 @@ class KernelBackend {
     (void)target;
     (void)ignore_index;
     copy(out, in);
+  }
+
+  // nll_loss_backward for a gradient whose one reader is a cast (tensor/gradient_reader.h), where
+  // packs_nll_rows(): instead of the element of each row that nll_loss_backward writes into a zeroed
+  // grad_input, writes into grad_input's first bytes each row's column (int64; -1 for a row left zero:
+  // an ignored target), then each row's value (grad_input's dtype, the element's). grad_input is (N, C),
+  // contiguous, with C * element size >= 8 + element size; the other operands as nll_loss_backward's.
+  virtual bool packs_nll_rows() const { return false; }
+  virtual void nll_loss_backward_rows(const StridedView& grad_input, const StridedView& grad_output,
+                                      const StridedView& target, const StridedView& total_weight, Reduction reduction,
+                                      int64_t ignore_index, const StridedView* weight) {
+    (void)grad_input, (void)grad_output, (void)target, (void)total_weight, (void)reduction, (void)ignore_index,
+        (void)weight;
+    throw std::logic_error("nll_loss_backward_rows: this backend does not pack rows");
+  }
+  // The cast of such a gradient: out ((N, C), contiguous, a floating dtype) zero but each row's column,
+  // which takes the row's value converted to out's dtype; `packed` is the gradient nll_loss_backward_rows
+  // wrote ((N, C) of the value's dtype).
+  virtual void cast_nll_rows(const StridedView& out, const StridedView& packed) {
+    (void)out, (void)packed;
+    throw std::logic_error("cast_nll_rows: this backend does not pack rows");
   }
 
   // Scaled dot-product attention as the fused backends compute it (tensor/ops_attention.cpp): for every

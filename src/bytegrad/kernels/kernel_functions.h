@@ -53,6 +53,11 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
 void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
                        const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
                        const StridedView* weight);
+// backend.h's nll_loss_backward_rows and cast_nll_rows (packed rows for a gradient only a cast reads).
+void nll_loss_backward_rows(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                            const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                            const StridedView* weight);
+void cast_nll_rows(const StridedView& out, const StridedView& packed);
 
 // See backend.h's attention_forward.
 void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,

@@ -66,6 +66,18 @@ class DriverAllocationsBackend final : public KernelBackend {
                             int64_t ignore_index) override {
     note_then_run(out, kElementwise, &KernelBackend::cast_target_elements, out, in, target, ignore_index);
   }
+  bool packs_nll_rows() const override { return inner_.packs_nll_rows(); }
+  // Stand in for the kernels they replace: the zero fill and nll_loss_backward's, then the converting copy.
+  void nll_loss_backward_rows(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                              const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                              const StridedView* weight) override {
+    note(grad_input, kElementwise);
+    note_then_run(grad_input, kWithStack, &KernelBackend::nll_loss_backward_rows, grad_input, grad_output, target,
+                  total_weight, reduction, ignore_index, weight);
+  }
+  void cast_nll_rows(const StridedView& out, const StridedView& packed) override {
+    note_then_run(out, kElementwise, &KernelBackend::cast_nll_rows, out, packed);
+  }
   void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
     if (dst.numel() != 0) note_launch(dst.device);
     inner_.copy_from_host(dst, {static_cast<const std::byte*>(host), host_bytes(dst)});

@@ -67,6 +67,18 @@ Tensor full(const Shape& sizes, double value, TensorOptions options) {
   return out;
 }
 
+namespace ops_detail {
+
+// full(sizes, 0)'s steps but the fill.
+Tensor zeros_unfilled(const Shape& sizes, TensorOptions options) {
+  AllocationScope scope("zeros");
+  Tensor out = empty(sizes, options);
+  note_host_parallel_for(out.device(), out.numel(), kElementwiseGrain);
+  return out;
+}
+
+}  // namespace ops_detail
+
 Tensor zeros(const Shape& sizes, TensorOptions options) { return full(sizes, 0.0, options); }
 Tensor ones(const Shape& sizes, TensorOptions options) { return full(sizes, 1.0, options); }
 

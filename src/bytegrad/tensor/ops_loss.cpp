@@ -14,6 +14,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/autocast.h"
+#include "bytegrad/tensor/gradient_reader.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
 
@@ -168,15 +169,31 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
                                             describe(grad_output), reduction_name(reduction), describe(self)));
   if (total_weight.numel() != 1)
     throw std::invalid_argument(fmt::format("{}: total_weight {} must have one element", name, describe(total_weight)));
+  // Where the gradient's one reader is a cast run right after (tensor/gradient_reader.h), its rows go to
+  // the cast packed: the same allocations, no fill and no whole write.
+  const std::optional<SoleCastReader> reader = take_sole_cast_reader();
+  const bool packed = reader && self.dim() == 2 && reader->dtype == self.dtype() && reader->sizes == self.sizes() &&
+                      backend_of(self).packs_nll_rows() &&
+                      packed_nll_rows_fit(self.sizes()[1], element_size(self.dtype()));
   // The structured output (contiguous, self's shape), zeroed; then the CUDA template's expect_contiguous
   // copies in its order: target, self, grad_output.
-  Tensor grad_input = zeros(self.sizes(), TensorOptions{self.dtype(), self.device()});
+  Tensor grad_input = packed ? ops_detail::zeros_unfilled(self.sizes(), TensorOptions{self.dtype(), self.device()})
+                             : zeros(self.sizes(), TensorOptions{self.dtype(), self.device()});
   const Tensor targets = target.contiguous();
   const Tensor input = self.contiguous();
   const Tensor grad = grad_output.contiguous();
   (void)input;  // only its contiguity is PyTorch's business: the kernel needs nothing from its values
   const Tensor weights = w.defined() ? w.contiguous() : Tensor();
   const StridedView weight_view = weights.defined() ? kv(weights) : StridedView{};
+  if (packed) {
+    backend_of(self).nll_loss_backward_rows(kv(grad_input), kv(grad), kv(targets), kv(total_weight), reduction,
+                                            ignore_index, weights.defined() ? &weight_view : nullptr);
+    hand_packed_nll_rows({.storage = grad_input.storage().get(),
+                          .rows = self.sizes()[0],
+                          .classes = self.sizes()[1],
+                          .dtype = self.dtype()});
+    return grad_input;
+  }
   backend_of(self).nll_loss_backward(kv(grad_input), kv(grad), kv(targets), kv(total_weight), reduction, ignore_index,
                                      weights.defined() ? &weight_view : nullptr);
   return grad_input;

@@ -54,6 +54,10 @@ bool is_non_overlapping_and_dense(const Tensor& t);
 // `write` (the whole conversion; nll_loss under autocast writes only the elements it reads).
 Tensor to_dtype_written_by(const Tensor& self, ScalarType target, const std::function<void(const Tensor&)>& write);
 
+// zeros()'s allocation (its scope name, its note of host work) without the fill: for an op that, in
+// eager's place, writes the tensor another way (nll_loss_backward's packed rows, gradient_reader.h).
+Tensor zeros_unfilled(const Shape& sizes, TensorOptions options);
+
 // The strides TensorIterator gives a new elementwise output of `sizes` computed from `inputs`: contiguous
 // when all inputs are; the inputs' strides when they all share one dense layout; otherwise the inputs'
 // dimension order (sorted by stride, broadcast dimensions ignored) made contiguous.

@@ -11,6 +11,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/tensor/gradient_reader.h"
 #include "bytegrad/tensor/ops_support.h"
 
 namespace bytegrad {
@@ -519,8 +520,12 @@ Tensor Tensor::to(Device target) const {
 
 Tensor Tensor::to(ScalarType target) const {
   if (target == dtype()) return *this;
+  // A gradient handed on as packed rows (gradient_reader.h) is cast from them: its own elements were never written.
+  const std::optional<PackedNllRows> packed =
+      defined() && is_contiguous() ? take_packed_nll_rows(storage().get()) : std::nullopt;
   return ops_detail::to_dtype_written_by(*this, target, [&](const Tensor& out) {
-    backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
+    if (packed) backend_for(device()).cast_nll_rows(out.view_for_kernels(), view_for_kernels());
+    else backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
   });
 }
 

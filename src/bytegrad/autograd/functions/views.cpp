@@ -145,8 +145,10 @@ std::shared_ptr<FormulaNode> to_device(const OpRecord& r, const op_args::None&) 
 }
 
 std::shared_ptr<FormulaNode> to_dtype(const OpRecord& r, const op_args::None&) {
-  return make_node(
-      r, [source = r.inputs.at(0).dtype()](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
+  const ScalarType source = r.inputs.at(0).dtype();
+  auto node = make_node(r, [source](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
+  node->casts_gradient_to = source;
+  return node;
 }
 
 }  // namespace bytegrad::formulas

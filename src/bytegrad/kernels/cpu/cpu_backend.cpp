@@ -104,6 +104,13 @@ class CpuBackend final : public KernelBackend {
                          const StridedView* weight) override {
     cpu::nll_loss_backward(grad_input, grad_output, target, total_weight, reduction, ignore_index, weight);
   }
+  bool packs_nll_rows() const override { return true; }
+  void nll_loss_backward_rows(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                              const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                              const StridedView* weight) override {
+    cpu::nll_loss_backward_rows(grad_input, grad_output, target, total_weight, reduction, ignore_index, weight);
+  }
+  void cast_nll_rows(const StridedView& out, const StridedView& packed) override { cpu::cast_nll_rows(out, packed); }
   void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
                          const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) override {
     cpu::attention_forward(out, lse, q, k, v, scale, is_causal, extras);

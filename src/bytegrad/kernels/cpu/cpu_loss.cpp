@@ -1,6 +1,7 @@
 // Negative log-likelihood, forward and backward (PyTorch's nll_loss_forward / nll_loss_backward), with or
 // without class weights. Sums are accumulated in double; the total weight is the sum of the non-ignored
 // targets' weights (their count without weights).
+#include <cstring>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -67,11 +68,15 @@ void nll_loss(const StridedView& output, const StridedView& total_weight, const 
   store_from_double(total_weight.data, total_weight.dtype, weight_sum);
 }
 
-void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
-                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
-                       const StridedView* weight) {
+namespace {
+
+// nll_loss_backward's element of each row (row_value(i, t)) for every row whose target t is not ignored
+// (write(i, t, value)); ignored rows get skip(i).
+template <typename Write, typename Skip>
+void for_each_nll_gradient_row(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                               const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                               const StridedView* weight, Write&& write, Skip&& skip) {
   const NllGeometry g = nll_geometry(grad_input, target, "cpu");
-  const size_t element = element_size(grad_input.dtype);
   const bool per_row = reduction == Reduction::none && grad_input.sizes.size() == 2;
   double grad = 0;
   if (!per_row) {
@@ -82,15 +87,65 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
   const size_t grad_out_element = element_size(grad_output.dtype);
   for (int64_t i = 0; i < g.batch; ++i) {
     const int64_t t = checked_target(target, g, i, ignore_index);
-    if (t == ignore_index) continue;
+    if (t == ignore_index) {
+      skip(i);
+      continue;
+    }
     const double row_grad = per_row ? load_as_double(static_cast<const char*>(grad_output.data) +
                                                          i * grad_out_stride * static_cast<int64_t>(grad_out_element),
                                                      grad_output.dtype)
                                     : grad;
-    store_from_double(
-        static_cast<char*>(grad_input.data) + (i * g.row_stride + t * g.class_stride) * static_cast<int64_t>(element),
-        grad_input.dtype, -class_weight(weight, t) * row_grad);
+    write(i, t, -class_weight(weight, t) * row_grad);
   }
+}
+
+}  // namespace
+
+void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                       const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                       const StridedView* weight) {
+  const NllGeometry g = nll_geometry(grad_input, target, "cpu");
+  const size_t element = element_size(grad_input.dtype);
+  for_each_nll_gradient_row(
+      grad_input, grad_output, target, total_weight, reduction, ignore_index, weight,
+      [&](int64_t i, int64_t t, double value) {
+        store_from_double(static_cast<char*>(grad_input.data) +
+                              (i * g.row_stride + t * g.class_stride) * static_cast<int64_t>(element),
+                          grad_input.dtype, value);
+      },
+      [](int64_t) {});
+}
+
+void nll_loss_backward_rows(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                            const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                            const StridedView* weight) {
+  const int64_t rows = grad_input.sizes.at(0);
+  auto* columns = static_cast<int64_t*>(grad_input.data);
+  char* values = static_cast<char*>(grad_input.data) + rows * static_cast<int64_t>(sizeof(int64_t));
+  const auto element = static_cast<int64_t>(element_size(grad_input.dtype));
+  for_each_nll_gradient_row(
+      grad_input, grad_output, target, total_weight, reduction, ignore_index, weight,
+      [&](int64_t i, int64_t t, double value) {
+        columns[i] = t;
+        store_from_double(values + i * element, grad_input.dtype, value);
+      },
+      [&](int64_t i) {
+        columns[i] = -1;
+        store_from_double(values + i * element, grad_input.dtype, 0.0);
+      });
+}
+
+void cast_nll_rows(const StridedView& out, const StridedView& packed) {
+  const int64_t rows = packed.sizes.at(0), classes = packed.sizes.at(1);
+  const auto* columns = static_cast<const int64_t*>(packed.data);
+  const char* values = static_cast<const char*>(packed.data) + rows * static_cast<int64_t>(sizeof(int64_t));
+  const auto value_element = static_cast<int64_t>(element_size(packed.dtype));
+  const auto out_element = static_cast<int64_t>(element_size(out.dtype));
+  std::memset(out.data, 0, static_cast<size_t>(rows * classes * out_element));
+  for (int64_t i = 0; i < rows; ++i)
+    if (columns[i] >= 0)
+      store_from_double(static_cast<char*>(out.data) + (i * classes + columns[i]) * out_element, out.dtype,
+                        load_as_double(values + i * value_element, packed.dtype));
 }
 
 }  // namespace bytegrad::cpu

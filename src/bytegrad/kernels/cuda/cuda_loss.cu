@@ -113,6 +113,46 @@ struct NllBackwardFunctor {
   }
 };
 
+// nll_loss_backward's element of row i as packed rows (backend.h's nll_loss_backward_rows): the column
+// (-1 for an ignored row, which stays zero) and the value NllBackwardFunctor writes there.
+template <typename T>
+struct NllRowsFunctor {
+  int64_t* columns;
+  T* values;
+  const T* grad_output;
+  int64_t grad_output_stride;
+  const T* total_weight;
+  NllTargets<T> targets;
+  __device__ void operator()(int64_t i) const {
+    const NllGeometry& g = targets.g;
+    const int64_t t = targets.of_row(i);
+    if (t == targets.ignore_index || t < 0 || t >= g.classes) {
+      columns[i] = -1;
+      values[i] = convert<T>(0.0f);
+      return;
+    }
+    using Acc = opmath_t<T>;
+    Acc grad = convert<Acc>(grad_output[i * grad_output_stride]);
+    if (total_weight) grad = grad / convert<Acc>(*total_weight);
+    if (targets.weights) grad = grad * targets.weight(t);
+    columns[i] = t;
+    values[i] = convert<T>(-grad);
+  }
+};
+
+// Row i's one element of the cast of packed rows (backend.h's cast_nll_rows), on a zeroed output.
+template <typename To, typename From>
+struct CastNllRows {
+  To* out;
+  int64_t classes;
+  const int64_t* columns;
+  const From* values;
+  __device__ void operator()(int64_t i) const {
+    const int64_t t = columns[i];
+    if (t >= 0) out[i * classes + t] = convert<To>(values[i]);
+  }
+};
+
 // One row's target element of a cast (backend.h's cast_target_elements).
 template <typename To, typename From>
 struct CastTargetElements {
@@ -181,6 +221,40 @@ void nll_loss_backward(const StridedView& grad_input, const StridedView& grad_ou
                             reduction == Reduction::mean ? static_cast<const T*>(total_weight.data) : nullptr,
                             nll_targets<T>(target, weight, g, ignore_index)};
     for_each_index(g.batch, f, "nll_loss backward kernel");
+  });
+}
+
+void nll_loss_backward_rows(const StridedView& grad_input, const StridedView& grad_output, const StridedView& target,
+                            const StridedView& total_weight, Reduction reduction, int64_t ignore_index,
+                            const StridedView* weight) {
+  const NllGeometry g = nll_geometry(grad_input, target, "cuda");
+  const bool per_row = reduction == Reduction::none;
+  dispatch_floating(grad_input.dtype, "nll_loss_backward_rows", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto* columns = static_cast<int64_t*>(grad_input.data);
+    NllRowsFunctor<T> f{columns,
+                        reinterpret_cast<T*>(columns + g.batch),
+                        static_cast<const T*>(grad_output.data),
+                        per_row && !grad_output.strides.empty() ? grad_output.strides[0] : 0,
+                        reduction == Reduction::mean ? static_cast<const T*>(total_weight.data) : nullptr,
+                        nll_targets<T>(target, weight, g, ignore_index)};
+    for_each_index(g.batch, f, "nll_loss backward rows kernel");
+  });
+}
+
+void cast_nll_rows(const StridedView& out, const StridedView& packed) {
+  const int64_t rows = packed.sizes.at(0), classes = packed.sizes.at(1);
+  BYTEGRAD_CUDA_CHECK(
+      cudaMemsetAsync(out.data, 0, static_cast<size_t>(out.numel()) * element_size(out.dtype), launch_stream()));
+  dispatch_floating(out.dtype, "cast_nll_rows", [&](auto out_tag) {
+    using To = typename decltype(out_tag)::type;
+    dispatch_floating(packed.dtype, "cast_nll_rows", [&](auto in_tag) {
+      using From = typename decltype(in_tag)::type;
+      const auto* columns = static_cast<const int64_t*>(packed.data);
+      const CastNllRows<To, From> f{static_cast<To*>(out.data), classes, columns,
+                                    reinterpret_cast<const From*>(columns + rows)};
+      for_each_index(rows, f, "cast_nll_rows kernel");
+    });
   });
 }
 
