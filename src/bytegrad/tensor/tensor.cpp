@@ -110,13 +110,13 @@ Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int6
         "of bounds for storage of size {}",
         shape_str(new_sizes), shape_str(new_strides), offset, element_size(), needed, storage()->nbytes()));
   // Views share the version counter: given here, so that no counter of its own is made and dropped.
-  return Tensor(std::make_shared<TensorImpl>(TensorImpl{.storage = storage(),
-                                                        .sizes = new_sizes,
-                                                        .strides = new_strides,
-                                                        .storage_offset = offset,
-                                                        .dtype = dtype(),
-                                                        .version = impl().version,
-                                                        .is_view = true}));
+  return Tensor(make_shared_recycled<TensorImpl>(TensorImpl{.storage = storage(),
+                                                            .sizes = new_sizes,
+                                                            .strides = new_strides,
+                                                            .storage_offset = offset,
+                                                            .dtype = dtype(),
+                                                            .version = impl().version,
+                                                            .is_view = true}));
 }
 
 namespace {
@@ -129,13 +129,13 @@ Tensor derived_view(const Tensor& base, const Shape& sizes, const Shape& strides
   const TensorImpl& impl = base.impl();
   if (storage_bytes_for("as_strided", sizes, strides, offset, element_size(impl.dtype)) > impl.storage->nbytes())
     return base.as_strided(sizes, strides, offset);
-  return Tensor(std::make_shared<TensorImpl>(TensorImpl{.storage = impl.storage,
-                                                        .sizes = sizes,
-                                                        .strides = strides,
-                                                        .storage_offset = offset,
-                                                        .dtype = impl.dtype,
-                                                        .version = impl.version,
-                                                        .is_view = true}));
+  return Tensor(make_shared_recycled<TensorImpl>(TensorImpl{.storage = impl.storage,
+                                                            .sizes = sizes,
+                                                            .strides = strides,
+                                                            .storage_offset = offset,
+                                                            .dtype = impl.dtype,
+                                                            .version = impl.version,
+                                                            .is_view = true}));
 }
 
 }  // namespace
