@@ -80,11 +80,16 @@ struct RecyclingAllocator {
   template <typename U>
   RecyclingAllocator(const RecyclingAllocator<U>& /*other*/) noexcept {}  // NOLINT(google-explicit-constructor)
 
-  // One object at a time is recycled (what allocate_shared asks for); arrays go to operator new.
-  using Class = recycling_detail::SizeClass<(sizeof(T) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
-                                            alignof(std::max_align_t)>;
+  // The block size, rounded to the alignment operator new gives (sizeof(T) is meant also when T is a
+  // pointer: a container of pointers names this allocator with T = the pointer, and rebinds it to its nodes).
+  static constexpr size_t kBlockBytes =
+      (sizeof(T) + alignof(std::max_align_t) - 1) /  // NOLINT(bugprone-sizeof-expression): T's own size
+      alignof(std::max_align_t) * alignof(std::max_align_t);
+  using Class = recycling_detail::SizeClass<kBlockBytes>;
   static_assert(alignof(T) <= alignof(std::max_align_t), "RecyclingAllocator: over-aligned types are not recycled");
 
+  // One object at a time is recycled (what allocate_shared and node containers ask for); arrays go to
+  // operator new.
   T* allocate(size_t n) {
     if (n == 1) return static_cast<T*>(Class::take());
     return std::allocator<T>().allocate(n);
