@@ -1,6 +1,7 @@
 #include "bytegrad/autograd/autograd_meta.h"
 
 #include "bytegrad/autograd/accumulate_grad.h"
+#include "bytegrad/core/recycling_allocator.h"
 
 namespace bytegrad {
 
@@ -8,7 +9,7 @@ AutogradMeta* autograd_meta(const Tensor& t) { return t.defined() ? t.impl().aut
 
 AutogradMeta& ensure_autograd_meta(const Tensor& t) {
   auto& slot = t.impl().autograd;
-  if (!slot) slot = std::make_shared<AutogradMeta>();
+  if (!slot) slot = make_shared_recycled<AutogradMeta>();
   return *slot;
 }
 

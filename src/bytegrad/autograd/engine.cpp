@@ -17,7 +17,6 @@
 #include <queue>
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "bytegrad/autograd/autograd_meta.h"
@@ -71,16 +70,17 @@ struct LaterFirst {
 };
 
 std::unordered_map<Node*, int> count_dependencies(Node* root) {
+  // A node is seen once it has a count (one hash node per graph node, not two); the root has none.
   std::unordered_map<Node*, int> dependencies;
-  std::unordered_set<Node*> seen{root};
   std::vector<Node*> stack{root};
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
     for (const Edge& edge : node->next_edges) {
       if (!edge.valid()) continue;
-      ++dependencies[edge.function.get()];
-      if (seen.insert(edge.function.get()).second) stack.push_back(edge.function.get());
+      auto [count, first_seen] = dependencies.try_emplace(edge.function.get(), 0);
+      ++count->second;
+      if (first_seen && edge.function.get() != root) stack.push_back(edge.function.get());
     }
   }
   return dependencies;

@@ -36,7 +36,7 @@ constexpr std::array<Formula, kOpCount> kFormulas = {
 class GraphRecorder final : public AutogradHook {
  public:
   bool saved_tensors_hooked() const override { return current_saved_tensor_hooks() != nullptr; }
-  bool needs_graph(const std::vector<Tensor>& inputs) const override {
+  bool needs_graph(std::span<const Tensor> inputs) const override {
     if (!grad_mode_enabled()) return false;
     for (const Tensor& t : inputs)
       if (t.defined() && requires_grad(t)) return true;
@@ -68,7 +68,7 @@ class GraphRecorder final : public AutogradHook {
     NodeInProgress(std::move(node), std::move(record)).finish(outputs);
   }
 
-  void check_in_place(OpId op, const std::vector<Tensor>& inputs) const override {
+  void check_in_place(OpId op, std::span<const Tensor> inputs) const override {
     if (!grad_mode_enabled() || inputs.empty() || !inputs[0].defined()) return;
     const Tensor& self = inputs[0];
     const std::string_view name = op_name(op);

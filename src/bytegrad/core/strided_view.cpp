@@ -76,7 +76,7 @@ std::string shape_str(const Shape& sizes) { return fmt::format("[{}]", fmt::join
 bool is_non_overlapping_and_dense(const Shape& sizes, const Shape& strides) {
   const size_t ndim = sizes.size();
   if (ndim == 1) return sizes[0] < 2 || strides[0] == 1;
-  std::vector<size_t> perm(ndim);
+  SmallVector<size_t, 5> perm(ndim);  // asked of most new tensors: no heap block for up to 5 dimensions
   std::iota(perm.begin(), perm.end(), size_t{0});
   // Size-0/1 dimensions last, the rest by increasing stride.
   std::sort(perm.begin(), perm.end(), [&](size_t a, size_t b) {

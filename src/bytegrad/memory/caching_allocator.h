@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bytegrad/core/device.h"
+#include "bytegrad/core/recycling_allocator.h"
 #include "bytegrad/memory/alloc_config.h"
 #include "bytegrad/memory/block_categories.h"
 #include "bytegrad/memory/history.h"
@@ -205,9 +206,12 @@ class CachingAllocator {
   struct BlockPool {
     PoolKind kind;
     PrivatePool* owner = nullptr;  // null for the default pools
-    std::set<Block*, BlockOrder> free_blocks;
-    std::set<Block*, AddressOrder> unmapped;  // expandable segments' ranges without pages, by (stream, address)
-    uint64_t search_count = 0;                // get_free_block calls, the clock that ages blocks for garbage collection
+    // The sets' and active_blocks_' nodes come and go with every malloc and free: recycled (their order
+    // is the comparators', whatever allocates the nodes).
+    std::set<Block*, BlockOrder, RecyclingAllocator<Block*>> free_blocks;
+    std::set<Block*, AddressOrder, RecyclingAllocator<Block*>> unmapped;  // expandable segments' ranges without
+                                                                          // pages, by (stream, address)
+    uint64_t search_count = 0;  // get_free_block calls, the clock that ages blocks for garbage collection
   };
   struct PrivatePool {
     MempoolId id;
@@ -283,7 +287,9 @@ class CachingAllocator {
   // recorded once no thread does (PyTorch defers them the same way during capture).
   std::vector<Block*> frees_deferred_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
-  std::unordered_map<uintptr_t, Block*> active_blocks_;
+  std::unordered_map<uintptr_t, Block*, std::hash<uintptr_t>, std::equal_to<>,
+                     RecyclingAllocator<std::pair<const uintptr_t, Block*>>>
+      active_blocks_;
   std::vector<Block*> spare_blocks_;  // recycled Block objects
   DeviceStats stats_;
   BlockCategories categories_;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -56,7 +58,10 @@ class AutogradHook {
  public:
   virtual ~AutogradHook() = default;
   // Whether any of these operands needs a graph (grad mode on and one of them requires grad).
-  virtual bool needs_graph(const std::vector<Tensor>& inputs) const = 0;
+  // Spans, not vectors: asked on every op, recorded or not, and a braced list of operands then allocates
+  // nothing.
+  virtual bool needs_graph(std::span<const Tensor> inputs) const = 0;
+  bool needs_graph(std::initializer_list<Tensor> inputs) const { return needs_graph(std::span(inputs)); }
   // tensor.requires_grad(), whatever the grad mode.
   virtual bool requires_grad(const Tensor& t) const = 0;
   // tensor.is_leaf(): no node made it.
@@ -69,7 +74,7 @@ class AutogradHook {
   // Called by an in-place op (inputs[0] is the tensor it modifies) before it writes anything: throws when
   // autograd would refuse to record it (a leaf that requires grad, a view of one, a row without a formula
   // while a graph is needed), so that a refused op leaves every tensor unchanged.
-  virtual void check_in_place(OpId op, const std::vector<Tensor>& inputs) const = 0;
+  virtual void check_in_place(OpId op, std::span<const Tensor> inputs) const = 0;
   // The name of the node that made t ("AddmmBackward0"), "" for leaves and tensors without history; for
   // printing (Tensor::str shows grad_fn=<...> as PyTorch's repr does).
   virtual std::string grad_fn_name(const Tensor& t) const = 0;
@@ -128,6 +133,10 @@ class OpRecording {
     std::unique_ptr<OpInProgress> node = std::move(node_);
     node->finish(outputs);
   }
+  // A braced list of outputs becomes a vector only when the op is recorded.
+  void finish(std::initializer_list<Tensor> outputs) {
+    if (node_) finish(std::vector<Tensor>(outputs));
+  }
 
  private:
   std::unique_ptr<OpInProgress> node_;
@@ -139,6 +148,14 @@ OpRecording begin_recording(std::vector<Tensor> inputs, ArgsOf<id> args = {}) {
   if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
   return OpRecording(hook->begin(OpRecord{id, false, std::move(inputs), {}, std::move(args)}));
 }
+// A braced list of inputs ({a, b}) becomes the record's vector only when the op is recorded: most ops run
+// unrecorded (no grad mode, the optimizer), and a vector made for nothing is a heap allocation per op.
+template <OpId id>
+OpRecording begin_recording(std::initializer_list<Tensor> inputs, ArgsOf<id> args = {}) {
+  AutogradHook* hook = autograd_hook();
+  if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
+  return OpRecording(hook->begin(OpRecord{id, false, std::vector<Tensor>(inputs), {}, std::move(args)}));
+}
 // The arguments made only when the op is recorded (wrapped dims: an invalid one is then reported by the
 // computation's own checks, in their order, when nothing is recorded).
 template <OpId id, typename MakeArgs>
@@ -147,6 +164,13 @@ requires std::is_invocable_r_v<ArgsOf<id>, MakeArgs> OpRecording begin_recording
   AutogradHook* hook = autograd_hook();
   if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
   return OpRecording(hook->begin(OpRecord{id, false, std::move(inputs), {}, make_args()}));
+}
+template <OpId id, typename MakeArgs>
+requires std::is_invocable_r_v<ArgsOf<id>, MakeArgs> OpRecording begin_recording(std::initializer_list<Tensor> inputs,
+                                                                                 MakeArgs&& make_args) {
+  AutogradHook* hook = autograd_hook();
+  if (!hook || autograd_recording_paused() || !hook->needs_graph(inputs)) return {};
+  return OpRecording(hook->begin(OpRecord{id, false, std::vector<Tensor>(inputs), {}, make_args()}));
 }
 
 // The two steps around a computation that makes one tensor:
@@ -158,21 +182,35 @@ Tensor compute_recorded(std::vector<Tensor> inputs, ArgsOf<id> args, Compute&& c
   recording.finish({out});
   return out;
 }
+template <OpId id, typename Compute>
+Tensor compute_recorded(std::initializer_list<Tensor> inputs, ArgsOf<id> args, Compute&& compute) {
+  OpRecording recording = begin_recording<id>(inputs, std::move(args));
+  Tensor out = without_recording(std::forward<Compute>(compute));
+  recording.finish({out});
+  return out;
+}
 
 // Both steps at once, after the op computed (AutogradHook::record): for views, ops whose node saves no
 // input, and in-place ops. `make` builds the record only when autograd wants it, so ops without gradients
 // pay one branch.
 template <typename MakeRecord>
-void record_for_autograd(const std::vector<Tensor>& inputs, MakeRecord&& make) {
+void record_for_autograd(std::span<const Tensor> inputs, MakeRecord&& make) {
   AutogradHook* hook = autograd_hook();
   if (hook && !autograd_recording_paused() && hook->needs_graph(inputs)) hook->record(make());
+}
+template <typename MakeRecord>
+void record_for_autograd(std::initializer_list<Tensor> inputs, MakeRecord&& make) {
+  record_for_autograd(std::span(inputs), std::forward<MakeRecord>(make));
 }
 
 // The check every in-place op makes before writing (see AutogradHook::check_in_place); nothing when
 // autograd is not linked or the op runs inside another op's computation.
-inline void check_in_place_for_autograd(OpId op, const std::vector<Tensor>& inputs) {
+inline void check_in_place_for_autograd(OpId op, std::span<const Tensor> inputs) {
   AutogradHook* hook = autograd_hook();
   if (hook && !autograd_recording_paused()) hook->check_in_place(op, inputs);
+}
+inline void check_in_place_for_autograd(OpId op, std::initializer_list<Tensor> inputs) {
+  check_in_place_for_autograd(op, std::span(inputs));
 }
 
 // tensor.requires_grad() for ops that decide by it (false when autograd is not linked).

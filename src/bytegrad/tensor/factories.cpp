@@ -43,8 +43,8 @@ Tensor empty_strided(const Shape& sizes, const Shape& strides, TensorOptions opt
   const size_t bytes = storage_bytes_for("empty_strided", sizes, strides, 0, element_size(dtype));
   std::optional<AllocationScope> scope;  // a user's own empty() is named so; inside an op, the op's tag stands
   if (current_allocation_tag().empty()) scope.emplace("empty");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<StorageImpl>(bytes, options.resolved_device());
+  auto impl = make_shared_recycled<TensorImpl>();
+  impl->storage = make_shared_recycled<StorageImpl>(bytes, options.resolved_device());
   impl->sizes = sizes;
   impl->strides = strides;
   impl->dtype = dtype;

@@ -111,17 +111,38 @@ Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int6
         "of bounds for storage of size {}",
         shape_str(new_sizes), shape_str(new_strides), offset, element_size(), needed, storage()->nbytes()));
   // Views share the version counter: given here, so that no counter of its own is made and dropped.
-  return Tensor(std::make_shared<TensorImpl>(TensorImpl{.storage = storage(),
-                                                        .sizes = new_sizes,
-                                                        .strides = new_strides,
-                                                        .storage_offset = offset,
-                                                        .dtype = dtype(),
-                                                        .version = impl().version,
-                                                        .is_view = true}));
+  return Tensor(make_shared_recycled<TensorImpl>(TensorImpl{.storage = storage(),
+                                                            .sizes = new_sizes,
+                                                            .strides = new_strides,
+                                                            .storage_offset = offset,
+                                                            .dtype = dtype(),
+                                                            .version = impl().version,
+                                                            .is_view = true}));
 }
 
+namespace {
+
+// A view whose geometry the calling op derived from `base`'s own (a transpose, a slice, a select, ...):
+// its sizes are non-negative with a countable product by construction, so as_strided's shape check, which
+// is for sizes a user gives, is skipped. Its reach is checked against the storage still (a storage may
+// have been resized to 0 under its tensors); when it does not fit, as_strided reports it.
+Tensor derived_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  const TensorImpl& impl = base.impl();
+  if (storage_bytes_for("as_strided", sizes, strides, offset, element_size(impl.dtype)) > impl.storage->nbytes())
+    return base.as_strided(sizes, strides, offset);
+  return Tensor(make_shared_recycled<TensorImpl>(TensorImpl{.storage = impl.storage,
+                                                            .sizes = sizes,
+                                                            .strides = strides,
+                                                            .storage_offset = offset,
+                                                            .dtype = impl.dtype,
+                                                            .version = impl.version,
+                                                            .is_view = true}));
+}
+
+}  // namespace
+
 Tensor Tensor::alias() const {
-  Tensor out = as_strided(sizes(), strides(), storage_offset());
+  Tensor out = derived_view(*this, sizes(), strides(), storage_offset());
   out.impl().is_view = false;  // detach()'s kind: no base kept
   return out;
 }
@@ -216,13 +237,13 @@ Tensor Tensor::view(const Shape& shape) const {
     throw std::invalid_argument(fmt::format(
         "view: {} cannot be viewed as {}: its strides {} span non-contiguous memory; use reshape (which copies)",
         describe(*this), shape_str(new_sizes), shape_str(strides())));
-  return recorded<OpId::view>(*this, as_strided(new_sizes, *new_strides, storage_offset()));
+  return recorded<OpId::view>(*this, derived_view(*this, new_sizes, *new_strides, storage_offset()));
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   Shape new_sizes = infer_shape(shape, numel(), "reshape");
   if (auto new_strides = view_strides(sizes(), strides(), new_sizes))
-    return recorded<OpId::view>(*this, as_strided(new_sizes, *new_strides, storage_offset()));
+    return recorded<OpId::view>(*this, derived_view(*this, new_sizes, *new_strides, storage_offset()));
   // PyTorch copies exactly when no view is possible (_unsafe_view of the copy: not a view)
   Tensor copy = clone().view(new_sizes);
   copy.impl().is_view = false;
@@ -232,21 +253,21 @@ Tensor Tensor::reshape(const Shape& shape) const {
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   dim0 = wrap_dim(dim0, dim(), "transpose");
   dim1 = wrap_dim(dim1, dim(), "transpose");
-  if (dim() == 0) return as_strided(sizes(), strides(), storage_offset());
+  if (dim() == 0) return derived_view(*this, sizes(), strides(), storage_offset());
   Shape s = sizes(), st = strides();
   std::swap(s[dim0], s[dim1]);
   std::swap(st[dim0], st[dim1]);
-  return recorded<OpId::transpose>(*this, as_strided(s, st, storage_offset()), {dim0, dim1});
+  return recorded<OpId::transpose>(*this, derived_view(*this, s, st, storage_offset()), {dim0, dim1});
 }
 
 Tensor Tensor::t() const {
   if (dim() > 2)
     throw std::invalid_argument(fmt::format("t: expects a tensor with <= 2 dimensions, got {}", describe(*this)));
-  if (dim() < 2) return recorded<OpId::view>(*this, as_strided(sizes(), strides(), storage_offset()));
+  if (dim() < 2) return recorded<OpId::view>(*this, derived_view(*this, sizes(), strides(), storage_offset()));
   Shape s = sizes(), st = strides();
   std::swap(s[0], s[1]);
   std::swap(st[0], st[1]);
-  return recorded<OpId::t>(*this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::t>(*this, derived_view(*this, s, st, storage_offset()));
 }
 
 Tensor Tensor::permute(const Shape& order) const {
@@ -262,7 +283,7 @@ Tensor Tensor::permute(const Shape& order) const {
     s[i] = sizes()[d];
     st[i] = strides()[d];
   }
-  return recorded<OpId::permute>(*this, as_strided(s, st, storage_offset()), {wrapped});
+  return recorded<OpId::permute>(*this, derived_view(*this, s, st, storage_offset()), {wrapped});
 }
 
 // wrap_dim accepts dimension 0 (and -1) of a 0-d tensor, as PyTorch's does; the views that index a size
@@ -283,7 +304,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t offset = storage_offset() + index * st[d];
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return recorded<OpId::select>(*this, as_strided(s, st, offset), {d, index});
+  return recorded<OpId::select>(*this, derived_view(*this, s, st, offset), {d, index});
 }
 
 Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
@@ -299,7 +320,7 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
   int64_t offset = storage_offset() + lo * st[d];
   s[d] = (hi - lo + step - 1) / step;
   st[d] *= step;
-  return recorded<OpId::slice>(*this, as_strided(s, st, offset), {d, lo, hi, step});
+  return recorded<OpId::slice>(*this, derived_view(*this, s, st, offset), {d, lo, hi, step});
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -329,7 +350,7 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
   for (int64_t start = 0; start < n || (n == 0 && parts.empty()); start += split_size) {
     Shape s = sizes();
     s[d] = std::min(start + split_size, n) - start;
-    parts.push_back(as_strided(s, strides(), storage_offset() + start * strides()[d]));
+    parts.push_back(derived_view(*this, s, strides(), storage_offset() + start * strides()[d]));
   }
   record_for_autograd({*this}, [&] { return make_record<OpId::split>({*this}, parts, {split_size, d}); });
   return parts;
@@ -352,7 +373,8 @@ std::vector<Tensor> Tensor::unbind(int64_t d) const {
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  for (int64_t i = 0; i < sizes()[d]; ++i) parts.push_back(as_strided(s, st, storage_offset() + i * strides()[d]));
+  for (int64_t i = 0; i < sizes()[d]; ++i)
+    parts.push_back(derived_view(*this, s, st, storage_offset() + i * strides()[d]));
   record_for_autograd({*this}, [&] { return make_record<OpId::unbind>({*this}, parts, {d}); });
   return parts;
 }
@@ -389,14 +411,14 @@ Tensor Tensor::expand(const Shape& shape) const {
     st[i] = stride;
   }
   check_shape("expand", s);
-  return recorded<OpId::expand>(*this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::expand>(*this, derived_view(*this, s, st, storage_offset()));
 }
 
 Tensor Tensor::squeeze() const {
   Shape s, st;
   for (int64_t i = 0; i < dim(); ++i)
     if (sizes()[i] != 1) s.push_back(sizes()[i]), st.push_back(strides()[i]);
-  return recorded<OpId::squeeze>(*this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::squeeze>(*this, derived_view(*this, s, st, storage_offset()));
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -406,7 +428,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape s = sizes(), st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return recorded<OpId::squeeze>(*this, as_strided(s, st, storage_offset()));
+  return recorded<OpId::squeeze>(*this, derived_view(*this, s, st, storage_offset()));
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -415,7 +437,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t new_stride = d < dim() ? sizes()[d] * strides()[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, new_stride);
-  return recorded<OpId::unsqueeze>(*this, as_strided(s, st, storage_offset()), {d});
+  return recorded<OpId::unsqueeze>(*this, derived_view(*this, s, st, storage_offset()), {d});
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {

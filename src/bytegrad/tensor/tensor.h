@@ -19,6 +19,7 @@
 
 #include "bytegrad/core/device.h"
 #include "bytegrad/core/op_table.h"
+#include "bytegrad/core/recycling_allocator.h"
 #include "bytegrad/core/removable_handle.h"
 #include "bytegrad/core/scalar_type.h"
 #include "bytegrad/core/strided_view.h"
@@ -86,7 +87,7 @@ struct TensorImpl {
   Shape strides;  // in elements
   int64_t storage_offset = 0;
   ScalarType dtype = ScalarType::float32;
-  std::shared_ptr<VersionCounter> version = std::make_shared<VersionCounter>();
+  std::shared_ptr<VersionCounter> version = make_shared_recycled<VersionCounter>();
   std::shared_ptr<AutogradMeta> autograd;
   // Made by a view op (view, transpose, expand, slice, ...). PyTorch's differentiable views keep their base
   // tensor alive, so their storage is never referenced once only: the engine cannot add a later gradient
