@@ -43,7 +43,8 @@ Outcome run(Reduction reduction, bool weighted, Reader reader) {
   {
     const Tensor cast = log_softmax(logits, 1).to(ScalarType::float32);
     if (reader == Reader::cast_hooked) cast.register_hook([](const Tensor& g) { return g; });
-    Tensor loss = nll_loss(cast, target, reduction, /*ignore_index=*/4, weighted ? std::optional(weight) : std::nullopt);
+    Tensor loss =
+        nll_loss(cast, target, reduction, /*ignore_index=*/4, weighted ? std::optional(weight) : std::nullopt);
     if (reduction == Reduction::none) loss = loss.sum();
     if (reader == Reader::cast_and_sum) loss = loss + cast.sum();
     const uint64_t before = packed_nll_rows_handed();
