@@ -1,8 +1,8 @@
 // The CUDA driver's own allocations in the placement model (VirtualAddressSpace::note_driver_allocations),
 // as measured on the H100 (tools/probes/driver_allocations_probe.py, driver_first_launch_probe.py). The
 // model's fresh process: free gaps of 2 MiB at T and 24 MiB at T + 74 MiB that no region holds, new regions
-// (rounded up to 32 MiB) reserved downward from T - 414 MiB. The first launch frees the 414 MiB stretch below
-// T (placed below the regions so far) unless a segment took the hole at its top before
+// (rounded up to 32 MiB) reserved downward from T - 414 MiB, or, where the host's map has holes, downward from
+// T + 4 GiB. The first launch frees the 414 MiB stretch below T unless a segment took the hole at its top before
 // (docs/evidence/generated_segments/). Every allocation takes the lowest free gap of a region it fits, else
 // the lowest free range no region holds (T's gaps, the stretch), else a new region.
 #include <doctest/doctest.h>
@@ -15,8 +15,9 @@ namespace {
 constexpr size_t MiB = size_t{1} << 20;
 constexpr uintptr_t kBase = uintptr_t{1} << 44;
 constexpr size_t kSpan = size_t{64} << 30;
-constexpr uintptr_t T = kBase + kSpan - 128 * MiB;  // the fresh process's first small segment
+constexpr uintptr_t T = kBase + kSpan - VirtualAddressSpace::kAboveAnchor;  // a fresh process's first small segment
 constexpr size_t kH100Threads = 132 * 2048;
+constexpr uintptr_t kHostHoles = T + VirtualAddressSpace::kHostHolesAbove;  // the host holes' series starts here
 
 TEST_CASE("the model without driver allocations: lowest gap first, then new regions below T - 414 MiB") {
   VirtualAddressSpace space(kBase, kSpan);
@@ -28,55 +29,71 @@ TEST_CASE("the model without driver allocations: lowest gap first, then new regi
 TEST_CASE("launch heap: the stretch freed, 512 MiB reserved below, its top 6 MiB the lowest gap") {
   VirtualAddressSpace space(kBase, kSpan);
   space.note_driver_allocations(kLaunchHeap, kH100Threads);
-  // The first launch frees the 414 MiB stretch, placed below the regions so far: [T - 828, T - 414) MiB;
-  // 160 MiB below it the heap's reservation, [T - 1500, T - 988). Its top 8 MiB start at T - 996: the
-  // driver's 2 MiB, then [T - 994, T - 988) free, the lowest gap.
-  CHECK(space.allocate(2 * MiB) == T - 994 * MiB);
-  CHECK(space.allocate(4 * MiB) == T - 992 * MiB);
-  CHECK(space.allocate(2 * MiB) == T - 828 * MiB);  // the heap is full: the stretch, from its bottom
+  // The first launch frees the 414 MiB stretch: [T - 414, T) MiB; 160 MiB below it the heap's reservation,
+  // [T - 1086, T - 574). Its top 8 MiB start at T - 582: the driver's 2 MiB, then [T - 580, T - 574) free,
+  // the lowest gap.
+  CHECK(space.allocate(2 * MiB) == T - 580 * MiB);
+  CHECK(space.allocate(4 * MiB) == T - 578 * MiB);
+  CHECK(space.allocate(2 * MiB) == T - 414 * MiB);  // the heap is full: the stretch, from its bottom
   // New regions go below the reservation; noting the heap again reserves nothing more.
   space.note_driver_allocations(kLaunchHeap, kH100Threads);
-  CHECK(space.allocate(420 * MiB) == T - 1500 * MiB - 448 * MiB);  // 412 MiB left in the stretch
+  CHECK(space.allocate(420 * MiB) == T - 1086 * MiB - 448 * MiB);  // 412 MiB left in the stretch
 }
 
-TEST_CASE("the stretch: free from the first launch on, below the regions made before it, after their rest") {
+TEST_CASE("the stretch: free from the first launch on, after the rest of the regions made before it") {
   VirtualAddressSpace space(kBase, kSpan);
   space.set_host_map_holes(true);  // host work before the launch started the CPU thread pool (host_work.h)
   CHECK(space.allocate(2 * MiB) == T);
   CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
-  CHECK(space.allocate(20 * MiB) == T - 446 * MiB);  // a new 32 MiB region; 20 MiB is no segment for the hole
+  // A new 32 MiB region (20 MiB is no segment for the hole) in the host's holes: the first of the series.
+  CHECK(space.allocate(20 * MiB) == kHostHoles - 32 * MiB);
   space.note_driver_allocations(kLaunchHeap, kH100Threads);
-  // The stretch: [T - 860, T - 446) MiB; the heap's free top: [T - 1026, T - 1020).
-  CHECK(space.allocate(2 * MiB) == T - 1026 * MiB);
-  CHECK(space.allocate(20 * MiB) == T - 860 * MiB);  // the heap's 4 MiB and the region's 12 are too small
-  // The region's rest before the stretch below it, as PyTorch's forward fills the rest of .to()'s region in
-  // a host hole above T before the stretch (c026, c057 of the generated sweep).
-  CHECK(space.allocate(12 * MiB) == T - 426 * MiB);
-  CHECK(space.allocate(12 * MiB) == T - 840 * MiB);  // then the stretch, from its bottom
+  // The stretch: [T - 414, T) MiB, 160 MiB below it the heap's reservation [T - 1086, T - 574), its free
+  // top [T - 580, T - 574).
+  CHECK(space.allocate(2 * MiB) == T - 580 * MiB);
+  CHECK(space.allocate(20 * MiB) == T - 414 * MiB);  // the heap's 4 MiB and the region's 12 are too small
+  // The region's rest before the stretch, as PyTorch's forward fills the rest of .to()'s region in a host
+  // hole above T before the stretch (c026, c057 of the generated sweep).
+  CHECK(space.allocate(12 * MiB) == kHostHoles - 12 * MiB);
+  CHECK(space.allocate(12 * MiB) == T - 394 * MiB);  // then the stretch, upwards
 }
 
-TEST_CASE("EarlyRegions: regions made before the first launch in host holes, or below the stretch") {
+TEST_CASE("EarlyRegions: regions made before the first launch in host holes above T, or below the stretch") {
+  // The first region's address, and where the next 20 MiB go after the launch.
   const auto run = [](EarlyRegions placement, bool holes = true) {
     VirtualAddressSpace space(kBase, kSpan);
     space.set_early_regions(placement);
     space.set_host_map_holes(holes);
     CHECK(space.allocate(2 * MiB) == T);
     CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
-    CHECK(space.allocate(20 * MiB) == T - 446 * MiB);  // a new 32 MiB region below T - 414 MiB
+    const uintptr_t region = space.allocate(20 * MiB);
     CHECK_FALSE(space.early_regions_decided());
     space.note_driver_allocations(kLaunchHeap, kH100Threads);
     CHECK(space.early_regions_decided());
-    return space.allocate(20 * MiB);  // the stretch's bottom (the region's rest is 12 MiB)
+    // The stretch stays [T - 414, T) either way and comes after the region's 12 MiB rest.
+    CHECK(space.allocate(20 * MiB) == T - 414 * MiB);
+    return region;
   };
-  CHECK(run(EarlyRegions::as_host_map) == T - 860 * MiB);  // [T - 860, T - 446): below the region
-  // [T - 414, T): above the region; the heap's reservation 160 MiB below the region, its free top
-  // [T - 612, T - 606) too small for 20 MiB.
-  CHECK(run(EarlyRegions::reversed) == T - 414 * MiB);
+  CHECK(run(EarlyRegions::as_host_map) == kHostHoles - 32 * MiB);  // above T and its gaps
+  CHECK(run(EarlyRegions::reversed) == T - 446 * MiB);             // below the stretch
   // A host map without holes (no CPU thread pool before the launch) puts them below the stretch; reversed,
   // in the holes.
-  CHECK(run(EarlyRegions::as_host_map, false) == T - 414 * MiB);
-  CHECK(run(EarlyRegions::reversed, false) == T - 860 * MiB);
+  CHECK(run(EarlyRegions::as_host_map, false) == T - 446 * MiB);
+  CHECK(run(EarlyRegions::reversed, false) == kHostHoles - 32 * MiB);
 
+  SUBCASE("the series descends, until a segment takes the hole below T") {
+    VirtualAddressSpace space(kBase, kSpan);
+    space.set_host_map_holes(true);
+    CHECK(space.allocate(2 * MiB) == T);
+    CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
+    CHECK(space.allocate(20 * MiB) == kHostHoles - 32 * MiB);
+    CHECK(space.allocate(20 * MiB) == kHostHoles - 64 * MiB);     // each region below the one before
+    CHECK(space.allocate(40 * MiB) == T - 414 * MiB - 64 * MiB);  // the hole below T
+    // A process whose hole was taken keeps its regions below the others (header): the hole's region's
+    // 24 MiB rest first, then a new one.
+    CHECK(space.allocate(20 * MiB) == T - 438 * MiB);
+    CHECK(space.allocate(20 * MiB) == T - 414 * MiB - 96 * MiB);
+  }
   SUBCASE("without such regions both placements are one: nothing decided") {
     for (EarlyRegions placement : {EarlyRegions::as_host_map, EarlyRegions::reversed}) {
       VirtualAddressSpace space(kBase, kSpan);
@@ -84,7 +101,7 @@ TEST_CASE("EarlyRegions: regions made before the first launch in host holes, or 
       CHECK(space.allocate(2 * MiB) == T);
       space.note_driver_allocations(kLaunchHeap, kH100Threads);
       CHECK_FALSE(space.early_regions_decided());
-      CHECK(space.allocate(20 * MiB) == T - 828 * MiB);
+      CHECK(space.allocate(20 * MiB) == T - 414 * MiB);
     }
   }
   SUBCASE("a segment in the hole: no stretch, nothing decided") {
@@ -110,15 +127,15 @@ TEST_CASE("the hole below T: a segment of more than 24 and at most 148 MiB befor
     VirtualAddressSpace space(kBase, kSpan);
     space.set_host_map_holes(true);  // host work before the launch started the CPU thread pool (host_work.h)
     CHECK(space.allocate(2 * MiB) == T);
-    CHECK(space.allocate(150 * MiB) == T - 574 * MiB);
-    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // stretch: [T - 988, T - 574)
-    CHECK(space.allocate(20 * MiB) == T - 988 * MiB);
+    CHECK(space.allocate(150 * MiB) == kHostHoles - 160 * MiB);  // in the host's holes
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);    // stretch: [T - 414, T)
+    CHECK(space.allocate(20 * MiB) == T - 414 * MiB);
   }
   SUBCASE("after the first launch a segment of that size leaves the stretch as it is") {
     VirtualAddressSpace space(kBase, kSpan);
-    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // stretch: [T - 828, T - 414)
-    CHECK(space.allocate(100 * MiB) == T - 828 * MiB);
-    CHECK(space.allocate(20 * MiB) == T - 728 * MiB);
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // stretch: [T - 414, T)
+    CHECK(space.allocate(100 * MiB) == T - 414 * MiB);
+    CHECK(space.allocate(20 * MiB) == T - 314 * MiB);
   }
 }
 
@@ -127,10 +144,10 @@ TEST_CASE("module globals: one 2 MiB chunk, the first time only; before the firs
     VirtualAddressSpace space(kBase, kSpan);
     space.note_driver_allocations(kModuleGlobals, kH100Threads);
     CHECK(space.allocate(2 * MiB) == T);
-    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // heap's free top [T - 994, T - 988)
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // heap's free top [T - 580, T - 574)
     space.note_driver_allocations(kModuleGlobals, kH100Threads);
-    CHECK(space.allocate(4 * MiB) == T - 992 * MiB);  // the chunk took T - 994, once
-    CHECK(space.allocate(2 * MiB) == T - 828 * MiB);  // the stretch's bottom
+    CHECK(space.allocate(4 * MiB) == T - 578 * MiB);  // the chunk took T - 580, once
+    CHECK(space.allocate(2 * MiB) == T - 414 * MiB);  // the stretch's bottom
   }
   SUBCASE("a region's free rest takes it") {
     VirtualAddressSpace space(kBase, kSpan);
@@ -168,10 +185,10 @@ TEST_CASE("cuBLAS handles: 64 MiB each, and 129 KiB each from a shared 2 MiB chu
 TEST_CASE("one note, several allocations, in the order globals, launch heap, stack") {
   VirtualAddressSpace space(kBase, kSpan);
   space.note_driver_allocations(kModuleGlobals | kLaunchHeap | kKernelStack, kH100Threads);
-  // The chunk found no region's gap before the heap, so it took the heap's free top, T - 994 MiB; the stack
-  // the stretch's bottom, T - 828 MiB (the heap's 4 MiB left are too small).
-  CHECK(space.allocate(4 * MiB) == T - 992 * MiB);
-  CHECK(space.allocate(14 * MiB) == T - 818 * MiB);
+  // The chunk found no region's gap before the heap, so it took the heap's free top, T - 580 MiB; the stack
+  // the stretch's bottom, T - 414 MiB (the heap's 4 MiB left are too small).
+  CHECK(space.allocate(4 * MiB) == T - 578 * MiB);
+  CHECK(space.allocate(14 * MiB) == T - 404 * MiB);
 }
 
 }  // namespace

@@ -40,9 +40,8 @@ enum DriverAllocation : uint32_t {
 // first gaps nor the hole below the first small segment T (in a training program, `.to()`'s segments;
 // virtual_address_space.h). Two placements were recorded (tools/probes/to_regions.py on
 // docs/evidence/generated_segments/):
-//  - in holes of the host's address map above T: the 414 MiB stretch that the first launch frees below T
-//    comes below them (the model reserves them below T - 414 MiB and the stretch below every region, which
-//    gives the same order);
+//  - in holes of the host's address map above T and its gaps, the 414 MiB stretch that the first launch
+//    frees below T under them (the model: a descending series of regions above T);
 //  - new regions below T - 414 MiB, under the stretch, which stays at [T - 414 MiB, T).
 // Which one follows from the host's address map: host work before the launch that started PyTorch's CPU
 // thread pool left a glibc malloc arena per pool thread there, 128 MiB apart, with holes between them

@@ -8,7 +8,10 @@
 namespace bytegrad {
 
 VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span)
-    : anchor_(base + span - (size_t{128} << 20)), bottom_(anchor_ - kStretchBytes), limit_(base) {
+    : anchor_(base + span - kAboveAnchor),
+      bottom_(anchor_ - kStretchBytes),
+      host_holes_top_(anchor_ + kHostHolesAbove),
+      limit_(base) {
   constexpr size_t kMiB = size_t{1} << 20;
   unreserved_.emplace(anchor_, 2 * kMiB);
   unreserved_.emplace(anchor_ + 74 * kMiB, 24 * kMiB);
@@ -46,8 +49,18 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
   if (const uintptr_t address = take_lowest(gaps_, bytes)) return address;
   if (const uintptr_t address = take_lowest(unreserved_, bytes)) return address;
   constexpr size_t kGapBytes = size_t{24} << 20;  // the gap at T + 74 MiB
-  if (!(driver_done_ & kLaunchHeap) && bytes > kGapBytes && bytes <= kHoleBytes) hole_taken_ = true;
   const size_t region = (bytes + kRegionGranularity - 1) / kRegionGranularity * kRegionGranularity;
+  if (!(driver_done_ & kLaunchHeap)) {
+    if (bytes > kGapBytes && bytes <= kHoleBytes && !hole_taken_) {
+      hole_taken_ = true;
+    } else if (!hole_taken_ && early_regions_in_host_holes() && host_holes_top_ - region > anchor_ + kTopGapsEnd) {
+      // A hole of the host's map above T (header): a descending series, rests kept as gaps.
+      host_holes_top_ -= region;
+      host_hole_regions_ = true;
+      if (region > bytes) add_gap(host_holes_top_ + bytes, region - bytes);
+      return host_holes_top_;
+    }
+  }
   if (bottom_ - limit_ < region) return 0;
   bottom_ -= region;
   if (region > bytes) add_gap(bottom_ + bytes, region - bytes);
@@ -55,7 +68,8 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
 }
 
 void VirtualAddressSpace::release(uintptr_t address, size_t bytes) {
-  const bool unreserved = address >= anchor_ || (address >= stretch_ && address < stretch_ + kStretchBytes);
+  const bool top_gaps = address >= anchor_ && address < anchor_ + kTopGapsEnd;
+  const bool unreserved = top_gaps || (address >= stretch_ && address < stretch_ + kStretchBytes);
   add_range(unreserved ? unreserved_ : gaps_, address, bytes);
 }
 
@@ -78,20 +92,18 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     driver_done_ |= kLaunchHeap;
     // The stretch below T, freed now (header), and between it and the heap's reservation what the driver
     // keeps there: the heap's top sits 160 MiB below the lowest region (docs/evidence/generated_segments/).
-    // Regions reserved before this launch lie below T - 414 MiB in the model; where they stand for PyTorch's
-    // regions in host holes above T the stretch goes below them, else it stays where it is (EarlyRegions).
-    // Either way it is a range no region holds: taken only when no region's rest fits.
+    // Regions reserved before this launch lie in host holes above T or below T - 414 MiB (EarlyRegions); the
+    // stretch is [T - 414 MiB, T) but where regions below T - 414 MiB stand for host holes (the series ran
+    // out): then below them. It is a range no region holds: taken only when no region's rest fits.
     constexpr size_t kBelowRegions = 160 * kMiB;
     if (!hole_taken_ && bottom_ - limit_ >= kStretchBytes + kBelowRegions) {
       const bool early = bottom_ != anchor_ - kStretchBytes;
-      early_regions_decided_ = early;
-      const bool in_host_holes =
-          host_map_holes_.value_or(host_thread_pool_started()) == (early_regions_ == EarlyRegions::as_host_map);
-      if (early && !in_host_holes) {
-        stretch_ = anchor_ - kStretchBytes;
-      } else {
+      early_regions_decided_ = early || host_hole_regions_;
+      if (early && early_regions_in_host_holes()) {
         bottom_ -= kStretchBytes;
         stretch_ = bottom_;
+      } else {
+        stretch_ = anchor_ - kStretchBytes;
       }
       add_range(unreserved_, stretch_, kStretchBytes);
       bottom_ -= kBelowRegions;
@@ -142,6 +154,10 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     }
     blas_chunk_left_ -= kHandleSmall;
   }
+}
+
+bool VirtualAddressSpace::early_regions_in_host_holes() const {
+  return host_map_holes_.value_or(host_thread_pool_started()) == (early_regions_ == EarlyRegions::as_host_map);
 }
 
 void VirtualAddressSpace::add_gap(uintptr_t address, size_t bytes) { add_range(gaps_, address, bytes); }

@@ -28,20 +28,24 @@
 // whole 414 MiB is free (a range no region holds: after the regions' rests) and the forward's segments fill
 // it from its bottom, lowest address first. Where no
 // segment took the hole (102 of the 106 runs that show the stretch), the model makes the stretch a free
-// range at the first launch, placed below every region reserved so far, the launch heap's reservation
-// 160 MiB below it (where PyTorch's heap top sits below the lowest region): PyTorch's `.to()` segments mostly sit in
-// holes between host arenas above T, which the model does not follow, so the stretch's segments come below them as in
-// PyTorch. Where one did (GPT-2 small's 148 MiB embedding; 18 of the 20 runs that show it), the forward's segments go
-// elsewhere and the model keeps its regions below the others. The hole's size is not exact (a 126 MiB segment fitted
-// it, a 128 MiB one on a T 30 MiB above a 32 MiB boundary did not, a 148 MiB one on a T 20 MiB above did): 148 MiB, so
-// that GPT-2 small's embedding takes it.
+// range at the first launch, the launch heap's reservation 160 MiB below the lowest region (where PyTorch's
+// heap top sits); PyTorch's `.to()` segments mostly sit in holes between host arenas above T (below). Where one did
+// (GPT-2 small's 148 MiB embedding; 18 of the 20 runs that show it), the forward's segments go elsewhere and the model
+// keeps its regions below the others. The hole's size is not exact (a 126 MiB segment fitted it, a 128 MiB one on a T
+// 30 MiB above a 32 MiB boundary did not, a 148 MiB one on a T 20 MiB above did): 148 MiB, so that GPT-2 small's
+// embedding takes it.
 //
 // Where the regions that come before the first launch go when they fit neither the first gaps nor the hole
 // (`.to()`'s segments; tools/probes/to_regions.py) follows the host's address map (EarlyRegions, raw_memory.h):
-// where the program's host work left holes (PyTorch's CPU thread pool's malloc arenas), into them, above T, so
-// the stretch lies below them (the model reserves them below T - 414 MiB and puts the stretch below); where it
-// left none (nanoGPT with SDPA), to new regions below T - 414 MiB, under the stretch, which stays at
-// [T - 414 MiB, T). set_host_map_holes says which; set_early_regions(reversed) follows the other.
+// where the program's host work left holes (PyTorch's CPU thread pool's malloc arenas), into them, above T and
+// its gaps: the model places them in a descending series from kHostHolesAbove above T (PyTorch's lie between
+// T + 100 MiB and T + 2.7 GiB, mostly descending: tools/probes/segment_departures.py), their rests kept as
+// gaps, and the stretch stays at [T - 414 MiB, T); where it left none (nanoGPT with SDPA), to new regions below
+// T - 414 MiB, under the stretch, which stays there too. set_host_map_holes says which; set_early_regions(reversed)
+// follows the other. Where a segment took the hole below T (GPT-2 small's embedding) the model keeps every
+// region below the others, as before the launch's stretch: such processes were seen with regions in host
+// holes too, but interleaved across several holes in an order no series follows, and the goldens' GPT-2 small
+// is exact with them below.
 //
 // The driver's first chunk for module globals, when a launch before the first launch heap needs it (the data's
 // random fill) and no region has room, is placed with that heap (its free top), not in the ranges at T.
@@ -69,6 +73,11 @@ class VirtualAddressSpace {
   // hole at its top that segments of more than kGapBytes (24 MiB) and at most kHoleBytes take before.
   static constexpr size_t kStretchBytes = size_t{414} << 20;
   static constexpr size_t kHoleBytes = size_t{148} << 20;
+  // The free ranges at T end 98 MiB above it. Regions in the host map's holes (header) are placed from
+  // kHostHolesAbove above T downwards (PyTorch's lay up to T + 2.7 GiB); T sits kAboveAnchor below the span's end.
+  static constexpr size_t kTopGapsEnd = size_t{98} << 20;
+  static constexpr size_t kHostHolesAbove = size_t{4096} << 20;
+  static constexpr size_t kAboveAnchor = kHostHolesAbove + (size_t{128} << 20);
 
   // Manages [base, base + span), span > 128 MiB.
   VirtualAddressSpace(uintptr_t base, size_t span);
@@ -88,14 +97,15 @@ class VirtualAddressSpace {
   // Which placement of the regions reserved before the first launch to follow (EarlyRegions: as the host map
   // implies, or reversed) and whether the host map has holes (unless set: whether host work before the first
   // launch started PyTorch's CPU thread pool, host_work.h); set both before the first
-  // launch. early_regions_decided(): the first launch placed the stretch with such regions below
-  // T - 414 MiB, so the other placement would have ordered them differently against it.
+  // launch. early_regions_decided(): the first launch found such regions (in host holes or below T - 414 MiB),
+  // so the other placement would have ordered them differently against T and the stretch.
   void set_early_regions(EarlyRegions placement) { early_regions_ = placement; }
   void set_host_map_holes(bool holes) { host_map_holes_ = holes; }
   EarlyRegions early_regions() const { return early_regions_; }
   bool early_regions_decided() const { return early_regions_decided_; }
 
  private:
+  bool early_regions_in_host_holes() const;
   void add_gap(uintptr_t address, size_t bytes);
   static void add_range(std::map<uintptr_t, size_t>& ranges, uintptr_t address, size_t bytes);
   std::map<uintptr_t, size_t> gaps_;        // free ranges inside the process's regions, by address
@@ -103,6 +113,7 @@ class VirtualAddressSpace {
   uintptr_t stretch_ = 0;                   // the stretch's start, once the first launch freed it
   uintptr_t anchor_;                        // "T": the first small segment of a fresh process
   uintptr_t bottom_;                        // start of the lowest region reserved so far
+  uintptr_t host_holes_top_;                // start of the lowest region placed in the host's holes
   uintptr_t limit_;
   uint32_t driver_done_ = 0;      // one-time DriverAllocation flags already placed
   bool globals_chunk_ = false;    // a 2 MiB chunk of small driver allocations exists
@@ -112,6 +123,7 @@ class VirtualAddressSpace {
   EarlyRegions early_regions_ = EarlyRegions::as_host_map;
   std::optional<bool> host_map_holes_;  // unset: as the host work noted so far implies (host_work.h)
   bool early_regions_decided_ = false;
+  bool host_hole_regions_ = false;  // a region went to the host's holes above T
 };
 
 }  // namespace bytegrad
