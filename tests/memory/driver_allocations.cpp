@@ -112,6 +112,22 @@ TEST_CASE("EarlyRegions: regions made before the first launch in host holes abov
     space.note_driver_allocations(kLaunchHeap, kH100Threads);
     CHECK_FALSE(space.early_regions_decided());
   }
+  SUBCASE("a segment in the hole, then regions: below the others, reversed in the host's holes") {
+    for (EarlyRegions placement : {EarlyRegions::as_host_map, EarlyRegions::reversed}) {
+      for (bool holes : {false, true}) {
+        VirtualAddressSpace space(kBase, kSpan);
+        space.set_early_regions(placement);
+        space.set_host_map_holes(holes);
+        CHECK(space.allocate(2 * MiB) == T);
+        CHECK(space.allocate(148 * MiB) == T - 574 * MiB);
+        CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
+        const uintptr_t region = space.allocate(20 * MiB);
+        CHECK(region == (placement == EarlyRegions::reversed ? kHostHoles - 32 * MiB : T - 606 * MiB));
+        space.note_driver_allocations(kLaunchHeap, kH100Threads);
+        CHECK(space.early_regions_decided());
+      }
+    }
+  }
 }
 
 TEST_CASE("the hole below T: a segment of more than 24 and at most 148 MiB before the first launch") {

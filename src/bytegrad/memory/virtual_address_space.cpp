@@ -51,12 +51,15 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
   constexpr size_t kGapBytes = size_t{24} << 20;  // the gap at T + 74 MiB
   const size_t region = (bytes + kRegionGranularity - 1) / kRegionGranularity * kRegionGranularity;
   if (!(driver_done_ & kLaunchHeap)) {
-    if (bytes > kGapBytes && bytes <= kHoleBytes && !hole_taken_) {
-      hole_taken_ = true;
-    } else if (!hole_taken_ && early_regions_in_host_holes() && host_holes_top_ - region > anchor_ + kTopGapsEnd) {
+    const bool takes_hole = bytes > kGapBytes && bytes <= kHoleBytes && !hole_taken_;
+    hole_taken_ = hole_taken_ || takes_hole;
+    early_region_made_ = early_region_made_ || !takes_hole;
+    // Once a segment took the hole, the regions go below the others, or with EarlyRegions::reversed in the
+    // host's holes (header).
+    const bool in_host_holes = hole_taken_ ? early_regions_ == EarlyRegions::reversed : early_regions_in_host_holes();
+    if (!takes_hole && in_host_holes && host_holes_top_ - region > anchor_ + kTopGapsEnd) {
       // A hole of the host's map above T (header): a descending series, rests kept as gaps.
       host_holes_top_ -= region;
-      host_hole_regions_ = true;
       if (region > bytes) add_gap(host_holes_top_ + bytes, region - bytes);
       return host_holes_top_;
     }
@@ -90,6 +93,7 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
   }
   if ((what & kLaunchHeap) && !(driver_done_ & kLaunchHeap)) {
     driver_done_ |= kLaunchHeap;
+    early_regions_decided_ = early_region_made_;
     // The stretch below T, freed now (header), and between it and the heap's reservation what the driver
     // keeps there: the heap's top sits 160 MiB below the lowest region (docs/evidence/generated_segments/).
     // Regions reserved before this launch lie in host holes above T or below T - 414 MiB (EarlyRegions); the
@@ -98,7 +102,6 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     constexpr size_t kBelowRegions = 160 * kMiB;
     if (!hole_taken_ && bottom_ - limit_ >= kStretchBytes + kBelowRegions) {
       const bool early = bottom_ != anchor_ - kStretchBytes;
-      early_regions_decided_ = early || host_hole_regions_;
       if (early && early_regions_in_host_holes()) {
         bottom_ -= kStretchBytes;
         stretch_ = bottom_;

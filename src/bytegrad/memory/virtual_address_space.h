@@ -43,9 +43,9 @@
 // gaps, and the stretch stays at [T - 414 MiB, T); where it left none (nanoGPT with SDPA), to new regions below
 // T - 414 MiB, under the stretch, which stays there too. set_host_map_holes says which; set_early_regions(reversed)
 // follows the other. Where a segment took the hole below T (GPT-2 small's embedding) the model keeps every
-// region below the others, as before the launch's stretch: such processes were seen with regions in host
-// holes too, but interleaved across several holes in an order no series follows, and the goldens' GPT-2 small
-// is exact with them below.
+// region below the others, and the series is the other placement: such processes were seen with regions in
+// host holes too, but interleaved across several holes in an order no series follows, and the goldens' GPT-2
+// small is exact with them below.
 //
 // The driver's first chunk for module globals, when a launch before the first launch heap needs it (the data's
 // random fill) and no region has room, is placed with that heap (its free top), not in the ranges at T.
@@ -123,7 +123,7 @@ class VirtualAddressSpace {
   EarlyRegions early_regions_ = EarlyRegions::as_host_map;
   std::optional<bool> host_map_holes_;  // unset: as the host work noted so far implies (host_work.h)
   bool early_regions_decided_ = false;
-  bool host_hole_regions_ = false;  // a region went to the host's holes above T
+  bool early_region_made_ = false;  // a region (other than the hole's) was made before the first launch
 };
 
 }  // namespace bytegrad
