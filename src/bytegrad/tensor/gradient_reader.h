@@ -44,17 +44,10 @@ class SoleCastReaderScope {
 // Takes the offer, once: nullopt when none was made or it was taken.
 std::optional<SoleCastReader> take_sole_cast_reader();
 
-// A gradient left as packed rows: its storage, its rows x classes, its dtype (the value's).
-struct PackedNllRows {
-  const StorageImpl* storage = nullptr;
-  int64_t rows = 0;
-  int64_t classes = 0;
-  ScalarType dtype = ScalarType::float32;
-};
-
-// nll_loss_backward after writing packed rows; the cast takes them back by the storage it reads.
-void hand_packed_nll_rows(const PackedNllRows& rows);
-std::optional<PackedNllRows> take_packed_nll_rows(const StorageImpl* storage);
+// nll_loss_backward after writing packed rows into the gradient whose storage this is; the cast takes them
+// back by the storage it reads (true once, for that storage; the rows and classes are the tensors' own).
+void hand_packed_nll_rows(const StorageImpl* storage);
+bool take_packed_nll_rows(const StorageImpl* storage);
 // Whether packed rows were handed and not yet taken (the engine's check), and dropping them (on error).
 bool packed_nll_rows_pending();
 void forget_packed_nll_rows();

@@ -543,8 +543,7 @@ Tensor Tensor::to(Device target) const {
 Tensor Tensor::to(ScalarType target) const {
   if (target == dtype()) return *this;
   // A gradient handed on as packed rows (gradient_reader.h) is cast from them: its own elements were never written.
-  const std::optional<PackedNllRows> packed =
-      defined() && is_contiguous() ? take_packed_nll_rows(storage().get()) : std::nullopt;
+  const bool packed = defined() && is_contiguous() && take_packed_nll_rows(storage().get());
   return ops_detail::to_dtype_written_by(*this, target, [&](const Tensor& out) {
     if (packed) backend_for(device()).cast_nll_rows(out.view_for_kernels(), view_for_kernels());
     else backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
