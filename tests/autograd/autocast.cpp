@@ -185,6 +185,40 @@ TEST_CASE("softmax of a bfloat16 input: a float32 cast, the float32 output, the 
   CHECK(events == AllocationEvents{{"alloc", 131072}, {"alloc", 131072}, {"free", 131072}});
 }
 
+// That cast is read by the softmax alone, so it is allocated and recorded but left unwritten and the kernel
+// reads the bfloat16 input (issue 30): the same bits as the softmax of the written cast, forward and
+// backward, and the same allocations (those of softmax(x.to(float32)), the user's own cast, which is written).
+TEST_CASE("softmax of a bfloat16 input: the unwritten cast gives the written cast's bits, memory and graph") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  const Device d = kSim;
+  const Tensor start = randn({4, 2, 64, 96}, f32(d)).to(ScalarType::bfloat16);
+  const Tensor grad = randn({4, 2, 64, 96}, f32(d));
+  struct Run {
+    AllocationEvents events;
+    std::vector<double> out, x_grad;
+  };
+  const auto run = [&](bool through_user_cast, bool log) {
+    const Tensor x = start.detach().clone().requires_grad_();
+    Run r;
+    r.events = allocation_events(d, [&] {
+      Tensor y = through_user_cast
+                     ? (log ? log_softmax(x.to(ScalarType::float32), -1) : softmax(x.to(ScalarType::float32), -1))
+                     : (log ? log_softmax(x, -1, ScalarType::float32) : softmax(x, -1, ScalarType::float32));
+      CHECK(y.grad_fn_name() == (log ? "LogSoftmaxBackward0" : "SoftmaxBackward0"));
+      r.out = y.detach().flatten().tolist();
+      y.backward(grad);
+    });
+    r.x_grad = x.grad().to(ScalarType::float32).flatten().tolist();
+    return r;
+  };
+  for (bool log : {false, true}) {
+    const Run direct = run(false, log), cast = run(true, log);
+    CHECK(direct.out == cast.out);  // bit for bit
+    CHECK(direct.x_grad == cast.x_grad);
+    CHECK(direct.events == cast.events);
+  }
+}
+
 // PyTorch's softmax(x, dim, dtype=float32) sends a float16 CUDA input to _softmax(x, dim, half_to_float=true):
 // no converted copy, and the gradient comes back in float16 (_softmax_backward_data(grad, result, dim, Half):
 // the float16 grad_input, then grad * output in float32, freed). Found recorded in the GPT-2 sweep

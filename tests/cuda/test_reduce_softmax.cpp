@@ -238,5 +238,35 @@ TEST_CASE("softmax_backward writing a float16 gradient from float32 operands (lo
   }
 }
 
+TEST_CASE("softmax of a 16-bit input into a float32 output: the converted input's bits, in every kernel") {
+  require_gpu();
+  // Contiguous rows of 64 and 500 (a warp's registers), 1024 (the general kernel's warp a row), 3000 (shared
+  // memory); transposed (the general kernel), along every dimension.
+  const std::vector<std::pair<Shape, bool>> cases = {
+      {{64, 64}, false}, {{40, 500}, false}, {{12, 1024}, false}, {{8, 3000}, false}, {{6, 33, 1500}, true}};
+  for (ScalarType dtype : {ScalarType::float16, ScalarType::bfloat16}) {
+    for (const auto& [shape, transpose] : cases) {
+      Tensor x = random_pair(shape, dtype, 3.0).gpu;
+      if (transpose) x = x.transpose(0, 1);
+      const Tensor widened = x.to(ScalarType::float32);  // exact, in x's layout
+      for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
+        for (bool log : {false, true}) {
+          const TensorOptions f32 = TensorOptions{}.with_device(kCuda);
+          const Tensor direct = empty(x.sizes(), f32), converted = empty(x.sizes(), f32);
+          gpu().softmax(direct.view_for_kernels(), x.view_for_kernels(), dim, log);
+          gpu().softmax(converted.view_for_kernels(), widened.view_for_kernels(), dim, log);
+          INFO(scalar_type_name(dtype), " ", shape.size(), "-d dim ", dim, log ? " log" : "");
+          CHECK(direct.cpu().tolist() == converted.cpu().tolist());  // bit for bit
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH_AS(
+      gpu().softmax(
+          empty({4, 4}, TensorOptions{}.with_device(kCuda).with_dtype(ScalarType::float64)).view_for_kernels(),
+          random_pair({4, 4}, ScalarType::float16).gpu.view_for_kernels(), 1, false),
+      doctest::Contains("float32 from float16 or bfloat16"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace bytegrad::testing

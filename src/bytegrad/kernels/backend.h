@@ -131,7 +131,8 @@ class KernelBackend {
   virtual void reduce_with_indices(ReduceOp op, const StridedView& values, const StridedView& indices,
                                    const StridedView& in, int64_t dim) = 0;
 
-  // Softmax (or log-softmax) along dim; out has in's sizes.
+  // Softmax (or log-softmax) along dim; out has in's sizes and dtype, or is float32 from a float16 or bfloat16
+  // in (each element converted exactly: the float32 input's results, bit for bit).
   virtual void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) = 0;
   // grad_in = gradient of (log_)softmax given grad_out and the forward's output. The three share one dtype,
   // except that a float16 grad_in from float32 operands (log_softmax's half_to_float gradient) is accepted.

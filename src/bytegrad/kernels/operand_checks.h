@@ -57,6 +57,17 @@ inline NllGeometry nll_geometry(const StridedView& input, const StridedView& tar
   return g;
 }
 
+// softmax's dtypes: out and in alike, or a float32 out from a float16 or bfloat16 in (each element converted
+// exactly: the float32 input's softmax): then true.
+inline bool softmax_reads_16_bit_input(const StridedView& out, const StridedView& in, const char* backend) {
+  if (out.dtype == in.dtype) return false;
+  if (out.dtype != ScalarType::float32 || (in.dtype != ScalarType::float16 && in.dtype != ScalarType::bfloat16))
+    throw std::invalid_argument(std::string(backend) +
+                                " backend: softmax: an output in another dtype than the input's must be float32 from "
+                                "float16 or bfloat16");
+  return true;
+}
+
 // softmax_backward's dtypes: grad_out and output alike, grad_in in their dtype or float16 from float32
 // operands (log_softmax's half_to_float gradient, written by the kernel itself): then true.
 inline bool softmax_backward_half_to_float(const StridedView& grad_in, const StridedView& grad_out,

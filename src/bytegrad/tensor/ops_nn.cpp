@@ -21,29 +21,25 @@ namespace {
 
 // PyTorch's CUDA softmax (host_softmax) allocates the contiguous output, then reads a contiguous input:
 // a non-contiguous input is first copied to a temporary (freed when the op returns). half_to_float: a
-// float16 input, a float32 output (the kernels take one dtype, so the input is converted into the output's
-// own memory and the softmax runs there in place: no block PyTorch does not have).
-Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool half_to_float) {
+// float16 input, a float32 output, read and written by one kernel. `values`: where x's values are read
+// from instead, a contiguous 16-bit tensor that x (float32, contiguous) is the exact conversion of, left
+// unwritten (below).
+Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool half_to_float, const Tensor* values) {
   AllocationScope scope(name);
   check_defined(name, x);
   check_dtype_rule(name, OpId::softmax, x);
   dim = wrap_dim(dim, x.dim(), name);
   Tensor out = empty(x.sizes(), TensorOptions{half_to_float ? ScalarType::float32 : x.dtype(), x.device()});
   const Tensor input = x.contiguous();
-  if (half_to_float) {
-    backend_of(x).copy(kv(out), kv(input));
-    backend_of(x).softmax(kv(out), kv(out), dim, log);
-  } else {
-    backend_of(x).softmax(kv(out), kv(input), dim, log);
-  }
+  backend_of(x).softmax(kv(out), kv(values != nullptr ? *values : input), dim, log);
   return out;
 }
 
 template <OpId op>
-Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log, bool half_to_float) {
+Tensor softmax_recorded(const Tensor& x, int64_t dim, bool log, bool half_to_float, const Tensor* values = nullptr) {
   const char* name = op_name(op).data();
   OpRecording recording = begin_recording<op>({x}, [&] { return op_args::Dim{wrap_dim(dim, x.dim(), name)}; });
-  Tensor out = without_recording([&] { return softmax_op(name, x, dim, log, half_to_float); });
+  Tensor out = without_recording([&] { return softmax_op(name, x, dim, log, half_to_float, values); });
   recording.finish({out});
   return out;
 }
@@ -63,19 +59,31 @@ bool takes_half_to_float(const Tensor& x, std::optional<ScalarType> dtype) {
   return dtype == ScalarType::float32 && x.defined() && x.dtype() == ScalarType::float16 &&
          x.device().type != DeviceType::cpu;
 }
+
+// The converted copy of a 16-bit input is PyTorch's block and ToCopyBackward0 node, but nothing reads it
+// except this softmax, so it is allocated and recorded, left unwritten, and the kernel reads the input
+// itself (each element converted exactly: the same values, one pass over half the bytes; issue 30). A
+// non-contiguous input is converted as before: softmax_op reads the contiguous copy.
+template <OpId op>
+Tensor softmax_with_dtype(const Tensor& x, int64_t dim, bool log, std::optional<ScalarType> dtype) {
+  if (takes_half_to_float(x, dtype)) return softmax_recorded<op>(x, dim, log, true);
+  if (!dtype || *dtype == x.dtype()) return softmax_recorded<op>(x, dim, log, false);
+  const bool widens_16_bit = *dtype == ScalarType::float32 && x.defined() &&
+                             (x.dtype() == ScalarType::float16 || x.dtype() == ScalarType::bfloat16);
+  if (!widens_16_bit || !x.is_contiguous()) return softmax_recorded<op>(x.to(*dtype), dim, log, false);
+  const Tensor converted = ops_detail::to_dtype_written_by(x, *dtype, [](const Tensor&) {});
+  return softmax_recorded<op>(converted, dim, log, false, &x);
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
   BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, softmax, x, dim, dtype);
-  if (takes_half_to_float(x, dtype)) return softmax_recorded<OpId::softmax>(x, dim, false, true);
-  const Tensor converted = dtype ? x.to(*dtype) : x;
-  return softmax_recorded<OpId::softmax>(converted, dim, false, false);
+  return softmax_with_dtype<OpId::softmax>(x, dim, false, dtype);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<ScalarType> dtype) {
   BYTEGRAD_AUTOCAST(fp32_set_opt_dtype, log_softmax, x, dim, dtype);
-  if (takes_half_to_float(x, dtype)) return softmax_recorded<OpId::log_softmax>(x, dim, true, true);
-  const Tensor converted = dtype ? x.to(*dtype) : x;
-  return softmax_recorded<OpId::log_softmax>(converted, dim, true, false);
+  return softmax_with_dtype<OpId::log_softmax>(x, dim, true, dtype);
 }
 
 Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t dim, bool log,

@@ -33,7 +33,33 @@ void for_each_slice(const std::array<const StridedView*, N>& views, int64_t dim,
 
 }  // namespace
 
+namespace {
+
+// T: the output's element type; In: the input's (T's, or a 16-bit float into a float32 output).
+template <typename T, typename In>
+void softmax_typed(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
+  const int64_t length = in.sizes[static_cast<size_t>(dim)];
+  for_each_slice<2>({&out, &in}, dim, [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s) {
+    T* o = reinterpret_cast<T*>(p[0]);
+    const In* x = reinterpret_cast<const In*>(p[1]);
+    double max_value = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < length; ++i) max_value = std::max(max_value, convert<double>(x[i * s[1]]));
+    double total = 0;
+    for (int64_t i = 0; i < length; ++i) total += std::exp(convert<double>(x[i * s[1]]) - max_value);
+    if (log) {
+      const double shift = max_value + std::log(total);
+      for (int64_t i = 0; i < length; ++i) o[i * s[0]] = convert<T>(convert<double>(x[i * s[1]]) - shift);
+    } else {
+      for (int64_t i = 0; i < length; ++i)
+        o[i * s[0]] = convert<T>(std::exp(convert<double>(x[i * s[1]]) - max_value) / total);
+    }
+  });
+}
+
+}  // namespace
+
 void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
+  const bool widening = softmax_reads_16_bit_input(out, in, "cpu");
   if (in.sizes.empty()) {
     // One slice of one element, as PyTorch's kernel runs it: x - max(x) is 0, or NaN for an infinite or NaN
     // x, so the softmax is 1 (log: 0) or NaN.
@@ -42,25 +68,13 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
                       log ? shifted - std::log(std::exp(shifted)) : std::exp(shifted) / std::exp(shifted));
     return;
   }
-  const int64_t length = in.sizes[static_cast<size_t>(dim)];
-  if (length == 0) return;
+  if (in.sizes[static_cast<size_t>(dim)] == 0) return;
   dispatch_dtype(in.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for_each_slice<2>({&out, &in}, dim, [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s) {
-      T* o = reinterpret_cast<T*>(p[0]);
-      const T* x = reinterpret_cast<const T*>(p[1]);
-      double max_value = -std::numeric_limits<double>::infinity();
-      for (int64_t i = 0; i < length; ++i) max_value = std::max(max_value, convert<double>(x[i * s[1]]));
-      double total = 0;
-      for (int64_t i = 0; i < length; ++i) total += std::exp(convert<double>(x[i * s[1]]) - max_value);
-      if (log) {
-        const double shift = max_value + std::log(total);
-        for (int64_t i = 0; i < length; ++i) o[i * s[0]] = convert<T>(convert<double>(x[i * s[1]]) - shift);
-      } else {
-        for (int64_t i = 0; i < length; ++i)
-          o[i * s[0]] = convert<T>(std::exp(convert<double>(x[i * s[1]]) - max_value) / total);
-      }
-    });
+    using In = typename decltype(tag)::type;
+    if constexpr (is_reduced_float_v<In>) {
+      if (widening) return softmax_typed<float, In>(out, in, dim, log);
+    }
+    softmax_typed<In, In>(out, in, dim, log);
   });
 }
 

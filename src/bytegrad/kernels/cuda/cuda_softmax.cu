@@ -35,10 +35,11 @@ struct RowLayout {
   StridedIndexer<N> rows;
 };
 
-// layout operands: 0 = out, 1 = in
-template <typename T, int kThreadsPerRow>
+// layout operands: 0 = out, 1 = in. In: the input's element type, T's or a 16-bit float read into a float32
+// softmax (each element converted exactly, so the results are those of the float32 input it converts to).
+template <typename T, int kThreadsPerRow, typename In = T>
 __global__ void __launch_bounds__(kBlockThreads)
-    softmax_forward_kernel(T* out, const T* in, RowLayout<T, 2> layout, bool log) {
+    softmax_forward_kernel(T* out, const In* in, RowLayout<T, 2> layout, bool log) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
   int lane;
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (; row < layout.num_rows; row += row_step) {  // uniform across the threads of a row
     int64_t base[2];
     layout.rows.offsets(row, base);
-    const T* x = in + base[1];
+    const In* x = in + base[1];
     T* y = out + base[0];
     const int64_t sx = layout.dim_stride[1], sy = layout.dim_stride[0];
 
@@ -146,15 +147,15 @@ bool rows_are_contiguous(const StridedView& v, int64_t dim) {
 // blocks keep more warps resident per SM.
 constexpr int kForwardWarpThreads = 128;
 
-template <typename T, int kPerLane, bool kLog>
+template <typename T, int kPerLane, bool kLog, typename In = T>
 __global__ void __launch_bounds__(kForwardWarpThreads)
-    softmax_forward_warp_kernel(T* out, const T* in, int64_t num_rows, int dim) {
+    softmax_forward_warp_kernel(T* out, const In* in, int64_t num_rows, int dim) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
   int lane;
   row_assignment<kWarp, kForwardWarpThreads>(row, row_step, lane);
   for (; row < num_rows; row += row_step) {
-    const T* x = in + row * dim;
+    const In* x = in + row * dim;
     T* y = out + row * dim;
     Acc v[kPerLane];
 #pragma unroll
@@ -228,18 +229,18 @@ __global__ void __launch_bounds__(kBlockThreads)
 constexpr int kLongRowThreads = 1024;
 
 // One 1024-thread block per row, the row's operands read once into dynamic shared memory (as T).
-template <typename T>
+template <typename T, typename In = T>
 __global__ void __launch_bounds__(kLongRowThreads)
-    softmax_forward_smem_kernel(T* out, const T* in, int64_t num_rows, int64_t dim, bool log) {
+    softmax_forward_smem_kernel(T* out, const In* in, int64_t num_rows, int64_t dim, bool log) {
   using Acc = opmath_t<T>;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* cache = reinterpret_cast<T*>(smem_bytes);
   for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
-    const T* x = in + row * dim;
+    const In* x = in + row * dim;
     T* y = out + row * dim;
     Acc max_value = -INFINITY;
     for (int64_t j = threadIdx.x; j < dim; j += kLongRowThreads) {
-      const T value = x[j];
+      const T value = convert<T>(x[j]);
       cache[j] = value;
       max_value = MaxOp{}(max_value, convert<Acc>(value));
     }
@@ -332,7 +333,7 @@ unsigned long_row_blocks(int64_t num_rows) {
 }
 
 // The fast forward for contiguous rows, when one applies; false leaves the call to the general kernel.
-template <typename T>
+template <typename T, typename In = T>
 bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
   if (!rows_are_contiguous(in, dim) || !rows_are_contiguous(out, dim)) return false;
   const int64_t dim_size = in.sizes[dim];
@@ -346,21 +347,21 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
       constexpr int kPerLane = decltype(per_lane)::value;
       const unsigned blocks = grid_for(num_rows, kForwardWarpThreads / kWarp);
       if (log)
-        softmax_forward_warp_kernel<T, kPerLane, true><<<blocks, kForwardWarpThreads, 0, launch_stream()>>>(
-            static_cast<T*>(out.data), static_cast<const T*>(in.data), num_rows, static_cast<int>(dim_size));
+        softmax_forward_warp_kernel<T, kPerLane, true, In><<<blocks, kForwardWarpThreads, 0, launch_stream()>>>(
+            static_cast<T*>(out.data), static_cast<const In*>(in.data), num_rows, static_cast<int>(dim_size));
       else
-        softmax_forward_warp_kernel<T, kPerLane, false><<<blocks, kForwardWarpThreads, 0, launch_stream()>>>(
-            static_cast<T*>(out.data), static_cast<const T*>(in.data), num_rows, static_cast<int>(dim_size));
+        softmax_forward_warp_kernel<T, kPerLane, false, In><<<blocks, kForwardWarpThreads, 0, launch_stream()>>>(
+            static_cast<T*>(out.data), static_cast<const In*>(in.data), num_rows, static_cast<int>(dim_size));
       BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_warp_kernel");
     });
     return true;
   }
-  if (dim_size <= 1024) return false;  // the general kernel's warp per row
-  const size_t bytes = static_cast<size_t>(dim_size) * sizeof(T);
-  if (bytes + 1024 > max_shared_bytes()) return false;  // + the reductions' static shared memory
-  allow_shared_bytes(softmax_forward_smem_kernel<T>, bytes);
-  softmax_forward_smem_kernel<T><<<long_row_blocks(num_rows), kLongRowThreads, bytes, launch_stream()>>>(
-      static_cast<T*>(out.data), static_cast<const T*>(in.data), num_rows, dim_size, log);
+  if (dim_size <= 1024) return false;                              // the general kernel's warp per row
+  const size_t bytes = static_cast<size_t>(dim_size) * sizeof(T);  // the row as T: In does not move the choice
+  if (bytes + 1024 > max_shared_bytes()) return false;             // + the reductions' static shared memory
+  allow_shared_bytes(softmax_forward_smem_kernel<T, In>, bytes);
+  softmax_forward_smem_kernel<T, In><<<long_row_blocks(num_rows), kLongRowThreads, bytes, launch_stream()>>>(
+      static_cast<T*>(out.data), static_cast<const In*>(in.data), num_rows, dim_size, log);
   BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_smem_kernel");
   return true;
 }
@@ -396,18 +397,31 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
 
 }  // namespace
 
+namespace {
+
+// T: the output's element type; In: the input's (T's, or a 16-bit float into a float32 output).
+template <typename T, typename In>
+void softmax_typed(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
+  if (out.sizes == in.sizes && softmax_forward_fast<T, In>(out, in, dim, log)) return;
+  const auto layout = make_row_layout<T, 2>({&out, &in}, dim, "softmax");
+  launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
+    softmax_forward_kernel<T, decltype(threads_per_row)::value, In><<<blocks, kBlockThreads, 0, launch_stream()>>>(
+        static_cast<T*>(out.data), static_cast<const In*>(in.data), layout, log);
+    BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_kernel");
+  });
+}
+
+}  // namespace
+
 void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) {
-  if (out.dtype != in.dtype)
-    throw std::invalid_argument("cuda backend: softmax: output dtype differs from the input's");
+  if (softmax_reads_16_bit_input(out, in, "cuda")) {
+    if (in.dtype == ScalarType::float16) softmax_typed<float, __half>(out, in, dim, log);
+    else softmax_typed<float, __nv_bfloat16>(out, in, dim, log);
+    return;
+  }
   dispatch_floating(in.dtype, "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (out.sizes == in.sizes && softmax_forward_fast<T>(out, in, dim, log)) return;
-    const auto layout = make_row_layout<T, 2>({&out, &in}, dim, "softmax");
-    launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
-      softmax_forward_kernel<T, decltype(threads_per_row)::value><<<blocks, kBlockThreads, 0, launch_stream()>>>(
-          static_cast<T*>(out.data), static_cast<const T*>(in.data), layout, log);
-      BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_kernel");
-    });
+    softmax_typed<T, T>(out, in, dim, log);
   });
 }
 
