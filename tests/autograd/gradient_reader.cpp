@@ -47,9 +47,9 @@ Outcome run(Reduction reduction, bool weighted, Reader reader) {
         nll_loss(cast, target, reduction, /*ignore_index=*/4, weighted ? std::optional(weight) : std::nullopt);
     if (reduction == Reduction::none) loss = loss.sum();
     if (reader == Reader::cast_and_sum) loss = loss + cast.sum();
-    const uint64_t before = packed_nll_rows_handed();
+    const uint64_t before = packed_gradients_handed(PackedGradient::nll_rows);
     loss.backward();
-    outcome.packed = packed_nll_rows_handed() - before;
+    outcome.packed = packed_gradients_handed(PackedGradient::nll_rows) - before;
   }
   outcome.grad = logits.grad().tolist();
   outcome.peak = max_memory_allocated(kSim);

@@ -112,9 +112,9 @@ LossRun packed_rows_backward(bool hooked, Reduction reduction, uint64_t& packed)
     if (hooked) cast.register_hook([](const Tensor& g) { return g; });
     Tensor loss = nll_loss(cast, target, reduction, /*ignore_index=*/-1);
     if (reduction == Reduction::none) loss = loss.sum();
-    const uint64_t handed = packed_nll_rows_handed();
+    const uint64_t handed = packed_gradients_handed(PackedGradient::nll_rows);
     loss.backward();
-    packed = packed_nll_rows_handed() - handed;
+    packed = packed_gradients_handed(PackedGradient::nll_rows) - handed;
     run.loss = loss.cpu().tolist();
   }
   run.grad = logits.grad().to(ScalarType::float32).cpu().tolist();

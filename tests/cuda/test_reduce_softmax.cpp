@@ -261,6 +261,25 @@ TEST_CASE("softmax of a 16-bit input into a float32 output: the converted input'
       }
     }
   }
+  SUBCASE("backward: a 16-bit gradient from float32 operands is the float32 gradient's cast, bit for bit") {
+    for (ScalarType dtype : {ScalarType::float16, ScalarType::bfloat16}) {
+      for (const auto& [shape, transpose] : cases) {
+        Tensor y = random_pair(shape, ScalarType::float32, 0.1).gpu, g = random_pair(shape).gpu;
+        if (transpose) y = y.transpose(0, 1), g = g.transpose(0, 1);
+        for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
+          for (bool log : {false, true}) {
+            const Tensor direct = empty(y.sizes(), TensorOptions{}.with_device(kCuda).with_dtype(dtype));
+            const Tensor whole = empty(y.sizes(), TensorOptions{}.with_device(kCuda));
+            gpu().softmax_backward(direct.view_for_kernels(), g.view_for_kernels(), y.view_for_kernels(), dim, log);
+            gpu().softmax_backward(whole.view_for_kernels(), g.view_for_kernels(), y.view_for_kernels(), dim, log);
+            INFO(scalar_type_name(dtype), " ", shape.size(), "-d dim ", dim, log ? " log" : "");
+            CHECK(direct.to(ScalarType::float32).cpu().tolist() ==
+                  whole.to(dtype).to(ScalarType::float32).cpu().tolist());
+          }
+        }
+      }
+    }
+  }
   CHECK_THROWS_WITH_AS(
       gpu().softmax(
           empty({4, 4}, TensorOptions{}.with_device(kCuda).with_dtype(ScalarType::float64)).view_for_kernels(),

@@ -136,7 +136,7 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
   // A gradient handed on as packed rows (gradient_reader.h) goes to this node, which must take them.
   const Node* packed_rows_reader = nullptr;
   struct PackedRowsScope {
-    ~PackedRowsScope() { forget_packed_nll_rows(); }  // none outlives the backward, however it ends
+    ~PackedRowsScope() { forget_packed_gradient(); }  // none outlives the backward, however it ends
   } packed_rows_scope;
   while (!ready.empty()) {
     std::pop_heap(ready.begin(), ready.end(), LaterFirst());
@@ -159,10 +159,10 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
         outputs = node.apply(std::move(inputs));
       }
       if (packed_rows_reader != nullptr) {
-        if (packed_nll_rows_pending())
+        if (packed_gradient_pending())
           throw std::logic_error("autograd engine: " + node_name + " did not read the packed gradient it was handed");
         packed_rows_reader = nullptr;
-      } else if (packed_nll_rows_pending()) {
+      } else if (packed_gradient_pending()) {
         packed_rows_reader = node.next_edges.at(0).function.get();
       }
       if (outputs.size() < node.next_edges.size()) outputs.resize(node.next_edges.size());

@@ -135,7 +135,8 @@ class KernelBackend {
   // in (each element converted exactly: the float32 input's results, bit for bit).
   virtual void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) = 0;
   // grad_in = gradient of (log_)softmax given grad_out and the forward's output. The three share one dtype,
-  // except that a float16 grad_in from float32 operands (log_softmax's half_to_float gradient) is accepted.
+  // except that a float16 or bfloat16 grad_in from float32 operands is accepted (log_softmax's half_to_float
+  // gradient; a gradient its one reader casts): each element as the float32 gradient's would be cast.
   virtual void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                                 int64_t dim, bool log) = 0;
 

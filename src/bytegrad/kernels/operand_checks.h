@@ -68,18 +68,20 @@ inline bool softmax_reads_16_bit_input(const StridedView& out, const StridedView
   return true;
 }
 
-// softmax_backward's dtypes: grad_out and output alike, grad_in in their dtype or float16 from float32
-// operands (log_softmax's half_to_float gradient, written by the kernel itself): then true.
+// softmax_backward's dtypes: grad_out and output alike, grad_in in their dtype or a 16-bit float from float32
+// operands (log_softmax's half_to_float gradient, or a gradient its one reader casts; written by the kernel
+// itself): then true.
 inline bool softmax_backward_half_to_float(const StridedView& grad_in, const StridedView& grad_out,
                                            const StridedView& output, const char* backend) {
   if (grad_out.dtype != output.dtype)
     throw std::invalid_argument(std::string(backend) +
                                 " backend: softmax_backward: grad_out and output differ in dtype");
   if (grad_in.dtype == grad_out.dtype) return false;
-  if (grad_in.dtype != ScalarType::float16 || grad_out.dtype != ScalarType::float32)
+  if ((grad_in.dtype != ScalarType::float16 && grad_in.dtype != ScalarType::bfloat16) ||
+      grad_out.dtype != ScalarType::float32)
     throw std::invalid_argument(std::string(backend) +
                                 " backend: softmax_backward: a gradient in another dtype than its operands' must be "
-                                "float16 from float32");
+                                "float16 or bfloat16 from float32");
   return true;
 }
 

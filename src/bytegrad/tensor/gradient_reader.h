@@ -7,9 +7,11 @@
 // nll_loss_backward takes the offer: it allocates its zeroed gradient as eager does but, instead of zeroing a
 // (rows x classes) tensor and writing one element a row, writes each row's column and value into the
 // gradient's first bytes (KernelBackend::nll_loss_backward_rows); the cast (Tensor::to) then writes its whole
-// output from them (KernelBackend::cast_nll_rows). Every allocation, its order and every value are eager's;
-// the float32 gradient is never filled or read whole. The engine checks the cast took it before anything
-// else ran.
+// output from them (KernelBackend::cast_nll_rows). softmax_backward takes it too (autocast's float32 copy of a
+// 16-bit softmax input, on its way back): it writes its gradient's values already in the cast's dtype into
+// the gradient's first bytes, and the cast copies them. Every allocation, its order and every value are
+// eager's; the float32 gradient is never written or read whole. The engine checks the cast took it before
+// anything else ran.
 #pragma once
 
 #include <cstdint>
@@ -44,15 +46,21 @@ class SoleCastReaderScope {
 // Takes the offer, once: nullopt when none was made or it was taken.
 std::optional<SoleCastReader> take_sole_cast_reader();
 
-// nll_loss_backward after writing packed rows into the gradient whose storage this is; the cast takes them
-// back by the storage it reads (true once, for that storage; the rows and classes are the tensors' own).
-void hand_packed_nll_rows(const StorageImpl* storage);
-bool take_packed_nll_rows(const StorageImpl* storage);
-// Whether packed rows were handed and not yet taken (the engine's check), and dropping them (on error).
-bool packed_nll_rows_pending();
-void forget_packed_nll_rows();
-// How many gradients were handed on as packed rows in this process (tests and profiles).
-uint64_t packed_nll_rows_handed();
+// What a packed gradient's first bytes hold: the forms its reader (the cast) knows.
+enum class PackedGradient {
+  nll_rows,     // nll_loss_backward's rows (layout below); the cast writes its output from them
+  cast_values,  // every element already in the cast's dtype, contiguous; the cast copies them
+};
+
+// A backward op after writing its gradient packed; the cast takes the form back by the storage it reads
+// (once, for that storage; sizes and dtypes are the tensors' own).
+void hand_packed_gradient(const StorageImpl* storage, PackedGradient form);
+std::optional<PackedGradient> take_packed_gradient(const StorageImpl* storage);
+// Whether a packed gradient was handed and not yet taken (the engine's check), and dropping it (on error).
+bool packed_gradient_pending();
+void forget_packed_gradient();
+// How many gradients of each form were handed on packed in this process (tests and profiles).
+uint64_t packed_gradients_handed(PackedGradient form);
 
 // The packed layout in the gradient's first bytes: `rows` int64 columns (-1: the row stays zero), then
 // `rows` values of the gradient's dtype. It fits when rows * (8 + element size) <= rows * classes * element size.

@@ -188,7 +188,7 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
   if (packed) {
     backend_of(self).nll_loss_backward_rows(kv(grad_input), kv(grad), kv(targets), kv(total_weight), reduction,
                                             ignore_index, weights.defined() ? &weight_view : nullptr);
-    hand_packed_nll_rows(grad_input.storage().get());
+    hand_packed_gradient(grad_input.storage().get(), PackedGradient::nll_rows);
     return grad_input;
   }
   backend_of(self).nll_loss_backward(kv(grad_input), kv(grad), kv(targets), kv(total_weight), reduction, ignore_index,

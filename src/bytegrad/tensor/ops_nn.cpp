@@ -8,6 +8,7 @@
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/gradient_reader.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -113,6 +114,20 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   // As the forward: contiguous operands (copies only when they are not).
   const Tensor grad = grad_output.contiguous();
   const Tensor out = output.contiguous();
+  // Where grad_input's one reader is a cast to a 16-bit float run right after (tensor/gradient_reader.h:
+  // autocast's float32 copy of a bfloat16 softmax input, on its way back), the kernel writes the cast's
+  // values into grad_input's first bytes and the cast copies them: the same allocations and bits, half the
+  // bytes written and read.
+  const std::optional<SoleCastReader> reader = take_sole_cast_reader();
+  if (reader && !half_to_float && reader->dtype == grad_dtype && reader->sizes == output.sizes() &&
+      grad_dtype == ScalarType::float32 &&
+      (reader->cast_to == ScalarType::bfloat16 || reader->cast_to == ScalarType::float16)) {
+    StridedView cast_values = kv(grad_input);
+    cast_values.dtype = reader->cast_to;
+    backend_of(output).softmax_backward(cast_values, kv(grad), kv(out), dim, log);
+    hand_packed_gradient(grad_input.storage().get(), PackedGradient::cast_values);
+    return grad_input;
+  }
   if (half_to_float && !log) {
     // The gradient is computed in PyTorch's float32 product block, then converted into grad_input.
     backend_of(output).softmax_backward(kv(product_block), kv(grad), kv(out), dim, log);

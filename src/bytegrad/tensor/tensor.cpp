@@ -542,11 +542,21 @@ Tensor Tensor::to(Device target) const {
 
 Tensor Tensor::to(ScalarType target) const {
   if (target == dtype()) return *this;
-  // A gradient handed on as packed rows (gradient_reader.h) is cast from them: its own elements were never written.
-  const bool packed = defined() && is_contiguous() && take_packed_nll_rows(storage().get());
+  // A gradient handed on packed (gradient_reader.h) is cast from what its first bytes hold: its own elements
+  // were never written.
+  const std::optional<PackedGradient> packed =
+      defined() && is_contiguous() ? take_packed_gradient(storage().get()) : std::nullopt;
   return ops_detail::to_dtype_written_by(*this, target, [&](const Tensor& out) {
-    if (packed) backend_for(device()).cast_nll_rows(out.view_for_kernels(), view_for_kernels());
-    else backend_for(device()).copy(out.view_for_kernels(), view_for_kernels());
+    KernelBackend& backend = backend_for(device());
+    if (packed == PackedGradient::nll_rows) {
+      backend.cast_nll_rows(out.view_for_kernels(), view_for_kernels());
+    } else if (packed == PackedGradient::cast_values) {
+      StridedView values = view_for_kernels();  // contiguous: the same strides, read as the target's elements
+      values.dtype = target;
+      backend.copy(out.view_for_kernels(), values);
+    } else {
+      backend.copy(out.view_for_kernels(), view_for_kernels());
+    }
   });
 }
 

@@ -113,7 +113,9 @@ void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, c
     return;
   }
   if (softmax_backward_half_to_float(grad_in, grad_out, output, "cpu")) {
-    softmax_backward_typed<Eigen::half, float>(grad_in, grad_out, output, dim, log);
+    if (grad_in.dtype == ScalarType::float16)
+      softmax_backward_typed<Eigen::half, float>(grad_in, grad_out, output, dim, log);
+    else softmax_backward_typed<Eigen::bfloat16, float>(grad_in, grad_out, output, dim, log);
     return;
   }
   dispatch_dtype(grad_in.dtype, [&](auto tag) {

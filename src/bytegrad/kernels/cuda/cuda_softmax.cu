@@ -446,7 +446,9 @@ void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_
 void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
                       bool log) {
   if (softmax_backward_half_to_float(grad_in, grad_out, output, "cuda")) {
-    softmax_backward_typed<float, __half>(grad_in, grad_out, output, dim, log);
+    if (grad_in.dtype == ScalarType::float16)
+      softmax_backward_typed<float, __half>(grad_in, grad_out, output, dim, log);
+    else softmax_backward_typed<float, __nv_bfloat16>(grad_in, grad_out, output, dim, log);
     return;
   }
   dispatch_floating(grad_in.dtype, "softmax_backward", [&](auto tag) {
