@@ -67,7 +67,7 @@ Tensor FormulaNode::saved(std::string_view operand) const {
 
 std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward,
                                        size_t differentiable_outputs) {
-  auto node = make_shared_recycled<FormulaNode>(std::string(op_info(record.op).node), std::move(backward));
+  auto node = make_shared_recycled<FormulaNode>(op_info(record.op).node, std::move(backward));
   node->differentiable_outputs_ = differentiable_outputs;
   node->next_edges.reserve(record.inputs.size());
   for (const Tensor& input : record.inputs) node->next_edges.push_back(input.defined() ? gradient_edge(input) : Edge{});

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "bytegrad/autograd/saved_tensor_hooks.h"
 #include "bytegrad/tensor/memory_role.h"
@@ -20,7 +21,7 @@ class SavedVariable {
   // `saved_by` is the node's name ("MulBackward0"), `operand` what the tensor is to it ("other").
   // `node_output`: the tensor is an output of the saving node itself (save_output), an activation even
   // when it has no history of its own (Dropout's bool mask, max's indices).
-  SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand = {}, bool node_output = false);
+  SavedVariable(const Tensor& tensor, std::string_view saved_by, std::string operand = {}, bool node_output = false);
 
   bool defined() const { return defined_; }
   bool released() const { return released_; }
