@@ -60,9 +60,12 @@ class FormulaNode final : public Node {
   std::string_view name_;
   Backward backward_;
   size_t differentiable_outputs_ = SIZE_MAX;
-  std::vector<std::string> saved_names_;
-  std::vector<SavedVariable> saved_;
-  std::vector<std::pair<size_t, size_t>> output_saves_;  // (index in saved_, output), saved by finish
+  std::vector<SavedVariable> saved_;  // each knows its operand's name
+  struct OutputSave {
+    size_t slot;    // index in saved_
+    size_t output;  // the output finish saves there
+  };
+  SmallVector<OutputSave, 2> output_saves_;
   // During apply: the tensors saved-tensor hooks gave back (see apply).
   std::vector<Tensor> unpacked_;
 };

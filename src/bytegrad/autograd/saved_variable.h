@@ -31,6 +31,7 @@ class SavedVariable {
   void reset();                                      // release the storage reference
   const Tensor& peek() const { return data_; }       // for reports; undefined once released or when packed
   bool packed() const { return hooks_ != nullptr; }  // kept by saved-tensor hooks
+  const std::string& operand() const { return operand_; }  // what the tensor is to the node ("other")
 
  private:
   Tensor unpack_from_hooks(const std::string& node_name) const;
