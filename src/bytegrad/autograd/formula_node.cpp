@@ -41,7 +41,8 @@ void FormulaNode::finish(const std::shared_ptr<FormulaNode>& self, const std::ve
   const size_t with_history = std::min(outputs.size(), differentiable_outputs_);
   for (size_t i = 0; i < with_history; ++i) set_history(outputs[i], self, static_cast<uint32_t>(i));
   for (const OutputSave& save : output_saves_)
-    saved_[save.slot] = SavedVariable(outputs.at(save.output), name_, saved_[save.slot].operand(), /*node_output=*/true);
+    saved_[save.slot] =
+        SavedVariable(outputs.at(save.output), name_, saved_[save.slot].operand(), /*node_output=*/true);
   output_saves_.clear();
 }
 

@@ -28,8 +28,8 @@ SavedVariable::SavedVariable(const Tensor& tensor, std::string_view saved_by, st
       // A node's output without history is saved while the node is made, inside its module's scope.
       const std::shared_ptr<const std::string> running = current_module_name_ptr();
       const std::string_view module = meta && meta->grad_fn ? std::string_view(meta->grad_fn->module())
-                                      : running                   ? std::string_view(*running)
-                                                                  : std::string_view();
+                                      : running             ? std::string_view(*running)
+                                                            : std::string_view();
       // "saved by MulBackward0 (fc1)", built in one allocation
       std::string owner;
       owner.reserve(9 + saved_by.size() + (module.empty() ? 0 : module.size() + 3));

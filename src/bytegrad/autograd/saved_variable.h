@@ -28,9 +28,9 @@ class SavedVariable {
   // The tensor (sharing storage with the original); throws if released or modified in place since, or
   // when saved-tensor hooks kept nothing or gave back an undefined tensor.
   Tensor unpack(const std::string& node_name) const;
-  void reset();                                      // release the storage reference
-  const Tensor& peek() const { return data_; }       // for reports; undefined once released or when packed
-  bool packed() const { return hooks_ != nullptr; }  // kept by saved-tensor hooks
+  void reset();                                            // release the storage reference
+  const Tensor& peek() const { return data_; }             // for reports; undefined once released or when packed
+  bool packed() const { return hooks_ != nullptr; }        // kept by saved-tensor hooks
   const std::string& operand() const { return operand_; }  // what the tensor is to the node ("other")
 
  private:
