@@ -99,12 +99,27 @@ size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& stride
 
 namespace {
 
-// A view of `base`: its storage and version counter, shared. Built in place in its recycled block (each
-// member in its declaration order), not as a TensorImpl made and then moved there.
+// A view of `base`: its storage and version counter, shared. allocate_shared is handed this maker, whose
+// conversion builds the TensorImpl in its recycled block (no TensorImpl made elsewhere and moved there).
+struct ViewOf {
+  const TensorImpl& base;
+  const Shape& sizes;
+  const Shape& strides;
+  int64_t offset;
+  operator TensorImpl() const {  // NOLINT(google-explicit-constructor): converted where allocate_shared constructs
+    return TensorImpl{.storage = base.storage,
+                      .sizes = sizes,
+                      .strides = strides,
+                      .storage_offset = offset,
+                      .dtype = base.dtype,
+                      .version = base.version,
+                      .is_view = true};
+  }
+};
+
 std::shared_ptr<TensorImpl> view_impl(const TensorImpl& base, const Shape& sizes, const Shape& strides,
                                       int64_t offset) {
-  return make_shared_recycled<TensorImpl>(base.storage, sizes, strides, offset, base.dtype, base.version,
-                                          std::shared_ptr<AutogradMeta>(), /*is_view=*/true);
+  return make_shared_recycled<TensorImpl>(ViewOf{base, sizes, strides, offset});
 }
 
 }  // namespace
