@@ -22,6 +22,7 @@
 #include "bytegrad/autograd/autograd_meta.h"
 #include "bytegrad/autograd/grad_mode.h"
 #include "bytegrad/autograd/validate_gradient.h"
+#include "bytegrad/core/recycling_allocator.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -69,9 +70,15 @@ struct LaterFirst {
   }
 };
 
-std::unordered_map<Node*, int> count_dependencies(Node* root) {
+// A backward's maps keyed by node, their hash nodes recycled (core/recycling_allocator.h) rather than taken
+// from malloc one per graph node; their order is the hash's and the insertions', as before.
+template <typename Value>
+using NodeMap = std::unordered_map<Node*, Value, std::hash<Node*>, std::equal_to<Node*>,
+                                   RecyclingAllocator<std::pair<Node* const, Value>>>;
+
+NodeMap<int> count_dependencies(Node* root) {
   // A node is seen once it has a count (one hash node per graph node, not two); the root has none.
-  std::unordered_map<Node*, int> dependencies;
+  NodeMap<int> dependencies;
   std::vector<Node*> stack{root};
   while (!stack.empty()) {
     Node* node = stack.back();
@@ -90,8 +97,8 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
 // alone (no other edge leads there, and no gradient is buffered for it yet), which only casts it, has no
 // hooks, and runs right after it (no ready node comes first). The gradient must then arrive as that node expects it
 // (its dtype and shape), so that validate_gradient passes it on untouched.
-std::optional<SoleCastReader> sole_cast_reader(const Node& node, const std::unordered_map<Node*, int>& dependencies,
-                                               const std::unordered_map<Node*, TensorList>& not_ready,
+std::optional<SoleCastReader> sole_cast_reader(const Node& node, const NodeMap<int>& dependencies,
+                                               const NodeMap<TensorList>& not_ready,
                                                const std::vector<ReadyTask>& ready) {
   if (node.next_edges.empty() || !node.next_edges[0].valid()) return std::nullopt;
   const Edge& edge = node.next_edges[0];
@@ -122,7 +129,7 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
     ~CallbacksScope() { running_backward_callbacks = previous; }
   } callbacks_scope{std::exchange(running_backward_callbacks, &callbacks)};
   auto dependencies = count_dependencies(root.function.get());
-  std::unordered_map<Node*, TensorList> not_ready;
+  NodeMap<TensorList> not_ready;
   std::vector<ReadyTask> ready;  // a max-heap by sequence number
   auto push_ready = [&](ReadyTask task) {
     ready.push_back(std::move(task));

@@ -12,28 +12,37 @@ namespace bytegrad {
 
 std::vector<std::pair<std::string, const SavedVariable*>> FormulaNode::saved_variables() const {
   std::vector<std::pair<std::string, const SavedVariable*>> out;
-  for (size_t i = 0; i < saved_.size(); ++i) out.emplace_back(saved_names_[i], &saved_[i]);
+  for (const SavedVariable& s : saved_) out.emplace_back(s.operand(), &s);
   return out;
 }
 
+namespace {
+
+// Room made at a node's first save: most formulas save up to four tensors, so saved_ grows once, not at
+// the second and third.
+constexpr size_t kSavesReserved = 4;
+
+}  // namespace
+
 size_t FormulaNode::save(const std::string& operand, const Tensor& t) {
-  saved_names_.push_back(operand);
+  if (saved_.empty()) saved_.reserve(kSavesReserved);
   saved_.emplace_back(t, name_, operand);
   return saved_.size() - 1;
 }
 
 size_t FormulaNode::save_output(const std::string& operand, size_t output) {
-  saved_names_.push_back(operand);
-  saved_.emplace_back();  // filled by finish
-  output_saves_.emplace_back(saved_.size() - 1, output);
+  if (saved_.empty()) saved_.reserve(kSavesReserved);
+  saved_.emplace_back(Tensor(), name_, operand);  // its name now, its tensor from finish
+  output_saves_.push_back({saved_.size() - 1, output});
   return saved_.size() - 1;
 }
 
 void FormulaNode::finish(const std::shared_ptr<FormulaNode>& self, const std::vector<Tensor>& outputs) {
   const size_t with_history = std::min(outputs.size(), differentiable_outputs_);
   for (size_t i = 0; i < with_history; ++i) set_history(outputs[i], self, static_cast<uint32_t>(i));
-  for (const auto& [slot, output] : output_saves_)
-    saved_[slot] = SavedVariable(outputs.at(output), name_, saved_names_[slot], /*node_output=*/true);
+  for (const OutputSave& save : output_saves_)
+    saved_[save.slot] =
+        SavedVariable(outputs.at(save.output), name_, saved_[save.slot].operand(), /*node_output=*/true);
   output_saves_.clear();
 }
 
@@ -60,14 +69,14 @@ TensorList FormulaNode::apply(TensorList&& grads) {
 }
 
 Tensor FormulaNode::saved(std::string_view operand) const {
-  for (size_t i = 0; i < saved_names_.size(); ++i)
-    if (saved_names_[i] == operand) return saved(i);
+  for (size_t i = 0; i < saved_.size(); ++i)
+    if (saved_[i].operand() == operand) return saved(i);
   throw std::logic_error(fmt::format("{}: nothing was saved as '{}'", name_, operand));
 }
 
 std::shared_ptr<FormulaNode> make_node(const OpRecord& record, FormulaNode::Backward backward,
                                        size_t differentiable_outputs) {
-  auto node = make_shared_recycled<FormulaNode>(std::string(op_info(record.op).node), std::move(backward));
+  auto node = make_shared_recycled<FormulaNode>(op_info(record.op).node, std::move(backward));
   node->differentiable_outputs_ = differentiable_outputs;
   node->next_edges.reserve(record.inputs.size());
   for (const Tensor& input : record.inputs) node->next_edges.push_back(input.defined() ? gradient_edge(input) : Edge{});

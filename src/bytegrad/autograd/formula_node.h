@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bytegrad/autograd/node.h"
@@ -17,9 +18,10 @@ namespace bytegrad {
 class FormulaNode final : public Node {
  public:
   using Backward = std::function<TensorList(const FormulaNode&, TensorList& grads)>;
-  FormulaNode(std::string name, Backward backward) : name_(std::move(name)), backward_(std::move(backward)) {}
+  // `name` is the op table's (core/op_table.h), which lives as long as the program: not copied.
+  FormulaNode(std::string_view name, Backward backward) : name_(name), backward_(std::move(backward)) {}
 
-  std::string name() const override { return name_; }
+  std::string name() const override { return std::string(name_); }
   TensorList apply(TensorList&& grads) override;
   std::optional<ScalarType> only_casts_gradient_to() const override { return casts_gradient_to; }
   // Set by a formula whose backward is `g[0].to(dtype)` and nothing else (formulas::to_dtype).
@@ -55,12 +57,15 @@ class FormulaNode final : public Node {
  private:
   friend std::shared_ptr<FormulaNode> make_node(const OpRecord&, Backward, size_t);
 
-  std::string name_;
+  std::string_view name_;
   Backward backward_;
   size_t differentiable_outputs_ = SIZE_MAX;
-  std::vector<std::string> saved_names_;
-  std::vector<SavedVariable> saved_;
-  std::vector<std::pair<size_t, size_t>> output_saves_;  // (index in saved_, output), saved by finish
+  std::vector<SavedVariable> saved_;  // each knows its operand's name
+  struct OutputSave {
+    size_t slot;    // index in saved_
+    size_t output;  // the output finish saves there
+  };
+  SmallVector<OutputSave, 2> output_saves_;
   // During apply: the tensors saved-tensor hooks gave back (see apply).
   std::vector<Tensor> unpacked_;
 };

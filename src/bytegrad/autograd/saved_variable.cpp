@@ -9,7 +9,7 @@
 
 namespace bytegrad {
 
-SavedVariable::SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand, bool node_output)
+SavedVariable::SavedVariable(const Tensor& tensor, std::string_view saved_by, std::string operand, bool node_output)
     : saved_version_(tensor.defined() ? tensor.version() : 0),
       defined_(tensor.defined()),
       operand_(std::move(operand)),
@@ -27,9 +27,15 @@ SavedVariable::SavedVariable(const Tensor& tensor, const std::string& saved_by, 
     if ((meta && meta->grad_fn) || node_output) {
       // A node's output without history is saved while the node is made, inside its module's scope.
       const std::shared_ptr<const std::string> running = current_module_name_ptr();
-      const std::string module = meta && meta->grad_fn ? meta->grad_fn->module() : (running ? *running : "");
-      activation_role_ = MemoryRole(tensor, MemoryCategory::activation,
-                                    "saved by " + saved_by + (module.empty() ? "" : " (" + module + ")"));
+      const std::string_view module = meta && meta->grad_fn ? std::string_view(meta->grad_fn->module())
+                                      : running             ? std::string_view(*running)
+                                                            : std::string_view();
+      // "saved by MulBackward0 (fc1)", built in one allocation
+      std::string owner;
+      owner.reserve(9 + saved_by.size() + (module.empty() ? 0 : module.size() + 3));
+      owner.append("saved by ").append(saved_by);
+      if (!module.empty()) owner.append(" (").append(module).append(")");
+      activation_role_ = MemoryRole(tensor, MemoryCategory::activation, owner);
     }
   }
 }

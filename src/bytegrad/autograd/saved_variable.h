@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "bytegrad/autograd/saved_tensor_hooks.h"
 #include "bytegrad/tensor/memory_role.h"
@@ -20,16 +21,17 @@ class SavedVariable {
   // `saved_by` is the node's name ("MulBackward0"), `operand` what the tensor is to it ("other").
   // `node_output`: the tensor is an output of the saving node itself (save_output), an activation even
   // when it has no history of its own (Dropout's bool mask, max's indices).
-  SavedVariable(const Tensor& tensor, const std::string& saved_by, std::string operand = {}, bool node_output = false);
+  SavedVariable(const Tensor& tensor, std::string_view saved_by, std::string operand = {}, bool node_output = false);
 
   bool defined() const { return defined_; }
   bool released() const { return released_; }
   // The tensor (sharing storage with the original); throws if released or modified in place since, or
   // when saved-tensor hooks kept nothing or gave back an undefined tensor.
   Tensor unpack(const std::string& node_name) const;
-  void reset();                                      // release the storage reference
-  const Tensor& peek() const { return data_; }       // for reports; undefined once released or when packed
-  bool packed() const { return hooks_ != nullptr; }  // kept by saved-tensor hooks
+  void reset();                                            // release the storage reference
+  const Tensor& peek() const { return data_; }             // for reports; undefined once released or when packed
+  bool packed() const { return hooks_ != nullptr; }        // kept by saved-tensor hooks
+  const std::string& operand() const { return operand_; }  // what the tensor is to the node ("other")
 
  private:
   Tensor unpack_from_hooks(const std::string& node_name) const;

@@ -3,6 +3,7 @@
 // read side by side.
 #include "bytegrad/kernels/reduce_scratch.h"
 
+#include "bytegrad/core/small_vector.h"
 #include "bytegrad/kernels/dimension_order.h"
 
 #include <algorithm>
@@ -24,10 +25,12 @@ int last_pow2(int64_t n) {
 
 // TensorIterator's view of the operands after reorder_dimensions and coalesce_dimensions: dimension 0 is
 // the fastest moving, reduced dimensions (output stride 0) come first.
+// Inline up to five dimensions (Shape's room), so a reduction's scratch sizing takes nothing from malloc.
+using IterDims = SmallVector<int64_t, 5>;
 struct IterShape {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> out_stride;  // bytes
-  std::vector<int64_t> in_stride;   // bytes
+  IterDims shape;
+  IterDims out_stride;  // bytes
+  IterDims in_stride;   // bytes
 };
 
 IterShape iterator_shape(const ReduceIterGeometry& g) {
@@ -48,7 +51,7 @@ IterShape iterator_shape(const ReduceIterGeometry& g) {
 
   // reorder_dimensions (kernels/dimension_order.h), with the reduction's rule that reduced dimensions go first.
   auto should_swap = [&](size_t dim0, size_t dim1) -> int {
-    const std::vector<int64_t>* operands[2] = {&it.out_stride, &it.in_stride};
+    const IterDims* operands[2] = {&it.out_stride, &it.in_stride};
     for (int arg = 0; arg < 2; ++arg) {
       const int64_t stride0 = (*operands[arg])[dim0];
       const int64_t stride1 = (*operands[arg])[dim1];

@@ -49,15 +49,6 @@ std::optional<std::string>& config_override() {
   return *text;
 }
 
-std::optional<std::string> cublas_workspace_config_text() {
-  {
-    std::lock_guard lock(config_override_mutex);
-    if (config_override()) return config_override();
-  }
-  if (const char* text = std::getenv("CUBLAS_WORKSPACE_CONFIG")) return std::string(text);
-  return std::nullopt;
-}
-
 // PyTorch's pattern ":([0-9]+):([0-9]+)", matched left to right without overlap, scanned by hand: std::regex
 // recurses once per character it matches, so a long run of digits overflowed the stack (found by the
 // configuration fuzzer, tests/fuzz/config_fuzz.cpp).
@@ -135,14 +126,43 @@ void warn_unparsed_workspace_config(const std::string& config, size_t default_by
               << ", using default workspace size of " << default_bytes << " bytes." << std::endl;
 }
 
+constexpr size_t kNoPair = std::numeric_limits<size_t>::max();  // (a real total of SIZE_MAX cannot be allocated)
+
+// parse_workspace_config's total (kNoPair when no pair matched) of the last text this thread parsed: every
+// product reads the setting again (a test may change the variable between products), but parses it only
+// when the text changed.
+size_t workspace_config_total(std::string_view config) {
+  thread_local std::string last_config;
+  thread_local size_t last_total = 0;
+  thread_local bool parsed = false;
+  if (parsed && config == last_config) return last_total;
+  const size_t total = parse_workspace_config(std::string(config), kNoPair);  // a bad text throws, not cached
+  last_config.assign(config);
+  last_total = total;
+  parsed = true;
+  return total;
+}
+
 size_t parse_cublas_workspace_config(size_t default_bytes) {
-  const std::optional<std::string> config = cublas_workspace_config_text();
-  if (!config) return default_bytes;
-  constexpr size_t kNoPair = std::numeric_limits<size_t>::max();
-  const size_t bytes = parse_workspace_config(*config, kNoPair);
-  // (A real total of SIZE_MAX bytes cannot be allocated anyway.)
+  size_t bytes = kNoPair;
+  std::string config;  // only for the warning
+  bool overridden = false;
+  {
+    std::lock_guard lock(config_override_mutex);
+    if (const std::optional<std::string>& text = config_override()) {
+      overridden = true;
+      bytes = workspace_config_total(*text);
+      if (bytes == kNoPair) config = *text;
+    }
+  }
+  if (!overridden) {
+    const char* text = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+    if (!text) return default_bytes;
+    bytes = workspace_config_total(text);
+    if (bytes == kNoPair) config = text;
+  }
   if (bytes != kNoPair) return bytes;
-  warn_unparsed_workspace_config(*config, default_bytes);
+  warn_unparsed_workspace_config(config, default_bytes);
   return default_bytes;
 }
 
@@ -207,8 +227,10 @@ size_t blas_workspace_bytes(Device device) {
   return parse_cublas_workspace_config(default_bytes);
 }
 
-size_t blas_lt_workspace_bytes(Device device) {
-  if (blas_workspace_bytes(device) == 0) return 0;
+namespace {
+
+// CUBLASLT_WORKSPACE_SIZE's bytes, or 1 MiB when unset.
+size_t lt_workspace_setting() {
   const char* text = std::getenv("CUBLASLT_WORKSPACE_SIZE");
   if (!text) return size_t{1024} * 1024;
   const std::string_view digits(text);
@@ -219,6 +241,10 @@ size_t blas_lt_workspace_bytes(Device device) {
                                 ": expected a size in KiB, a non-negative integer below 2^54 (e.g. 1024)");
   return kib * 1024;
 }
+
+}  // namespace
+
+size_t blas_lt_workspace_bytes(Device device) { return blas_workspace_bytes(device) == 0 ? 0 : lt_workspace_setting(); }
 
 namespace {
 
@@ -238,9 +264,11 @@ BlasWorkspace owned_workspace(Device device, size_t bytes, Choose choose) {
 void check_blas_settings(Device device) { blas_lt_workspace_bytes(device); }
 
 BlasWorkspace blas_workspace(Device device) {
-  check_blas_settings(device);  // a bad CUBLASLT_WORKSPACE_SIZE is refused before the cuBLAS workspace is parked
+  const size_t bytes = blas_workspace_bytes(device);
+  if (bytes != 0)
+    lt_workspace_setting();  // a bad CUBLASLT_WORKSPACE_SIZE is refused before the cuBLAS workspace is parked
   return owned_workspace(
-      device, blas_workspace_bytes(device), [](Workspaces & w) -> auto& { return w.cublas; });
+      device, bytes, [](Workspaces & w) -> auto& { return w.cublas; });
 }
 
 BlasWorkspace blas_lt_workspace(Device device) {

@@ -97,6 +97,33 @@ size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& stride
 
 // --------------------------------------------------------------------------------------------- views
 
+namespace {
+
+// A view of `base`: its storage and version counter, shared. allocate_shared is handed this maker, whose
+// conversion builds the TensorImpl in its recycled block (no TensorImpl made elsewhere and moved there).
+struct ViewOf {
+  const TensorImpl& base;
+  const Shape& sizes;
+  const Shape& strides;
+  int64_t offset;
+  operator TensorImpl() const {  // NOLINT(google-explicit-constructor): converted where allocate_shared constructs
+    return TensorImpl{.storage = base.storage,
+                      .sizes = sizes,
+                      .strides = strides,
+                      .storage_offset = offset,
+                      .dtype = base.dtype,
+                      .version = base.version,
+                      .is_view = true};
+  }
+};
+
+std::shared_ptr<TensorImpl> view_impl(const TensorImpl& base, const Shape& sizes, const Shape& strides,
+                                      int64_t offset) {
+  return make_shared_recycled<TensorImpl>(ViewOf{base, sizes, strides, offset});
+}
+
+}  // namespace
+
 Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int64_t offset) const {
   if (new_sizes.size() != new_strides.size())
     throw std::invalid_argument(
@@ -111,13 +138,7 @@ Tensor Tensor::as_strided(const Shape& new_sizes, const Shape& new_strides, int6
         "of bounds for storage of size {}",
         shape_str(new_sizes), shape_str(new_strides), offset, element_size(), needed, storage()->nbytes()));
   // Views share the version counter: given here, so that no counter of its own is made and dropped.
-  return Tensor(make_shared_recycled<TensorImpl>(TensorImpl{.storage = storage(),
-                                                            .sizes = new_sizes,
-                                                            .strides = new_strides,
-                                                            .storage_offset = offset,
-                                                            .dtype = dtype(),
-                                                            .version = impl().version,
-                                                            .is_view = true}));
+  return Tensor(view_impl(impl(), new_sizes, new_strides, offset));
 }
 
 namespace {
@@ -130,13 +151,7 @@ Tensor derived_view(const Tensor& base, const Shape& sizes, const Shape& strides
   const TensorImpl& impl = base.impl();
   if (storage_bytes_for("as_strided", sizes, strides, offset, element_size(impl.dtype)) > impl.storage->nbytes())
     return base.as_strided(sizes, strides, offset);
-  return Tensor(make_shared_recycled<TensorImpl>(TensorImpl{.storage = impl.storage,
-                                                            .sizes = sizes,
-                                                            .strides = strides,
-                                                            .storage_offset = offset,
-                                                            .dtype = impl.dtype,
-                                                            .version = impl.version,
-                                                            .is_view = true}));
+  return Tensor(view_impl(impl, sizes, strides, offset));
 }
 
 }  // namespace
