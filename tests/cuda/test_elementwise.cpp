@@ -293,9 +293,17 @@ TEST_CASE("where and masked_fill with broadcast masks") {
     Pair column_mask = from_values({0, 1, 1, 0, 0, 0, 1, 0}, {8, 1}, ScalarType::bool_).map([](const Tensor& t) {
       return t.expand({8, 12});
     });
-    cpu().masked_fill(out.cpu_view(), column_mask.cpu_view(), -7.0);
-    gpu().masked_fill(out.gpu_view(), column_mask.gpu_view(), -7.0);
+    cpu().masked_fill(out.cpu_view(), out.cpu_view(), column_mask.cpu_view(), -7.0);
+    gpu().masked_fill(out.gpu_view(), out.gpu_view(), column_mask.gpu_view(), -7.0);
     check_close(out, 0, 0, "masked_fill");
+    // Out of place (PyTorch's clone and fill, in one pass): a contiguous source and a broadcast one.
+    for (const Pair* source : {&a, &b}) {
+      Pair filled = empty_pair({8, 12}, dtype);
+      cpu().masked_fill(filled.cpu_view(), source->cpu_view(), column_mask.cpu_view(), -7.0);
+      gpu().masked_fill(filled.gpu_view(), source->gpu_view(), column_mask.gpu_view(), -7.0);
+      check_close(filled, 0, 0,
+                  source == &a ? "masked_fill from a contiguous source" : "masked_fill from a broadcast one");
+    }
   }
 }
 

@@ -101,8 +101,9 @@ class KernelBackend {
                              bool scalar_first = false) = 0;
   // out[i] = cond[i] ? a[i] : b[i]; all broadcast to out's sizes, cond is bool.
   virtual void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) = 0;
-  // out[i] = mask[i] ? value : out[i]; mask (bool) broadcast to out's sizes.
-  virtual void masked_fill(const StridedView& out, const StridedView& mask, double value) = 0;
+  // out[i] = mask[i] ? value : src[i]; mask (bool) and src (out's dtype) broadcast to out's sizes. src is out
+  // itself in place (masked_fill_); out of place it is PyTorch's clone and fill in one pass.
+  virtual void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) = 0;
 
   // GradScaler's checks on a device that keeps the values (PyTorch's _amp_foreach_non_finite_check_and_unscale_
   // and _amp_update_scale_ kernels): the op layer (tensor/ops_foreach.cpp) calls these for cuda only; cpu and

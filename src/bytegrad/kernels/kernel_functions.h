@@ -13,7 +13,7 @@ void binary(BinaryOp op, const StridedView& out, const StridedView& a, const Str
             ScalarType common);
 void binary_scalar(BinaryOp op, const StridedView& out, const StridedView& a, double scalar, bool scalar_first);
 void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b);
-void masked_fill(const StridedView& out, const StridedView& mask, double value);
+void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value);
 void ternary(TernaryOp op, const StridedView& out, const StridedView& self, const StridedView& a, const StridedView& b,
              double value, std::optional<ScalarType> common = std::nullopt);
 

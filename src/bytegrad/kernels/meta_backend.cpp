@@ -17,7 +17,7 @@ class MetaBackend final : public KernelBackend {
               std::optional<ScalarType>) override {}
   void binary_scalar(BinaryOp, const StridedView&, const StridedView&, double, bool) override {}
   void where(const StridedView&, const StridedView&, const StridedView&, const StridedView&) override {}
-  void masked_fill(const StridedView&, const StridedView&, double) override {}
+  void masked_fill(const StridedView&, const StridedView&, const StridedView&, double) override {}
   void reduce(ReduceOp, const StridedView&, const StridedView&) override {}
   void reduce_variance(const StridedView&, const StridedView&, double, bool) override {}
   void reduce_with_indices(ReduceOp, const StridedView&, const StridedView&, const StridedView&, int64_t) override {}

@@ -58,8 +58,7 @@ class DriverAllocationsBackend final : public KernelBackend {
                   backoff_factor, growth_interval);
   }
   void copy(const StridedView& dst, const StridedView& src) override {
-    const bool memcpy = dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous();
-    note_then_run(dst, memcpy ? 0 : kElementwise, &KernelBackend::copy, dst, src);
+    note_then_run(dst, copy_allocations(dst, src), &KernelBackend::copy, dst, src);
   }
   // Stands in for the converting copy it replaces: that copy's first-launch allocations.
   void cast_target_elements(const StridedView& out, const StridedView& in, const StridedView& target,
@@ -100,8 +99,10 @@ class DriverAllocationsBackend final : public KernelBackend {
   void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) override {
     note_then_run(out, kElementwise, &KernelBackend::where, out, cond, a, b);
   }
-  void masked_fill(const StridedView& out, const StridedView& mask, double value) override {
-    note_then_run(out, kElementwise, &KernelBackend::masked_fill, out, mask, value);
+  // Out of place, PyTorch clones (a copy, noted as copy() notes it) and then fills in place.
+  void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) override {
+    if (!same_view(out, src)) note(out, copy_allocations(out, src));
+    note_then_run(out, kElementwise, &KernelBackend::masked_fill, out, src, mask, value);
   }
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
     note_then_run(out, kWithStack, &KernelBackend::reduce, op, out, in);
@@ -198,6 +199,14 @@ class DriverAllocationsBackend final : public KernelBackend {
 
  private:
   static uint32_t pointwise() { return foreach_depth > 0 ? kGlobals : kElementwise; }
+  // PyTorch copies with cudaMemcpy (no kernel of its own) when both sides share a dtype and are contiguous.
+  static uint32_t copy_allocations(const StridedView& dst, const StridedView& src) {
+    const bool memcpy = dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous();
+    return memcpy ? 0 : kElementwise;
+  }
+  static bool same_view(const StridedView& a, const StridedView& b) {
+    return a.data == b.data && a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides;
+  }
   // A launch on the device's current stream: the driver's allocations it makes, and work for the stream
   // timeline (streams.h). PyTorch launches nothing for no elements.
   static void note(const StridedView& view, uint32_t what) {

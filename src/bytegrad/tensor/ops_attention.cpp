@@ -948,7 +948,7 @@ Tensor safe_softmax(const Tensor& x, int64_t dim) {
   const Tensor masked_rows = amin(masked, {dim}, true);
   // PyTorch's where(masked_rows, zero, out) takes a 0-d zero: made for its block; the fill writes 0 directly
   const Tensor zero = scalar_tensor(0.0, TensorOptions{out.dtype(), out.device()});
-  if (out.numel() > 0) backend_of(out).masked_fill(kv(out), kv(masked_rows.expand(out.sizes())), 0.0);
+  if (out.numel() > 0) backend_of(out).masked_fill(kv(out), kv(out), kv(masked_rows.expand(out.sizes())), 0.0);
   return out;  // zero, masked_rows, masked freed in that order
 }
 

@@ -384,13 +384,13 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   if (mask.dtype() != ScalarType::bool_)
     throw std::invalid_argument(fmt::format("masked_fill: the mask {} must be bool", describe(mask)));
   value = checked_convert(value, x.dtype(), "masked_fill");
-  // PyTorch: result = expand(x).clone(contiguous), then masked_fill_ on it.
+  // PyTorch: result = expand(x).clone(contiguous), then masked_fill_ on it: one pass here (the backend notes
+  // both kernels' driver allocations).
   const Shape shape = broadcast_shapes("masked_fill", x, mask);
   OpRecording recording = begin_recording<OpId::masked_fill>({x, mask}, {value});
   Tensor out = empty(shape, TensorOptions{x.dtype(), x.device()});
   without_recording([&] {
-    backend_of(x).copy(kv(out), kv(x.expand(shape)));
-    backend_of(x).masked_fill(kv(out), kv(mask.expand(shape)), value);
+    backend_of(x).masked_fill(kv(out), kv(x.expand(shape)), kv(mask.expand(shape)), value);
     return 0;
   });
   recording.finish({out});
@@ -595,7 +595,7 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
   check_write_overlap("masked_fill_", *this, {&mask}, SharedDestination::allow);
   check_in_place_for_autograd(OpId::masked_fill, {*this, mask});
   without_recording([&] {
-    backend_of(*this).masked_fill(kv(*this), kv(mask.expand(sizes())), value);
+    backend_of(*this).masked_fill(kv(*this), kv(*this), kv(mask.expand(sizes())), value);
     return 0;
   });
   bump_version();

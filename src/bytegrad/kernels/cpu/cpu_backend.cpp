@@ -27,8 +27,8 @@ class CpuBackend final : public KernelBackend {
   void where(const StridedView& out, const StridedView& cond, const StridedView& a, const StridedView& b) override {
     cpu::where(out, cond, a, b);
   }
-  void masked_fill(const StridedView& out, const StridedView& mask, double value) override {
-    cpu::masked_fill(out, mask, value);
+  void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) override {
+    cpu::masked_fill(out, src, mask, value);
   }
 
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override { cpu::reduce(op, out, in); }

@@ -234,16 +234,17 @@ void where(const StridedView& out, const StridedView& cond, const StridedView& a
   });
 }
 
-void masked_fill(const StridedView& out, const StridedView& mask, double value) {
+void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) {
   if (mask.dtype != ScalarType::bool_) throw std::invalid_argument("cpu masked_fill: mask must be bool");
+  if (src.dtype != out.dtype) throw std::invalid_argument("cpu masked_fill: the source must have the output's dtype");
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T typed = convert<T>(value);
-    for_each_row<2>({&out, &mask}, [typed](std::array<char*, 2> p, const std::array<int64_t, 2>& s, int64_t n) {
+    for_each_row<3>({&out, &src, &mask}, [typed](std::array<char*, 3> p, const std::array<int64_t, 3>& s, int64_t n) {
       T* o = reinterpret_cast<T*>(p[0]);
-      const bool* m = reinterpret_cast<const bool*>(p[1]);
-      for (int64_t i = 0; i < n; ++i)
-        if (m[i * s[1]]) o[i * s[0]] = typed;
+      const T* x = reinterpret_cast<const T*>(p[1]);
+      const bool* m = reinterpret_cast<const bool*>(p[2]);
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = m[i * s[2]] ? typed : x[i * s[1]];
     });
   });
 }

@@ -178,9 +178,9 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "where", "", out.dtype);
     cuda::where(out, cond, a, b);
   }
-  void masked_fill(const StridedView& out, const StridedView& mask, double value) override {
+  void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) override {
     CudaCall call(out.device, "masked_fill", "", out.dtype);
-    cuda::masked_fill(out, mask, value);
+    cuda::masked_fill(out, src, mask, value);
   }
   void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,
                                         const StridedView& inv_scale) override {

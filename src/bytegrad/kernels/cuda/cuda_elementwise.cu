@@ -258,19 +258,20 @@ struct WhereFunctor {
 // out contiguous, N elements at a time within one innermost row (a multiple of N long); the mask read
 // byte by byte at its own stride.
 template <typename T, int N>
-struct MaskedFillVectorFunctor {
+struct MaskedFillVectorFunctor {  // out and src contiguous alike: one offset for both
   T* out;
+  const T* src;
   const uint8_t* mask;
   T value;
   int64_t mask_inner_stride;
-  StridedIndexer<2> idx;
+  StridedIndexer<3> idx;
   __device__ void operator()(int64_t chunk) const {
-    int64_t o[2];
+    int64_t o[3];
     idx.offsets(chunk * N, o);
-    Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(out + o[0]);
+    Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(src + o[1]);
 #pragma unroll
     for (int k = 0; k < N; ++k)
-      if (mask[o[1] + k * mask_inner_stride]) v.v[k] = value;
+      if (mask[o[2] + k * mask_inner_stride]) v.v[k] = value;
     *reinterpret_cast<Vec<T, N>*>(out + o[0]) = v;
   }
 };
@@ -278,13 +279,14 @@ struct MaskedFillVectorFunctor {
 template <typename T>
 struct MaskedFillFunctor {
   T* out;
+  const T* src;
   const uint8_t* mask;
   T value;
-  StridedIndexer<2> idx;
+  StridedIndexer<3> idx;
   __device__ void operator()(int64_t i) const {
-    int64_t o[2];
+    int64_t o[3];
     idx.offsets(i, o);
-    if (mask[o[1]]) out[o[0]] = value;
+    out[o[0]] = mask[o[2]] ? value : src[o[1]];
   }
 };
 
@@ -492,25 +494,30 @@ void where(const StridedView& out, const StridedView& cond, const StridedView& a
   });
 }
 
-void masked_fill(const StridedView& out, const StridedView& mask, double value) {
+void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) {
   require_same_sizes(out, mask, "masked_fill");
+  require_same_sizes(out, src, "masked_fill");
   require_mask_dtype(mask, "masked_fill");
+  if (src.dtype != out.dtype)
+    throw std::invalid_argument("cuda backend: masked_fill: the source must have the output's dtype");
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int N = static_cast<int>(16 / sizeof(T));
-    const auto idx = make_indexer<2>(out.sizes, {out.strides, mask.strides});
+    const auto idx = make_indexer<3>(out.sizes, {out.strides, src.strides, mask.strides});
     const int64_t n = out.numel();
     const int64_t inner = idx.ndim > 0 ? idx.sizes[idx.ndim - 1] : 1;
-    if (n > 0 && out.is_contiguous() && vector_aligned<T, N>(out.data) && idx.ndim > 0 && inner % N == 0) {
+    if (n > 0 && out.is_contiguous() && src.is_contiguous() && vector_aligned<T, N>(out.data) &&
+        vector_aligned<T, N>(src.data) && idx.ndim > 0 && inner % N == 0) {
       for_each_index(n / N,
-                     MaskedFillVectorFunctor<T, N>{static_cast<T*>(out.data), static_cast<const uint8_t*>(mask.data),
-                                                   from_double<T>(value), idx.strides[1][idx.ndim - 1], idx},
+                     MaskedFillVectorFunctor<T, N>{static_cast<T*>(out.data), static_cast<const T*>(src.data),
+                                                   static_cast<const uint8_t*>(mask.data), from_double<T>(value),
+                                                   idx.strides[2][idx.ndim - 1], idx},
                      "masked_fill kernel");
       return;
     }
     for_each_index(out.numel(),
-                   MaskedFillFunctor<T>{static_cast<T*>(out.data), static_cast<const uint8_t*>(mask.data),
-                                        from_double<T>(value), make_indexer<2>(out.sizes, {out.strides, mask.strides})},
+                   MaskedFillFunctor<T>{static_cast<T*>(out.data), static_cast<const T*>(src.data),
+                                        static_cast<const uint8_t*>(mask.data), from_double<T>(value), idx},
                    "masked_fill kernel");
   });
 }
