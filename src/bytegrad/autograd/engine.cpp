@@ -94,22 +94,24 @@ NodeMap<int> count_dependencies(Node* root) {
 }
 
 // The offer of tensor/gradient_reader.h for `node`'s apply: the gradient it returns first goes to one node
-// alone (no other edge leads there, and no gradient is buffered for it yet), which only casts it, has no
-// hooks, and runs right after it (no ready node comes first). The gradient must then arrive as that node expects it
-// (its dtype and shape), so that validate_gradient passes it on untouched.
-std::optional<SoleCastReader> sole_cast_reader(const Node& node, const NodeMap<int>& dependencies,
-                                               const NodeMap<TensorList>& not_ready,
-                                               const std::vector<ReadyTask>& ready) {
+// alone (no other edge leads there, and no gradient is buffered for it yet), which only casts it or takes
+// a deferred gradient from this node, has no hooks, and runs right after it (no ready node comes first).
+// The gradient must then arrive as that node expects it (its dtype and shape), so that validate_gradient
+// passes it on untouched.
+std::optional<SoleReader> sole_reader(const Node& node, const NodeMap<int>& dependencies,
+                                      const NodeMap<TensorList>& not_ready, const std::vector<ReadyTask>& ready) {
   if (node.next_edges.empty() || !node.next_edges[0].valid()) return std::nullopt;
   const Edge& edge = node.next_edges[0];
   Node* next = edge.function.get();
   const std::optional<ScalarType> cast = next->only_casts_gradient_to();
-  if (!cast || !next->tensor_pre_hooks.empty()) return std::nullopt;
+  const bool takes_deferred = node.can_defer_gradient() && next->takes_deferred_gradient();
+  if ((!cast && !takes_deferred) || !next->tensor_pre_hooks.empty()) return std::nullopt;
   const auto it = dependencies.find(next);
   if (it == dependencies.end() || it->second != 1 || not_ready.contains(next)) return std::nullopt;
   if (!ready.empty() && ready.front().node->sequence_nr() >= next->sequence_nr()) return std::nullopt;
   const GradientMetadata& expected = next->input_metadata.at(edge.input_nr);
-  return SoleCastReader{.cast_to = *cast, .dtype = expected.dtype, .sizes = expected.sizes};
+  return SoleReader{
+      .cast_to = cast, .takes_deferred = takes_deferred, .dtype = expected.dtype, .sizes = expected.sizes};
 }
 
 // The running backward's state (backward_pass_state); one per thread, as backward does not nest.
@@ -151,8 +153,9 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
     ready.pop_back();
     Node& node = *task.node;
     if (packed_rows_reader != nullptr && packed_rows_reader != &node)
-      throw std::logic_error("autograd engine: a gradient handed on as packed rows went to " + node.name() +
-                             ", not to the cast it was made for");
+      throw std::logic_error("autograd engine: a gradient handed on packed went to " + node.name() +
+                             ", not to the reader it was made for");
+    const StorageImpl* handed_to_this = packed_gradient_storage();
     TensorList outputs;
     {
       TensorList inputs = std::move(task.inputs);
@@ -161,17 +164,16 @@ void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
       KernelProfileLabel profile_label(node_name);  // BYTEGRAD_PROFILE_KERNELS: the node's kernel time
       node.run_tensor_pre_hooks(inputs);
       {
-        SoleCastReaderScope offer(packed_rows_reader == nullptr ? sole_cast_reader(node, dependencies, not_ready, ready)
-                                                                : std::nullopt);
+        SoleReaderScope offer(sole_reader(node, dependencies, not_ready, ready));
         outputs = node.apply(std::move(inputs));
       }
-      if (packed_rows_reader != nullptr) {
-        if (packed_gradient_pending())
-          throw std::logic_error("autograd engine: " + node_name + " did not read the packed gradient it was handed");
-        packed_rows_reader = nullptr;
-      } else if (packed_gradient_pending()) {
-        packed_rows_reader = node.next_edges.at(0).function.get();
-      }
+      const StorageImpl* handed_on = packed_gradient_storage();
+      if (handed_to_this != nullptr && handed_on == handed_to_this)
+        throw std::logic_error("autograd engine: " + node_name + " did not read the packed gradient it was handed");
+      if (handed_on != nullptr && (outputs.empty() || !outputs[0].defined() || outputs[0].storage().get() != handed_on))
+        throw std::logic_error("autograd engine: " + node_name +
+                               " handed on packed a gradient it did not return first");
+      packed_rows_reader = handed_on != nullptr ? node.next_edges.at(0).function.get() : nullptr;
       if (outputs.size() < node.next_edges.size()) outputs.resize(node.next_edges.size());
       for (size_t i = 0; i < node.next_edges.size(); ++i) {
         const Edge& edge = node.next_edges[i];

@@ -26,6 +26,11 @@ class FormulaNode final : public Node {
   std::optional<ScalarType> only_casts_gradient_to() const override { return casts_gradient_to; }
   // Set by a formula whose backward is `g[0].to(dtype)` and nothing else (formulas::to_dtype).
   std::optional<ScalarType> casts_gradient_to;
+  bool can_defer_gradient() const override { return defers_gradient; }
+  bool takes_deferred_gradient() const override { return takes_deferred; }
+  // Set by the formulas whose backward is the one op that can (node.h).
+  bool defers_gradient = false;
+  bool takes_deferred = false;
   void release_variables() override {
     for (SavedVariable& s : saved_) s.reset();
   }

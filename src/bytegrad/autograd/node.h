@@ -76,6 +76,11 @@ class Node {
   // conversion), that dtype: the engine may then let the node before it hand it a gradient only the cast
   // reads (tensor/gradient_reader.h).
   virtual std::optional<ScalarType> only_casts_gradient_to() const { return std::nullopt; }
+  // Deferred gradients (tensor/gradient_reader.h): whether this node's backward is one op that can hand its
+  // gradient on unwritten (masked_fill's, the cast's), and whether it is one op that can write its output
+  // from a deferred gradient (masked_fill's, a mul by a number's).
+  virtual bool can_defer_gradient() const { return false; }
+  virtual bool takes_deferred_gradient() const { return false; }
   // (operand name, saved variable) pairs, for saved_tensors().
   virtual std::vector<std::pair<std::string, const SavedVariable*>> saved_variables() const { return {}; }
 

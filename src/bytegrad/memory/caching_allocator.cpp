@@ -376,6 +376,7 @@ void CachingAllocator::unmap_block(Block* block) {
   const size_t first = segment.page_above(block->ptr);
   const size_t end = segment.page_below(block->ptr + block->size);
   if (first >= end) return;
+  notify_before_memory_returned();
   const uintptr_t address = segment.page_address(first);
   const size_t bytes = (end - first) * segment.page_size;
   BlockPool& pool = *block->pool;
@@ -631,7 +632,19 @@ size_t CachingAllocator::merge_into(Block* dst, Block* src, BlockPool& pool) {
 
 // ------------------------------------------------------------------------------------------- releasing
 
+namespace {
+std::atomic<BeforeMemoryReturned> before_memory_returned{nullptr};
+}  // namespace
+
+void set_before_memory_returned(BeforeMemoryReturned hook) { before_memory_returned.store(hook); }
+
+void CachingAllocator::notify_before_memory_returned() const {
+  const BeforeMemoryReturned hook = before_memory_returned.load();
+  if (hook != nullptr && device_) hook(*device_);
+}
+
 void CachingAllocator::release_segment(Block* block) {
+  notify_before_memory_returned();
   BlockPool& pool = *block->pool;
   pool.free_blocks.erase(block);
   raw_->release(reinterpret_cast<void*>(block->ptr), block->size);

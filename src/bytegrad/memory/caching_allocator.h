@@ -71,6 +71,12 @@ struct MemorySnapshot {
   AllocatorConfig settings;
 };
 
+// Called before an allocator gives device memory back to the driver (a segment released, pages unmapped),
+// with that allocator's lock held and its device: the tensor layer writes out the deferred gradients that
+// may read it (tensor/gradient_reader.h). One hook per process.
+using BeforeMemoryReturned = void (*)(Device);
+void set_before_memory_returned(BeforeMemoryReturned hook);
+
 class CachingAllocator {
  public:
   // `timeline`: the device's streams and events (streams.h); null gives the allocator a simulated one.
@@ -247,6 +253,7 @@ class CachingAllocator {
   void release_cached_blocks(MempoolId pool = kDefaultMempool);
   void release_free_segments(BlockPool& pool);
   void release_segment(Block* block);
+  void notify_before_memory_returned() const;  // set_before_memory_returned's hook
   void collect_garbage();
   Block* take_found_block(Request& request);
   void record_category_change(const CategoryChange& change, const CategoryBytes& totals);

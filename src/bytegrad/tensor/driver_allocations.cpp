@@ -101,9 +101,22 @@ class DriverAllocationsBackend final : public KernelBackend {
   }
   // Out of place, PyTorch clones (a copy, noted as copy() notes it) and then fills in place.
   void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) override {
-    if (!same_view(out, src)) note(out, copy_allocations(out, src));
-    note_then_run(out, kElementwise, &KernelBackend::masked_fill, out, src, mask, value);
+    note_deferred_masked_fill(out, src);
+    inner_.masked_fill(out, src, mask, value);
   }
+  void note_deferred_masked_fill(const StridedView& out, const StridedView& src) override {
+    if (!same_view(out, src)) note(out, copy_allocations(out, src));
+    note(out, kElementwise);
+  }
+  void note_deferred_copy(const StridedView& dst, const StridedView& src) override {
+    note(dst, copy_allocations(dst, src));
+  }
+  // The masked_fill was noted when it was deferred: this call stands in for the mul.
+  void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
+                          double scale) override {
+    note_then_run(out, pointwise(), &KernelBackend::masked_fill_scaled, out, src, mask, value, scale);
+  }
+  void wait_for_device() override { inner_.wait_for_device(); }
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {
     note_then_run(out, kWithStack, &KernelBackend::reduce, op, out, in);
   }

@@ -1,33 +1,97 @@
 #include "bytegrad/tensor/gradient_reader.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <mutex>
+#include <thread>
 #include <utility>
+
+#include "bytegrad/kernels/backend.h"
+#include "bytegrad/memory/caching_allocator.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BYTEGRAD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BYTEGRAD_ASAN 1
+#endif
+#endif
+#if BYTEGRAD_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace bytegrad {
 
 namespace {
 
 // Per thread: a backward runs on one thread (the engine's), and so do the ops it calls.
-thread_local std::optional<SoleCastReader> offer;
-// The packed gradient handed on and not yet taken, and its form.
-thread_local const StorageImpl* in_flight = nullptr;
-thread_local PackedGradient in_flight_form = PackedGradient::nll_rows;
-std::array<std::atomic<uint64_t>, 2> handed{};
+thread_local std::optional<SoleReader> offer;
+
+// The packed gradient a thread handed on and not yet taken. Guarded by hand_over_mutex, as another thread
+// releasing memory writes out the deferred ones (write_out_deferred_gradients).
+struct HandOver {
+  const StorageImpl* storage = nullptr;
+  PackedGradient form = PackedGradient::nll_rows;
+  std::optional<DeferredGradient> deferred;
+  std::thread::id owner;
+};
+std::mutex hand_over_mutex;
+std::vector<HandOver*> deferred_hand_overs;  // every thread's HandOver holding a deferred gradient
+thread_local HandOver hand_over;
+std::array<std::atomic<uint64_t>, 3> handed{};
+
+void unlist(HandOver& state) {
+  std::erase(deferred_hand_overs, &state);
+  state.deferred.reset();
+}
+
+bool on_device(const DeferredGradient& deferred, Device device) { return deferred.source.device == device; }
+
+// The allocator's hook: before memory on `device` goes back to the driver, the deferred gradients whose
+// source or steps may lie there are written out (eager's steps, replayed) and handed on as written ones.
+void write_out_deferred_gradients(Device device) {
+  std::lock_guard lock(hand_over_mutex);
+  for (HandOver* state : std::vector<HandOver*>(deferred_hand_overs)) {
+    if (!on_device(*state->deferred, device)) continue;
+    // Another thread's kernels ran on its own stream: wait for them before reading what they wrote.
+    if (state->owner != std::this_thread::get_id()) kernel_backend(device).wait_for_device();
+    replay_deferred_gradient(*state->deferred);
+    if (state->owner != std::this_thread::get_id()) kernel_backend(device).wait_for_device();
+    state->storage = nullptr;  // the reader finds a written gradient
+    unlist(*state);
+  }
+}
+
+[[maybe_unused]] const bool hook_set = [] {
+  set_before_memory_returned(&write_out_deferred_gradients);
+  return true;
+}();
 
 }  // namespace
 
-SoleCastReaderScope::SoleCastReaderScope(std::optional<SoleCastReader> made)
-    : previous_(std::exchange(offer, std::move(made))) {}
+SoleReaderScope::SoleReaderScope(std::optional<SoleReader> made) : previous_(std::exchange(offer, std::move(made))) {}
 
-SoleCastReaderScope::~SoleCastReaderScope() { offer = std::move(previous_); }
+SoleReaderScope::~SoleReaderScope() { offer = std::move(previous_); }
 
-std::optional<SoleCastReader> take_sole_cast_reader() { return std::exchange(offer, std::nullopt); }
+std::optional<SoleReader> take_sole_reader() { return std::exchange(offer, std::nullopt); }
 
 void hand_packed_gradient(const StorageImpl* storage, PackedGradient form) {
-  in_flight = storage;
-  in_flight_form = form;
+  std::lock_guard lock(hand_over_mutex);
+  if (hand_over.deferred) unlist(hand_over);
+  hand_over.storage = storage;
+  hand_over.form = form;
   handed.at(static_cast<size_t>(form)).fetch_add(1, std::memory_order_relaxed);
+}
+
+bool defers_gradients_on(Device device) { return device.type != DeviceType::cpu; }
+
+void hand_deferred_gradient(const StorageImpl* storage, DeferredGradient deferred) {
+  hand_packed_gradient(storage, PackedGradient::deferred);
+  std::lock_guard lock(hand_over_mutex);
+  hand_over.deferred = std::move(deferred);
+  hand_over.owner = std::this_thread::get_id();
+  deferred_hand_overs.push_back(&hand_over);
 }
 
 uint64_t packed_gradients_handed(PackedGradient form) {
@@ -35,13 +99,151 @@ uint64_t packed_gradients_handed(PackedGradient form) {
 }
 
 std::optional<PackedGradient> take_packed_gradient(const StorageImpl* storage) {
-  if (in_flight == nullptr || in_flight != storage) return std::nullopt;
-  in_flight = nullptr;
-  return in_flight_form;
+  std::lock_guard lock(hand_over_mutex);
+  if (hand_over.storage == nullptr || hand_over.storage != storage || hand_over.form == PackedGradient::deferred)
+    return std::nullopt;
+  hand_over.storage = nullptr;
+  return hand_over.form;
 }
 
-bool packed_gradient_pending() { return in_flight != nullptr; }
+std::optional<DeferredGradient> take_deferred_gradient(const StorageImpl* storage) {
+  std::lock_guard lock(hand_over_mutex);
+  if (hand_over.storage == nullptr || hand_over.storage != storage || !hand_over.deferred) return std::nullopt;
+  hand_over.storage = nullptr;
+  std::optional<DeferredGradient> taken = std::move(hand_over.deferred);
+  unlist(hand_over);
+  return taken;
+}
 
-void forget_packed_gradient() { in_flight = nullptr; }
+bool packed_gradient_pending() {
+  std::lock_guard lock(hand_over_mutex);
+  return hand_over.storage != nullptr;
+}
+
+const StorageImpl* packed_gradient_storage() {
+  std::lock_guard lock(hand_over_mutex);
+  return hand_over.storage;
+}
+
+void forget_packed_gradient() {
+  std::lock_guard lock(hand_over_mutex);
+  hand_over.storage = nullptr;
+  if (hand_over.deferred) unlist(hand_over);
+}
+
+namespace {
+
+struct ByteRange {
+  uintptr_t begin = 0, end = 0;
+};
+
+// The bytes a view's elements span, from its lowest element to the end of its highest.
+ByteRange bytes_spanned(const StridedView& view) {
+  if (view.numel() == 0) return {};
+  int64_t low = 0, high = 0;
+  for (size_t d = 0; d < view.sizes.size(); ++d) {
+    const int64_t reach = view.strides[d] * (view.sizes[d] - 1);
+    (reach < 0 ? low : high) += reach;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(view.data);
+  const auto size = static_cast<int64_t>(element_size(view.dtype));
+  return {base + static_cast<uintptr_t>(low * size), base + static_cast<uintptr_t>((high + 1) * size)};
+}
+
+bool overlap(const ByteRange& a, const ByteRange& b) { return a.begin < b.end && b.begin < a.end; }
+
+// Under AddressSanitizer the sim device poisons free blocks (simulated_raw_memory.cpp); a deferred gradient
+// reads and replays into blocks that are free by then, on purpose. For the scope, the free bytes its views
+// span are readable; their poison is restored after.
+class FreedBytesReadable {
+ public:
+  explicit FreedBytesReadable(const DeferredGradient& deferred) {
+#if BYTEGRAD_ASAN
+    if (deferred.source.device.type != DeviceType::sim) return;
+    allow(deferred.source);
+    for (const DeferredStep& step : deferred.steps) {
+      allow(step.target);
+      if (step.mask) allow(*step.mask);
+    }
+#else
+    (void)deferred;
+#endif
+  }
+  ~FreedBytesReadable() {
+#if BYTEGRAD_ASAN
+    for (const ByteRange& run : poisoned_)
+      ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(run.begin), run.end - run.begin);
+#endif
+  }
+  FreedBytesReadable(const FreedBytesReadable&) = delete;
+  FreedBytesReadable& operator=(const FreedBytesReadable&) = delete;
+
+ private:
+#if BYTEGRAD_ASAN
+  void allow(const StridedView& view) {
+    const ByteRange range = bytes_spanned(view);
+    constexpr uintptr_t kGranule = 8;  // ASan's shadow granule; the allocator poisons whole blocks
+    for (uintptr_t at = range.begin & ~(kGranule - 1); at < range.end; at += kGranule) {
+      if (__asan_address_is_poisoned(reinterpret_cast<void*>(at)) == 0) continue;
+      if (!poisoned_.empty() && poisoned_.back().end == at) poisoned_.back().end += kGranule;
+      else poisoned_.push_back({at, at + kGranule});
+    }
+    for (const ByteRange& run : poisoned_)
+      ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(run.begin), run.end - run.begin);
+  }
+#endif
+  std::vector<ByteRange> poisoned_;
+};
+
+bool same_view(const StridedView& a, const StridedView& b) {
+  return a.data == b.data && a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides;
+}
+
+}  // namespace
+
+void write_deferred_gradient(const DeferredGradient& deferred, const StridedView& out,
+                             const std::optional<StridedView>& mask, double value, std::optional<double> scale,
+                             KernelBackend& kernels) {
+  const FreedBytesReadable readable(deferred);
+  const StridedView& source = deferred.source;
+  // One pass: at most one mask on the way, every step in out's dtype, nothing read overwritten early.
+  const StridedView* the_mask = mask ? &*mask : nullptr;
+  double fill = value;
+  int masks = mask ? 1 : 0;
+  bool one_pass = source.dtype == out.dtype;
+  for (const DeferredStep& step : deferred.steps) {
+    one_pass = one_pass && step.target.dtype == out.dtype;
+    if (!step.mask) continue;
+    ++masks;
+    the_mask = &*step.mask;
+    fill = step.value;
+  }
+  const ByteRange written = bytes_spanned(out);
+  one_pass = one_pass && masks <= 1 && (same_view(out, source) || !overlap(written, bytes_spanned(source))) &&
+             (the_mask == nullptr || !overlap(written, bytes_spanned(*the_mask)));
+  if (one_pass) {
+    if (the_mask != nullptr && scale) kernels.masked_fill_scaled(out, source, *the_mask, fill, *scale);
+    else if (the_mask != nullptr) kernels.masked_fill(out, source, *the_mask, fill);
+    else if (scale) kernels.binary_scalar(BinaryOp::mul, out, source, *scale);
+    else kernels.copy(out, source);
+    return;
+  }
+  replay_deferred_gradient(deferred);
+  const StridedView& last = deferred.steps.empty() ? source : deferred.steps.back().target;
+  if (mask) kernels.masked_fill(out, last, *mask, value);
+  else if (scale) kernels.binary_scalar(BinaryOp::mul, out, last, *scale);
+  else kernels.copy(out, last);
+}
+
+void replay_deferred_gradient(const DeferredGradient& deferred) {
+  const FreedBytesReadable readable(deferred);
+  KernelBackend& kernels = kernel_backend(deferred.source.device);
+  const StridedView* from = &deferred.source;
+  for (const DeferredStep& step : deferred.steps) {
+    if (step.mask) kernels.masked_fill(step.target, *from, *step.mask, step.value);
+    else kernels.copy(step.target, *from);
+    from = &step.target;
+  }
+}
 
 }  // namespace bytegrad

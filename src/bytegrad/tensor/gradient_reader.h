@@ -12,10 +12,20 @@
 // the gradient's first bytes, and the cast copies them. Every allocation, its order and every value are
 // eager's; the float32 gradient is never written or read whole. The engine checks the cast took it before
 // anything else ran.
+//
+// Deferred gradients: where the reader only masks or scales its gradient (MaskedFillBackward0,
+// MulBackward0 by a number: nanoGPT's slow attention on its way back), a node that would write its gradient
+// with one elementwise kernel (a masked_fill, or the cast copying packed values) may leave it unwritten and
+// hand on how to write it: the source elements and each step eager runs from them. Nothing is written in
+// between, so the source is intact though its block may be free; the last node of the chain writes its own
+// output from the source in one pass (KernelBackend::masked_fill_scaled), or, where its output overlaps what
+// it reads, replays eager's steps into their own blocks first. Before the allocator gives memory back to the
+// driver (empty_cache, an OOM retry), every pending chain on that device is written out (replayed).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "bytegrad/core/scalar_type.h"
 #include "bytegrad/core/strided_view.h"
@@ -24,41 +34,76 @@ namespace bytegrad {
 
 class StorageImpl;
 
-// The offer: the reader casts to cast_to, and expects a gradient of this dtype and shape.
-struct SoleCastReader {
-  ScalarType cast_to = ScalarType::float32;
+// The offer: the reader casts to cast_to (when set), or takes a deferred gradient (takes_deferred), and
+// expects a gradient of this dtype and shape.
+struct SoleReader {
+  std::optional<ScalarType> cast_to;
+  bool takes_deferred = false;
   ScalarType dtype = ScalarType::float32;
   Shape sizes;
 };
 
 // Makes the offer for the scope of one node's apply (the engine); nullopt makes none.
-class SoleCastReaderScope {
+class SoleReaderScope {
  public:
-  explicit SoleCastReaderScope(std::optional<SoleCastReader> offer);
-  ~SoleCastReaderScope();
-  SoleCastReaderScope(const SoleCastReaderScope&) = delete;
-  SoleCastReaderScope& operator=(const SoleCastReaderScope&) = delete;
+  explicit SoleReaderScope(std::optional<SoleReader> offer);
+  ~SoleReaderScope();
+  SoleReaderScope(const SoleReaderScope&) = delete;
+  SoleReaderScope& operator=(const SoleReaderScope&) = delete;
 
  private:
-  std::optional<SoleCastReader> previous_;
+  std::optional<SoleReader> previous_;
 };
 
 // Takes the offer, once: nullopt when none was made or it was taken.
-std::optional<SoleCastReader> take_sole_cast_reader();
+std::optional<SoleReader> take_sole_reader();
 
-// What a packed gradient's first bytes hold: the forms its reader (the cast) knows.
+// What a packed gradient's first bytes hold: the forms its reader knows.
 enum class PackedGradient {
   nll_rows,     // nll_loss_backward's rows (layout below); the cast writes its output from them
   cast_values,  // every element already in the cast's dtype, contiguous; the cast copies them
+  deferred,     // nothing: the gradient is the DeferredGradient handed with it
 };
 
-// A backward op after writing its gradient packed; the cast takes the form back by the storage it reads
+// A backward op after writing its gradient packed; the reader takes the form back by the storage it reads
 // (once, for that storage; sizes and dtypes are the tensors' own).
 void hand_packed_gradient(const StorageImpl* storage, PackedGradient form);
 std::optional<PackedGradient> take_packed_gradient(const StorageImpl* storage);
-// Whether a packed gradient was handed and not yet taken (the engine's check), and dropping it (on error).
+// Whether a packed gradient was handed and not yet taken (the engine's check), its storage, and dropping it
+// (on error; a deferred one is written out first).
 bool packed_gradient_pending();
+const StorageImpl* packed_gradient_storage();
 void forget_packed_gradient();
+
+// One step eager runs on a deferred gradient's way: it writes `target` from the step before (or the
+// source): a copy, or with `mask` an out-of-place masked_fill of `value`.
+struct DeferredStep {
+  StridedView target;
+  std::optional<StridedView> mask;
+  double value = 0.0;
+};
+struct DeferredGradient {
+  StridedView source;  // its elements, unwritten since (their block may be free)
+  std::vector<DeferredStep> steps;
+};
+// Whether gradients on `device` may be deferred: where a caching allocator keeps freed blocks until it gives
+// them back (cuda, sim, meta), not cpu, whose frees return memory to the host at once.
+bool defers_gradients_on(Device device);
+// Hands `storage` (the last step's target, unwritten) on as deferred.
+void hand_deferred_gradient(const StorageImpl* storage, DeferredGradient deferred);
+// The deferred gradient handed as `storage`, taken (once); nullopt when there is none (or it was written out).
+std::optional<DeferredGradient> take_deferred_gradient(const StorageImpl* storage);
+// Writes every step of `deferred` into its target in order, as eager did (the kernels only: their launches
+// were noted when they were deferred).
+void replay_deferred_gradient(const DeferredGradient& deferred);
+// The last node of a chain: writes `out` from `deferred` and the node's own step (a masked_fill of `value`
+// where `mask` is set, else a mul by `scale`) with `kernels`, the node's backend, which notes the launch as
+// its op's. One pass from the source where out does not overlap what that reads (or is the source itself);
+// else eager's steps replayed, then the node's own.
+class KernelBackend;
+void write_deferred_gradient(const DeferredGradient& deferred, const StridedView& out,
+                             const std::optional<StridedView>& mask, double value, std::optional<double> scale,
+                             KernelBackend& kernels);
 // How many gradients of each form were handed on packed in this process (tests and profiles).
 uint64_t packed_gradients_handed(PackedGradient form);
 

@@ -6,6 +6,7 @@
 // with .to() first.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/gradient_reader.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
 
@@ -152,7 +154,13 @@ Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar,
   // One output of the computed type, laid out like a: PyTorch's only allocation (the scalar is a wrapped
   // number on the host, never a device tensor).
   Tensor out = empty_elementwise_output(a.sizes(), type, a.device(), {&a});
-  if (type == a.dtype()) {
+  // In backward (MulBackward0 by a number), a deferred gradient is written here (tensor/gradient_reader.h).
+  std::optional<DeferredGradient> deferred = op == OpId::mul_scalar && type == a.dtype() && a.defined()
+                                                 ? take_deferred_gradient(a.storage().get())
+                                                 : std::nullopt;
+  if (deferred) {
+    write_deferred_gradient(*deferred, kv(out), std::nullopt, 0.0, scalar, backend_of(a));
+  } else if (type == a.dtype()) {
     backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, first);
   } else {
     // TensorIterator reads a in its own dtype and computes in `type`: a is converted into the output's own
@@ -390,7 +398,27 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   OpRecording recording = begin_recording<OpId::masked_fill>({x, mask}, {value});
   Tensor out = empty(shape, TensorOptions{x.dtype(), x.device()});
   without_recording([&] {
-    backend_of(x).masked_fill(kv(out), kv(x.expand(shape)), kv(mask.expand(shape)), value);
+    const StridedView source = kv(x.expand(shape));
+    const StridedView mask_view = kv(mask.expand(shape));
+    // In backward (MaskedFillBackward0), the gradient may come deferred, or go on deferred to a reader that
+    // takes it (tensor/gradient_reader.h): masked and scaled later in one pass.
+    std::optional<DeferredGradient> deferred =
+        x.sizes() == shape ? take_deferred_gradient(x.storage().get()) : std::nullopt;
+    const std::optional<SoleReader> reader = take_sole_reader();
+    const bool masked_before = deferred && std::ranges::any_of(deferred->steps, [](const DeferredStep& step) {
+                                 return step.mask.has_value();
+                               });
+    if (reader && reader->takes_deferred && reader->dtype == out.dtype() && reader->sizes == shape && !masked_before &&
+        defers_gradients_on(out.device())) {
+      backend_of(x).note_deferred_masked_fill(kv(out), source);
+      if (!deferred) deferred = DeferredGradient{source, {}};
+      deferred->steps.push_back({kv(out), mask_view, value});
+      hand_deferred_gradient(out.storage().get(), std::move(*deferred));
+    } else if (deferred) {
+      write_deferred_gradient(*deferred, kv(out), mask_view, value, std::nullopt, backend_of(x));
+    } else {
+      backend_of(x).masked_fill(kv(out), source, mask_view, value);
+    }
     return 0;
   });
   recording.finish({out});

@@ -171,9 +171,9 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
     throw std::invalid_argument(fmt::format("{}: total_weight {} must have one element", name, describe(total_weight)));
   // Where the gradient's one reader is a cast run right after (tensor/gradient_reader.h), its rows go to
   // the cast packed: the same allocations, no fill and no whole write.
-  const std::optional<SoleCastReader> reader = take_sole_cast_reader();
-  const bool packed = reader && self.dim() == 2 && reader->dtype == self.dtype() && reader->sizes == self.sizes() &&
-                      backend_of(self).packs_nll_rows() &&
+  const std::optional<SoleReader> reader = take_sole_reader();
+  const bool packed = reader && reader->cast_to && self.dim() == 2 && reader->dtype == self.dtype() &&
+                      reader->sizes == self.sizes() && backend_of(self).packs_nll_rows() &&
                       packed_nll_rows_fit(self.sizes()[1], element_size(self.dtype()));
   // The structured output (contiguous, self's shape), zeroed; then the CUDA template's expect_contiguous
   // copies in its order: target, self, grad_output.

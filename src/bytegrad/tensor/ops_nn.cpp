@@ -118,12 +118,12 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   // autocast's float32 copy of a bfloat16 softmax input, on its way back), the kernel writes the cast's
   // values into grad_input's first bytes and the cast copies them: the same allocations and bits, half the
   // bytes written and read.
-  const std::optional<SoleCastReader> reader = take_sole_cast_reader();
+  const std::optional<SoleReader> reader = take_sole_reader();
   if (reader && !half_to_float && reader->dtype == grad_dtype && reader->sizes == output.sizes() &&
       grad_dtype == ScalarType::float32 &&
       (reader->cast_to == ScalarType::bfloat16 || reader->cast_to == ScalarType::float16)) {
     StridedView cast_values = kv(grad_input);
-    cast_values.dtype = reader->cast_to;
+    cast_values.dtype = *reader->cast_to;
     backend_of(output).softmax_backward(cast_values, kv(grad), kv(out), dim, log);
     hand_packed_gradient(grad_input.storage().get(), PackedGradient::cast_values);
     return grad_input;

@@ -568,7 +568,16 @@ Tensor Tensor::to(ScalarType target) const {
     } else if (packed == PackedGradient::cast_values) {
       StridedView values = view_for_kernels();  // contiguous: the same strides, read as the target's elements
       values.dtype = target;
-      backend.copy(out.view_for_kernels(), values);
+      // Where the cast's one reader takes a deferred gradient (a masked_fill's backward), the copy is left
+      // to it (gradient_reader.h).
+      const std::optional<SoleReader> reader = take_sole_reader();
+      if (reader && reader->takes_deferred && reader->dtype == target && reader->sizes == sizes() &&
+          out.is_contiguous() && defers_gradients_on(device())) {
+        backend.note_deferred_copy(out.view_for_kernels(), view_for_kernels());
+        hand_deferred_gradient(out.storage().get(), DeferredGradient{values, {{out.view_for_kernels()}}});
+      } else {
+        backend.copy(out.view_for_kernels(), values);
+      }
     } else {
       backend.copy(out.view_for_kernels(), view_for_kernels());
     }

@@ -31,6 +31,8 @@ std::shared_ptr<FormulaNode> masked_fill(const OpRecord& r, const op_args::Scala
     return TensorList{masked_fill(g[0], n.saved(0), 0.0), Tensor()};
   });
   node->save("mask", r.inputs.at(1));
+  node->defers_gradient = true;
+  node->takes_deferred = true;
   return node;
 }
 

@@ -52,7 +52,9 @@ std::shared_ptr<FormulaNode> product_rule(const OpRecord& r, const char* other_n
 std::shared_ptr<FormulaNode> mul(const OpRecord& r, const op_args::None&) { return product_rule(r, "other"); }
 
 std::shared_ptr<FormulaNode> mul_scalar(const OpRecord& r, const op_args::Scalar& args) {
-  return make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] * s}; });
+  auto node = make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] * s}; });
+  node->takes_deferred = true;  // a deferred masked gradient, masked and scaled in one pass (gradient_reader.h)
+  return node;
 }
 
 std::shared_ptr<FormulaNode> div(const OpRecord& r, const op_args::None&) {  // self / other

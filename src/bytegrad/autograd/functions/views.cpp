@@ -148,6 +148,7 @@ std::shared_ptr<FormulaNode> to_dtype(const OpRecord& r, const op_args::None&) {
   const ScalarType source = r.inputs.at(0).dtype();
   auto node = make_node(r, [source](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
   node->casts_gradient_to = source;
+  node->defers_gradient = true;  // a packed gradient's values, copied (gradient_reader.h)
   return node;
 }
 

@@ -182,6 +182,12 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "masked_fill", "", out.dtype);
     cuda::masked_fill(out, src, mask, value);
   }
+  void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
+                          double scale) override {
+    CudaCall call(out.device, "masked_fill_scaled", "", out.dtype);
+    cuda::masked_fill_scaled(out, src, mask, value, scale);
+  }
+  void wait_for_device() override { BYTEGRAD_CUDA_CHECK(cudaDeviceSynchronize()); }
   void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,
                                         const StridedView& inv_scale) override {
     CudaCall call(grad.device, "amp_non_finite_check_and_unscale", "", grad.dtype);

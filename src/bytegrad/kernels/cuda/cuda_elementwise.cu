@@ -255,38 +255,47 @@ struct WhereFunctor {
   }
 };
 
-// out contiguous, N elements at a time within one innermost row (a multiple of N long); the mask read
-// byte by byte at its own stride.
-template <typename T, int N>
-struct MaskedFillVectorFunctor {  // out and src contiguous alike: one offset for both
+// masked_fill's select, then `post` on each element (masked_fill_scaled's mul; nothing for masked_fill).
+// out and src contiguous, N elements at a time within one innermost row (a multiple of N long); the mask
+// read byte by byte at its own stride.
+template <typename T, int N, typename Post>
+struct MaskedFillVectorFunctor {
   T* out;
   const T* src;
   const uint8_t* mask;
   T value;
   int64_t mask_inner_stride;
   StridedIndexer<3> idx;
+  Post post;
   __device__ void operator()(int64_t chunk) const {
     int64_t o[3];
     idx.offsets(chunk * N, o);
     Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(src + o[1]);
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (mask[o[2] + k * mask_inner_stride]) v.v[k] = value;
+    for (int k = 0; k < N; ++k) v.v[k] = post(mask[o[2] + k * mask_inner_stride] ? value : v.v[k]);
     *reinterpret_cast<Vec<T, N>*>(out + o[0]) = v;
   }
 };
 
-template <typename T>
+template <typename T, typename Post>
 struct MaskedFillFunctor {
   T* out;
   const T* src;
   const uint8_t* mask;
   T value;
   StridedIndexer<3> idx;
+  Post post;
   __device__ void operator()(int64_t i) const {
     int64_t o[3];
     idx.offsets(i, o);
-    out[o[0]] = mask[o[2]] ? value : src[o[1]];
+    out[o[0]] = post(mask[o[2]] ? value : src[o[1]]);
+  }
+};
+
+struct NoPost {
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return x;
   }
 };
 
@@ -494,7 +503,11 @@ void where(const StridedView& out, const StridedView& cond, const StridedView& a
   });
 }
 
-void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) {
+namespace {
+
+template <typename Post>
+void masked_fill_then(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
+                      const Post& make_post) {
   require_same_sizes(out, mask, "masked_fill");
   require_same_sizes(out, src, "masked_fill");
   require_mask_dtype(mask, "masked_fill");
@@ -502,23 +515,41 @@ void masked_fill(const StridedView& out, const StridedView& src, const StridedVi
     throw std::invalid_argument("cuda backend: masked_fill: the source must have the output's dtype");
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const auto post = make_post(tag);
     constexpr int N = static_cast<int>(16 / sizeof(T));
     const auto idx = make_indexer<3>(out.sizes, {out.strides, src.strides, mask.strides});
     const int64_t n = out.numel();
     const int64_t inner = idx.ndim > 0 ? idx.sizes[idx.ndim - 1] : 1;
     if (n > 0 && out.is_contiguous() && src.is_contiguous() && vector_aligned<T, N>(out.data) &&
         vector_aligned<T, N>(src.data) && idx.ndim > 0 && inner % N == 0) {
-      for_each_index(n / N,
-                     MaskedFillVectorFunctor<T, N>{static_cast<T*>(out.data), static_cast<const T*>(src.data),
-                                                   static_cast<const uint8_t*>(mask.data), from_double<T>(value),
-                                                   idx.strides[2][idx.ndim - 1], idx},
-                     "masked_fill kernel");
+      for_each_index(
+          n / N,
+          MaskedFillVectorFunctor<T, N, decltype(post)>{static_cast<T*>(out.data), static_cast<const T*>(src.data),
+                                                        static_cast<const uint8_t*>(mask.data), from_double<T>(value),
+                                                        idx.strides[2][idx.ndim - 1], idx, post},
+          "masked_fill kernel");
       return;
     }
-    for_each_index(out.numel(),
-                   MaskedFillFunctor<T>{static_cast<T*>(out.data), static_cast<const T*>(src.data),
-                                        static_cast<const uint8_t*>(mask.data), from_double<T>(value), idx},
-                   "masked_fill kernel");
+    for_each_index(
+        out.numel(),
+        MaskedFillFunctor<T, decltype(post)>{static_cast<T*>(out.data), static_cast<const T*>(src.data),
+                                             static_cast<const uint8_t*>(mask.data), from_double<T>(value), idx, post},
+        "masked_fill kernel");
+  });
+}
+
+}  // namespace
+
+void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) {
+  masked_fill_then(out, src, mask, value, [](auto) { return NoPost{}; });
+}
+
+// binary_scalar's mul on masked_fill's result (the same functor, so the same bits as the two launches).
+void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
+                        double scale) {
+  masked_fill_then(out, src, mask, value, [scale](auto tag) {
+    using T = typename decltype(tag)::type;
+    return BinaryScalarFn<T, T>{BinaryOp::mul, from_double<opmath_t<T>>(scale), scale, false};
   });
 }
 

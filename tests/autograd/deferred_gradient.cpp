@@ -1,0 +1,137 @@
+// Deferred gradients (tensor/gradient_reader.h): on the way back through nanoGPT's slow attention, the mask's
+// and the scale's gradients (and under bfloat16 autocast the cast before them) are written in one pass by
+// the last of them. Held here to the path that writes every step: the same bits, allocations and figures.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "bytegrad/memory/memory_functions.h"
+#include "bytegrad/tensor/autocast.h"
+#include "bytegrad/tensor/device_backend.h"
+#include "bytegrad/tensor/gradient_reader.h"
+#include "bytegrad/tensor/ops.h"
+#include "bytegrad/testing/memory_probe.h"
+#include "tests/support/allocation_probe.h"
+#include "tests/support/scoped_env.h"
+
+using namespace bytegrad;
+using namespace bytegrad::testing;
+
+namespace {
+
+const TensorOptions f32(Device d) { return TensorOptions{ScalarType::float32, d}; }
+
+struct AttentionRun {
+  AllocationEvents events;
+  std::vector<double> q_grad, k_grad, v_grad;
+  int64_t peak = 0, reserved = 0;
+  uint64_t deferred = 0;
+};
+
+// att = softmax((q @ k^T) * scale, masked causally); y = att @ v; y.backward(grad). With `hooked`, identity
+// hooks on the masked and the scaled scores make every step write its gradient (no offer is made past a hook).
+AttentionRun attention_backward(Device d, bool bf16, bool hooked) {
+  const int64_t B = 2, H = 3, T = 48, hs = 16;
+  manual_seed(7);
+  const Tensor q = randn({B, H, T, hs}, f32(d)).requires_grad_();
+  const Tensor k = randn({B, H, T, hs}, f32(d)).requires_grad_();
+  const Tensor v = randn({B, H, T, hs}, f32(d)).requires_grad_();
+  const Tensor grad = randn({B, H, T, hs}, f32(d));
+  const Tensor mask = eq(tril(ones({T, T}, f32(d))).view({1, 1, T, T}), 0.0);
+  AttentionRun run;
+  const uint64_t before = packed_gradients_handed(PackedGradient::deferred);
+  const bool cached = d.type != DeviceType::cpu;
+  if (cached) reset_peak_memory_stats(d);
+  const auto step = [&] {
+    std::optional<AutocastGuard> autocast;
+    if (bf16) autocast.emplace(d.type, ScalarType::bfloat16);
+    Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
+    if (hooked) att.register_hook([](const Tensor& g) { return g; });
+    att = att.masked_fill(mask, -INFINITY);
+    if (hooked) att.register_hook([](const Tensor& g) { return g; });
+    att = softmax(att, -1);
+    Tensor y = matmul(att, v);
+    autocast.reset();
+    y.backward(grad.to(y.dtype()));
+  };
+  if (cached) run.events = allocation_events(d, step);
+  else step();
+  run.deferred = packed_gradients_handed(PackedGradient::deferred) - before;
+  run.peak = cached ? max_memory_allocated(d) : 0;
+  run.reserved = cached ? memory_reserved(d) : 0;
+  run.q_grad = q.grad().flatten().tolist();
+  run.k_grad = k.grad().flatten().tolist();
+  run.v_grad = v.grad().flatten().tolist();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("slow attention's way back: mask and scale deferred give every step's bits, memory and graph") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  for (const Device d : {kSim, kCpu}) {
+    for (bool bf16 : {false, true}) {
+      if (bf16 && d == kCpu) continue;  // autocast follows PyTorch's CUDA policy: not on cpu
+      CAPTURE(d.str());
+      CAPTURE(bf16);
+      const AttentionRun hooked = attention_backward(d, bf16, true);
+      const AttentionRun deferred = attention_backward(d, bf16, false);
+      // float32: MaskedFillBackward0 hands its gradient on deferred; bfloat16: the cast before it too. Not on
+      // cpu, whose freed memory goes back to the host at once.
+      CHECK(deferred.deferred == (d == kCpu ? 0 : (bf16 ? 2 : 1)));
+    CHECK(hooked.deferred == 0);
+    CHECK(deferred.q_grad == hooked.q_grad);  // bit for bit
+    CHECK(deferred.k_grad == hooked.k_grad);
+    CHECK(deferred.v_grad == hooked.v_grad);
+    CHECK(deferred.events == hooked.events);
+    CHECK(deferred.peak == hooked.peak);
+      CHECK(deferred.reserved == hooked.reserved);
+    }
+  }
+}
+
+namespace {
+
+// A float32 deferred gradient over `buffer`: source elements [0, n), one masked step into `target`.
+struct MaskedChain {
+  Tensor buffer, target, mask;
+  DeferredGradient chain(int64_t n) const {
+    return DeferredGradient{buffer.narrow(0, 0, n).view_for_kernels(),
+                            {{target.view_for_kernels(), mask.view_for_kernels(), 0.0}}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a deferred gradient whose last output overlaps its source is written through eager's steps") {
+  const Device d = kSim;
+  const int64_t n = 64;
+  const MaskedChain c{randn({2 * n}, f32(d)), empty({n}, f32(d)),
+                      gt(randn({n}, f32(d)), 0.0)};
+  // Eager: target = source masked; out = target * 0.5.
+  const Tensor expected = c.buffer.narrow(0, 0, n).masked_fill(c.mask, 0.0) * 0.5;
+  for (const int64_t shift : {int64_t{0}, int64_t{5}, n, int64_t{-1}}) {
+    CAPTURE(shift);
+    const Tensor buffer_before = c.buffer.clone();
+    // The output starts `shift` elements into the source (0: the source itself; n: just past it; -1: a
+    // separate tensor).
+    const Tensor separate = empty({n}, f32(d));
+    const Tensor out = shift < 0 ? separate : c.buffer.narrow(0, shift, n);
+    write_deferred_gradient(c.chain(n), out.view_for_kernels(), std::nullopt, 0.0, 0.5, backend_for(d));
+    CHECK(out.tolist() == expected.tolist());
+    c.buffer.copy_(buffer_before);
+  }
+}
+
+TEST_CASE("a deferred gradient is written out before the allocator gives memory back") {
+  const Device d = kSim;
+  const int64_t n = 1 << 18;
+  const MaskedChain c{randn({n}, f32(d)), empty({n}, f32(d)), gt(randn({n}, f32(d)), 0.0)};
+  const Tensor expected = c.buffer.masked_fill(c.mask, 0.0);
+  empty({4 << 20}, f32(d));  // a segment of its own, cached when freed
+  hand_deferred_gradient(c.target.storage().get(), c.chain(n));
+  empty_cache(d);  // releases that segment: the chain is replayed first
+  CHECK_FALSE(packed_gradient_pending());
+  CHECK_FALSE(take_deferred_gradient(c.target.storage().get()).has_value());
+  CHECK(c.target.tolist() == expected.tolist());
+}
