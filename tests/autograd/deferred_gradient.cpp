@@ -79,12 +79,12 @@ TEST_CASE("slow attention's way back: mask and scale deferred give every step's 
       // float32: MaskedFillBackward0 hands its gradient on deferred; bfloat16: the cast before it too. Not on
       // cpu, whose freed memory goes back to the host at once.
       CHECK(deferred.deferred == (d == kCpu ? 0 : (bf16 ? 2 : 1)));
-    CHECK(hooked.deferred == 0);
-    CHECK(deferred.q_grad == hooked.q_grad);  // bit for bit
-    CHECK(deferred.k_grad == hooked.k_grad);
-    CHECK(deferred.v_grad == hooked.v_grad);
-    CHECK(deferred.events == hooked.events);
-    CHECK(deferred.peak == hooked.peak);
+      CHECK(hooked.deferred == 0);
+      CHECK(deferred.q_grad == hooked.q_grad);  // bit for bit
+      CHECK(deferred.k_grad == hooked.k_grad);
+      CHECK(deferred.v_grad == hooked.v_grad);
+      CHECK(deferred.events == hooked.events);
+      CHECK(deferred.peak == hooked.peak);
       CHECK(deferred.reserved == hooked.reserved);
     }
   }
@@ -106,8 +106,7 @@ struct MaskedChain {
 TEST_CASE("a deferred gradient whose last output overlaps its source is written through eager's steps") {
   const Device d = kSim;
   const int64_t n = 64;
-  const MaskedChain c{randn({2 * n}, f32(d)), empty({n}, f32(d)),
-                      gt(randn({n}, f32(d)), 0.0)};
+  const MaskedChain c{randn({2 * n}, f32(d)), empty({n}, f32(d)), gt(randn({n}, f32(d)), 0.0)};
   // Eager: target = source masked; out = target * 0.5.
   const Tensor expected = c.buffer.narrow(0, 0, n).masked_fill(c.mask, 0.0) * 0.5;
   for (const int64_t shift : {int64_t{0}, int64_t{5}, n, int64_t{-1}}) {

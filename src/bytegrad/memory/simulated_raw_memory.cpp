@@ -8,19 +8,9 @@
 #include <utility>
 #include <string>
 
+#include "bytegrad/core/address_sanitizer.h"
 #include "bytegrad/memory/raw_memory.h"
 #include "bytegrad/memory/virtual_address_space.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define BYTEGRAD_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BYTEGRAD_ASAN 1
-#endif
-#endif
-#if BYTEGRAD_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace bytegrad {
 

@@ -7,19 +7,9 @@
 #include <thread>
 #include <utility>
 
+#include "bytegrad/core/address_sanitizer.h"
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/memory/caching_allocator.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define BYTEGRAD_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BYTEGRAD_ASAN 1
-#endif
-#endif
-#if BYTEGRAD_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace bytegrad {
 
