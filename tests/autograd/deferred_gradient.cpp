@@ -28,9 +28,10 @@ struct AttentionRun {
   uint64_t deferred = 0;
 };
 
-// att = softmax((q @ k^T) * scale, masked causally); y = att @ v; y.backward(grad). With `hooked`, identity
-// hooks on the masked and the scaled scores make every step write its gradient (no offer is made past a hook).
-AttentionRun attention_backward(Device d, bool bf16, bool hooked) {
+// att = softmax((q @ k^T) * scale, masked causally), or / sqrt(hs) with `divide`; y = att @ v; y.backward(grad).
+// With `hooked`, identity hooks on the masked and the scaled scores make every step write its gradient (no
+// offer is made past a hook).
+AttentionRun attention_backward(Device d, bool bf16, bool hooked, bool divide = false) {
   const int64_t B = 2, H = 3, T = 48, hs = 16;
   manual_seed(7);
   const Tensor q = randn({B, H, T, hs}, f32(d)).requires_grad_();
@@ -45,7 +46,8 @@ AttentionRun attention_backward(Device d, bool bf16, bool hooked) {
   const auto step = [&] {
     std::optional<AutocastGuard> autocast;
     if (bf16) autocast.emplace(d.type, ScalarType::bfloat16);
-    Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
+    const double root = std::sqrt(static_cast<double>(hs));
+    Tensor att = divide ? matmul(q, k.transpose(-2, -1)) / root : matmul(q, k.transpose(-2, -1)) * (1.0 / root);
     if (hooked) att.register_hook([](const Tensor& g) { return g; });
     att = att.masked_fill(mask, -INFINITY);
     if (hooked) att.register_hook([](const Tensor& g) { return g; });
@@ -90,6 +92,19 @@ TEST_CASE("slow attention's way back: mask and scale deferred give every step's 
   }
 }
 
+TEST_CASE("the scale as a division (/ sqrt(d)) is deferred alike") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  for (bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    const AttentionRun hooked = attention_backward(kSim, bf16, true, true);
+    const AttentionRun deferred = attention_backward(kSim, bf16, false, true);
+    CHECK(deferred.deferred == (bf16 ? 2 : 1));
+    CHECK(deferred.q_grad == hooked.q_grad);
+    CHECK(deferred.k_grad == hooked.k_grad);
+    CHECK(deferred.events == hooked.events);
+  }
+}
+
 namespace {
 
 // A float32 deferred gradient over `buffer`: source elements [0, n), one masked step into `target`.
@@ -116,7 +131,8 @@ TEST_CASE("a deferred gradient whose last output overlaps its source is written 
     // separate tensor).
     const Tensor separate = empty({n}, f32(d));
     const Tensor out = shift < 0 ? separate : c.buffer.narrow(0, shift, n);
-    write_deferred_gradient(c.chain(n), out.view_for_kernels(), std::nullopt, 0.0, 0.5, backend_for(d));
+    write_deferred_gradient(c.chain(n), out.view_for_kernels(), std::nullopt, 0.0, ScalarStep{BinaryOp::mul, 0.5},
+                            backend_for(d));
     CHECK(out.tolist() == expected.tolist());
     c.buffer.copy_(buffer_before);
   }

@@ -303,15 +303,18 @@ TEST_CASE("where and masked_fill with broadcast masks") {
       gpu().masked_fill(filled.gpu_view(), source->gpu_view(), column_mask.gpu_view(), -7.0);
       check_close(filled, 0, 0,
                   source == &a ? "masked_fill from a contiguous source" : "masked_fill from a broadcast one");
-      // masked_fill_scaled (a deferred gradient's last step) gives the two launches' bits.
+      // masked_fill_then_scalar (a deferred gradient's last step) gives the two launches' bits.
       if (dtype == ScalarType::int64) continue;
-      Pair scaled = empty_pair({8, 12}, dtype);
-      gpu().masked_fill(scaled.gpu_view(), source->gpu_view(), column_mask.gpu_view(), 0.0);
-      gpu().binary_scalar(BinaryOp::mul, scaled.gpu_view(), scaled.gpu_view(), 0.3);
-      const Tensor fused = empty({8, 12}, TensorOptions{dtype, kCuda});
-      gpu().masked_fill_scaled(fused.view_for_kernels(), source->gpu_view(), column_mask.gpu_view(), 0.0, 0.3);
-      CHECK(fused.to(kCpu).to(ScalarType::float64).flatten().tolist() ==
-            scaled.gpu.to(kCpu).to(ScalarType::float64).flatten().tolist());
+      for (BinaryOp op : {BinaryOp::mul, BinaryOp::div}) {
+        Pair separate = empty_pair({8, 12}, dtype);
+        gpu().masked_fill(separate.gpu_view(), source->gpu_view(), column_mask.gpu_view(), 0.0);
+        gpu().binary_scalar(op, separate.gpu_view(), separate.gpu_view(), 0.3);
+        const Tensor fused = empty({8, 12}, TensorOptions{dtype, kCuda});
+        gpu().masked_fill_then_scalar(op, fused.view_for_kernels(), source->gpu_view(), column_mask.gpu_view(), 0.0,
+                                      0.3);
+        CHECK(fused.to(kCpu).to(ScalarType::float64).flatten().tolist() ==
+              separate.gpu.to(kCpu).to(ScalarType::float64).flatten().tolist());
+      }
     }
   }
 }

@@ -104,16 +104,17 @@ class KernelBackend {
   // out[i] = mask[i] ? value : src[i]; mask (bool) and src (out's dtype) broadcast to out's sizes. src is out
   // itself in place (masked_fill_); out of place it is PyTorch's clone and fill in one pass.
   virtual void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) = 0;
-  // out[i] = (mask[i] ? value : src[i]) * scale: masked_fill and then binary_scalar's mul, each value the two
-  // calls' (the product in the dtype's math type, rounded once), in one pass where the backend has the kernel
-  // (a deferred gradient's last step, tensor/deferred_gradient.h). out and src share a dtype.
-  virtual void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
-                                  double scale) {
+  // out[i] = op(mask[i] ? value : src[i], scalar): masked_fill and then binary_scalar (a mul or div by a
+  // number), each value the two calls' (op in the dtype's math type, rounded once), in one pass where the
+  // backend has the kernel (a deferred gradient's last step, tensor/gradient_reader.h). out and src share a
+  // dtype.
+  virtual void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src,
+                                       const StridedView& mask, double value, double scalar) {
     masked_fill(out, src, mask, value);
-    binary_scalar(BinaryOp::mul, out, out, scale);
+    binary_scalar(op, out, out, scalar);
   }
   // A copy or an out-of-place masked_fill that eager runs here and a deferred gradient leaves for later
-  // (tensor/deferred_gradient.h): nothing runs; the driver-allocations wrapper notes the launch now, as it
+  // (tensor/gradient_reader.h): nothing runs; the driver-allocations wrapper notes the launch now, as it
   // would the call's. The later fused call notes only its own step.
   virtual void note_deferred_copy(const StridedView& dst, const StridedView& src) { (void)dst, (void)src; }
   virtual void note_deferred_masked_fill(const StridedView& out, const StridedView& src) { (void)out, (void)src; }

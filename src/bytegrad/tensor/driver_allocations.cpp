@@ -111,10 +111,10 @@ class DriverAllocationsBackend final : public KernelBackend {
   void note_deferred_copy(const StridedView& dst, const StridedView& src) override {
     note(dst, copy_allocations(dst, src));
   }
-  // The masked_fill was noted when it was deferred: this call stands in for the mul.
-  void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
-                          double scale) override {
-    note_then_run(out, pointwise(), &KernelBackend::masked_fill_scaled, out, src, mask, value, scale);
+  // The masked_fill was noted when it was deferred: this call stands in for the binary_scalar.
+  void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
+                               double value, double scalar) override {
+    note_then_run(out, pointwise(), &KernelBackend::masked_fill_then_scalar, op, out, src, mask, value, scalar);
   }
   void wait_for_device() override { inner_.wait_for_device(); }
   void reduce(ReduceOp op, const StridedView& out, const StridedView& in) override {

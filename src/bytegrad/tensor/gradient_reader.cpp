@@ -192,7 +192,7 @@ bool same_view(const StridedView& a, const StridedView& b) {
 }  // namespace
 
 void write_deferred_gradient(const DeferredGradient& deferred, const StridedView& out,
-                             const std::optional<StridedView>& mask, double value, std::optional<double> scale,
+                             const std::optional<StridedView>& mask, double value, std::optional<ScalarStep> then,
                              KernelBackend& kernels) {
   const FreedBytesReadable readable(deferred);
   const StridedView& source = deferred.source;
@@ -212,16 +212,17 @@ void write_deferred_gradient(const DeferredGradient& deferred, const StridedView
   one_pass = one_pass && masks <= 1 && (same_view(out, source) || !overlap(written, bytes_spanned(source))) &&
              (the_mask == nullptr || !overlap(written, bytes_spanned(*the_mask)));
   if (one_pass) {
-    if (the_mask != nullptr && scale) kernels.masked_fill_scaled(out, source, *the_mask, fill, *scale);
+    if (the_mask != nullptr && then)
+      kernels.masked_fill_then_scalar(then->op, out, source, *the_mask, fill, then->scalar);
     else if (the_mask != nullptr) kernels.masked_fill(out, source, *the_mask, fill);
-    else if (scale) kernels.binary_scalar(BinaryOp::mul, out, source, *scale);
+    else if (then) kernels.binary_scalar(then->op, out, source, then->scalar);
     else kernels.copy(out, source);
     return;
   }
   replay_deferred_gradient(deferred);
   const StridedView& last = deferred.steps.empty() ? source : deferred.steps.back().target;
   if (mask) kernels.masked_fill(out, last, *mask, value);
-  else if (scale) kernels.binary_scalar(BinaryOp::mul, out, last, *scale);
+  else if (then) kernels.binary_scalar(then->op, out, last, then->scalar);
   else kernels.copy(out, last);
 }
 

@@ -14,11 +14,11 @@
 // anything else ran.
 //
 // Deferred gradients: where the reader only masks or scales its gradient (MaskedFillBackward0,
-// MulBackward0 by a number: nanoGPT's slow attention on its way back), a node that would write its gradient
+// MulBackward0 or DivBackward1 by a number: slow attention on its way back), a node that would write its gradient
 // with one elementwise kernel (a masked_fill, or the cast copying packed values) may leave it unwritten and
 // hand on how to write it: the source elements and each step eager runs from them. Nothing is written in
 // between, so the source is intact though its block may be free; the last node of the chain writes its own
-// output from the source in one pass (KernelBackend::masked_fill_scaled), or, where its output overlaps what
+// output from the source in one pass (KernelBackend::masked_fill_then_scalar), or, where its output overlaps what
 // it reads, replays eager's steps into their own blocks first. Before the allocator gives memory back to the
 // driver (empty_cache, an OOM retry), every pending chain on that device is written out (replayed).
 #pragma once
@@ -27,6 +27,7 @@
 #include <optional>
 #include <vector>
 
+#include "bytegrad/core/op_table.h"
 #include "bytegrad/core/scalar_type.h"
 #include "bytegrad/core/strided_view.h"
 
@@ -97,12 +98,16 @@ std::optional<DeferredGradient> take_deferred_gradient(const StorageImpl* storag
 // were noted when they were deferred).
 void replay_deferred_gradient(const DeferredGradient& deferred);
 // The last node of a chain: writes `out` from `deferred` and the node's own step (a masked_fill of `value`
-// where `mask` is set, else a mul by `scale`) with `kernels`, the node's backend, which notes the launch as
-// its op's. One pass from the source where out does not overlap what that reads (or is the source itself);
-// else eager's steps replayed, then the node's own.
+// where `mask` is set, else binary_scalar's `then`: a mul or div by a number) with `kernels`, the node's
+// backend, which notes the launch as its op's. One pass from the source where out does not overlap what
+// that reads (or is the source itself); else eager's steps replayed, then the node's own.
 class KernelBackend;
+struct ScalarStep {
+  BinaryOp op = BinaryOp::mul;
+  double scalar = 1.0;
+};
 void write_deferred_gradient(const DeferredGradient& deferred, const StridedView& out,
-                             const std::optional<StridedView>& mask, double value, std::optional<double> scale,
+                             const std::optional<StridedView>& mask, double value, std::optional<ScalarStep> then,
                              KernelBackend& kernels);
 // How many gradients of each form were handed on packed in this process (tests and profiles).
 uint64_t packed_gradients_handed(PackedGradient form);

@@ -154,12 +154,13 @@ Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar,
   // One output of the computed type, laid out like a: PyTorch's only allocation (the scalar is a wrapped
   // number on the host, never a device tensor).
   Tensor out = empty_elementwise_output(a.sizes(), type, a.device(), {&a});
-  // In backward (MulBackward0 by a number), a deferred gradient is written here (tensor/gradient_reader.h).
-  std::optional<DeferredGradient> deferred = op == OpId::mul_scalar && type == a.dtype() && a.defined()
-                                                 ? take_deferred_gradient(a.storage().get())
-                                                 : std::nullopt;
+  // In backward (a mul or div by a number), a deferred gradient is written here (tensor/gradient_reader.h).
+  std::optional<DeferredGradient> deferred =
+      (op == OpId::mul_scalar || op == OpId::div_scalar) && type == a.dtype() && a.defined()
+          ? take_deferred_gradient(a.storage().get())
+          : std::nullopt;
   if (deferred) {
-    write_deferred_gradient(*deferred, kv(out), std::nullopt, 0.0, scalar, backend_of(a));
+    write_deferred_gradient(*deferred, kv(out), std::nullopt, 0.0, ScalarStep{kernel.kernel, scalar}, backend_of(a));
   } else if (type == a.dtype()) {
     backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, first);
   } else {

@@ -53,7 +53,7 @@ std::shared_ptr<FormulaNode> mul(const OpRecord& r, const op_args::None&) { retu
 
 std::shared_ptr<FormulaNode> mul_scalar(const OpRecord& r, const op_args::Scalar& args) {
   auto node = make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] * s}; });
-  node->takes_deferred = true;  // a deferred masked gradient, masked and scaled in one pass (gradient_reader.h)
+  node->takes_deferred = true;  // a deferred masked gradient, masked and multiplied in one pass (gradient_reader.h)
   return node;
 }
 
@@ -71,7 +71,9 @@ std::shared_ptr<FormulaNode> div(const OpRecord& r, const op_args::None&) {  // 
 }
 
 std::shared_ptr<FormulaNode> div_scalar(const OpRecord& r, const op_args::Scalar& args) {
-  return make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] / s}; });
+  auto node = make_node(r, [s = args.value](const FormulaNode&, TensorList& g) { return TensorList{g[0] / s}; });
+  node->takes_deferred = true;  // as mul_scalar's
+  return node;
 }
 
 std::shared_ptr<FormulaNode> neg(const OpRecord& r, const op_args::None&) {

@@ -182,10 +182,10 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "masked_fill", "", out.dtype);
     cuda::masked_fill(out, src, mask, value);
   }
-  void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
-                          double scale) override {
-    CudaCall call(out.device, "masked_fill_scaled", "", out.dtype);
-    cuda::masked_fill_scaled(out, src, mask, value, scale);
+  void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
+                               double value, double scalar) override {
+    CudaCall call(out.device, "masked_fill_then_scalar", op_name(op_id(op)), out.dtype);
+    cuda::masked_fill_then_scalar(op, out, src, mask, value, scalar);
   }
   void wait_for_device() override { BYTEGRAD_CUDA_CHECK(cudaDeviceSynchronize()); }
   void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,

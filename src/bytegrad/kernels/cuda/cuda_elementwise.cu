@@ -255,7 +255,7 @@ struct WhereFunctor {
   }
 };
 
-// masked_fill's select, then `post` on each element (masked_fill_scaled's mul; nothing for masked_fill).
+// masked_fill's select, then `post` on each element (masked_fill_then_scalar's op; nothing for masked_fill).
 // out and src contiguous, N elements at a time within one innermost row (a multiple of N long); the mask
 // read byte by byte at its own stride.
 template <typename T, int N, typename Post>
@@ -544,12 +544,12 @@ void masked_fill(const StridedView& out, const StridedView& src, const StridedVi
   masked_fill_then(out, src, mask, value, [](auto) { return NoPost{}; });
 }
 
-// binary_scalar's mul on masked_fill's result (the same functor, so the same bits as the two launches).
-void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
-                        double scale) {
-  masked_fill_then(out, src, mask, value, [scale](auto tag) {
+// binary_scalar on masked_fill's result (the same functor, so the same bits as the two launches).
+void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
+                             double value, double scalar) {
+  masked_fill_then(out, src, mask, value, [op, scalar](auto tag) {
     using T = typename decltype(tag)::type;
-    return BinaryScalarFn<T, T>{BinaryOp::mul, from_double<opmath_t<T>>(scale), scale, false};
+    return BinaryScalarFn<T, T>{op, from_double<opmath_t<T>>(scalar), scalar, false};
   });
 }
 

@@ -44,9 +44,9 @@ inline void coalesce_dims(std::vector<int64_t>& sizes, std::vector<std::vector<i
 // online-softmax attention of cuda_attention.cu), declared in bytegrad::cuda.
 #include "bytegrad/kernels/kernel_functions.h"
 
-// ---- cuda_elementwise.cu: masked_fill and binary_scalar's mul in one pass (KernelBackend::masked_fill_scaled)
-void masked_fill_scaled(const StridedView& out, const StridedView& src, const StridedView& mask, double value,
-                        double scale);
+// ---- cuda_elementwise.cu: masked_fill and binary_scalar in one pass (KernelBackend::masked_fill_then_scalar)
+void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
+                             double value, double scalar);
 
 // ---- cuda_elementwise.cu: multi-tensor launches (KernelBackend::begin_foreach / end_foreach)
 // Between foreach_begin() and foreach_end() on a thread, unary, binary_scalar and ternary calls whose
