@@ -47,7 +47,8 @@ void write_out_deferred_gradients(Device device) {
     // Another thread's kernels ran on its own stream: wait for them before reading what they wrote.
     if (state->owner != std::this_thread::get_id()) kernel_backend(device).wait_for_device();
     replay_deferred_gradient(*state->deferred);
-    if (state->owner != std::this_thread::get_id()) kernel_backend(device).wait_for_device();
+    // The memory goes back once the hook returns (an unmap does not wait for kernels in flight).
+    kernel_backend(device).wait_for_device();
     state->storage = nullptr;  // the reader finds a written gradient
     unlist(*state);
   }
