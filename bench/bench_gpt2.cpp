@@ -8,6 +8,8 @@
 // With BYTEGRAD_PROFILE_KERNELS=1 it also prints, per size, where the timed steps' GPU time went
 // (kernels/kernel_profile.h: per backend call and per autograd node; bench/pytorch_gpt2_profile.py prints
 // PyTorch's side). The profiler's events slow the steps a little: take timings from a run without it.
+// With BYTEGRAD_BENCH_STEP_TIMES=1 it prints each timed step's host time up to its final synchronize and the
+// spread of the whole steps' times (is a slow run slow in every step, and on the host or the GPU?).
 // With BYTEGRAD_BENCH_TRACE=PREFIX it writes each size's allocator trace (action, requested bytes, block bytes,
 // tag; no addresses, which differ between devices) to PREFIX.<batch>x<seq>.txt, to find where two devices'
 // (or two builds') figures part.
@@ -40,9 +42,24 @@ namespace {
 double median_step_ms(Device d, int64_t batch, int64_t seq, int steps, const std::string& mode) {
   manual_seed(1337);
   auto model = bench::gpt2_small_on(d, mode);
-  const double ms = bench::median_step_ms(bench::Gpt2TrainingStep(model, d, mode, batch, seq), steps, [] {
-    if (kernel_profiling_enabled()) kernel_profile_reset();
-  });
+  bench::Gpt2TrainingStep step(model, d, mode, batch, seq);
+  std::vector<double> host_ms;
+  bool timed = false;
+  const double ms = bench::median_step_ms(
+      [&] {
+        step();
+        if (timed) host_ms.push_back(step.last_host_ms());
+      },
+      steps,
+      [&] {
+        timed = true;
+        if (kernel_profiling_enabled()) kernel_profile_reset();
+      });
+  if (std::getenv("BYTEGRAD_BENCH_STEP_TIMES")) {
+    fmt::print("{} x {} tokens, host ms per step up to the final synchronize:", batch, seq);
+    for (double h : host_ms) fmt::print(" {:.2f}", h);
+    fmt::print("\n");
+  }
   if (kernel_profiling_enabled()) fmt::print("{} x {} tokens:\n{}\n", batch, seq, kernel_profile_report(steps));
   return ms;
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -63,6 +65,7 @@ class Gpt2TrainingStep {
   }
 
   void operator()() {
+    const auto start = std::chrono::steady_clock::now();
     nn::GPT::Output out;
     {
       std::optional<AutocastGuard> autocast;
@@ -73,8 +76,13 @@ class Gpt2TrainingStep {
     out.loss.backward();
     optimizer_->step();
     optimizer_->zero_grad(true);
+    const auto enqueued = std::chrono::steady_clock::now();
     synchronize(device_);
+    last_host_ms_ = std::chrono::duration<double, std::milli>(enqueued - start).count();
   }
+
+  // The last step's time on the host up to its final synchronize: the step's host cost where the GPU keeps up.
+  double last_host_ms() const { return last_host_ms_; }
 
  private:
   std::shared_ptr<nn::GPT> model_;
@@ -83,6 +91,7 @@ class Gpt2TrainingStep {
   Forward forward_;
   std::unique_ptr<optim::AdamW> optimizer_;
   Tensor x_, y_;
+  double last_host_ms_ = 0;
 };
 
 // Runs `step` 3 times to warm up, calls `after_warmup`, then times `steps` more: their median in milliseconds.
@@ -95,6 +104,11 @@ double median_step_ms(Step&& step, int steps, const std::function<void()>& after
     const auto start = std::chrono::steady_clock::now();
     step();
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  if (std::getenv("BYTEGRAD_BENCH_STEP_TIMES")) {
+    std::string line = "ms per step:";
+    for (double t : times) line += " " + std::to_string(t).substr(0, 6);
+    std::puts(line.c_str());
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];

@@ -3,8 +3,9 @@
 the golden program's model and AdamW foreach), under torch.profiler: per CUDA kernel name (top 30), per aten op
 that launched the kernels (self device time), and per autograd node. bytegrad's side of the same table is
 `BYTEGRAD_PROFILE_KERNELS=1 build/bench/bench_gpt2 cuda STEPS`.
-    pytorch_gpt2_profile.py [STEPS] [fp32|bf16|bf16_sdpa] [BxT ...]   (default: 5 fp32 steps at 4x256 and 8x1024;
-    bf16: the forward under bf16 autocast, _sdpa: with SDPA, as pytorch_gpt2_step.py)"""
+    pytorch_gpt2_profile.py [STEPS] [fp32|bf16|bf16_sdpa] [compile] [BxT ...]   (default: 5 fp32 steps at 4x256
+    and 8x1024; bf16: the forward under bf16 autocast, _sdpa: with SDPA, as pytorch_gpt2_step.py; compile: the
+    model under torch.compile, as bench/pytorch_compile_step.py times it: what a compiler's kernels are)"""
 import os
 import sys
 
@@ -30,9 +31,9 @@ def table(title, rows, steps, total_us, top):
         print(f"{name[:72]:<72} {calls:>7} {us / 1e3:>10.3f} {us / 1e3 / steps:>9.3f} {100 * us / total_us:>6.2f}")
 
 
-def profile_size(B, T, steps, mode):
-    step = gpt2_step(B, T, amp=mode != "fp32", sdpa=mode == "bf16_sdpa")
-    for _ in range(3):
+def profile_size(B, T, steps, mode, compiled):
+    step = gpt2_step(B, T, amp=mode != "fp32", sdpa=mode == "bf16_sdpa", wrap=torch.compile if compiled else None)
+    for _ in range(5 if compiled else 3):
         step()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
@@ -64,7 +65,12 @@ def profile_size(B, T, steps, mode):
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 modes = [a for a in sys.argv[2:] if a in ("fp32", "bf16", "bf16_sdpa")]
 mode = modes[0] if modes else "fp32"
-sizes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[2:] if a not in modes] or [(4, 256), (8, 1024)]
-print(f"PyTorch {torch.__version__} eager GPT-2 small {mode} step (AdamW foreach) under torch.profiler, {steps} steps")
+compiled = "compile" in sys.argv[2:]
+sizes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[2:] if a not in modes and a != "compile"] \
+    or [(4, 256), (8, 1024)]
+print(f"PyTorch {torch.__version__} {'torch.compile' if compiled else 'eager'} GPT-2 small {mode} step "
+      f"(AdamW foreach) under torch.profiler, {steps} steps")
 for B, T in sizes:
-    profile_size(B, T, steps, mode)
+    if compiled:
+        torch._dynamo.reset()
+    profile_size(B, T, steps, mode, compiled)

@@ -188,8 +188,9 @@ TEST_CASE("softmax of a bfloat16 input: a float32 cast, the float32 output, the 
 
 // That cast is read by the softmax alone, so it is allocated and recorded but left unwritten and the kernel
 // reads the bfloat16 input (issue 30); on the way back the softmax's float32 gradient has one reader, the
-// cast's backward to bfloat16, so the kernel writes the bfloat16 values into its first bytes and the cast
-// copies them (tensor/gradient_reader.h). Both give the bits, allocations and graph of the whole path: the
+// cast's backward to bfloat16: log_softmax's kernel writes the bfloat16 values into its first bytes and the
+// cast copies them; softmax's gradient is handed on deferred and the cast writes it from softmax_backward's
+// operands in one pass (tensor/gradient_reader.h). Both give the bits, allocations and graph of the whole path: the
 // user's own cast with a hook on it (a hook may read the float32 gradient, so nothing is handed on packed).
 TEST_CASE("softmax of a bfloat16 input: the unwritten cast gives the written cast's bits, memory and graph") {
   ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
@@ -204,7 +205,10 @@ TEST_CASE("softmax of a bfloat16 input: the unwritten cast gives the written cas
   const auto run = [&](bool whole_path, bool log) {
     const Tensor x = start.detach().clone().requires_grad_();
     Run r;
-    const uint64_t before = packed_gradients_handed(PackedGradient::cast_values);
+    const auto handed = [] {
+      return packed_gradients_handed(PackedGradient::cast_values) + packed_gradients_handed(PackedGradient::deferred);
+    };
+    const uint64_t before = handed();
     r.events = allocation_events(d, [&] {
       Tensor y;
       if (whole_path) {
@@ -218,7 +222,7 @@ TEST_CASE("softmax of a bfloat16 input: the unwritten cast gives the written cas
       r.out = y.detach().flatten().tolist();
       y.backward(grad);
     });
-    r.packed = packed_gradients_handed(PackedGradient::cast_values) - before;
+    r.packed = handed() - before;
     r.x_grad = x.grad().to(ScalarType::float32).flatten().tolist();
     return r;
   };

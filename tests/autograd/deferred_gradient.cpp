@@ -78,10 +78,11 @@ TEST_CASE("slow attention's way back: mask and scale deferred give every step's 
       CAPTURE(bf16);
       const AttentionRun hooked = attention_backward(d, bf16, true);
       const AttentionRun deferred = attention_backward(d, bf16, false);
-      // float32: MaskedFillBackward0 hands its gradient on deferred; bfloat16: the cast before it too. Not on
-      // cpu, whose freed memory goes back to the host at once.
-      CHECK(deferred.deferred == (d == kCpu ? 0 : (bf16 ? 2 : 1)));
-      CHECK(hooked.deferred == 0);
+      // float32: SoftmaxBackward0 and MaskedFillBackward0 hand their gradients on deferred; bfloat16: the cast
+      // between them too. Not on cpu, whose freed memory goes back to the host at once. Hooked, under autocast
+      // softmax's gradient still goes deferred to its cast (no hook between them), which writes it.
+      CHECK(deferred.deferred == (d == kCpu ? 0 : (bf16 ? 3 : 2)));
+      CHECK(hooked.deferred == (d != kCpu && bf16 ? 1 : 0));
       CHECK(deferred.q_grad == hooked.q_grad);  // bit for bit
       CHECK(deferred.k_grad == hooked.k_grad);
       CHECK(deferred.v_grad == hooked.v_grad);
@@ -98,7 +99,7 @@ TEST_CASE("the scale as a division (/ sqrt(d)) is deferred alike") {
     CAPTURE(bf16);
     const AttentionRun hooked = attention_backward(kSim, bf16, true, true);
     const AttentionRun deferred = attention_backward(kSim, bf16, false, true);
-    CHECK(deferred.deferred == (bf16 ? 2 : 1));
+    CHECK(deferred.deferred == (bf16 ? 3 : 2));
     CHECK(deferred.q_grad == hooked.q_grad);
     CHECK(deferred.k_grad == hooked.k_grad);
     CHECK(deferred.events == hooked.events);
@@ -112,7 +113,8 @@ struct MaskedChain {
   Tensor buffer, target, mask;
   DeferredGradient chain(int64_t n) const {
     return DeferredGradient{buffer.narrow(0, 0, n).view_for_kernels(),
-                            {{target.view_for_kernels(), mask.view_for_kernels(), 0.0}}};
+                            {{target.view_for_kernels(), mask.view_for_kernels(), 0.0}},
+                            std::nullopt};
   }
 };
 
@@ -149,4 +151,75 @@ TEST_CASE("a deferred gradient is written out before the allocator gives memory 
   CHECK_FALSE(packed_gradient_pending());
   CHECK_FALSE(take_deferred_gradient(c.target.storage().get()).has_value());
   CHECK(c.target.tolist() == expected.tolist());
+}
+
+namespace {
+
+// A chain from softmax's gradient (SoftmaxBackward0 deferred) over rows of `n`: grad_in unwritten, then
+// (with `bf16`) a cast to bfloat16, then a masked step; eager's result for `out = that * 0.5`.
+struct SoftmaxChain {
+  Tensor buffer, grad_out, output, mask, grad_in, cast, masked;  // grad_out: buffer's first rows
+  bool bf16 = false;
+  SoftmaxChain(Device d, int64_t rows, int64_t n, bool to_bf16)
+      : buffer(randn({rows + 1, n}, f32(d))),
+        grad_out(buffer.narrow(0, 0, rows)),
+        output(softmax(randn({rows, n}, f32(d)), -1)),
+        mask(gt(randn({rows, n}, f32(d)), 0.0)),
+        grad_in(empty({rows, n}, f32(d))),
+        cast(empty({rows, n}, TensorOptions{ScalarType::bfloat16, d})),
+        masked(empty({rows, n}, TensorOptions{to_bf16 ? ScalarType::bfloat16 : ScalarType::float32, d})),
+        bf16(to_bf16) {}
+  DeferredGradient chain() const {
+    std::vector<DeferredStep> steps;
+    if (bf16) steps.push_back({cast.view_for_kernels()});
+    steps.push_back({masked.view_for_kernels(), mask.view_for_kernels(), 0.0});
+    return DeferredGradient{grad_in.view_for_kernels(), steps,
+                            SoftmaxGradientSource{grad_out.view_for_kernels(), output.view_for_kernels(), 1}};
+  }
+  Tensor eager() const {
+    Tensor g = softmax_backward(grad_out, output, -1, false, std::nullopt);
+    if (bf16) g = g.to(ScalarType::bfloat16);
+    return g.masked_fill(mask, 0.0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a chain from softmax's gradient is written in one pass, or through eager's steps where it overlaps") {
+  const Device d = kSim;
+  for (bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    const SoftmaxChain c(d, 6, 40, bf16);
+    const Tensor expected = c.eager() * 0.5;
+    const Tensor grad_out_before = c.grad_out.clone(), output_before = c.output.clone();
+    // out: a tensor of its own, softmax's unwritten gradient itself (nothing reads it), or (float32) grad_out
+    // or the forward's output exactly (their freed blocks reused: each row is read before it is written): one
+    // pass; over grad_out one row on: eager's steps, replayed, then the scale.
+    std::vector<Tensor> outs{empty_like(expected), c.grad_in.to(expected.dtype())};
+    if (!bf16) outs.insert(outs.end(), {c.grad_out, c.output, c.buffer.narrow(0, 1, c.grad_out.size(0))});
+    for (size_t i = 0; i < outs.size(); ++i) {
+      CAPTURE(i);
+      write_deferred_gradient(c.chain(), outs[i].view_for_kernels(), std::nullopt, 0.0, ScalarStep{BinaryOp::mul, 0.5},
+                              backend_for(d));
+      CHECK(outs[i].tolist() == expected.tolist());
+      c.grad_out.copy_(grad_out_before);
+      c.output.copy_(output_before);
+    }
+    // The cast or the masked_fill as the chain's last node (a reader that takes no deferred gradient).
+    const Tensor masked_out = empty_like(expected);
+    write_deferred_gradient(c.chain(), masked_out.view_for_kernels(), std::nullopt, 0.0, std::nullopt, backend_for(d));
+    CHECK(masked_out.tolist() == c.eager().tolist());
+  }
+}
+
+TEST_CASE("a chain from softmax's gradient is written out before the allocator gives memory back") {
+  const Device d = kSim;
+  const SoftmaxChain c(d, 64, 1000, true);
+  const Tensor expected = c.eager();
+  empty({4 << 20}, f32(d));  // a segment of its own, cached when freed
+  hand_deferred_gradient(c.masked.storage().get(), c.chain());
+  empty_cache(d);
+  CHECK_FALSE(packed_gradient_pending());
+  CHECK(c.masked.tolist() == expected.tolist());
+  CHECK(c.grad_in.tolist() == softmax_backward(c.grad_out, c.output, -1, false, std::nullopt).tolist());
 }

@@ -256,16 +256,18 @@ TEST_CASE("softmax and log_softmax on contiguous rows (registers up to 1024, sha
       }
     }
   }
-  // The attention shape: masked rows of -inf (a causal mask) in (B, H, T, T).
-  Pair scores = random_pair({2, 3, 64, 64}, ScalarType::float32);
-  Tensor mask = triu(ones({64, 64}, TensorOptions{}.with_device(kCpu)), 1).view({1, 1, 64, 64});
-  Pair masked{masked_fill(scores.cpu, mask.to(ScalarType::bool_), -INFINITY),
-              masked_fill(scores.gpu, mask.to(ScalarType::bool_).to(kCuda), -INFINITY)};
-  Pair out = empty_pair({2, 3, 64, 64}, ScalarType::float32);
-  cpu().softmax(out.cpu_view(), masked.cpu_view(), 3, false);
-  gpu().softmax(out.gpu_view(), masked.gpu_view(), 3, false);
-  check_close(out, 1e-5, 1e-6, "masked attention softmax");
-  check_close(masked, 0.0, 0.0, "masked_fill with a broadcast mask");
+  // The attention shape: masked rows of -inf (a causal mask) in (B, H, T, T); T = 1024 takes a block a row.
+  for (int64_t T : {64, 1024}) {
+    Pair scores = random_pair({2, 3, T, T}, ScalarType::float32);
+    Tensor mask = triu(ones({T, T}, TensorOptions{}.with_device(kCpu)), 1).view({1, 1, T, T});
+    Pair masked{masked_fill(scores.cpu, mask.to(ScalarType::bool_), -INFINITY),
+                masked_fill(scores.gpu, mask.to(ScalarType::bool_).to(kCuda), -INFINITY)};
+    Pair out = empty_pair({2, 3, T, T}, ScalarType::float32);
+    cpu().softmax(out.cpu_view(), masked.cpu_view(), 3, false);
+    gpu().softmax(out.gpu_view(), masked.gpu_view(), 3, false);
+    check_close(out, 1e-5, 1e-6, "masked attention softmax");
+    check_close(masked, 0.0, 0.0, "masked_fill with a broadcast mask");
+  }
 }
 
 TEST_CASE("strided copies whose inner dimension is contiguous (attention's head transposes) match cpu") {

@@ -240,10 +240,10 @@ TEST_CASE("softmax_backward writing a float16 gradient from float32 operands (lo
 
 TEST_CASE("softmax of a 16-bit input into a float32 output: the converted input's bits, in every kernel") {
   require_gpu();
-  // Contiguous rows of 64 and 500 (a warp's registers), 1024 (the general kernel's warp a row), 3000 (shared
-  // memory); transposed (the general kernel), along every dimension.
-  const std::vector<std::pair<Shape, bool>> cases = {
-      {{64, 64}, false}, {{40, 500}, false}, {{12, 1024}, false}, {{8, 3000}, false}, {{6, 33, 1500}, true}};
+  // Contiguous rows of 64 and 500 (a warp's registers), 1024 (a block's registers), 1001 (the general
+  // kernel's warp a row), 3000 (shared memory); transposed (the general kernel), along every dimension.
+  const std::vector<std::pair<Shape, bool>> cases = {{{64, 64}, false},   {{40, 500}, false}, {{12, 1024}, false},
+                                                     {{12, 1001}, false}, {{8, 3000}, false}, {{6, 33, 1500}, true}};
   for (ScalarType dtype : {ScalarType::float16, ScalarType::bfloat16}) {
     for (const auto& [shape, transpose] : cases) {
       Tensor x = random_pair(shape, dtype, 3.0).gpu;
@@ -285,6 +285,55 @@ TEST_CASE("softmax of a 16-bit input into a float32 output: the converted input'
           empty({4, 4}, TensorOptions{}.with_device(kCuda).with_dtype(ScalarType::float64)).view_for_kernels(),
           random_pair({4, 4}, ScalarType::float16).gpu.view_for_kernels(), 1, false),
       doctest::Contains("float32 from float16 or bfloat16"), std::invalid_argument);
+}
+
+TEST_CASE("a deferred chain from softmax's gradient in one kernel: the separate launches' bits") {
+  require_gpu();
+  // Contiguous rows of 64 and 500, attention's (B, H, T, T) with a causal (1, 1, T, T) mask broadcast (the
+  // one-pass kernel); rows of 3000 and transposed ones (the default: the three launches themselves).
+  struct Case {
+    Shape shape;
+    bool broadcast_mask, transpose;
+  };
+  const std::vector<Case> cases = {{{64, 64}, false, false},
+                                   {{40, 500}, false, false},
+                                   {{2, 3, 96, 1024}, true, false},
+                                   {{8, 3000}, false, false},
+                                   {{48, 40}, false, true}};
+  const TensorOptions f32 = TensorOptions{}.with_device(kCuda);
+  for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16, ScalarType::float16}) {
+    for (const Case& c : cases) {
+      Tensor y = random_pair(c.shape, ScalarType::float32, 0.1).gpu, g = random_pair(c.shape).gpu;
+      if (c.transpose) y = y.transpose(0, 1), g = g.transpose(0, 1);
+      const Shape shape = y.sizes();
+      const int64_t dim = static_cast<int64_t>(shape.size()) - 1;
+      const int64_t T = shape.back();
+      const Tensor mask = c.broadcast_mask
+                              ? eq(tril(ones({shape[2], T}, f32)).view({1, 1, shape[2], T}), 0.0).expand(shape)
+                              : gt(random_pair(shape).gpu, 0.0);
+      struct Steps {
+        bool masked;
+        std::optional<BinaryOp> then;
+      };
+      for (const Steps steps : {Steps{true, BinaryOp::mul}, Steps{true, BinaryOp::div}, Steps{true, std::nullopt},
+                                Steps{false, std::nullopt}, Steps{false, BinaryOp::mul}}) {
+        const Tensor whole = empty(shape, f32);
+        gpu().softmax_backward(whole.view_for_kernels(), g.view_for_kernels(), y.view_for_kernels(), dim, false);
+        const Tensor separate = whole.to(dtype);
+        if (steps.masked)
+          gpu().masked_fill(separate.view_for_kernels(), separate.view_for_kernels(), mask.view_for_kernels(), -3.0);
+        if (steps.then) gpu().binary_scalar(*steps.then, separate.view_for_kernels(), separate.view_for_kernels(), 0.3);
+        const Tensor fused = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(dtype));
+        const StridedView mask_view = mask.view_for_kernels();
+        const ScalarStep then{steps.then.value_or(BinaryOp::mul), 0.3};
+        gpu().softmax_backward_then(fused.view_for_kernels(), g.view_for_kernels(), y.view_for_kernels(), dim,
+                                    steps.masked ? &mask_view : nullptr, -3.0, steps.then ? &then : nullptr);
+        INFO(scalar_type_name(dtype), " ", shape.size(), "-d rows of ", T, steps.masked ? " masked" : "",
+             steps.then ? " then a number" : "");
+        CHECK(fused.to(ScalarType::float32).cpu().tolist() == separate.to(ScalarType::float32).cpu().tolist());
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -24,6 +24,13 @@ namespace bytegrad {
 // operand by alpha (a + alpha * b); the *_backward ops fuse an activation's gradient as PyTorch does (a:
 // the incoming gradient, b: the saved tensor, the activation's result or input as its row says).
 
+// A pointwise step by a number after another (KernelBackend::softmax_backward_then; a deferred gradient's
+// last node, tensor/gradient_reader.h): op(x, scalar), as binary_scalar computes it.
+struct ScalarStep {
+  BinaryOp op = BinaryOp::mul;
+  double scalar = 1.0;
+};
+
 // norm: the 2-norm, sqrt(sum of |x|^2); norm_one: sum of |x|; norm_inf: max of |x| (NaN wins), floating
 // dtypes only. var/std (correction-adjusted variance and its square root) are computed by reduce_variance,
 // which takes the correction; reduce() rejects them.
@@ -113,11 +120,28 @@ class KernelBackend {
     masked_fill(out, src, mask, value);
     binary_scalar(op, out, out, scalar);
   }
+  // A deferred gradient's chain written in one pass from softmax's gradient (tensor/gradient_reader.h:
+  // SoftmaxBackward0 deferred; slow attention's way back): each element the value softmax_backward computes
+  // from grad_out and output (both one floating dtype; not log-softmax) converted to out's dtype, then
+  // `mask[i] ? value : it` where mask is given (out's sizes, broadcast), then op(it, scalar) where `then` is
+  // given: the bits of softmax_backward into out, masked_fill in place and binary_scalar in place, which is
+  // what this default runs. out is float32 or the operands' dtype and overlaps none of them, or is grad_out
+  // or output itself (the same view: every kernel reads a row whole before writing it); the caller notes the
+  // launches (note_deferred_*).
+  virtual void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output,
+                                     int64_t dim, const StridedView* mask, double value, const ScalarStep* then) {
+    softmax_backward(out, grad_out, output, dim, false);
+    if (mask != nullptr) masked_fill(out, out, *mask, value);
+    if (then != nullptr) binary_scalar(then->op, out, out, then->scalar);
+  }
   // A copy or an out-of-place masked_fill that eager runs here and a deferred gradient leaves for later
   // (tensor/gradient_reader.h): nothing runs; the driver-allocations wrapper notes the launch now, as it
   // would the call's. The later fused call notes only its own step.
   virtual void note_deferred_copy(const StridedView& dst, const StridedView& src) { (void)dst, (void)src; }
   virtual void note_deferred_masked_fill(const StridedView& out, const StridedView& src) { (void)out, (void)src; }
+  // Likewise softmax's gradient (SoftmaxBackward0) and a mul or div by a number written by a fused call.
+  virtual void note_deferred_softmax_backward(const StridedView& grad_in) { (void)grad_in; }
+  virtual void note_deferred_binary_scalar(const StridedView& out) { (void)out; }
   // Waits until the device finished every stream's work (cuda); others run their kernels at once.
   virtual void wait_for_device() {}
 

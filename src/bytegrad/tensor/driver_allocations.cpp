@@ -111,6 +111,13 @@ class DriverAllocationsBackend final : public KernelBackend {
   void note_deferred_copy(const StridedView& dst, const StridedView& src) override {
     note(dst, copy_allocations(dst, src));
   }
+  void note_deferred_softmax_backward(const StridedView& grad_in) override { note(grad_in, kElementwise); }
+  void note_deferred_binary_scalar(const StridedView& out) override { note(out, pointwise()); }
+  // Every step was noted by the caller (gradient_reader.cpp), the last node's own too.
+  void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output,
+                             int64_t dim, const StridedView* mask, double value, const ScalarStep* then) override {
+    inner_.softmax_backward_then(out, grad_out, output, dim, mask, value, then);
+  }
   // The masked_fill was noted when it was deferred: this call stands in for the binary_scalar.
   void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
                                double value, double scalar) override {

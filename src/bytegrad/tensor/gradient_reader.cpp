@@ -152,6 +152,10 @@ class FreedBytesReadable {
 #if BYTEGRAD_ASAN
     if (deferred.source.device.type != DeviceType::sim) return;
     allow(deferred.source);
+    if (deferred.softmax) {
+      allow(deferred.softmax->grad_out);
+      allow(deferred.softmax->output);
+    }
     for (const DeferredStep& step : deferred.steps) {
       allow(step.target);
       if (step.mask) allow(*step.mask);
@@ -192,10 +196,55 @@ bool same_view(const StridedView& a, const StridedView& b) {
 
 }  // namespace
 
+namespace {
+
+// A chain from softmax's gradient in one pass (KernelBackend::softmax_backward_then), where it can be: at
+// most one mask, every masked step in out's dtype, the values converted at most once on the way (float32
+// steps, then out's dtype), and out overlapping nothing the kernel reads but grad_out or output exactly.
+// Notes the node's own launch (the steps before it were noted when they were deferred).
+bool write_softmax_chain(const DeferredGradient& deferred, const StridedView& out,
+                         const std::optional<StridedView>& mask, double value, std::optional<ScalarStep> then,
+                         KernelBackend& kernels) {
+  const SoftmaxGradientSource& softmax = *deferred.softmax;
+  const StridedView& source = deferred.source;
+  if (source.dtype != out.dtype && source.dtype != ScalarType::float32) return false;
+  const StridedView* the_mask = mask ? &*mask : nullptr;
+  double fill = value;
+  int masks = mask ? 1 : 0;
+  bool converted = false;  // a step in out's dtype came (the values left source's dtype there)
+  for (const DeferredStep& step : deferred.steps) {
+    if (step.target.dtype == out.dtype) converted = true;
+    else if (converted || step.target.dtype != source.dtype) return false;
+    if (!step.mask) continue;
+    if (step.target.dtype != out.dtype) return false;
+    ++masks;
+    the_mask = &*step.mask;
+    fill = step.value;
+  }
+  // out may be grad_out or output itself (their freed blocks, reused by the last node's output): each row is
+  // read whole before it is written.
+  const ByteRange written = bytes_spanned(out);
+  const auto clashes = [&](const StridedView& read) {
+    return overlap(written, bytes_spanned(read)) && !same_view(out, read);
+  };
+  if (masks > 1 || clashes(softmax.grad_out) || clashes(softmax.output) ||
+      (the_mask != nullptr && overlap(written, bytes_spanned(*the_mask))))
+    return false;
+  if (then) kernels.note_deferred_binary_scalar(out);
+  else if (mask) kernels.note_deferred_masked_fill(out, deferred.steps.empty() ? source : deferred.steps.back().target);
+  else kernels.note_deferred_copy(out, deferred.steps.empty() ? source : deferred.steps.back().target);
+  const ScalarStep* step = then ? &*then : nullptr;
+  kernels.softmax_backward_then(out, softmax.grad_out, softmax.output, softmax.dim, the_mask, fill, step);
+  return true;
+}
+
+}  // namespace
+
 void write_deferred_gradient(const DeferredGradient& deferred, const StridedView& out,
                              const std::optional<StridedView>& mask, double value, std::optional<ScalarStep> then,
                              KernelBackend& kernels) {
   const FreedBytesReadable readable(deferred);
+  if (deferred.softmax && write_softmax_chain(deferred, out, mask, value, then, kernels)) return;
   const StridedView& source = deferred.source;
   // One pass: at most one mask on the way, every step in out's dtype, nothing read overwritten early.
   const StridedView* the_mask = mask ? &*mask : nullptr;
@@ -210,7 +259,8 @@ void write_deferred_gradient(const DeferredGradient& deferred, const StridedView
     fill = step.value;
   }
   const ByteRange written = bytes_spanned(out);
-  one_pass = one_pass && masks <= 1 && (same_view(out, source) || !overlap(written, bytes_spanned(source))) &&
+  one_pass = one_pass && !deferred.softmax && masks <= 1 &&
+             (same_view(out, source) || !overlap(written, bytes_spanned(source))) &&
              (the_mask == nullptr || !overlap(written, bytes_spanned(*the_mask)));
   if (one_pass) {
     if (the_mask != nullptr && then)
@@ -230,6 +280,9 @@ void write_deferred_gradient(const DeferredGradient& deferred, const StridedView
 void replay_deferred_gradient(const DeferredGradient& deferred) {
   const FreedBytesReadable readable(deferred);
   KernelBackend& kernels = kernel_backend(deferred.source.device);
+  if (deferred.softmax)
+    kernels.softmax_backward(deferred.source, deferred.softmax->grad_out, deferred.softmax->output,
+                             deferred.softmax->dim, false);
   const StridedView* from = &deferred.source;
   for (const DeferredStep& step : deferred.steps) {
     if (step.mask) kernels.masked_fill(step.target, *from, *step.mask, step.value);

@@ -13,13 +13,14 @@
 // eager's; the float32 gradient is never written or read whole. The engine checks the cast took it before
 // anything else ran.
 //
-// Deferred gradients: where the reader only masks or scales its gradient (MaskedFillBackward0,
-// MulBackward0 or DivBackward1 by a number: slow attention on its way back), a node that would write its gradient
-// with one elementwise kernel (a masked_fill, or the cast copying packed values) may leave it unwritten and
-// hand on how to write it: the source elements and each step eager runs from them. Nothing is written in
-// between, so the source is intact though its block may be free; the last node of the chain writes its own
-// output from the source in one pass (KernelBackend::masked_fill_then_scalar), or, where its output overlaps what
-// it reads, replays eager's steps into their own blocks first. Before the allocator gives memory back to the
+// Deferred gradients: where the reader only casts, masks or scales its gradient (ToCopyBackward0,
+// MaskedFillBackward0, MulBackward0 or DivBackward1 by a number: slow attention on its way back), a node that
+// would write its gradient with one kernel (softmax's gradient, a masked_fill, or the cast copying packed
+// values) may leave it unwritten and hand on how to write it: the source (elements, or softmax_backward's
+// operands) and each step eager runs from it. Nothing is written in between, so the source is intact though
+// its block may be free; the last node of the chain writes its own output from the source in one pass
+// (KernelBackend::softmax_backward_then or masked_fill_then_scalar), or, where its output overlaps what it
+// reads, replays eager's steps into their own blocks first. Before the allocator gives memory back to the
 // driver (empty_cache, an OOM retry), every pending chain on that device is written out (replayed).
 #pragma once
 
@@ -30,6 +31,7 @@
 #include "bytegrad/core/op_table.h"
 #include "bytegrad/core/scalar_type.h"
 #include "bytegrad/core/strided_view.h"
+#include "bytegrad/kernels/backend.h"
 
 namespace bytegrad {
 
@@ -83,9 +85,16 @@ struct DeferredStep {
   std::optional<StridedView> mask;
   double value = 0.0;
 };
+// Where a chain starts from softmax's gradient (SoftmaxBackward0 deferred its own): what it is computed from.
+struct SoftmaxGradientSource {
+  StridedView grad_out, output;
+  int64_t dim = -1;
+};
 struct DeferredGradient {
   StridedView source;  // its elements, unwritten since (their block may be free)
   std::vector<DeferredStep> steps;
+  // Set: `source` is softmax's gradient, itself unwritten, computed from these (whose blocks may be free).
+  std::optional<SoftmaxGradientSource> softmax;
 };
 // Whether gradients on `device` may be deferred: where a caching allocator keeps freed blocks until it gives
 // them back (cuda, sim, meta), not cpu, whose frees return memory to the host at once.
@@ -101,11 +110,6 @@ void replay_deferred_gradient(const DeferredGradient& deferred);
 // where `mask` is set, else binary_scalar's `then`: a mul or div by a number) with `kernels`, the node's
 // backend, which notes the launch as its op's. One pass from the source where out does not overlap what
 // that reads (or is the source itself); else eager's steps replayed, then the node's own.
-class KernelBackend;
-struct ScalarStep {
-  BinaryOp op = BinaryOp::mul;
-  double scalar = 1.0;
-};
 void write_deferred_gradient(const DeferredGradient& deferred, const StridedView& out,
                              const std::optional<StridedView>& mask, double value, std::optional<ScalarStep> then,
                              KernelBackend& kernels);

@@ -119,6 +119,16 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   // values into grad_input's first bytes and the cast copies them: the same allocations and bits, half the
   // bytes written and read.
   const std::optional<SoleReader> reader = take_sole_reader();
+  // Where the one reader takes a deferred gradient (MaskedFillBackward0, or the cast before it: slow
+  // attention), grad_input is left unwritten and handed on with what it is computed from; the chain's last
+  // node writes its own output from grad and out in one pass (tensor/gradient_reader.h).
+  if (reader && reader->takes_deferred && !half_to_float && !log && reader->dtype == grad_dtype &&
+      reader->sizes == output.sizes() && grad_input.is_contiguous() && defers_gradients_on(output.device())) {
+    backend_of(output).note_deferred_softmax_backward(kv(grad_input));
+    hand_deferred_gradient(grad_input.storage().get(),
+                           DeferredGradient{kv(grad_input), {}, SoftmaxGradientSource{kv(grad), kv(out), dim}});
+    return grad_input;
+  }
   if (reader && !half_to_float && reader->dtype == grad_dtype && reader->sizes == output.sizes() &&
       grad_dtype == ScalarType::float32 &&
       (reader->cast_to == ScalarType::bfloat16 || reader->cast_to == ScalarType::float16)) {

@@ -561,9 +561,23 @@ Tensor Tensor::to(ScalarType target) const {
   // were never written.
   const std::optional<PackedGradient> packed =
       defined() && is_contiguous() ? take_packed_gradient(storage().get()) : std::nullopt;
+  // A deferred one (softmax's gradient) is cast as a step of its chain: handed on again where this cast's
+  // reader takes it too, else written from the chain here.
+  std::optional<DeferredGradient> deferred =
+      defined() && !packed ? take_deferred_gradient(storage().get()) : std::nullopt;
   return ops_detail::to_dtype_written_by(*this, target, [&](const Tensor& out) {
     KernelBackend& backend = backend_for(device());
-    if (packed == PackedGradient::nll_rows) {
+    if (deferred) {
+      const std::optional<SoleReader> reader = take_sole_reader();
+      if (reader && reader->takes_deferred && reader->dtype == target && reader->sizes == sizes() &&
+          out.is_contiguous()) {
+        backend.note_deferred_copy(out.view_for_kernels(), view_for_kernels());
+        deferred->steps.push_back({out.view_for_kernels()});
+        hand_deferred_gradient(out.storage().get(), std::move(*deferred));
+      } else {
+        write_deferred_gradient(*deferred, out.view_for_kernels(), std::nullopt, 0.0, std::nullopt, backend);
+      }
+    } else if (packed == PackedGradient::nll_rows) {
       backend.cast_nll_rows(out.view_for_kernels(), view_for_kernels());
     } else if (packed == PackedGradient::cast_values) {
       StridedView values = view_for_kernels();  // contiguous: the same strides, read as the target's elements

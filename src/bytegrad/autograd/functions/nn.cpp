@@ -13,6 +13,7 @@ std::shared_ptr<FormulaNode> softmax(const OpRecord& r, const op_args::Dim& args
     return TensorList{softmax_backward(g[0], n.saved(0), dim, false, input_dtype)};
   });
   node->save_output("result", 0);
+  node->defers_gradient = true;  // to a masked_fill's backward, or the cast before it (gradient_reader.h)
   return node;
 }
 

@@ -149,6 +149,7 @@ std::shared_ptr<FormulaNode> to_dtype(const OpRecord& r, const op_args::None&) {
   auto node = make_node(r, [source](const FormulaNode&, TensorList& g) { return TensorList{g[0].to(source)}; });
   node->casts_gradient_to = source;
   node->defers_gradient = true;  // a packed gradient's values, copied (gradient_reader.h)
+  node->takes_deferred = true;   // softmax's gradient on slow attention's way back
   return node;
 }
 

@@ -187,6 +187,16 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "masked_fill_then_scalar", op_name(op_id(op)), out.dtype);
     cuda::masked_fill_then_scalar(op, out, src, mask, value, scalar);
   }
+  void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output,
+                             int64_t dim, const StridedView* mask, double value, const ScalarStep* then) override {
+    if (!cuda::softmax_backward_chain_fits(out, grad_out, output, dim, then)) {
+      KernelBackend::softmax_backward_then(out, grad_out, output, dim, mask, value, then);
+      return;
+    }
+    CudaCall call(out.device, "softmax_backward_then", then ? op_name(op_id(then->op)) : (mask ? "masked" : ""),
+                  out.dtype);
+    cuda::softmax_backward_then(out, grad_out, output, dim, mask, value, then);
+  }
   void wait_for_device() override { BYTEGRAD_CUDA_CHECK(cudaDeviceSynchronize()); }
   void amp_non_finite_check_and_unscale(const StridedView& grad, const StridedView& found_inf,
                                         const StridedView& inv_scale) override {

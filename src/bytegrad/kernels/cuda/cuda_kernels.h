@@ -44,6 +44,13 @@ inline void coalesce_dims(std::vector<int64_t>& sizes, std::vector<std::vector<i
 // online-softmax attention of cuda_attention.cu), declared in bytegrad::cuda.
 #include "bytegrad/kernels/kernel_functions.h"
 
+// ---- cuda_softmax.cu: a deferred gradient's chain from softmax's gradient in one pass
+// (KernelBackend::softmax_backward_then), where the kernel takes the operands: float32 operands, out float32
+// or 16-bit, rows contiguous along dim and at most 1024 long, a mul or div by a number (or none) last.
+bool softmax_backward_chain_fits(const StridedView& out, const StridedView& grad_out, const StridedView& output,
+                                 int64_t dim, const ScalarStep* then);
+void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                           const StridedView* mask, double value, const ScalarStep* then);
 // ---- cuda_elementwise.cu: masked_fill and binary_scalar in one pass (KernelBackend::masked_fill_then_scalar)
 void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
                              double value, double scalar);

@@ -6,8 +6,9 @@
 // Two faster paths for contiguous rows (the dimension innermost, rows back to back): rows are read once into
 // a warp's registers (each lane holding elements lane, lane + 32, ...; the general kernel's sums in the same
 // order), so a row costs one read and one write, up to 512 elements in the forward and 1024 in the
-// backward; rows longer than 1024 are read once into the block's shared memory when they fit (the
-// vocabulary-sized log_softmax of a language model's loss), 1024 threads a row.
+// backward; forward rows of 513 to 1024 are held by a 128-thread block a row, read with 16-byte loads; rows
+// longer than 1024 are read once into the block's shared memory when they fit (the vocabulary-sized
+// log_softmax of a language model's loss), 1024 threads a row.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -195,9 +196,63 @@ __global__ void __launch_bounds__(kForwardWarpThreads)
   }
 }
 
-template <typename T, int kPerLane, typename Gi = T>
+// What the warp backward kernel stores for each element of a row: its value in Gi (PlainStore), or a
+// deferred chain's last step (ChainStore, tensor/gradient_reader.h): the value in Gi, then masked_fill's
+// select where there is a mask, then with kMultiply binary_scalar's mul or div by a number (both a product
+// in float, the div's by the reciprocal the host computed as binary_with_scalar does): the bits of those
+// kernels run one after another. A row's mask bytes are fetched with its operands (one bit a register
+// slot), so the row waits on memory once.
+template <typename Gi>
+struct PlainStore {
+  struct Row {
+    __device__ void fetch(int, int) {}
+    template <typename Acc>
+    __device__ Gi operator()(int, Acc v) const {
+      return convert<Gi>(v);
+    }
+  };
+  __device__ Row at_row(int64_t) const { return {}; }
+};
+
+template <typename Gi, bool kMultiply>
+struct ChainStore {
+  const uint8_t* mask;  // null: no masked step
+  int64_t mask_dim_stride;
+  StridedIndexer<1> mask_rows;  // each row's first mask element
+  Gi value;
+  float factor;
+  struct Row {
+    const uint8_t* mask;
+    int64_t mask_dim_stride;
+    Gi value;
+    float factor;
+    uint32_t masked = 0;  // bit i: the lane's element i is masked (at most 32 a lane)
+    __device__ void fetch(int i, int j) {
+      if (mask != nullptr && mask[j * mask_dim_stride]) masked |= 1u << i;
+    }
+    template <typename Acc>
+    __device__ Gi operator()(int i, Acc v) const {
+      Gi x = convert<Gi>(v);
+      if ((masked >> i) & 1u) x = value;
+      if constexpr (kMultiply) x = convert<Gi>(convert<float>(x) * factor);
+      return x;
+    }
+  };
+  __device__ Row at_row(int64_t row) const {
+    const uint8_t* row_mask = nullptr;
+    if (mask != nullptr) {
+      int64_t offset[1];
+      mask_rows.offsets(row, offset);
+      row_mask = mask + offset[0];
+    }
+    return {row_mask, mask_dim_stride, value, factor};
+  }
+};
+
+template <typename T, int kPerLane, typename Gi = T, typename Store = PlainStore<Gi>>
 __global__ void __launch_bounds__(kBlockThreads)
-    softmax_backward_warp_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int dim, bool log) {
+    softmax_backward_warp_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int dim, bool log,
+                                 Store store = {}) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
   int lane;
@@ -206,12 +261,14 @@ __global__ void __launch_bounds__(kBlockThreads)
     const T* go = grad_out + row * dim;
     const T* y = output + row * dim;
     Gi* gi = grad_in + row * dim;
+    auto stored = store.at_row(row);
     Acc g[kPerLane], o[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
       g[i] = j < dim ? convert<Acc>(go[j]) : Acc(0);
       o[i] = j < dim ? convert<Acc>(y[j]) : Acc(0);
+      if (j < dim) stored.fetch(i, j);
     }
     Acc sum = 0;
 #pragma unroll
@@ -221,7 +278,67 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + i * kWarp;
-      if (j < dim) gi[j] = convert<Gi>(log ? g[i] - pointwise::m_exp(o[i]) * sum : o[i] * (g[i] - sum));
+      if (j < dim) gi[j] = stored(i, log ? g[i] - pointwise::m_exp(o[i]) * sum : o[i] * (g[i] - sum));
+    }
+  }
+}
+
+// Rows of 513 to 1024 contiguous elements (attention's scores at sequence length 1024): one 128-thread block
+// a row, each thread holding kVectors runs of V consecutive elements in registers (thread t: elements
+// V * t + 128 * V * k, V = 16 bytes of the output's type, so a 16-bit input is read as its float32 copy would
+// be, and gives its bits), read once and written once with wide accesses. The row's max and sum combine each
+// thread's values in order, then across the block. The general kernel's warp a row read the row three times.
+constexpr int kRowBlockThreads = 128;
+
+template <typename T>
+inline constexpr int kRowBlockVector = static_cast<int>(16 / sizeof(T));
+
+template <typename T, typename In, int kVectors, bool kLog>
+__global__ void __launch_bounds__(kRowBlockThreads)
+    softmax_forward_block_kernel(T* out, const In* in, int64_t num_rows, int dim) {
+  using Acc = opmath_t<T>;
+  constexpr int V = kRowBlockVector<T>;
+  for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
+    const In* x = in + row * dim;
+    T* y = out + row * dim;
+    Acc v[kVectors][V];
+    Acc max_value = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      const int first = (k * kRowBlockThreads + static_cast<int>(threadIdx.x)) * V;
+      if (first < dim) {
+        const Vec<In, V> chunk = *reinterpret_cast<const Vec<In, V>*>(x + first);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          v[k][e] = convert<Acc>(chunk.v[e]);
+          max_value = MaxOp{}(max_value, v[k][e]);
+        }
+      }
+    }
+    max_value = row_allreduce<kRowBlockThreads>(max_value, MaxOp{});
+    Acc sum = 0;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      if ((k * kRowBlockThreads + static_cast<int>(threadIdx.x)) * V < dim) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const Acc exp_value = pointwise::m_exp(v[k][e] - max_value);
+          if constexpr (!kLog) v[k][e] = exp_value;
+          sum += exp_value;
+        }
+      }
+    }
+    sum = row_allreduce<kRowBlockThreads>(sum, SumOp{});
+    const Acc log_sum = kLog ? pointwise::m_log(sum) : Acc(0);
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      const int first = (k * kRowBlockThreads + static_cast<int>(threadIdx.x)) * V;
+      if (first < dim) {
+        Vec<T, V> chunk;
+#pragma unroll
+        for (int e = 0; e < V; ++e) chunk.v[e] = convert<T>(kLog ? v[k][e] - max_value - log_sum : v[k][e] / sum);
+        *reinterpret_cast<Vec<T, V>*>(y + first) = chunk;
+      }
     }
   }
 }
@@ -339,9 +456,9 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
   const int64_t dim_size = in.sizes[dim];
   const int64_t num_rows = dim_size > 0 ? in.numel() / dim_size : 0;
   if (num_rows == 0 || dim_size == 0) return true;
-  // Forward rows in registers only up to 512 (16 a lane): at 1024 (32 a lane) the registers cost more in
+  // A warp's registers a row only up to 512 (16 a lane): at 1024 (32 a lane) the registers cost more in
   // resident warps than the single read saves (measured on the H100 at GPT-2's 1024-long attention rows:
-  // 0.58 ms a call against 0.38 ms for the general kernel), so those go to the general kernel.
+  // 0.58 ms a call against 0.38 ms for the general kernel); those take a block a row below.
   if (dim_size <= 512) {
     dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
       constexpr int kPerLane = decltype(per_lane)::value;
@@ -356,7 +473,22 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
     });
     return true;
   }
-  if (dim_size <= 1024) return false;                              // the general kernel's warp per row
+  if (dim_size <= 1024) {
+    // A block a row from registers where the rows split into whole 16-byte runs; else the general kernel.
+    constexpr int V = kRowBlockVector<T>;
+    constexpr int kVectors = (1024 + kRowBlockThreads * V - 1) / (kRowBlockThreads * V);
+    const auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+    if (dim_size % V != 0 || !aligned(in.data, sizeof(In) * V) || !aligned(out.data, sizeof(T) * V)) return false;
+    const unsigned blocks = long_row_blocks(num_rows);
+    if (log)
+      softmax_forward_block_kernel<T, In, kVectors, true><<<blocks, kRowBlockThreads, 0, launch_stream()>>>(
+          static_cast<T*>(out.data), static_cast<const In*>(in.data), num_rows, static_cast<int>(dim_size));
+    else
+      softmax_forward_block_kernel<T, In, kVectors, false><<<blocks, kRowBlockThreads, 0, launch_stream()>>>(
+          static_cast<T*>(out.data), static_cast<const In*>(in.data), num_rows, static_cast<int>(dim_size));
+    BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_block_kernel");
+    return true;
+  }
   const size_t bytes = static_cast<size_t>(dim_size) * sizeof(T);  // the row as T: In does not move the choice
   if (bytes + 1024 > max_shared_bytes()) return false;             // + the reductions' static shared memory
   allow_shared_bytes(softmax_forward_smem_kernel<T, In>, bytes);
@@ -455,6 +587,77 @@ void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, c
     using T = typename decltype(tag)::type;
     softmax_backward_typed<T, T>(grad_in, grad_out, output, dim, log);
   });
+}
+
+// ------------------------------------------------------- a deferred gradient's chain from softmax's gradient
+
+bool softmax_backward_chain_fits(const StridedView& out, const StridedView& grad_out, const StridedView& output,
+                                 int64_t dim, const ScalarStep* then) {
+  return grad_out.dtype == ScalarType::float32 && output.dtype == ScalarType::float32 &&
+         (out.dtype == ScalarType::float32 || out.dtype == ScalarType::bfloat16 || out.dtype == ScalarType::float16) &&
+         (then == nullptr || then->op == BinaryOp::mul || then->op == BinaryOp::div) && rows_are_contiguous(out, dim) &&
+         rows_are_contiguous(grad_out, dim) && rows_are_contiguous(output, dim) && grad_out.sizes == out.sizes &&
+         output.sizes == out.sizes && out.sizes[dim] <= 1024;
+}
+
+namespace {
+
+template <typename Gi, bool kMultiply>
+void launch_softmax_backward_chain(const StridedView& out, const StridedView& grad_out, const StridedView& output,
+                                   int64_t num_rows, int64_t dim_size, const ChainStore<Gi, kMultiply>& store) {
+  dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
+    softmax_backward_warp_kernel<float, decltype(per_lane)::value, Gi, ChainStore<Gi, kMultiply>>
+        <<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
+            static_cast<Gi*>(out.data), static_cast<const float*>(grad_out.data),
+            static_cast<const float*>(output.data), num_rows, static_cast<int>(dim_size), false, store);
+    BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_warp_kernel (chain)");
+  });
+}
+
+template <typename Gi>
+void softmax_backward_chain_typed(const StridedView& out, const StridedView& grad_out, const StridedView& output,
+                                  int64_t dim, const StridedView* mask, double value, const ScalarStep* then) {
+  const int64_t dim_size = out.sizes[dim];
+  const int64_t num_rows = dim_size > 0 ? out.numel() / dim_size : 0;
+  if (num_rows == 0 || dim_size == 0) return;
+  const uint8_t* mask_data = nullptr;
+  int64_t mask_dim_stride = 0;
+  StridedIndexer<1> mask_rows{};
+  if (mask != nullptr) {
+    require_same_sizes(out, *mask, "softmax_backward_then");
+    if (mask->dtype != ScalarType::bool_ && mask->dtype != ScalarType::uint8)
+      throw std::invalid_argument("cuda backend: softmax_backward_then: the mask must be bool");
+    std::vector<int64_t> row_sizes = out.sizes;
+    row_sizes[dim] = 1;
+    mask_data = static_cast<const uint8_t*>(mask->data);
+    mask_dim_stride = mask->strides[dim];
+    mask_rows = make_indexer<1>(row_sizes, {mask->strides});
+  }
+  if (then == nullptr) {
+    launch_softmax_backward_chain<Gi, false>(
+        out, grad_out, output, num_rows, dim_size,
+        ChainStore<Gi, false>{mask_data, mask_dim_stride, mask_rows, from_double<Gi>(value), 1.0f});
+    return;
+  }
+  // binary_with_scalar in float: x * scalar, and a division as x * (1 / scalar).
+  const float scalar = from_double<float>(then->scalar);
+  const float factor = then->op == BinaryOp::div ? 1.0f / scalar : scalar;
+  launch_softmax_backward_chain<Gi, true>(
+      out, grad_out, output, num_rows, dim_size,
+      ChainStore<Gi, true>{mask_data, mask_dim_stride, mask_rows, from_double<Gi>(value), factor});
+}
+
+}  // namespace
+
+void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output, int64_t dim,
+                           const StridedView* mask, double value, const ScalarStep* then) {
+  if (!softmax_backward_chain_fits(out, grad_out, output, dim, then))
+    throw std::invalid_argument("cuda backend: softmax_backward_then: operands the one-pass kernel does not take");
+  if (out.dtype == ScalarType::bfloat16)
+    softmax_backward_chain_typed<__nv_bfloat16>(out, grad_out, output, dim, mask, value, then);
+  else if (out.dtype == ScalarType::float16)
+    softmax_backward_chain_typed<__half>(out, grad_out, output, dim, mask, value, then);
+  else softmax_backward_chain_typed<float>(out, grad_out, output, dim, mask, value, then);
 }
 
 }  // namespace bytegrad::cuda
