@@ -223,3 +223,44 @@ TEST_CASE("a chain from softmax's gradient is written out before the allocator g
   CHECK(c.masked.tolist() == expected.tolist());
   CHECK(c.grad_in.tolist() == softmax_backward(c.grad_out, c.output, -1, false, std::nullopt).tolist());
 }
+
+TEST_CASE("softmax's gradient deferred along any dimension, into a mask and a scale, as the written path") {
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  const Device d = kSim;
+  struct Case {
+    Shape shape;
+    int64_t dim;
+    bool bf16;
+  };
+  for (const Case& c :
+       {Case{{4, 6, 10}, 1, false}, Case{{4, 6, 10}, 2, true}, Case{{5, 7}, 0, false}, Case{{3, 2, 9, 9}, 3, true}}) {
+    CAPTURE(c.dim);
+    CAPTURE(c.bf16);
+    const auto run = [&](bool hooked) {
+      manual_seed(11);
+      const Tensor x = randn(c.shape, f32(d)).requires_grad_();
+      const Tensor mask = gt(randn(c.shape, f32(d)), 0.5);
+      const Tensor grad = randn(c.shape, f32(d));
+      AttentionRun r;
+      const uint64_t before = packed_gradients_handed(PackedGradient::deferred);
+      r.events = allocation_events(d, [&] {
+        std::optional<AutocastGuard> autocast;
+        if (c.bf16) autocast.emplace(d.type, ScalarType::bfloat16);
+        Tensor s = (c.bf16 ? x.to(ScalarType::bfloat16) : x) * 0.7;
+        if (hooked) s.register_hook([](const Tensor& g) { return g; });
+        s = s.masked_fill(mask, -1.5);
+        if (hooked) s.register_hook([](const Tensor& g) { return g; });
+        Tensor y = softmax(s, c.dim);
+        autocast.reset();
+        y.backward(grad.to(y.dtype()));
+      });
+      r.deferred = packed_gradients_handed(PackedGradient::deferred) - before;
+      r.q_grad = x.grad().flatten().tolist();
+      return r;
+    };
+    const AttentionRun hooked = run(true), deferred = run(false);
+    CHECK(deferred.deferred == (c.bf16 ? 3 : 2));
+    CHECK(deferred.q_grad == hooked.q_grad);
+    CHECK(deferred.events == hooked.events);
+  }
+}
