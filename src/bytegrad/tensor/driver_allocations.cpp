@@ -2,6 +2,7 @@
 // the allocations PyTorch's kernel for it makes the CUDA driver do.
 #include <stdexcept>
 
+#include "bytegrad/core/view_bytes.h"
 #include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/streams.h"
 
@@ -223,9 +224,6 @@ class DriverAllocationsBackend final : public KernelBackend {
   static uint32_t copy_allocations(const StridedView& dst, const StridedView& src) {
     const bool memcpy = dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous();
     return memcpy ? 0 : kElementwise;
-  }
-  static bool same_view(const StridedView& a, const StridedView& b) {
-    return a.data == b.data && a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides;
   }
   // A launch on the device's current stream: the driver's allocations it makes, and work for the stream
   // timeline (streams.h). PyTorch launches nothing for no elements.

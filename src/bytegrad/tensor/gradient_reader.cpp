@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bytegrad/core/address_sanitizer.h"
+#include "bytegrad/core/view_bytes.h"
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/memory/caching_allocator.h"
 
@@ -124,25 +125,6 @@ void forget_packed_gradient() {
 
 namespace {
 
-struct ByteRange {
-  uintptr_t begin = 0, end = 0;
-};
-
-// The bytes a view's elements span, from its lowest element to the end of its highest.
-ByteRange bytes_spanned(const StridedView& view) {
-  if (view.numel() == 0) return {};
-  int64_t low = 0, high = 0;
-  for (size_t d = 0; d < view.sizes.size(); ++d) {
-    const int64_t reach = view.strides[d] * (view.sizes[d] - 1);
-    (reach < 0 ? low : high) += reach;
-  }
-  const auto base = reinterpret_cast<uintptr_t>(view.data);
-  const auto size = static_cast<int64_t>(element_size(view.dtype));
-  return {base + static_cast<uintptr_t>(low * size), base + static_cast<uintptr_t>((high + 1) * size)};
-}
-
-bool overlap(const ByteRange& a, const ByteRange& b) { return a.begin < b.end && b.begin < a.end; }
-
 // Under AddressSanitizer the sim device poisons free blocks (simulated_raw_memory.cpp); a deferred gradient
 // reads and replays into blocks that are free by then, on purpose. For the scope, the free bytes its views
 // span are readable; their poison is restored after.
@@ -190,14 +172,6 @@ class FreedBytesReadable {
   std::vector<ByteRange> poisoned_;
 };
 
-bool same_view(const StridedView& a, const StridedView& b) {
-  return a.data == b.data && a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides;
-}
-
-}  // namespace
-
-namespace {
-
 // A chain from softmax's gradient in one pass (KernelBackend::softmax_backward_then), where it can be: at
 // most one mask, every masked step in out's dtype, the values converted at most once on the way (float32
 // steps, then out's dtype), and out overlapping nothing the kernel reads but grad_out or output exactly.
@@ -225,10 +199,10 @@ bool write_softmax_chain(const DeferredGradient& deferred, const StridedView& ou
   // read whole before it is written.
   const ByteRange written = bytes_spanned(out);
   const auto clashes = [&](const StridedView& read) {
-    return overlap(written, bytes_spanned(read)) && !same_view(out, read);
+    return ranges_overlap(written, bytes_spanned(read)) && !same_view(out, read);
   };
   if (masks > 1 || clashes(softmax.grad_out) || clashes(softmax.output) ||
-      (the_mask != nullptr && overlap(written, bytes_spanned(*the_mask))))
+      (the_mask != nullptr && ranges_overlap(written, bytes_spanned(*the_mask))))
     return false;
   if (then) kernels.note_deferred_binary_scalar(out);
   else if (mask) kernels.note_deferred_masked_fill(out, deferred.steps.empty() ? source : deferred.steps.back().target);
@@ -260,8 +234,8 @@ void write_deferred_gradient(const DeferredGradient& deferred, const StridedView
   }
   const ByteRange written = bytes_spanned(out);
   one_pass = one_pass && !deferred.softmax && masks <= 1 &&
-             (same_view(out, source) || !overlap(written, bytes_spanned(source))) &&
-             (the_mask == nullptr || !overlap(written, bytes_spanned(*the_mask)));
+             (same_view(out, source) || !ranges_overlap(written, bytes_spanned(source))) &&
+             (the_mask == nullptr || !ranges_overlap(written, bytes_spanned(*the_mask)));
   if (one_pass) {
     if (the_mask != nullptr && then)
       kernels.masked_fill_then_scalar(then->op, out, source, *the_mask, fill, then->scalar);
