@@ -19,6 +19,14 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
+# cuDNN's C++ frontend (header-only, from PyPI) lets the cuda device run attention on cuDNN's kernels
+# (docs/speed.md): fetched once where CUDA and a GPU are present; without it (no network, say) attention runs
+# on bytegrad's own kernels.
+if command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
+  [ ! -f external/cudnn_frontend/include/cudnn_frontend.h ]; then
+  tools/get_cudnn_frontend.sh || echo "could not fetch cuDNN's frontend: attention runs on bytegrad's own kernels"
+fi
+
 build_dir="${BYTEGRAD_BUILD_DIR:-build}"
 # The CPU GEMM for this machine's processor (-march=native): several times faster on sim; these binaries
 # stay on this machine. BYTEGRAD_CMAKE_ARGS come last and win (./test.sh --sanitize turns it off).

@@ -6,6 +6,7 @@
 #include <optional>
 #include <tuple>
 
+#include "bytegrad/kernels/cuda/cuda_cudnn_attention.h"
 #include "bytegrad/tensor/ops.h"
 #include "tests/cuda/gpu_test_helpers.h"
 #include "tests/support/allocation_probe.h"
@@ -119,6 +120,59 @@ TEST_CASE("attention forward and backward: cuda matches the cpu reference") {
   for (ScalarType dtype : {ScalarType::bfloat16, ScalarType::float16, ScalarType::float32})
     for (const Shape6& s : efficient_shapes)
       for (bool causal : {true, false}) compare(s, dtype, false, causal, true, std::nullopt);
+}
+
+// Where the build has cuDNN (tools/get_cudnn_frontend.sh), GPT-2's calls run on it, inside the workspace
+// blocks PyTorch's cuDNN backend allocates (so bytegrad's memory stays PyTorch's), and match the cpu reference.
+TEST_CASE("cuDNN's fused attention runs in PyTorch's cuDNN workspace and matches the cpu reference") {
+  require_gpu();
+  if (!cuda::cudnn_attention_enabled()) {
+    MESSAGE("cuDNN attention is not in this build (or BYTEGRAD_CUDNN_ATTENTION=0): nothing to check");
+    return;
+  }
+  manual_seed(79);
+  struct Case {
+    Shape6 s;
+    bool packed, causal;
+  };
+  for (const Case& c : {Case{{2, 12, 256, 256, 64, 64}, true, true}, Case{{1, 4, 100, 100, 64, 64}, false, false},
+                        Case{{2, 2, 64, 64, 128, 128}, false, true}, Case{{1, 3, 40, 72, 32, 32}, false, false}}) {
+    const Shape6& s = c.s;
+    CAPTURE(s.H);
+    CAPTURE(s.Sq);
+    CAPTURE(s.D);
+    CAPTURE(c.causal);
+    const Inputs in = make_inputs(s, ScalarType::bfloat16, c.packed);
+    const double sc = 1.0 / std::sqrt(static_cast<double>(s.D));
+    const AttentionResult rc = scaled_dot_product_cudnn_attention(in.q.cpu, in.k.cpu, in.v.cpu, true, c.causal);
+    const TensorOptions bf16{ScalarType::bfloat16, kCuda};
+    const Tensor out = empty({s.B, s.H, s.Sq, s.Dv}, bf16);
+    const Tensor lse = empty({s.B, s.H, s.Sq}, TensorOptions{ScalarType::float32, kCuda});
+    // PyTorch's cuDNN forward workspace: 256 bytes in every recorded case (ops_attention.cpp).
+    const Tensor forward_workspace = empty({256}, TensorOptions{ScalarType::uint8, kCuda});
+    const StridedView lse_view = lse.view_for_kernels();
+    const bool ran_forward = cuda::cudnn_attention_forward(
+        out.view_for_kernels(), &lse_view, in.q.gpu.view_for_kernels(), in.k.gpu.view_for_kernels(),
+        in.v.gpu.view_for_kernels(), sc, c.causal, DeviceScratch{forward_workspace.view_for_kernels().data, 256});
+    REQUIRE_MESSAGE(ran_forward, cuda::cudnn_attention_refusal());
+    check_close(out.to(kCpu), rc.output, 3e-2, 3e-2 * std::max(1.0, max_abs(rc.output)), "output");
+    check_close(lse.to(kCpu), rc.logsumexp, 1e-4, 1e-4, "logsumexp");
+    // PyTorch's cuDNN backward workspace: a float dQ accumulator, a float per-row sum and 256 bytes.
+    const int64_t backward_bytes = 4 * s.B * s.H * s.Sq * s.D + 4 * s.B * s.H * s.Sq + 256;
+    const Tensor backward_workspace = empty({backward_bytes}, TensorOptions{ScalarType::uint8, kCuda});
+    const Tensor dq = empty_like(in.q.gpu), dk = empty_like(in.k.gpu), dv = empty_like(in.v.gpu);
+    const bool ran = cuda::cudnn_attention_backward(
+        dq.view_for_kernels(), dk.view_for_kernels(), dv.view_for_kernels(), in.grad.gpu.view_for_kernels(),
+        in.q.gpu.view_for_kernels(), in.k.gpu.view_for_kernels(), in.v.gpu.view_for_kernels(), out.view_for_kernels(),
+        lse_view, sc, c.causal, DeviceScratch{backward_workspace.view_for_kernels().data, backward_bytes});
+    CHECK_MESSAGE(ran, cuda::cudnn_attention_refusal());
+    if (!ran) continue;
+    const AttentionGrads gc = scaled_dot_product_cudnn_attention_backward(in.grad.cpu, in.q.cpu, in.k.cpu, in.v.cpu,
+                                                                          rc.output, rc.logsumexp, c.causal, sc);
+    for (auto [got, want, what] :
+         {std::tuple{dq, gc.grad_query, "dq"}, std::tuple{dk, gc.grad_key, "dk"}, std::tuple{dv, gc.grad_value, "dv"}})
+      check_close(got.to(kCpu), want, 6e-2, 6e-2 * std::max(1.0, max_abs(want)), what);
+  }
 }
 
 // With the cuDNN backend's workspace the tensor-core backward accumulates dq atomically in it (one pass over

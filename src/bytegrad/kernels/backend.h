@@ -40,6 +40,12 @@ enum class ReduceOp { sum, mean, prod, max, min, argmax, argmin, norm, norm_one,
 // lerp: self + value * (a - self) (b unused); addcmul: self + value * a * b; addcdiv: self + value * a / b.
 enum class TernaryOp { lerp, addcmul, addcdiv };
 
+// Device memory a caller lends a kernel for one call (nullptr on meta, or when there is none).
+struct DeviceScratch {
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
 // What scaled_dot_product_attention adds to the plain fused computation (an additive mask and dropout), as
 // PyTorch's memory-efficient and cuDNN kernels take them. Defaults: none of it.
 //   bias       (B, H, Sq, Sk), any strides (an expanded mask has zeros), float32, float64 or the inputs' 16-bit
@@ -49,18 +55,15 @@ enum class TernaryOp { lerp, addcmul, addcdiv };
 //              every element (0 where causal hides the key), in its own dtype
 //   dropout    the probabilities' dropout (attention_dropout.h: z_ij = kept ? 1 / (1 - p) : 0); the logsumexp
 //              is the undropped softmax's, and backward redraws the same elements
+//   forward_workspace  forward only: the workspace the op layer allocated as PyTorch's backend does (cuDNN's),
+//              which the kernel may use for the call's duration (backward's is its `scratch` argument)
 struct AttentionExtras {
   const StridedView* bias = nullptr;
   const StridedView* grad_bias = nullptr;
   double dropout_p = 0.0;
   uint64_t philox_seed = 0, philox_offset = 0;
+  DeviceScratch forward_workspace;
   bool any() const { return bias != nullptr || dropout_p > 0.0; }
-};
-
-// Device memory a caller lends a kernel for one call (nullptr on meta, or when there is none).
-struct DeviceScratch {
-  void* data = nullptr;
-  int64_t bytes = 0;
 };
 
 class KernelBackend {

@@ -332,7 +332,8 @@ AttentionResult cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return r;  // MHA.cpp returns before the graph
   const Tensor workspace = workspace_block(kCudnnForwardWorkspace, q.device());
   const StridedView lse = r.logsumexp.defined() ? kv(r.logsumexp) : StridedView{};
-  const KernelExtras extras(bias_for_kernel(bias, n), Tensor(), dropout);
+  KernelExtras extras(bias_for_kernel(bias, n), Tensor(), dropout);
+  extras.extras.forward_workspace = scratch_of(workspace);
   backend_of(q).attention_forward(kv(r.output), r.logsumexp.defined() ? &lse : nullptr, kv(q), kv(k), kv(v), scale,
                                   is_causal, extras.extras);
   return r;

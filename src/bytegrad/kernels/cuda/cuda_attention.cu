@@ -34,6 +34,7 @@
 #include "bytegrad/kernels/cuda/cuda_launch_stream.h"
 #include "bytegrad/kernels/attention_dropout.h"
 #include "bytegrad/kernels/cuda/cuda_attention_rows.cuh"
+#include "bytegrad/kernels/cuda/cuda_cudnn_attention.h"
 #include "bytegrad/kernels/cuda/cuda_kernel_common.cuh"
 
 namespace bytegrad::cuda {
@@ -569,6 +570,9 @@ void attention_forward(const StridedView& out, const StridedView* lse, const Str
   const Shape4 n = shape_of(q, k, v);
   if (extras.bias) check_score_matrix(*extras.bias, "the bias");
   if (out.numel() == 0) return;
+  if (!extras.any() && n.G == 1 && cudnn_attention_pays(n.B, n.H, n.Sq, n.Sk, n.D) &&
+      cudnn_attention_forward(out, lse, q, k, v, scale, is_causal, extras.forward_workspace))
+    return;
   if (!extras.any() && n.G == 1 && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
     return attention_forward_tensor_cores(out, lse, q, k, v, scale, is_causal);
   dispatch_floating(q.dtype, "attention_forward", [&](auto tag) {
@@ -615,6 +619,9 @@ void attention_backward(const StridedView& dq, const StridedView& dk, const Stri
   if (extras.bias) check_score_matrix(*extras.bias, "the bias");
   if (extras.grad_bias) check_score_matrix(*extras.grad_bias, "the bias gradient");
   if (dq.numel() == 0 && dk.numel() == 0 && dv.numel() == 0) return;
+  if (!extras.any() && n.G == 1 && cudnn_attention_pays(n.B, n.H, n.Sq, n.Sk, n.D) &&
+      cudnn_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch))
+    return;
   if (!extras.any() && n.G == 1 && attention_uses_tensor_cores(q.dtype, n.D, n.Dv))
     return attention_backward_tensor_cores(dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal, scratch);
   dispatch_floating(q.dtype, "attention_backward", [&](auto tag) {
