@@ -157,6 +157,14 @@ TEST_CASE("cuDNN's fused attention runs in PyTorch's cuDNN workspace and matches
     REQUIRE_MESSAGE(ran_forward, cuda::cudnn_attention_refusal());
     check_close(out.to(kCpu), rc.output, 3e-2, 3e-2 * std::max(1.0, max_abs(rc.output)), "output");
     check_close(lse.to(kCpu), rc.logsumexp, 1e-4, 1e-4, "logsumexp");
+    // Without a gradient to come (no logsumexp asked for): cuDNN's inference graph, the same output.
+    const Tensor out_only = empty({s.B, s.H, s.Sq, s.Dv}, bf16);
+    const bool ran_inference = cuda::cudnn_attention_forward(
+        out_only.view_for_kernels(), nullptr, in.q.gpu.view_for_kernels(), in.k.gpu.view_for_kernels(),
+        in.v.gpu.view_for_kernels(), sc, c.causal, DeviceScratch{forward_workspace.view_for_kernels().data, 256});
+    CHECK_MESSAGE(ran_inference, cuda::cudnn_attention_refusal());
+    if (ran_inference)
+      check_close(out_only.to(kCpu), rc.output, 3e-2, 3e-2 * std::max(1.0, max_abs(rc.output)), "inference output");
     // PyTorch's cuDNN backward workspace: a float dQ accumulator, a float per-row sum and 256 bytes.
     const int64_t backward_bytes = 4 * s.B * s.H * s.Sq * s.D + 4 * s.B * s.H * s.Sq + 256;
     const Tensor backward_workspace = empty({backward_bytes}, TensorOptions{ScalarType::uint8, kCuda});

@@ -240,8 +240,7 @@ const Built& graph_for(const Key& key, BuildFn&& build) {
   return it->second;
 }
 
-bool run(const Built& built, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack,
-         DeviceScratch workspace) {
+bool run(const Built& built, cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, DeviceScratch workspace) {
   if (!built.graph) return refuse(built.refusal);
   if (built.workspace > workspace.bytes)
     return refuse("needs " + std::to_string(built.workspace) + " bytes of workspace, lent " +
@@ -267,9 +266,8 @@ bool cudnn_attention_pays(int64_t B, int64_t H, int64_t Sq, int64_t Sk, int64_t 
 
 std::string cudnn_attention_refusal() { return state().refusal; }
 
-bool cudnn_attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q,
-                             const StridedView& k, const StridedView& v, double scale, bool is_causal,
-                             DeviceScratch workspace) {
+bool cudnn_attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
+                             const StridedView& v, double scale, bool is_causal, DeviceScratch workspace) {
   if (!cudnn_attention_enabled()) return false;
   if (!fits_call(q, k, v) || !fits(out) || out.dtype != q.dtype) return refuse("operands cuDNN does not take");
   if (lse != nullptr && (lse->dtype != ScalarType::float32 || lse->sizes.size() != 3))
@@ -277,17 +275,16 @@ bool cudnn_attention_forward(const StridedView& out, const StridedView* lse, con
   cudnnHandle_t handle = handle_for(q.device.index);
   if (handle == nullptr) return refuse("no cuDNN handle");
   const Key key = key_of(0, q, is_causal, scale, {&out, lse, &q, &k, &v});
-  const Built& built =
-      graph_for(key, [&] { return build_forward(handle, out, lse, q, k, v, scale, is_causal); });
+  const Built& built = graph_for(key, [&] { return build_forward(handle, out, lse, q, k, v, scale, is_causal); });
   std::unordered_map<int64_t, void*> pack{{kQ, q.data}, {kK, k.data}, {kV, v.data}, {kO, out.data}};
   if (lse != nullptr) pack.emplace(kStats, lse->data);
   return run(built, handle, pack, workspace);
 }
 
 bool cudnn_attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv,
-                              const StridedView& dout, const StridedView& q, const StridedView& k,
-                              const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
-                              bool is_causal, DeviceScratch workspace) {
+                              const StridedView& dout, const StridedView& q, const StridedView& k, const StridedView& v,
+                              const StridedView& out, const StridedView& lse, double scale, bool is_causal,
+                              DeviceScratch workspace) {
   if (!cudnn_attention_enabled()) return false;
   if (!fits_call(q, k, v)) return refuse("operands cuDNN does not take");
   for (const StridedView* t : {&dq, &dk, &dv, &dout, &out})
@@ -296,11 +293,11 @@ bool cudnn_attention_backward(const StridedView& dq, const StridedView& dk, cons
   cudnnHandle_t handle = handle_for(q.device.index);
   if (handle == nullptr) return refuse("no cuDNN handle");
   const Key key = key_of(1, q, is_causal, scale, {&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse});
-  const Built& built = graph_for(
-      key, [&] { return build_backward(handle, dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal); });
-  std::unordered_map<int64_t, void*> pack{{kQ, q.data},       {kK, k.data},   {kV, v.data},
-                                          {kO, out.data},     {kDO, dout.data}, {kStats, lse.data},
-                                          {kDQ, dq.data},     {kDK, dk.data}, {kDV, dv.data}};
+  const Built& built =
+      graph_for(key, [&] { return build_backward(handle, dq, dk, dv, dout, q, k, v, out, lse, scale, is_causal); });
+  std::unordered_map<int64_t, void*> pack{{kQ, q.data},   {kK, k.data},     {kV, v.data},
+                                          {kO, out.data}, {kDO, dout.data}, {kStats, lse.data},
+                                          {kDQ, dq.data}, {kDK, dk.data},   {kDV, dv.data}};
   return run(built, handle, pack, workspace);
 }
 

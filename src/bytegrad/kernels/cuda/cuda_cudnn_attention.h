@@ -30,12 +30,11 @@ std::string cudnn_attention_refusal();
 
 // backend.h's attention_forward / attention_backward without extras (no bias, no dropout) and with as many
 // key/value heads as query heads; true when cuDNN ran the call.
-bool cudnn_attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q,
-                             const StridedView& k, const StridedView& v, double scale, bool is_causal,
-                             DeviceScratch workspace);
+bool cudnn_attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
+                             const StridedView& v, double scale, bool is_causal, DeviceScratch workspace);
 bool cudnn_attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv,
-                              const StridedView& dout, const StridedView& q, const StridedView& k,
-                              const StridedView& v, const StridedView& out, const StridedView& lse, double scale,
-                              bool is_causal, DeviceScratch workspace);
+                              const StridedView& dout, const StridedView& q, const StridedView& k, const StridedView& v,
+                              const StridedView& out, const StridedView& lse, double scale, bool is_causal,
+                              DeviceScratch workspace);
 
 }  // namespace bytegrad::cuda
