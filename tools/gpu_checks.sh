@@ -49,7 +49,9 @@ for step in "$@"; do
     build)
       { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(nproc)"; } \
         >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
-      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 ;;
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+      # Whether attention runs on cuDNN (external/cudnn_frontend carried here: tools/get_cudnn_frontend.sh).
+      grep "cuDNN attention" "$out/build.log" | tee -a "$out/gpu.txt" ;;
     probe_streams)
       python3 tools/probes/stream_probe.py "$out/streams_h100.jsonl" --repeat 2 >"$out/probe_streams.log" 2>&1 || status=1
       tail -3 "$out/probe_streams.log" ;;
