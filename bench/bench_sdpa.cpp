@@ -1,6 +1,8 @@
-// scaled_dot_product_attention on cuda: bytegrad's own kernel (kernels/cuda/cuda_attention.cu) forward and
-// forward + backward at GPT-2's attention shapes, causal, in bf16 and fp32; bench/pytorch_sdpa.py times
-// PyTorch's (cuDNN for bf16, memory-efficient for fp32 on an H100) on the same shapes for the same table.
+// scaled_dot_product_attention on cuda: the cuda backend's kernels (kernels/cuda/cuda_attention.cu, and cuDNN's
+// for large bf16 calls where the build has it: BYTEGRAD_CUDNN_ATTENTION=0 keeps bytegrad's own, =1 sends every
+// call cuDNN takes) forward and forward + backward at GPT-2's attention shapes, causal, in bf16 and fp32;
+// bench/pytorch_sdpa.py times PyTorch's (cuDNN for bf16, memory-efficient for fp32 on an H100) on the same
+// shapes for the same table.
 //   bench_sdpa [STEPS]
 #include <fmt/format.h>
 
