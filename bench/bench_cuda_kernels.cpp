@@ -144,6 +144,29 @@ int main() {
       row("backend softmax fp32", "(16384, 32) dim 1", ms, fmt("%.0f GB/s", rate),
           fmt("%.0f%% of memcpy; per call, launch-bound", 100 * rate / memcpy_gbps));
     }
+    // Slow attention's head copies at GPT-2 small's 8 x 1024 tokens (B 8, T 1024, H 12, hs 64): q (or v) of
+    // the packed (B, T, 3, H, hs) projection made contiguous as (B, H, T, hs) (contiguous rows of hs), k
+    // transposed for q @ k^T made contiguous as (B, H, hs, T) (a tiled transpose), and their gradients
+    // written back into the packed buffer (SplitBackward0).
+    for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16}) {
+      const int64_t B = 8, T = 1024, H = 12, hs = 64;
+      const TensorOptions options = TensorOptions{}.with_device(kCuda).with_dtype(dtype);
+      Tensor packed = empty({B, T, 3, H, hs}, options);
+      Tensor heads = empty({B, H, T, hs}, options), heads_t = empty({B, H, hs, T}, options);
+      const Tensor q = packed.select(2, 0).transpose(1, 2);
+      const Tensor k_t = packed.select(2, 1).transpose(1, 2).transpose(-2, -1);
+      const double bytes = 2.0 * static_cast<double>(heads.nbytes());
+      const std::string name(scalar_type_name(dtype));
+      const auto time = [&](const char* what, const Tensor& dst, const Tensor& src) {
+        const double ms = median_ms([&] { gpu.copy(dst.view_for_kernels(), src.view_for_kernels()); }, 10);
+        row(std::string("head copy ") + name, what, ms, fmt("%.0f GB/s", gbps(bytes, ms)),
+            fmt("%.0f%% of memcpy", 100 * gbps(bytes, ms) / memcpy_gbps));
+      };
+      time("q -> (B,H,T,hs)", heads, q);
+      time("k^T -> (B,H,hs,T)", heads_t, k_t);
+      time("dq -> packed", q, heads);
+      time("dk^T -> packed", k_t, heads_t);
+    }
     BYTEGRAD_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_kernels: %s\n", e.what());

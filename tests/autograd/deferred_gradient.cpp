@@ -29,8 +29,8 @@ struct AttentionRun {
 };
 
 // att = softmax((q @ k^T) * scale, masked causally), or / sqrt(hs) with `divide`; y = att @ v; y.backward(grad).
-// With `hooked`, identity hooks on the masked and the scaled scores make every step write its gradient (no
-// offer is made past a hook).
+// With `hooked`, identity hooks on the scaled and the masked scores and on the probabilities make every step
+// write its gradient (no offer is made past a hook).
 AttentionRun attention_backward(Device d, bool bf16, bool hooked, bool divide = false) {
   const int64_t B = 2, H = 3, T = 48, hs = 16;
   manual_seed(7);
@@ -46,13 +46,17 @@ AttentionRun attention_backward(Device d, bool bf16, bool hooked, bool divide = 
   const auto step = [&] {
     std::optional<AutocastGuard> autocast;
     if (bf16) autocast.emplace(d.type, ScalarType::bfloat16);
+    // v in the product's dtype before the scores, as nanoGPT's v (a view of c_attn's output) is: the
+    // product's backward then casts only the probabilities' gradient, and softmax's node runs right after.
+    const Tensor v_in = bf16 ? v.to(ScalarType::bfloat16) : v;
     const double root = std::sqrt(static_cast<double>(hs));
     Tensor att = divide ? matmul(q, k.transpose(-2, -1)) / root : matmul(q, k.transpose(-2, -1)) * (1.0 / root);
     if (hooked) att.register_hook([](const Tensor& g) { return g; });
     att = att.masked_fill(mask, -INFINITY);
     if (hooked) att.register_hook([](const Tensor& g) { return g; });
     att = softmax(att, -1);
-    Tensor y = matmul(att, v);
+    if (hooked) att.register_hook([](const Tensor& g) { return g; });
+    Tensor y = matmul(att, v_in);
     autocast.reset();
     y.backward(grad.to(y.dtype()));
   };
@@ -79,9 +83,10 @@ TEST_CASE("slow attention's way back: mask and scale deferred give every step's 
       const AttentionRun hooked = attention_backward(d, bf16, true);
       const AttentionRun deferred = attention_backward(d, bf16, false);
       // float32: SoftmaxBackward0 and MaskedFillBackward0 hand their gradients on deferred; bfloat16: the cast
-      // between them too. Not on cpu, whose freed memory goes back to the host at once. Hooked, under autocast
-      // softmax's gradient still goes deferred to its cast (no hook between them), which writes it.
-      CHECK(deferred.deferred == (d == kCpu ? 0 : (bf16 ? 3 : 2)));
+      // between them too, and the cast of the probabilities' gradient before softmax's. Not on cpu, whose freed
+      // memory goes back to the host at once. Hooked, under autocast softmax's gradient still goes deferred to
+      // its cast (no hook between them), which writes it.
+      CHECK(deferred.deferred == (d == kCpu ? 0 : (bf16 ? 4 : 2)));
       CHECK(hooked.deferred == (d != kCpu && bf16 ? 1 : 0));
       CHECK(deferred.q_grad == hooked.q_grad);  // bit for bit
       CHECK(deferred.k_grad == hooked.k_grad);
@@ -99,7 +104,7 @@ TEST_CASE("the scale as a division (/ sqrt(d)) is deferred alike") {
     CAPTURE(bf16);
     const AttentionRun hooked = attention_backward(kSim, bf16, true, true);
     const AttentionRun deferred = attention_backward(kSim, bf16, false, true);
-    CHECK(deferred.deferred == (bf16 ? 3 : 2));
+    CHECK(deferred.deferred == (bf16 ? 4 : 2));
     CHECK(deferred.q_grad == hooked.q_grad);
     CHECK(deferred.k_grad == hooked.k_grad);
     CHECK(deferred.events == hooked.events);

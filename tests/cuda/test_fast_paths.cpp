@@ -287,5 +287,38 @@ TEST_CASE("strided copies whose inner dimension is contiguous (attention's head 
   }
 }
 
+TEST_CASE("copies between operands contiguous along different dimensions (tiled transposes) match cpu") {
+  require_gpu();
+  for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16, ScalarType::float64}) {
+    // k of a packed (B, T, 3, H, hs) buffer as (B, H, hs, T), made contiguous: every edge tile partial.
+    Pair qkv = random_pair({2, 40, 3, 3, 24}, dtype);
+    Pair k_t = qkv.map([](const Tensor& v) { return v.select(2, 1).transpose(1, 2).transpose(-2, -1); });
+    Pair out = empty_pair({2, 3, 24, 40}, dtype);
+    cpu().copy(out.cpu_view(), k_t.cpu_view());
+    gpu().copy(out.gpu_view(), k_t.gpu_view());
+    check_close(out, 0.0, 0.0, "k transposed, made contiguous");
+    // and back: a contiguous gradient written into the packed buffer's transposed slice, the rest untouched
+    Pair grad = random_pair({2, 3, 24, 40}, dtype);
+    Pair slot = qkv.map([](const Tensor& v) { return v.select(2, 1).transpose(1, 2).transpose(-2, -1); });
+    cpu().copy(slot.cpu_view(), grad.cpu_view());
+    gpu().copy(slot.gpu_view(), grad.gpu_view());
+    check_close(qkv, 0.0, 0.0, "a gradient written into the packed buffer");
+  }
+  // converting on the way, and tiles of exactly 32
+  Pair wide = random_pair({64, 96}, ScalarType::float32, 100.0);
+  Pair narrow = empty_pair({96, 64}, ScalarType::bfloat16);
+  Pair wide_t = wide.map([](const Tensor& v) { return v.transpose(0, 1); });
+  cpu().copy(narrow.cpu_view(), wide_t.cpu_view());
+  gpu().copy(narrow.gpu_view(), wide_t.gpu_view());
+  check_close(narrow, 0.0, 0.0, "float32 -> bfloat16, transposed");
+  // more batches than a grid's third dimension holds (65535)
+  Pair many = random_pair({70000, 16, 16}, ScalarType::float16);
+  Pair many_t = many.map([](const Tensor& v) { return v.transpose(1, 2); });
+  Pair many_out = empty_pair({70000, 16, 16}, ScalarType::float16);
+  cpu().copy(many_out.cpu_view(), many_t.cpu_view());
+  gpu().copy(many_out.gpu_view(), many_t.gpu_view());
+  check_close(many_out, 0.0, 0.0, "70000 batches of 16 x 16 transposes");
+}
+
 }  // namespace
 }  // namespace bytegrad::testing

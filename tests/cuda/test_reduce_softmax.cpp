@@ -289,6 +289,8 @@ TEST_CASE("softmax of a 16-bit input into a float32 output: the converted input'
 
 TEST_CASE("a deferred chain from softmax's gradient in one kernel: the separate launches' bits") {
   require_gpu();
+  // grad_out float32, or 16-bit (a deferred cast's source, read as its float32 copy): the bits of the float32
+  // copy's chain either way.
   // Contiguous rows of 64 and 500, attention's (B, H, T, T) with a causal (1, 1, T, T) mask broadcast (the
   // one-pass kernel); rows of 3000 and transposed ones (the default: the three launches themselves).
   struct Case {
@@ -303,34 +305,56 @@ TEST_CASE("a deferred chain from softmax's gradient in one kernel: the separate 
   const TensorOptions f32 = TensorOptions{}.with_device(kCuda);
   for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16, ScalarType::float16}) {
     for (const Case& c : cases) {
-      Tensor y = random_pair(c.shape, ScalarType::float32, 0.1).gpu, g = random_pair(c.shape).gpu;
-      if (c.transpose) y = y.transpose(0, 1), g = g.transpose(0, 1);
-      const Shape shape = y.sizes();
-      const int64_t dim = static_cast<int64_t>(shape.size()) - 1;
-      const int64_t T = shape.back();
-      const Tensor mask = c.broadcast_mask
-                              ? eq(tril(ones({shape[2], T}, f32)).view({1, 1, shape[2], T}), 0.0).expand(shape)
-                              : gt(random_pair(shape).gpu, 0.0);
-      struct Steps {
-        bool masked;
-        std::optional<BinaryOp> then;
-      };
-      for (const Steps steps : {Steps{true, BinaryOp::mul}, Steps{true, BinaryOp::div}, Steps{true, std::nullopt},
-                                Steps{false, std::nullopt}, Steps{false, BinaryOp::mul}}) {
+      for (ScalarType grad_dtype : {ScalarType::float32, ScalarType::bfloat16, ScalarType::float16}) {
+        Tensor y = random_pair(c.shape, ScalarType::float32, 0.1).gpu;
+        Tensor g_read = random_pair(c.shape, grad_dtype).gpu;
+        if (c.transpose) y = y.transpose(0, 1), g_read = g_read.transpose(0, 1);
+        const Tensor g = g_read.to(ScalarType::float32);  // the values the kernels read, exactly
+        const Shape shape = y.sizes();
+        const int64_t dim = static_cast<int64_t>(shape.size()) - 1;
+        const int64_t T = shape.back();
+        const Tensor mask = c.broadcast_mask
+                                ? eq(tril(ones({shape[2], T}, f32)).view({1, 1, shape[2], T}), 0.0).expand(shape)
+                                : gt(random_pair(shape).gpu, 0.0);
+        struct Steps {
+          bool masked;
+          std::optional<BinaryOp> then;
+        };
+        for (const Steps steps : {Steps{true, BinaryOp::mul}, Steps{true, BinaryOp::div}, Steps{true, std::nullopt},
+                                  Steps{false, std::nullopt}, Steps{false, BinaryOp::mul}}) {
+          const Tensor whole = empty(shape, f32);
+          gpu().softmax_backward(whole.view_for_kernels(), g.view_for_kernels(), y.view_for_kernels(), dim, false);
+          const Tensor separate = whole.to(dtype);
+          if (steps.masked)
+            gpu().masked_fill(separate.view_for_kernels(), separate.view_for_kernels(), mask.view_for_kernels(), -3.0);
+          if (steps.then)
+            gpu().binary_scalar(*steps.then, separate.view_for_kernels(), separate.view_for_kernels(), 0.3);
+          const Tensor fused = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(dtype));
+          const StridedView mask_view = mask.view_for_kernels();
+          const ScalarStep then{steps.then.value_or(BinaryOp::mul), 0.3};
+          gpu().softmax_backward_then(fused.view_for_kernels(), g_read.view_for_kernels(), y.view_for_kernels(), dim,
+                                      steps.masked ? &mask_view : nullptr, -3.0, steps.then ? &then : nullptr);
+          INFO(scalar_type_name(dtype), " from ", scalar_type_name(grad_dtype), " ", shape.size(), "-d rows of ", T,
+               steps.masked ? " masked" : "", steps.then ? " then a number" : "");
+          CHECK(fused.to(ScalarType::float32).cpu().tolist() == separate.to(ScalarType::float32).cpu().tolist());
+        }
+        // softmax_backward itself from the 16-bit gradient (warp, shared-memory and strided kernels), into
+        // float32 and into `dtype` (a gradient its reader casts): the float32 copy's bits, and cpu's values.
         const Tensor whole = empty(shape, f32);
         gpu().softmax_backward(whole.view_for_kernels(), g.view_for_kernels(), y.view_for_kernels(), dim, false);
-        const Tensor separate = whole.to(dtype);
-        if (steps.masked)
-          gpu().masked_fill(separate.view_for_kernels(), separate.view_for_kernels(), mask.view_for_kernels(), -3.0);
-        if (steps.then) gpu().binary_scalar(*steps.then, separate.view_for_kernels(), separate.view_for_kernels(), 0.3);
-        const Tensor fused = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(dtype));
-        const StridedView mask_view = mask.view_for_kernels();
-        const ScalarStep then{steps.then.value_or(BinaryOp::mul), 0.3};
-        gpu().softmax_backward_then(fused.view_for_kernels(), g.view_for_kernels(), y.view_for_kernels(), dim,
-                                    steps.masked ? &mask_view : nullptr, -3.0, steps.then ? &then : nullptr);
-        INFO(scalar_type_name(dtype), " ", shape.size(), "-d rows of ", T, steps.masked ? " masked" : "",
-             steps.then ? " then a number" : "");
-        CHECK(fused.to(ScalarType::float32).cpu().tolist() == separate.to(ScalarType::float32).cpu().tolist());
+        for (ScalarType gi_dtype : {ScalarType::float32, dtype}) {
+          const Tensor direct = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(gi_dtype));
+          gpu().softmax_backward(direct.view_for_kernels(), g_read.view_for_kernels(), y.view_for_kernels(), dim,
+                                 false);
+          INFO(scalar_type_name(gi_dtype), " from ", scalar_type_name(grad_dtype), " rows of ", T);
+          CHECK(direct.to(ScalarType::float32).cpu().tolist() ==
+                whole.to(gi_dtype).to(ScalarType::float32).cpu().tolist());
+          const Tensor on_cpu = empty(shape, TensorOptions{}.with_device(kCpu).with_dtype(gi_dtype));
+          cpu().softmax_backward(on_cpu.view_for_kernels(), g_read.cpu().view_for_kernels(), y.cpu().view_for_kernels(),
+                                 dim, false);
+          check_close(Pair{on_cpu, direct}, gi_dtype == ScalarType::float32 ? 1e-5 : 1e-2, 1e-5,
+                      "softmax_backward from a 16-bit gradient");
+        }
       }
     }
   }

@@ -78,7 +78,7 @@ class Node {
   virtual std::optional<ScalarType> only_casts_gradient_to() const { return std::nullopt; }
   // Deferred gradients (tensor/gradient_reader.h): whether this node's backward is one op that can hand its
   // gradient on unwritten (masked_fill's, the cast's), and whether it is one op that can write its output
-  // from a deferred gradient (masked_fill's, a mul by a number's).
+  // from a deferred gradient (masked_fill's, a mul by a number's, softmax's).
   virtual bool can_defer_gradient() const { return false; }
   virtual bool takes_deferred_gradient() const { return false; }
   // (operand name, saved variable) pairs, for saved_tensors().

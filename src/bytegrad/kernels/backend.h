@@ -125,7 +125,8 @@ class KernelBackend {
   }
   // A deferred gradient's chain written in one pass from softmax's gradient (tensor/gradient_reader.h:
   // SoftmaxBackward0 deferred; slow attention's way back): each element the value softmax_backward computes
-  // from grad_out and output (both one floating dtype; not log-softmax) converted to out's dtype, then
+  // from grad_out and output (one floating dtype, or a float32 output and a 16-bit grad_out read as its float32
+  // value; not log-softmax) converted to out's dtype, then
   // `mask[i] ? value : it` where mask is given (out's sizes, broadcast), then op(it, scalar) where `then` is
   // given: the bits of softmax_backward into out, masked_fill in place and binary_scalar in place, which is
   // what this default runs. out is float32 or the operands' dtype and overlaps none of them, or is grad_out
@@ -179,8 +180,9 @@ class KernelBackend {
   // in (each element converted exactly: the float32 input's results, bit for bit).
   virtual void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) = 0;
   // grad_in = gradient of (log_)softmax given grad_out and the forward's output. The three share one dtype,
-  // except that a float16 or bfloat16 grad_in from float32 operands is accepted (log_softmax's half_to_float
-  // gradient; a gradient its one reader casts): each element as the float32 gradient's would be cast.
+  // except that with a float32 output a float16 or bfloat16 grad_in is accepted (log_softmax's half_to_float
+  // gradient; a gradient its one reader casts: each element as the float32 gradient's would be cast), and so
+  // is a float16 or bfloat16 grad_out, read as its float32 copy would be (a cast left to this kernel).
   virtual void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                                 int64_t dim, bool log) = 0;
 

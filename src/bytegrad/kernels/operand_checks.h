@@ -68,21 +68,28 @@ inline bool softmax_reads_16_bit_input(const StridedView& out, const StridedView
   return true;
 }
 
-// softmax_backward's dtypes: grad_out and output alike, grad_in in their dtype or a 16-bit float from float32
-// operands (log_softmax's half_to_float gradient, or a gradient its one reader casts; written by the kernel
-// itself): then true.
-inline bool softmax_backward_half_to_float(const StridedView& grad_in, const StridedView& grad_out,
-                                           const StridedView& output, const char* backend) {
-  if (grad_out.dtype != output.dtype)
-    throw std::invalid_argument(std::string(backend) +
-                                " backend: softmax_backward: grad_out and output differ in dtype");
-  if (grad_in.dtype == grad_out.dtype) return false;
-  if ((grad_in.dtype != ScalarType::float16 && grad_in.dtype != ScalarType::bfloat16) ||
-      grad_out.dtype != ScalarType::float32)
+// softmax_backward's dtypes: the output's, T. grad_out is T, or a 16-bit float read as its float32 value where
+// T is float32 (the float32 cast eager runs on the gradient first, left to the kernel: tensor/gradient_reader.h).
+// grad_in is T, or a 16-bit float from float32 operands (log_softmax's half_to_float gradient, or a gradient
+// its one reader casts; written by the kernel itself). Which of them is 16-bit where T is float32.
+struct SoftmaxBackwardDtypes {
+  bool half_grad_in = false;
+  bool half_grad_out = false;
+};
+inline SoftmaxBackwardDtypes softmax_backward_dtypes(const StridedView& grad_in, const StridedView& grad_out,
+                                                     const StridedView& output, const char* backend) {
+  const auto half = [](ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; };
+  const bool widened = output.dtype == ScalarType::float32;
+  if (grad_out.dtype != output.dtype && !(widened && half(grad_out.dtype)))
+    throw std::invalid_argument(std::string(backend) + " backend: softmax_backward: grad_out (" +
+                                std::string(scalar_type_name(grad_out.dtype)) + ") must be the output's dtype (" +
+                                std::string(scalar_type_name(output.dtype)) +
+                                "), or float16 or bfloat16 for a float32 output");
+  if (grad_in.dtype != output.dtype && !(widened && half(grad_in.dtype)))
     throw std::invalid_argument(std::string(backend) +
                                 " backend: softmax_backward: a gradient in another dtype than its operands' must be "
                                 "float16 or bfloat16 from float32");
-  return true;
+  return {grad_in.dtype != output.dtype, grad_out.dtype != output.dtype};
 }
 
 }  // namespace bytegrad

@@ -137,6 +137,7 @@ class FreedBytesReadable {
     if (deferred.softmax) {
       allow(deferred.softmax->grad_out);
       allow(deferred.softmax->output);
+      if (deferred.softmax->grad_out_source) allow(*deferred.softmax->grad_out_source);
     }
     for (const DeferredStep& step : deferred.steps) {
       allow(step.target);
@@ -201,14 +202,14 @@ bool write_softmax_chain(const DeferredGradient& deferred, const StridedView& ou
   const auto clashes = [&](const StridedView& read) {
     return ranges_overlap(written, bytes_spanned(read)) && !same_view(out, read);
   };
-  if (masks > 1 || clashes(softmax.grad_out) || clashes(softmax.output) ||
+  if (masks > 1 || clashes(softmax.grad_out_read()) || clashes(softmax.output) ||
       (the_mask != nullptr && ranges_overlap(written, bytes_spanned(*the_mask))))
     return false;
   if (then) kernels.note_deferred_binary_scalar(out);
   else if (mask) kernels.note_deferred_masked_fill(out, deferred.steps.empty() ? source : deferred.steps.back().target);
   else kernels.note_deferred_copy(out, deferred.steps.empty() ? source : deferred.steps.back().target);
   const ScalarStep* step = then ? &*then : nullptr;
-  kernels.softmax_backward_then(out, softmax.grad_out, softmax.output, softmax.dim, the_mask, fill, step);
+  kernels.softmax_backward_then(out, softmax.grad_out_read(), softmax.output, softmax.dim, the_mask, fill, step);
   return true;
 }
 
@@ -254,9 +255,11 @@ void write_deferred_gradient(const DeferredGradient& deferred, const StridedView
 void replay_deferred_gradient(const DeferredGradient& deferred) {
   const FreedBytesReadable readable(deferred);
   KernelBackend& kernels = kernel_backend(deferred.source.device);
-  if (deferred.softmax)
-    kernels.softmax_backward(deferred.source, deferred.softmax->grad_out, deferred.softmax->output,
-                             deferred.softmax->dim, false);
+  if (deferred.softmax) {
+    const SoftmaxGradientSource& softmax = *deferred.softmax;
+    if (softmax.grad_out_source) kernels.copy(softmax.grad_out, *softmax.grad_out_source);
+    kernels.softmax_backward(deferred.source, softmax.grad_out, softmax.output, softmax.dim, false);
+  }
   const StridedView* from = &deferred.source;
   for (const DeferredStep& step : deferred.steps) {
     if (step.mask) kernels.masked_fill(step.target, *from, *step.mask, step.value);

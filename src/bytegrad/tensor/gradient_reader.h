@@ -14,11 +14,11 @@
 // anything else ran.
 //
 // Deferred gradients: where the reader only casts, masks or scales its gradient (ToCopyBackward0,
-// MaskedFillBackward0, MulBackward0 or DivBackward1 by a number: slow attention on its way back), a node that
-// would write its gradient with one kernel (softmax's gradient, a masked_fill, or the cast copying packed
-// values) may leave it unwritten and hand on how to write it: the source (elements, or softmax_backward's
-// operands) and each step eager runs from it. Nothing is written in between, so the source is intact though
-// its block may be free; the last node of the chain writes its own output from the source in one pass
+// MaskedFillBackward0, MulBackward0 or DivBackward1 by a number: slow attention on its way back), or is
+// SoftmaxBackward0, a node that would write its gradient with one kernel (softmax's gradient, a masked_fill,
+// a cast, or the cast copying packed values) may leave it unwritten and hand on how to write it: the source (elements,
+// or softmax_backward's operands) and each step eager runs from it. Nothing is written in between, so the source is
+// intact though its block may be free; the last node of the chain writes its own output from the source in one pass
 // (KernelBackend::softmax_backward_then or masked_fill_then_scalar), or, where its output overlaps what it
 // reads, replays eager's steps into their own blocks first. Before the allocator gives memory back to the
 // driver (empty_cache, an OOM retry), every pending chain on that device is written out (replayed).
@@ -86,9 +86,14 @@ struct DeferredStep {
   double value = 0.0;
 };
 // Where a chain starts from softmax's gradient (SoftmaxBackward0 deferred its own): what it is computed from.
+// With grad_out_source set, grad_out is itself unwritten: eager's float32 cast of those 16-bit elements
+// (ToCopyBackward0 deferred it to softmax's gradient: autocast's copy of softmax's output for a product).
 struct SoftmaxGradientSource {
   StridedView grad_out, output;
   int64_t dim = -1;
+  std::optional<StridedView> grad_out_source;
+  // What a kernel reads for grad_out: the cast's source where it was deferred.
+  const StridedView& grad_out_read() const { return grad_out_source ? *grad_out_source : grad_out; }
 };
 struct DeferredGradient {
   StridedView source;  // its elements, unwritten since (their block may be free)

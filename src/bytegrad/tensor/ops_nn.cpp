@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "bytegrad/core/view_bytes.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/tensor/autograd_hook.h"
@@ -111,6 +112,26 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   Tensor product_block;
   if (!log)
     product_block = empty_elementwise_output(output.sizes(), output.dtype(), output.device(), {&grad_output, &output});
+  // The float32 cast eager ran on the gradient just before (ToCopyBackward0: autocast's bfloat16 copy of
+  // softmax's output for a product, on its way back) may have been left to this op (tensor/gradient_reader.h):
+  // then grad_output is unwritten and its 16-bit elements are read where they are, converted exactly as the
+  // cast would. Any other deferred form is written out first.
+  std::optional<StridedView> grad_source;
+  if (std::optional<DeferredGradient> deferred = take_deferred_gradient(grad_output.storage().get())) {
+    const bool plain_cast = !deferred->softmax && deferred->steps.size() == 1 && !deferred->steps[0].mask &&
+                            same_view(deferred->steps[0].target, kv(grad_output));
+    if (plain_cast && !log && !half_to_float && grad_output.is_contiguous()) grad_source = deferred->source;
+    else replay_deferred_gradient(*deferred);
+  }
+  // Where a kernel below writes bytes the cast's source spans (its block was freed before grad_input was
+  // allocated), the cast is written first, as eager did, and read from there.
+  const auto read_grad_into = [&](const StridedView& written) {
+    if (grad_source && ranges_overlap(bytes_spanned(written), bytes_spanned(*grad_source))) {
+      kernel_backend(output.device()).copy(kv(grad_output), *grad_source);  // its launch was noted when deferred
+      grad_source.reset();
+    }
+    return grad_source ? *grad_source : kv(grad_output);
+  };
   // As the forward: contiguous operands (copies only when they are not).
   const Tensor grad = grad_output.contiguous();
   const Tensor out = output.contiguous();
@@ -125,8 +146,9 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
   if (reader && reader->takes_deferred && !half_to_float && !log && reader->dtype == grad_dtype &&
       reader->sizes == output.sizes() && grad_input.is_contiguous() && defers_gradients_on(output.device())) {
     backend_of(output).note_deferred_softmax_backward(kv(grad_input));
-    hand_deferred_gradient(grad_input.storage().get(),
-                           DeferredGradient{kv(grad_input), {}, SoftmaxGradientSource{kv(grad), kv(out), dim}});
+    hand_deferred_gradient(
+        grad_input.storage().get(),
+        DeferredGradient{kv(grad_input), {}, SoftmaxGradientSource{kv(grad), kv(out), dim, grad_source}});
     return grad_input;
   }
   if (reader && !half_to_float && reader->dtype == grad_dtype && reader->sizes == output.sizes() &&
@@ -134,7 +156,7 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
       (reader->cast_to == ScalarType::bfloat16 || reader->cast_to == ScalarType::float16)) {
     StridedView cast_values = kv(grad_input);
     cast_values.dtype = *reader->cast_to;
-    backend_of(output).softmax_backward(cast_values, kv(grad), kv(out), dim, log);
+    backend_of(output).softmax_backward(cast_values, read_grad_into(cast_values), kv(out), dim, log);
     hand_packed_gradient(grad_input.storage().get(), PackedGradient::cast_values);
     return grad_input;
   }
@@ -145,7 +167,7 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
     return grad_input;
   }
   // log_softmax's half_to_float gradient: the kernel reads the float32 operands and writes float16 itself.
-  backend_of(output).softmax_backward(kv(grad_input), kv(grad), kv(out), dim, log);
+  backend_of(output).softmax_backward(kv(grad_input), read_grad_into(kv(grad_input)), kv(out), dim, log);
   return grad_input;
 }
 

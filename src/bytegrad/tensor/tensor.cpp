@@ -555,6 +555,20 @@ Tensor Tensor::to(Device target) const {
   return recorded<OpId::to_device>(*this, out);
 }
 
+namespace {
+
+// Whether the cast of `self` into `out` is a float16 or bfloat16 gradient widened to float32 whose one reader,
+// offered now, takes it deferred (tensor/gradient_reader.h); takes the offer when it is.
+bool reader_takes_cast_deferred(const Tensor& self, const Tensor& out) {
+  const bool widening = out.dtype() == ScalarType::float32 &&
+                        (self.dtype() == ScalarType::bfloat16 || self.dtype() == ScalarType::float16);
+  if (!widening || !self.is_contiguous() || !out.is_contiguous() || !defers_gradients_on(self.device())) return false;
+  const std::optional<SoleReader> reader = take_sole_reader();
+  return reader && reader->takes_deferred && reader->dtype == out.dtype() && reader->sizes == self.sizes();
+}
+
+}  // namespace
+
 Tensor Tensor::to(ScalarType target) const {
   if (target == dtype()) return *this;
   // A gradient handed on packed (gradient_reader.h) is cast from what its first bytes hold: its own elements
@@ -592,6 +606,12 @@ Tensor Tensor::to(ScalarType target) const {
       } else {
         backend.copy(out.view_for_kernels(), values);
       }
+    } else if (reader_takes_cast_deferred(*this, out)) {
+      // A 16-bit gradient widened for a reader that takes it deferred (SoftmaxBackward0: autocast's copy of
+      // softmax's output for a product, on its way back): out is left unwritten, and softmax's gradient reads
+      // these elements as they are (gradient_reader.h); other readers write the cast out first.
+      backend.note_deferred_copy(out.view_for_kernels(), view_for_kernels());
+      hand_deferred_gradient(out.storage().get(), DeferredGradient{view_for_kernels(), {{out.view_for_kernels()}}});
     } else {
       backend.copy(out.view_for_kernels(), view_for_kernels());
     }

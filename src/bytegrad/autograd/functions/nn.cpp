@@ -14,6 +14,7 @@ std::shared_ptr<FormulaNode> softmax(const OpRecord& r, const op_args::Dim& args
   });
   node->save_output("result", 0);
   node->defers_gradient = true;  // to a masked_fill's backward, or the cast before it (gradient_reader.h)
+  node->takes_deferred = true;   // the cast after it (autocast's copy for a product), left to its gradient
   return node;
 }
 

@@ -80,14 +80,22 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
 
 namespace {
 
-// Gi: grad_in's element type; T: grad_out's and output's.
-template <typename Gi, typename T>
+// float32, float16 or bfloat16 (softmax_backward_dtypes has checked), as its element type's tag.
+template <typename F>
+void dispatch_float_or_half(ScalarType dtype, F&& f) {
+  if (dtype == ScalarType::float16) f(TypeTag<Eigen::half>{});
+  else if (dtype == ScalarType::bfloat16) f(TypeTag<Eigen::bfloat16>{});
+  else f(TypeTag<float>{});
+}
+
+// Gi: grad_in's element type; Go: grad_out's; T: output's.
+template <typename Gi, typename Go, typename T>
 void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                             int64_t dim, bool log) {
   const int64_t length = grad_in.sizes[static_cast<size_t>(dim)];
   for_each_slice<3>({&grad_in, &grad_out, &output}, dim, [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s) {
     Gi* gi = reinterpret_cast<Gi*>(p[0]);
-    const T* g = reinterpret_cast<const T*>(p[1]);
+    const Go* g = reinterpret_cast<const Go*>(p[1]);
     const T* y = reinterpret_cast<const T*>(p[2]);
     double total = 0;
     if (log) {
@@ -112,15 +120,19 @@ void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, c
     store_from_double(grad_in.data, grad_in.dtype, 0.0);
     return;
   }
-  if (softmax_backward_half_to_float(grad_in, grad_out, output, "cpu")) {
-    if (grad_in.dtype == ScalarType::float16)
-      softmax_backward_typed<Eigen::half, float>(grad_in, grad_out, output, dim, log);
-    else softmax_backward_typed<Eigen::bfloat16, float>(grad_in, grad_out, output, dim, log);
+  const SoftmaxBackwardDtypes dtypes = softmax_backward_dtypes(grad_in, grad_out, output, "cpu");
+  if (dtypes.half_grad_in || dtypes.half_grad_out) {  // float32 operands with a 16-bit gradient on either side
+    dispatch_float_or_half(grad_in.dtype, [&](auto gi_tag) {
+      dispatch_float_or_half(grad_out.dtype, [&](auto go_tag) {
+        softmax_backward_typed<typename decltype(gi_tag)::type, typename decltype(go_tag)::type, float>(
+            grad_in, grad_out, output, dim, log);
+      });
+    });
     return;
   }
   dispatch_dtype(grad_in.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_backward_typed<T, T>(grad_in, grad_out, output, dim, log);
+    softmax_backward_typed<T, T, T>(grad_in, grad_out, output, dim, log);
   });
 }
 

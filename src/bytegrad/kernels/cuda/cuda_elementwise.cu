@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -366,6 +367,104 @@ void arange(const StridedView& out, double start, double step) {
   });
 }
 
+namespace {
+
+// A copy between operands contiguous along different dimensions (a transpose: k.transpose(-2, -1) made
+// contiguous for a product, or a gradient written back into a packed q/k/v buffer): one element per thread
+// would read or write 2-4 bytes out of every 32-byte sector. Square tiles go through shared memory instead,
+// read along the source's unit-stride dimension and written along the destination's, so both sides move
+// whole sectors. Dimension `a` has unit stride in the destination, `b` in the source; the other dimensions
+// are batches, walked by an indexer. 64 x 64 tiles (32 x 32 for 8-byte elements): a warp's row of a tile is 128 bytes
+// or more on either side, and each thread moves 16 elements per tile.
+constexpr int kTransposeWarp = 32;
+constexpr int kTransposeRows = 8;  // a block is kTransposeWarp x kTransposeRows threads
+
+template <typename To, typename From>
+inline constexpr int kTransposeTile = std::max(sizeof(To), sizeof(From)) > 4 ? 32 : 64;
+
+struct TransposePlan {
+  int64_t size_a = 0, size_b = 0;
+  int64_t src_stride_a = 0, dst_stride_b = 0;
+  int64_t batches = 1;
+  StridedIndexer<2> batch{};  // operand 0: the destination's batch offsets, 1: the source's
+};
+
+template <typename To, typename From>
+__global__ void __launch_bounds__(kTransposeWarp* kTransposeRows)
+    transpose_copy_kernel(To* out, const From* in, TransposePlan plan) {
+  constexpr int kTile = kTransposeTile<To, From>;
+  __shared__ From tile[kTile][kTile + 1];  // [a][b]; the pad spreads a column over the banks
+  const int64_t a0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  for (int64_t z = blockIdx.z; z < plan.batches; z += gridDim.z) {
+    int64_t base[2];
+    plan.batch.offsets(z, base);
+    for (int r = static_cast<int>(threadIdx.y); r < kTile; r += kTransposeRows) {
+      const int64_t a = a0 + r;
+#pragma unroll
+      for (int c = static_cast<int>(threadIdx.x); c < kTile; c += kTransposeWarp) {
+        const int64_t b = b0 + c;
+        if (a < plan.size_a && b < plan.size_b) tile[r][c] = in[base[1] + a * plan.src_stride_a + b];
+      }
+    }
+    __syncthreads();
+    for (int r = static_cast<int>(threadIdx.y); r < kTile; r += kTransposeRows) {
+      const int64_t b = b0 + r;
+#pragma unroll
+      for (int c = static_cast<int>(threadIdx.x); c < kTile; c += kTransposeWarp) {
+        const int64_t a = a0 + c;
+        if (a < plan.size_a && b < plan.size_b) out[base[0] + a + b * plan.dst_stride_b] = convert<To>(tile[c][r]);
+      }
+    }
+    __syncthreads();  // the next batch overwrites the tile
+  }
+}
+
+// The plan where the destination's and the source's unit strides lie on different merged dimensions, both
+// long enough for tiles to pay; nullopt otherwise.
+std::optional<TransposePlan> transpose_plan(const StridedView& dst, const StridedView& src) {
+  std::vector<int64_t> sizes = dst.sizes;
+  std::vector<std::vector<int64_t>> strides{dst.strides, src.strides};
+  coalesce_dims(sizes, strides);
+  const int ndim = static_cast<int>(sizes.size());
+  int a = -1, b = -1;
+  for (int d = 0; d < ndim; ++d) {
+    if (strides[0][d] == 1) a = d;
+    if (strides[1][d] == 1) b = d;
+  }
+  constexpr int64_t kShortest = 16;
+  if (a < 0 || b < 0 || a == b || sizes[a] < kShortest || sizes[b] < kShortest) return std::nullopt;
+  TransposePlan plan;
+  plan.size_a = sizes[a];
+  plan.size_b = sizes[b];
+  plan.src_stride_a = strides[1][a];
+  plan.dst_stride_b = strides[0][b];
+  std::vector<int64_t> batch_sizes;
+  std::array<std::vector<int64_t>, 2> batch_strides;
+  for (int d = 0; d < ndim; ++d) {
+    if (d == a || d == b) continue;
+    batch_sizes.push_back(sizes[d]);
+    batch_strides[0].push_back(strides[0][d]);
+    batch_strides[1].push_back(strides[1][d]);
+    plan.batches *= sizes[d];
+  }
+  plan.batch = make_indexer<2>(batch_sizes, batch_strides);
+  return plan;
+}
+
+template <typename To, typename From>
+void launch_transpose_copy(const StridedView& dst, const StridedView& src, const TransposePlan& plan) {
+  constexpr int kTile = kTransposeTile<To, From>;
+  const dim3 grid(static_cast<unsigned>((plan.size_a + kTile - 1) / kTile),
+                  static_cast<unsigned>((plan.size_b + kTile - 1) / kTile),
+                  static_cast<unsigned>(std::min<int64_t>(plan.batches, 65535)));
+  transpose_copy_kernel<To, From><<<grid, dim3(kTransposeWarp, kTransposeRows), 0, launch_stream()>>>(
+      static_cast<To*>(dst.data), static_cast<const From*>(src.data), plan);
+  BYTEGRAD_CUDA_CHECK_LAUNCH("transpose_copy_kernel");
+}
+
+}  // namespace
+
 void copy(const StridedView& dst, const StridedView& src) {
   require_same_sizes(dst, src, "copy");
   const int64_t n = dst.numel();
@@ -378,11 +477,13 @@ void copy(const StridedView& dst, const StridedView& src) {
       return;
     }
   }
+  const std::optional<TransposePlan> transpose = transpose_plan(dst, src);
   dispatch_dtype(dst.dtype, [&](auto dst_tag) {
     using To = typename decltype(dst_tag)::type;
     dispatch_dtype(src.dtype, [&](auto src_tag) {
       using From = typename decltype(src_tag)::type;
-      map1<To, From>(dst, src, ConvertFn<To, From>{}, "copy kernel");
+      if (transpose) launch_transpose_copy<To, From>(dst, src, *transpose);
+      else map1<To, From>(dst, src, ConvertFn<To, From>{}, "copy kernel");
     });
   });
 }

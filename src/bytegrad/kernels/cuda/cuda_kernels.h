@@ -45,8 +45,9 @@ inline void coalesce_dims(std::vector<int64_t>& sizes, std::vector<std::vector<i
 #include "bytegrad/kernels/kernel_functions.h"
 
 // ---- cuda_softmax.cu: a deferred gradient's chain from softmax's gradient in one pass
-// (KernelBackend::softmax_backward_then), where the kernel takes the operands: float32 operands, out float32
-// or 16-bit, rows contiguous along dim and at most 1024 long, a mul or div by a number (or none) last.
+// (KernelBackend::softmax_backward_then), where the kernel takes the operands: a float32 output, grad_out
+// float32 or 16-bit (a deferred cast's source), out float32 or 16-bit, rows contiguous along dim and at most 1024 long,
+// a mul or div by a number (or none) last.
 bool softmax_backward_chain_fits(const StridedView& out, const StridedView& grad_out, const StridedView& output,
                                  int64_t dim, const ScalarStep* then);
 void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output, int64_t dim,

@@ -74,10 +74,11 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // layout operands: 0 = grad_in, 1 = grad_out, 2 = output. Gi: grad_in's element type (T's, or float16 from
-// float32 operands: log_softmax's half_to_float gradient).
-template <typename T, int kThreadsPerRow, typename Gi = T>
+// float32 operands: log_softmax's half_to_float gradient); Go: grad_out's (T's, or a 16-bit float read as its
+// float32 value: a deferred cast, tensor/gradient_reader.h).
+template <typename T, int kThreadsPerRow, typename Gi = T, typename Go = T>
 __global__ void __launch_bounds__(kBlockThreads)
-    softmax_backward_kernel(Gi* grad_in, const T* grad_out, const T* output, RowLayout<T, 3> layout, bool log) {
+    softmax_backward_kernel(Gi* grad_in, const Go* grad_out, const T* output, RowLayout<T, 3> layout, bool log) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
   int lane;
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     int64_t base[3];
     layout.rows.offsets(row, base);
     Gi* gi = grad_in + base[0];
-    const T* go = grad_out + base[1];
+    const Go* go = grad_out + base[1];
     const T* y = output + base[2];
     const int64_t s_gi = layout.dim_stride[0], s_go = layout.dim_stride[1], s_y = layout.dim_stride[2];
 
@@ -104,6 +105,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       gi[j * s_gi] = convert<Gi>(log ? g - pointwise::m_exp(out_value) * sum : out_value * (g - sum));
     }
   }
+}
+
+// float32, float16 or bfloat16 (softmax_backward_dtypes has checked), as its element type's tag.
+template <typename F>
+void dispatch_float_or_half(ScalarType dtype, F&& f) {
+  if (dtype == ScalarType::float16) f(TypeTag<__half>{});
+  else if (dtype == ScalarType::bfloat16) f(TypeTag<__nv_bfloat16>{});
+  else f(TypeTag<float>{});
 }
 
 template <typename T, int N>
@@ -249,16 +258,16 @@ struct ChainStore {
   }
 };
 
-template <typename T, int kPerLane, typename Gi = T, typename Store = PlainStore<Gi>>
+template <typename T, int kPerLane, typename Gi = T, typename Store = PlainStore<Gi>, typename Go = T>
 __global__ void __launch_bounds__(kBlockThreads)
-    softmax_backward_warp_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int dim, bool log,
+    softmax_backward_warp_kernel(Gi* grad_in, const Go* grad_out, const T* output, int64_t num_rows, int dim, bool log,
                                  Store store = {}) {
   using Acc = opmath_t<T>;
   int64_t row, row_step;
   int lane;
   row_assignment<kWarp>(row, row_step, lane);
   for (; row < num_rows; row += row_step) {
-    const T* go = grad_out + row * dim;
+    const Go* go = grad_out + row * dim;
     const T* y = output + row * dim;
     Gi* gi = grad_in + row * dim;
     auto stored = store.at_row(row);
@@ -379,21 +388,21 @@ __global__ void __launch_bounds__(kLongRowThreads)
 }
 
 // grad_out cached (and the output too for softmax, which reads it twice).
-template <typename T, typename Gi = T>
+template <typename T, typename Gi = T, typename Go = T>
 __global__ void __launch_bounds__(kLongRowThreads)
-    softmax_backward_smem_kernel(Gi* grad_in, const T* grad_out, const T* output, int64_t num_rows, int64_t dim,
+    softmax_backward_smem_kernel(Gi* grad_in, const Go* grad_out, const T* output, int64_t num_rows, int64_t dim,
                                  bool log) {
   using Acc = opmath_t<T>;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
-  T* g_cache = reinterpret_cast<T*>(smem_bytes);
-  T* y_cache = g_cache + dim;  // used by softmax only
+  T* g_cache = reinterpret_cast<T*>(smem_bytes);  // grad_out's values as T (exact from a 16-bit Go)
+  T* y_cache = g_cache + dim;                     // used by softmax only
   for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
-    const T* go = grad_out + row * dim;
+    const Go* go = grad_out + row * dim;
     const T* y = output + row * dim;
     Gi* gi = grad_in + row * dim;
     Acc sum = 0;
     for (int64_t j = threadIdx.x; j < dim; j += kLongRowThreads) {
-      const T g = go[j];
+      const T g = convert<T>(go[j]);
       g_cache[j] = g;
       if (log) {
         sum += convert<Acc>(g);
@@ -498,7 +507,7 @@ bool softmax_forward_fast(const StridedView& out, const StridedView& in, int64_t
   return true;
 }
 
-template <typename T, typename Gi = T>
+template <typename T, typename Gi = T, typename Go = T>
 bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                            int64_t dim, bool log) {
   if (!rows_are_contiguous(grad_in, dim) || !rows_are_contiguous(grad_out, dim) || !rows_are_contiguous(output, dim))
@@ -509,9 +518,9 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   if (num_rows == 0 || dim_size == 0) return true;
   if (dim_size <= 1024) {
     dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
-      softmax_backward_warp_kernel<T, decltype(per_lane)::value, Gi>
+      softmax_backward_warp_kernel<T, decltype(per_lane)::value, Gi, PlainStore<Gi>, Go>
           <<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
-              static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+              static_cast<Gi*>(grad_in.data), static_cast<const Go*>(grad_out.data), static_cast<const T*>(output.data),
               num_rows, static_cast<int>(dim_size), log);
       BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_warp_kernel");
     });
@@ -519,9 +528,9 @@ bool softmax_backward_fast(const StridedView& grad_in, const StridedView& grad_o
   }
   const size_t bytes = static_cast<size_t>(dim_size) * sizeof(T) * (log ? 1 : 2);
   if (bytes + 1024 > max_shared_bytes()) return false;  // + the reductions' static shared memory
-  allow_shared_bytes(softmax_backward_smem_kernel<T, Gi>, bytes);
-  softmax_backward_smem_kernel<T, Gi><<<long_row_blocks(num_rows), kLongRowThreads, bytes, launch_stream()>>>(
-      static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+  allow_shared_bytes(softmax_backward_smem_kernel<T, Gi, Go>, bytes);
+  softmax_backward_smem_kernel<T, Gi, Go><<<long_row_blocks(num_rows), kLongRowThreads, bytes, launch_stream()>>>(
+      static_cast<Gi*>(grad_in.data), static_cast<const Go*>(grad_out.data), static_cast<const T*>(output.data),
       num_rows, dim_size, log);
   BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_smem_kernel");
   return true;
@@ -559,15 +568,15 @@ void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool lo
 
 namespace {
 
-// Gi: grad_in's element type; T: grad_out's and output's.
-template <typename T, typename Gi>
+// Gi: grad_in's element type; Go: grad_out's; T: output's.
+template <typename T, typename Gi, typename Go = T>
 void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output,
                             int64_t dim, bool log) {
-  if (softmax_backward_fast<T, Gi>(grad_in, grad_out, output, dim, log)) return;
+  if (softmax_backward_fast<T, Gi, Go>(grad_in, grad_out, output, dim, log)) return;
   const auto layout = make_row_layout<T, 3>({&grad_in, &grad_out, &output}, dim, "softmax_backward");
   launch_rows(layout.num_rows, layout.dim_size, [&](auto threads_per_row, unsigned blocks) {
-    softmax_backward_kernel<T, decltype(threads_per_row)::value, Gi><<<blocks, kBlockThreads, 0, launch_stream()>>>(
-        static_cast<Gi*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const T*>(output.data),
+    softmax_backward_kernel<T, decltype(threads_per_row)::value, Gi, Go><<<blocks, kBlockThreads, 0, launch_stream()>>>(
+        static_cast<Gi*>(grad_in.data), static_cast<const Go*>(grad_out.data), static_cast<const T*>(output.data),
         layout, log);
     BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
   });
@@ -577,10 +586,14 @@ void softmax_backward_typed(const StridedView& grad_in, const StridedView& grad_
 
 void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
                       bool log) {
-  if (softmax_backward_half_to_float(grad_in, grad_out, output, "cuda")) {
-    if (grad_in.dtype == ScalarType::float16)
-      softmax_backward_typed<float, __half>(grad_in, grad_out, output, dim, log);
-    else softmax_backward_typed<float, __nv_bfloat16>(grad_in, grad_out, output, dim, log);
+  const SoftmaxBackwardDtypes dtypes = softmax_backward_dtypes(grad_in, grad_out, output, "cuda");
+  if (dtypes.half_grad_in || dtypes.half_grad_out) {  // float32 operands with a 16-bit gradient on either side
+    dispatch_float_or_half(grad_in.dtype, [&](auto gi_tag) {
+      dispatch_float_or_half(grad_out.dtype, [&](auto go_tag) {
+        softmax_backward_typed<float, typename decltype(gi_tag)::type, typename decltype(go_tag)::type>(
+            grad_in, grad_out, output, dim, log);
+      });
+    });
     return;
   }
   dispatch_floating(grad_in.dtype, "softmax_backward", [&](auto tag) {
@@ -593,7 +606,10 @@ void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, c
 
 bool softmax_backward_chain_fits(const StridedView& out, const StridedView& grad_out, const StridedView& output,
                                  int64_t dim, const ScalarStep* then) {
-  return grad_out.dtype == ScalarType::float32 && output.dtype == ScalarType::float32 &&
+  const auto float_or_half = [](ScalarType t) {
+    return t == ScalarType::float32 || t == ScalarType::bfloat16 || t == ScalarType::float16;
+  };
+  return float_or_half(grad_out.dtype) && output.dtype == ScalarType::float32 &&
          (out.dtype == ScalarType::float32 || out.dtype == ScalarType::bfloat16 || out.dtype == ScalarType::float16) &&
          (then == nullptr || then->op == BinaryOp::mul || then->op == BinaryOp::div) && rows_are_contiguous(out, dim) &&
          rows_are_contiguous(grad_out, dim) && rows_are_contiguous(output, dim) && grad_out.sizes == out.sizes &&
@@ -605,12 +621,15 @@ namespace {
 template <typename Gi, bool kMultiply>
 void launch_softmax_backward_chain(const StridedView& out, const StridedView& grad_out, const StridedView& output,
                                    int64_t num_rows, int64_t dim_size, const ChainStore<Gi, kMultiply>& store) {
-  dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
-    softmax_backward_warp_kernel<float, decltype(per_lane)::value, Gi, ChainStore<Gi, kMultiply>>
-        <<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
-            static_cast<Gi*>(out.data), static_cast<const float*>(grad_out.data),
-            static_cast<const float*>(output.data), num_rows, static_cast<int>(dim_size), false, store);
-    BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_warp_kernel (chain)");
+  dispatch_float_or_half(grad_out.dtype, [&](auto go_tag) {
+    using Go = typename decltype(go_tag)::type;
+    dispatch_per_lane<1>(dim_size, [&](auto per_lane) {
+      softmax_backward_warp_kernel<float, decltype(per_lane)::value, Gi, ChainStore<Gi, kMultiply>, Go>
+          <<<grid_for(num_rows, kBlockThreads / kWarp), kBlockThreads, 0, launch_stream()>>>(
+              static_cast<Gi*>(out.data), static_cast<const Go*>(grad_out.data), static_cast<const float*>(output.data),
+              num_rows, static_cast<int>(dim_size), false, store);
+      BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_backward_warp_kernel (chain)");
+    });
   });
 }
 
