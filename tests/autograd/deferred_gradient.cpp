@@ -269,3 +269,45 @@ TEST_CASE("softmax's gradient deferred along any dimension, into a mask and a sc
     CHECK(deferred.events == hooked.events);
   }
 }
+
+TEST_CASE("the probabilities' cast deferred to a softmax gradient written in place: the hooked graph's bits") {
+  // float32 scores straight from a product (whose backward takes nothing deferred), softmax, then a bfloat16
+  // product under autocast: SoftmaxBackward0 writes its gradient itself and reads the cast written first.
+  ScopedEnv no_workspace("CUBLAS_WORKSPACE_CONFIG", ":0:0");
+  const Device d = kSim;
+  struct Run {
+    AllocationEvents events;
+    std::vector<double> a_grad, v_grad;
+    uint64_t deferred = 0;
+  };
+  const auto run = [&](bool hooked) {
+    manual_seed(11);
+    const Tensor a = randn({2, 3, 40, 40}, f32(d)).requires_grad_();
+    const Tensor v = randn({2, 3, 40, 16}, f32(d)).requires_grad_();
+    Run r;
+    const uint64_t before = packed_gradients_handed(PackedGradient::deferred);
+    r.events = allocation_events(d, [&] {
+      const Tensor v_in = v.to(ScalarType::bfloat16);  // before the scores, as nanoGPT's v
+      const Tensor scores = a * a;                     // MulBackward0 of a tensor product: takes no deferred gradient
+      Tensor att = softmax(scores, -1);
+      if (hooked) att.register_hook([](const Tensor& g) { return g; });
+      Tensor y;
+      {
+        const AutocastGuard autocast(d.type, ScalarType::bfloat16);
+        y = matmul(att, v_in);
+      }
+      y.sum().backward();
+    });
+    r.deferred = packed_gradients_handed(PackedGradient::deferred) - before;
+    r.a_grad = a.grad().flatten().tolist();
+    r.v_grad = v.grad().flatten().tolist();
+    return r;
+  };
+  const Run hooked = run(true);
+  const Run deferred = run(false);
+  CHECK(hooked.deferred == 0);
+  CHECK(deferred.deferred == 1);  // the cast, written by softmax's gradient before its kernel
+  CHECK(deferred.a_grad == hooked.a_grad);
+  CHECK(deferred.v_grad == hooked.v_grad);
+  CHECK(deferred.events == hooked.events);
+}

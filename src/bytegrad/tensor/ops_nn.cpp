@@ -114,8 +114,8 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
     product_block = empty_elementwise_output(output.sizes(), output.dtype(), output.device(), {&grad_output, &output});
   // The float32 cast eager ran on the gradient just before (ToCopyBackward0: autocast's bfloat16 copy of
   // softmax's output for a product, on its way back) may have been left to this op (tensor/gradient_reader.h):
-  // then grad_output is unwritten and its 16-bit elements are read where they are, converted exactly as the
-  // cast would. Any other deferred form is written out first.
+  // then grad_output is unwritten, and where softmax's gradient is handed on deferred too its 16-bit elements
+  // are read where they are, converted exactly as the cast would. Any other deferred form is written out first.
   std::optional<StridedView> grad_source;
   if (std::optional<DeferredGradient> deferred = take_deferred_gradient(grad_output.storage().get())) {
     const bool plain_cast = !deferred->softmax && deferred->steps.size() == 1 && !deferred->steps[0].mask &&
@@ -123,15 +123,6 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
     if (plain_cast && !log && !half_to_float && grad_output.is_contiguous()) grad_source = deferred->source;
     else replay_deferred_gradient(*deferred);
   }
-  // Where a kernel below writes bytes the cast's source spans (its block was freed before grad_input was
-  // allocated), the cast is written first, as eager did, and read from there.
-  const auto read_grad_into = [&](const StridedView& written) {
-    if (grad_source && ranges_overlap(bytes_spanned(written), bytes_spanned(*grad_source))) {
-      kernel_backend(output.device()).copy(kv(grad_output), *grad_source);  // its launch was noted when deferred
-      grad_source.reset();
-    }
-    return grad_source ? *grad_source : kv(grad_output);
-  };
   // As the forward: contiguous operands (copies only when they are not).
   const Tensor grad = grad_output.contiguous();
   const Tensor out = output.contiguous();
@@ -151,12 +142,15 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
         DeferredGradient{kv(grad_input), {}, SoftmaxGradientSource{kv(grad), kv(out), dim, grad_source}});
     return grad_input;
   }
+  // Written here, softmax's gradient reads the cast written first, as eager did: grad_input may have been
+  // allocated over the source's freed block.
+  if (grad_source) replay_deferred_gradient(DeferredGradient{*grad_source, {{kv(grad_output)}}, std::nullopt});
   if (reader && !half_to_float && reader->dtype == grad_dtype && reader->sizes == output.sizes() &&
       grad_dtype == ScalarType::float32 &&
       (reader->cast_to == ScalarType::bfloat16 || reader->cast_to == ScalarType::float16)) {
     StridedView cast_values = kv(grad_input);
     cast_values.dtype = *reader->cast_to;
-    backend_of(output).softmax_backward(cast_values, read_grad_into(cast_values), kv(out), dim, log);
+    backend_of(output).softmax_backward(cast_values, kv(grad), kv(out), dim, log);
     hand_packed_gradient(grad_input.storage().get(), PackedGradient::cast_values);
     return grad_input;
   }
@@ -167,7 +161,7 @@ Tensor softmax_backward(const Tensor& grad_output, const Tensor& output, int64_t
     return grad_input;
   }
   // log_softmax's half_to_float gradient: the kernel reads the float32 operands and writes float16 itself.
-  backend_of(output).softmax_backward(kv(grad_input), read_grad_into(kv(grad_input)), kv(out), dim, log);
+  backend_of(output).softmax_backward(kv(grad_input), kv(grad), kv(out), dim, log);
   return grad_input;
 }
 
