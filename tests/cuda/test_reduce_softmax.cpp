@@ -1,6 +1,8 @@
 // Reductions (flagged dimensions, argmax/argmin, max/min with indices) and softmax forward/backward on cuda
 // against cpu, on transposed and sliced inputs.
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/autocast.h"
+#include "bytegrad/tensor/pending_scores.h"
 #include "tests/cuda/gpu_test_helpers.h"
 
 namespace bytegrad::testing {
@@ -357,6 +359,103 @@ TEST_CASE("a deferred chain from softmax's gradient in one kernel: the separate 
         }
       }
     }
+  }
+}
+
+}  // namespace
+}  // namespace bytegrad::testing
+
+namespace bytegrad::testing {
+namespace {
+
+TEST_CASE("softmax of pending scores in one kernel: the bits of the scale, masked_fill and softmax launches") {
+  require_gpu();
+  const TensorOptions on_gpu = TensorOptions{}.with_device(kCuda);
+  struct Case {
+    ScalarType source, out;
+    int64_t T;
+  };
+  for (const Case c :
+       {Case{ScalarType::float32, ScalarType::float32, 1024}, Case{ScalarType::bfloat16, ScalarType::float32, 1024},
+        Case{ScalarType::bfloat16, ScalarType::bfloat16, 1024}, Case{ScalarType::float16, ScalarType::float32, 520},
+        Case{ScalarType::float32, ScalarType::float32, 776}}) {
+    const Shape shape{2, 3, 40, c.T};
+    const Tensor source = (random_pair(shape).gpu * 4.0).to(c.source);
+    // attention's causal mask, broadcast over batch and heads (rows past the diagonal masked)
+    const Tensor mask =
+        gt(arange(0, c.T, 1, on_gpu).view({1, 1, 1, c.T}), arange(0, 40, 1, on_gpu).view({1, 1, 40, 1}) * 20.0)
+            .expand(shape);
+    for (const BinaryOp op : {BinaryOp::mul, BinaryOp::div}) {
+      for (const bool masked : {true, false}) {
+        for (const bool log : {false, true}) {
+          const Tensor scaled = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(c.source));
+          gpu().binary_scalar(op, scaled.view_for_kernels(), source.view_for_kernels(), 0.125, false);
+          if (masked)
+            gpu().masked_fill(scaled.view_for_kernels(), scaled.view_for_kernels(), mask.view_for_kernels(), -INFINITY);
+          const Tensor separate = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(c.out));
+          gpu().softmax(separate.view_for_kernels(), scaled.view_for_kernels(), 3, log);
+          const Tensor fused = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(c.out));
+          const StridedView mask_view = mask.view_for_kernels();
+          REQUIRE(gpu().softmax_of_scaled(fused.view_for_kernels(), source.view_for_kernels(), ScalarStep{op, 0.125},
+                                          masked ? &mask_view : nullptr, -INFINITY, 3, log));
+          INFO(scalar_type_name(c.source), " -> ", scalar_type_name(c.out), " rows of ", c.T,
+               op == BinaryOp::div ? " div" : " mul", masked ? " masked" : "", log ? " log" : "");
+          CHECK(fused.to(ScalarType::float32).cpu().tolist() == separate.to(ScalarType::float32).cpu().tolist());
+        }
+      }
+    }
+  }
+  // Rows the kernel does not take: refused, nothing written.
+  const Tensor short_rows = random_pair({4, 512}).gpu;
+  const Tensor out = empty({4, 512}, on_gpu);
+  CHECK_FALSE(gpu().softmax_of_scaled(out.view_for_kernels(), short_rows.view_for_kernels(),
+                                      ScalarStep{BinaryOp::mul, 2.0}, nullptr, 0.0, 1, false));
+}
+
+TEST_CASE("nanoGPT's slow attention with its scores pending: the written path's bits, softmax in one kernel") {
+  require_gpu();
+  const int64_t B = 1, H = 2, T = 1024, hs = 16;
+  struct Result {
+    std::vector<double> y, q_grad, k_grad;
+    uint64_t fused = 0;
+  };
+  const auto run = [&](bool defer, bool bf16) {
+    const bool previous = defers_scores();
+    set_defers_scores(defer);
+    const TensorOptions on_gpu = TensorOptions{}.with_device(kCuda);
+    manual_seed(3);
+    const Tensor q = randn({B, H, T, hs}, on_gpu).requires_grad_();
+    const Tensor k = randn({B, H, T, hs}, on_gpu).requires_grad_();
+    const Tensor v = randn({B, H, T, hs}, on_gpu);
+    const Tensor bias = tril(ones({T, T}, on_gpu)).view({1, 1, T, T});
+    const uint64_t fused = pending_scores_fused();
+    Result r;
+    {
+      std::optional<AutocastGuard> autocast;
+      if (bf16) autocast.emplace(DeviceType::cuda, ScalarType::bfloat16);
+      Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
+      att = masked_fill(att, eq(bias, 0.0), -INFINITY);
+      att = softmax(att, -1);
+      Tensor y = matmul(att, v);
+      autocast.reset();
+      r.y = y.to(ScalarType::float32).cpu().flatten().tolist();
+      y.sum().backward();
+    }
+    r.fused = pending_scores_fused() - fused;
+    r.q_grad = q.grad().cpu().flatten().tolist();
+    r.k_grad = k.grad().cpu().flatten().tolist();
+    set_defers_scores(previous);
+    return r;
+  };
+  for (bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    const Result written = run(false, bf16);
+    const Result pending = run(true, bf16);
+    CHECK(written.fused == 0);
+    CHECK(pending.fused == 1);
+    CHECK(pending.y == written.y);
+    CHECK(pending.q_grad == written.q_grad);
+    CHECK(pending.k_grad == written.k_grad);
   }
 }
 

@@ -28,6 +28,7 @@
 #include "bytegrad/tensor/ops_support.h"
 #include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/gradient_reader.h"
+#include "bytegrad/tensor/pending_scores.h"
 
 namespace bytegrad {
 
@@ -120,6 +121,8 @@ thread_local std::unordered_map<const void*, std::shared_ptr<void>>* running_bac
 thread_local std::vector<std::function<void()>>* running_backward_callbacks = nullptr;
 
 void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
+  // Scores the forward left pending (tensor/pending_scores.h) are written before any backward kernel runs.
+  write_out_own_pending_scores();
   std::unordered_map<const void*, std::shared_ptr<void>> state;  // dropped last, however this ends
   struct StateScope {
     std::unordered_map<const void*, std::shared_ptr<void>>* previous;

@@ -10,6 +10,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/memory/memory_category.h"
+#include "bytegrad/tensor/pending_scores.h"
 
 namespace bytegrad::distributed {
 
@@ -285,6 +286,10 @@ std::shared_ptr<Work> ProcessGroup::barrier(bool async_op) {
 }
 
 std::shared_ptr<Work> ProcessGroup::issue(Collective call, bool async_op) {
+  // Collectives read and write device memory outside the backend calls: scores left pending there
+  // (tensor/pending_scores.h) are written first.
+  for (const Tensor* t : {&call.input, &call.output})
+    if (t->defined()) write_out_pending_scores(t->device());
   const bool has_streams = device_.type != DeviceType::cpu;
   if (has_streams && !collective_stream_) {
     // The communicator's stream is taken from the pool when the communicator is made, at the first

@@ -179,6 +179,17 @@ class KernelBackend {
   // Softmax (or log-softmax) along dim; out has in's sizes and dtype, or is float32 from a float16 or bfloat16
   // in (each element converted exactly: the float32 input's results, bit for bit).
   virtual void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) = 0;
+  // softmax (log_softmax with `log`) along dim of what a pending chain would have written
+  // (tensor/pending_scores.h): each element source op scale's scalar (binary_scalar's bits, in source's
+  // dtype), then `mask[i] ? value : it` where mask is given (broadcast to source's sizes), read as softmax
+  // reads its input: the bits of binary_scalar, masked_fill and softmax run one after another. out is
+  // source's dtype, or float32 from a 16-bit source; it overlaps nothing it reads but may be source itself.
+  // false: this backend does not take these operands, and nothing ran.
+  virtual bool softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale,
+                                 const StridedView* mask, double value, int64_t dim, bool log) {
+    (void)out, (void)source, (void)scale, (void)mask, (void)value, (void)dim, (void)log;
+    return false;
+  }
   // grad_in = gradient of (log_)softmax given grad_out and the forward's output. The three share one dtype,
   // except that with a float32 output a float16 or bfloat16 grad_in is accepted (log_softmax's half_to_float
   // gradient; a gradient its one reader casts: each element as the float32 gradient's would be cast), and so

@@ -1,10 +1,12 @@
 // backend_for (device_backend.h): each device's kernels wrapped by a backend that notes, before every call,
 // the allocations PyTorch's kernel for it makes the CUDA driver do.
 #include <stdexcept>
+#include <vector>
 
 #include "bytegrad/core/view_bytes.h"
 #include "bytegrad/tensor/device_backend.h"
 #include "bytegrad/memory/streams.h"
+#include "bytegrad/tensor/pending_scores.h"
 
 namespace bytegrad {
 
@@ -79,10 +81,12 @@ class DriverAllocationsBackend final : public KernelBackend {
     note_then_run(out, kElementwise, &KernelBackend::cast_nll_rows, out, packed);
   }
   void copy_from_host_unchecked(const StridedView& dst, const void* host) override {
+    settle(dst);
     if (dst.numel() != 0) note_launch(dst.device);
     inner_.copy_from_host(dst, {static_cast<const std::byte*>(host), host_bytes(dst)});
   }
   void copy_to_host_unchecked(void* host, const StridedView& src) override {
+    settle(src);
     if (src.numel() != 0) note_launch(src.device);
     inner_.copy_to_host({static_cast<std::byte*>(host), host_bytes(src)}, src);
   }
@@ -102,6 +106,7 @@ class DriverAllocationsBackend final : public KernelBackend {
   }
   // Out of place, PyTorch clones (a copy, noted as copy() notes it) and then fills in place.
   void masked_fill(const StridedView& out, const StridedView& src, const StridedView& mask, double value) override {
+    settle(out, src, mask);
     note_deferred_masked_fill(out, src);
     inner_.masked_fill(out, src, mask, value);
   }
@@ -117,6 +122,7 @@ class DriverAllocationsBackend final : public KernelBackend {
   // Every step was noted by the caller (gradient_reader.cpp), the last node's own too.
   void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output,
                              int64_t dim, const StridedView* mask, double value, const ScalarStep* then) override {
+    settle(out, grad_out, output, mask);
     inner_.softmax_backward_then(out, grad_out, output, dim, mask, value, then);
   }
   // The masked_fill was noted when it was deferred: this call stands in for the binary_scalar.
@@ -138,12 +144,22 @@ class DriverAllocationsBackend final : public KernelBackend {
   void softmax(const StridedView& out, const StridedView& in, int64_t dim, bool log) override {
     note_then_run(out, kGlobals, &KernelBackend::softmax, out, in, dim, log);
   }
+  // Stands in for softmax (the chain's launches were noted when it was deferred); notes nothing when the
+  // backend does not take it.
+  bool softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
+                         double value, int64_t dim, bool log) override {
+    settle(out, source, mask);
+    if (!inner_.softmax_of_scaled(out, source, scale, mask, value, dim, log)) return false;
+    note(out, kGlobals);
+    return true;
+  }
   void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
                         bool log) override {
     note_then_run(grad_in, log ? kGlobals : kElementwise, &KernelBackend::softmax_backward, grad_in, grad_out, output,
                   dim, log);
   }
   void gemm(const GemmArgs& args) override {
+    write_out_pending_scores(args.device);  // its operands are raw pointers: every chain on the device
     if (args.m != 0 && args.n != 0 && args.batches != 0) note_launch(args.device);
     inner_.gemm(args);
   }
@@ -208,12 +224,14 @@ class DriverAllocationsBackend final : public KernelBackend {
   }
   void attention_forward(const StridedView& out, const StridedView* lse, const StridedView& q, const StridedView& k,
                          const StridedView& v, double scale, bool is_causal, const AttentionExtras& extras) override {
+    write_out_pending_scores(out.device);  // masks, workspaces and dropout state besides the views
     note_then_run(out, kGlobals, &KernelBackend::attention_forward, out, lse, q, k, v, scale, is_causal, extras);
   }
   void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                           const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
                           const StridedView& lse, double scale, bool is_causal, DeviceScratch scratch,
                           const AttentionExtras& extras) override {
+    write_out_pending_scores(dq.device);
     note_then_run(dq, kGlobals, &KernelBackend::attention_backward, dq, dk, dv, dout, q, k, v, out, lse, scale,
                   is_causal, scratch, extras);
   }
@@ -232,12 +250,28 @@ class DriverAllocationsBackend final : public KernelBackend {
     note_driver_allocations(view.device, what);
     note_launch(view.device);
   }
-  // Notes `what` for `view`'s device, then runs the wrapped backend's `kernel` with the call's arguments.
+  // Notes `what` for `view`'s device, then runs the wrapped backend's `kernel` with the call's arguments
+  // (pending scores its views overlap written out first).
   template <typename Kernel, typename... Args>
   void note_then_run(const StridedView& view, uint32_t what, Kernel kernel, const Args&... args) {
+    settle(args...);
     note(view, what);
     (inner_.*kernel)(args...);
   }
+  // The pending scores (tensor/pending_scores.h) a call's views overlap, written out before it runs.
+  template <typename... Args>
+  static void settle(const Args&... args) {
+    if (!pending_scores_exist()) return;
+    std::vector<const StridedView*> views;
+    (collect(views, args), ...);
+    settle_pending_scores(views);
+  }
+  static void collect(std::vector<const StridedView*>& views, const StridedView& view) { views.push_back(&view); }
+  static void collect(std::vector<const StridedView*>& views, const StridedView* view) {
+    if (view != nullptr) views.push_back(view);
+  }
+  template <typename Other>
+  static void collect(std::vector<const StridedView*>& /*views*/, const Other& /*not a view*/) {}
 
   KernelBackend& inner_;
 };

@@ -7,8 +7,9 @@
 #include <thread>
 #include <utility>
 
-#include "bytegrad/core/address_sanitizer.h"
 #include "bytegrad/core/view_bytes.h"
+#include "bytegrad/tensor/freed_bytes_readable.h"
+#include "bytegrad/tensor/pending_scores.h"
 #include "bytegrad/kernels/backend.h"
 #include "bytegrad/memory/caching_allocator.h"
 
@@ -42,6 +43,7 @@ bool on_device(const DeferredGradient& deferred, Device device) { return deferre
 // The allocator's hook: before memory on `device` goes back to the driver, the deferred gradients whose
 // source or steps may lie there are written out (eager's steps, replayed) and handed on as written ones.
 void write_out_deferred_gradients(Device device) {
+  write_out_pending_scores(device);  // the forward's pending scores too (pending_scores.h)
   std::lock_guard lock(hand_over_mutex);
   for (HandOver* state : std::vector<HandOver*>(deferred_hand_overs)) {
     if (!on_device(*state->deferred, device)) continue;
@@ -125,53 +127,20 @@ void forget_packed_gradient() {
 
 namespace {
 
-// Under AddressSanitizer the sim device poisons free blocks (simulated_raw_memory.cpp); a deferred gradient
-// reads and replays into blocks that are free by then, on purpose. For the scope, the free bytes its views
-// span are readable; their poison is restored after.
-class FreedBytesReadable {
- public:
-  explicit FreedBytesReadable(const DeferredGradient& deferred) {
-#if BYTEGRAD_ASAN
-    if (deferred.source.device.type != DeviceType::sim) return;
-    allow(deferred.source);
-    if (deferred.softmax) {
-      allow(deferred.softmax->grad_out);
-      allow(deferred.softmax->output);
-      if (deferred.softmax->grad_out_source) allow(*deferred.softmax->grad_out_source);
-    }
-    for (const DeferredStep& step : deferred.steps) {
-      allow(step.target);
-      if (step.mask) allow(*step.mask);
-    }
-#else
-    (void)deferred;
-#endif
+// Every view a deferred gradient reads or writes (FreedBytesReadable: their blocks may be free by then).
+std::vector<StridedView> views_of(const DeferredGradient& deferred) {
+  std::vector<StridedView> views{deferred.source};
+  if (deferred.softmax) {
+    views.push_back(deferred.softmax->grad_out);
+    views.push_back(deferred.softmax->output);
+    if (deferred.softmax->grad_out_source) views.push_back(*deferred.softmax->grad_out_source);
   }
-  ~FreedBytesReadable() {
-#if BYTEGRAD_ASAN
-    for (const ByteRange& run : poisoned_)
-      ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(run.begin), run.end - run.begin);
-#endif
+  for (const DeferredStep& step : deferred.steps) {
+    views.push_back(step.target);
+    if (step.mask) views.push_back(*step.mask);
   }
-  FreedBytesReadable(const FreedBytesReadable&) = delete;
-  FreedBytesReadable& operator=(const FreedBytesReadable&) = delete;
-
- private:
-#if BYTEGRAD_ASAN
-  void allow(const StridedView& view) {
-    const ByteRange range = bytes_spanned(view);
-    constexpr uintptr_t kGranule = 8;  // ASan's shadow granule; the allocator poisons whole blocks
-    for (uintptr_t at = range.begin & ~(kGranule - 1); at < range.end; at += kGranule) {
-      if (__asan_address_is_poisoned(reinterpret_cast<void*>(at)) == 0) continue;
-      if (!poisoned_.empty() && poisoned_.back().end == at) poisoned_.back().end += kGranule;
-      else poisoned_.push_back({at, at + kGranule});
-    }
-    for (const ByteRange& run : poisoned_)
-      ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(run.begin), run.end - run.begin);
-  }
-#endif
-  std::vector<ByteRange> poisoned_;
-};
+  return views;
+}
 
 // A chain from softmax's gradient in one pass (KernelBackend::softmax_backward_then), where it can be: at
 // most one mask, every masked step in out's dtype, the values converted at most once on the way (float32
@@ -218,7 +187,7 @@ bool write_softmax_chain(const DeferredGradient& deferred, const StridedView& ou
 void write_deferred_gradient(const DeferredGradient& deferred, const StridedView& out,
                              const std::optional<StridedView>& mask, double value, std::optional<ScalarStep> then,
                              KernelBackend& kernels) {
-  const FreedBytesReadable readable(deferred);
+  const FreedBytesReadable readable(views_of(deferred));
   if (deferred.softmax && write_softmax_chain(deferred, out, mask, value, then, kernels)) return;
   const StridedView& source = deferred.source;
   // One pass: at most one mask on the way, every step in out's dtype, nothing read overwritten early.
@@ -253,7 +222,7 @@ void write_deferred_gradient(const DeferredGradient& deferred, const StridedView
 }
 
 void replay_deferred_gradient(const DeferredGradient& deferred) {
-  const FreedBytesReadable readable(deferred);
+  const FreedBytesReadable readable(views_of(deferred));
   KernelBackend& kernels = kernel_backend(deferred.source.device);
   if (deferred.softmax) {
     const SoftmaxGradientSource& softmax = *deferred.softmax;

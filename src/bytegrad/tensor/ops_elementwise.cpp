@@ -19,6 +19,7 @@
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/tensor/gradient_reader.h"
 #include "bytegrad/tensor/ops.h"
+#include "bytegrad/tensor/pending_scores.h"
 #include "bytegrad/tensor/ops_support.h"
 
 namespace bytegrad {
@@ -136,6 +137,17 @@ Tensor binary_compute(const char* name, BinaryOp op, const Tensor& a, const Tens
   return out;
 }
 
+// Whether a mul or div by a number into `out` starts a pending chain (tensor/pending_scores.h): floating
+// operands in one dtype, contiguous, on a device that defers them, in a forward autograd records.
+bool starts_pending_scores(OpId op, const Tensor& a, const Tensor& out) {
+  if (op != OpId::mul_scalar && op != OpId::div_scalar) return false;
+  const ScalarType t = a.dtype();
+  if (t != ScalarType::float32 && t != ScalarType::bfloat16 && t != ScalarType::float16) return false;
+  if (a.numel() == 0 || !a.is_contiguous() || !out.is_contiguous() || !defers_scores_on(a.device())) return false;
+  const AutogradHook* hook = autograd_hook();
+  return hook != nullptr && hook->needs_graph({a});
+}
+
 // `common`: the type computed in when the caller decided it (add and sub with alpha); else from the scalar.
 Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar,
                       std::optional<ScalarType> common = std::nullopt) {
@@ -161,6 +173,10 @@ Tensor scalar_compute(const char* name, OpId op, const Tensor& a, double scalar,
           : std::nullopt;
   if (deferred) {
     write_deferred_gradient(*deferred, kv(out), std::nullopt, 0.0, ScalarStep{kernel.kernel, scalar}, backend_of(a));
+  } else if (type == a.dtype() && starts_pending_scores(op, a, out)) {
+    // Forward in training: left unwritten until its reader is known (tensor/pending_scores.h).
+    backend_of(a).note_deferred_binary_scalar(kv(out));
+    defer_scaled_scores(kv(out), kv(a), ScalarStep{kernel.kernel, scalar});
   } else if (type == a.dtype()) {
     backend_of(a).binary_scalar(kernel.kernel, kv(out), kv(a), scalar, first);
   } else {
@@ -417,6 +433,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
       hand_deferred_gradient(out.storage().get(), std::move(*deferred));
     } else if (deferred) {
       write_deferred_gradient(*deferred, kv(out), mask_view, value, std::nullopt, backend_of(x));
+    } else if (x.sizes() == shape && out.is_contiguous() && defer_masked_scores(kv(out), source, mask_view, value)) {
+      // The pending scores' next step (tensor/pending_scores.h): left unwritten too.
+      backend_of(x).note_deferred_masked_fill(kv(out), source);
     } else {
       backend_of(x).masked_fill(kv(out), source, mask_view, value);
     }

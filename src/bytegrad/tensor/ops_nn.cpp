@@ -13,6 +13,7 @@
 #include "bytegrad/tensor/gradient_reader.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
+#include "bytegrad/tensor/pending_scores.h"
 #include "bytegrad/tensor/random.h"
 
 namespace bytegrad {
@@ -33,7 +34,22 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool
   dim = wrap_dim(dim, x.dim(), name);
   Tensor out = empty(x.sizes(), TensorOptions{half_to_float ? ScalarType::float32 : x.dtype(), x.device()});
   const Tensor input = x.contiguous();
-  backend_of(x).softmax(kv(out), kv(values != nullptr ? *values : input), dim, log);
+  const StridedView read = kv(values != nullptr ? *values : input);
+  // Scores a scale and a mask left pending (tensor/pending_scores.h) are read through them in one kernel
+  // where the backend takes it and out overlaps nothing it reads (or is the source itself); else written out.
+  if (std::optional<PendingScores> chain = take_pending_scores(read)) {
+    const StridedView written = kv(out);
+    const bool clear =
+        (same_view(written, chain->source) || !ranges_overlap(bytes_spanned(written), bytes_spanned(chain->source))) &&
+        (!chain->mask || !ranges_overlap(bytes_spanned(written), bytes_spanned(*chain->mask)));
+    const StridedView* mask = chain->mask ? &*chain->mask : nullptr;
+    if (clear && backend_of(x).softmax_of_scaled(written, chain->source, chain->scale, mask, chain->value, dim, log)) {
+      count_fused_scores();
+      return out;
+    }
+    write_pending_scores(*chain);
+  }
+  backend_of(x).softmax(kv(out), read, dim, log);
   return out;
 }
 

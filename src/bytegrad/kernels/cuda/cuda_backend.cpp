@@ -225,6 +225,13 @@ class CudaBackend final : public KernelBackend {
     CudaCall call(out.device, "softmax", log ? "log" : "", in.dtype);
     cuda::softmax(out, in, dim, log);
   }
+  bool softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
+                         double value, int64_t dim, bool log) override {
+    if (!cuda::softmax_of_scaled_fits(out, source, scale, mask, dim)) return false;
+    CudaCall call(out.device, "softmax_of_scaled", mask ? "masked" : "", source.dtype);
+    cuda::softmax_of_scaled(out, source, scale, mask, value, dim, log);
+    return true;
+  }
   void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,
                         bool log) override {
     CudaCall call(grad_in.device, "softmax_backward", log ? "log" : "", grad_in.dtype);

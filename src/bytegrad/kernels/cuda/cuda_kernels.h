@@ -52,6 +52,13 @@ bool softmax_backward_chain_fits(const StridedView& out, const StridedView& grad
                                  int64_t dim, const ScalarStep* then);
 void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output, int64_t dim,
                            const StridedView* mask, double value, const ScalarStep* then);
+// ---- cuda_softmax.cu: softmax of a pending chain's scores in one kernel (KernelBackend::softmax_of_scaled):
+// float32 or 16-bit source, out its dtype or float32, a mul or div, a bool mask, rows of 513 to 1024 in whole
+// aligned 16-byte runs.
+bool softmax_of_scaled_fits(const StridedView& out, const StridedView& source, ScalarStep scale,
+                            const StridedView* mask, int64_t dim);
+void softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
+                       double value, int64_t dim, bool log);
 // ---- cuda_elementwise.cu: masked_fill and binary_scalar in one pass (KernelBackend::masked_fill_then_scalar)
 void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
                              double value, double scalar);

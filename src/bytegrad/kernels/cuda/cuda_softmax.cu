@@ -302,14 +302,76 @@ constexpr int kRowBlockThreads = 128;
 template <typename T>
 inline constexpr int kRowBlockVector = static_cast<int>(16 / sizeof(T));
 
-template <typename T, typename In, int kVectors, bool kLog>
+// How the block-a-row forward reads a run of V elements of a row: as they are (PlainLoad), or as a pending
+// chain would have written them (ScaledLoad, tensor/pending_scores.h): x * factor in In's opmath rounded to
+// In (binary_with_scalar's mul, and its div as a product by the reciprocal the host computed the same way),
+// then masked_fill's select (the run's mask bytes as one load where they are contiguous); the bits of the
+// launches it replaces.
+struct PlainLoad {
+  struct Row {
+    template <typename In, int V>
+    __device__ void operator()(int /*first*/, const Vec<In, V>& chunk, opmath_t<In> (&out)[V]) const {
+#pragma unroll
+      for (int e = 0; e < V; ++e) out[e] = convert<opmath_t<In>>(chunk.v[e]);
+    }
+  };
+  __device__ Row at_row(int64_t) const { return {}; }
+};
+
+template <typename In, int V>
+struct ScaledLoad {
+  using M = opmath_t<In>;
+  M factor;
+  const uint8_t* mask;  // null: no masked step
+  int64_t mask_dim_stride;
+  bool mask_runs;               // a run's V mask bytes are contiguous and aligned: one load
+  StridedIndexer<1> mask_rows;  // each row's first mask element
+  In value;
+  struct Row {
+    M factor;
+    const uint8_t* mask;
+    int64_t mask_dim_stride;
+    bool mask_runs;
+    In value;
+    __device__ void operator()(int first, const Vec<In, V>& chunk, M (&out)[V]) const {
+      bool masked[V] = {};
+      if (mask != nullptr) {
+        if (mask_runs) {
+          const Vec<uint8_t, V> bytes = *reinterpret_cast<const Vec<uint8_t, V>*>(mask + first);
+#pragma unroll
+          for (int e = 0; e < V; ++e) masked[e] = bytes.v[e] != 0;
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) masked[e] = mask[(first + e) * mask_dim_stride] != 0;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const In scaled = masked[e] ? value : convert<In>(convert<M>(chunk.v[e]) * factor);
+        out[e] = convert<M>(scaled);
+      }
+    }
+  };
+  __device__ Row at_row(int64_t row) const {
+    const uint8_t* row_mask = nullptr;
+    if (mask != nullptr) {
+      int64_t offset[1];
+      mask_rows.offsets(row, offset);
+      row_mask = mask + offset[0];
+    }
+    return {factor, row_mask, mask_dim_stride, mask_runs, value};
+  }
+};
+
+template <typename T, typename In, int kVectors, bool kLog, typename Load = PlainLoad>
 __global__ void __launch_bounds__(kRowBlockThreads)
-    softmax_forward_block_kernel(T* out, const In* in, int64_t num_rows, int dim) {
+    softmax_forward_block_kernel(T* out, const In* in, int64_t num_rows, int dim, Load load = {}) {
   using Acc = opmath_t<T>;
   constexpr int V = kRowBlockVector<T>;
   for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
     const In* x = in + row * dim;
     T* y = out + row * dim;
+    const auto loaded = load.at_row(row);
     Acc v[kVectors][V];
     Acc max_value = -INFINITY;
 #pragma unroll
@@ -317,9 +379,11 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       const int first = (k * kRowBlockThreads + static_cast<int>(threadIdx.x)) * V;
       if (first < dim) {
         const Vec<In, V> chunk = *reinterpret_cast<const Vec<In, V>*>(x + first);
+        opmath_t<In> values[V];
+        loaded(first, chunk, values);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          v[k][e] = convert<Acc>(chunk.v[e]);
+          v[k][e] = static_cast<Acc>(values[e]);
           max_value = MaxOp{}(max_value, v[k][e]);
         }
       }
@@ -667,6 +731,78 @@ void softmax_backward_chain_typed(const StridedView& out, const StridedView& gra
 }
 
 }  // namespace
+
+// ------------------------------------------------------- softmax of a pending chain's scores (one kernel)
+
+bool softmax_of_scaled_fits(const StridedView& out, const StridedView& source, ScalarStep scale,
+                            const StridedView* mask, int64_t dim) {
+  const auto half = [](ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; };
+  const bool dtypes = (source.dtype == ScalarType::float32 || half(source.dtype)) &&
+                      (out.dtype == source.dtype || (out.dtype == ScalarType::float32 && half(source.dtype)));
+  if (!dtypes || (scale.op != BinaryOp::mul && scale.op != BinaryOp::div) || out.sizes != source.sizes) return false;
+  if (mask != nullptr && (mask->sizes != source.sizes || mask->dtype != ScalarType::bool_)) return false;
+  if (!rows_are_contiguous(out, dim) || !rows_are_contiguous(source, dim)) return false;
+  // The block-a-row kernel's rows (513 to 1024, whole 16-byte runs of the output's type, aligned).
+  const int64_t dim_size = out.sizes[dim];
+  const int vector = static_cast<int>(16 / element_size(out.dtype));
+  const auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  return dim_size > 512 && dim_size <= 1024 && dim_size % vector == 0 &&
+         aligned(source.data, element_size(source.dtype) * vector) &&
+         aligned(out.data, element_size(out.dtype) * vector);
+}
+
+namespace {
+
+template <typename T, typename In>
+void launch_softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale,
+                              const StridedView* mask, double value, int64_t dim, bool log) {
+  const int64_t dim_size = out.sizes[dim];
+  const int64_t num_rows = dim_size > 0 ? out.numel() / dim_size : 0;
+  if (num_rows == 0) return;
+  constexpr int V = kRowBlockVector<T>;
+  using M = opmath_t<In>;
+  // binary_with_scalar in M: x * scalar, and a division as x * (1 / scalar).
+  const M scalar = from_double<M>(scale.scalar);
+  ScaledLoad<In, V> load{
+      scale.op == BinaryOp::div ? M(1) / scalar : scalar, nullptr, 0, false, {}, from_double<In>(value)};
+  if (mask != nullptr) {
+    std::vector<int64_t> row_sizes = out.sizes;
+    row_sizes[dim] = 1;
+    load.mask = static_cast<const uint8_t*>(mask->data);
+    load.mask_dim_stride = mask->strides[dim];
+    load.mask_rows = make_indexer<1>(row_sizes, {mask->strides});
+    // Unit stride along the row, the data and every row's start V-byte aligned: a run's bytes load as one.
+    bool runs = load.mask_dim_stride == 1 && reinterpret_cast<uintptr_t>(mask->data) % V == 0;
+    for (size_t d = 0; d < mask->strides.size(); ++d)
+      if (static_cast<int64_t>(d) != dim && mask->strides[d] % V != 0) runs = false;
+    load.mask_runs = runs;
+  }
+  constexpr int kVectors = (1024 + kRowBlockThreads * V - 1) / (kRowBlockThreads * V);
+  const unsigned blocks = long_row_blocks(num_rows);
+  if (log)
+    softmax_forward_block_kernel<T, In, kVectors, true, ScaledLoad<In, V>>
+        <<<blocks, kRowBlockThreads, 0, launch_stream()>>>(
+            static_cast<T*>(out.data), static_cast<const In*>(source.data), num_rows, static_cast<int>(dim_size), load);
+  else
+    softmax_forward_block_kernel<T, In, kVectors, false, ScaledLoad<In, V>>
+        <<<blocks, kRowBlockThreads, 0, launch_stream()>>>(
+            static_cast<T*>(out.data), static_cast<const In*>(source.data), num_rows, static_cast<int>(dim_size), load);
+  BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_block_kernel (pending scores)");
+}
+
+}  // namespace
+
+void softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
+                       double value, int64_t dim, bool log) {
+  if (!softmax_of_scaled_fits(out, source, scale, mask, dim))
+    throw std::invalid_argument("cuda backend: softmax_of_scaled: operands the one-pass kernel does not take");
+  dispatch_float_or_half(source.dtype, [&](auto in_tag) {
+    using In = typename decltype(in_tag)::type;
+    if (out.dtype == ScalarType::float32)
+      launch_softmax_of_scaled<float, In>(out, source, scale, mask, value, dim, log);
+    else launch_softmax_of_scaled<In, In>(out, source, scale, mask, value, dim, log);
+  });
+}
 
 void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output, int64_t dim,
                            const StridedView* mask, double value, const ScalarStep* then) {
