@@ -121,8 +121,10 @@ thread_local std::unordered_map<const void*, std::shared_ptr<void>>* running_bac
 thread_local std::vector<std::function<void()>>* running_backward_callbacks = nullptr;
 
 void execute(const Edge& root, Tensor root_grad, bool retain_graph) {
-  // Scores the forward left pending (tensor/pending_scores.h) are written before any backward kernel runs.
+  // Scores the forward left pending (tensor/pending_scores.h) are written before any backward kernel runs:
+  // this thread's, and any on the gradient's device (a forward run by another thread).
   write_out_own_pending_scores();
+  if (root_grad.defined()) write_out_pending_scores(root_grad.device());
   std::unordered_map<const void*, std::shared_ptr<void>> state;  // dropped last, however this ends
   struct StateScope {
     std::unordered_map<const void*, std::shared_ptr<void>>* previous;
