@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <stdexcept>
 
@@ -12,6 +13,7 @@
 #include "bytegrad/tensor/autograd_hook.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/gradient_reader.h"
+#include "bytegrad/tensor/pending_scores.h"
 #include "bytegrad/tensor/ops_support.h"
 
 namespace bytegrad {
@@ -55,15 +57,33 @@ int64_t Tensor::stride(int64_t dim) const {
 }
 int64_t Tensor::numel() const { return shape_numel(sizes()); }
 
-void* Tensor::data_ptr() const {
-  char* base = static_cast<char*>(storage()->data());
+namespace {
+
+// Address of t's element 0 (nullptr on meta).
+void* element_zero(const Tensor& t) {
+  char* base = static_cast<char*>(t.storage()->data());
   if (!base) return nullptr;
-  return base + storage_offset() * static_cast<int64_t>(element_size());
+  return base + t.storage_offset() * static_cast<int64_t>(t.element_size());
+}
+
+}  // namespace
+
+void* Tensor::data_ptr() const {
+  // Its caller reads or writes the memory outside the backend calls: scores left pending over it
+  // (pending_scores.h) are written first.
+  if (pending_scores_exist()) {
+    const StridedView view = view_for_kernels();
+    const std::array<const StridedView*, 1> views{&view};
+    settle_pending_scores(views);
+  }
+  return element_zero(*this);
 }
 
 bool Tensor::is_contiguous() const { return view_for_kernels().is_contiguous(); }
 
-StridedView Tensor::view_for_kernels() const { return StridedView{data_ptr(), dtype(), sizes(), strides(), device()}; }
+StridedView Tensor::view_for_kernels() const {
+  return StridedView{element_zero(*this), dtype(), sizes(), strides(), device()};
+}
 
 size_t storage_bytes_for(const char* op, const Shape& sizes, const Shape& strides, int64_t storage_offset,
                          size_t element_size) {
