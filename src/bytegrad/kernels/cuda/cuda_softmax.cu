@@ -223,11 +223,31 @@ struct PlainStore {
   __device__ Row at_row(int64_t) const { return {}; }
 };
 
+// A masked_fill's mask (broadcast to the rows' sizes) as the fused kernels read it: where each row's bytes
+// start, and their stride along the row. No mask: every row's start is null.
+struct MaskRows {
+  const uint8_t* mask = nullptr;
+  int64_t dim_stride = 0;
+  StridedIndexer<1> rows{};  // each row's first mask element
+  __device__ const uint8_t* row(int64_t r) const {
+    if (mask == nullptr) return nullptr;
+    int64_t offset[1];
+    rows.offsets(r, offset);
+    return mask + offset[0];
+  }
+};
+
+// The rows of `mask` over rows of `sizes` along dim (mask may be null).
+MaskRows mask_rows_of(const StridedView* mask, const std::vector<int64_t>& sizes, int64_t dim) {
+  if (mask == nullptr) return {};
+  std::vector<int64_t> row_sizes = sizes;
+  row_sizes[dim] = 1;
+  return {static_cast<const uint8_t*>(mask->data), mask->strides[dim], make_indexer<1>(row_sizes, {mask->strides})};
+}
+
 template <typename Gi, bool kMultiply>
 struct ChainStore {
-  const uint8_t* mask;  // null: no masked step
-  int64_t mask_dim_stride;
-  StridedIndexer<1> mask_rows;  // each row's first mask element
+  MaskRows mask;
   Gi value;
   float factor;
   struct Row {
@@ -247,15 +267,7 @@ struct ChainStore {
       return x;
     }
   };
-  __device__ Row at_row(int64_t row) const {
-    const uint8_t* row_mask = nullptr;
-    if (mask != nullptr) {
-      int64_t offset[1];
-      mask_rows.offsets(row, offset);
-      row_mask = mask + offset[0];
-    }
-    return {row_mask, mask_dim_stride, value, factor};
-  }
+  __device__ Row at_row(int64_t row) const { return {mask.row(row), mask.dim_stride, value, factor}; }
 };
 
 template <typename T, int kPerLane, typename Gi = T, typename Store = PlainStore<Gi>, typename Go = T>
@@ -322,10 +334,8 @@ template <typename In, int V>
 struct ScaledLoad {
   using M = opmath_t<In>;
   M factor;
-  const uint8_t* mask;  // null: no masked step
-  int64_t mask_dim_stride;
-  bool mask_runs;               // a run's V mask bytes are contiguous and aligned: one load
-  StridedIndexer<1> mask_rows;  // each row's first mask element
+  MaskRows mask;
+  bool mask_runs;  // a run's V mask bytes are contiguous and aligned: one load
   In value;
   struct Row {
     M factor;
@@ -352,15 +362,7 @@ struct ScaledLoad {
       }
     }
   };
-  __device__ Row at_row(int64_t row) const {
-    const uint8_t* row_mask = nullptr;
-    if (mask != nullptr) {
-      int64_t offset[1];
-      mask_rows.offsets(row, offset);
-      row_mask = mask + offset[0];
-    }
-    return {factor, row_mask, mask_dim_stride, mask_runs, value};
-  }
+  __device__ Row at_row(int64_t row) const { return {factor, mask.row(row), mask.dim_stride, mask_runs, value}; }
 };
 
 template <typename T, typename In, int kVectors, bool kLog, typename Load = PlainLoad>
@@ -703,31 +705,22 @@ void softmax_backward_chain_typed(const StridedView& out, const StridedView& gra
   const int64_t dim_size = out.sizes[dim];
   const int64_t num_rows = dim_size > 0 ? out.numel() / dim_size : 0;
   if (num_rows == 0 || dim_size == 0) return;
-  const uint8_t* mask_data = nullptr;
-  int64_t mask_dim_stride = 0;
-  StridedIndexer<1> mask_rows{};
   if (mask != nullptr) {
     require_same_sizes(out, *mask, "softmax_backward_then");
     if (mask->dtype != ScalarType::bool_ && mask->dtype != ScalarType::uint8)
       throw std::invalid_argument("cuda backend: softmax_backward_then: the mask must be bool");
-    std::vector<int64_t> row_sizes = out.sizes;
-    row_sizes[dim] = 1;
-    mask_data = static_cast<const uint8_t*>(mask->data);
-    mask_dim_stride = mask->strides[dim];
-    mask_rows = make_indexer<1>(row_sizes, {mask->strides});
   }
+  const MaskRows mask_rows = mask_rows_of(mask, out.sizes, dim);
   if (then == nullptr) {
-    launch_softmax_backward_chain<Gi, false>(
-        out, grad_out, output, num_rows, dim_size,
-        ChainStore<Gi, false>{mask_data, mask_dim_stride, mask_rows, from_double<Gi>(value), 1.0f});
+    launch_softmax_backward_chain<Gi, false>(out, grad_out, output, num_rows, dim_size,
+                                             ChainStore<Gi, false>{mask_rows, from_double<Gi>(value), 1.0f});
     return;
   }
   // binary_with_scalar in float: x * scalar, and a division as x * (1 / scalar).
   const float scalar = from_double<float>(then->scalar);
   const float factor = then->op == BinaryOp::div ? 1.0f / scalar : scalar;
-  launch_softmax_backward_chain<Gi, true>(
-      out, grad_out, output, num_rows, dim_size,
-      ChainStore<Gi, true>{mask_data, mask_dim_stride, mask_rows, from_double<Gi>(value), factor});
+  launch_softmax_backward_chain<Gi, true>(out, grad_out, output, num_rows, dim_size,
+                                          ChainStore<Gi, true>{mask_rows, from_double<Gi>(value), factor});
 }
 
 }  // namespace
@@ -763,16 +756,11 @@ void launch_softmax_of_scaled(const StridedView& out, const StridedView& source,
   using M = opmath_t<In>;
   // binary_with_scalar in M: x * scalar, and a division as x * (1 / scalar).
   const M scalar = from_double<M>(scale.scalar);
-  ScaledLoad<In, V> load{
-      scale.op == BinaryOp::div ? M(1) / scalar : scalar, nullptr, 0, false, {}, from_double<In>(value)};
+  ScaledLoad<In, V> load{scale.op == BinaryOp::div ? M(1) / scalar : scalar, mask_rows_of(mask, out.sizes, dim), false,
+                         from_double<In>(value)};
   if (mask != nullptr) {
-    std::vector<int64_t> row_sizes = out.sizes;
-    row_sizes[dim] = 1;
-    load.mask = static_cast<const uint8_t*>(mask->data);
-    load.mask_dim_stride = mask->strides[dim];
-    load.mask_rows = make_indexer<1>(row_sizes, {mask->strides});
     // Unit stride along the row, the data and every row's start V-byte aligned: a run's bytes load as one.
-    bool runs = load.mask_dim_stride == 1 && reinterpret_cast<uintptr_t>(mask->data) % V == 0;
+    bool runs = mask->strides[dim] == 1 && reinterpret_cast<uintptr_t>(mask->data) % V == 0;
     for (size_t d = 0; d < mask->strides.size(); ++d)
       if (static_cast<int64_t>(d) != dim && mask->strides[d] % V != 0) runs = false;
     load.mask_runs = runs;
