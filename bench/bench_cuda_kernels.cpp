@@ -1,10 +1,11 @@
 // Times the cuda backend's main kernels on the GPU and sets each against a reference measured in the same
 // run: fp32 gemm against a plain cublasSgemm (same size, and 8192^3 as the device's fp32 peak), the
-// elementwise add against cudaMemcpy device-to-device bandwidth (bytes read + written in both), softmax
-// likewise. CUDA events around each repeat; the median of the repeats after warm-up. Short kernels are
-// timed over back-to-back calls, so their rows include the backend's host cost per call (the softmax of
-// 8 MiB is launch-bound: PyTorch's eager softmax, timed the same way on an H100, is 9.9 us a call).
-// Exits 0 with a message when no GPU is present.
+// elementwise add against cudaMemcpy device-to-device bandwidth (bytes read + written in both), softmax,
+// attention's head copies and LayerNorm's backward (with and without lent scratch) likewise. CUDA events
+// around each repeat; the median of the repeats after warm-up. Short kernels are timed over back-to-back
+// calls, so their rows include the backend's host cost per call (the softmax of 8 MiB is launch-bound:
+// PyTorch's eager softmax, timed the same way on an H100, is 9.9 us a call). Exits 0 with a message when no
+// GPU is present.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -19,6 +20,7 @@
 #include "bytegrad/kernels/cuda/cuda_check.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/blas_plan.h"
+#include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/tensor.h"
 
 namespace {
@@ -166,6 +168,46 @@ int main() {
       time("k^T -> (B,H,hs,T)", heads_t, k_t);
       time("dq -> packed", q, heads);
       time("dk^T -> packed", k_t, heads_t);
+    }
+    // LayerNorm's backward at GPT-2 small's 8 x 1024 rows of 768 (float32, as autocast runs it; bfloat16):
+    // dx and the weight and bias gradients, with scratch lent (one pass over dy and x, then the partial
+    // rows' sum) and without (the input gradient, then the weight and bias kernel reading dy and x again).
+    // Bytes: dy and x read, dx written, once each (what the one pass moves).
+    for (ScalarType dtype : {ScalarType::float32, ScalarType::bfloat16}) {
+      const int64_t M = 8 * 1024, N = 768;
+      const TensorOptions opts = TensorOptions{}.with_dtype(dtype).with_device(kCuda);
+      const Tensor x = randn({M, N}, opts), dy = randn({M, N}, opts), w = randn({N}, opts), b = randn({N}, opts);
+      const LayerNormResult forward = native_layer_norm(x, {N}, w, b, 1e-5);
+      const Tensor dx = empty({M, N}, opts), dw = empty({1, N}, opts), db = empty({1, N}, opts);
+      const Tensor scratch = empty({32 * 1024 * 1024}, TensorOptions{ScalarType::uint8, kCuda});
+      const StridedView dxv = dx.view_for_kernels(), dwv = dw.view_for_kernels(), dbv = db.view_for_kernels(),
+                        wv = w.view_for_kernels();
+      const double bytes = 3.0 * static_cast<double>(x.nbytes());
+      const std::string name(scalar_type_name(dtype));
+      {
+        const Tensor y = empty({M, N}, opts);
+        const StridedView bv = b.view_for_kernels();
+        const double ms = median_ms(
+            [&] {
+              gpu.layer_norm(y.view_for_kernels(), forward.mean.view_for_kernels(), forward.rstd.view_for_kernels(),
+                             x.view_for_kernels(), &wv, &bv, 1e-5);
+            },
+            10);
+        const double moved = 2.0 * static_cast<double>(x.nbytes());  // x read, y written
+        row("layer_norm " + name, "8192x768", ms, fmt("%.0f GB/s", gbps(moved, ms)),
+            fmt("%.0f%% of memcpy", 100 * gbps(moved, ms) / memcpy_gbps));
+      }
+      for (bool lend : {true, false}) {
+        const DeviceScratch lent = lend ? DeviceScratch{scratch.data_ptr(), scratch.numel()} : DeviceScratch{};
+        const double ms = median_ms(
+            [&] {
+              gpu.layer_norm_backward(&dxv, &dwv, &dbv, dy.view_for_kernels(), x.view_for_kernels(),
+                                      forward.mean.view_for_kernels(), forward.rstd.view_for_kernels(), &wv, lent);
+            },
+            10);
+        row("layer_norm_backward " + name, lend ? "8192x768, scratch" : "8192x768, none", ms,
+            fmt("%.0f GB/s", gbps(bytes, ms)), fmt("%.0f%% of memcpy", 100 * gbps(bytes, ms) / memcpy_gbps));
+      }
     }
     BYTEGRAD_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {

@@ -408,6 +408,42 @@ TEST_CASE("a device's first matrix product parks the cuBLAS workspace after its 
   CHECK(blas_workspace(kCpu).bytes == 0);
 }
 
+TEST_CASE("parked_blas_workspace lends the workspace a product parked, per handle owner, and allocates nothing") {
+  unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  fresh(kSim);
+  {
+    const Tensor a = randn({64, 32}, on(kSim)), b = randn({32, 16}, on(kSim));
+    {
+      MemoryProbe p(kSim);
+      CHECK(parked_blas_workspace(kSim).data == nullptr);  // no product yet: nothing to lend
+      CHECK(p.allocated_delta_is(0));
+      CHECK(p.blocks_delta() == 0);
+    }
+    const Tensor y = mm(a, b);
+    MemoryProbe p(kSim);
+    const BlasWorkspace parked = parked_blas_workspace(kSim);
+    CHECK(parked.data != nullptr);
+    CHECK(parked.bytes == size_t{4096} * 1024 * 8);   // PyTorch's default on compute capability 9.x: 32 MiB
+    CHECK(parked.data == blas_workspace(kSim).data);  // the block the product parked
+    CHECK(p.allocated_delta_is(0));
+    {
+      BlasHandleOwnerScope autograd_thread(BlasHandleOwner::autograd_device_thread);
+      CHECK(parked_blas_workspace(kSim).data == nullptr);  // the autograd thread's handle has parked none yet
+    }
+    CHECK(p.allocated_delta_is(0));
+    CHECK(p.blocks_delta() == 0);
+    CHECK(parked_blas_workspace(kCpu).data == nullptr);
+  }
+  {
+    WorkspaceOff no_workspace;  // ":0:0": no workspace is parked, so nothing is lent
+    fresh(kSim);
+    const Tensor a = randn({64, 32}, on(kSim)), b = randn({32, 16}, on(kSim));
+    const Tensor y = mm(a, b);
+    CHECK(parked_blas_workspace(kSim).data == nullptr);
+  }
+  fresh(kSim);
+}
+
 TEST_CASE("dropout, indexing and joining allocate their outputs") {
   fresh(kSim);
   {

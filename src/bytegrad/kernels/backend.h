@@ -247,9 +247,13 @@ class KernelBackend {
   // absent or not wanted): dx (M, N); dweight_partials and dbias_partials are (R, N), row r holding the sum
   // over the rows m with m % R == r of dy * (x - mean) * rstd and of dy (R == 1: the whole gradient). A null
   // mean's data: the RMS gradient (mean taken as 0, dx without the mean(g) term, no bias partials).
+  // `scratch`: memory the caller lends for the call (the cuBLAS workspace a product parked on this stream, or
+  // none), where a backend may keep per-block partial sums of the weight and bias gradients while it writes
+  // dx, instead of reading dy and x a second time; cpu and meta ignore it.
   virtual void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
                                    const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
-                                   const StridedView& mean, const StridedView& rstd, const StridedView* weight) = 0;
+                                   const StridedView& mean, const StridedView& rstd, const StridedView* weight,
+                                   DeviceScratch scratch) = 0;
   // out = in with the elements outside a triangle of the last two dims zeroed: kept where j - i >= diagonal
   // (upper) or j - i <= diagonal (lower); out and in share sizes (at least 2-d).
   virtual void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) = 0;

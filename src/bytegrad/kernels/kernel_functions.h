@@ -1,7 +1,7 @@
 // The kernel functions the cpu and cuda backends both implement, with one signature each: cpu/cpu_kernels.h
 // and cuda/cuda_kernels.h include this list inside their own namespace (bytegrad::cpu, bytegrad::cuda), so
 // it has no include guard on purpose. A function only one backend has (or whose signature differs, as the
-// cuda attention backward's scratch) stays in that backend's header.
+// cuda attention backward's scratch, or layer_norm_backward's) stays in that backend's header.
 
 void fill(const StridedView& out, double value);
 void arange(const StridedView& out, double start, double step);
@@ -42,9 +42,6 @@ void masked_scatter(const StridedView& out, const StridedView& mask, const Strid
 // Optional operands are nullptr where absent.
 void layer_norm(const StridedView& y, const StridedView& mean, const StridedView& rstd, const StridedView& x,
                 const StridedView* weight, const StridedView* bias, double eps);
-void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
-                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
-                         const StridedView* weight);
 
 void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper);
 

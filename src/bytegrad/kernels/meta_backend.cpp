@@ -38,7 +38,8 @@ class MetaBackend final : public KernelBackend {
   void layer_norm(const StridedView&, const StridedView&, const StridedView&, const StridedView&, const StridedView*,
                   const StridedView*, double) override {}
   void layer_norm_backward(const StridedView*, const StridedView*, const StridedView*, const StridedView&,
-                           const StridedView&, const StridedView&, const StridedView&, const StridedView*) override {}
+                           const StridedView&, const StridedView&, const StridedView&, const StridedView*,
+                           DeviceScratch) override {}
   void triangle(const StridedView&, const StridedView&, int64_t, bool) override {}
   void nll_loss(const StridedView&, const StridedView&, const StridedView&, const StridedView&, Reduction, int64_t,
                 const StridedView*) override {}

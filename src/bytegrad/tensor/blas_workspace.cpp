@@ -276,6 +276,18 @@ BlasWorkspace blas_lt_workspace(Device device) {
       device, blas_lt_workspace_bytes(device), [](Workspaces & w) -> auto& { return w.cublaslt; });
 }
 
+BlasWorkspace parked_blas_workspace(Device device) {
+  if (device.type == DeviceType::cpu) return {};
+  auto find = [&](Workspaces& owner) -> BlasWorkspace {
+    const auto it = owner.cublas.find(workspace_key(device));
+    return it == owner.cublas.end() || !it->second ? BlasWorkspace{}
+                                                   : BlasWorkspace{it->second->data(), it->second->nbytes()};
+  };
+  if (handle_owner == BlasHandleOwner::calling_thread) return find(calling_thread_workspaces());
+  std::lock_guard lock(autograd_thread_mutex);
+  return find(autograd_thread_workspaces());
+}
+
 void clear_blas_workspaces() {
   auto clear = [](Workspaces& w) {
     w.cublas.clear();

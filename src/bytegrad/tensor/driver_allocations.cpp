@@ -203,9 +203,10 @@ class DriverAllocationsBackend final : public KernelBackend {
   }
   void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
                            const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
-                           const StridedView& mean, const StridedView& rstd, const StridedView* weight) override {
+                           const StridedView& mean, const StridedView& rstd, const StridedView* weight,
+                           DeviceScratch scratch) override {
     note_then_run(dy, kElementwise, &KernelBackend::layer_norm_backward, dx, dweight_partials, dbias_partials, dy, x,
-                  mean, rstd, weight);
+                  mean, rstd, weight, scratch);
   }
   void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
     note_then_run(out, kGlobals, &KernelBackend::triangle, out, in, diagonal, upper);

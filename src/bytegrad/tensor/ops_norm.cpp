@@ -12,6 +12,7 @@
 #include "bytegrad/memory/allocation_context.h"
 #include "bytegrad/memory/device_allocators.h"
 #include "bytegrad/tensor/autograd_hook.h"
+#include "bytegrad/tensor/blas_workspace.h"
 #include "bytegrad/tensor/autocast.h"
 #include "bytegrad/tensor/ops.h"
 #include "bytegrad/tensor/ops_support.h"
@@ -257,9 +258,13 @@ LayerNormGrads norm_backward(const char* op, const Tensor& grad_output, const Te
   const Tensor& db_target = partial ? dbeta_blocks : grads.grad_bias;
   const StridedView dw = dw_target.defined() ? kv(dw_target.view({R, N})) : StridedView{};
   const StridedView db = db_target.defined() ? kv(db_target.view({R, N})) : StridedView{};
+  // The cuBLAS workspace a product parked on this stream (backward's first product parks the autograd
+  // thread's), lent for the weight and bias gradients' partial sums: PyTorch allocates nothing for them here.
+  const BlasWorkspace parked = parked_blas_workspace(input.device());
+  const DeviceScratch scratch{parked.data, static_cast<int64_t>(parked.bytes)};
   backend_of(input).layer_norm_backward(grads.grad_input.defined() ? &dx : nullptr, dw_target.defined() ? &dw : nullptr,
                                         db_target.defined() ? &db : nullptr, rows_view(dY, M, N), rows_view(X, M, N),
-                                        mean_view, flat_view(rstd_c), gamma.defined() ? &g : nullptr);
+                                        mean_view, flat_view(rstd_c), gamma.defined() ? &g : nullptr, scratch);
   if (partial) {
     // *dgamma = dgamma_blocks.sum(0): the reduction's result replaces (frees) the first allocation.
     if (dgamma_blocks.defined()) grads.grad_weight = sum(dgamma_blocks, {0}).view(gamma.sizes());

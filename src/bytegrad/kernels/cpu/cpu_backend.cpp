@@ -88,7 +88,8 @@ class CpuBackend final : public KernelBackend {
   }
   void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
                            const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
-                           const StridedView& mean, const StridedView& rstd, const StridedView* weight) override {
+                           const StridedView& mean, const StridedView& rstd, const StridedView* weight,
+                           DeviceScratch /*scratch*/) override {
     cpu::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
   }
   void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {

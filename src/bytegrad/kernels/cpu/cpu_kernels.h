@@ -218,6 +218,11 @@ inline void binary(BinaryOp op, const StridedView& out, const StridedView& a, co
 
 void gemm(const GemmArgs& args);
 
+// cpu_layer_norm.cpp (backend.h's layer_norm_backward, without the scratch: cpu sums in one pass anyway)
+void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                         const StridedView* weight);
+
 // cpu_attention.cpp
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,

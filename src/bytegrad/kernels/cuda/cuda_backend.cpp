@@ -294,9 +294,10 @@ class CudaBackend final : public KernelBackend {
   }
   void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials,
                            const StridedView* dbias_partials, const StridedView& dy, const StridedView& x,
-                           const StridedView& mean, const StridedView& rstd, const StridedView* weight) override {
+                           const StridedView& mean, const StridedView& rstd, const StridedView* weight,
+                           DeviceScratch scratch) override {
     CudaCall call(x.device, "layer_norm_backward", "", x.dtype);
-    cuda::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight);
+    cuda::layer_norm_backward(dx, dweight_partials, dbias_partials, dy, x, mean, rstd, weight, scratch);
   }
   void triangle(const StridedView& out, const StridedView& in, int64_t diagonal, bool upper) override {
     CudaCall call(out.device, "triangle", "", out.dtype);

@@ -93,6 +93,13 @@ void amp_update_scale(const StridedView& scale, const StridedView& growth_tracke
 void cast_target_elements(const StridedView& out, const StridedView& in, const StridedView& target,
                           int64_t ignore_index);
 
+// ---- cuda_layer_norm.cu: backend.h's layer_norm_backward; with scratch of enough bytes and rows of at most
+// 1024, one pass writes dx and per-block partial sums of the weight and bias gradients into the scratch,
+// and a second kernel sums those in block order.
+void layer_norm_backward(const StridedView* dx, const StridedView* dweight_partials, const StridedView* dbias_partials,
+                         const StridedView& dy, const StridedView& x, const StridedView& mean, const StridedView& rstd,
+                         const StridedView* weight, DeviceScratch scratch);
+
 // ---- cuda_attention.cu
 void attention_backward(const StridedView& dq, const StridedView& dk, const StridedView& dv, const StridedView& dout,
                         const StridedView& q, const StridedView& k, const StridedView& v, const StridedView& out,
