@@ -28,10 +28,10 @@ void compare_layer_norm(const Shape& shape, const Shape& norm, ScalarType dtype,
   const LayerNormResult rc = native_layer_norm(x.cpu, norm, opt(w.cpu), opt(b.cpu), 1e-5);
   const LayerNormResult rg = native_layer_norm(x.gpu, norm, opt(w.gpu), opt(b.gpu), 1e-5);
   const bool bf16 = dtype == ScalarType::bfloat16;
-  const double rtol = dtype == ScalarType::float64    ? 1e-10
-                      : bf16                          ? 2e-2
+  const double rtol = dtype == ScalarType::float64   ? 1e-10
+                      : bf16                         ? 2e-2
                       : dtype == ScalarType::float16 ? 2e-3  // one rounding step of the 16-bit output
-                                                      : 1e-4;
+                                                     : 1e-4;
   check_close(rg.output, rc.output, rtol, rtol * std::max(1.0, max_abs(rc.output)), "output");
   check_close(rg.mean, rc.mean, dtype == ScalarType::float64 ? 1e-10 : 1e-5, 1e-5 * (1 + std::abs(offset)), "mean");
   check_close(rg.rstd, rc.rstd, dtype == ScalarType::float64 ? 1e-10 : 1e-4, 1e-6, "rstd");
@@ -116,10 +116,10 @@ TEST_CASE("layer_norm on rows that start off a 16-byte boundary: the element ker
     const LayerNormResult rg = native_layer_norm(x.gpu, {N}, w.gpu, b.gpu, 1e-5);
     const double rtol = dtype == ScalarType::bfloat16 ? 2e-2 : 1e-4;
     check_close(rg.output, rc.output, rtol, rtol * std::max(1.0, max_abs(rc.output)), "output");
-    const LayerNormGrads gc = native_layer_norm_backward(dy.cpu, x.cpu, {N}, rc.mean, rc.rstd, w.cpu, b.cpu,
-                                                         {true, true, true});
-    const LayerNormGrads gg = native_layer_norm_backward(dy.gpu, x.gpu, {N}, rg.mean, rg.rstd, w.gpu, b.gpu,
-                                                         {true, true, true});
+    const LayerNormGrads gc =
+        native_layer_norm_backward(dy.cpu, x.cpu, {N}, rc.mean, rc.rstd, w.cpu, b.cpu, {true, true, true});
+    const LayerNormGrads gg =
+        native_layer_norm_backward(dy.gpu, x.gpu, {N}, rg.mean, rg.rstd, w.gpu, b.gpu, {true, true, true});
     check_close(gg.grad_input, gc.grad_input, rtol * 4, rtol * 4 * std::max(1.0, max_abs(gc.grad_input)), "dx");
     check_close(gg.grad_weight, gc.grad_weight, rtol, rtol * std::max(1.0, max_abs(gc.grad_weight)), "dweight");
   }

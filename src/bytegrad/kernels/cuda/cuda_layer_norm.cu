@@ -2,17 +2,18 @@
 // N <= 1024, one 256-thread block per row otherwise (grid-stride over rows); a row's sums are combined with
 // warp shuffles (and shared memory across warps). Statistics take two passes over the row (the mean, then
 // the mean squared deviation), in float for the 16/32-bit floats and double for float64, so a large common
-// offset does not cancel catastrophically. The input gradient of rows up to 1024 long keeps a row's dy and
-// x in a warp's registers (one read each), and so does the forward of rows up to 512. Weight and bias
-// gradients: an (8 columns x 128 lanes) block per 8 columns and partial row r, each lane summing every
-// 128th of the rows m with m % R == r (four rows' loads in flight), then the lanes combined in shared
-// memory. Where the caller lends scratch (the cuBLAS workspace: PyTorch allocates nothing for these sums)
-// and rows are at most 1024 long, the input gradient's kernel also keeps each lane's column sums of
-// dy * xhat and dy over its rows, each block writes its warps' sums (added in warp order) as one partial row
-// of the scratch, and a second kernel adds the partial rows in block order: dy and x are read once, and the
-// result is the same from run to run on a card. A null mean asks for RMS normalization (PyTorch's _fused_rms_norm runs
-// layer_norm's kernels with rms_norm set): the mean is taken as 0 and not stored, and the input gradient has no mean(g)
-// term.
+// offset does not cancel catastrophically. Rows of up to 1024 that are whole aligned 16-byte vectors (GPT-2's
+// 768 in float32 or bfloat16) sit in a warp's registers, read and written a vector at a time; other rows in
+// registers an element a lane at a time (the forward up to 512, the input gradient up to 1024), or read
+// once per pass. Weight and bias gradients: where the caller lends scratch (the cuBLAS workspace: PyTorch
+// allocates nothing for these sums) and rows are vector rows, the input gradient's kernel also adds each
+// lane's columns of dy * xhat and dy over its rows, each block writes its warps' sums (added in warp order)
+// as one partial row of the scratch, and a second kernel adds the partial rows in block order: dy and x are
+// read once, and the result is the same from run to run on a card. Otherwise an (8 columns x 128 lanes)
+// block per 8 columns and partial row r, each lane summing every 128th of the rows m with m % R == r (four
+// rows' loads in flight), then the lanes combined in shared memory. A null mean asks for RMS normalization
+// (PyTorch's _fused_rms_norm runs layer_norm's kernels with rms_norm set): the mean is taken as 0 and not
+// stored, and the input gradient has no mean(g) term.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -417,7 +418,8 @@ __global__ void __launch_bounds__(kFusedThreads)
         if (lane + i * kWarp >= vectors) continue;
         Vec<T, kV> out;
 #pragma unroll
-        for (int k = 0; k < kV; ++k) out.v[k] = input_grad<T>(d[i][k] * w[i][k], xhat[i][k], rs, mean_g, sum_g_xhat, inv_n);
+        for (int k = 0; k < kV; ++k)
+          out.v[k] = input_grad<T>(d[i][k] * w[i][k], xhat[i][k], rs, mean_g, sum_g_xhat, inv_n);
         *reinterpret_cast<Vec<T, kV>*>(dx + row * N + column(i)) = out;
       }
     }
