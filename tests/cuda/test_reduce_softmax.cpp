@@ -397,10 +397,23 @@ TEST_CASE("softmax of pending scores in one kernel: the bits of the scale, maske
           const Tensor fused = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(c.out));
           const StridedView mask_view = mask.view_for_kernels();
           REQUIRE(gpu().softmax_of_scaled(fused.view_for_kernels(), source.view_for_kernels(), ScalarStep{op, 0.125},
-                                          masked ? &mask_view : nullptr, -INFINITY, 3, log));
+                                          masked ? &mask_view : nullptr, -INFINITY, 3, log, nullptr));
           INFO(scalar_type_name(c.source), " -> ", scalar_type_name(c.out), " rows of ", c.T,
                op == BinaryOp::div ? " div" : " mul", masked ? " masked" : "", log ? " log" : "");
           CHECK(fused.to(ScalarType::float32).cpu().tolist() == separate.to(ScalarType::float32).cpu().tolist());
+          if (c.out != ScalarType::float32) continue;
+          // A 16-bit copy beside a float32 output: the bits of a cast run after.
+          for (const ScalarType copy_dtype : {ScalarType::bfloat16, ScalarType::float16}) {
+            const Tensor with_copy = empty(shape, on_gpu);
+            const Tensor copy = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(copy_dtype));
+            const StridedView copy_view = copy.view_for_kernels();
+            REQUIRE(gpu().softmax_of_scaled(with_copy.view_for_kernels(), source.view_for_kernels(),
+                                            ScalarStep{op, 0.125}, masked ? &mask_view : nullptr, -INFINITY, 3, log,
+                                            &copy_view));
+            CHECK(with_copy.cpu().tolist() == separate.cpu().tolist());
+            CHECK(copy.to(ScalarType::float32).cpu().tolist() ==
+                  separate.to(copy_dtype).to(ScalarType::float32).cpu().tolist());
+          }
         }
       }
     }
@@ -409,7 +422,16 @@ TEST_CASE("softmax of pending scores in one kernel: the bits of the scale, maske
   const Tensor short_rows = random_pair({4, 512}).gpu;
   const Tensor out = empty({4, 512}, on_gpu);
   CHECK_FALSE(gpu().softmax_of_scaled(out.view_for_kernels(), short_rows.view_for_kernels(),
-                                      ScalarStep{BinaryOp::mul, 2.0}, nullptr, 0.0, 1, false));
+                                      ScalarStep{BinaryOp::mul, 2.0}, nullptr, 0.0, 1, false, nullptr));
+  // A copy of a 16-bit output, or into float32: refused too.
+  const Tensor rows = random_pair({4, 1024}).gpu,
+               half_out = empty({4, 1024}, TensorOptions{ScalarType::bfloat16, kCuda});
+  const Tensor wide_copy = empty({4, 1024}, on_gpu);
+  const StridedView wide_view = wide_copy.view_for_kernels(), half_view = half_out.view_for_kernels();
+  CHECK_FALSE(gpu().softmax_of_scaled(half_out.view_for_kernels(), rows.to(ScalarType::bfloat16).view_for_kernels(),
+                                      ScalarStep{BinaryOp::mul, 2.0}, nullptr, 0.0, 1, false, &half_view));
+  CHECK_FALSE(gpu().softmax_of_scaled(empty({4, 1024}, on_gpu).view_for_kernels(), rows.view_for_kernels(),
+                                      ScalarStep{BinaryOp::mul, 2.0}, nullptr, 0.0, 1, false, &wide_view));
 }
 
 TEST_CASE("nanoGPT's slow attention with its scores pending: the written path's bits, softmax in one kernel") {
@@ -417,7 +439,7 @@ TEST_CASE("nanoGPT's slow attention with its scores pending: the written path's 
   const int64_t B = 1, H = 2, T = 1024, hs = 16;
   struct Result {
     std::vector<double> y, q_grad, k_grad;
-    uint64_t fused = 0;
+    uint64_t fused = 0, copies = 0;
   };
   const auto run = [&](bool defer, bool bf16) {
     const bool previous = defers_scores();
@@ -428,7 +450,7 @@ TEST_CASE("nanoGPT's slow attention with its scores pending: the written path's 
     const Tensor k = randn({B, H, T, hs}, on_gpu).requires_grad_();
     const Tensor v = randn({B, H, T, hs}, on_gpu);
     const Tensor bias = tril(ones({T, T}, on_gpu)).view({1, 1, T, T});
-    const uint64_t fused = pending_scores_fused();
+    const uint64_t fused = pending_scores_fused(), copies = pending_scores_copies_fused();
     Result r;
     {
       std::optional<AutocastGuard> autocast;
@@ -442,6 +464,7 @@ TEST_CASE("nanoGPT's slow attention with its scores pending: the written path's 
       y.sum().backward();
     }
     r.fused = pending_scores_fused() - fused;
+    r.copies = pending_scores_copies_fused() - copies;
     r.q_grad = q.grad().cpu().flatten().tolist();
     r.k_grad = k.grad().cpu().flatten().tolist();
     set_defers_scores(previous);
@@ -453,6 +476,7 @@ TEST_CASE("nanoGPT's slow attention with its scores pending: the written path's 
     const Result pending = run(true, bf16);
     CHECK(written.fused == 0);
     CHECK(pending.fused == 1);
+    CHECK(pending.copies == (bf16 ? 1 : 0));  // autocast's bfloat16 copy for att @ v, written beside softmax's
     CHECK(pending.y == written.y);
     CHECK(pending.q_grad == written.q_grad);
     CHECK(pending.k_grad == written.k_grad);

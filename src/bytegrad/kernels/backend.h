@@ -143,8 +143,10 @@ class KernelBackend {
   // would the call's. The later fused call notes only its own step.
   virtual void note_deferred_copy(const StridedView& dst, const StridedView& src) { (void)dst, (void)src; }
   virtual void note_deferred_masked_fill(const StridedView& out, const StridedView& src) { (void)out, (void)src; }
-  // Likewise softmax's gradient (SoftmaxBackward0) and a mul or div by a number written by a fused call.
+  // Likewise softmax's gradient (SoftmaxBackward0), softmax of pending scores, and a mul or div by a number
+  // written by a fused call.
   virtual void note_deferred_softmax_backward(const StridedView& grad_in) { (void)grad_in; }
+  virtual void note_deferred_softmax(const StridedView& out) { (void)out; }
   virtual void note_deferred_binary_scalar(const StridedView& out) { (void)out; }
   // Waits until the device finished every stream's work (cuda); others run their kernels at once.
   virtual void wait_for_device() {}
@@ -184,10 +186,13 @@ class KernelBackend {
   // dtype), then `mask[i] ? value : it` where mask is given (broadcast to source's sizes), read as softmax
   // reads its input: the bits of binary_scalar, masked_fill and softmax run one after another. out is
   // source's dtype, or float32 from a 16-bit source; it overlaps nothing it reads but may be source itself.
-  // false: this backend does not take these operands, and nothing ran.
+  // `copy`, where given (float16 or bfloat16, out's sizes, contiguous, float32 out): each output element
+  // converted to copy's dtype as well, the bits of a copy run after; like out it overlaps nothing it reads
+  // but may be source itself. false: this backend does not take these operands, and nothing ran.
   virtual bool softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale,
-                                 const StridedView* mask, double value, int64_t dim, bool log) {
-    (void)out, (void)source, (void)scale, (void)mask, (void)value, (void)dim, (void)log;
+                                 const StridedView* mask, double value, int64_t dim, bool log,
+                                 const StridedView* copy) {
+    (void)out, (void)source, (void)scale, (void)mask, (void)value, (void)dim, (void)log, (void)copy;
     return false;
   }
   // grad_in = gradient of (log_)softmax given grad_out and the forward's output. The three share one dtype,

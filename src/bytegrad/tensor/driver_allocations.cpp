@@ -118,6 +118,7 @@ class DriverAllocationsBackend final : public KernelBackend {
     note(dst, copy_allocations(dst, src));
   }
   void note_deferred_softmax_backward(const StridedView& grad_in) override { note(grad_in, kElementwise); }
+  void note_deferred_softmax(const StridedView& out) override { note(out, kGlobals); }
   void note_deferred_binary_scalar(const StridedView& out) override { note(out, pointwise()); }
   // Every step was noted by the caller (gradient_reader.cpp), the last node's own too.
   void softmax_backward_then(const StridedView& out, const StridedView& grad_out, const StridedView& output,
@@ -147,10 +148,11 @@ class DriverAllocationsBackend final : public KernelBackend {
   // Stands in for softmax (the chain's launches were noted when it was deferred); notes nothing when the
   // backend does not take it.
   bool softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
-                         double value, int64_t dim, bool log) override {
-    settle(out, source, mask);
-    if (!inner_.softmax_of_scaled(out, source, scale, mask, value, dim, log)) return false;
+                         double value, int64_t dim, bool log, const StridedView* copy) override {
+    settle(out, source, mask, copy);
+    if (!inner_.softmax_of_scaled(out, source, scale, mask, value, dim, log, copy)) return false;
     note(out, kGlobals);
+    if (copy != nullptr) note(*copy, copy_allocations(*copy, out));
     return true;
   }
   void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,

@@ -35,16 +35,18 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool
   Tensor out = empty(x.sizes(), TensorOptions{half_to_float ? ScalarType::float32 : x.dtype(), x.device()});
   const Tensor input = x.contiguous();
   const StridedView read = kv(values != nullptr ? *values : input);
-  // Scores a scale and a mask left pending (tensor/pending_scores.h) are read through them in one kernel
-  // where the backend takes it and out overlaps nothing it reads (or is the source itself); else written out.
+  // Scores a scale and a mask left pending (tensor/pending_scores.h) take softmax as their chain's last step
+  // where out overlaps nothing it reads (or is the source itself): out is left unwritten too, and written
+  // with the rest in one kernel where the backend takes it (beside a cast's copy, where one comes next).
+  // Else the chain is written out.
   if (std::optional<PendingScores> chain = take_pending_scores(read)) {
     const StridedView written = kv(out);
     const bool clear =
         (same_view(written, chain->source) || !ranges_overlap(bytes_spanned(written), bytes_spanned(chain->source))) &&
         (!chain->mask || !ranges_overlap(bytes_spanned(written), bytes_spanned(*chain->mask)));
-    const StridedView* mask = chain->mask ? &*chain->mask : nullptr;
-    if (clear && backend_of(x).softmax_of_scaled(written, chain->source, chain->scale, mask, chain->value, dim, log)) {
-      count_fused_scores();
+    if (clear) {
+      backend_of(x).note_deferred_softmax(written);
+      defer_softmax_of_scores(std::move(*chain), PendingSoftmax{written, dim, log});
       return out;
     }
     write_pending_scores(*chain);

@@ -26,12 +26,13 @@ std::mutex chains_mutex;
 std::vector<Pending> chains;
 std::atomic<size_t> pending{0};
 std::atomic<bool> enabled{true};
-std::atomic<uint64_t> started{0}, fused{0};
+std::atomic<uint64_t> started{0}, fused{0}, copies_fused{0};
 
 std::vector<StridedView> views_of(const PendingScores& chain) {
   std::vector<StridedView> views{chain.source, chain.scaled};
   if (chain.mask) views.push_back(*chain.mask);
   if (chain.masked) views.push_back(*chain.masked);
+  if (chain.softmax) views.push_back(chain.softmax->out);
   return views;
 }
 
@@ -99,7 +100,8 @@ bool defer_masked_scores(const StridedView& out, const StridedView& src, const S
   if (pending.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock(chains_mutex);
   const auto own = std::ranges::find(chains, std::this_thread::get_id(), &Pending::owner);
-  if (own == chains.end() || own->chain.masked || !same_view(src, own->chain.scaled)) return false;
+  if (own == chains.end() || own->chain.masked || own->chain.softmax || !same_view(src, own->chain.scaled))
+    return false;
   own->chain.mask = mask;
   own->chain.value = value;
   own->chain.masked = out;
@@ -110,18 +112,69 @@ std::optional<PendingScores> take_pending_scores(const StridedView& input) {
   if (pending.load(std::memory_order_acquire) == 0) return std::nullopt;
   std::lock_guard lock(chains_mutex);
   const auto own = std::ranges::find(chains, std::this_thread::get_id(), &Pending::owner);
-  if (own == chains.end() || !same_view(input, own->chain.last())) return std::nullopt;
+  if (own == chains.end() || own->chain.softmax || !same_view(input, own->chain.last())) return std::nullopt;
   PendingScores chain = std::move(own->chain);
   chains.erase(own);
   pending.store(chains.size(), std::memory_order_release);
   return chain;
 }
 
+void defer_softmax_of_scores(PendingScores chain, const PendingSoftmax& softmax) {
+  write_out_own_pending_scores();
+  chain.softmax = softmax;
+  std::lock_guard lock(chains_mutex);
+  chains.push_back({std::move(chain), std::this_thread::get_id()});
+  pending.store(chains.size(), std::memory_order_release);
+}
+
+namespace {
+
+// softmax's step of a chain in one kernel, with `copy` beside it where given: whether the backend took it.
+bool write_fused(const PendingScores& chain, const StridedView* copy) {
+  const PendingSoftmax& s = *chain.softmax;
+  const StridedView* mask = chain.mask ? &*chain.mask : nullptr;
+  if (!kernel_backend(chain.source.device)
+           .softmax_of_scaled(s.out, chain.source, chain.scale, mask, chain.value, s.dim, s.log, copy))
+    return false;
+  fused.fetch_add(1, std::memory_order_relaxed);
+  if (copy != nullptr) copies_fused.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace
+
+bool write_pending_scores_with_copy(const StridedView& input, const StridedView& copy) {
+  if (pending.load(std::memory_order_acquire) == 0) return false;
+  std::optional<PendingScores> chain;
+  {
+    std::lock_guard lock(chains_mutex);
+    const auto own = std::ranges::find(chains, std::this_thread::get_id(), &Pending::owner);
+    if (own == chains.end() || !own->chain.softmax || !same_view(input, own->chain.softmax->out)) return false;
+    chain = std::move(own->chain);
+    chains.erase(own);
+    pending.store(chains.size(), std::memory_order_release);
+  }
+  // The copy was allocated after the chain's source was freed (eager's copy mostly takes the scores' block):
+  // it may be the source itself (each row is read whole before it is written) but not overlap it otherwise,
+  // nor the mask; the unwritten steps' outputs the kernel never reads.
+  const ByteRange copied = bytes_spanned(copy);
+  const bool clear = (same_view(copy, chain->source) || !ranges_overlap(copied, bytes_spanned(chain->source))) &&
+                     (!chain->mask || !ranges_overlap(copied, bytes_spanned(*chain->mask)));
+  {
+    const FreedBytesReadable readable(views_of(*chain));
+    if (clear && write_fused(*chain, &copy)) return true;
+  }
+  write_pending_scores(*chain);
+  return false;
+}
+
 void write_pending_scores(const PendingScores& chain) {
   const FreedBytesReadable readable(views_of(chain));
+  if (chain.softmax && write_fused(chain, nullptr)) return;
   KernelBackend& kernels = kernel_backend(chain.source.device);
   kernels.binary_scalar(chain.scale.op, chain.scaled, chain.source, chain.scale.scalar, false);
   if (chain.masked) kernels.masked_fill(*chain.masked, chain.scaled, *chain.mask, chain.value);
+  if (chain.softmax) kernels.softmax(chain.softmax->out, chain.scores(), chain.softmax->dim, chain.softmax->log);
 }
 
 bool pending_scores_exist() { return pending.load(std::memory_order_acquire) != 0; }
@@ -146,6 +199,6 @@ void write_out_own_pending_scores() {
 
 uint64_t pending_scores_started() { return started.load(std::memory_order_relaxed); }
 uint64_t pending_scores_fused() { return fused.load(std::memory_order_relaxed); }
-void count_fused_scores() { fused.fetch_add(1, std::memory_order_relaxed); }
+uint64_t pending_scores_copies_fused() { return copies_fused.load(std::memory_order_relaxed); }
 
 }  // namespace bytegrad

@@ -6,8 +6,11 @@
 // read by nobody else and freed soon after. A mul or div by a number whose output autograd records (the
 // forward of training) allocates its output as eager does and leaves it pending: unwritten, with what it
 // would be written from. An out-of-place masked_fill of exactly that output extends the chain the same way.
-// softmax of exactly the chain's last output reads the source through the steps in one kernel
-// (KernelBackend::softmax_of_scaled) where the backend takes it; otherwise the chain is written out first.
+// softmax of exactly the chain's last output, where what it reads does not overlap its output, takes the
+// last step: its output too is left unwritten (its launch noted), and is written with the rest by one kernel
+// (KernelBackend::softmax_of_scaled) where the backend takes it (else eager's kernels, in order). A cast of
+// exactly that output to a 16-bit float (autocast's copy of the probabilities for `att @ v`) is written by
+// the same kernel, beside it: the float32 probabilities are written once and never read back for the copy.
 //
 // Nothing may read or write the chain's bytes (its source, whose block may be free by then, its outputs, its
 // mask) in between: every backend call through backend_for (tensor/device_backend.h) settles the chains its
@@ -24,14 +27,23 @@
 
 namespace bytegrad {
 
+// softmax (log_softmax with `log`) along dim of the chain's masked (or scaled) output into `out`.
+struct PendingSoftmax {
+  StridedView out;
+  int64_t dim = -1;
+  bool log = false;
+};
+
 struct PendingScores {
-  StridedView source;                 // the elements the chain starts from
-  ScalarStep scale;                   // scaled = source op scalar (binary_scalar's bits, in source's dtype)
-  StridedView scaled;                 // the mul's (or div's) output, unwritten
-  std::optional<StridedView> mask;    // the masked_fill's mask, broadcast to scaled's sizes
-  double value = 0.0;                 // and its fill value
-  std::optional<StridedView> masked;  // the masked_fill's output, unwritten
-  const StridedView& last() const { return masked ? *masked : scaled; }
+  StridedView source;                     // the elements the chain starts from
+  ScalarStep scale;                       // scaled = source op scalar (binary_scalar's bits, in source's dtype)
+  StridedView scaled;                     // the mul's (or div's) output, unwritten
+  std::optional<StridedView> mask;        // the masked_fill's mask, broadcast to scaled's sizes
+  double value = 0.0;                     // and its fill value
+  std::optional<StridedView> masked;      // the masked_fill's output, unwritten
+  std::optional<PendingSoftmax> softmax;  // softmax's output, unwritten
+  const StridedView& scores() const { return masked ? *masked : scaled; }
+  const StridedView& last() const { return softmax ? softmax->out : scores(); }
 };
 
 // Whether a chain may start on `device` now: cuda or sim, the switch on, and no saved-tensor hooks on this
@@ -48,9 +60,18 @@ void defer_scaled_scores(const StridedView& out, const StridedView& source, Scal
 // chain's last output and that is a scaled one, the chain takes the step (the caller notes its launch) and
 // true; else false and nothing changes.
 bool defer_masked_scores(const StridedView& out, const StridedView& src, const StridedView& mask, double value);
-// This thread's chain whose last output is `input` exactly, taken (its launches were noted); nullopt when none.
+// This thread's chain whose last output is `input` exactly and has no softmax step yet, taken (its launches
+// were noted); nullopt when none.
 std::optional<PendingScores> take_pending_scores(const StridedView& input);
-// Writes a taken chain into its outputs, eager's kernels in order.
+// Puts a taken chain back as this thread's with softmax's step into `out` (the caller notes its launch).
+void defer_softmax_of_scores(PendingScores chain, const PendingSoftmax& softmax);
+// A cast of `input` into `copy` (16-bit float, contiguous, input's sizes) where `input` is exactly this
+// thread's pending softmax output (float32): the chain taken and written, with the copy beside softmax's
+// output where the backend's kernel takes it (true: `copy` written; the caller notes the cast's launch).
+// false: no such chain, or the copy was not written (the chain written out then; the caller copies).
+bool write_pending_scores_with_copy(const StridedView& input, const StridedView& copy);
+// Writes a taken chain into its outputs: softmax's step by one kernel where the backend takes it, else
+// eager's kernels in order.
 void write_pending_scores(const PendingScores& chain);
 
 // Whether any thread has a chain pending (one atomic load: the backend calls' fast path).
@@ -61,9 +82,10 @@ void settle_pending_scores(std::span<const StridedView* const> views);
 void write_out_pending_scores(Device device);
 // Every chain of this thread written out.
 void write_out_own_pending_scores();
-// How many chains were started, and how many were read by softmax in one kernel (tests, profiles).
+// How many chains were started, how many were read by softmax in one kernel, and how many of those wrote
+// a cast's copy too (tests, profiles).
 uint64_t pending_scores_started();
 uint64_t pending_scores_fused();
-void count_fused_scores();
+uint64_t pending_scores_copies_fused();
 
 }  // namespace bytegrad

@@ -226,10 +226,11 @@ class CudaBackend final : public KernelBackend {
     cuda::softmax(out, in, dim, log);
   }
   bool softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
-                         double value, int64_t dim, bool log) override {
-    if (!cuda::softmax_of_scaled_fits(out, source, scale, mask, dim)) return false;
-    CudaCall call(out.device, "softmax_of_scaled", mask ? "masked" : "", source.dtype);
-    cuda::softmax_of_scaled(out, source, scale, mask, value, dim, log);
+                         double value, int64_t dim, bool log, const StridedView* copy) override {
+    if (!cuda::softmax_of_scaled_fits(out, source, scale, mask, dim, copy)) return false;
+    CudaCall call(out.device, "softmax_of_scaled", copy ? (mask ? "masked copy" : "copy") : (mask ? "masked" : ""),
+                  source.dtype);
+    cuda::softmax_of_scaled(out, source, scale, mask, value, dim, log, copy);
     return true;
   }
   void softmax_backward(const StridedView& grad_in, const StridedView& grad_out, const StridedView& output, int64_t dim,

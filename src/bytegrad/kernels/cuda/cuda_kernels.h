@@ -54,11 +54,11 @@ void softmax_backward_then(const StridedView& out, const StridedView& grad_out, 
                            const StridedView* mask, double value, const ScalarStep* then);
 // ---- cuda_softmax.cu: softmax of a pending chain's scores in one kernel (KernelBackend::softmax_of_scaled):
 // float32 or 16-bit source, out its dtype or float32, a mul or div, a bool mask, rows of 513 to 1024 in whole
-// aligned 16-byte runs.
+// aligned 16-byte runs; a 16-bit copy of a float32 out beside it (contiguous, aligned as out's vectors).
 bool softmax_of_scaled_fits(const StridedView& out, const StridedView& source, ScalarStep scale,
-                            const StridedView* mask, int64_t dim);
+                            const StridedView* mask, int64_t dim, const StridedView* copy);
 void softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
-                       double value, int64_t dim, bool log);
+                       double value, int64_t dim, bool log, const StridedView* copy);
 // ---- cuda_elementwise.cu: masked_fill and binary_scalar in one pass (KernelBackend::masked_fill_then_scalar)
 void masked_fill_then_scalar(BinaryOp op, const StridedView& out, const StridedView& src, const StridedView& mask,
                              double value, double scalar);

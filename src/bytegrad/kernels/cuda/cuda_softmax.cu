@@ -365,9 +365,12 @@ struct ScaledLoad {
   __device__ Row at_row(int64_t row) const { return {factor, mask.row(row), mask.dim_stride, mask_runs, value}; }
 };
 
-template <typename T, typename In, int kVectors, bool kLog, typename Load = PlainLoad>
+// Copy (not void): each output element also written to `copy` (Copy*, laid out as out) converted to Copy, as a
+// cast run after would write it.
+template <typename T, typename In, int kVectors, bool kLog, typename Load = PlainLoad, typename Copy = void>
 __global__ void __launch_bounds__(kRowBlockThreads)
-    softmax_forward_block_kernel(T* out, const In* in, int64_t num_rows, int dim, Load load = {}) {
+    softmax_forward_block_kernel(T* out, const In* in, int64_t num_rows, int dim, Load load = {},
+                                 void* copy = nullptr) {
   using Acc = opmath_t<T>;
   constexpr int V = kRowBlockVector<T>;
   for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
@@ -413,6 +416,12 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 #pragma unroll
         for (int e = 0; e < V; ++e) chunk.v[e] = convert<T>(kLog ? v[k][e] - max_value - log_sum : v[k][e] / sum);
         *reinterpret_cast<Vec<T, V>*>(y + first) = chunk;
+        if constexpr (!std::is_void_v<Copy>) {
+          Vec<Copy, V> copied;
+#pragma unroll
+          for (int e = 0; e < V; ++e) copied.v[e] = convert<Copy>(chunk.v[e]);
+          *reinterpret_cast<Vec<Copy, V>*>(static_cast<Copy*>(copy) + row * dim + first) = copied;
+        }
       }
     }
   }
@@ -728,7 +737,7 @@ void softmax_backward_chain_typed(const StridedView& out, const StridedView& gra
 // ------------------------------------------------------- softmax of a pending chain's scores (one kernel)
 
 bool softmax_of_scaled_fits(const StridedView& out, const StridedView& source, ScalarStep scale,
-                            const StridedView* mask, int64_t dim) {
+                            const StridedView* mask, int64_t dim, const StridedView* copy) {
   const auto half = [](ScalarType t) { return t == ScalarType::float16 || t == ScalarType::bfloat16; };
   const bool dtypes = (source.dtype == ScalarType::float32 || half(source.dtype)) &&
                       (out.dtype == source.dtype || (out.dtype == ScalarType::float32 && half(source.dtype)));
@@ -739,6 +748,10 @@ bool softmax_of_scaled_fits(const StridedView& out, const StridedView& source, S
   const int64_t dim_size = out.sizes[dim];
   const int vector = static_cast<int>(16 / element_size(out.dtype));
   const auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  if (copy != nullptr &&
+      (out.dtype != ScalarType::float32 || !half(copy->dtype) || copy->sizes != out.sizes || !copy->is_contiguous() ||
+       !out.is_contiguous() || !aligned(copy->data, element_size(copy->dtype) * vector)))
+    return false;
   return dim_size > 512 && dim_size <= 1024 && dim_size % vector == 0 &&
          aligned(source.data, element_size(source.dtype) * vector) &&
          aligned(out.data, element_size(out.dtype) * vector);
@@ -746,9 +759,9 @@ bool softmax_of_scaled_fits(const StridedView& out, const StridedView& source, S
 
 namespace {
 
-template <typename T, typename In>
+template <typename T, typename In, typename Copy = void>
 void launch_softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale,
-                              const StridedView* mask, double value, int64_t dim, bool log) {
+                              const StridedView* mask, double value, int64_t dim, bool log, void* copy = nullptr) {
   const int64_t dim_size = out.sizes[dim];
   const int64_t num_rows = dim_size > 0 ? out.numel() / dim_size : 0;
   if (num_rows == 0) return;
@@ -768,25 +781,31 @@ void launch_softmax_of_scaled(const StridedView& out, const StridedView& source,
   constexpr int kVectors = (1024 + kRowBlockThreads * V - 1) / (kRowBlockThreads * V);
   const unsigned blocks = long_row_blocks(num_rows);
   if (log)
-    softmax_forward_block_kernel<T, In, kVectors, true, ScaledLoad<In, V>>
-        <<<blocks, kRowBlockThreads, 0, launch_stream()>>>(
-            static_cast<T*>(out.data), static_cast<const In*>(source.data), num_rows, static_cast<int>(dim_size), load);
+    softmax_forward_block_kernel<T, In, kVectors, true, ScaledLoad<In, V>, Copy>
+        <<<blocks, kRowBlockThreads, 0, launch_stream()>>>(static_cast<T*>(out.data),
+                                                           static_cast<const In*>(source.data), num_rows,
+                                                           static_cast<int>(dim_size), load, copy);
   else
-    softmax_forward_block_kernel<T, In, kVectors, false, ScaledLoad<In, V>>
-        <<<blocks, kRowBlockThreads, 0, launch_stream()>>>(
-            static_cast<T*>(out.data), static_cast<const In*>(source.data), num_rows, static_cast<int>(dim_size), load);
+    softmax_forward_block_kernel<T, In, kVectors, false, ScaledLoad<In, V>, Copy>
+        <<<blocks, kRowBlockThreads, 0, launch_stream()>>>(static_cast<T*>(out.data),
+                                                           static_cast<const In*>(source.data), num_rows,
+                                                           static_cast<int>(dim_size), load, copy);
   BYTEGRAD_CUDA_CHECK_LAUNCH("softmax_forward_block_kernel (pending scores)");
 }
 
 }  // namespace
 
 void softmax_of_scaled(const StridedView& out, const StridedView& source, ScalarStep scale, const StridedView* mask,
-                       double value, int64_t dim, bool log) {
-  if (!softmax_of_scaled_fits(out, source, scale, mask, dim))
+                       double value, int64_t dim, bool log, const StridedView* copy) {
+  if (!softmax_of_scaled_fits(out, source, scale, mask, dim, copy))
     throw std::invalid_argument("cuda backend: softmax_of_scaled: operands the one-pass kernel does not take");
   dispatch_float_or_half(source.dtype, [&](auto in_tag) {
     using In = typename decltype(in_tag)::type;
-    if (out.dtype == ScalarType::float32)
+    if (copy != nullptr && copy->dtype == ScalarType::bfloat16)
+      launch_softmax_of_scaled<float, In, __nv_bfloat16>(out, source, scale, mask, value, dim, log, copy->data);
+    else if (copy != nullptr)
+      launch_softmax_of_scaled<float, In, __half>(out, source, scale, mask, value, dim, log, copy->data);
+    else if (out.dtype == ScalarType::float32)
       launch_softmax_of_scaled<float, In>(out, source, scale, mask, value, dim, log);
     else launch_softmax_of_scaled<In, In>(out, source, scale, mask, value, dim, log);
   });
