@@ -408,7 +408,7 @@ TEST_CASE("a device's first matrix product parks the cuBLAS workspace after its 
   CHECK(blas_workspace(kCpu).bytes == 0);
 }
 
-TEST_CASE("parked_blas_workspace lends the workspace a product parked, per handle owner, and allocates nothing") {
+TEST_CASE("parked_blas_workspace lends the calling thread's parked workspace and allocates nothing") {
   unsetenv("CUBLAS_WORKSPACE_CONFIG");
   fresh(kSim);
   {
@@ -426,13 +426,14 @@ TEST_CASE("parked_blas_workspace lends the workspace a product parked, per handl
     CHECK(parked.bytes == size_t{4096} * 1024 * 8);   // PyTorch's default on compute capability 9.x: 32 MiB
     CHECK(parked.data == blas_workspace(kSim).data);  // the block the product parked
     CHECK(p.allocated_delta_is(0));
-    {
-      BlasHandleOwnerScope autograd_thread(BlasHandleOwner::autograd_device_thread);
-      CHECK(parked_blas_workspace(kSim).data == nullptr);  // the autograd thread's handle has parked none yet
-    }
-    CHECK(p.allocated_delta_is(0));
     CHECK(p.blocks_delta() == 0);
     CHECK(parked_blas_workspace(kCpu).data == nullptr);
+    // In a backward: still this thread's own, not the autograd device thread's, which threads share.
+    BlasHandleOwnerScope autograd_thread(BlasHandleOwner::autograd_device_thread);
+    CHECK(parked_blas_workspace(kSim).data == parked.data);
+    const Tensor z = mm(a, b);  // parks the autograd thread's workspace
+    CHECK(blas_workspace(kSim).data != parked.data);
+    CHECK(parked_blas_workspace(kSim).data == parked.data);
   }
   {
     WorkspaceOff no_workspace;  // ":0:0": no workspace is parked, so nothing is lent

@@ -278,14 +278,10 @@ BlasWorkspace blas_lt_workspace(Device device) {
 
 BlasWorkspace parked_blas_workspace(Device device) {
   if (device.type == DeviceType::cpu) return {};
-  auto find = [&](Workspaces& owner) -> BlasWorkspace {
-    const auto it = owner.cublas.find(workspace_key(device));
-    return it == owner.cublas.end() || !it->second ? BlasWorkspace{}
-                                                   : BlasWorkspace{it->second->data(), it->second->nbytes()};
-  };
-  if (handle_owner == BlasHandleOwner::calling_thread) return find(calling_thread_workspaces());
-  std::lock_guard lock(autograd_thread_mutex);
-  return find(autograd_thread_workspaces());
+  const Workspaces& own = calling_thread_workspaces();
+  const auto it = own.cublas.find(workspace_key(device));
+  return it == own.cublas.end() || !it->second ? BlasWorkspace{}
+                                               : BlasWorkspace{it->second->data(), it->second->nbytes()};
 }
 
 void clear_blas_workspaces() {

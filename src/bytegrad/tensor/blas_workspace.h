@@ -42,9 +42,11 @@ void check_blas_settings(Device device);
 // This thread's workspace on the device, allocated on first use.
 BlasWorkspace blas_workspace(Device device);
 BlasWorkspace blas_lt_workspace(Device device);
-// This thread's cuBLAS workspace on the device and its current stream if a product has parked it (for the
-// owner current_blas_handle_owner() names), else an empty one; allocates nothing. Kernels run on that stream
-// between products may borrow it as scratch, which no figure sees (layer_norm_backward's partial sums).
+// The calling thread's own cuBLAS workspace on the device and its current stream if a product has parked it,
+// else an empty one; allocates nothing. Kernels this thread runs on that stream between products may borrow
+// it as scratch across several launches, which no figure sees (layer_norm_backward's partial sums). Its own,
+// whichever handle owner is current: the autograd device thread's workspace is shared by every thread that
+// runs a backward, and another thread's product could come between two launches that keep data in it.
 BlasWorkspace parked_blas_workspace(Device device);
 // Frees every workspace: this thread's and the autograd device thread's, on every device
 // (torch._C._cuda_clearCublasWorkspaces()).

@@ -258,8 +258,8 @@ LayerNormGrads norm_backward(const char* op, const Tensor& grad_output, const Te
   const Tensor& db_target = partial ? dbeta_blocks : grads.grad_bias;
   const StridedView dw = dw_target.defined() ? kv(dw_target.view({R, N})) : StridedView{};
   const StridedView db = db_target.defined() ? kv(db_target.view({R, N})) : StridedView{};
-  // The cuBLAS workspace a product parked on this stream (backward's first product parks the autograd
-  // thread's), lent for the weight and bias gradients' partial sums: PyTorch allocates nothing for them here.
+  // This thread's cuBLAS workspace, which its forward's products parked on this stream, lent for the weight
+  // and bias gradients' partial sums: PyTorch allocates nothing for them here.
   const BlasWorkspace parked = parked_blas_workspace(input.device());
   const DeviceScratch scratch{parked.data, static_cast<int64_t>(parked.bytes)};
   backend_of(input).layer_norm_backward(grads.grad_input.defined() ? &dx : nullptr, dw_target.defined() ? &dw : nullptr,
