@@ -557,11 +557,30 @@ void dispatch_vectors(int64_t vectors, Launch&& launch) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The current device's SM count, and how many blocks of kKernel (kThreads each, no dynamic shared memory) an
+// SM holds at once: asked once per thread and device, since each query costs host time and the launches
+// here come 50 times a GPT-2 step.
 int multiprocessor_count() {
-  int device = 0, count = 0;
+  static thread_local int cached_device = -1, count = 0;
+  int device = 0;
   BYTEGRAD_CUDA_CHECK(cudaGetDevice(&device));
-  BYTEGRAD_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device != cached_device) {
+    BYTEGRAD_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    cached_device = device;
+  }
   return count;
+}
+
+template <auto kKernel, int kThreads>
+int resident_blocks_per_sm() {
+  static thread_local int cached_device = -1, blocks = 0;
+  int device = 0;
+  BYTEGRAD_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    BYTEGRAD_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, kThreads, 0));
+    cached_device = device;
+  }
+  return blocks;
 }
 
 // The fused pass when it applies: float accumulation (the 16/32-bit floats), rows of at most 1024 in whole
@@ -590,9 +609,8 @@ bool layer_norm_backward_fused(const StridedView* dx, const StridedView* dweight
     auto* partials = static_cast<Acc*>(scratch.data);
     int64_t blocks = 0;
     dispatch_vectors<1024 / kV / kWarp>(N / kV, [&](auto vecs) {
-      const auto kernel = layer_norm_backward_fused_kernel<T, decltype(vecs)::value>;
-      int per_sm = 0;
-      BYTEGRAD_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedThreads, 0));
+      constexpr auto kernel = layer_norm_backward_fused_kernel<T, decltype(vecs)::value>;
+      const int per_sm = resident_blocks_per_sm<kernel, kFusedThreads>();
       blocks = std::min({int64_t{std::clamp(per_sm, 1, kFusedBlocksPerSm)} * multiprocessor_count(),
                          (M + kFusedWarps - 1) / kFusedWarps, scratch.bytes / row_bytes});
       if (blocks < 1) return;
@@ -631,9 +649,8 @@ void layer_norm(const StridedView& y, const StridedView& mean, const StridedView
         vectors = vectors && aligned16(p);
       if (vectors) {
         dispatch_vectors<1024 / kV / kWarp>(N / kV, [&](auto vecs) {
-          const auto kernel = layer_norm_forward_vectors_kernel<T, decltype(vecs)::value>;
-          int per_sm = 0;
-          BYTEGRAD_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads, 0));
+          constexpr auto kernel = layer_norm_forward_vectors_kernel<T, decltype(vecs)::value>;
+          const int per_sm = resident_blocks_per_sm<kernel, kBlockThreads>();
           const int64_t blocks = std::min<int64_t>((M + kBlockThreads / kWarp - 1) / (kBlockThreads / kWarp),
                                                    int64_t{std::max(per_sm, 1)} * multiprocessor_count());
           kernel<<<static_cast<unsigned>(blocks), kBlockThreads, 0, launch_stream()>>>(
