@@ -632,7 +632,8 @@ Tensor Tensor::to(ScalarType target) const {
       // these elements as they are (gradient_reader.h); other readers write the cast out first.
       backend.note_deferred_copy(out.view_for_kernels(), view_for_kernels());
       hand_deferred_gradient(out.storage().get(), DeferredGradient{view_for_kernels(), {{out.view_for_kernels()}}});
-    } else if (out.is_contiguous() && write_pending_scores_with_copy(view_for_kernels(), out.view_for_kernels())) {
+    } else if (pending_scores_exist() && out.is_contiguous() &&
+               write_pending_scores_with_copy(view_for_kernels(), out.view_for_kernels())) {
       // softmax's pending output (tensor/pending_scores.h: slow attention's probabilities under autocast)
       // and this copy, written by one kernel.
       backend.note_deferred_copy(out.view_for_kernels(), view_for_kernels());
