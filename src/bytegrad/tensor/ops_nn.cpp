@@ -41,10 +41,7 @@ Tensor softmax_op(const char* name, const Tensor& x, int64_t dim, bool log, bool
   // Else the chain is written out.
   if (std::optional<PendingScores> chain = take_pending_scores(read)) {
     const StridedView written = kv(out);
-    const bool clear =
-        (same_view(written, chain->source) || !ranges_overlap(bytes_spanned(written), bytes_spanned(chain->source))) &&
-        (!chain->mask || !ranges_overlap(bytes_spanned(written), bytes_spanned(*chain->mask)));
-    if (clear) {
+    if (writes_clear_of_reads(*chain, written)) {
       backend_of(x).note_deferred_softmax(written);
       defer_softmax_of_scores(std::move(*chain), PendingSoftmax{written, dim, log});
       return out;

@@ -119,6 +119,12 @@ std::optional<PendingScores> take_pending_scores(const StridedView& input) {
   return chain;
 }
 
+bool writes_clear_of_reads(const PendingScores& chain, const StridedView& written) {
+  const ByteRange bytes = bytes_spanned(written);
+  return (same_view(written, chain.source) || !ranges_overlap(bytes, bytes_spanned(chain.source))) &&
+         (!chain.mask || !ranges_overlap(bytes, bytes_spanned(*chain.mask)));
+}
+
 void defer_softmax_of_scores(PendingScores chain, const PendingSoftmax& softmax) {
   write_out_own_pending_scores();
   chain.softmax = softmax;
@@ -154,15 +160,10 @@ bool write_pending_scores_with_copy(const StridedView& input, const StridedView&
     chains.erase(own);
     pending.store(chains.size(), std::memory_order_release);
   }
-  // The copy was allocated after the chain's source was freed (eager's copy mostly takes the scores' block):
-  // it may be the source itself (each row is read whole before it is written) but not overlap it otherwise,
-  // nor the mask; the unwritten steps' outputs the kernel never reads.
-  const ByteRange copied = bytes_spanned(copy);
-  const bool clear = (same_view(copy, chain->source) || !ranges_overlap(copied, bytes_spanned(chain->source))) &&
-                     (!chain->mask || !ranges_overlap(copied, bytes_spanned(*chain->mask)));
+  // Eager's copy mostly takes the scores' freed block: the source itself.
   {
     const FreedBytesReadable readable(views_of(*chain));
-    if (clear && write_fused(*chain, &copy)) return true;
+    if (writes_clear_of_reads(*chain, copy) && write_fused(*chain, &copy)) return true;
   }
   write_pending_scores(*chain);
   return false;

@@ -63,6 +63,10 @@ bool defer_masked_scores(const StridedView& out, const StridedView& src, const S
 // This thread's chain whose last output is `input` exactly and has no softmax step yet, taken (its launches
 // were noted); nullopt when none.
 std::optional<PendingScores> take_pending_scores(const StridedView& input);
+// Whether the one-pass kernel may write `written` while it reads the chain: written is the source itself
+// (each row is read whole before it is written) or overlaps neither the source nor the mask (a block
+// allocated after the source was freed may sit over it). The unwritten steps' outputs it never reads.
+bool writes_clear_of_reads(const PendingScores& chain, const StridedView& written);
 // Puts a taken chain back as this thread's with softmax's step into `out` (the caller notes its launch).
 void defer_softmax_of_scores(PendingScores chain, const PendingSoftmax& softmax);
 // A cast of `input` into `copy` (16-bit float, contiguous, input's sizes) where `input` is exactly this
