@@ -1,7 +1,7 @@
 // Times the cuda backend's main kernels on the GPU and sets each against a reference measured in the same
 // run: fp32 gemm against a plain cublasSgemm (same size, and 8192^3 as the device's fp32 peak), the
-// elementwise add against cudaMemcpy device-to-device bandwidth (bytes read + written in both), softmax,
-// attention's head copies and LayerNorm's backward (with and without lent scratch) likewise. CUDA events
+// elementwise add against cudaMemcpy device-to-device bandwidth (bytes read + written in both), softmax
+// (and slow attention's one-pass scale, mask and softmax), attention's head copies and LayerNorm's backward (with and without lent scratch) likewise. CUDA events
 // around each repeat; the median of the repeats after warm-up. Short kernels are timed over back-to-back
 // calls, so their rows include the backend's host cost per call (the softmax of 8 MiB is launch-bound:
 // PyTorch's eager softmax, timed the same way on an H100, is 9.9 us a call). Exits 0 with a message when no
@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
@@ -145,6 +146,63 @@ int main() {
       const double rate = gbps(bytes, ms);
       row("backend softmax fp32", "(16384, 32) dim 1", ms, fmt("%.0f GB/s", rate),
           fmt("%.0f%% of memcpy; per call, launch-bound", 100 * rate / memcpy_gbps));
+    }
+    // Slow attention's softmax at GPT-2 small's 8 x 1024 tokens (8 x 12 heads x 1024 rows of 1024): plain
+    // float32 rows; and the pending chain's one pass (tensor/pending_scores.h): scores * scale, masked
+    // causally, softmax, in float32 from float32 scores, and under autocast from bfloat16 scores into a
+    // float32 output with its bfloat16 copy. Bytes: every element read once and written once in each output
+    // (the mask's 1 MiB and the masked scores, which need not be read, not counted).
+    {
+      const int64_t B = 8, H = 12, T = 1024;
+      const TensorOptions f32 = TensorOptions{}.with_device(kCuda);
+      const Tensor causal_mask = eq(tril(ones({T, T}, f32)), 0.0).expand({B, H, T, T});
+      const StridedView mask = causal_mask.view_for_kernels();
+      {
+        const Tensor x = randn({B, H, T, T}, f32), y = empty({B, H, T, T}, f32);
+        const double ms = median_ms([&] { gpu.softmax(y.view_for_kernels(), x.view_for_kernels(), 3, false); }, 10);
+        const double bytes = 2.0 * static_cast<double>(x.nbytes());
+        row("softmax fp32", "(8,12,1024,1024) dim 3", ms, fmt("%.0f GB/s", gbps(bytes, ms)),
+            fmt("%.0f%% of memcpy", 100 * gbps(bytes, ms) / memcpy_gbps));
+        const double scaled_ms = median_ms(
+            [&] {
+              gpu.softmax_of_scaled(y.view_for_kernels(), x.view_for_kernels(), ScalarStep{BinaryOp::mul, 0.125}, &mask,
+                                    -INFINITY, 3, false, nullptr);
+            },
+            10);
+        row("softmax_of_scaled fp32", "causal (8,12,1024,1024)", scaled_ms, fmt("%.0f GB/s", gbps(bytes, scaled_ms)),
+            fmt("%.0f%% of memcpy", 100 * gbps(bytes, scaled_ms) / memcpy_gbps));
+        // What the one pass costs beyond softmax: the scale alone, a mask filling a finite value, a mask
+        // that is not broadcast (its own bytes read too, not counted).
+        const auto variant = [&](const char* what, const StridedView* m, double value) {
+          const double ms = median_ms(
+              [&] {
+                gpu.softmax_of_scaled(y.view_for_kernels(), x.view_for_kernels(), ScalarStep{BinaryOp::mul, 0.125}, m,
+                                      value, 3, false, nullptr);
+              },
+              10);
+          row("softmax_of_scaled fp32", what, ms, fmt("%.0f GB/s", gbps(bytes, ms)),
+              fmt("%.0f%% of memcpy", 100 * gbps(bytes, ms) / memcpy_gbps));
+        };
+        variant("scale only, no mask", nullptr, 0.0);
+        variant("causal, fills -1e4", &mask, -1e4);
+        const Tensor whole_mask = causal_mask.contiguous();
+        const StridedView whole = whole_mask.view_for_kernels();
+        variant("causal, mask not broadcast", &whole, -INFINITY);
+      }
+      {
+        const TensorOptions bf16 = TensorOptions{}.with_device(kCuda).with_dtype(ScalarType::bfloat16);
+        const Tensor x = randn({B, H, T, T}, bf16), y = empty({B, H, T, T}, f32), copy = empty({B, H, T, T}, bf16);
+        const StridedView copy_view = copy.view_for_kernels();
+        const double ms = median_ms(
+            [&] {
+              gpu.softmax_of_scaled(y.view_for_kernels(), x.view_for_kernels(), ScalarStep{BinaryOp::mul, 0.125}, &mask,
+                                    -INFINITY, 3, false, &copy_view);
+            },
+            10);
+        const double bytes = static_cast<double>(x.nbytes() + y.nbytes() + copy.nbytes());
+        row("softmax_of_scaled bf16", "-> fp32 + bf16 copy", ms, fmt("%.0f GB/s", gbps(bytes, ms)),
+            fmt("%.0f%% of memcpy", 100 * gbps(bytes, ms) / memcpy_gbps));
+      }
     }
     // Slow attention's head copies at GPT-2 small's 8 x 1024 tokens (B 8, T 1024, H 12, hs 64): q (or v) of
     // the packed (B, T, 3, H, hs) projection made contiguous as (B, H, T, hs) (contiguous rows of hs), k
