@@ -1,11 +1,11 @@
 // Times the cuda backend's main kernels on the GPU and sets each against a reference measured in the same
 // run: fp32 gemm against a plain cublasSgemm (same size, and 8192^3 as the device's fp32 peak), the
 // elementwise add against cudaMemcpy device-to-device bandwidth (bytes read + written in both), softmax
-// (and slow attention's one-pass scale, mask and softmax), attention's head copies and LayerNorm's backward (with and without lent scratch) likewise. CUDA events
-// around each repeat; the median of the repeats after warm-up. Short kernels are timed over back-to-back
-// calls, so their rows include the backend's host cost per call (the softmax of 8 MiB is launch-bound:
-// PyTorch's eager softmax, timed the same way on an H100, is 9.9 us a call). Exits 0 with a message when no
-// GPU is present.
+// (and slow attention's one pass: scale, mask, softmax), attention's head copies and LayerNorm's backward
+// (with and without lent scratch) likewise. CUDA events around each repeat; the median of the repeats after
+// warm-up. Short kernels are timed over back-to-back calls, so their rows include the backend's host cost
+// per call (the softmax of 8 MiB is launch-bound: PyTorch's eager softmax, timed the same way on an H100,
+// is 9.9 us a call). Exits 0 with a message when no GPU is present.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
