@@ -381,25 +381,34 @@ TEST_CASE("softmax of pending scores in one kernel: the bits of the scale, maske
         Case{ScalarType::float32, ScalarType::float32, 776}}) {
     const Shape shape{2, 3, 40, c.T};
     const Tensor source = (random_pair(shape).gpu * 4.0).to(c.source);
-    // attention's causal mask, broadcast over batch and heads (rows past the diagonal masked)
-    const Tensor mask =
-        gt(arange(0, c.T, 1, on_gpu).view({1, 1, 1, c.T}), arange(0, 40, 1, on_gpu).view({1, 1, 40, 1}) * 20.0)
-            .expand(shape);
+    // attention's causal mask, broadcast over batch and heads (rows past the diagonal masked): its rows
+    // merge into two dimensions, [batch x heads, query]; and one that differs per batch, broadcast over heads
+    // only, whose rows stay three dimensions (the kernels find a row's mask two ways).
+    const Tensor columns = arange(0, c.T, 1, on_gpu).view({1, 1, 1, c.T});
+    const Tensor diagonal = arange(0, 40, 1, on_gpu).view({1, 1, 40, 1}) * 20.0;
+    const Tensor mask = gt(columns, diagonal).expand(shape);
+    const Tensor per_batch = gt(columns, diagonal + arange(0, 2, 1, on_gpu).view({2, 1, 1, 1}) * 7.0).expand(shape);
     for (const BinaryOp op : {BinaryOp::mul, BinaryOp::div}) {
-      for (const bool masked : {true, false}) {
+      for (const Tensor* masking : {&mask, &per_batch, static_cast<const Tensor*>(nullptr)}) {
+        const bool masked = masking != nullptr;
         for (const bool log : {false, true}) {
           const Tensor scaled = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(c.source));
           gpu().binary_scalar(op, scaled.view_for_kernels(), source.view_for_kernels(), 0.125, false);
           if (masked)
-            gpu().masked_fill(scaled.view_for_kernels(), scaled.view_for_kernels(), mask.view_for_kernels(), -INFINITY);
+            gpu().masked_fill(scaled.view_for_kernels(), scaled.view_for_kernels(), masking->view_for_kernels(),
+                              -INFINITY);
           const Tensor separate = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(c.out));
           gpu().softmax(separate.view_for_kernels(), scaled.view_for_kernels(), 3, log);
           const Tensor fused = empty(shape, TensorOptions{}.with_device(kCuda).with_dtype(c.out));
-          const StridedView mask_view = mask.view_for_kernels();
+          const StridedView mask_view = masked ? masking->view_for_kernels() : StridedView{};
           REQUIRE(gpu().softmax_of_scaled(fused.view_for_kernels(), source.view_for_kernels(), ScalarStep{op, 0.125},
                                           masked ? &mask_view : nullptr, -INFINITY, 3, log, nullptr));
           INFO(scalar_type_name(c.source), " -> ", scalar_type_name(c.out), " rows of ", c.T,
-               op == BinaryOp::div ? " div" : " mul", masked ? " masked" : "", log ? " log" : "");
+               op == BinaryOp::div ? " div" : " mul",
+               masking == &mask ? " masked"
+               : masked         ? " masked per batch"
+                                : "",
+               log ? " log" : "");
           CHECK(fused.to(ScalarType::float32).cpu().tolist() == separate.to(ScalarType::float32).cpu().tolist());
           if (c.out != ScalarType::float32) continue;
           // A 16-bit copy beside a float32 output: the bits of a cast run after.

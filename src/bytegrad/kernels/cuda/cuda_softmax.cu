@@ -229,8 +229,21 @@ struct MaskRows {
   const uint8_t* mask = nullptr;
   int64_t dim_stride = 0;
   StridedIndexer<1> rows{};  // each row's first mask element
+  // Rows over at most two dimensions once merged (attention's mask broadcast over batch and heads: [batch x
+  // heads, query]), fewer than 2^31: a row's offset from one 32-bit division. The general walk over the
+  // indexer's dimensions was most of the integer work of the softmax kernels that read a mask, which every
+  // thread of a row does.
+  bool compact = false;
+  FastDivider inner{};  // the inner dimension's rows (1 where there is one dimension or none)
+  int64_t inner_stride = 0, outer_stride = 0;
   __device__ const uint8_t* row(int64_t r) const {
     if (mask == nullptr) return nullptr;
+    if (compact) {
+      const auto index = static_cast<uint32_t>(r);
+      const uint32_t outer = inner.div(index);
+      return mask + static_cast<int64_t>(index - outer * inner.divisor) * inner_stride +
+             static_cast<int64_t>(outer) * outer_stride;
+    }
     int64_t offset[1];
     rows.offsets(r, offset);
     return mask + offset[0];
@@ -242,7 +255,20 @@ MaskRows mask_rows_of(const StridedView* mask, const std::vector<int64_t>& sizes
   if (mask == nullptr) return {};
   std::vector<int64_t> row_sizes = sizes;
   row_sizes[dim] = 1;
-  return {static_cast<const uint8_t*>(mask->data), mask->strides[dim], make_indexer<1>(row_sizes, {mask->strides})};
+  MaskRows out{static_cast<const uint8_t*>(mask->data), mask->strides[dim],
+               make_indexer<1>(row_sizes, {mask->strides})};
+  const StridedIndexer<1>& rows = out.rows;
+  if (rows.narrow && rows.ndim <= 2) {
+    out.compact = true;
+    if (rows.ndim == 2) {
+      out.inner = rows.dividers[1];
+      out.inner_stride = rows.strides[0][1];
+    } else {
+      out.inner = FastDivider(1);
+    }
+    if (rows.ndim >= 1) out.outer_stride = rows.strides[0][0];
+  }
+  return out;
 }
 
 template <typename Gi, bool kMultiply>
