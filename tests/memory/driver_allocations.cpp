@@ -7,6 +7,7 @@
 // the lowest free range no region holds (T's gaps, the stretch), else a new region.
 #include <doctest/doctest.h>
 
+#include "bytegrad/memory/host_work.h"
 #include "bytegrad/memory/virtual_address_space.h"
 
 namespace bytegrad {
@@ -205,6 +206,71 @@ TEST_CASE("one note, several allocations, in the order globals, launch heap, sta
   // the stretch's bottom, T - 414 MiB (the heap's 4 MiB left are too small).
   CHECK(space.allocate(4 * MiB) == T - 578 * MiB);
   CHECK(space.allocate(14 * MiB) == T - 404 * MiB);
+}
+
+// The host blocks `.to()` frees (memory/host_work.h): parameters of 128 KiB or more, each its own mapping made
+// before the device's first storage, so above the driver's regions. Once what is freed of them holds a new
+// region and 24 MiB more (kFreedSpanSlack), a new region goes there, in the series above T, rather than below.
+TEST_CASE("the hole the host's freed blocks leave above the regions takes new regions once it holds one") {
+  forget_host_work();  // this thread's host map, as in a fresh process
+  VirtualAddressSpace space(kBase, kSpan);
+  static const char parameters[4] = {};
+  const auto free_parameter = [](const char* p, size_t bytes) {
+    note_host_block(p, bytes);
+    note_host_block_freed(p);
+  };
+  CHECK(space.allocate(2 * MiB) == T);
+  CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
+  // 40 MiB + one page freed (glibc's 16-byte header rounds the mapping up): short of 32 + 24 MiB, below.
+  free_parameter(&parameters[0], 40 * MiB);
+  CHECK(host_freed_above_device() == 40 * MiB + 4096);
+  CHECK(space.allocate(20 * MiB) == T - 414 * MiB - 32 * MiB);
+  // 80 MiB + 2 pages: a 32 MiB region in the hole, the series' first; its 12 MiB rest a gap.
+  free_parameter(&parameters[1], 40 * MiB);
+  CHECK(space.allocate(20 * MiB) == kHostHoles - 32 * MiB);
+  // 20 MiB of it taken: 76 MiB (20 + 32 + 24) still fit, then 96 do not.
+  CHECK(space.allocate(20 * MiB) == kHostHoles - 64 * MiB);
+  CHECK(space.allocate(20 * MiB) == T - 414 * MiB - 64 * MiB);
+  // Blocks mapped after the first device storage lie below the regions: freeing them leaves no hole above.
+  note_device_storage();
+  free_parameter(&parameters[2], 64 * MiB);
+  CHECK(host_freed_above_device() == 80 * MiB + 2 * 4096);
+  forget_host_work();
+}
+
+TEST_CASE("glibc's threshold: a freed mapping raises it, so smaller blocks after it are not mapped on their own") {
+  forget_host_work();
+  static const char blocks[3] = {};
+  note_host_block(&blocks[0], 127 * 1024);  // below 128 KiB: from the heap
+  note_host_block_freed(&blocks[0]);
+  CHECK(host_freed_above_device() == 0);
+  note_host_block(&blocks[1], 4 * MiB);  // mapped; freeing it raises the threshold to 4 MiB
+  note_host_block_freed(&blocks[1]);
+  CHECK(host_freed_above_device() == 4 * MiB + 4096);
+  note_host_block(&blocks[2], 2 * MiB);  // now from the heap
+  note_host_block_freed(&blocks[2]);
+  CHECK(host_freed_above_device() == 4 * MiB + 4096);
+  note_host_block_freed(&blocks[2]);  // not known (freed already): nothing
+  CHECK(host_freed_above_device() == 4 * MiB + 4096);
+  forget_host_work();
+  CHECK(host_freed_above_device() == 0);
+}
+
+TEST_CASE("NCCL's communicator takes what is left of the freed blocks' hole") {
+  forget_host_work();
+  static const char parameter = 0;
+  note_host_block(&parameter, 1000 * MiB);
+  note_host_block_freed(&parameter);
+  {
+    // Without a communicator, 700 MiB (a 704 MiB region) go to the hole above T: 1000 >= 704 + 24.
+    VirtualAddressSpace space(kBase, kSpan);
+    CHECK(space.allocate(700 * MiB) == kHostHoles - 704 * MiB);
+  }
+  VirtualAddressSpace space(kBase, kSpan);
+  space.note_driver_allocations(kNcclCommunicator, kH100Threads);
+  // After it, below NCCL's layout (free 10, 690 and 504 MiB below every region, new regions under it all).
+  CHECK(space.allocate(700 * MiB) < T);
+  forget_host_work();
 }
 
 }  // namespace

@@ -41,3 +41,22 @@ TEST_CASE("host work: what starts PyTorch's CPU thread pool") {
   CHECK_FALSE(pool_started_after([] { (void)tril(ones({64, 64}, TensorOptions{}.with_device(kMeta))); }));
   CHECK_FALSE(pool_started_after([] { (void)tril(ones({64, 64}, TensorOptions{}.with_device(kSim))); }));
 }
+
+// Host blocks as the op layer notes them for the host's address map (memory/host_work.h): a cpu tensor of 128
+// KiB or more is its own mapping; freed before any device storage exists, it leaves a hole above the device's
+// regions. 32768 floats = 131072 B: with glibc's 16-byte header, 33 pages = 135168 B.
+TEST_CASE("host blocks: cpu tensors freed before the device's first storage count, later ones not") {
+  forget_host_work();
+  { Tensor parameter = empty({32768}, kOnCpu); }
+  CHECK(host_freed_above_device() == 135168);
+  { Tensor small = empty({1000}, kOnCpu); }  // 4000 B: the heap's
+  CHECK(host_freed_above_device() == 135168);
+  // A meta device standing for the host counts too; a measured one does not.
+  { Tensor parameter = empty({32768}, TensorOptions{}.with_device(Device{DeviceType::meta, kHostStandInMetaIndex})); }
+  CHECK(host_freed_above_device() == 2 * 135168);
+  // After a device storage, host blocks are mapped below the device's regions.
+  Tensor on_device = empty({4}, TensorOptions{}.with_device(kMeta));
+  { Tensor later = empty({32768}, kOnCpu); }
+  CHECK(host_freed_above_device() == 2 * 135168);
+  forget_host_work();
+}

@@ -10,6 +10,7 @@
 // PyTorch ran with many threads (torch.set_num_threads(1) is not modelled).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "bytegrad/core/device.h"
@@ -32,5 +33,19 @@ void note_host_parallel_for(Device device, int64_t iterations, int64_t grain);
 bool host_thread_pool_started();
 // As in a fresh process: devices given a fresh allocator on purpose (configure, reset, exchange) call it.
 void forget_host_work();
+
+// The host's address map above the device's regions (docs/status.md, "the parameters .to() frees"): glibc
+// maps a block of at least its mmap threshold (128 KiB, raised to the size of each such block freed, up to
+// 32 MiB) on its own and unmaps it when freed. Blocks mapped before the process's first device storage lie
+// above the driver's regions, one after another, so what is freed of them is one growing hole there, which
+// the driver's top-down reservations take once it holds one (virtual_address_space.h). Kept per thread: a
+// thread stands for a process (the threads backend runs each rank on its own).
+// A host block `data` of `bytes` was allocated, or freed (blocks allocated on another thread are not known).
+void note_host_block(const void* data, size_t bytes);
+void note_host_block_freed(const void* data);
+// A device storage was made: blocks mapped later lie below the device's regions.
+void note_device_storage();
+// Bytes (whole mappings) freed so far of the host blocks mapped above the device's regions.
+size_t host_freed_above_device();
 
 }  // namespace bytegrad

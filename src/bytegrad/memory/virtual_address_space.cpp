@@ -64,6 +64,16 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
       return host_holes_top_;
     }
   }
+  // The hole the host's freed blocks left above the regions (host_work.h; header): a new region goes there,
+  // in the descending series above T, once it holds the region and kFreedSpanSlack more.
+  freed_span_seen_ = std::max(freed_span_seen_, host_freed_above_device());  // backward's thread has none
+  if (freed_span_seen_ >= freed_span_taken_ + region + kFreedSpanSlack &&
+      host_holes_top_ - region > anchor_ + kTopGapsEnd) {
+    host_holes_top_ -= region;
+    if (region > bytes) add_gap(host_holes_top_ + bytes, region - bytes);
+    freed_span_taken_ += bytes;
+    return host_holes_top_;
+  }
   if (bottom_ - limit_ < region) return 0;
   bottom_ -= region;
   if (region > bytes) add_gap(bottom_ + bytes, region - bytes);
@@ -130,6 +140,9 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
   }
   if ((what & kNcclCommunicator) && !(driver_done_ & kNcclCommunicator)) {
     driver_done_ |= kNcclCommunicator | kLaunchHeap | kKernelStack;
+    // NCCL's own mappings, top-down, take the hole the host's freed blocks left above the regions too.
+    freed_span_seen_ = std::max(freed_span_seen_, host_freed_above_device());
+    freed_span_taken_ = std::max(freed_span_taken_, freed_span_seen_);
     // Every free range among the segments so far is taken: NCCL's 2 MiB buffers fill `.to()`'s 12 MiB
     // remainders in both ranks' scans (13 of 21 seen, the others never used either). Below every region,
     // relative to B, the start of the second range: 10 MiB free, 690 MiB free, 14 MiB held (the kernel

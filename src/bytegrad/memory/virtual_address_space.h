@@ -55,6 +55,13 @@
 // 2 MiB buffers take the free ranges among the segments so far, and below every region the driver leaves
 // free ranges of 10, 690 and 504 MiB with the kernel stack and the launch heap's top between and above them,
 // which later segments fill lowest first; new regions go below all of it.
+//
+// The host blocks `.to()` frees (docs/status.md, session 35): each parameter of 128 KiB or more was its own
+// mapping, made before the CUDA context and so above the driver's regions, and is unmapped as `.to()`
+// replaces it, leaving one growing hole there. The driver's reservations go top-down, so a new region that
+// finds no gap or free range takes that hole once it holds the region (and room to align it: kFreedSpanSlack),
+// in the descending series above T; NCCL's communicator fills what is left of it. host_work.h counts the
+// bytes freed.
 #pragma once
 
 #include <cstddef>
@@ -77,6 +84,11 @@ class VirtualAddressSpace {
   // kHostHolesAbove above T downwards (PyTorch's lay up to T + 2.7 GiB); T sits kAboveAnchor below the span's end.
   static constexpr size_t kTopGapsEnd = size_t{98} << 20;
   static constexpr size_t kHostHolesAbove = size_t{4096} << 20;
+  // A new region goes into the hole the host's freed blocks left above the regions once that holds it and
+  // this much more (room to align it): of the generated sweep's SDPA runs' 20 MiB segments made in `.to()`,
+  // none of 14 went there with less than 56 MiB (32 + 24) freed and not yet taken, 6 of 12 at 56-71, 40 of
+  // 50 at 72 or more (tools/probes/freed_host_span.py).
+  static constexpr size_t kFreedSpanSlack = size_t{24} << 20;
   static constexpr size_t kAboveAnchor = kHostHolesAbove + (size_t{128} << 20);
 
   // Manages [base, base + span), span > 128 MiB.
@@ -120,6 +132,8 @@ class VirtualAddressSpace {
   bool globals_pending_ = false;  // a module loaded before the first launch found no gap for its chunk
   size_t blas_chunk_left_ = 0;    // room left in cuBLAS's chunk
   bool hole_taken_ = false;       // a segment took the hole below T before the first launch
+  size_t freed_span_seen_ = 0;    // the most host_freed_above_device() said on a thread that allocated here
+  size_t freed_span_taken_ = 0;   // bytes of it taken (segments placed there, NCCL's communicator)
   EarlyRegions early_regions_ = EarlyRegions::as_host_map;
   std::optional<bool> host_map_holes_;  // unset: as the host work noted so far implies (host_work.h)
   bool early_regions_decided_ = false;

@@ -1,12 +1,28 @@
 #include "bytegrad/tensor/storage.h"
 
 #include "bytegrad/memory/device_allocators.h"
+#include "bytegrad/memory/host_work.h"
 #include "bytegrad/memory/streams.h"
 
 #include <stdexcept>
 #include <string>
 
 namespace bytegrad {
+
+namespace {
+
+// The host's address map follows the host's blocks (memory/host_work.h).
+void note_made(const void* data, size_t nbytes, Device device) {
+  if (nbytes == 0) return;
+  if (is_host_work_device(device)) note_host_block(data, nbytes);
+  else note_device_storage();
+}
+
+void note_freed(const void* data, Device device) {
+  if (data != nullptr && is_host_work_device(device)) note_host_block_freed(data);
+}
+
+}  // namespace
 
 StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.uses_caching_allocator()) {
@@ -15,6 +31,7 @@ StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device
   } else {
     data_ = host_allocator().malloc(nbytes);
   }
+  note_made(data_, nbytes_, device_);
 }
 
 void StorageImpl::resize(size_t nbytes) {
@@ -23,6 +40,7 @@ void StorageImpl::resize(size_t nbytes) {
     throw std::invalid_argument("StorageImpl::resize: from " + std::to_string(nbytes_) + " to " +
                                 std::to_string(nbytes) + " bytes; only resizing to or from 0 is supported");
   if (nbytes == 0) {
+    note_freed(data_, device_);
     if (allocator_) allocator_->free(data_);
     else host_allocator().free(data_, nbytes_);
     data_ = nullptr;
@@ -31,9 +49,11 @@ void StorageImpl::resize(size_t nbytes) {
   }
   data_ = allocator_ ? allocator_->malloc(nbytes, current_stream(device_).id()) : host_allocator().malloc(nbytes);
   nbytes_ = nbytes;
+  note_made(data_, nbytes_, device_);
 }
 
 StorageImpl::~StorageImpl() {
+  note_freed(data_, device_);
   if (allocator_) allocator_->free(data_);
   else host_allocator().free(data_, nbytes_);
 }
