@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <unordered_map>
-#include <utility>
 
 namespace bytegrad {
 
@@ -17,7 +16,7 @@ struct HostMap {
   size_t mmap_threshold = kFirstMmapThreshold;
   bool device_storage_made = false;
   size_t freed_above_device = 0;
-  std::unordered_map<const void*, std::pair<size_t, bool>> mapped;  // own mappings: bytes, above the device's
+  std::unordered_map<const void*, size_t> mapped;  // own mappings above the device's regions, and their bytes
 };
 thread_local HostMap host_map;
 
@@ -44,17 +43,22 @@ void forget_host_work() {
 }
 
 void note_host_block(const void* data, size_t bytes) {
-  if (data != nullptr && bytes >= host_map.mmap_threshold)
-    host_map.mapped[data] = {bytes, !host_map.device_storage_made};
+  // Only blocks mapped before the device's first storage make the hole; later ones are not followed, and a
+  // thread whose blocks others free keeps a bounded map.
+  constexpr size_t kMostFollowed = size_t{1} << 16;
+  if (data == nullptr || host_map.device_storage_made || bytes < host_map.mmap_threshold ||
+      host_map.mapped.size() >= kMostFollowed)
+    return;
+  host_map.mapped[data] = bytes;
 }
 
 void note_host_block_freed(const void* data) {
   const auto it = host_map.mapped.find(data);
   if (it == host_map.mapped.end()) return;
-  const auto [bytes, above_device] = it->second;
+  const size_t bytes = it->second;
   host_map.mapped.erase(it);
   if (bytes <= kMaxMmapThreshold) host_map.mmap_threshold = std::max(host_map.mmap_threshold, bytes);
-  if (above_device) host_map.freed_above_device += mapping_bytes(bytes);
+  host_map.freed_above_device += mapping_bytes(bytes);
 }
 
 void note_device_storage() { host_map.device_storage_made = true; }

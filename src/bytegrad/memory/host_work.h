@@ -40,7 +40,8 @@ void forget_host_work();
 // above the driver's regions, one after another, so what is freed of them is one growing hole there, which
 // the driver's top-down reservations take once it holds one (virtual_address_space.h). Kept per thread: a
 // thread stands for a process (the threads backend runs each rank on its own).
-// A host block `data` of `bytes` was allocated, or freed (blocks allocated on another thread are not known).
+// A host block `data` of `bytes` was allocated, or freed (blocks allocated on another thread, or after the
+// thread's first device storage, are not followed: only the blocks above the device's regions make the hole).
 void note_host_block(const void* data, size_t bytes);
 void note_host_block_freed(const void* data);
 // A device storage was made: blocks mapped later lie below the device's regions.
