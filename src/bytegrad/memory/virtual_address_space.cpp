@@ -57,23 +57,17 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
     // Once a segment took the hole, the regions go below the others, or with EarlyRegions::reversed in the
     // host's holes (header).
     const bool in_host_holes = hole_taken_ ? early_regions_ == EarlyRegions::reversed : early_regions_in_host_holes();
-    if (!takes_hole && in_host_holes && host_holes_top_ - region > anchor_ + kTopGapsEnd) {
-      // A hole of the host's map above T (header): a descending series, rests kept as gaps.
-      host_holes_top_ -= region;
-      if (region > bytes) add_gap(host_holes_top_ + bytes, region - bytes);
-      return host_holes_top_;
-    }
+    if (!takes_hole && in_host_holes)
+      if (const uintptr_t address = take_host_hole(bytes, region)) return address;
   }
   // The hole the host's freed blocks left above the regions (host_work.h; header): a new region goes there,
   // in the descending series above T, once it holds the region and kFreedSpanSlack more.
   freed_span_seen_ = std::max(freed_span_seen_, host_freed_above_device());  // backward's thread has none
-  if (freed_span_seen_ >= freed_span_taken_ + region + kFreedSpanSlack &&
-      host_holes_top_ - region > anchor_ + kTopGapsEnd) {
-    host_holes_top_ -= region;
-    if (region > bytes) add_gap(host_holes_top_ + bytes, region - bytes);
-    freed_span_taken_ += bytes;
-    return host_holes_top_;
-  }
+  if (freed_span_seen_ >= freed_span_taken_ + region + kFreedSpanSlack)
+    if (const uintptr_t address = take_host_hole(bytes, region)) {
+      freed_span_taken_ += bytes;
+      return address;
+    }
   if (bottom_ - limit_ < region) return 0;
   bottom_ -= region;
   if (region > bytes) add_gap(bottom_ + bytes, region - bytes);
@@ -170,6 +164,14 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     }
     blas_chunk_left_ -= kHandleSmall;
   }
+}
+
+// A hole of the host's map above T (header): a descending series, rests kept as gaps.
+uintptr_t VirtualAddressSpace::take_host_hole(size_t bytes, size_t region) {
+  if (host_holes_top_ - region <= anchor_ + kTopGapsEnd) return 0;  // the series reached T's gaps
+  host_holes_top_ -= region;
+  if (region > bytes) add_gap(host_holes_top_ + bytes, region - bytes);
+  return host_holes_top_;
 }
 
 bool VirtualAddressSpace::early_regions_in_host_holes() const {

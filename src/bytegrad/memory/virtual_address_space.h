@@ -118,6 +118,9 @@ class VirtualAddressSpace {
 
  private:
   bool early_regions_in_host_holes() const;
+  // `bytes` in a new region of `region` bytes next in the host's holes' descending series above T; 0 when the
+  // series has reached the gaps at T.
+  uintptr_t take_host_hole(size_t bytes, size_t region);
   void add_gap(uintptr_t address, size_t bytes);
   static void add_range(std::map<uintptr_t, size_t>& ranges, uintptr_t address, size_t bytes);
   std::map<uintptr_t, size_t> gaps_;        // free ranges inside the process's regions, by address
