@@ -4,7 +4,8 @@ pick, drawn from a seeded RNG, each recorded in PyTorch in fresh processes, with
 settings, TRIALS times (2: what PyTorch itself varies on), on several GPUs at once.
 
   python3 tools/probes/gpt2_generated.py SEED COUNT OUTDIR [--gpus N] [--per-gpu K] [--budget SECONDS]
-                                         [--trials T] [--segments] [--dry-run]
+                                         [--trials T] [--segments] [--dry-run] [--only C1,C2,...]
+                                         [--mmap-trace SO]
   A run whose file exists in OUTDIR is not run again: a later call with the same OUTDIR goes on where one stopped.
   (the same as tools/probes/gpt2_sweep.py --generate SEED COUNT OUTDIR ...)
 
@@ -36,10 +37,14 @@ segment_free with its address, and the request that made each segment (the alloc
 gpt2_memory_events.py's line format: where the driver put each segment, for the placement model
 (tools/probes/compare_segments.py). Recording the history is itself host work that can move the driver's
 regions: compare the run's marks with a run without it.
+--only c013,c017: just the cases whose names start with one of these (the draw is the same).
+--mmap-trace SO: each run under tools/probes/mmap_trace.c built as SO (LD_PRELOAD), its log (the driver's
+reservations, and the process's anonymous maps of 1 MiB or more after each) gzipped to
+t<trial>/<x0|xd>/<case>.mmap.gz: where the host's own mappings left holes for the driver.
 Checked by tests/programs/gpt2_generated.cpp (ctest gpt2_generated) once copied to
 tests/data/pytorch_probes/gpt2/generated/.
 """
-import json, math, os, queue, random, shlex, sys, threading, time
+import json, math, os, queue, random, shlex, subprocess, sys, threading, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -178,9 +183,17 @@ def main(argv):
         return 2
     outdir, rest = argv[2], argv[3:]
     gpus, per_gpu, budget, trials, dry, segments = 1, 1, 0.0, 2, False, False
+    only, mmap_so = None, None
     i = 0
     while i < len(rest):
         a = rest[i]
+        if a in ("--only", "--mmap-trace") and i + 1 < len(rest):
+            if a == "--only":
+                only = tuple(x for x in rest[i + 1].split(",") if x)
+            else:
+                mmap_so = os.path.abspath(rest[i + 1])
+            i += 2
+            continue
         if a in ("--dry-run", "--segments"):
             dry = dry or a == "--dry-run"
             segments = segments or a == "--segments"
@@ -209,6 +222,9 @@ def main(argv):
         return 2
 
     cases, rejected = draw(seed, count)
+    all_cases = cases
+    if only:
+        cases = [(n, c) for n, c in cases if n.startswith(only)]
     settings = gpt2_sweep.WORKSPACES  # (("x0", ":0:0"), ("xd", None))
     jobs = [(name, c, t, sub, ws) for name, c in cases for t in range(trials) for sub, ws in settings]
     if dry:
@@ -231,7 +247,7 @@ def main(argv):
     write_json(os.path.join(outdir, "configs.json"),
                dict(seed=seed, count=count, rejected=rejected, trials=trials,
                     generator="tools/probes/gpt2_generated.py", max_rough_bytes=MAX_BYTES, max_rough_work=MAX_WORK,
-                    cases=[dict(name=n, config=c) for n, c in cases]))
+                    cases=[dict(name=n, config=c) for n, c in all_cases]))
     start = time.time()
     work = queue.Queue()
     for k, job in enumerate(jobs):
@@ -255,8 +271,12 @@ def main(argv):
                 continue
             timeout = 240 if left is None else max(5, min(240, left))
             events = os.path.join(sub_dir, f".{name}.events.tmp") if segments else None
+            trace = os.path.join(sub_dir, name + ".mmap") if mmap_so else None
+            extra = dict(LD_PRELOAD=mmap_so, MMAP_TRACE_FILE=trace, MMAP_TRACE_MAPS="1") if trace else None
             r = gpt2_sweep.run_child(name, c["batch"], ws, sub_dir, config=c, gpu=gpu, timeout=timeout,
-                                     events_path=events)
+                                     events_path=events, extra_env=extra)
+            if trace and os.path.exists(trace):
+                subprocess.run(["gzip", "-f", trace], check=False)
             if events and os.path.exists(events):
                 keep_segment_lines(events, os.path.join(sub_dir, name + ".segments"))
                 os.remove(events)

@@ -195,11 +195,12 @@ def child(name, batch, out_path, config=None):
 
 # ------------------------------------------------------------------------------------------ the sweep (parent)
 
-def run_child(name, batch, ws, sub_dir, config=None, gpu=None, timeout=240, events_path=None):
+def run_child(name, batch, ws, sub_dir, config=None, gpu=None, timeout=240, events_path=None, extra_env=None):
     """One fresh process (on CUDA_VISIBLE_DEVICES=gpu when given; `config`: a generated case's, passed as
-    JSON; `events_path`: also write its allocator events there); returns its JSON object (with "error" when it
-    wrote none)."""
+    JSON; `events_path`: also write its allocator events there; `extra_env`: more variables for it); returns
+    its JSON object (with "error" when it wrote none)."""
     env = dict(os.environ)
+    env.update(extra_env or {})
     if events_path is not None:
         env["GPT2_SWEEP_EVENTS"] = os.path.abspath(events_path)
     if gpu is not None:
