@@ -144,9 +144,29 @@ TEST_CASE("the hole below T: a segment of more than 24 and at most 148 MiB befor
     VirtualAddressSpace space(kBase, kSpan);
     space.set_host_map_holes(true);  // host work before the launch started the CPU thread pool (host_work.h)
     CHECK(space.allocate(2 * MiB) == T);
-    CHECK(space.allocate(150 * MiB) == kHostHoles - 160 * MiB);  // in the host's holes
-    space.note_driver_allocations(kLaunchHeap, kH100Threads);    // stretch: [T - 414, T)
+    // A region of 160 MiB: too large for the host's 64 MiB holes between arenas, so below the stretch.
+    CHECK(space.allocate(150 * MiB) == T - 414 * MiB - 160 * MiB);
+    space.note_driver_allocations(kLaunchHeap, kH100Threads);  // stretch: [T - 414, T), above that region
     CHECK(space.allocate(20 * MiB) == T - 414 * MiB);
+  }
+  SUBCASE("a whole number of regions does not take it: a region of its own (first_large_segment_probe.py)") {
+    for (const size_t size : {size_t{32}, size_t{64}, size_t{96}, size_t{128}}) {
+      CAPTURE(size);
+      VirtualAddressSpace space(kBase, kSpan);
+      space.set_host_map_holes(false);
+      CHECK(space.allocate(size * MiB) == T - 414 * MiB - size * MiB);  // below the stretch, as the probe saw
+      CHECK(space.allocate(2 * MiB) == T);
+      space.note_driver_allocations(kLaunchHeap, kH100Threads);  // the stretch is freed: [T - 414, T)
+      CHECK(space.allocate(20 * MiB) == T - 414 * MiB);
+    }
+    VirtualAddressSpace with_pool(kBase, kSpan);  // the probe's --pool: 32 MiB into a host hole, above T
+    with_pool.set_host_map_holes(true);
+    CHECK(with_pool.allocate(32 * MiB) == kHostHoles - 32 * MiB);
+    VirtualAddressSpace thirty(kBase, kSpan);  // 30 MiB is not a whole region: it takes the hole (no stretch)
+    thirty.set_host_map_holes(false);
+    CHECK(thirty.allocate(30 * MiB) == T - 414 * MiB - 32 * MiB);  // the hole, represented below the others
+    thirty.note_driver_allocations(kLaunchHeap, kH100Threads);
+    CHECK(thirty.allocate(20 * MiB) != T - 414 * MiB);
   }
   SUBCASE("after the first launch a segment of that size leaves the stretch as it is") {
     VirtualAddressSpace space(kBase, kSpan);

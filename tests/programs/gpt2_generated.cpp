@@ -1,8 +1,9 @@
 // The generated GPT-2 sweep (issue 31's yardstick): tools/probes/gpt2_generated.py draws GPT-2-style
 // configurations from a seed and records each in PyTorch in fresh processes, both cuBLAS workspace settings,
 // into tests/data/pytorch_probes/gpt2/generated/t<trial>/<x0|xd>/<case>.json (t0, t1: two trials on H200s;
-// t2: a third on an H100, docs/evidence/generated_h100/). Here every recorded run (a case with one workspace
-// setting) goes through bytegrad's estimator on meta with the same options and is classified:
+// t2: a third on an H100, docs/evidence/generated_h100/; t3, t4: two more on H200s, session 36). Here every recorded
+// run (a case with one workspace setting) goes through bytegrad's estimator on meta with the same options and is
+// classified:
 //   - PyTorch agrees with itself (every trial's figures equal at every mark) or not;
 //   - bytegrad exact (every figure at every mark equals PyTorch's) or not;
 //   - where not, whether bytegrad says the figure depends on placement: its other outcomes are the run with

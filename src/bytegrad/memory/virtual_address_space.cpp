@@ -51,14 +51,20 @@ uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
   constexpr size_t kGapBytes = size_t{24} << 20;  // the gap at T + 74 MiB
   const size_t region = (bytes + kRegionGranularity - 1) / kRegionGranularity * kRegionGranularity;
   if (!(driver_done_ & kLaunchHeap)) {
-    const bool takes_hole = bytes > kGapBytes && bytes <= kHoleBytes && !hole_taken_;
+    // A segment of a whole number of regions never takes the hole: it gets a region of its own
+    // (tools/probes/first_large_segment_probe.py: 32, 64, 96 and 128 MiB in every process; 26 to 126 MiB
+    // otherwise at the highest 32 MiB boundary below T - its size).
+    const bool takes_hole = bytes > kGapBytes && bytes <= kHoleBytes && bytes % kRegionGranularity != 0 && !hole_taken_;
     hole_taken_ = hole_taken_ || takes_hole;
     early_region_made_ = early_region_made_ || !takes_hole;
     // Once a segment took the hole, the regions go below the others, or with EarlyRegions::reversed in the
-    // host's holes (header).
+    // host's holes (header). Those holes, between the thread pool's malloc arenas, are 64 MiB: the driver's
+    // reservation of region + 32 MiB - 4 KiB fits one only for a region of 32 MiB (the probe's --pool).
     const bool in_host_holes = hole_taken_ ? early_regions_ == EarlyRegions::reversed : early_regions_in_host_holes();
-    if (!takes_hole && in_host_holes)
+    if (!takes_hole && in_host_holes && region <= kRegionGranularity) {
       if (const uintptr_t address = take_host_hole(bytes, region)) return address;
+      host_holes_ran_out_ = true;  // it goes below T - 414 MiB and stands for a host hole
+    }
   }
   // The hole the host's freed blocks left above the regions (host_work.h; header): a new region goes there,
   // in the descending series above T, once it holds the region and kFreedSpanSlack more.
@@ -102,11 +108,11 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     // keeps there: the heap's top sits 160 MiB below the lowest region (docs/evidence/generated_segments/).
     // Regions reserved before this launch lie in host holes above T or below T - 414 MiB (EarlyRegions); the
     // stretch is [T - 414 MiB, T) but where regions below T - 414 MiB stand for host holes (the series ran
-    // out): then below them. It is a range no region holds: taken only when no region's rest fits.
+    // out): then below them. (Regions of more than 32 MiB go below in either case, and stand for nothing.) It is a
+    // range no region holds: taken only when no region's rest fits.
     constexpr size_t kBelowRegions = 160 * kMiB;
     if (!hole_taken_ && bottom_ - limit_ >= kStretchBytes + kBelowRegions) {
-      const bool early = bottom_ != anchor_ - kStretchBytes;
-      if (early && early_regions_in_host_holes()) {
+      if (host_holes_ran_out_) {
         bottom_ -= kStretchBytes;
         stretch_ = bottom_;
       } else {

@@ -31,20 +31,23 @@
 // range at the first launch, the launch heap's reservation 160 MiB below the lowest region (where PyTorch's
 // heap top sits); PyTorch's `.to()` segments mostly sit in holes between host arenas above T (below). Where one did
 // (GPT-2 small's 148 MiB embedding; 18 of the 20 runs that show it), the forward's segments go elsewhere and the model
-// keeps its regions below the others. The hole's size is not exact (a 126 MiB segment fitted it, a 128 MiB one on a T
-// 30 MiB above a 32 MiB boundary did not, a 148 MiB one on a T 20 MiB above did): 148 MiB, so that GPT-2 small's
-// embedding takes it.
+// keeps its regions below the others. The hole's size is not exact (a 126 MiB segment fitted it, a 148 MiB one on a T
+// 20 MiB above a 32 MiB boundary did): 148 MiB, so that GPT-2 small's embedding takes it. A segment of a whole number
+// of regions (32, 64, 96, 128 MiB) never takes it, as if the driver reserved a region of its own for it first: it goes
+// where such a region goes (tools/probes/first_large_segment_probe.py, and c043's 32 MiB embedding in every recorded
+// process).
 //
 // Where the regions that come before the first launch go when they fit neither the first gaps nor the hole
 // (`.to()`'s segments; tools/probes/to_regions.py) follows the host's address map (EarlyRegions, raw_memory.h):
 // where the program's host work left holes (PyTorch's CPU thread pool's malloc arenas), into them, above T and
 // its gaps: the model places them in a descending series from kHostHolesAbove above T (PyTorch's lie between
 // T + 100 MiB and T + 2.7 GiB, mostly descending: tools/probes/segment_departures.py), their rests kept as
-// gaps, and the stretch stays at [T - 414 MiB, T); where it left none (nanoGPT with SDPA), to new regions below
-// T - 414 MiB, under the stretch, which stays there too. set_host_map_holes says which; set_early_regions(reversed)
-// follows the other. Where a segment took the hole below T (GPT-2 small's embedding) the model keeps every
-// region below the others, and the series is the other placement: such processes were seen with regions in
-// host holes too, but interleaved across several holes in an order no series follows, and the goldens' GPT-2
+// gaps (regions of 32 MiB only: the holes between arenas are 64 MiB, and a reservation is the region and 32 MiB
+// more; larger ones go below T - 414 MiB), and the stretch stays at [T - 414 MiB, T); where it left none (nanoGPT with
+// SDPA), to new regions below T - 414 MiB, under the stretch, which stays there too. set_host_map_holes says which;
+// set_early_regions(reversed) follows the other. Where a segment took the hole below T (GPT-2 small's embedding) the
+// model keeps every region below the others, and the series is the other placement: such processes were seen with
+// regions in host holes too, but interleaved across several holes in an order no series follows, and the goldens' GPT-2
 // small is exact with them below.
 //
 // The driver's first chunk for module globals, when a launch before the first launch heap needs it (the data's
@@ -130,13 +133,14 @@ class VirtualAddressSpace {
   uintptr_t bottom_;                        // start of the lowest region reserved so far
   uintptr_t host_holes_top_;                // start of the lowest region placed in the host's holes
   uintptr_t limit_;
-  uint32_t driver_done_ = 0;      // one-time DriverAllocation flags already placed
-  bool globals_chunk_ = false;    // a 2 MiB chunk of small driver allocations exists
-  bool globals_pending_ = false;  // a module loaded before the first launch found no gap for its chunk
-  size_t blas_chunk_left_ = 0;    // room left in cuBLAS's chunk
-  bool hole_taken_ = false;       // a segment took the hole below T before the first launch
-  size_t freed_span_seen_ = 0;    // the most host_freed_above_device() said on a thread that allocated here
-  size_t freed_span_taken_ = 0;   // bytes of it taken (segments placed there, NCCL's communicator)
+  uint32_t driver_done_ = 0;         // one-time DriverAllocation flags already placed
+  bool globals_chunk_ = false;       // a 2 MiB chunk of small driver allocations exists
+  bool globals_pending_ = false;     // a module loaded before the first launch found no gap for its chunk
+  size_t blas_chunk_left_ = 0;       // room left in cuBLAS's chunk
+  bool hole_taken_ = false;          // a segment took the hole below T before the first launch
+  bool host_holes_ran_out_ = false;  // an early region for the host's holes went below T - 414 MiB instead
+  size_t freed_span_seen_ = 0;       // the most host_freed_above_device() said on a thread that allocated here
+  size_t freed_span_taken_ = 0;      // bytes of it taken (segments placed there, NCCL's communicator)
   EarlyRegions early_regions_ = EarlyRegions::as_host_map;
   std::optional<bool> host_map_holes_;  // unset: as the host work noted so far implies (host_work.h)
   bool early_regions_decided_ = false;
