@@ -31,12 +31,14 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include <doctest/doctest.h>
 
 #include "bytegrad/core/json.h"
+#include "bytegrad/memory/device_allocators.h"
 #include "programs/checks.h"
 #include "tests/programs/gpt2_probes.h"
 
@@ -314,4 +316,57 @@ TEST_CASE("GPT-2 generated sweep against PyTorch: exact fraction, placement flag
     write_floor(dir / "floor.json", exact, explained, exact_runs);
     std::cout << "wrote " << (dir / "floor.json").string() << '\n';
   }
+}
+
+// Issue 31's "the cuda sample equals meta": every K-th case (BYTEGRAD_GPT2_GENERATED_CUDA_EVERY, 8 unless set),
+// both workspace settings, trained on the GPU as the walkthrough runs a golden program (a freshly reset device,
+// PyTorch's workspace setting), its marks against meta's (best fit's ties decided by the placement model's
+// addresses on both: RawMemory::tie_address) and, where PyTorch's trials agree, against PyTorch's. ctest
+// `gpt2_generated_cuda` (label gpu); without a GPU it says so and passes.
+TEST_CASE("GPT-2 generated sweep: a sample on cuda equals meta (issue 31)") {
+  if (cuda_device_count() == 0) {
+    MESSAGE("skipped: no GPU visible (label gpu)");
+    return;
+  }
+  const std::map<std::string, Run> runs = read_runs(generated_directory());
+  REQUIRE_MESSAGE(!runs.empty(), "no generated recordings under " << generated_directory().string());
+  int every = 8;
+  if (const char* env = std::getenv("BYTEGRAD_GPT2_GENERATED_CUDA_EVERY"); env && *env)
+    every = std::max(1, std::atoi(env));
+  std::vector<std::string> cases;
+  for (const auto& [key, run] : runs)
+    if (const std::string name = key.substr(0, key.size() - 3); cases.empty() || cases.back() != name)
+      cases.push_back(name);
+  int64_t checked = 0, equal_to_meta = 0, pytorch_agrees = 0, equal_to_pytorch = 0;
+  for (size_t c = 0; c < cases.size(); c += static_cast<size_t>(every)) {
+    for (const char* sub : {"x0", "xd"}) {
+      const auto it = runs.find(cases[c] + "/" + sub);
+      if (it == runs.end()) continue;
+      const GPTProbe& first = it->second.trials.front();
+      if (!first.error.empty()) continue;
+      CAPTURE(it->first);
+      std::vector<GoldenStep> on_cuda;
+      {
+        GoldenConditions conditions(kCuda, first.default_workspace ? Workspaces::pytorch_default : Workspaces::none);
+        ScenarioRecorder r("gpt2", kCuda);
+        train_gpt(first.training, &r, kCuda);
+        on_cuda = r.steps();
+      }
+      const MetaRun meta = run_on_meta(first.training, first.default_workspace, TieOrder::lowest_address);
+      const std::optional<std::string> from_meta = first_mark_difference(on_cuda, meta.steps);
+      CHECK_MESSAGE(!from_meta, "cuda against meta: " << from_meta.value_or(""));
+      ++checked;
+      equal_to_meta += !from_meta;
+      const bool agrees = std::all_of(it->second.trials.begin(), it->second.trials.end(),
+                                      [&](const GPTProbe& p) { return same_marks(p.steps, first.steps); });
+      pytorch_agrees += agrees;
+      const bool like_pytorch = agrees && same_marks(on_cuda, first.steps);
+      equal_to_pytorch += like_pytorch;
+      std::cout << it->first << ": cuda " << (from_meta ? "differs from meta (" + *from_meta + ")" : "equals meta")
+                << (agrees ? like_pytorch ? ", and PyTorch" : ", not PyTorch" : " (PyTorch's trials differ)") << '\n';
+    }
+  }
+  std::cout << "cuda sample: " << checked << " runs, " << equal_to_meta << " equal to meta at every mark; "
+            << equal_to_pytorch << " of the " << pytorch_agrees << " on which PyTorch agrees equal to PyTorch\n";
+  CHECK(checked > 0);
 }
