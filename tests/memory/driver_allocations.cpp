@@ -194,6 +194,32 @@ TEST_CASE("module globals: one 2 MiB chunk, the first time only; before the firs
     space.note_driver_allocations(kModuleGlobals, kH100Threads);  // T - 426
     CHECK(space.allocate(2 * MiB) == T - 424 * MiB);
   }
+  // The generated sweep's recordings (docs/evidence/generated_segments/): where `.to()` left part of the gap at
+  // T + 74 MiB, the forward's next segment there sits 2 MiB above `.to()`'s last (c054: +90 after +86; c060: +96
+  // after a 20 MiB segment at +74); where it left just 2 MiB (c017: a 20 MiB segment at +74, a small one at +94),
+  // the forward's first small segment is a new region.
+  SUBCASE("no region, segments at T: the lowest free 2 MiB of the gap at T + 74 MiB takes it") {
+    VirtualAddressSpace space(kBase, kSpan);
+    CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
+    CHECK(space.allocate(2 * MiB) == T);
+    space.note_driver_allocations(kModuleGlobals, kH100Threads);  // the data's random fill: [T + 94, T + 96)
+    CHECK(space.allocate(2 * MiB) == T + 96 * MiB);
+  }
+  SUBCASE("the gap's last 2 MiB taken: the next segment is a new region") {
+    VirtualAddressSpace space(kBase, kSpan);
+    CHECK(space.allocate(2 * MiB) == T);
+    CHECK(space.allocate(20 * MiB) == T + 74 * MiB);
+    CHECK(space.allocate(2 * MiB) == T + 94 * MiB);
+    space.note_driver_allocations(kModuleGlobals, kH100Threads);  // [T + 96, T + 98)
+    CHECK(space.allocate(2 * MiB) == T - 446 * MiB);
+  }
+  SUBCASE("a segment took the hole below T: the ranges at T are not a fresh process's, the chunk waits") {
+    VirtualAddressSpace space(kBase, kSpan);
+    CHECK(space.allocate(30 * MiB) == T - 414 * MiB - 32 * MiB);  // the hole, represented below the others
+    CHECK(space.allocate(2 * MiB) == T - 416 * MiB);              // its region's rest stands for T
+    space.note_driver_allocations(kModuleGlobals, kH100Threads);  // nothing at T taken
+    CHECK(space.allocate(2 * MiB) == T);
+  }
 }
 
 TEST_CASE("kernel stack: 32 bytes x 132 SMs x 2048 threads = 8.25 MiB, placed as 10 MiB, once") {

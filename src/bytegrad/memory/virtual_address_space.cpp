@@ -45,6 +45,7 @@ uintptr_t take_lowest(std::map<uintptr_t, size_t>& ranges, size_t bytes) {
 }  // namespace
 
 uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
+  segment_made_ = true;
   // What the process's regions have free first, then what the driver left unreserved (header).
   if (const uintptr_t address = take_lowest(gaps_, bytes)) return address;
   if (const uintptr_t address = take_lowest(unreserved_, bytes)) return address;
@@ -90,14 +91,17 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
   constexpr size_t kMiB = size_t{1} << 20;
   constexpr size_t kChunk = 2 * kMiB;
   // Driver allocations are never freed here, so an address of 0 (no room) just leaves the model as it is.
-  // Before the first launch's heap exists a module's globals chunk takes only a free gap of the process's
-  // regions; where none has room it waits for that launch and goes where a chunk goes then (header).
+  // Before the first launch's heap exists a module's globals chunk takes a free gap of the process's regions,
+  // else the lowest free 2 MiB of the ranges at T once segments are there (the rest of the gap at T + 74 MiB:
+  // docs/status.md, session 36), but not where a segment took the hole below T, whose process has other ranges
+  // above T; where none has room it waits for that launch and goes where a chunk goes then (header).
   if ((what & kModuleGlobals) && !globals_chunk_) {
     if (driver_done_ & kLaunchHeap) {
       allocate(kChunk);
       globals_chunk_ = true;
     } else {
-      globals_chunk_ = take_lowest(gaps_, kChunk) != 0;
+      globals_chunk_ =
+          take_lowest(gaps_, kChunk) != 0 || (segment_made_ && !hole_taken_ && take_lowest(unreserved_, kChunk) != 0);
       globals_pending_ = !globals_chunk_;
     }
   }

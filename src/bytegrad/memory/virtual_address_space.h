@@ -51,7 +51,9 @@
 // small is exact with them below.
 //
 // The driver's first chunk for module globals, when a launch before the first launch heap needs it (the data's
-// random fill) and no region has room, is placed with that heap (its free top), not in the ranges at T.
+// random fill), takes the lowest free 2 MiB of a region's gap, else of the ranges at T once segments are there
+// (the gap at T + 74 MiB's rest: PyTorch's next segment there sits 2 MiB above `.to()`'s last, and where `.to()`
+// left just 2 MiB the forward's first segment needs a new region), else it is placed with that heap (its free top).
 //
 // A process's first NCCL communicator (kNcclCommunicator; DDP makes it in its constructor, after `.to()`)
 // changes the layout (docs/evidence/ddp_addresses/, measured on two ranks and 10 recorded processes): NCCL's
@@ -135,6 +137,7 @@ class VirtualAddressSpace {
   uintptr_t limit_;
   uint32_t driver_done_ = 0;         // one-time DriverAllocation flags already placed
   bool globals_chunk_ = false;       // a 2 MiB chunk of small driver allocations exists
+  bool segment_made_ = false;        // allocate() placed something
   bool globals_pending_ = false;     // a module loaded before the first launch found no gap for its chunk
   size_t blas_chunk_left_ = 0;       // room left in cuBLAS's chunk
   bool hole_taken_ = false;          // a segment took the hole below T before the first launch
