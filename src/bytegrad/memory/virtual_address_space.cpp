@@ -3,6 +3,8 @@
 #include "bytegrad/memory/host_work.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
 
 namespace bytegrad {
@@ -11,7 +13,8 @@ VirtualAddressSpace::VirtualAddressSpace(uintptr_t base, size_t span)
     : anchor_(base + span - kAboveAnchor),
       bottom_(anchor_ - kStretchBytes),
       host_holes_top_(anchor_ + kHostHolesAbove),
-      limit_(base) {
+      limit_(base),
+      trace_(std::getenv("BYTEGRAD_PLACEMENT_TRACE") != nullptr) {
   constexpr size_t kMiB = size_t{1} << 20;
   unreserved_.emplace(anchor_, 2 * kMiB);
   unreserved_.emplace(anchor_ + 74 * kMiB, 24 * kMiB);
@@ -45,6 +48,29 @@ uintptr_t take_lowest(std::map<uintptr_t, size_t>& ranges, size_t bytes) {
 }  // namespace
 
 uintptr_t VirtualAddressSpace::allocate(size_t bytes) {
+  const uintptr_t address = place(bytes);
+  trace("segment", bytes, address);
+  return address;
+}
+
+// BYTEGRAD_PLACEMENT_TRACE=1 (read once, by the constructor): every segment and driver allocation on stderr,
+// relative to T in MiB, to set beside a recording's addresses (docs/evidence/generated_mmap/).
+void VirtualAddressSpace::trace(const char* what, size_t bytes, uintptr_t address) const {
+  if (!trace_) return;
+  constexpr double kMiB = 1 << 20;
+  if (address == 0) std::fprintf(stderr, "placement %s %.2f MiB: no room\n", what, static_cast<double>(bytes) / kMiB);
+  else
+    std::fprintf(stderr, "placement %s %.2f MiB at T%+.2f MiB\n", what, static_cast<double>(bytes) / kMiB,
+                 (static_cast<double>(address) - static_cast<double>(anchor_)) / kMiB);
+}
+
+uintptr_t VirtualAddressSpace::driver_allocation(const char* what, size_t bytes) {
+  const uintptr_t address = place(bytes);
+  trace(what, bytes, address);
+  return address;
+}
+
+uintptr_t VirtualAddressSpace::place(size_t bytes) {
   segment_made_ = true;
   // What the process's regions have free first, then what the driver left unreserved (header).
   if (const uintptr_t address = take_lowest(gaps_, bytes)) return address;
@@ -97,12 +123,14 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
   // above T; where none has room it waits for that launch and goes where a chunk goes then (header).
   if ((what & kModuleGlobals) && !globals_chunk_) {
     if (driver_done_ & kLaunchHeap) {
-      allocate(kChunk);
+      driver_allocation("module globals", kChunk);
       globals_chunk_ = true;
     } else {
-      globals_chunk_ =
-          take_lowest(gaps_, kChunk) != 0 || (segment_made_ && !hole_taken_ && take_lowest(unreserved_, kChunk) != 0);
+      uintptr_t address = take_lowest(gaps_, kChunk);
+      if (address == 0 && segment_made_ && !hole_taken_) address = take_lowest(unreserved_, kChunk);
+      globals_chunk_ = address != 0;
       globals_pending_ = !globals_chunk_;
+      if (globals_chunk_) trace("module globals", kChunk, address);
     }
   }
   if ((what & kLaunchHeap) && !(driver_done_ & kLaunchHeap)) {
@@ -129,10 +157,11 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     if (bottom_ - limit_ >= kReserved) {
       bottom_ -= kReserved;
       add_gap(bottom_ + kReserved - 6 * kMiB, 6 * kMiB);  // below it: the 2 MiB the driver maps
+      trace("launch heap's free top", 6 * kMiB, bottom_ + kReserved - 6 * kMiB);
     }
   }
   if (globals_pending_ && (driver_done_ & kLaunchHeap)) {
-    allocate(kChunk);
+    driver_allocation("module globals", kChunk);
     globals_chunk_ = true;
     globals_pending_ = false;
   }
@@ -140,7 +169,7 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
     driver_done_ |= kKernelStack;
     constexpr size_t kStackBytesPerThread = 32;
     const size_t bytes = kStackBytesPerThread * threads_on_card;
-    if (bytes > 0) allocate((bytes + kChunk - 1) / kChunk * kChunk);
+    if (bytes > 0) driver_allocation("kernel stack", (bytes + kChunk - 1) / kChunk * kChunk);
   }
   if ((what & kNcclCommunicator) && !(driver_done_ & kNcclCommunicator)) {
     driver_done_ |= kNcclCommunicator | kLaunchHeap | kKernelStack;
@@ -166,9 +195,9 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
   }
   if (what & kBlasHandle) {
     constexpr size_t kHandleSmall = size_t{129} * 1024;  // 128 KiB and 1 KiB
-    allocate(64 * kMiB);
+    driver_allocation("cuBLAS handle", 64 * kMiB);
     if (blas_chunk_left_ < kHandleSmall) {
-      allocate(kChunk);
+      driver_allocation("cuBLAS handle's chunk", kChunk);
       blas_chunk_left_ = kChunk;
       globals_chunk_ = true;  // later modules' globals fit in it
     }

@@ -123,6 +123,9 @@ class VirtualAddressSpace {
 
  private:
   bool early_regions_in_host_holes() const;
+  uintptr_t place(size_t bytes);  // allocate's rule
+  uintptr_t driver_allocation(const char* what, size_t bytes);
+  void trace(const char* what, size_t bytes, uintptr_t address) const;
   // `bytes` in a new region of `region` bytes next in the host's holes' descending series above T; 0 when the
   // series has reached the gaps at T.
   uintptr_t take_host_hole(size_t bytes, size_t region);
@@ -135,6 +138,7 @@ class VirtualAddressSpace {
   uintptr_t bottom_;                        // start of the lowest region reserved so far
   uintptr_t host_holes_top_;                // start of the lowest region placed in the host's holes
   uintptr_t limit_;
+  bool trace_;                       // BYTEGRAD_PLACEMENT_TRACE set
   uint32_t driver_done_ = 0;         // one-time DriverAllocation flags already placed
   bool globals_chunk_ = false;       // a 2 MiB chunk of small driver allocations exists
   bool segment_made_ = false;        // allocate() placed something
