@@ -225,6 +225,21 @@ void write_floor(const fs::path& path, int64_t exact, int64_t explained, const s
   out << "\n]}\n";
 }
 
+// The case names of `runs` ("<case>/x0" and "<case>/xd" keys), in name order, each once.
+std::vector<std::string> case_names(const std::map<std::string, Run>& runs) {
+  std::vector<std::string> cases;
+  for (const auto& [key, run] : runs)
+    if (const std::string name = key.substr(0, key.size() - 3); cases.empty() || cases.back() != name)
+      cases.push_back(name);
+  return cases;
+}
+
+// K from the environment variable `variable` (at least 1), else `otherwise`: check every K-th case.
+int every_from(const char* variable, int otherwise) {
+  const char* env = std::getenv(variable);
+  return env && *env ? std::max(1, std::atoi(env)) : otherwise;
+}
+
 std::string percent(int64_t a, int64_t b) {
   std::ostringstream o;
   o << a << '/' << b << " (" << (b ? (100 * a + b / 2) / b : 0) << "%)";
@@ -245,16 +260,11 @@ TEST_CASE("GPT-2 generated sweep against PyTorch: exact fraction, placement flag
     MESSAGE("no recorded runs under " << dir.string() << "/t0: nothing to check");
     return;
   }
-  int every = 1;
-  if (const char* env = std::getenv("BYTEGRAD_GPT2_GENERATED_EVERY"); env && *env) every = std::max(1, std::atoi(env));
+  const int every = every_from("BYTEGRAD_GPT2_GENERATED_EVERY", 1);
   const Floor floor = read_floor(dir / "floor.json");
 
   // Cases in name order; every `every`-th case (both of its settings).
-  std::vector<std::string> cases;
-  for (const auto& [key, run] : runs) {
-    const std::string name = key.substr(0, key.size() - 3);
-    if (cases.empty() || cases.back() != name) cases.push_back(name);
-  }
+  const std::vector<std::string> cases = case_names(runs);
   int64_t agreeing = 0, requests_exact = 0, exact = 0, flagged = 0, differing = 0, differing_covered = 0,
           differing_some = 0, flagged_whole = 0, differing_exact_for_some = 0, one_trial = 0, failed = 0;
   std::vector<std::string> exact_runs, lost;
@@ -330,13 +340,8 @@ TEST_CASE("GPT-2 generated sweep: a sample on cuda equals meta (issue 31)") {
   }
   const std::map<std::string, Run> runs = read_runs(generated_directory());
   REQUIRE_MESSAGE(!runs.empty(), "no generated recordings under " << generated_directory().string());
-  int every = 8;
-  if (const char* env = std::getenv("BYTEGRAD_GPT2_GENERATED_CUDA_EVERY"); env && *env)
-    every = std::max(1, std::atoi(env));
-  std::vector<std::string> cases;
-  for (const auto& [key, run] : runs)
-    if (const std::string name = key.substr(0, key.size() - 3); cases.empty() || cases.back() != name)
-      cases.push_back(name);
+  const int every = every_from("BYTEGRAD_GPT2_GENERATED_CUDA_EVERY", 8);
+  const std::vector<std::string> cases = case_names(runs);
   int64_t checked = 0, equal_to_meta = 0, pytorch_agrees = 0, equal_to_pytorch = 0;
   for (size_t c = 0; c < cases.size(); c += static_cast<size_t>(every)) {
     for (const char* sub : {"x0", "xd"}) {

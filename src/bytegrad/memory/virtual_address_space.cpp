@@ -71,7 +71,7 @@ uintptr_t VirtualAddressSpace::driver_allocation(const char* what, size_t bytes)
 }
 
 uintptr_t VirtualAddressSpace::place(size_t bytes) {
-  segment_made_ = true;
+  anything_placed_ = true;
   // What the process's regions have free first, then what the driver left unreserved (header).
   if (const uintptr_t address = take_lowest(gaps_, bytes)) return address;
   if (const uintptr_t address = take_lowest(unreserved_, bytes)) return address;
@@ -127,7 +127,7 @@ void VirtualAddressSpace::note_driver_allocations(uint32_t what, size_t threads_
       globals_chunk_ = true;
     } else {
       uintptr_t address = take_lowest(gaps_, kChunk);
-      if (address == 0 && segment_made_ && !hole_taken_) address = take_lowest(unreserved_, kChunk);
+      if (address == 0 && anything_placed_ && !hole_taken_) address = take_lowest(unreserved_, kChunk);
       globals_chunk_ = address != 0;
       globals_pending_ = !globals_chunk_;
       if (globals_chunk_) trace("module globals", kChunk, address);

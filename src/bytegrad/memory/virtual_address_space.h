@@ -141,7 +141,7 @@ class VirtualAddressSpace {
   bool trace_;                       // BYTEGRAD_PLACEMENT_TRACE set
   uint32_t driver_done_ = 0;         // one-time DriverAllocation flags already placed
   bool globals_chunk_ = false;       // a 2 MiB chunk of small driver allocations exists
-  bool segment_made_ = false;        // place() put something in the space (a segment or a driver allocation)
+  bool anything_placed_ = false;     // place() put something in the space (a segment or a driver allocation)
   bool globals_pending_ = false;     // a module loaded before the first launch found no gap for its chunk
   size_t blas_chunk_left_ = 0;       // room left in cuBLAS's chunk
   bool hole_taken_ = false;          // a segment took the hole below T before the first launch
